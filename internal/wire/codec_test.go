@@ -1,0 +1,153 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+func TestJobMetaRoundTrip(t *testing.T) {
+	t.Parallel()
+	m := JobMeta{Group: "example.com", Key: "/index.html", Require: []string{"eu"}, Prefer: []string{"cache-1", "cache-2"}, MaxAttempts: 5, Timeout: 1500 * time.Millisecond}
+	h := m.Header()
+	if got := h.Get(HdrMsgID); got != "~ZXhhbXBsZS5jb20//index.html" {
+		t.Fatalf("Nats-Msg-Id = %q", got)
+	}
+	back, err := ParseJobMeta(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, m) {
+		t.Fatalf("round trip: got %+v, want %+v", back, m)
+	}
+}
+
+func TestParseJobMetaRejects(t *testing.T) {
+	t.Parallel()
+	base := func() nats.Header { return JobMeta{Group: "g"}.Header() }
+	for _, tc := range []struct {
+		name string
+		edit func(nats.Header)
+		want error
+	}{
+		{"no version", func(h nats.Header) { h.Del(HdrVersion) }, ErrMalformed},
+		{"future version", func(h nats.Header) { h.Set(HdrVersion, "2") }, ErrVersion},
+		{"no group", func(h nats.Header) { h.Del(HdrGroup) }, ErrMalformed},
+		{"bad attempts", func(h nats.Header) { h.Set(HdrMaxAttempts, "many") }, ErrMalformed},
+		{"too many attempts", func(h nats.Header) { h.Set(HdrMaxAttempts, "100000") }, ErrMalformed},
+		{"bad timeout", func(h nats.Header) { h.Set(HdrTimeout, "soon") }, ErrMalformed},
+		{"negative timeout", func(h nats.Header) { h.Set(HdrTimeout, "-1s") }, ErrMalformed},
+		{"bad resource", func(h nats.Header) { h.Set(HdrRequire, "a,,b") }, ErrMalformed},
+	} {
+		h := base()
+		tc.edit(h)
+		if _, err := ParseJobMeta(h); !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestGroupControlRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, c := range []GroupControl{{Group: "g", Op: OpOpen}, {Group: "g", Op: OpSeal, Count: 7}, {Group: "g g", Op: OpCancel}} {
+		back, err := ParseGroupControl(c.Header())
+		if err != nil || back != c {
+			t.Fatalf("round trip %+v: got %+v, %v", c, back, err)
+		}
+	}
+	h := GroupControl{Group: "g", Op: OpSeal}.Header()
+	h.Set(HdrCount, "-1")
+	if _, err := ParseGroupControl(h); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("bad count accepted: %v", err)
+	}
+	h.Set(HdrOp, "explode")
+	if _, err := ParseGroupControl(h); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("bad op accepted: %v", err)
+	}
+}
+
+func TestWorkRoundTrip(t *testing.T) {
+	t.Parallel()
+	jobs := []WorkJob{
+		{ID: 1 << 40, Attempt: 1, Timeout: 3 * time.Second, Group: "g", Key: "k", Payload: []byte("hello")},
+		{ID: 7, Attempt: 3, Group: "example.com", Payload: []byte{}},
+	}
+	back, err := DecodeWork(AppendWork(nil, jobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != 2 || back[0].ID != jobs[0].ID || back[0].Timeout != jobs[0].Timeout || !bytes.Equal(back[0].Payload, jobs[0].Payload) || back[1].Attempt != 3 || back[1].Group != "example.com" {
+		t.Fatalf("round trip: %+v", back)
+	}
+}
+
+func TestReportsRoundTrip(t *testing.T) {
+	t.Parallel()
+	in := []Report{
+		{ID: 9, Attempt: 1, Status: StatusOK, Duration: 1234 * time.Microsecond, Data: []byte("result")},
+		{ID: 10, Attempt: 2, Status: StatusError, RetryAfter: 2 * time.Second, Data: []byte("boom")},
+	}
+	worker, out, err := DecodeReports(AppendReports(nil, "w-1", in))
+	if err != nil || worker != "w-1" || !reflect.DeepEqual(out, in) {
+		t.Fatalf("round trip: %q %+v %v", worker, out, err)
+	}
+}
+
+func TestOutcomesRoundTrip(t *testing.T) {
+	t.Parallel()
+	in := []Outcome{{ID: 1, Key: "a", State: FinalDone, Attempts: 1, Data: []byte("r")}, {ID: 2, State: FinalFailed, Attempts: 3, Data: []byte("e")}}
+	out, sum, err := DecodeOutcomeMsg(AppendOutcomes(nil, in))
+	if err != nil || sum != nil || !reflect.DeepEqual(out, in) {
+		t.Fatalf("outcomes: %+v %v %v", out, sum, err)
+	}
+	s := GroupSummary{Jobs: 3, Done: 1, Failed: 1, Canceled: 1}
+	out, sum, err = DecodeOutcomeMsg(AppendSummary(nil, s))
+	if err != nil || out != nil || *sum != s {
+		t.Fatalf("summary: %+v %v %v", out, sum, err)
+	}
+	if _, _, err := DecodeOutcomeMsg(AppendSummary(nil, GroupSummary{Jobs: 5, Done: 1})); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("inconsistent summary accepted: %v", err)
+	}
+}
+
+func TestDecodersReject(t *testing.T) {
+	t.Parallel()
+	good := AppendWork(nil, []WorkJob{{ID: 1, Attempt: 1, Group: "g", Payload: []byte("p")}})
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"empty", nil, ErrMalformed},
+		{"version", append([]byte{9}, good[1:]...), ErrVersion},
+		{"kind", append([]byte{Version, kindReports}, good[2:]...), ErrMalformed},
+		{"truncated", good[:len(good)-1], ErrMalformed},
+		{"trailing", append(bytes.Clone(good), 0), ErrMalformed},
+		{"huge count", []byte{Version, kindWork, 0xff, 0xff, 0xff, 0xff, 0x0f}, ErrMalformed},
+		{"attempt zero", AppendWork(nil, []WorkJob{{ID: 1, Group: "g"}}), ErrMalformed},
+	} {
+		if _, err := DecodeWork(tc.b); !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestHeartbeat(t *testing.T) {
+	t.Parallel()
+	h := Heartbeat{Worker: "w1", Pool: PoolKey([]string{"a"}), Resources: []string{"a"}, Concurrency: 4, Busy: 1, Sleeping: 3, IntervalMS: 1000}
+	back, err := ParseHeartbeat(h.Marshal())
+	if err != nil || back.Worker != "w1" || back.Busy != 1 || back.Interval() != time.Second {
+		t.Fatalf("round trip: %+v %v", back, err)
+	}
+	h.Pool = "any"
+	if _, err := ParseHeartbeat(h.Marshal()); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("mismatched pool accepted: %v", err)
+	}
+	if _, err := ParseHeartbeat([]byte("{")); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("bad JSON accepted: %v", err)
+	}
+}

@@ -1,0 +1,91 @@
+package wire
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+)
+
+// The fuzzers check that decoders of untrusted bytes never panic and that whatever they accept
+// re-encodes to an equivalent message.
+
+func FuzzDecodeWork(f *testing.F) {
+	f.Add(AppendWork(nil, []WorkJob{{ID: 1, Attempt: 1, Group: "g", Key: "k", Payload: []byte("p")}}))
+	f.Add([]byte{Version, kindWork, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		jobs, err := DecodeWork(b)
+		if err != nil {
+			return
+		}
+		again, err := DecodeWork(AppendWork(nil, jobs))
+		if err != nil || len(again) != len(jobs) {
+			t.Fatalf("re-encode of accepted batch failed: %v", err)
+		}
+	})
+}
+
+func FuzzDecodeReports(f *testing.F) {
+	f.Add(AppendReports(nil, "w", []Report{{ID: 1, Attempt: 1, Status: StatusOK, Data: []byte("x")}}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		w, rs, err := DecodeReports(b)
+		if err != nil {
+			return
+		}
+		w2, rs2, err := DecodeReports(AppendReports(nil, w, rs))
+		if err != nil || w2 != w || len(rs2) != len(rs) {
+			t.Fatalf("re-encode of accepted reports failed: %v", err)
+		}
+	})
+}
+
+func FuzzDecodeOutcomeMsg(f *testing.F) {
+	f.Add(AppendOutcomes(nil, []Outcome{{ID: 1, State: FinalDone, Attempts: 1}}))
+	f.Add(AppendSummary(nil, GroupSummary{Jobs: 1, Done: 1}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		outs, sum, err := DecodeOutcomeMsg(b)
+		if err != nil {
+			return
+		}
+		if sum == nil {
+			if _, _, err := DecodeOutcomeMsg(AppendOutcomes(nil, outs)); err != nil {
+				t.Fatalf("re-encode of accepted outcomes failed: %v", err)
+			}
+		}
+	})
+}
+
+// FuzzParseHeaders feeds raw header blocks (as a NATS client would receive them) to the job and
+// group-control parsers and the heartbeat parser.
+func FuzzParseHeaders(f *testing.F) {
+	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Require: a,b\r\nWeave-Timeout: 1s\r\n\r\n"))
+	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: seal\r\nWeave-Count: 3\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h := parseHeaderBlock(b)
+		if m, err := ParseJobMeta(h); err == nil {
+			if err := m.Validate(); err != nil {
+				t.Fatalf("accepted invalid meta %+v: %v", m, err)
+			}
+		}
+		if c, err := ParseGroupControl(h); err == nil {
+			if _, err := ParseGroupControl(c.Header()); err != nil {
+				t.Fatalf("re-encode of accepted control failed: %v", err)
+			}
+		}
+		_, _ = ParseHeartbeat(b)
+		_, _ = ParseGroupToken(string(b))
+	})
+}
+
+// parseHeaderBlock is a lenient "Key: value" line parser, enough to build arbitrary headers.
+func parseHeaderBlock(b []byte) nats.Header {
+	h := nats.Header{}
+	for _, line := range bytes.Split(b, []byte("\r\n")) {
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		h.Add(string(bytes.TrimSpace(k)), string(bytes.TrimSpace(v)))
+	}
+	return h
+}

@@ -1,0 +1,208 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Header names of the protocol. Nats-Msg-Id is JetStream's own dedup header.
+const (
+	HdrVersion     = "Weave-Version"
+	HdrGroup       = "Weave-Group"
+	HdrOp          = "Weave-Op"
+	HdrCount       = "Weave-Count"
+	HdrKey         = "Weave-Key"
+	HdrRequire     = "Weave-Require"
+	HdrPrefer      = "Weave-Prefer"
+	HdrMaxAttempts = "Weave-Max-Attempts"
+	HdrTimeout     = "Weave-Timeout"
+	HdrEpoch       = "Weave-Epoch"
+	HdrMsgID       = "Nats-Msg-Id"
+)
+
+// ErrMalformed reports a message that does not follow the protocol. Components reject such
+// messages (recording the reason) and keep running.
+var ErrMalformed = errors.New("weave: malformed message")
+
+// ErrVersion reports a message from a protocol version this code does not speak.
+var ErrVersion = errors.New("weave: unsupported protocol version")
+
+// Limits on job options, shared by the dispatcher (API errors) and the coordinator (wire checks).
+const (
+	// MaxAttemptsLimit bounds Job.MaxAttempts.
+	MaxAttemptsLimit = 1000
+	// MaxTimeout bounds Job.Timeout.
+	MaxTimeout = 7 * 24 * time.Hour
+)
+
+// GroupOp is the operation of a group control message.
+type GroupOp string
+
+// Group control operations.
+const (
+	OpOpen   GroupOp = "open"
+	OpSeal   GroupOp = "seal"
+	OpCancel GroupOp = "cancel"
+)
+
+// GroupControl is a decoded group control message.
+type GroupControl struct {
+	Group string
+	Op    GroupOp
+	Count uint64 // jobs accepted, on seal
+}
+
+// Header returns the headers of a group control message.
+func (c GroupControl) Header() nats.Header {
+	h := nats.Header{}
+	h.Set(HdrVersion, strconv.Itoa(Version))
+	h.Set(HdrGroup, c.Group)
+	h.Set(HdrOp, string(c.Op))
+	if c.Op == OpSeal {
+		h.Set(HdrCount, strconv.FormatUint(c.Count, 10))
+	}
+	return h
+}
+
+// ParseGroupControl decodes and validates the headers of a group control message.
+func ParseGroupControl(h nats.Header) (GroupControl, error) {
+	if err := checkVersion(h); err != nil {
+		return GroupControl{}, err
+	}
+	c := GroupControl{Group: h.Get(HdrGroup), Op: GroupOp(h.Get(HdrOp))}
+	if err := ValidateGroupID(c.Group); err != nil {
+		return GroupControl{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	switch c.Op {
+	case OpOpen, OpCancel:
+	case OpSeal:
+		n, err := strconv.ParseUint(h.Get(HdrCount), 10, 64)
+		if err != nil {
+			return GroupControl{}, fmt.Errorf("%w: seal of group %q: bad %s %q", ErrMalformed, c.Group, HdrCount, h.Get(HdrCount))
+		}
+		c.Count = n
+	default:
+		return GroupControl{}, fmt.Errorf("%w: unknown %s %q", ErrMalformed, HdrOp, c.Op)
+	}
+	return c, nil
+}
+
+// JobMeta is everything about a job except its payload; it travels in the job message's headers.
+type JobMeta struct {
+	Group       string
+	Key         string
+	Require     []string
+	Prefer      []string
+	MaxAttempts int           // 0 = the coordinator's default
+	Timeout     time.Duration // 0 = the worker's default
+}
+
+// Validate checks the metadata against the protocol's limits.
+func (m JobMeta) Validate() error {
+	if err := ValidateGroupID(m.Group); err != nil {
+		return err
+	}
+	if err := ValidateKey(m.Key); err != nil {
+		return err
+	}
+	if err := ValidateResources("required", m.Require); err != nil {
+		return err
+	}
+	if err := ValidateResources("preferred", m.Prefer); err != nil {
+		return err
+	}
+	if m.MaxAttempts < 0 || m.MaxAttempts > MaxAttemptsLimit {
+		return fmt.Errorf("%w: MaxAttempts %d outside 0..%d", ErrBadName, m.MaxAttempts, MaxAttemptsLimit)
+	}
+	if m.Timeout < 0 || m.Timeout > MaxTimeout {
+		return fmt.Errorf("%w: Timeout %v outside 0..%v", ErrBadName, m.Timeout, MaxTimeout)
+	}
+	return nil
+}
+
+// MsgID is the JetStream dedup ID of a job with a key: "<gtok>/<key>"; "" when the key is empty.
+func (m JobMeta) MsgID() string {
+	if m.Key == "" {
+		return ""
+	}
+	return GroupToken(m.Group) + "/" + m.Key
+}
+
+// Header returns the headers of a job message.
+func (m JobMeta) Header() nats.Header {
+	h := nats.Header{}
+	h.Set(HdrVersion, strconv.Itoa(Version))
+	h.Set(HdrGroup, m.Group)
+	if m.Key != "" {
+		h.Set(HdrKey, m.Key)
+		h.Set(HdrMsgID, m.MsgID())
+	}
+	if len(m.Require) > 0 {
+		h.Set(HdrRequire, strings.Join(m.Require, ","))
+	}
+	if len(m.Prefer) > 0 {
+		h.Set(HdrPrefer, strings.Join(m.Prefer, ","))
+	}
+	if m.MaxAttempts > 0 {
+		h.Set(HdrMaxAttempts, strconv.Itoa(m.MaxAttempts))
+	}
+	if m.Timeout > 0 {
+		h.Set(HdrTimeout, m.Timeout.String())
+	}
+	return h
+}
+
+// ParseJobMeta decodes and validates the headers of a job message.
+func ParseJobMeta(h nats.Header) (JobMeta, error) {
+	if err := checkVersion(h); err != nil {
+		return JobMeta{}, err
+	}
+	m := JobMeta{Group: h.Get(HdrGroup), Key: h.Get(HdrKey)}
+	m.Require = splitList(h.Get(HdrRequire))
+	m.Prefer = splitList(h.Get(HdrPrefer))
+	if v := h.Get(HdrMaxAttempts); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return JobMeta{}, fmt.Errorf("%w: bad %s %q", ErrMalformed, HdrMaxAttempts, v)
+		}
+		m.MaxAttempts = n
+	}
+	if v := h.Get(HdrTimeout); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return JobMeta{}, fmt.Errorf("%w: bad %s %q", ErrMalformed, HdrTimeout, v)
+		}
+		m.Timeout = d
+	}
+	if err := m.Validate(); err != nil {
+		return JobMeta{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return m, nil
+}
+
+func checkVersion(h nats.Header) error {
+	v := h.Get(HdrVersion)
+	if v == "" {
+		return fmt.Errorf("%w: missing %s header", ErrMalformed, HdrVersion)
+	}
+	if v != strconv.Itoa(Version) {
+		return fmt.Errorf("%w: %s %q (this build speaks %d)", ErrVersion, HdrVersion, v, Version)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	parts := strings.Split(s, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return parts
+}

@@ -1,0 +1,213 @@
+package wire
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Version is the protocol version this code speaks. Messages carry it in the Weave-Version header
+// (NATS-visible messages) or as their first byte (binary payloads).
+const Version = 1
+
+// DefaultNamespace is the namespace used when a component's Config leaves it empty.
+const DefaultNamespace = "weave"
+
+// ErrBadName reports a namespace, group ID, job key or resource name that cannot be used.
+var ErrBadName = errors.New("weave: invalid name")
+
+const (
+	maxNamespaceLen = 32
+	// MaxGroupIDLen bounds a group ID; its subject token stays well under NATS limits.
+	MaxGroupIDLen = 256
+	// MaxKeyLen bounds a job key, which also forms part of the dedup Nats-Msg-Id.
+	MaxKeyLen = 256
+	// MaxResourceLen bounds one resource name.
+	MaxResourceLen = 128
+	// MaxResources bounds the resources a job may require or prefer, and a worker may hold.
+	MaxResources = 64
+)
+
+// Names derives every stream, subject, consumer and bucket name of one namespace.
+type Names struct{ ns string }
+
+// NewNames validates ns ("" means DefaultNamespace) and returns its names. A namespace is 1–32
+// characters of [A-Za-z0-9_-], because it is used in stream names and as a subject token.
+func NewNames(ns string) (Names, error) {
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	if len(ns) > maxNamespaceLen || !isToken(ns) {
+		return Names{}, fmt.Errorf("%w: namespace %q must be 1-%d characters of [A-Za-z0-9_-]", ErrBadName, ns, maxNamespaceLen)
+	}
+	return Names{ns: ns}, nil
+}
+
+// Namespace returns the namespace.
+func (n Names) Namespace() string { return n.ns }
+
+// JobsStream holds group control messages and jobs.
+func (n Names) JobsStream() string { return n.ns + "_JOBS" }
+
+// WorkStream is the work-queue stream of released job batches.
+func (n Names) WorkStream() string { return n.ns + "_WORK" }
+
+// EventsStream holds worker reports and the coordinator journal.
+func (n Names) EventsStream() string { return n.ns + "_EVENTS" }
+
+// ResultsStream holds per-group outcome batches for waiting submitters.
+func (n Names) ResultsStream() string { return n.ns + "_RESULTS" }
+
+// LeaseBucket is the KV bucket holding the coordinator lease.
+func (n Names) LeaseBucket() string { return n.ns + "_LEASE" }
+
+// GroupSubject carries a group's control messages (open, seal, cancel).
+func (n Names) GroupSubject(gtok string) string { return n.ns + ".group." + gtok }
+
+// JobSubject carries a group's jobs.
+func (n Names) JobSubject(gtok string) string { return n.ns + ".jobs." + gtok }
+
+// WorkSubject carries work batches for one pool.
+func (n Names) WorkSubject(pool string) string { return n.ns + ".work." + pool }
+
+// WorkConsumer is the durable consumer shared by the workers of one pool.
+func (n Names) WorkConsumer(pool string) string { return "work-" + pool }
+
+// ReportSubject carries one worker's report batches.
+func (n Names) ReportSubject(worker string) string { return n.ns + ".ev.report." + worker }
+
+// JournalSubject carries the coordinator's journal records.
+func (n Names) JournalSubject() string { return n.ns + ".ev.coord" }
+
+// OutcomeSubject carries a group's outcome batches and final record.
+func (n Names) OutcomeSubject(gtok string) string { return n.ns + ".out." + gtok }
+
+// HeartbeatSubject carries one worker's heartbeats (core NATS).
+func (n Names) HeartbeatSubject(worker string) string { return n.ns + ".hb." + worker }
+
+// StatusSubject answers status requests (core NATS request/reply).
+func (n Names) StatusSubject() string { return n.ns + ".api.status" }
+
+// Wildcards used by stream configs and the coordinator's subscriptions.
+func (n Names) AllGroups() string     { return n.ns + ".group.>" }
+func (n Names) AllJobs() string       { return n.ns + ".jobs.>" }
+func (n Names) AllWork() string       { return n.ns + ".work.>" }
+func (n Names) AllReports() string    { return n.ns + ".ev.report.>" }
+func (n Names) AllEvents() string     { return n.ns + ".ev.>" }
+func (n Names) AllOutcomes() string   { return n.ns + ".out.>" }
+func (n Names) AllHeartbeats() string { return n.ns + ".hb.*" }
+
+// GroupToken returns the subject token for a group ID: the ID itself when it is 1–64 characters
+// of [A-Za-z0-9_-], else "~" followed by the unpadded base64url encoding of the ID. The mapping is
+// injective: plain tokens never start with "~".
+func GroupToken(id string) string {
+	if len(id) <= 64 && isToken(id) {
+		return id
+	}
+	return "~" + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+// ParseGroupToken inverts GroupToken.
+func ParseGroupToken(tok string) (string, error) {
+	if rest, ok := strings.CutPrefix(tok, "~"); ok {
+		b, err := base64.RawURLEncoding.DecodeString(rest)
+		if err != nil {
+			return "", fmt.Errorf("%w: group token %q: %v", ErrBadName, tok, err)
+		}
+		return string(b), nil
+	}
+	if tok == "" || len(tok) > 64 || !isToken(tok) {
+		return "", fmt.Errorf("%w: group token %q", ErrBadName, tok)
+	}
+	return tok, nil
+}
+
+// ValidateGroupID checks a group ID: 1–256 bytes of valid UTF-8 without control characters.
+func ValidateGroupID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty group ID", ErrBadName)
+	}
+	return validateText("group ID", id, MaxGroupIDLen)
+}
+
+// ValidateKey checks a job key; an empty key is allowed (the job then has no dedup ID).
+func ValidateKey(key string) error {
+	if key == "" {
+		return nil
+	}
+	return validateText("job key", key, MaxKeyLen)
+}
+
+// ValidateResources checks a list of resource names: at most MaxResources names of
+// [A-Za-z0-9_.:/@=+-], each 1–128 bytes. Commas separate names in headers, so they are refused.
+func ValidateResources(what string, rs []string) error {
+	if len(rs) > MaxResources {
+		return fmt.Errorf("%w: %d %s resources, at most %d", ErrBadName, len(rs), what, MaxResources)
+	}
+	for _, r := range rs {
+		if r == "" || len(r) > MaxResourceLen || strings.IndexFunc(r, func(c rune) bool { return !isResourceRune(c) }) >= 0 {
+			return fmt.Errorf("%w: %s resource %q must be 1-%d characters of [A-Za-z0-9_.:/@=+-]", ErrBadName, what, r, MaxResourceLen)
+		}
+	}
+	return nil
+}
+
+// ValidateWorkerID checks a worker ID, which is used as a subject token.
+func ValidateWorkerID(id string) error {
+	if len(id) > 64 || !isToken(id) {
+		return fmt.Errorf("%w: worker ID %q must be 1-64 characters of [A-Za-z0-9_-]", ErrBadName, id)
+	}
+	return nil
+}
+
+// PoolKey names the pool of workers holding exactly the given resources: "any" for none, else
+// "p" and 16 hex digits of FNV-1a-64 over the sorted, de-duplicated names joined by "\n".
+func PoolKey(resources []string) string {
+	rs := NormalizeResources(resources)
+	if len(rs) == 0 {
+		return "any"
+	}
+	h := fnv.New64a()
+	h.Write([]byte(strings.Join(rs, "\n")))
+	return "p" + fmt.Sprintf("%016x", h.Sum64())
+}
+
+// NormalizeResources returns the names sorted and de-duplicated (a new slice).
+func NormalizeResources(resources []string) []string {
+	rs := slices.Clone(resources)
+	slices.Sort(rs)
+	return slices.Compact(rs)
+}
+
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func isResourceRune(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_.:/@=+-", c)
+}
+
+func validateText(what, s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("%w: %s is %d bytes, at most %d", ErrBadName, what, len(s), max)
+	}
+	for _, c := range s {
+		if c < 0x20 || c == 0x7f || c == 0xfffd {
+			return fmt.Errorf("%w: %s %s contains a control character or invalid UTF-8", ErrBadName, what, strconv.Quote(s))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package wire
+
+import "fmt"
+
+// Final states of a job, as recorded in a group's outcomes.
+type Final uint8
+
+// Final job states.
+const (
+	FinalDone Final = iota + 1
+	FinalFailed
+	FinalCanceled
+)
+
+var finalNames = [...]string{"", "done", "failed", "canceled"}
+
+func (f Final) String() string {
+	if f >= FinalDone && f <= FinalCanceled {
+		return finalNames[f]
+	}
+	return fmt.Sprintf("final(%d)", uint8(f))
+}
+
+// Outcome is the final record of one job, appended by the coordinator to its group's outcome
+// subject when the job reaches a terminal state.
+type Outcome struct {
+	ID       uint64
+	Key      string
+	State    Final
+	Attempts uint32
+	Data     []byte // result (done) or last error (failed, canceled)
+}
+
+// GroupSummary is the last record on a group's outcome subject: every job is terminal.
+type GroupSummary struct {
+	Jobs, Done, Failed, Canceled uint64
+}
+
+// AppendOutcomes encodes a batch of outcomes onto dst.
+func AppendOutcomes(dst []byte, outs []Outcome) []byte {
+	dst = appendHeader(dst, kindOutcomes)
+	dst = appendUvarint(dst, uint64(len(outs)))
+	for i := range outs {
+		o := &outs[i]
+		dst = appendUvarint(dst, o.ID)
+		dst = appendString(dst, o.Key)
+		dst = append(dst, byte(o.State))
+		dst = appendUvarint(dst, uint64(o.Attempts))
+		dst = appendBytes(dst, o.Data)
+	}
+	return dst
+}
+
+// AppendSummary encodes a group's final summary onto dst.
+func AppendSummary(dst []byte, s GroupSummary) []byte {
+	dst = appendHeader(dst, kindFinal)
+	for _, v := range [...]uint64{s.Jobs, s.Done, s.Failed, s.Canceled} {
+		dst = appendUvarint(dst, v)
+	}
+	return dst
+}
+
+// DecodeOutcomeMsg decodes a message from an outcome subject: either a batch of outcomes or the
+// group summary (then summary is non-nil). Data fields alias b.
+func DecodeOutcomeMsg(b []byte) (outs []Outcome, summary *GroupSummary, err error) {
+	if len(b) >= 2 && b[0] == Version && b[1] == kindFinal {
+		r := newReader(b, kindFinal)
+		s := &GroupSummary{Jobs: r.uvarint(), Done: r.uvarint(), Failed: r.uvarint(), Canceled: r.uvarint()}
+		if err := r.end(); err != nil {
+			return nil, nil, err
+		}
+		if s.Done+s.Failed+s.Canceled != s.Jobs {
+			return nil, nil, fmt.Errorf("%w: summary counts %d+%d+%d do not add up to %d jobs", ErrMalformed, s.Done, s.Failed, s.Canceled, s.Jobs)
+		}
+		return nil, s, nil
+	}
+	r := newReader(b, kindOutcomes)
+	n := r.count(5)
+	outs = make([]Outcome, 0, n)
+	for range n {
+		o := Outcome{ID: r.uvarint(), Key: r.string(), State: Final(r.byte()), Attempts: r.uint32(), Data: r.bytes()}
+		if r.err != nil {
+			break
+		}
+		if o.State < FinalDone || o.State > FinalCanceled {
+			r.fail("job %d has unknown final state %d", o.ID, o.State)
+			break
+		}
+		outs = append(outs, o)
+	}
+	if err := r.end(); err != nil {
+		return nil, nil, err
+	}
+	return outs, nil, nil
+}

@@ -1,0 +1,95 @@
+package wire
+
+import (
+	"fmt"
+	"time"
+)
+
+// Status is the outcome of one attempt, as a worker reports it.
+type Status uint8
+
+// Attempt outcomes.
+const (
+	// StatusOK: the handler returned a result.
+	StatusOK Status = iota + 1
+	// StatusError: the attempt failed (error, panic or timeout) and may be retried.
+	StatusError
+	// StatusPermanent: the attempt failed and must not be retried.
+	StatusPermanent
+	// StatusCanceled: the job was canceled while it ran.
+	StatusCanceled
+	// StatusReleased: the worker gave the job back without running it to the end (drain); the
+	// attempt does not count.
+	StatusReleased
+)
+
+var statusNames = [...]string{"", "ok", "error", "permanent", "canceled", "released"}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) && s != 0 {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// Report is the outcome of one attempt.
+type Report struct {
+	ID         uint64
+	Attempt    uint32
+	Status     Status
+	Duration   time.Duration // time the handler ran
+	RetryAfter time.Duration // requested retry delay (StatusError only); 0 = policy default
+	Data       []byte        // result (StatusOK) or error text
+}
+
+// AppendReports encodes a report batch from one worker onto dst.
+func AppendReports(dst []byte, worker string, reports []Report) []byte {
+	dst = appendHeader(dst, kindReports)
+	dst = appendString(dst, worker)
+	dst = appendUvarint(dst, uint64(len(reports)))
+	for i := range reports {
+		rp := &reports[i]
+		dst = appendUvarint(dst, rp.ID)
+		dst = appendUvarint(dst, uint64(rp.Attempt))
+		dst = append(dst, byte(rp.Status))
+		dst = appendUvarint(dst, uint64(rp.Duration/time.Microsecond))
+		dst = appendUvarint(dst, uint64(rp.RetryAfter/time.Millisecond))
+		dst = appendBytes(dst, rp.Data)
+	}
+	return dst
+}
+
+// DecodeReports decodes a report batch. Data fields alias b.
+func DecodeReports(b []byte) (worker string, reports []Report, err error) {
+	r := newReader(b, kindReports)
+	worker = r.string()
+	n := r.count(6)
+	reports = make([]Report, 0, n)
+	for range n {
+		rp := Report{ID: r.uvarint(), Attempt: r.uint32(), Status: Status(r.byte())}
+		rp.Duration = durationUS(r)
+		rp.RetryAfter = durationMS(r)
+		rp.Data = r.bytes()
+		if r.err != nil {
+			break
+		}
+		if rp.Status < StatusOK || rp.Status > StatusReleased {
+			r.fail("job %d has unknown status %d", rp.ID, rp.Status)
+			break
+		}
+		reports = append(reports, rp)
+	}
+	if err := r.end(); err != nil {
+		return "", nil, err
+	}
+	return worker, reports, nil
+}
+
+func durationUS(r *reader) time.Duration {
+	us := r.uvarint()
+	if us > uint64(MaxTimeout/time.Microsecond) {
+		r.fail("duration of %d µs exceeds %v", us, MaxTimeout)
+		return 0
+	}
+	return time.Duration(us) * time.Microsecond
+}
