@@ -15,6 +15,7 @@ const (
 	kindReports  byte = 'R'
 	kindOutcomes byte = 'O'
 	kindFinal    byte = 'F'
+	kindCancel   byte = 'C'
 )
 
 func appendHeader(dst []byte, kind byte) []byte { return append(dst, Version, kind) }

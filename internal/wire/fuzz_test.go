@@ -89,3 +89,16 @@ func parseHeaderBlock(b []byte) nats.Header {
 	}
 	return h
 }
+
+func FuzzDecodeCancel(f *testing.F) {
+	f.Add(AppendCancel(nil, []uint64{1, 1 << 40}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ids, err := DecodeCancel(b)
+		if err != nil {
+			return
+		}
+		if again, err := DecodeCancel(AppendCancel(nil, ids)); err != nil || len(again) != len(ids) {
+			t.Fatalf("re-encode of accepted cancel failed: %v", err)
+		}
+	})
+}

@@ -22,6 +22,10 @@ const (
 	HdrMaxAttempts = "Weave-Max-Attempts"
 	HdrTimeout     = "Weave-Timeout"
 	HdrEpoch       = "Weave-Epoch"
+	HdrGroupSeq    = "Weave-Group-Seq" // on outcomes: the sequence of the group's open (its incarnation)
+	HdrReason      = "Weave-Reason"    // on rejections
+	HdrSubject     = "Weave-Subject"   // on rejections: the refused message's subject
+	HdrSeq         = "Weave-Seq"       // on rejections: the refused message's stream sequence
 	HdrMsgID       = "Nats-Msg-Id"
 )
 

@@ -86,6 +86,12 @@ func (n Names) JournalSubject() string { return n.ns + ".ev.coord" }
 // OutcomeSubject carries a group's outcome batches and final record.
 func (n Names) OutcomeSubject(gtok string) string { return n.ns + ".out." + gtok }
 
+// RejectSubject records messages a component refused, with the reason (in the EVENTS stream).
+func (n Names) RejectSubject() string { return n.ns + ".ev.rejected" }
+
+// CancelSubject tells workers to cancel running jobs (core NATS; see CancelRequest).
+func (n Names) CancelSubject() string { return n.ns + ".cancel" }
+
 // HeartbeatSubject carries one worker's heartbeats (core NATS).
 func (n Names) HeartbeatSubject(worker string) string { return n.ns + ".hb." + worker }
 

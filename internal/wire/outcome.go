@@ -93,3 +93,27 @@ func DecodeOutcomeMsg(b []byte) (outs []Outcome, summary *GroupSummary, err erro
 	}
 	return outs, nil, nil
 }
+
+// AppendCancel encodes a cancellation request: the IDs of running jobs whose handlers must stop.
+func AppendCancel(dst []byte, ids []uint64) []byte {
+	dst = appendHeader(dst, kindCancel)
+	dst = appendUvarint(dst, uint64(len(ids)))
+	for _, id := range ids {
+		dst = appendUvarint(dst, id)
+	}
+	return dst
+}
+
+// DecodeCancel decodes a cancellation request.
+func DecodeCancel(b []byte) ([]uint64, error) {
+	r := newReader(b, kindCancel)
+	n := r.count(1)
+	ids := make([]uint64, 0, n)
+	for range n {
+		ids = append(ids, r.uvarint())
+	}
+	if err := r.end(); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}

@@ -1,0 +1,117 @@
+// Package journal encodes the coordinator's journal records: the decisions it makes that cannot
+// be derived from other streams (which jobs it released where, and when a failed job retries).
+// Records are appended to the EVENTS stream before the side effect they describe, and replayed in
+// stream order after a restart.
+package journal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrMalformed reports bytes that are not a journal record of this version.
+var ErrMalformed = errors.New("weave: malformed journal record")
+
+const version = 1
+
+// Kind of a record.
+type Kind uint8
+
+// Record kinds.
+const (
+	// KindEpoch marks a coordinator taking over; older epochs' later records are ignored.
+	KindEpoch Kind = iota + 1
+	// KindRelease records jobs handed to a pool.
+	KindRelease
+	// KindRetry records failed attempts that will be retried at a given time.
+	KindRetry
+)
+
+// Entry is one job in a record.
+type Entry struct {
+	ID      uint64
+	Attempt uint32
+	// At is the retry time (KindRetry only).
+	At time.Time
+}
+
+// Record is one journal record.
+type Record struct {
+	Kind    Kind
+	Epoch   uint64
+	Pool    string // KindRelease
+	Entries []Entry
+}
+
+// Append encodes r onto dst.
+func Append(dst []byte, r Record) []byte {
+	dst = append(dst, version, byte(r.Kind))
+	dst = binary.AppendUvarint(dst, r.Epoch)
+	dst = binary.AppendUvarint(dst, uint64(len(r.Pool)))
+	dst = append(dst, r.Pool...)
+	dst = binary.AppendUvarint(dst, uint64(len(r.Entries)))
+	for _, e := range r.Entries {
+		dst = binary.AppendUvarint(dst, e.ID)
+		dst = binary.AppendUvarint(dst, uint64(e.Attempt))
+		if r.Kind == KindRetry {
+			dst = binary.AppendUvarint(dst, uint64(e.At.UnixMilli()))
+		}
+	}
+	return dst
+}
+
+// Decode decodes one record. It never panics and bounds allocations by the input size.
+func Decode(b []byte) (Record, error) {
+	if len(b) < 2 || b[0] != version {
+		return Record{}, fmt.Errorf("%w: bad header", ErrMalformed)
+	}
+	r := Record{Kind: Kind(b[1])}
+	if r.Kind < KindEpoch || r.Kind > KindRetry {
+		return Record{}, fmt.Errorf("%w: unknown kind %d", ErrMalformed, b[1])
+	}
+	b = b[2:]
+	next := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	var ok bool
+	if r.Epoch, ok = next(); !ok {
+		return Record{}, fmt.Errorf("%w: epoch", ErrMalformed)
+	}
+	plen, ok := next()
+	if !ok || plen > uint64(len(b)) {
+		return Record{}, fmt.Errorf("%w: pool", ErrMalformed)
+	}
+	r.Pool, b = string(b[:plen]), b[plen:]
+	n, ok := next()
+	if !ok || n > uint64(len(b)/2) {
+		return Record{}, fmt.Errorf("%w: entry count", ErrMalformed)
+	}
+	r.Entries = make([]Entry, 0, n)
+	for range n {
+		id, ok1 := next()
+		att, ok2 := next()
+		if !ok1 || !ok2 || att == 0 || att > 1<<31 {
+			return Record{}, fmt.Errorf("%w: entry", ErrMalformed)
+		}
+		e := Entry{ID: id, Attempt: uint32(att)}
+		if r.Kind == KindRetry {
+			ms, ok := next()
+			if !ok || ms > 1<<53 {
+				return Record{}, fmt.Errorf("%w: retry time", ErrMalformed)
+			}
+			e.At = time.UnixMilli(int64(ms))
+		}
+		r.Entries = append(r.Entries, e)
+	}
+	if len(b) != 0 {
+		return Record{}, fmt.Errorf("%w: %d trailing bytes", ErrMalformed, len(b))
+	}
+	return r, nil
+}
