@@ -1,0 +1,32 @@
+package spreader
+
+import "github.com/weavejobs/weave/feeder"
+
+// state is where a group is in its life in the scheduler.
+type state uint8
+
+const (
+	// waiting: in the line, waiting for a slot.
+	waiting state = iota
+	// active: holds a slot, and its queued jobs can be offered.
+	active
+	// draining: left its slot (sealed and empty), but jobs it released are
+	// still in flight. The group is kept so that InFlight stays exact and the
+	// key cannot be reused until those jobs are done.
+	draining
+	// gone: canceled or finished and no longer tracked. A group that went while
+	// waiting can still sit in the line until the line is compacted.
+	gone
+)
+
+// group is the scheduler's record of one group.
+type group[G comparable, J any] struct {
+	key      G
+	jobs     feeder.Queue[J] // pushed and not yet released, in push order
+	state    state
+	sealed   bool
+	slot     int    // the slot held while active
+	rank     int    // rank in the ready set, or -1 while it has nothing to offer
+	inFlight int    // released and not yet done
+	offered  uint64 // the Offers range that last offered this group
+}

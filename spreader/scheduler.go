@@ -1,0 +1,221 @@
+package spreader
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/weavejobs/weave/feeder"
+)
+
+// Scheduler is the live form of [Spread]. It runs the feeder model over groups
+// that arrive over time and jobs that become ready over time, and it decides
+// the order of releases at the last moment, when a worker is free.
+//
+// Groups, identified by keys of type G, join a line in arrival order. Each of F
+// feeder slots holds one active group and takes the next group from the line
+// when its group leaves. A group leaves its slot when it is sealed and its
+// queue is empty, or when it is canceled. An active group that is not sealed
+// keeps its slot while its queue is empty, because more jobs may come, and
+// offers nothing meanwhile. Among the active groups with a job ready and below
+// MaxInFlightPerGroup, the Policy picks the order of offers. Every job handed
+// out counts as in flight for its group until the caller reports it Done.
+//
+// A Scheduler is not safe for concurrent use. One goroutine owns it: in Weave,
+// the coordinator's state goroutine.
+type Scheduler[G comparable, J any] struct {
+	policy   Policy
+	maxGroup int // MaxInFlightPerGroup; 0 means no cap
+	feeders  int // slots that take groups; slots at feeders and above only drain
+
+	groups map[G]*group[G, J] // every group that is not gone
+	// line holds the waiting groups in arrival order. It also holds stale
+	// entries, groups that went while waiting. Those are skipped when popped,
+	// and compacted away once they outnumber the live entries.
+	line  feeder.Queue[*group[G, J]]
+	stale int // gone groups in line
+
+	slots  []*group[G, J] // the group each slot holds; nil when vacant
+	vacant bitset         // vacant slots below feeders; empty while any group waits
+	active int            // slots holding a group
+
+	ready    readySet // slots whose group has a job to offer, by policy rank
+	rotation int      // the slot after the one that last released: where round-robin order starts
+	offers   uint64   // Offers ranges started; stamps each group offered
+}
+
+// NewScheduler returns an empty scheduler, or an error wrapping
+// ErrInvalidConfig if cfg is out of range.
+func NewScheduler[G comparable, J any](cfg Config) (*Scheduler[G, J], error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Scheduler[G, J]{
+		policy:   cfg.Policy,
+		maxGroup: cfg.MaxInFlightPerGroup,
+		feeders:  cfg.Feeders,
+		groups:   map[G]*group[G, J]{},
+		slots:    make([]*group[G, J], cfg.Feeders),
+	}
+	for i := range cfg.Feeders {
+		s.vacant.add(i)
+	}
+	return s, nil
+}
+
+// AddGroup appends g to the source, in arrival order. g takes a vacant slot at
+// once, the lowest one, if there is one. Otherwise it waits for a slot. It
+// returns an error wrapping ErrDuplicateGroup if g is already tracked: waiting,
+// active, or draining with jobs in flight.
+func (s *Scheduler[G, J]) AddGroup(g G) error {
+	if _, ok := s.groups[g]; ok {
+		return fmt.Errorf("%w: %v", ErrDuplicateGroup, g)
+	}
+	grp := &group[G, J]{key: g, rank: -1}
+	s.groups[g] = grp
+	if slot := s.vacant.next(0); slot >= 0 {
+		s.vacant.remove(slot)
+		s.activate(slot, grp)
+		return nil
+	}
+	grp.state = waiting
+	s.line.Push(grp)
+	return nil
+}
+
+// Push appends ready jobs to g's queue. It returns an error wrapping
+// ErrUnknownGroup or ErrSealed if g cannot take jobs.
+func (s *Scheduler[G, J]) Push(g G, jobs ...J) error {
+	grp, err := s.unsealed(g)
+	if err != nil {
+		return err
+	}
+	for _, job := range jobs {
+		grp.jobs.Push(job)
+	}
+	s.reindex(grp)
+	return nil
+}
+
+// Seal records that no more jobs will be pushed to g. g leaves its slot, or the
+// line, as soon as its queue is empty, which may be right away. It returns an
+// error wrapping ErrUnknownGroup or ErrSealed if g is not an open group.
+func (s *Scheduler[G, J]) Seal(g G) error {
+	grp, err := s.unsealed(g)
+	if err != nil {
+		return err
+	}
+	grp.sealed = true
+	if grp.jobs.Len() == 0 {
+		s.retire(grp)
+	}
+	return nil
+}
+
+// Cancel removes g wherever it is: in the line, in a slot (which takes the next
+// group at once), or draining. It returns g's queued jobs, the ones never
+// released, in push order. The scheduler then forgets g, including its jobs in
+// flight: later Done calls for g are ignored, and g may be added again. Cancel
+// on an unknown group returns nil.
+func (s *Scheduler[G, J]) Cancel(g G) []J {
+	grp := s.groups[g]
+	if grp == nil {
+		return nil
+	}
+	var jobs []J
+	if grp.jobs.Len() > 0 {
+		jobs = slices.Collect(grp.jobs.All())
+	}
+	if grp.state == active {
+		s.vacate(grp)
+	}
+	s.forget(grp)
+	return jobs
+}
+
+// Done records that one released job of g has finished, whatever its outcome.
+// g may have left its slot already. Done on an unknown group, or on one with
+// nothing in flight, does nothing, so a late or repeated report cannot corrupt
+// the counts.
+func (s *Scheduler[G, J]) Done(g G) {
+	grp := s.groups[g]
+	if grp == nil || grp.inFlight == 0 {
+		return
+	}
+	grp.inFlight--
+	switch grp.state {
+	case active:
+		s.reindex(grp)
+	case draining:
+		if grp.inFlight == 0 {
+			s.forget(grp)
+		}
+	}
+}
+
+// SetFeeders changes the number of feeder slots while the scheduler runs. n < 1
+// counts as 1, because a scheduler with no slot would hold every group back
+// forever. The number of live workers can fall to zero, but work must still be
+// offered when they return.
+//
+// Growing fills the new slots from the line at once. Shrinking evicts no group.
+// Slots numbered n and above keep their groups until those leave naturally, and
+// then close. Until then more than n groups may be active.
+func (s *Scheduler[G, J]) SetFeeders(n int) {
+	n = max(n, 1)
+	old := s.feeders
+	s.feeders = n
+	if n < old {
+		for i := n; i < old; i++ {
+			s.vacant.remove(i)
+		}
+		s.trim()
+		return
+	}
+	for i := old; i < n; i++ {
+		if i == len(s.slots) {
+			s.slots = append(s.slots, nil)
+		}
+		if s.slots[i] == nil {
+			s.fill(i)
+		}
+	}
+}
+
+// InFlight returns the number of g's released jobs not yet done, or 0 if g is
+// unknown.
+func (s *Scheduler[G, J]) InFlight(g G) int {
+	if grp := s.groups[g]; grp != nil {
+		return grp.inFlight
+	}
+	return 0
+}
+
+// Queued returns the number of g's jobs pushed and not yet released, or 0 if g
+// is unknown.
+func (s *Scheduler[G, J]) Queued(g G) int {
+	if grp := s.groups[g]; grp != nil {
+		return grp.jobs.Len()
+	}
+	return 0
+}
+
+// Active returns the number of groups holding a slot.
+func (s *Scheduler[G, J]) Active() int { return s.active }
+
+// Waiting returns the number of groups waiting for a slot.
+func (s *Scheduler[G, J]) Waiting() int { return s.line.Len() - s.stale }
+
+// Feeders returns the number of feeder slots, as last set.
+func (s *Scheduler[G, J]) Feeders() int { return s.feeders }
+
+// unsealed returns g's record if g is known and not sealed.
+func (s *Scheduler[G, J]) unsealed(g G) (*group[G, J], error) {
+	grp := s.groups[g]
+	switch {
+	case grp == nil:
+		return nil, fmt.Errorf("%w: %v", ErrUnknownGroup, g)
+	case grp.sealed:
+		return nil, fmt.Errorf("%w: %v", ErrSealed, g)
+	}
+	return grp, nil
+}
