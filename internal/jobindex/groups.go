@@ -1,0 +1,191 @@
+package jobindex
+
+import (
+	"fmt"
+	"iter"
+)
+
+// group is what the index keeps per group: counters, not a bitmap. A group's members are
+// found through the catalog, whose spans already record them compactly; a roaring bitmap per
+// group would cost 150-260 bytes of container overhead each, more than the rest of the index
+// for typical groups of ~100 jobs.
+type group struct {
+	name        string // "" marks a free slot
+	first, last uint64 // lowest and highest job ID: the catalog range holding the group
+	counts      counts
+}
+
+func (x *Index) internGroup(name string) uint32 {
+	if x.w.groupOK && x.w.group == name {
+		return x.w.groupID
+	}
+	gid, ok := x.groupIDs[name]
+	if !ok {
+		gid = x.groupPool.get()
+		if gid == uint32(len(x.groups)) {
+			x.groups = append(x.groups, group{})
+		}
+		x.groups[gid] = group{name: name, first: noJob}
+		x.groupIDs[name] = gid
+	}
+	x.w.group, x.w.groupID, x.w.groupOK = name, gid, true
+	return gid
+}
+
+// GroupCounts returns the number of jobs of group in each state, in O(1), and false if the
+// index holds no job of group.
+func (x *Index) GroupCounts(group string) (Counts, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	gid, ok := x.groupIDs[group]
+	if !ok {
+		return Counts{}, false
+	}
+	return x.groups[gid].counts.export(), true
+}
+
+// iterChunk is how many entries the iterators copy per read lock. The lock is released while
+// the caller's loop body runs, so the body may call back into the index, and writers wait for
+// at most one chunk.
+const iterChunk = 256
+
+// Groups yields every group with its counts, in no particular order. Each chunk of groups is
+// read under one read lock; groups added or forgotten during the iteration may or may not be
+// seen.
+func (x *Index) Groups() iter.Seq2[string, Counts] {
+	return func(yield func(string, Counts) bool) {
+		type entry struct {
+			name   string
+			counts Counts
+		}
+		buf := make([]entry, 0, iterChunk)
+		for next := 0; ; {
+			buf = buf[:0]
+			x.mu.RLock()
+			for ; next < len(x.groups) && len(buf) < iterChunk; next++ {
+				if g := &x.groups[next]; g.name != "" {
+					buf = append(buf, entry{g.name, g.counts.export()})
+				}
+			}
+			done := next >= len(x.groups)
+			x.mu.RUnlock()
+			for _, e := range buf {
+				if !yield(e.name, e.counts) {
+					return
+				}
+			}
+			if done {
+				return
+			}
+		}
+	}
+}
+
+// GroupJobs yields the IDs of group's jobs in state s, in ascending order. Like [Index.Groups]
+// it reads in chunks; a job that changes state during the iteration may be missed or seen.
+// The cost is proportional to the catalog spans between the group's first and last job.
+func (x *Index) GroupJobs(group string, s State) iter.Seq[uint64] {
+	return func(yield func(uint64) bool) {
+		if !s.valid() {
+			return
+		}
+		buf := make([]uint64, 0, iterChunk)
+		for from := uint64(0); ; {
+			buf = buf[:0]
+			more := x.groupJobs(group, s, from, &buf)
+			for _, id := range buf {
+				if !yield(id) {
+					return
+				}
+			}
+			if !more {
+				return
+			}
+			from = buf[len(buf)-1] + 1
+		}
+	}
+}
+
+// groupJobs appends to buf, up to its capacity, the jobs of group in state s from ID from on,
+// and reports whether there may be more.
+func (x *Index) groupJobs(group string, s State, from uint64, buf *[]uint64) (more bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	gid, ok := x.groupIDs[group]
+	if !ok || x.groups[gid].counts[s] == 0 {
+		return false
+	}
+	g := &x.groups[gid]
+	it := x.states[s].Iterator()
+	x.catalog.scan(gid, max(from, g.first), g.last, func(lo, hi uint64) bool {
+		it.AdvanceIfNeeded(max(lo, from))
+		for it.HasNext() && it.PeekNext() <= hi {
+			if len(*buf) == cap(*buf) {
+				more = true
+				return false
+			}
+			*buf = append(*buf, it.Next())
+		}
+		return true
+	})
+	return more
+}
+
+// Forget drops every job of group name from the index, for retention clean-up once the group has
+// finished, and returns how many it dropped. A group with pending, running or retrying jobs is
+// refused with [ErrGroupActive]: cancel them first. Resource and profile entries used only by
+// the group are released too.
+func (x *Index) Forget(name string) (uint64, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	gid, ok := x.groupIDs[name]
+	if !ok {
+		return 0, fmt.Errorf("%w %q", ErrUnknownGroup, name)
+	}
+	g := &x.groups[gid]
+	if n := g.counts.active(); n > 0 {
+		return 0, fmt.Errorf("%w: %q has %d pending, running or retrying", ErrGroupActive, name, n)
+	}
+	// A finished group is usually in one state (all done): then every span is in that state
+	// and needs no per-state counting.
+	only, single := State(0), 0
+	for s, n := range g.counts {
+		if n > 0 {
+			only, single = State(s), single+1
+		}
+	}
+	var touched []uint32
+	x.catalog.removeGroup(gid, g.first, g.last, func(lo, hi uint64, pid uint32) {
+		p := &x.profiles[pid]
+		if single == 1 {
+			x.states[only].RemoveRange(lo, hi+1)
+			p.counts[only] -= hi - lo + 1
+		} else {
+			r := x.w.bitmap
+			r.Clear()
+			r.AddRange(lo, hi+1)
+			for s, n := range g.counts {
+				if n > 0 {
+					p.counts[s] -= x.states[s].AndCardinality(r)
+					x.states[s].RemoveRange(lo, hi+1)
+				}
+			}
+		}
+		p.jobs -= hi - lo + 1
+		if p.jobs == 0 && pid != 0 {
+			touched = append(touched, pid)
+		}
+	})
+	n := g.counts.total()
+	x.counts.sub(&g.counts)
+	delete(x.groupIDs, name)
+	*g = group{}
+	x.groupPool.put(gid)
+	if x.w.groupOK && x.w.groupID == gid {
+		x.w.groupOK = false
+	}
+	for _, pid := range touched {
+		x.releaseProfile(pid)
+	}
+	return n, nil
+}

@@ -1,0 +1,198 @@
+package jobindex
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"testing"
+)
+
+func TestAddErrors(t *testing.T) {
+	t.Parallel()
+	x := New()
+	if err := x.Add(1, "g", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name            string
+		id              uint64
+		group           string
+		require, prefer []string
+		state           State
+		want            error
+	}{
+		{"duplicate", 1, "h", nil, nil, Done, ErrDuplicateJob},
+		{"reserved ID", noJob, "g", nil, nil, Pending, ErrInvalidJob},
+		{"empty group", 2, "", nil, nil, Pending, ErrInvalidJob},
+		{"empty required name", 2, "g", []string{"a", ""}, nil, Pending, ErrInvalidJob},
+		{"empty preferred name", 2, "g", nil, []string{""}, Pending, ErrInvalidJob},
+		{"invalid state", 2, "g", nil, nil, State(numStates), ErrInvalidState},
+	}
+	for _, tt := range tests {
+		if err := x.AddState(tt.id, tt.group, tt.require, tt.prefer, tt.state); !errors.Is(err, tt.want) {
+			t.Errorf("%s: err=%v, want %v", tt.name, err, tt.want)
+		}
+	}
+	if err := x.Add(MaxID, "g", nil, nil); err != nil {
+		t.Errorf("MaxID refused: %v", err)
+	}
+	if x.Len() != 2 {
+		t.Fatalf("Len=%d after failed adds, want 2", x.Len())
+	}
+	if err := x.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAddDoesNotRetainSlices reuses the caller's slice between adds, as a header parser would.
+func TestAddDoesNotRetainSlices(t *testing.T) {
+	t.Parallel()
+	x := New()
+	names := []string{"gpu"}
+	if err := x.Add(1, "g", names, nil); err != nil {
+		t.Fatal(err)
+	}
+	names[0] = "ssd"
+	if err := x.Add(2, "g", names, nil); err != nil {
+		t.Fatal(err)
+	}
+	if c := x.ResourceCounts("gpu").Required.Pending; c != 1 {
+		t.Fatalf("gpu requirements: %d, want 1", c)
+	}
+	if c := x.ResourceCounts("ssd").Required.Pending; c != 1 {
+		t.Fatalf("ssd requirements: %d, want 1", c)
+	}
+}
+
+func TestMoveUnknown(t *testing.T) {
+	t.Parallel()
+	x := New()
+	if _, err := x.Move(5, Running); !errors.Is(err, ErrUnknownJob) {
+		t.Fatalf("err=%v, want ErrUnknownJob", err)
+	}
+}
+
+func TestMoveManyAllOrNothing(t *testing.T) {
+	t.Parallel()
+	x := indexOf(t, testJob{id: 1}, testJob{id: 2}, testJob{id: 3, state: Done})
+	tests := []struct {
+		name string
+		ids  []uint64
+		want error
+	}{
+		{"illegal member", []uint64{1, 2, 3}, ErrIllegalTransition},
+		{"unknown member", []uint64{1, 9}, ErrUnknownJob},
+		{"listed twice", []uint64{1, 2, 1}, ErrIllegalTransition},
+	}
+	for _, tt := range tests {
+		if err := x.MoveMany(tt.ids, Running); !errors.Is(err, tt.want) {
+			t.Errorf("%s: err=%v, want %v", tt.name, err, tt.want)
+		}
+		if c := x.Count(Running); c != 0 {
+			t.Fatalf("%s: %d jobs moved by a failed batch", tt.name, c)
+		}
+	}
+	if err := x.MoveMany([]uint64{2, 1}, Running); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.MoveMany(nil, Done); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.MoveMany([]uint64{1}, State(numStates)); !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("invalid target: %v", err)
+	}
+	if c := x.Counts(); c != (Counts{Running: 2, Done: 1}) {
+		t.Fatalf("Counts=%+v", c)
+	}
+}
+
+func TestForget(t *testing.T) {
+	t.Parallel()
+	x := New()
+	for id := uint64(1); id <= 6; id++ {
+		if err := x.AddState(id, "old", []string{"gpu"}, []string{"ssd"}, []State{Done, Failed, Canceled}[id%3]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := x.Add(7, "live", []string{"gpu"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Forget("live"); !errors.Is(err, ErrGroupActive) {
+		t.Fatalf("forgetting an active group: %v", err)
+	}
+	if _, err := x.Forget("nope"); !errors.Is(err, ErrUnknownGroup) {
+		t.Fatalf("forgetting an unknown group: %v", err)
+	}
+	if n, err := x.Forget("old"); err != nil || n != 6 {
+		t.Fatalf("Forget=%d,%v, want 6", n, err)
+	}
+	if _, ok := x.GroupCounts("old"); ok {
+		t.Fatal("forgotten group still counted")
+	}
+	if c := x.ResourceCounts("ssd"); c != (ResourceCounts{}) {
+		t.Fatalf("ssd still counted: %+v", c)
+	}
+	if got := slices.Collect(maps.Keys(maps.Collect(x.Resources()))); !slices.Equal(got, []string{"gpu"}) {
+		t.Fatalf("Resources=%v, want only gpu", got)
+	}
+	if err := x.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIteratorsChunk runs the iterators over more entries than one chunk, breaks out early,
+// and calls back into the index from the loop body (the lock is not held there).
+func TestIteratorsChunk(t *testing.T) {
+	t.Parallel()
+	x := New()
+	const n = 3*iterChunk + 7
+	for id := range uint64(n) {
+		group := "big"
+		if id%2 == 1 {
+			group = "g" + string(rune('a'+id%26)) + string(rune('a'+id/26%26))
+		}
+		if err := x.Add(id*3, group, []string{"r" + string(rune('a'+id%26)) + string(rune('a'+id/26%26))}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	groups := 0
+	for g, c := range x.Groups() {
+		if got, ok := x.GroupCounts(g); !ok || got != c {
+			t.Fatalf("group %s: %+v vs %+v", g, c, got)
+		}
+		groups++
+	}
+	if want := len(x.groupIDs); groups != want {
+		t.Fatalf("Groups yielded %d, want %d", groups, want)
+	}
+	resources := 0
+	for r := range x.Resources() {
+		_ = x.ResourceCounts(r)
+		resources++
+	}
+	if want := len(x.resourceIDs); resources != want {
+		t.Fatalf("Resources yielded %d, want %d", resources, want)
+	}
+	var big []uint64
+	for id := range x.GroupJobs("big", Pending) {
+		if _, err := x.Move(id, Running); err != nil { // moving the job being visited is allowed
+			t.Fatal(err)
+		}
+		big = append(big, id)
+	}
+	if len(big) != (n+1)/2 || !slices.IsSorted(big) {
+		t.Fatalf("GroupJobs yielded %d jobs (sorted %v), want %d", len(big), slices.IsSorted(big), (n+1)/2)
+	}
+	for range x.Groups() {
+		break
+	}
+	for range x.Resources() {
+		break
+	}
+	for range x.GroupJobs("big", Running) {
+		break
+	}
+	if slices.Collect(x.GroupJobs("big", State(numStates))) != nil || slices.Collect(x.GroupJobs("none", Running)) != nil {
+		t.Fatal("GroupJobs yielded jobs for an invalid state or unknown group")
+	}
+}

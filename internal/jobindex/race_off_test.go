@@ -1,0 +1,5 @@
+//go:build !race
+
+package jobindex
+
+const raceEnabled = false

@@ -1,0 +1,183 @@
+package jobindex
+
+import (
+	"slices"
+	"strconv"
+	"sync/atomic"
+)
+
+// Match says why a selected job suits a worker pool.
+type Match uint8
+
+const (
+	// MatchNone: nothing was selected.
+	MatchNone Match = iota
+	// MatchPreferred: the job prefers a resource the pool holds, and the pool holds everything
+	// it requires.
+	MatchPreferred
+	// MatchRequired: the job requires resources, the pool holds all of them, and the job
+	// prefers none of the pool's resources.
+	MatchRequired
+	// MatchFallback: the job requires nothing and prefers nothing the pool holds; any pool may
+	// run it.
+	MatchFallback
+)
+
+var matchNames = [...]string{"none", "preferred", "required", "fallback"}
+
+func (m Match) String() string {
+	if int(m) < len(matchNames) {
+		return matchNames[m]
+	}
+	return "Match(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ResourceSet is the set of resources a worker pool holds, prepared for repeated selection.
+//
+// It stores names, so it may name resources no job mentions yet, and it stays valid as jobs
+// come and go: the first selection after the index's resource or profile tables change
+// recompiles it (O(held + profiles)); selections in between reuse the compiled form. A
+// ResourceSet is safe for concurrent use and may be used with several indexes.
+type ResourceSet struct {
+	names    []string // sorted, no duplicates
+	compiled atomic.Pointer[compiledSet]
+}
+
+// compiledSet is a ResourceSet resolved against one index at one epoch.
+type compiledSet struct {
+	index uint64 // Index.id
+	epoch uint64
+	// verdict[p] is how a pending job with profile p suits the pool; MatchNone if the pool
+	// lacks one of its required resources.
+	verdict []Match
+	// preferred lists the profiles with verdict MatchPreferred, fitting those with
+	// MatchRequired or MatchFallback: the profiles SelectAny takes minimums over.
+	preferred, fitting []uint32
+}
+
+// NewResourceSet returns the resource set holding held. Names are case-sensitive; duplicates
+// and empty names are ignored.
+func NewResourceSet(held ...string) *ResourceSet {
+	names := slices.DeleteFunc(slices.Clone(held), func(n string) bool { return n == "" })
+	slices.Sort(names)
+	return &ResourceSet{names: slices.Compact(names)}
+}
+
+// Names returns the held resource names, sorted.
+func (w *ResourceSet) Names() []string { return slices.Clone(w.names) }
+
+// Compile returns the resource set holding held, compiled for x so that the first selection
+// is as cheap as the rest. It is [NewResourceSet] plus a warm-up.
+func (x *Index) Compile(held []string) *ResourceSet {
+	w := NewResourceSet(held...)
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	w.compile(x)
+	return w
+}
+
+// compile returns w resolved against x, which the caller has locked (for reading suffices).
+func (w *ResourceSet) compile(x *Index) *compiledSet {
+	if c := w.compiled.Load(); c != nil && c.index == x.id && c.epoch == x.epoch {
+		return c
+	}
+	held := make([]bool, len(x.resources))
+	for _, name := range w.names {
+		if rid, ok := x.resourceIDs[name]; ok {
+			held[rid] = true
+		}
+	}
+	c := &compiledSet{index: x.id, epoch: x.epoch, verdict: make([]Match, len(x.profiles))}
+	for pid := range x.profiles {
+		p := &x.profiles[pid]
+		if p.key == "" {
+			continue
+		}
+		m := verdict(p, held)
+		c.verdict[pid] = m
+		switch m {
+		case MatchPreferred:
+			c.preferred = append(c.preferred, uint32(pid))
+		case MatchRequired, MatchFallback:
+			c.fitting = append(c.fitting, uint32(pid))
+		}
+	}
+	// Concurrent readers may compile at once; they compute the same value, the last store wins.
+	w.compiled.Store(c)
+	return c
+}
+
+func verdict(p *profile, held []bool) Match {
+	for _, rid := range p.require {
+		if !held[rid] {
+			return MatchNone
+		}
+	}
+	for _, rid := range p.prefer {
+		if held[rid] {
+			return MatchPreferred
+		}
+	}
+	if len(p.require) > 0 {
+		return MatchRequired
+	}
+	return MatchFallback
+}
+
+// Select picks a job for a pool holding w among candidates, the jobs the scheduler offers in
+// priority order. It returns the first pending candidate that prefers a resource in w (and
+// whose requirements w meets); if there is none, the first pending candidate whose
+// requirements w meets. Candidates that are not pending or not indexed are skipped. ok is
+// false when no candidate fits.
+//
+// Select does not change the job's state: the caller moves it to [Running] when it releases it.
+// The cost is O(len(candidates) × log spans per block).
+func (x *Index) Select(w *ResourceSet, candidates []uint64) (id uint64, m Match, ok bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	c := w.compile(x)
+	for _, cand := range candidates {
+		_, pid, known := x.catalog.lookup(cand)
+		if !known {
+			continue
+		}
+		v := c.verdict[pid]
+		if v == MatchNone || (v != MatchPreferred && ok) {
+			continue // cannot run here, or cannot beat the fallback already found
+		}
+		if !x.states[Pending].Contains(cand) {
+			continue
+		}
+		if v == MatchPreferred {
+			return cand, v, true
+		}
+		id, m, ok = cand, v, true
+	}
+	return id, m, ok
+}
+
+// SelectAny is [Index.Select] over all pending jobs: the lowest-ID pending job that prefers a
+// resource in w (and whose requirements w meets), else the lowest-ID pending job whose
+// requirements w meets. The cost is O(profiles fitting w), independent of the backlog.
+func (x *Index) SelectAny(w *ResourceSet) (id uint64, m Match, ok bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	c := w.compile(x)
+	best := uint64(noJob)
+	for _, pid := range c.preferred {
+		best = min(best, x.minPending[pid])
+	}
+	if best != noJob {
+		return best, MatchPreferred, true
+	}
+	bestProfile := uint32(0)
+	for _, pid := range c.fitting {
+		if v := x.minPending[pid]; v < best {
+			best, bestProfile = v, pid
+		}
+	}
+	if best == noJob {
+		return 0, MatchNone, false
+	}
+	return best, c.verdict[bestProfile], true
+}
