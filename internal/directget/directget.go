@@ -98,6 +98,31 @@ func (c *Client) Scan(ctx context.Context, from uint64, batch int, fn func(*Msg)
 	}
 }
 
+// Next reads up to n messages on subject (wildcards allowed) with sequence ≥ from, in order,
+// with one batch direct get request.
+func (c *Client) Next(ctx context.Context, subject string, from uint64, n int) ([]*Msg, error) {
+	inbox := c.nc.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	req, _ := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		Batch   int    `json:"batch"`
+		NextFor string `json:"next_by_subj"`
+	}{from, n, subject})
+	if err := c.nc.PublishRequest(c.subj, inbox, req); err != nil {
+		return nil, err
+	}
+	var out []*Msg
+	_, err = c.readBatch(ctx, sub, &from, func(m *Msg) error {
+		out = append(out, m)
+		return nil
+	})
+	return out, err
+}
+
 // readBatch reads the answers to one batch request until its end-of-batch marker, advancing
 // *from past every message read. It returns how many messages the batch held.
 func (c *Client) readBatch(ctx context.Context, sub *nats.Subscription, from *uint64, fn func(*Msg) error) (int, error) {

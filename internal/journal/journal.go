@@ -1,7 +1,6 @@
 // Package journal encodes the coordinator's journal records: the decisions it makes that cannot
-// be derived from other streams (which jobs it released where, and when a failed job retries).
-// Records are appended to the EVENTS stream before the side effect they describe, and replayed in
-// stream order after a restart.
+// be derived from other streams (when a failed job retries, which epoch took over). Records are
+// appended to the EVENTS stream and replayed in stream order after a restart.
 package journal
 
 import (
@@ -23,8 +22,6 @@ type Kind uint8
 const (
 	// KindEpoch marks a coordinator taking over; older epochs' later records are ignored.
 	KindEpoch Kind = iota + 1
-	// KindRelease records jobs handed to a pool.
-	KindRelease
 	// KindRetry records failed attempts that will be retried at a given time.
 	KindRetry
 )
@@ -41,7 +38,6 @@ type Entry struct {
 type Record struct {
 	Kind    Kind
 	Epoch   uint64
-	Pool    string // KindRelease
 	Entries []Entry
 }
 
@@ -49,8 +45,6 @@ type Record struct {
 func Append(dst []byte, r Record) []byte {
 	dst = append(dst, version, byte(r.Kind))
 	dst = binary.AppendUvarint(dst, r.Epoch)
-	dst = binary.AppendUvarint(dst, uint64(len(r.Pool)))
-	dst = append(dst, r.Pool...)
 	dst = binary.AppendUvarint(dst, uint64(len(r.Entries)))
 	for _, e := range r.Entries {
 		dst = binary.AppendUvarint(dst, e.ID)
@@ -84,11 +78,6 @@ func Decode(b []byte) (Record, error) {
 	if r.Epoch, ok = next(); !ok {
 		return Record{}, fmt.Errorf("%w: epoch", ErrMalformed)
 	}
-	plen, ok := next()
-	if !ok || plen > uint64(len(b)) {
-		return Record{}, fmt.Errorf("%w: pool", ErrMalformed)
-	}
-	r.Pool, b = string(b[:plen]), b[plen:]
 	n, ok := next()
 	if !ok || n > uint64(len(b)/2) {
 		return Record{}, fmt.Errorf("%w: entry count", ErrMalformed)

@@ -12,7 +12,7 @@ func TestRoundTrip(t *testing.T) {
 	at := time.UnixMilli(time.Now().UnixMilli())
 	for _, r := range []Record{
 		{Kind: KindEpoch, Epoch: 7, Entries: []Entry{}},
-		{Kind: KindRelease, Epoch: 7, Pool: "p0123456789abcdef", Entries: []Entry{{ID: 1 << 40, Attempt: 1}, {ID: 2, Attempt: 3}}},
+		{Kind: KindRetry, Epoch: 7, Entries: []Entry{{ID: 1 << 40, Attempt: 1, At: at}, {ID: 2, Attempt: 3, At: at}}},
 		{Kind: KindRetry, Epoch: 8, Entries: []Entry{{ID: 5, Attempt: 2, At: at}}},
 	} {
 		got, err := Decode(Append(nil, r))
@@ -27,14 +27,14 @@ func TestRoundTrip(t *testing.T) {
 
 func TestDecodeRejects(t *testing.T) {
 	t.Parallel()
-	good := Append(nil, Record{Kind: KindRelease, Epoch: 1, Pool: "any", Entries: []Entry{{ID: 1, Attempt: 1}}})
+	good := Append(nil, Record{Kind: KindRetry, Epoch: 1, Entries: []Entry{{ID: 1, Attempt: 1, At: time.UnixMilli(5)}}})
 	for name, b := range map[string][]byte{
 		"empty":     nil,
 		"version":   append([]byte{2}, good[1:]...),
 		"kind":      append([]byte{version, 99}, good[2:]...),
 		"truncated": good[:len(good)-1],
 		"trailing":  append(append([]byte{}, good...), 1),
-		"attempt0":  Append(nil, Record{Kind: KindRelease, Epoch: 1, Entries: []Entry{{ID: 1}}}),
+		"attempt0":  Append(nil, Record{Kind: KindRetry, Epoch: 1, Entries: []Entry{{ID: 1}}}),
 	} {
 		if _, err := Decode(b); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: got %v, want ErrMalformed", name, err)

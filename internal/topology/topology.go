@@ -69,6 +69,8 @@ func Streams(n wire.Names, o Options) []jetstream.StreamConfig {
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     storage,
 			Replicas:    o.Replicas,
+			// A restarting coordinator scans the batches still here with batch direct get.
+			AllowDirect: true,
 		},
 		{
 			Name:        n.EventsStream(),

@@ -1,0 +1,71 @@
+package directget_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/directget"
+)
+
+func setup(t *testing.T) (*directget.Client, jetstream.JetStream, context.Context) {
+	t.Helper()
+	s := jstest.New(t)
+	nc := jstest.NewConn(t, s.ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	return directget.New(nc, "S"), js, ctx
+}
+
+func TestGetScanNext(t *testing.T) {
+	t.Parallel()
+	c, js, ctx := setup(t)
+	for i := range 10 {
+		if _, err := js.Publish(ctx, fmt.Sprintf("s.%d", i%2), []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs, err := c.Get(ctx, []uint64{3, 99, 7})
+	if !errors.Is(err, directget.ErrNotFound) || msgs[1] != nil || string(msgs[0].Data) != "2" || string(msgs[2].Data) != "6" {
+		t.Fatalf("Get: %v %+v", err, msgs)
+	}
+	var seqs []uint64
+	if err := c.Scan(ctx, 4, 3, func(m *directget.Msg) error { seqs = append(seqs, m.Seq); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(seqs) != "[4 5 6 7 8 9 10]" {
+		t.Fatalf("Scan from 4 in batches of 3 read %v", seqs)
+	}
+	odd, err := c.Next(ctx, "s.1", 3, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(odd) != 3 || odd[0].Seq != 4 || odd[2].Seq != 8 || odd[1].Subject != "s.1" {
+		t.Fatalf("Next(s.1, 3, 3) = %+v", odd)
+	}
+	none, err := c.Next(ctx, "s.1", 11, 3)
+	if err != nil || len(none) != 0 {
+		t.Fatalf("Next past the end = %v, %v", none, err)
+	}
+}
+
+func TestScanEmptyStream(t *testing.T) {
+	t.Parallel()
+	c, _, ctx := setup(t)
+	n := 0
+	if err := c.Scan(ctx, 1, 10, func(*directget.Msg) error { n++; return nil }); err != nil || n != 0 {
+		t.Fatalf("Scan of an empty stream: %d messages, %v", n, err)
+	}
+}
