@@ -1,0 +1,157 @@
+package dispatcher_test
+
+import (
+	"context"
+	"iter"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// BenchmarkPublish measures Publish of 128-byte jobs into an embedded server, and, in the same run
+// and on the same connection, a reference: the same messages (open, jobs, seal) published by hand
+// with jetstream's PublishMsgAsync and the same limit of pending acks, into another namespace of
+// the server. It reports both rates and their ratio (dispatcher / reference). One op publishes
+// rounds groups of jobsPerGroup jobs through each path, alternating, so that the server's pauses
+// (file store flushes) fall on both paths alike.
+//
+//	go test -run='^$' -bench=Publish -benchtime=5x ./dispatcher/
+func BenchmarkPublish(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		keyed  bool
+		memory bool
+	}{
+		{"file/no-key", false, false},
+		{"file/key", true, false}, // every job has a key: the server also deduplicates
+		{"memory/no-key", false, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) { benchmarkPublish(b, bc.keyed, bc.memory) })
+	}
+}
+
+const (
+	rounds       = 5
+	jobsPerGroup = 10_000
+)
+
+func benchmarkPublish(b *testing.B, keyed, memory bool) {
+	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Minute)
+	defer cancel()
+	srv := jstest.New(b)
+	nc := jstest.NewConn(b, srv.ClientURL())
+	streams := dispatcher.StreamOptions{MemoryStorage: memory}
+	d, err := dispatcher.New(nc, dispatcher.Config{Namespace: "bench", Streams: streams})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ref := newReference(ctx, b, nc, dispatcher.DefaultMaxPending, streams)
+	payload := make([]byte, 128)
+	jobs := func(group string) iter.Seq[dispatcher.Job] {
+		return func(yield func(dispatcher.Job) bool) {
+			for i := range jobsPerGroup {
+				job := dispatcher.Job{Payload: payload}
+				if keyed {
+					job.Key = strconv.Itoa(i)
+				}
+				if !yield(job) {
+					return
+				}
+			}
+		}
+	}
+	publish := func(group string) time.Duration {
+		start := time.Now()
+		h, err := d.Publish(ctx, group, jobs(group))
+		if err != nil || h.Accepted() != jobsPerGroup {
+			b.Fatalf("accepted %d: %v", h.Accepted(), err)
+		}
+		return time.Since(start)
+	}
+	reference := func(group string) time.Duration {
+		start := time.Now()
+		ref.publish(ctx, b, group, jobs(group))
+		return time.Since(start)
+	}
+	// Warm up both paths (stream files, connection buffers) before timing.
+	publish("warm-up")
+	reference("warm-up")
+
+	var dispatcherTime, referenceTime time.Duration
+	groups := 0
+	for b.Loop() {
+		for range rounds {
+			group := "group-" + strconv.Itoa(groups)
+			if groups%2 == 0 {
+				dispatcherTime += publish(group)
+				referenceTime += reference(group)
+			} else {
+				referenceTime += reference(group)
+				dispatcherTime += publish(group)
+			}
+			groups++
+		}
+	}
+	total := float64(groups * jobsPerGroup)
+	b.ReportMetric(total/dispatcherTime.Seconds(), "jobs/s")
+	b.ReportMetric(total/referenceTime.Seconds(), "raw-msgs/s")
+	b.ReportMetric(referenceTime.Seconds()/dispatcherTime.Seconds(), "ratio")
+}
+
+// reference publishes a group the way a careful hand-written producer would, with no validation,
+// deduplication accounting or per-job error reporting.
+type reference struct {
+	js    jetstream.JetStream
+	names wire.Names
+}
+
+func newReference(ctx context.Context, b *testing.B, nc *nats.Conn, maxPending int, streams dispatcher.StreamOptions) *reference {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPending))
+	if err != nil {
+		b.Fatal(err)
+	}
+	names, err := wire.NewNames("reference")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := topology.Ensure(ctx, js, names, streams); err != nil {
+		b.Fatal(err)
+	}
+	return &reference{js: js, names: names}
+}
+
+func (r *reference) publish(ctx context.Context, b *testing.B, group string, jobs iter.Seq[dispatcher.Job]) {
+	gtok := wire.GroupToken(group)
+	control := func(c wire.GroupControl) {
+		if _, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: r.names.GroupSubject(gtok), Header: c.Header()}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	control(wire.GroupControl{Group: group, Op: wire.OpOpen})
+	subject := r.names.JobSubject(gtok)
+	// Wait out a slow server at the pending limit, as Publish does, instead of failing after the
+	// default 200ms.
+	stall := jetstream.WithStallWait(time.Minute)
+	n := 0
+	for job := range jobs {
+		meta := wire.JobMeta{Group: group, Key: job.Key}
+		if _, err := r.js.PublishMsgAsync(&nats.Msg{Subject: subject, Header: meta.Header(), Data: job.Payload}, stall); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	select {
+	case <-r.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		b.Fatal(ctx.Err())
+	}
+	control(wire.GroupControl{Group: group, Op: wire.OpSeal, Count: uint64(n)})
+}

@@ -1,0 +1,219 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// Errors callers can branch on with errors.Is. Errors returned by this package wrap one of these,
+// a context error, or an error from the NATS client (nats.go and its jetstream package).
+var (
+	// ErrInvalidConfig reports a Config that New cannot use.
+	ErrInvalidConfig = errors.New("weave: invalid dispatcher config")
+	// ErrInvalidGroup reports a group ID that cannot be used (empty, too long, control characters).
+	ErrInvalidGroup = errors.New("weave: invalid group ID")
+	// ErrInvalidJob reports a job that fails validation; Publish stops at the first one.
+	ErrInvalidJob = errors.New("weave: invalid job")
+	// ErrNotSealed reports that Publish could not publish the group's seal. The coordinator keeps
+	// the group open until it is sealed: publish the group again (see Publish) to seal it.
+	ErrNotSealed = errors.New("weave: group not sealed")
+	// ErrMalformedOutcome reports a message on a group's outcome subject that cannot be decoded.
+	ErrMalformedOutcome = errors.New("weave: malformed outcome message")
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxPending     = 512
+	DefaultMaxPayload     = 256 << 10
+	DefaultRequestTimeout = 10 * time.Second
+
+	// MaxMaxPending bounds Config.MaxPending; each Publish call keeps a queue of that size.
+	MaxMaxPending = 1 << 16
+)
+
+// headerRoom is the part of the server's max_payload kept for a job's headers. The largest headers
+// a valid job can have (long group ID and key, 2×64 resources of 128 bytes) take about 18 KiB, so a
+// payload within MaxPayload always fits in one message.
+const headerRoom = 32 << 10
+
+// StreamOptions tune the streams the dispatcher creates when they do not exist yet. The zero value
+// gives the defaults documented on each field. Every Weave component of a namespace should use the
+// same options; whichever starts first creates the streams.
+type StreamOptions = topology.Options
+
+// Config configures a Dispatcher. The zero value is ready to use.
+type Config struct {
+	// Namespace under which all of Weave's streams and subjects live: 1–32 characters of
+	// [A-Za-z0-9_-]. Default "weave". Producers, coordinator and workers must agree on it.
+	Namespace string
+
+	// Logger receives debug logs of group publishing. Default: the zero zerolog.Logger, silent.
+	Logger zerolog.Logger
+
+	// MaxPending is how many job publishes may await their acknowledgement at once, across all
+	// Publish calls of the Dispatcher. It bounds the memory Publish uses, whatever the group's
+	// size. Default 512 (DefaultMaxPending); at most 65,536 (MaxMaxPending).
+	MaxPending int
+
+	// MaxPayload is the largest job payload in bytes. Default 256 KiB (DefaultMaxPayload), or the
+	// server's max_payload minus 32 KiB kept for headers when that is smaller. New rejects a value
+	// above that bound.
+	MaxPayload int
+
+	// RequestTimeout is how long the dispatcher waits for the server to answer one request (a
+	// publish acknowledgement, a stream or consumer call) when ctx has no earlier deadline. It also
+	// bounds the time Publish spends settling and sealing a group after ctx is done or an error
+	// stopped it. Default 10s (DefaultRequestTimeout).
+	RequestTimeout time.Duration
+
+	// Streams are the options of the streams the dispatcher creates if they do not exist. Default:
+	// the zero StreamOptions (one replica, file storage, 2 minute dedup window, 24 hour result
+	// retention).
+	Streams StreamOptions
+}
+
+// Dispatcher publishes groups of jobs to Weave and waits for their outcomes. It is safe for
+// concurrent use. It owns no goroutines and holds nothing that needs closing beyond the NATS
+// connection it was given.
+type Dispatcher struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	names wire.Names
+	cfg   Config
+	log   zerolog.Logger
+
+	// slots is a counting semaphore of MaxPending: a publication puts a token in before each async
+	// publish and takes one out after settling its acknowledgement.
+	slots chan struct{}
+
+	// ensureMu guards ensured; held while creating the streams so concurrent first calls wait.
+	ensureMu sync.Mutex
+	ensured  bool
+}
+
+// New returns a Dispatcher publishing through nc. It validates cfg and fills in defaults; it does
+// no I/O (the streams are created, if needed, by the first call that uses them).
+func New(nc *nats.Conn, cfg Config) (*Dispatcher, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: nil NATS connection", ErrInvalidConfig)
+	}
+	names, err := wire.NewNames(cfg.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	cfg.Namespace = names.Namespace()
+
+	switch {
+	case cfg.MaxPending < 0 || cfg.MaxPending > MaxMaxPending:
+		return nil, fmt.Errorf("%w: MaxPending %d outside 0..%d", ErrInvalidConfig, cfg.MaxPending, MaxMaxPending)
+	case cfg.MaxPending == 0:
+		cfg.MaxPending = DefaultMaxPending
+	}
+	if cfg.MaxPayload, err = payloadLimit(cfg.MaxPayload, nc.MaxPayload()); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.RequestTimeout < 0:
+		return nil, fmt.Errorf("%w: negative RequestTimeout %v", ErrInvalidConfig, cfg.RequestTimeout)
+	case cfg.RequestTimeout == 0:
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if r := cfg.Streams.Replicas; r < 0 || r > 5 {
+		return nil, fmt.Errorf("%w: Streams.Replicas %d outside 0..5", ErrInvalidConfig, r)
+	}
+
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
+		jetstream.WithPublishAsyncTimeout(cfg.RequestTimeout),
+		jetstream.WithDefaultTimeout(cfg.RequestTimeout),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Dispatcher{
+		nc:    nc,
+		js:    js,
+		names: names,
+		cfg:   cfg,
+		log:   cfg.Logger.With().Str("component", "dispatcher").Str("namespace", cfg.Namespace).Logger(),
+		slots: make(chan struct{}, cfg.MaxPending),
+	}, nil
+}
+
+// payloadLimit applies MaxPayload's default and bound given the server's max_payload (0 when
+// unknown, for a connection that has not completed its handshake).
+func payloadLimit(configured int, serverMax int64) (int, error) {
+	if configured < 0 {
+		return 0, fmt.Errorf("%w: negative MaxPayload %d", ErrInvalidConfig, configured)
+	}
+	limit := int64(-1) // no server bound known
+	if serverMax > 0 {
+		limit = serverMax - headerRoom
+		if limit <= 0 {
+			return 0, fmt.Errorf("%w: server max_payload %d leaves no room for job payloads beside %d bytes of headers", ErrInvalidConfig, serverMax, headerRoom)
+		}
+	}
+	if configured == 0 {
+		configured = DefaultMaxPayload
+		if limit >= 0 && int64(configured) > limit {
+			configured = int(limit)
+		}
+		return configured, nil
+	}
+	if limit >= 0 && int64(configured) > limit {
+		return 0, fmt.Errorf("%w: MaxPayload %d exceeds the server's max_payload %d minus %d bytes for headers", ErrInvalidConfig, configured, serverMax, headerRoom)
+	}
+	return configured, nil
+}
+
+// Namespace returns the namespace the dispatcher publishes to.
+func (d *Dispatcher) Namespace() string { return d.cfg.Namespace }
+
+// MaxPayload returns the largest job payload the dispatcher accepts, after defaults.
+func (d *Dispatcher) MaxPayload() int { return d.cfg.MaxPayload }
+
+// ensure creates the namespace's streams once; a failed attempt is retried by the next call.
+func (d *Dispatcher) ensure(ctx context.Context) error {
+	d.ensureMu.Lock()
+	defer d.ensureMu.Unlock()
+	if d.ensured {
+		return nil
+	}
+	if err := topology.Ensure(ctx, d.js, d.names, d.cfg.Streams); err != nil {
+		return err
+	}
+	d.ensured = true
+	return nil
+}
+
+// finishContext returns a fresh context for work that must happen even though ctx is done: settling
+// pending publishes and sealing. It keeps ctx's values and is bounded by RequestTimeout.
+func (d *Dispatcher) finishContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.RequestTimeout)
+}
+
+// publishControl publishes a group control message and waits for its acknowledgement.
+func (d *Dispatcher) publishControl(ctx context.Context, c wire.GroupControl) error {
+	msg := &nats.Msg{Subject: d.names.GroupSubject(wire.GroupToken(c.Group)), Header: c.Header()}
+	if _, err := d.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("weave: publish %s of group %q: %w", c.Op, c.Group, err)
+	}
+	return nil
+}
+
+func validateGroupID(id string) error {
+	if err := wire.ValidateGroupID(id); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidGroup, err)
+	}
+	return nil
+}

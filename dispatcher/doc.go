@@ -1,0 +1,43 @@
+// Package dispatcher is Weave's producer library: it publishes groups of jobs into NATS JetStream
+// and waits for their outcomes.
+//
+// # Publishing
+//
+// A group is a set of jobs that contend for one shared thing (a database shard, a remote host, a
+// tenant's quota); Weave spreads the jobs of a group apart so they rarely run at the same time.
+// Publish announces the group, streams its jobs and seals it:
+//
+//	d, err := dispatcher.New(nc, dispatcher.Config{})
+//	h, err := d.Publish(ctx, "group-42", slices.Values(jobs))
+//
+// Jobs come from an iter.Seq[Job] and are pulled one at a time, as fast as the server acknowledges
+// them, with at most Config.MaxPending publishes in flight. Workers can start on the first jobs
+// while the producer is still generating the rest, and memory does not depend on the group's size;
+// the iterator may even be endless, with ctx ending the group.
+//
+// On the wire (see ARCHITECTURE.md, "Publishing a group") a group is an open message, one message
+// per job, and a seal message carrying the number of jobs accepted. Publish always seals a group
+// it opened: after an invalid job, a failed publish, a canceled ctx or a panicking iterator it
+// seals with the jobs accepted so far and returns the Handle together with the error.
+//
+// # Deduplication
+//
+// A job with a Key is stored at most once per group within the dedup window
+// (StreamOptions.DedupWindow, default 2 minutes): a repeat is dropped by JetStream and counted in
+// Handle.Duplicates. Publishing the same group again with the same keys (for example after the
+// producer crashed before sealing) therefore adds only the jobs that are missing, then seals.
+//
+// # Waiting for the outcome
+//
+// The coordinator records each job's final state on the group's outcome subject in the RESULTS
+// stream, and a summary once every job of the sealed group is final. Handle.Wait collects them;
+// Handle.Outcomes streams them for groups too large to hold in memory; Handle.WaitSummary returns
+// only the counts. All three read from the stream, so a process that restarted can call
+// Dispatcher.Attach with the group ID and wait again.
+//
+// # Errors
+//
+// Errors wrap one of the package's sentinels (ErrInvalidConfig, ErrInvalidGroup, ErrInvalidJob,
+// ErrNotSealed, ErrMalformedOutcome), a context error or a NATS client error, and can be
+// examined with errors.Is.
+package dispatcher

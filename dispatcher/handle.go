@@ -1,0 +1,268 @@
+package dispatcher
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// State is the final state of a job.
+type State string
+
+// Final job states.
+const (
+	StateDone     State = "done"     // the handler succeeded
+	StateFailed   State = "failed"   // the last allowed attempt failed, or the failure was permanent
+	StateCanceled State = "canceled" // the group or job was canceled before it succeeded
+)
+
+// JobOutcome is the final record of one job.
+type JobOutcome struct {
+	// ID is the job's ID: its sequence number in the JOBS stream (see Handle.FirstID).
+	ID       uint64
+	Key      string
+	State    State
+	Attempts int
+	// Result is what the handler returned, for StateDone; nil when it returned nothing.
+	Result []byte
+	// Err is the last attempt's error, for StateFailed and StateCanceled.
+	Err string
+}
+
+// Summary counts a finished group's jobs by final state; Jobs = Done + Failed + Canceled.
+type Summary struct {
+	Jobs, Done, Failed, Canceled int
+}
+
+// Result is a finished group's outcome.
+type Result struct {
+	Summary Summary
+	// Jobs holds one outcome per job ID in the order they were recorded. A job recorded twice
+	// (the coordinator may repeat a record after a crash) keeps its last record. Outcomes the
+	// RESULTS stream no longer retains (StreamOptions.ResultRetention) are missing, while
+	// Summary counts every job.
+	Jobs []JobOutcome
+}
+
+// Handle refers to a published group. Its methods are safe for concurrent use.
+type Handle struct {
+	d     *Dispatcher
+	group string
+	gtok  string
+	err   error // the group ID is invalid (from Attach); every call returns it
+
+	// Set by Publish before it returns the Handle; constant afterwards.
+	accepted, duplicates int
+	firstID, lastID      uint64
+}
+
+// Attach returns a Handle for a group published earlier, possibly by another process, for example
+// to wait for its outcome after the submitter restarted. The publishing counters of such a Handle
+// (Accepted, Duplicates, FirstID, LastID) are zero. If groupID is invalid, every method that does
+// I/O returns an error wrapping ErrInvalidGroup.
+func (d *Dispatcher) Attach(groupID string) *Handle {
+	return &Handle{d: d, group: groupID, gtok: wire.GroupToken(groupID), err: validateGroupID(groupID)}
+}
+
+// GroupID returns the group's ID.
+func (h *Handle) GroupID() string { return h.group }
+
+// Accepted returns how many jobs Publish stored: every job whose publish the server acknowledged,
+// except duplicates. The group's seal carries this count. A job whose acknowledgement was lost (a
+// timeout or a disconnect, reported in Publish's error) is not counted, though the server may
+// have stored it.
+func (h *Handle) Accepted() int { return h.accepted }
+
+// Duplicates returns how many jobs Publish published that JetStream dropped as duplicates of an
+// earlier job with the same key in the same group, within the dedup window.
+func (h *Handle) Duplicates() int { return h.duplicates }
+
+// FirstID returns the smallest ID of the jobs Publish stored, 0 if none. Job IDs are JOBS stream
+// sequence numbers: increasing in publish order, but not contiguous when other groups are being
+// published at the same time.
+func (h *Handle) FirstID() uint64 { return h.firstID }
+
+// LastID returns the largest ID of the jobs Publish stored, 0 if none.
+func (h *Handle) LastID() uint64 { return h.lastID }
+
+// Cancel asks the coordinator to cancel the group: its jobs that have not finished end as
+// StateCanceled and the group's outcome is recorded as usual, so Wait still returns. Cancel
+// returns once the request is stored; the coordinator applies it.
+func (h *Handle) Cancel(ctx context.Context) error {
+	if h.err != nil {
+		return h.err
+	}
+	if err := h.d.ensure(ctx); err != nil {
+		return err
+	}
+	return h.d.publishControl(ctx, wire.GroupControl{Group: h.group, Op: wire.OpCancel})
+}
+
+// Wait blocks until the group has finished (every job is in a final state) and returns its
+// outcome, or returns ctx's error. It reads the group's outcomes from the RESULTS stream from the
+// beginning, so it works for a group that finished long ago (within StreamOptions.ResultRetention)
+// and from any process. A message that cannot be decoded stops Wait with an error wrapping
+// ErrMalformedOutcome. Wait holds every outcome in memory; for very large groups use Outcomes or
+// WaitSummary.
+func (h *Handle) Wait(ctx context.Context) (*Result, error) {
+	var (
+		jobs  []JobOutcome
+		index = map[uint64]int{}
+		bad   error
+	)
+	sum, err := h.follow(ctx, false, func(o JobOutcome) bool {
+		if i, ok := index[o.ID]; ok {
+			jobs[i] = o
+			return true
+		}
+		index[o.ID] = len(jobs)
+		jobs = append(jobs, o)
+		return true
+	}, func(err error) bool {
+		bad = err
+		return false
+	})
+	if bad != nil {
+		return nil, bad
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Summary: *sum, Jobs: jobs}, nil
+}
+
+// Outcomes streams the group's job outcomes in the order they were recorded, from the beginning,
+// waiting for new ones until the group has finished; then the sequence ends. Memory use does not
+// depend on the group's size. A job may appear more than once if the coordinator repeated a
+// record after a crash.
+//
+// A message that cannot be decoded yields an error wrapping ErrMalformedOutcome and the sequence
+// continues, so the caller may skip it; any other error (ctx's end included) is yielded last.
+func (h *Handle) Outcomes(ctx context.Context) iter.Seq2[JobOutcome, error] {
+	return func(yield func(JobOutcome, error) bool) {
+		stopped := false
+		_, err := h.follow(ctx, false, func(o JobOutcome) bool {
+			stopped = !yield(o, nil)
+			return !stopped
+		}, func(err error) bool {
+			stopped = !yield(JobOutcome{}, err)
+			return !stopped
+		})
+		if err != nil && !stopped {
+			yield(JobOutcome{}, err)
+		}
+	}
+}
+
+// WaitSummary blocks until the group has finished and returns its counts, or returns ctx's error.
+// Unlike Wait it does not read the outcomes: for a finished group it reads one message.
+func (h *Handle) WaitSummary(ctx context.Context) (Summary, error) {
+	var bad error
+	sum, err := h.follow(ctx, true, func(JobOutcome) bool { return true }, func(err error) bool {
+		bad = err
+		return false
+	})
+	if bad != nil {
+		return Summary{}, bad
+	}
+	if err != nil {
+		return Summary{}, err
+	}
+	return *sum, nil
+}
+
+// follow reads the group's outcome subject in stream order with an ordered consumer, passing every
+// outcome to each and every undecodable message to bad, until the group's summary arrives, which
+// it returns. It starts at the subject's first message, or with lastOnly at its last one. It
+// returns nil, nil when each or bad returns false.
+func (h *Handle) follow(ctx context.Context, lastOnly bool, each func(JobOutcome) bool, bad func(error) bool) (*Summary, error) {
+	if h.err != nil {
+		return nil, h.err
+	}
+	if err := h.d.ensure(ctx); err != nil {
+		return nil, err
+	}
+	policy := jetstream.DeliverAllPolicy
+	if lastOnly {
+		policy = jetstream.DeliverLastPerSubjectPolicy
+	}
+	stream := h.d.names.ResultsStream()
+	cons, err := h.d.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{h.d.names.OutcomeSubject(h.gtok)},
+		DeliverPolicy:  policy,
+		// A backstop: follow deletes its consumer when it returns, unless the server is gone.
+		InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, err)
+	}
+	msgs, err := cons.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, err)
+	}
+	defer h.stop(ctx, stream, cons, msgs)
+
+	for {
+		msg, err := msgs.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, err)
+		}
+		outs, sum, err := wire.DecodeOutcomeMsg(msg.Data())
+		if err != nil {
+			seq := uint64(0)
+			if meta, merr := msg.Metadata(); merr == nil {
+				seq = meta.Sequence.Stream
+			}
+			if !bad(fmt.Errorf("%w: group %q, %s sequence %d: %w", ErrMalformedOutcome, h.group, stream, seq, err)) {
+				return nil, nil
+			}
+			continue
+		}
+		if sum != nil {
+			return &Summary{Jobs: int(sum.Jobs), Done: int(sum.Done), Failed: int(sum.Failed), Canceled: int(sum.Canceled)}, nil
+		}
+		for i := range outs {
+			if !each(jobOutcome(&outs[i])) {
+				return nil, nil
+			}
+		}
+	}
+}
+
+// stop ends a follow: it stops the message iterator and deletes the server's consumer, bounded by
+// a fresh context since ctx may be done.
+func (h *Handle) stop(ctx context.Context, stream string, cons jetstream.Consumer, msgs jetstream.MessagesContext) {
+	fctx, cancel := h.d.finishContext(ctx)
+	defer cancel()
+	msgs.Stop()
+	if info := cons.CachedInfo(); info != nil {
+		if err := h.d.js.DeleteConsumer(fctx, stream, info.Name); err != nil {
+			// The server removes it after InactiveThreshold anyway.
+			h.d.log.Debug().Err(err).Str("consumer", info.Name).Msg("delete outcome consumer")
+		}
+	}
+}
+
+func jobOutcome(o *wire.Outcome) JobOutcome {
+	out := JobOutcome{ID: o.ID, Key: o.Key, Attempts: int(o.Attempts)}
+	switch o.State {
+	case wire.FinalDone:
+		out.State = StateDone
+		if len(o.Data) > 0 {
+			out.Result = bytes.Clone(o.Data) // o.Data aliases the whole message
+		}
+	case wire.FinalFailed:
+		out.State = StateFailed
+		out.Err = string(o.Data)
+	case wire.FinalCanceled:
+		out.State = StateCanceled
+		out.Err = string(o.Data)
+	}
+	return out
+}

@@ -1,0 +1,275 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// Job is one job of a group. Only Payload is needed; every other field is optional.
+type Job struct {
+	// Key identifies the job within its group. Jobs of a group with the same key are deduplicated
+	// by JetStream within the streams' dedup window (StreamOptions.DedupWindow, default 2
+	// minutes): the second is not stored and is counted as a duplicate. Empty: no deduplication.
+	// At most 256 bytes of UTF-8 without control characters.
+	Key string
+
+	// Payload is what the worker's handler receives, at most Config.MaxPayload bytes. Publish
+	// reads it until the job's publish is acknowledged, so do not modify it after yielding it.
+	Payload []byte
+
+	// Require lists resources a worker must hold to run the job; Prefer lists resources the job
+	// should run near when a holder is free. At most 64 names each, of 1–128 characters of
+	// [A-Za-z0-9_.:/@=+-].
+	Require, Prefer []string
+
+	// MaxAttempts is how many times the job may run before it fails: 1–1000, or 0 for the
+	// coordinator's default.
+	MaxAttempts int
+
+	// Timeout bounds one attempt: up to 7 days, or 0 for the worker's default.
+	Timeout time.Duration
+}
+
+// Publish announces a group, streams its jobs into Weave and seals it, returning a Handle to wait
+// on the group's outcome.
+//
+// Jobs are pulled from the iterator (nil means none) one at a time, only when they can be published: at most
+// Config.MaxPending publishes await their acknowledgement at any moment (across all Publish calls
+// of d), so memory does not grow with the group's size and the iterator may be endless. Publishing
+// stops at ctx's end, at the first invalid job (an error wrapping ErrInvalidJob that names the
+// job's index and key) or when it learns of a failed publish (jobs already in flight still
+// complete and count). An iterator that blocks should watch ctx itself: Publish checks ctx only
+// between jobs.
+//
+// Publish always seals a group it opened, also when it stops early or the iterator panics: it
+// settles the publishes in flight and publishes the seal with the number of jobs accepted, using a
+// fresh context bounded by Config.RequestTimeout. So Publish returns both a Handle and an error
+// when the group was opened but not every job was published; the Handle's Accepted tells how many
+// were. If the seal itself fails, the error also wraps ErrNotSealed. Publish returns a nil Handle
+// only when it published nothing: for an invalid group ID (ErrInvalidGroup), a ctx already done,
+// or streams that cannot be created or reached.
+//
+// Publishing a group ID again is allowed, typically to finish a group after the producer crashed:
+// the dispatcher does not detect it, jobs whose keys were already accepted within the dedup window
+// count as duplicates, and the second call publishes another open (which the coordinator ignores
+// for a group it knows) and a seal whose count is the number of jobs that call accepted.
+func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[Job]) (*Handle, error) {
+	if err := validateGroupID(groupID); err != nil {
+		return nil, err
+	}
+	if err := context.Cause(ctx); err != nil {
+		return nil, fmt.Errorf("weave: publish group %q: %w", groupID, err)
+	}
+	if err := d.ensure(ctx); err != nil {
+		return nil, err
+	}
+	h := d.Attach(groupID)
+	p := &publication{
+		d:       d,
+		h:       h,
+		subject: d.names.JobSubject(h.gtok),
+		queue:   make([]inflight, d.cfg.MaxPending),
+	}
+	defer func() {
+		// Seal also when the iterator panics, so the coordinator does not wait for the group
+		// forever; the panic then continues.
+		if v := recover(); v != nil {
+			p.finish(ctx, nil)
+			panic(v)
+		}
+	}()
+	err := d.publishControl(ctx, wire.GroupControl{Group: groupID, Op: wire.OpOpen})
+	if err == nil && jobs != nil {
+		err = p.publishJobs(ctx, jobs)
+	}
+	return h, p.finish(ctx, err)
+}
+
+// inflight is a job published asynchronously whose acknowledgement is not yet settled.
+type inflight struct {
+	ack   jetstream.PubAckFuture
+	index int
+	key   string
+}
+
+// publication is the state of one Publish call; only that call's goroutine touches it.
+type publication struct {
+	d       *Dispatcher
+	h       *Handle
+	subject string
+
+	// queue is a ring of the jobs in flight, oldest at head. Acknowledgements of one connection
+	// arrive in publish order, so settling the oldest first rarely waits on a later one.
+	queue      []inflight
+	head, size int
+
+	// failed is the first failed acknowledgement; once set, no more jobs are published.
+	failed error
+}
+
+// publishJobs streams the jobs until the iterator ends or an error stops it.
+func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq[Job]) error {
+	index := 0
+	for job := range jobs {
+		if err := context.Cause(ctx); err != nil {
+			return fmt.Errorf("weave: publishing group %q stopped before job %d: %w", p.h.group, index, err)
+		}
+		meta := wire.JobMeta{
+			Group:       p.h.group,
+			Key:         job.Key,
+			Require:     job.Require,
+			Prefer:      job.Prefer,
+			MaxAttempts: job.MaxAttempts,
+			Timeout:     job.Timeout,
+		}
+		if err := meta.Validate(); err != nil {
+			return fmt.Errorf("%w %d (key %q) of group %q: %w", ErrInvalidJob, index, job.Key, p.h.group, err)
+		}
+		if len(job.Payload) > p.d.cfg.MaxPayload {
+			return fmt.Errorf("%w %d (key %q) of group %q: payload is %d bytes, at most %d", ErrInvalidJob, index, job.Key, p.h.group, len(job.Payload), p.d.cfg.MaxPayload)
+		}
+		if err := p.acquire(ctx); err != nil {
+			return fmt.Errorf("weave: publishing group %q stopped before job %d: %w", p.h.group, index, err)
+		}
+		if p.failed != nil {
+			<-p.d.slots
+			return p.failed
+		}
+		ack, err := p.d.js.PublishMsgAsync(&nats.Msg{Subject: p.subject, Header: meta.Header(), Data: job.Payload})
+		if err != nil {
+			<-p.d.slots
+			return fmt.Errorf("weave: publish job %d (key %q) of group %q: %w", index, job.Key, p.h.group, err)
+		}
+		p.push(inflight{ack: ack, index: index, key: job.Key})
+		p.settleReady()
+		if p.failed != nil {
+			return p.failed
+		}
+		index++
+	}
+	return p.failed
+}
+
+// acquire takes one of the dispatcher's MaxPending slots. When none is free it settles this
+// publication's oldest job, which frees a slot; only a publication with nothing in flight blocks
+// on the others, so concurrent publications cannot deadlock.
+func (p *publication) acquire(ctx context.Context) error {
+	for {
+		select {
+		case p.d.slots <- struct{}{}:
+			return nil
+		default:
+		}
+		if p.size == 0 {
+			select {
+			case p.d.slots <- struct{}{}:
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		if err := p.settleOldest(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+func (p *publication) push(f inflight) {
+	p.queue[(p.head+p.size)%len(p.queue)] = f
+	p.size++
+}
+
+// settleOldest waits for the oldest job's acknowledgement and records it. It returns an error only
+// when ctx ends first; a failed publish is recorded in p.failed.
+func (p *publication) settleOldest(ctx context.Context) error {
+	f := &p.queue[p.head]
+	select {
+	case ack := <-f.ack.Ok():
+		p.record(ack, nil)
+	case err := <-f.ack.Err():
+		p.record(nil, err)
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// settleReady records the acknowledgements that have arrived, oldest first, without waiting. It
+// keeps Accepted current and notices a failed publish about one round trip after it happened.
+func (p *publication) settleReady() {
+	for p.size > 0 {
+		f := &p.queue[p.head]
+		select {
+		case ack := <-f.ack.Ok():
+			p.record(ack, nil)
+		case err := <-f.ack.Err():
+			p.record(nil, err)
+		default:
+			return
+		}
+	}
+}
+
+// record applies the oldest job's acknowledgement (or publish error), removes it from the queue
+// and frees its slot.
+func (p *publication) record(ack *jetstream.PubAck, err error) {
+	f := &p.queue[p.head]
+	switch {
+	case err != nil:
+		if p.failed == nil {
+			p.failed = fmt.Errorf("weave: publish job %d (key %q) of group %q: %w", f.index, f.key, p.h.group, err)
+		}
+	case ack.Duplicate:
+		p.h.duplicates++
+	default:
+		p.h.accepted++
+		p.h.firstID = minID(p.h.firstID, ack.Sequence)
+		p.h.lastID = max(p.h.lastID, ack.Sequence)
+	}
+	*f = inflight{}
+	p.head = (p.head + 1) % len(p.queue)
+	p.size--
+	<-p.d.slots
+}
+
+// finish settles the jobs in flight and seals the group, with a fresh context so that it happens
+// also after ctx ended. It returns err joined with any error of its own.
+func (p *publication) finish(ctx context.Context, err error) error {
+	fctx, cancel := p.d.finishContext(ctx)
+	defer cancel()
+	for p.size > 0 {
+		if serr := p.settleOldest(fctx); serr != nil {
+			// Acknowledgements are overdue: release the slots and seal with what is known.
+			err = errors.Join(err, fmt.Errorf("weave: %d publishes of group %q not acknowledged: %w", p.size, p.h.group, serr))
+			for ; p.size > 0; p.size-- {
+				<-p.d.slots
+			}
+		}
+	}
+	if err == nil {
+		err = p.failed
+	}
+	seal := wire.GroupControl{Group: p.h.group, Op: wire.OpSeal, Count: uint64(p.h.accepted)}
+	if serr := p.d.publishControl(fctx, seal); serr != nil {
+		err = errors.Join(err, fmt.Errorf("%w: %w", ErrNotSealed, serr))
+	}
+	p.d.log.Debug().Str("group", p.h.group).Int("accepted", p.h.accepted).Int("duplicates", p.h.duplicates).
+		AnErr("error", err).Msg("group published")
+	return err
+}
+
+// minID is min for job IDs, where 0 means none yet.
+func minID(a, b uint64) uint64 {
+	if a == 0 {
+		return b
+	}
+	return min(a, b)
+}

@@ -1,0 +1,487 @@
+package dispatcher_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+func TestNewValidatesConfig(t *testing.T) {
+	t.Parallel()
+	srv := jstest.New(t)
+	nc := jstest.NewConn(t, srv.ClientURL())
+
+	for _, tc := range []struct {
+		name string
+		cfg  dispatcher.Config
+	}{
+		{"bad namespace", dispatcher.Config{Namespace: "we.ave"}},
+		{"long namespace", dispatcher.Config{Namespace: strings.Repeat("n", 33)}},
+		{"negative MaxPending", dispatcher.Config{MaxPending: -1}},
+		{"huge MaxPending", dispatcher.Config{MaxPending: dispatcher.MaxMaxPending + 1}},
+		{"negative MaxPayload", dispatcher.Config{MaxPayload: -1}},
+		{"MaxPayload above server limit", dispatcher.Config{MaxPayload: int(nc.MaxPayload())}},
+		{"negative RequestTimeout", dispatcher.Config{RequestTimeout: -time.Second}},
+		{"replicas", dispatcher.Config{Streams: dispatcher.StreamOptions{Replicas: 7}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := dispatcher.New(nc, tc.cfg)
+			wantErrIs(t, err, dispatcher.ErrInvalidConfig)
+			if d != nil {
+				t.Fatal("New returned a Dispatcher with an error")
+			}
+		})
+	}
+	t.Run("nil connection", func(t *testing.T) {
+		_, err := dispatcher.New(nil, dispatcher.Config{})
+		wantErrIs(t, err, dispatcher.ErrInvalidConfig)
+	})
+	t.Run("defaults", func(t *testing.T) {
+		d, err := dispatcher.New(nc, dispatcher.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Namespace() != wire.DefaultNamespace {
+			t.Errorf("namespace %q, want %q", d.Namespace(), wire.DefaultNamespace)
+		}
+		if d.MaxPayload() != dispatcher.DefaultMaxPayload {
+			t.Errorf("MaxPayload %d, want %d", d.MaxPayload(), dispatcher.DefaultMaxPayload)
+		}
+	})
+}
+
+func TestPublishWireFormat(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+
+	// Not a subject token, so the group travels base64-encoded in subjects.
+	const group = "tenant 42 / ünïcode"
+	jobs := []dispatcher.Job{
+		{Key: "k1", Payload: []byte("p1"), Require: []string{"db:shard-1"}, Prefer: []string{"host/a", "zone=eu"}, MaxAttempts: 3, Timeout: 90 * time.Second},
+		{},
+		{Key: "k3", Payload: []byte("p3"), Timeout: 1500 * time.Millisecond},
+	}
+	h, err := e.d.Publish(ctx, group, slices.Values(jobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.GroupID() != group || h.Accepted() != 3 || h.Duplicates() != 0 {
+		t.Fatalf("handle: group %q accepted %d duplicates %d", h.GroupID(), h.Accepted(), h.Duplicates())
+	}
+
+	msgs := e.readStream(ctx, t, e.names.JobsStream())
+	if !strings.HasPrefix(msgs[0].subject, e.names.GroupSubject("~")) {
+		t.Fatalf("open on %q, want a base64 group token", msgs[0].subject)
+	}
+	g := parseGroup(t, e.names, group, msgs)
+	wantSealed(t, g, len(jobs))
+	for i, j := range jobs {
+		want := wire.JobMeta{Group: group, Key: j.Key, Require: j.Require, Prefer: j.Prefer, MaxAttempts: j.MaxAttempts, Timeout: j.Timeout}
+		if !reflect.DeepEqual(g.jobs[i], want) {
+			t.Errorf("job %d: %+v, want %+v", i, g.jobs[i], want)
+		}
+		if !bytes.Equal(g.payloads[i], j.Payload) {
+			t.Errorf("job %d: payload %q, want %q", i, g.payloads[i], j.Payload)
+		}
+	}
+	if got, want := msgs[1].header.Get(wire.HdrMsgID), wire.GroupToken(group)+"/k1"; got != want {
+		t.Errorf("Nats-Msg-Id %q, want %q", got, want)
+	}
+	if msgs[2].header.Get(wire.HdrMsgID) != "" {
+		t.Error("a job without key has a Nats-Msg-Id")
+	}
+	if h.FirstID() != g.jobSeqs[0] || h.LastID() != g.jobSeqs[2] {
+		t.Errorf("IDs %d..%d, want the stream sequences %d..%d", h.FirstID(), h.LastID(), g.jobSeqs[0], g.jobSeqs[2])
+	}
+}
+
+// TestPublishStreamsLazilyWithBoundedPending publishes an endless group. Before the iterator hands
+// over each job it checks the stream: every job handed over so far, but at most MaxPending, must
+// already be stored. That proves Publish streams jobs while the iterator runs, and never has more
+// than MaxPending publishes unacknowledged. The iterator finally cancels ctx.
+func TestPublishStreamsLazilyWithBoundedPending(t *testing.T) {
+	t.Parallel()
+	const (
+		maxPending = 16
+		checkEvery = 40
+		cancelAt   = 100 * checkEvery
+	)
+	e := setup(t, dispatcher.Config{MaxPending: maxPending})
+	ctx := testContext(t)
+	pubCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	yielded, maxInFlight, storedAtCancel := 0, 0, 0
+	endless := func(yield func(dispatcher.Job) bool) {
+		for {
+			// Checking before every job would slow the iterator down to one job per round trip,
+			// so Publish would never have many in flight.
+			if yielded%checkEvery == 0 {
+				n, err := e.storedJobs(ctx)
+				if err != nil {
+					t.Errorf("count stored jobs: %v", err)
+					return
+				}
+				maxInFlight = max(maxInFlight, yielded-n)
+				if yielded == cancelAt {
+					storedAtCancel = n
+					cancel()
+				}
+			}
+			yielded++
+			if !yield(dispatcher.Job{Payload: []byte(strconv.Itoa(yielded))}) {
+				return
+			}
+		}
+	}
+	h, err := e.d.Publish(pubCtx, "endless", endless)
+	wantErrIs(t, err, context.Canceled)
+	if h == nil {
+		t.Fatal("no handle after a canceled publish")
+	}
+	t.Logf("at most %d jobs in flight, %d stored when the iterator canceled", maxInFlight, storedAtCancel)
+	if maxInFlight > maxPending {
+		t.Errorf("%d jobs handed over but not stored, more than MaxPending %d", maxInFlight, maxPending)
+	}
+	if storedAtCancel < cancelAt-maxPending {
+		t.Errorf("only %d of %d jobs stored while the iterator was running", storedAtCancel, cancelAt)
+	}
+	// The job pulled after the cancel is dropped; every job before it is accepted and sealed.
+	if yielded != cancelAt+1 || h.Accepted() != cancelAt {
+		t.Errorf("yielded %d, accepted %d; want %d, %d", yielded, h.Accepted(), cancelAt+1, cancelAt)
+	}
+	g := parseGroup(t, e.names, "endless", e.readStream(ctx, t, e.names.JobsStream()))
+	wantSealed(t, g, cancelAt)
+	for i, p := range g.payloads {
+		if string(p) != strconv.Itoa(i+1) {
+			t.Fatalf("job %d has payload %q: jobs out of order", i, p)
+		}
+	}
+}
+
+// TestPublishPendingBoundIsShared runs concurrent Publish calls on one Dispatcher: MaxPending
+// bounds their publishes in flight together, and none of them starves or deadlocks.
+func TestPublishPendingBoundIsShared(t *testing.T) {
+	t.Parallel()
+	const (
+		maxPending = 8
+		groups     = 4
+		perGroup   = 2000
+		checkEvery = 40
+	)
+	e := setup(t, dispatcher.Config{MaxPending: maxPending})
+	ctx := testContext(t)
+
+	var yielded, maxInFlight atomic.Int64
+	gen := func(yield func(dispatcher.Job) bool) {
+		for i := range perGroup {
+			if i%checkEvery == 0 {
+				y := yielded.Load()
+				n, err := e.storedJobs(ctx)
+				if err != nil {
+					t.Errorf("count stored jobs: %v", err)
+					return
+				}
+				for inFlight := y - int64(n); ; {
+					old := maxInFlight.Load()
+					if inFlight <= old || maxInFlight.CompareAndSwap(old, inFlight) {
+						break
+					}
+				}
+			}
+			yielded.Add(1)
+			if !yield(dispatcher.Job{Payload: []byte("x")}) {
+				return
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range groups {
+		wg.Go(func() {
+			h, err := e.d.Publish(ctx, fmt.Sprintf("group-%d", g), gen)
+			if err != nil || h.Accepted() != perGroup {
+				t.Errorf("group %d: accepted %d of %d: %v", g, h.Accepted(), perGroup, err)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("at most %d jobs in flight", maxInFlight.Load())
+	// Each other publication may hold one job it pulled but has no slot for yet.
+	if limit := int64(maxPending + groups - 1); maxInFlight.Load() > limit {
+		t.Errorf("%d jobs handed over but not stored, more than %d", maxInFlight.Load(), limit)
+	}
+	if n, err := e.storedJobs(ctx); err != nil || n != groups*perGroup {
+		t.Errorf("%d jobs stored, want %d (%v)", n, groups*perGroup, err)
+	}
+}
+
+func TestPublishDeduplicatesKeys(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+
+	h, err := e.d.Publish(ctx, "dedup", slices.Values([]dispatcher.Job{
+		{Key: "a", Payload: []byte("first")},
+		{Key: "b"},
+		{Key: "a", Payload: []byte("second")},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Accepted() != 2 || h.Duplicates() != 1 {
+		t.Fatalf("accepted %d duplicates %d, want 2 and 1", h.Accepted(), h.Duplicates())
+	}
+
+	// Publishing the group again within the dedup window adds only the new key.
+	h2, err := e.d.Publish(ctx, "dedup", slices.Values([]dispatcher.Job{{Key: "a"}, {Key: "b"}, {Key: "c"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h2.Accepted() != 1 || h2.Duplicates() != 2 {
+		t.Fatalf("again: accepted %d duplicates %d, want 1 and 2", h2.Accepted(), h2.Duplicates())
+	}
+
+	// Keys are per group.
+	h3, err := e.d.Publish(ctx, "other", slices.Values([]dispatcher.Job{{Key: "a"}}))
+	if err != nil || h3.Accepted() != 1 {
+		t.Fatalf("other group: accepted %d: %v", h3.Accepted(), err)
+	}
+
+	var order []string
+	for _, m := range e.readStream(ctx, t, e.names.JobsStream()) {
+		if c, err := wire.ParseGroupControl(m.header); err == nil {
+			order = append(order, fmt.Sprintf("%s:%s(%d)", c.Group, c.Op, c.Count))
+			continue
+		}
+		j, err := wire.ParseJobMeta(m.header)
+		if err != nil {
+			t.Fatal(err)
+		}
+		order = append(order, fmt.Sprintf("%s:%s=%s", j.Group, j.Key, m.data))
+	}
+	want := "[dedup:open(0) dedup:a=first dedup:b= dedup:seal(2) dedup:open(0) dedup:c= dedup:seal(1) other:open(0) other:a= other:seal(1)]"
+	if fmt.Sprint(order) != want {
+		t.Fatalf("stream holds\n%v\nwant\n%v", order, want)
+	}
+}
+
+func TestPublishRejectsInvalidJobs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		job  func(d *dispatcher.Dispatcher) dispatcher.Job
+	}{
+		{"oversize payload", func(d *dispatcher.Dispatcher) dispatcher.Job {
+			return dispatcher.Job{Key: "bad", Payload: make([]byte, d.MaxPayload()+1)}
+		}},
+		{"resource with space", func(*dispatcher.Dispatcher) dispatcher.Job {
+			return dispatcher.Job{Key: "bad", Require: []string{"db shard"}}
+		}},
+		{"resource with comma", func(*dispatcher.Dispatcher) dispatcher.Job {
+			return dispatcher.Job{Key: "bad", Prefer: []string{"a,b"}}
+		}},
+		{"empty resource", func(*dispatcher.Dispatcher) dispatcher.Job {
+			return dispatcher.Job{Key: "bad", Require: []string{""}}
+		}},
+		{"too many resources", func(*dispatcher.Dispatcher) dispatcher.Job {
+			return dispatcher.Job{Key: "bad", Prefer: slices.Repeat([]string{"r"}, wire.MaxResources+1)}
+		}},
+		{"negative timeout", func(*dispatcher.Dispatcher) dispatcher.Job {
+			return dispatcher.Job{Key: "bad", Timeout: -time.Second}
+		}},
+		{"timeout too long", func(*dispatcher.Dispatcher) dispatcher.Job {
+			return dispatcher.Job{Key: "bad", Timeout: wire.MaxTimeout + 1}
+		}},
+		{"negative MaxAttempts", func(*dispatcher.Dispatcher) dispatcher.Job {
+			return dispatcher.Job{Key: "bad", MaxAttempts: -1}
+		}},
+		{"MaxAttempts too large", func(*dispatcher.Dispatcher) dispatcher.Job {
+			return dispatcher.Job{Key: "bad", MaxAttempts: wire.MaxAttemptsLimit + 1}
+		}},
+		{"key with control character", func(*dispatcher.Dispatcher) dispatcher.Job {
+			return dispatcher.Job{Key: "bad\n"}
+		}},
+		{"key too long", func(*dispatcher.Dispatcher) dispatcher.Job {
+			return dispatcher.Job{Key: strings.Repeat("k", wire.MaxKeyLen+1)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, dispatcher.Config{})
+			ctx := testContext(t)
+			bad := tc.job(e.d)
+			jobs := []dispatcher.Job{{Key: "ok-0"}, {Key: "ok-1"}, bad, {Key: "ok-3"}}
+			pulled := 0
+			h, err := e.d.Publish(ctx, "invalid", func(yield func(dispatcher.Job) bool) {
+				for _, j := range jobs {
+					pulled++
+					if !yield(j) {
+						return
+					}
+				}
+			})
+			wantErrIs(t, err, dispatcher.ErrInvalidJob)
+			if want := fmt.Sprintf("job 2 (key %q)", bad.Key); !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not name %s", err, want)
+			}
+			if h == nil || h.Accepted() != 2 || pulled != 3 {
+				t.Fatalf("handle %v, pulled %d; want the 2 jobs before the invalid one accepted and none pulled after it", h, pulled)
+			}
+			wantSealed(t, parseGroup(t, e.names, "invalid", e.readStream(ctx, t, e.names.JobsStream())), 2)
+		})
+	}
+}
+
+func TestPublishEmptyGroup(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	for _, jobs := range []iter.Seq[dispatcher.Job]{nil, slices.Values([]dispatcher.Job(nil))} {
+		h, err := e.d.Publish(ctx, "empty", jobs)
+		if err != nil || h.Accepted() != 0 || h.FirstID() != 0 {
+			t.Fatalf("accepted %d, first ID %d: %v", h.Accepted(), h.FirstID(), err)
+		}
+	}
+	if got := parseGroup(t, e.names, "empty", e.readStream(ctx, t, e.names.JobsStream())).order; fmt.Sprint(got) != "[open seal open seal]" {
+		t.Fatalf("stream holds %v", got)
+	}
+}
+
+func TestPublishAcceptsMaxPayload(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	h, err := e.d.Publish(ctx, "big", slices.Values([]dispatcher.Job{{Payload: make([]byte, e.d.MaxPayload())}}))
+	if err != nil || h.Accepted() != 1 {
+		t.Fatalf("accepted %d: %v", h.Accepted(), err)
+	}
+}
+
+func TestPublishRejectsInvalidGroupID(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	for _, id := range []string{"", "tab\there", strings.Repeat("g", wire.MaxGroupIDLen+1), "bad\xffutf8"} {
+		pulled := false
+		h, err := e.d.Publish(ctx, id, func(func(dispatcher.Job) bool) { pulled = true })
+		wantErrIs(t, err, dispatcher.ErrInvalidGroup)
+		if h != nil || pulled {
+			t.Fatalf("group %q: handle %v, iterator pulled %v", id, h, pulled)
+		}
+	}
+	// Nothing was published: the dispatcher did not even create its streams.
+	if _, err := e.js.Stream(ctx, e.names.JobsStream()); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("JOBS stream: %v, want ErrStreamNotFound", err)
+	}
+}
+
+func TestPublishWithDoneContextPublishesNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx, cancel := context.WithCancel(testContext(t))
+	cancel()
+	h, err := e.d.Publish(ctx, "late", slices.Values([]dispatcher.Job{{}}))
+	wantErrIs(t, err, context.Canceled)
+	if h != nil {
+		t.Fatal("handle for a group that was not published")
+	}
+}
+
+// TestPublishSealsAfterRejectedPublish makes the server reject jobs: the JOBS stream, created
+// beforehand, keeps at most 3 messages per subject and refuses more. Publish reports the first
+// rejected job and seals the group with the 3 accepted.
+func TestPublishSealsAfterRejectedPublish(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	cfg := topology.Streams(e.names, topology.Options{})[0]
+	cfg.MaxMsgsPerSubject = 3
+	cfg.Discard = jetstream.DiscardNew
+	cfg.DiscardNewPerSubject = true
+	if _, err := e.js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+
+	h, err := e.d.Publish(ctx, "full", slices.Values([]dispatcher.Job{{Key: "0"}, {Key: "1"}, {Key: "2"}, {Key: "3"}, {Key: "4"}}))
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || !strings.Contains(err.Error(), `job 3 (key "3")`) {
+		t.Fatalf("error %v: want the server's rejection of job 3", err)
+	}
+	if h == nil || h.Accepted() != 3 {
+		t.Fatalf("handle %v: want 3 accepted", h)
+	}
+	wantSealed(t, parseGroup(t, e.names, "full", e.readStream(ctx, t, e.names.JobsStream())), 3)
+}
+
+func TestPublishSealsWhenIteratorPanics(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	func() {
+		defer func() {
+			if v := recover(); v != "generator broke" {
+				t.Fatalf("recovered %v, want the iterator's panic", v)
+			}
+		}()
+		e.d.Publish(ctx, "panic", func(yield func(dispatcher.Job) bool) {
+			_ = yield(dispatcher.Job{}) && yield(dispatcher.Job{})
+			panic("generator broke")
+		})
+		t.Fatal("Publish returned")
+	}()
+	wantSealed(t, parseGroup(t, e.names, "panic", e.readStream(ctx, t, e.names.JobsStream())), 2)
+}
+
+func TestCancelPublishesCancel(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	h, err := e.d.Publish(ctx, "doomed", slices.Values([]dispatcher.Job{{}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := parseGroup(t, e.names, "doomed", e.readStream(ctx, t, e.names.JobsStream()))
+	if fmt.Sprint(g.order) != "[open job seal cancel]" {
+		t.Fatalf("stream holds %v", g.order)
+	}
+	wantErrIs(t, e.d.Attach("").Cancel(ctx), dispatcher.ErrInvalidGroup)
+}
+
+// TestNamespacesAreIsolated publishes the same group under two namespaces of one server.
+func TestNamespacesAreIsolated(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{Namespace: "alpha"})
+	ctx := testContext(t)
+	beta, err := dispatcher.New(e.nc, dispatcher.Config{Namespace: "beta"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := slices.Values([]dispatcher.Job{{Key: "k"}})
+	for _, d := range []*dispatcher.Dispatcher{e.d, beta} {
+		if h, err := d.Publish(ctx, "same", jobs); err != nil || h.Accepted() != 1 {
+			t.Fatalf("%s: accepted %d: %v", d.Namespace(), h.Accepted(), err)
+		}
+	}
+	wantSealed(t, parseGroup(t, e.names, "same", e.readStream(ctx, t, e.names.JobsStream())), 1)
+}

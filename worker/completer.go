@@ -1,0 +1,296 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// ErrReportsNotPersisted is returned by Run when it stopped before JetStream acknowledged every
+// report. The work batches of those reports were not acked, so they run again elsewhere after
+// their lease: no outcome is lost, but some attempts repeat.
+var ErrReportsNotPersisted = errors.New("weave: worker stopped with reports not persisted")
+
+const (
+	// reportAckTimeout bounds the wait for JetStream to acknowledge one report message.
+	reportAckTimeout = 5 * time.Second
+	// maxInflightReports bounds report messages awaiting their acknowledgement; beyond it the
+	// completer stops taking reports, which holds up the shepherd and so the whole worker.
+	maxInflightReports = 64
+	// Back-off between publishes of a report message that failed.
+	minReportBackoff = 50 * time.Millisecond
+	maxReportBackoff = 2 * time.Second
+	// reportFieldsSize bounds a report's encoding beside its data: three varints, the status
+	// byte and the data's length.
+	reportFieldsSize = 3*10 + 1 + 10
+)
+
+// batch is one work-batch message. It is acked once the reports of all its jobs are persisted.
+type batch struct {
+	msg  jetstream.Msg
+	jobs int
+
+	// Owned by the completer.
+	persisted int       // reports persisted by JetStream
+	refreshed time.Time // last lease extension, or receipt
+}
+
+// completerEvent is the shepherd's message to the completer: a new batch to keep leased or, if
+// isReport, the report of one of batch's jobs. A batch comes before its reports.
+type completerEvent struct {
+	batch    *batch
+	report   wire.Report
+	isReport bool
+}
+
+// publication is one report message on its way to JetStream.
+type publication struct {
+	msg     *nats.Msg
+	id      string   // Nats-Msg-Id, so a retry after a lost acknowledgement is deduplicated
+	batches []*batch // the batch of each report in the message
+	fut     jetstream.PubAckFuture
+	err     error // set when the last publish failed; fut is then nil
+}
+
+// completer is the goroutine that batches reports into messages, publishes them, acks each
+// work batch once all its reports are persisted, and extends the lease of every batch not yet
+// acked.
+type completer struct {
+	cfg      *resolved
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	log      zerolog.Logger
+	stats    *counters
+	subject  string // this worker's report subject
+	maxBytes int    // largest report message
+	runID    string // prefix of message IDs, unique per Run
+
+	in <-chan completerEvent // written and closed by the shepherd
+
+	// State, owned by the completer goroutine.
+	pending        []wire.Report
+	pendingBatches []*batch
+	pendingBytes   int
+	linger         *time.Timer
+	lingering      bool
+	inflight       []*publication // publish order; only the head's outcome is awaited
+	retry          *time.Timer    // set while waiting to publish the head again
+	backoff        time.Duration
+	live           map[*batch]struct{} // batches not acked yet
+	refresh        *time.Ticker        // runs while live is not empty
+	seq            uint64
+}
+
+// run works until the shepherd has closed in and every report is persisted, or until ctx is
+// canceled (Run gives up waiting): then it discards what is left and returns an error wrapping
+// ErrReportsNotPersisted.
+func (c *completer) run(ctx context.Context) error {
+	c.live = make(map[*batch]struct{})
+	c.linger = time.NewTimer(time.Hour)
+	c.linger.Stop()
+	defer func() {
+		c.linger.Stop()
+		if c.retry != nil {
+			c.retry.Stop()
+		}
+		if c.refresh != nil {
+			c.refresh.Stop()
+		}
+	}()
+
+	in := c.in
+	for in != nil || len(c.pending) > 0 || len(c.inflight) > 0 {
+		var (
+			inC                       <-chan completerEvent
+			lingerC, retryC, refreshC <-chan time.Time
+			okC                       <-chan *jetstream.PubAck
+			errC                      <-chan error
+		)
+		if in != nil && len(c.inflight) < maxInflightReports {
+			inC = in
+		}
+		if c.lingering {
+			lingerC = c.linger.C
+		}
+		if c.refresh != nil {
+			refreshC = c.refresh.C
+		}
+		if len(c.inflight) > 0 {
+			head := c.inflight[0]
+			switch {
+			case head.fut != nil:
+				okC, errC = head.fut.Ok(), head.fut.Err()
+			case c.nc.IsClosed():
+				return c.giveUp(in, nats.ErrConnectionClosed)
+			case c.retry == nil:
+				c.failed(head.err)
+			}
+			if c.retry != nil {
+				retryC = c.retry.C
+			}
+		}
+		select {
+		case ev, ok := <-inC:
+			if !ok {
+				in = nil
+				c.flush()
+				continue
+			}
+			c.add(ev)
+		case <-lingerC:
+			c.lingering = false
+			c.flush()
+		case <-okC:
+			c.persisted()
+		case err := <-errC:
+			c.inflight[0].fut, c.inflight[0].err = nil, err
+			c.failed(err)
+		case <-retryC:
+			c.retry = nil
+			c.stats.reportRetries.Add(1)
+			c.publish(c.inflight[0])
+		case <-refreshC:
+			c.extendLeases()
+		case <-ctx.Done():
+			return c.giveUp(in, context.Cause(ctx))
+		}
+	}
+	return nil
+}
+
+func (c *completer) add(ev completerEvent) {
+	if !ev.isReport {
+		ev.batch.refreshed = time.Now()
+		c.live[ev.batch] = struct{}{}
+		if c.refresh == nil {
+			c.refresh = time.NewTicker(c.cfg.Lease / 6)
+		}
+		return
+	}
+	size := len(ev.report.Data) + reportFieldsSize
+	if len(c.pending) > 0 && c.pendingBytes+size > c.maxBytes {
+		c.flush()
+	}
+	c.pending = append(c.pending, ev.report)
+	c.pendingBatches = append(c.pendingBatches, ev.batch)
+	c.pendingBytes += size
+	// Group commit: with no report message on its way, send at once; otherwise gather reports
+	// until the one on its way is stored (persisted flushes) or ReportLinger passes.
+	if len(c.pending) >= c.cfg.MaxReportBatch || len(c.inflight) == 0 {
+		c.flush()
+		return
+	}
+	if !c.lingering {
+		c.linger.Reset(c.cfg.ReportLinger)
+		c.lingering = true
+	}
+}
+
+// flush publishes the pending reports as one message.
+func (c *completer) flush() {
+	if c.lingering {
+		c.linger.Stop()
+		c.lingering = false
+	}
+	if len(c.pending) == 0 {
+		return
+	}
+	c.seq++
+	data := wire.AppendReports(make([]byte, 0, c.pendingBytes+64), c.cfg.ID, c.pending)
+	p := &publication{
+		msg:     &nats.Msg{Subject: c.subject, Data: data},
+		id:      fmt.Sprintf("%s.%d", c.runID, c.seq),
+		batches: c.pendingBatches,
+	}
+	clear(c.pending) // drop references to results: data holds a copy
+	c.pending, c.pendingBatches, c.pendingBytes = c.pending[:0], nil, 0
+	c.inflight = append(c.inflight, p)
+	c.publish(p)
+}
+
+func (c *completer) publish(p *publication) {
+	fut, err := c.js.PublishMsgAsync(p.msg, jetstream.WithMsgID(p.id), jetstream.WithExpectStream(c.cfg.names.EventsStream()))
+	p.fut, p.err = fut, err
+}
+
+// persisted handles the acknowledgement of the head publication: every batch whose reports are
+// now all persisted is acked.
+func (c *completer) persisted() {
+	p := c.inflight[0]
+	c.inflight[0] = nil
+	c.inflight = c.inflight[1:]
+	c.backoff = 0
+	c.stats.reportBatches.Add(1)
+	for _, b := range p.batches {
+		b.persisted++
+		if b.persisted == b.jobs {
+			c.ack(b)
+		}
+	}
+	if len(c.inflight) == 0 {
+		c.flush() // the reports gathered while this one was on its way
+	}
+}
+
+func (c *completer) ack(b *batch) {
+	// Fire and forget: if the ack is lost, the batch runs again after its lease.
+	if err := b.msg.Ack(); err != nil {
+		c.log.Warn().Err(err).Msg("worker: ack work batch; it will run again after its lease")
+	}
+	delete(c.live, b)
+	if len(c.live) == 0 && c.refresh != nil {
+		c.refresh.Stop()
+		c.refresh = nil
+	}
+}
+
+// failed schedules the head publication to be published again.
+func (c *completer) failed(err error) {
+	c.backoff = min(max(2*c.backoff, minReportBackoff), maxReportBackoff)
+	c.retry = time.NewTimer(c.backoff)
+	c.log.Warn().Err(err).Dur("backoff", c.backoff).Str("msg_id", c.inflight[0].id).Msg("worker: publish reports failed")
+}
+
+// extendLeases sends InProgress for every batch not acked whose lease was last extended (or
+// which arrived) at least Lease/4 ago. It runs every Lease/6, so a lease is extended every
+// second tick: every Lease/3, with half a lease to spare for a late tick.
+func (c *completer) extendLeases() {
+	now := time.Now()
+	for b := range c.live {
+		if now.Sub(b.refreshed) < c.cfg.Lease/4 {
+			continue
+		}
+		if err := b.msg.InProgress(); err != nil {
+			c.log.Warn().Err(err).Msg("worker: extend work batch lease")
+		}
+		b.refreshed = now
+	}
+}
+
+// giveUp abandons the reports not persisted: their batches are not acked and run again after
+// their lease. It consumes in until the shepherd closes it.
+func (c *completer) giveUp(in <-chan completerEvent, cause error) error {
+	lost, batches := len(c.pending), len(c.live)
+	for _, p := range c.inflight {
+		lost += len(p.batches)
+	}
+	if in != nil {
+		for ev := range in {
+			if ev.isReport {
+				lost++
+			} else {
+				batches++
+			}
+		}
+	}
+	c.log.Error().Err(cause).Int("reports", lost).Int("batches", batches).
+		Msg("worker: stopped with reports not persisted; their batches run again after their lease")
+	return fmt.Errorf("%w: %d reports of %d batches: %w", ErrReportsNotPersisted, lost, batches, cause)
+}

@@ -1,0 +1,199 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// ErrInvalidConfig is wrapped by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("weave: invalid worker config")
+
+// Defaults of Config. A zero field means its default.
+const (
+	DefaultHeartbeatInterval = time.Second
+	DefaultLease             = 30 * time.Second
+	DefaultDrainTimeout      = 10 * time.Second
+	DefaultTimeoutGrace      = time.Second
+	DefaultReportLinger      = 2 * time.Millisecond
+	DefaultMaxReportBatch    = 256
+	DefaultMaxResultSize     = 64 << 10
+)
+
+// Limits of Config.
+const (
+	// MaxConcurrency bounds Config.Concurrency (heartbeats refuse more).
+	MaxConcurrency = 1 << 16
+	// MinLease bounds Config.Lease from below: the worker refreshes leases every Lease/3.
+	MinLease = 100 * time.Millisecond
+	// MaxReportBatchLimit bounds Config.MaxReportBatch.
+	MaxReportBatchLimit = 1 << 16
+	// reportOverhead is room left in a report message, beside one result, for the batch header,
+	// the report's other fields, the subject and headers.
+	reportOverhead = 1 << 10
+)
+
+// Config configures a Worker. The zero value of every field selects its default, so
+// Config{} is valid: a worker of pool "any" in namespace "weave" with one slot per CPU.
+type Config struct {
+	// Namespace of the streams and subjects to use. Default "weave" (wire.DefaultNamespace).
+	// It must match the coordinator's.
+	Namespace string
+
+	// ID names this worker in heartbeats and on its report subject: 1-64 characters of
+	// [A-Za-z0-9_-], unique among running workers. Default "w-" followed by a NUID.
+	ID string
+
+	// Resources this worker holds. Workers holding the same set form a pool and share its
+	// work; the coordinator routes a job that requires or prefers a resource to a pool that
+	// holds it. Default none: pool "any".
+	Resources []string
+
+	// Concurrency is the number of jobs run at once: exactly this many goroutines run
+	// handlers. Default runtime.GOMAXPROCS(0); at most MaxConcurrency.
+	Concurrency int
+
+	// Logger receives the worker's log. The zero Logger is silent (as zerolog.Nop()).
+	Logger zerolog.Logger
+
+	// HeartbeatInterval is the period of the heartbeats that tell the coordinator this worker
+	// is alive and how many of its slots are busy. Default 1s; at most 1h.
+	HeartbeatInterval time.Duration
+
+	// Lease is how long a work batch stays assigned to this worker without news: the AckWait
+	// of the pool's consumer. While any job of a batch is queued, running or being reported,
+	// the worker extends the lease every Lease/3, so Lease only bounds how fast a crashed
+	// worker's batches go to another worker. All workers of a pool should use the same
+	// Lease: each start updates the shared consumer. Default 30s; at least MinLease.
+	Lease time.Duration
+
+	// DefaultTimeout bounds an attempt whose job sets no timeout. Default 0: no deadline.
+	DefaultTimeout time.Duration
+
+	// TimeoutGrace is how long the worker waits, after an attempt's deadline or after
+	// canceling it at shutdown, for the handler to return before it reports the attempt
+	// failed without it. Such a handler keeps its slot until it returns (see Stats.Stuck).
+	// Default 1s.
+	TimeoutGrace time.Duration
+
+	// DrainTimeout is how long Run lets running jobs finish after its context is done before
+	// it cancels their contexts. Default 10s.
+	DrainTimeout time.Duration
+
+	// ReportLinger is the longest a finished job's report waits for others to share its
+	// message. Reports are group-committed: with no report message on its way to JetStream a
+	// report is sent at once; otherwise reports gather until that message is stored or
+	// ReportLinger passes. Default 2ms.
+	ReportLinger time.Duration
+
+	// MaxReportBatch is the most reports sent in one message. Default 256; at most
+	// MaxReportBatchLimit. A message is also sent early when the next report would make it
+	// larger than the server's max payload.
+	MaxReportBatch int
+
+	// MaxResultSize is the largest result a handler may return, in bytes; a larger result
+	// fails the attempt permanently. Error texts longer than this are truncated. Default
+	// 64 KiB; at most the server's max payload less 1 KiB.
+	MaxResultSize int
+
+	// Streams tunes the streams the worker creates if they do not exist yet. It must match
+	// the other components' options.
+	Streams topology.Options
+}
+
+// resolved is a validated Config with defaults filled in.
+type resolved struct {
+	Config
+	names     wire.Names
+	pool      string
+	resources []string // normalized
+}
+
+// resolve validates c and fills in defaults. maxPayload is the server's limit (0 = unknown).
+func resolve(c Config, maxPayload int64) (resolved, error) {
+	names, err := wire.NewNames(c.Namespace)
+	if err != nil {
+		return resolved{}, invalid("%v", err)
+	}
+	c.Namespace = names.Namespace()
+	if c.ID == "" {
+		c.ID = "w-" + nuid.Next()
+	}
+	if err := wire.ValidateWorkerID(c.ID); err != nil {
+		return resolved{}, invalid("ID: %v", err)
+	}
+	if err := wire.ValidateResources("held", c.Resources); err != nil {
+		return resolved{}, invalid("Resources: %v", err)
+	}
+	rs := wire.NormalizeResources(c.Resources)
+
+	if c.Concurrency == 0 {
+		c.Concurrency = runtime.GOMAXPROCS(0)
+	}
+	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
+		return resolved{}, invalid("Concurrency %d outside 1..%d", c.Concurrency, MaxConcurrency)
+	}
+	durations := []struct {
+		name     string
+		v        *time.Duration
+		def, min time.Duration
+		max      time.Duration
+	}{
+		{"HeartbeatInterval", &c.HeartbeatInterval, DefaultHeartbeatInterval, time.Millisecond, time.Hour},
+		{"Lease", &c.Lease, DefaultLease, MinLease, wire.MaxTimeout},
+		{"TimeoutGrace", &c.TimeoutGrace, DefaultTimeoutGrace, 0, time.Hour},
+		{"DrainTimeout", &c.DrainTimeout, DefaultDrainTimeout, 0, wire.MaxTimeout},
+		{"ReportLinger", &c.ReportLinger, DefaultReportLinger, 0, time.Minute},
+		{"DefaultTimeout", &c.DefaultTimeout, 0, 0, wire.MaxTimeout},
+	}
+	for _, d := range durations {
+		if *d.v < 0 {
+			return resolved{}, invalid("%s %v is negative", d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v != 0 && (*d.v < d.min || *d.v > d.max) {
+			return resolved{}, invalid("%s %v outside %v..%v", d.name, *d.v, d.min, d.max)
+		}
+	}
+	if c.MaxReportBatch == 0 {
+		c.MaxReportBatch = DefaultMaxReportBatch
+	}
+	if c.MaxReportBatch < 1 || c.MaxReportBatch > MaxReportBatchLimit {
+		return resolved{}, invalid("MaxReportBatch %d outside 1..%d", c.MaxReportBatch, MaxReportBatchLimit)
+	}
+	if c.MaxResultSize == 0 {
+		c.MaxResultSize = DefaultMaxResultSize
+	}
+	if c.MaxResultSize < 0 {
+		return resolved{}, invalid("MaxResultSize %d is negative", c.MaxResultSize)
+	}
+	if maxPayload > 0 && int64(c.MaxResultSize) > maxPayload-reportOverhead {
+		return resolved{}, invalid("MaxResultSize %d does not fit the server's max payload %d less %d bytes of overhead",
+			c.MaxResultSize, maxPayload, reportOverhead)
+	}
+	if c.Streams.Replicas < 0 {
+		return resolved{}, invalid("Streams.Replicas %d is negative", c.Streams.Replicas)
+	}
+	return resolved{Config: c, names: names, pool: wire.PoolKey(rs), resources: rs}, nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+}
+
+// timeoutOf returns the attempt's deadline length: the job's own timeout, else DefaultTimeout.
+func (c *resolved) timeoutOf(j wire.WorkJob) time.Duration {
+	if j.Timeout > 0 {
+		return j.Timeout
+	}
+	return c.DefaultTimeout
+}

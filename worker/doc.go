@@ -1,0 +1,68 @@
+// Package worker runs Weave jobs: it pulls work batches released by the coordinator from
+// NATS JetStream, runs them on a bounded pool of goroutines, and reports every attempt's
+// outcome.
+//
+// # Usage
+//
+//	w, err := worker.New(nc, worker.Config{Resources: []string{"shard-7"}, Concurrency: 6},
+//		worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+//			return process(ctx, j.Payload)
+//		}))
+//	if err != nil { ... }
+//	err = w.Run(ctx) // blocks; drains when ctx is done
+//
+// Workers that hold the same Resources form a pool and share one durable JetStream consumer;
+// the coordinator routes each job to a pool that holds what it requires or prefers. Workers find
+// the coordinator through the Namespace only: start them in any order.
+//
+// # Handlers and outcomes
+//
+// A Handler returns a result or an error. An error fails the attempt and the coordinator retries
+// the job with back-off until its attempts run out; wrap the error with Permanent to fail the
+// job at once, or with RetryAfter to ask for a delay. A panic fails the attempt like an error (its
+// stack is logged). A result larger than Config.MaxResultSize fails the job permanently.
+//
+// Delivery is at least once: a job may run again after a crash, a lost acknowledgement or a
+// lease that ran out, so handlers must be idempotent.
+//
+// # Deadlines
+//
+// The handler's context has the job's timeout as its deadline, else Config.DefaultTimeout, else
+// none. An attempt still running at its deadline has failed ("timeout after 30s"), even if the
+// handler later returns a result. If the handler ignores its context, the worker reports the
+// attempt Config.TimeoutGrace after the deadline without waiting any longer; the goroutine stays
+// busy (its slot is lost) until the handler returns. Stats.Stuck counts such handlers.
+//
+// # Concurrency and wakeups
+//
+// Exactly Config.Concurrency goroutines run handlers. One goroutine, the shepherd, owns the
+// worker's state: it pulls from JetStream only for slots that are free, asking for at most as
+// many messages as there are free slots (long-poll requests, so an idle worker sends one or two
+// requests per 30 seconds and uses no CPU), and queues the jobs of each message it receives. A
+// slot that finishes a job is handed the next queued job directly, without waking anyone; only
+// jobs that no awake slot takes wake a sleeping slot, exactly one per job, so no goroutine is
+// woken for nothing (Stats.SpuriousWakeups stays 0).
+//
+// # Reports and acknowledgements
+//
+// Outcomes are sent in batches, up to Config.MaxReportBatch reports or after
+// Config.ReportLinger, to the worker's report subject in the EVENTS stream, with asynchronous
+// publishes. A work batch is acked only once JetStream has persisted the reports of all its
+// jobs, so a crash can repeat an attempt but never lose an outcome. While a batch is not acked
+// the worker extends its lease every Config.Lease/3.
+//
+// # Shutdown
+//
+// When Run's context is done the worker drains: it stops pulling, reports the jobs it holds but
+// has not started as released (no attempt is counted), and lets running jobs finish for up to
+// Config.DrainTimeout. Then it cancels their contexts, waits Config.TimeoutGrace more, reports
+// what is still running as failed, flushes its reports, acks its batches and sends a last
+// heartbeat saying it has stopped. Run returns nil after such a drain.
+//
+// # Observability
+//
+// Every Config.HeartbeatInterval the worker publishes a heartbeat (core NATS, JSON, see
+// wire.Heartbeat) with its pool, resources and how many slots are busy and sleeping; the
+// coordinator uses it to route work and `weave status` shows it. Worker.Stats returns counters
+// for metrics and benchmarks.
+package worker

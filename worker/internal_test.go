@@ -1,0 +1,80 @@
+package worker
+
+import (
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+func TestTruncate(t *testing.T) {
+	cases := []struct {
+		s    string
+		max  int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{strings.Repeat("a", 30), 20, "aaaaa …(truncated)"},
+		{strings.Repeat("é", 20), 20, "éé …(truncated)"}, // never cut inside a rune
+		{"abcdefgh", 4, "abcd"},                          // no room for the mark
+		{"ééé", 3, "é"},
+	}
+	for _, c := range cases {
+		got := truncate(c.s, c.max)
+		if got != c.want || len(got) > c.max || !utf8.ValidString(got) {
+			t.Errorf("truncate(%q, %d) = %q, want %q", c.s, c.max, got, c.want)
+		}
+	}
+}
+
+func TestRetryDelay(t *testing.T) {
+	cases := map[time.Duration]time.Duration{
+		-time.Second:             0,
+		0:                        0,
+		time.Nanosecond:          time.Millisecond,
+		1500 * time.Microsecond:  2 * time.Millisecond,
+		time.Second:              time.Second,
+		wire.MaxTimeout + 1:      wire.MaxTimeout,
+		time.Duration(1<<63 - 1): wire.MaxTimeout,
+	}
+	for in, want := range cases {
+		if got := retryDelay(in); got != want {
+			t.Errorf("retryDelay(%v) = %v, want %v", in, got, want)
+		}
+	}
+	if got := clampDuration(wire.MaxTimeout * 2); got != wire.MaxTimeout {
+		t.Errorf("clampDuration = %v", got)
+	}
+}
+
+func TestResolveDefaults(t *testing.T) {
+	r, err := resolve(Config{Resources: []string{"b", "a", "b"}}, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Namespace: wire.DefaultNamespace, Concurrency: runtime.GOMAXPROCS(0),
+		HeartbeatInterval: DefaultHeartbeatInterval, Lease: DefaultLease, TimeoutGrace: DefaultTimeoutGrace,
+		DrainTimeout: DefaultDrainTimeout, ReportLinger: DefaultReportLinger,
+		MaxReportBatch: DefaultMaxReportBatch, MaxResultSize: DefaultMaxResultSize,
+	}
+	got := r.Config
+	got.ID, got.Resources = "", nil
+	if got.Namespace != want.Namespace || got.Concurrency != want.Concurrency || got.HeartbeatInterval != want.HeartbeatInterval ||
+		got.Lease != want.Lease || got.TimeoutGrace != want.TimeoutGrace || got.DrainTimeout != want.DrainTimeout ||
+		got.ReportLinger != want.ReportLinger || got.MaxReportBatch != want.MaxReportBatch ||
+		got.MaxResultSize != want.MaxResultSize || got.DefaultTimeout != 0 {
+		t.Errorf("defaults %+v", got)
+	}
+	if strings.Join(r.resources, ",") != "a,b" || r.pool != wire.PoolKey([]string{"a", "b"}) {
+		t.Errorf("resources %v pool %s", r.resources, r.pool)
+	}
+	if _, err := resolve(Config{MaxResultSize: 1 << 20}, 1<<20); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("result larger than the max payload: %v", err)
+	}
+}

@@ -1,0 +1,258 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+	"unicode/utf8"
+
+	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// task is one job of a work batch on its way through the worker.
+type task struct {
+	job     Job
+	timeout time.Duration // deadline in force: the job's timeout, else DefaultTimeout; 0 = none
+	batch   *batch
+
+	// Owned by the shepherd. started is when the task was handed to a slot; reported is set
+	// once the attempt's outcome went to the completer, so that an outcome arriving later
+	// (from a handler that overran its deadline) is discarded.
+	started  time.Time
+	reported bool
+}
+
+// kind classifies an outcome for the counters.
+type kind uint8
+
+const (
+	kindOK kind = iota
+	kindError
+	kindPermanent
+	kindPanic
+	kindTimeout
+	kindShutdown
+	kindReleased
+)
+
+type outcome struct {
+	report wire.Report
+	kind   kind
+}
+
+// completion is what a pool goroutine sends the shepherd after a handler returns.
+type completion struct {
+	task  *task
+	out   outcome
+	reply chan<- *task // the goroutine's own: the shepherd answers with its next task, or nil to sleep
+}
+
+// pool runs handlers on exactly Concurrency goroutines ("slots"). A slot sleeps on wake until
+// the shepherd hands it a task; after running it, it sends the outcome to the shepherd and runs
+// whatever task the shepherd answers with. An awake slot thus takes queued work without any
+// wakeup; only the shepherd decides to wake a sleeper, once per job.
+type pool struct {
+	handler   Handler
+	base      context.Context // parent of every handler's context; canceled to force shutdown
+	grace     time.Duration   // TimeoutGrace
+	maxResult int
+	log       zerolog.Logger
+	stats     *counters
+
+	wake    <-chan *task      // written by the shepherd; read by sleeping slots
+	done    chan<- completion // read by the shepherd
+	expired chan<- *task      // written by watchdog timers; read by the shepherd
+	quit    <-chan struct{}   // closed by the shepherd when it returns: slots not in a handler return
+	exited  chan<- struct{}   // one signal per slot goroutine that returns; Run counts them
+}
+
+// start launches n slot goroutines.
+func (p *pool) start(n int) {
+	for range n {
+		go p.slot(nil)
+	}
+}
+
+// slot is one slot's goroutine. If carry is set, the goroutine starts by reporting it: it
+// replaces a goroutine that a handler ended with runtime.Goexit.
+func (p *pool) slot(carry *completion) {
+	var (
+		cur   *task // the task whose handler is running, for the Goexit case
+		start time.Time
+		clean bool
+	)
+	defer func() {
+		if clean {
+			p.exited <- struct{}{}
+			return
+		}
+		// Panics are recovered in call, so only runtime.Goexit (t.FailNow in a handler, for
+		// example) ends the goroutine here. Fail the attempt and put a new goroutine in the slot.
+		p.log.Error().Uint64("job", cur.job.ID).Msg("worker: handler called runtime.Goexit")
+		c := completion{task: cur, out: p.failure(cur, time.Since(start), kindError, wire.StatusError,
+			"handler called runtime.Goexit")}
+		go p.slot(&c)
+	}()
+
+	reply := make(chan *task, 1)
+	var out completion
+	pending := carry != nil
+	if pending {
+		out = *carry
+	}
+	for {
+		var t *task
+		if pending {
+			out.reply = reply
+			select {
+			case p.done <- out:
+			case <-p.quit:
+				clean = true
+				return
+			}
+			select {
+			case t = <-reply:
+			case <-p.quit:
+				clean = true
+				return
+			}
+			pending = false
+		}
+		if t == nil {
+			select {
+			case t = <-p.wake:
+			case <-p.quit:
+				clean = true
+				return
+			}
+			if t == nil {
+				p.stats.spurious.Add(1)
+				continue
+			}
+		}
+		cur, start = t, time.Now()
+		out = completion{task: t, out: p.execute(t, start)}
+		pending = true
+	}
+}
+
+// execute runs one attempt and maps its result to an outcome.
+func (p *pool) execute(t *task, start time.Time) outcome {
+	ctx := p.base
+	if t.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.timeout)
+		defer cancel()
+		// The watchdog reports the attempt if the handler ignores its deadline.
+		watchdog := time.AfterFunc(t.timeout+p.grace, func() {
+			select {
+			case p.expired <- t:
+			case <-p.quit:
+			}
+		})
+		defer watchdog.Stop()
+	}
+	result, err, panicked := p.call(ctx, t)
+	return p.outcome(ctx, t, time.Since(start), result, err, panicked)
+}
+
+// call runs the handler, turning a panic into an error.
+func (p *pool) call(ctx context.Context, t *task) (result []byte, err error, panicked bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			panicked = true
+			err = fmt.Errorf("panic: %v", v)
+			p.stats.panics.Add(1)
+			p.log.Error().Uint64("job", t.job.ID).Str("group", t.job.Group).Int("attempt", t.job.Attempt).
+				Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Msg("worker: handler panicked")
+		}
+	}()
+	j := t.job // a copy: the handler cannot change what is reported
+	result, err = p.handler.Handle(ctx, &j)
+	return result, err, false
+}
+
+// outcome maps what a handler returned to the attempt's report.
+func (p *pool) outcome(ctx context.Context, t *task, took time.Duration, result []byte, err error, panicked bool) outcome {
+	switch {
+	case panicked:
+		return p.failure(t, took, kindPanic, wire.StatusError, err.Error())
+	case t.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// A result that comes after the deadline is discarded: the deadline is a contract the
+		// coordinator also relies on.
+		text := fmt.Sprintf("timeout after %v", t.timeout)
+		if err != nil {
+			text += ": " + err.Error()
+		}
+		return p.failure(t, took, kindTimeout, wire.StatusError, text)
+	case err == nil && len(result) > p.maxResult:
+		return p.failure(t, took, kindPermanent, wire.StatusPermanent,
+			fmt.Sprintf("result of %d bytes exceeds MaxResultSize (%d bytes)", len(result), p.maxResult))
+	case err == nil:
+		return outcome{kind: kindOK, report: wire.Report{
+			ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: wire.StatusOK, Duration: clampDuration(took), Data: result,
+		}}
+	}
+	var perm *permanentError
+	if errors.As(err, &perm) {
+		return p.failure(t, took, kindPermanent, wire.StatusPermanent, err.Error())
+	}
+	k, text := kindError, err.Error()
+	if p.base.Err() != nil {
+		k, text = kindShutdown, "canceled at worker shutdown: "+text
+	}
+	out := p.failure(t, took, k, wire.StatusError, text)
+	var retry *retryAfterError
+	if errors.As(err, &retry) {
+		out.report.RetryAfter = retryDelay(retry.after)
+	}
+	return out
+}
+
+// failure builds a failed attempt's outcome.
+func (p *pool) failure(t *task, took time.Duration, k kind, st wire.Status, text string) outcome {
+	return outcome{kind: k, report: wire.Report{
+		ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: st, Duration: clampDuration(took),
+		Data: []byte(truncate(text, p.maxResult)),
+	}}
+}
+
+// truncate cuts s to at most max bytes on a rune boundary, marking the cut.
+func truncate(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	const mark = " …(truncated)"
+	n := max - len(mark)
+	if n < 0 {
+		n = max
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	if n+len(mark) > max {
+		return s[:n]
+	}
+	return s[:n] + mark
+}
+
+// clampDuration keeps a duration within what a report can carry.
+func clampDuration(d time.Duration) time.Duration {
+	return max(0, min(d, wire.MaxTimeout))
+}
+
+// retryDelay maps a requested delay to the report's millisecond field: rounded up, at most
+// wire.MaxTimeout; 0 (the coordinator's policy) for d <= 0.
+func retryDelay(d time.Duration) time.Duration {
+	switch {
+	case d <= 0:
+		return 0
+	case d >= wire.MaxTimeout:
+		return wire.MaxTimeout
+	}
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+}

@@ -1,0 +1,530 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+const (
+	// pullExpiry is how long a pull request waits at the server for messages. Long polls keep
+	// an idle worker at about one request per pullExpiry per open pull. (The server also sends
+	// an idle heartbeat every 5s on an open pull, so a lost connection is noticed; those are
+	// not requests.)
+	pullExpiry = 30 * time.Second
+	// maxOpenPulls bounds this worker's pull requests open at once. A consumer holds 512 by
+	// default, shared by all workers of its pool.
+	maxOpenPulls = 2
+	// Back-off after a pull that failed or ended early without messages.
+	minPullBackoff = 250 * time.Millisecond
+	maxPullBackoff = 5 * time.Second
+	// repairTimeout bounds one attempt to re-create a deleted stream or consumer.
+	repairTimeout = 10 * time.Second
+	// absorbLimit bounds how many ready events the shepherd handles before it decides on
+	// pulls, so that a burst of completions becomes one pull rather than several.
+	absorbLimit = 64
+)
+
+// errPullEndedEarly marks a pull request that ended long before its expiry without messages or
+// error, which the server does for a consumer that no longer exists.
+var errPullEndedEarly = errors.New("pull request ended early without messages")
+
+// fetchEvent is a pull forwarder's message to the shepherd: a received message, or (end set)
+// the end of its pull request, sent after its last message.
+type fetchEvent struct {
+	msg jetstream.Msg
+	end *pullEnd
+}
+
+type pullEnd struct {
+	pull      *openPull
+	requested int
+	received  int
+	err       error
+	took      time.Duration
+}
+
+// openPull is a pull request waiting at the server.
+type openPull struct {
+	cancel  context.CancelFunc
+	renewed bool // canceled after a reconnect (the server forgot it), not failed
+}
+
+type repairResult struct {
+	cons jetstream.Consumer
+	err  error
+}
+
+// taskQueue is a FIFO of tasks received and not yet started.
+type taskQueue struct {
+	buf  []*task
+	head int
+}
+
+func (q *taskQueue) len() int     { return len(q.buf) - q.head }
+func (q *taskQueue) push(t *task) { q.buf = append(q.buf, t) }
+func (q *taskQueue) pop() *task {
+	t := q.buf[q.head]
+	q.buf[q.head] = nil
+	q.head++
+	if q.head == len(q.buf) {
+		q.buf, q.head = q.buf[:0], 0
+	}
+	return t
+}
+
+// shepherd is the one goroutine that owns the worker's scheduling state: the local queue, which
+// slots sleep, which tasks run, and how many messages open pull requests may still bring. It
+// decides every pull (only for free slots), every wakeup (one sleeper per job, never more) and
+// every outcome that goes to the completer, and it runs the drain.
+type shepherd struct {
+	cfg   *resolved
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	log   zerolog.Logger
+	stats *counters
+	beat  chan<- struct{} // asks the heartbeat goroutine for an early heartbeat; never blocks
+
+	// Channels. The shepherd reads fetched, done, expired and repaired, and writes wake and
+	// reports. Writers of the channels it reads select on quit, which it closes on return.
+	fetched  chan fetchEvent   // written by pull forwarders, one goroutine per open pull
+	done     chan completion   // written by pool slots
+	expired  chan *task        // written by watchdog timers of attempts with a deadline
+	repaired chan repairResult // written by the repair goroutine
+	// wake is read by sleeping slots. It has capacity Concurrency and the shepherd sends only
+	// for slots it counts as sleeping, so a send never blocks and wakes exactly one slot.
+	wake chan *task
+	quit chan struct{}
+	// drainStarted is closed when the drain begins, for Run to bound it.
+	drainStarted chan struct{}
+	// reports is read by the completer and closed by the shepherd on return. A send blocks
+	// while the completer cannot keep up, which is the worker's backpressure.
+	reports chan<- completerEvent
+
+	// State, owned by the shepherd goroutine.
+	cons      jetstream.Consumer
+	pullCtx   context.Context // canceled when the drain begins: ends open pulls and repairs
+	queue     taskQueue
+	sleepers  int
+	active    map[*task]struct{} // handed to a slot, outcome not reported yet
+	stuck     int                // reported without their handler, which has not returned
+	credits   int                // messages that open pulls may still bring
+	openPulls map[*openPull]struct{}
+	backoff   time.Duration
+	retry     *time.Timer // pull back-off timer; nil when not backing off
+	repairing bool
+	draining  bool
+	fatal     error
+}
+
+// run schedules until the drain is complete: ctx done (or a fatal error), no task active and no
+// pull open. force cancels every handler's context; run calls it DrainTimeout after the drain
+// began, and abandons handlers still running TimeoutGrace later.
+func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
+	defer close(s.quit)
+	defer close(s.reports)
+	pullCtx, stopPulls := context.WithCancel(ctx)
+	defer stopPulls()
+	s.pullCtx = pullCtx
+	s.sleepers = s.cfg.Concurrency
+	s.stats.sleeping.Store(int64(s.sleepers))
+	s.active = make(map[*task]struct{}, s.cfg.Concurrency)
+	s.openPulls = make(map[*openPull]struct{}, maxOpenPulls)
+	// A reconnect loses the server's side of open pulls: renew them at once rather than wait
+	// for their missing heartbeats. A closed connection ends the worker.
+	status := s.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer s.nc.RemoveStatusListener(status)
+
+	var drainTimer, graceTimer *time.Timer
+	defer func() {
+		for _, t := range []*time.Timer{drainTimer, graceTimer, s.retry} {
+			if t != nil {
+				t.Stop()
+			}
+		}
+	}()
+	ctxDone := ctx.Done()
+	s.pull()
+	for {
+		if !s.draining && (ctxDone == nil || s.fatal != nil) {
+			s.startDrain(stopPulls)
+			drainTimer = time.NewTimer(s.cfg.DrainTimeout)
+		}
+		if s.draining && len(s.active) == 0 && len(s.openPulls) == 0 && !s.repairing {
+			break
+		}
+		var retryC, drainC, graceC <-chan time.Time
+		if s.retry != nil {
+			retryC = s.retry.C
+		}
+		if drainTimer != nil {
+			drainC = drainTimer.C
+		}
+		if graceTimer != nil {
+			graceC = graceTimer.C
+		}
+		select {
+		case ev := <-s.fetched:
+			s.onFetch(ev)
+		case c := <-s.done:
+			s.onDone(c)
+		case t := <-s.expired:
+			s.onExpired(t)
+		case r := <-s.repaired:
+			s.onRepaired(r)
+		case st, ok := <-status:
+			if !ok {
+				status = nil
+				continue
+			}
+			s.onStatus(st)
+		case <-retryC:
+			s.retry = nil
+		case <-ctxDone:
+			ctxDone = nil
+		case <-drainC:
+			drainTimer = nil
+			if len(s.active) > 0 {
+				s.log.Warn().Int("running", len(s.active)).Dur("drain_timeout", s.cfg.DrainTimeout).
+					Msg("worker: drain timeout, canceling running jobs")
+			}
+			force()
+			graceTimer = time.NewTimer(s.cfg.TimeoutGrace)
+		case <-graceC:
+			graceTimer = nil
+			s.abandonAll()
+		}
+		s.absorb()
+		s.pull()
+	}
+	s.log.Debug().Int("stuck", s.stuck).Msg("worker: drain complete")
+	return s.fatal
+}
+
+// absorb handles events that are already waiting, so that their effect on pulls is decided
+// once ("batch, then signal once").
+func (s *shepherd) absorb() {
+	for range absorbLimit {
+		select {
+		case ev := <-s.fetched:
+			s.onFetch(ev)
+		case c := <-s.done:
+			s.onDone(c)
+		default:
+			return
+		}
+	}
+}
+
+// pull opens a pull request for the slots that nothing covers yet: sleeping slots, less queued
+// jobs, less messages open pulls may still bring. A message may hold several jobs; the extra ones
+// wait in the queue.
+func (s *shepherd) pull() {
+	if s.draining || s.repairing || s.retry != nil || len(s.openPulls) >= maxOpenPulls {
+		return
+	}
+	want := s.sleepers - s.queue.len() - s.credits
+	if want <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.pullCtx, pullExpiry)
+	mb, err := s.cons.Fetch(want, jetstream.FetchContext(ctx))
+	if err != nil {
+		cancel()
+		s.pullFailed(err)
+		return
+	}
+	p := &openPull{cancel: cancel}
+	s.openPulls[p] = struct{}{}
+	s.credits += want
+	s.stats.pulls.Add(1)
+	go s.forward(p, mb, want, time.Now())
+}
+
+// forward passes one pull request's messages to the shepherd, then its end. The shepherd reads
+// fetched until every pull has ended, so the sends cannot block forever.
+func (s *shepherd) forward(p *openPull, mb jetstream.MessageBatch, requested int, started time.Time) {
+	defer p.cancel()
+	n := 0
+	for m := range mb.Messages() {
+		s.fetched <- fetchEvent{msg: m}
+		n++
+	}
+	s.fetched <- fetchEvent{end: &pullEnd{pull: p, requested: requested, received: n, err: mb.Error(), took: time.Since(started)}}
+}
+
+func (s *shepherd) onFetch(ev fetchEvent) {
+	if ev.end != nil {
+		s.onPullEnd(*ev.end)
+		return
+	}
+	s.credits--
+	s.stats.batches.Add(1)
+	data := ev.msg.Data()
+	jobs, err := wire.DecodeWork(data)
+	if err == nil && len(jobs) == 0 {
+		err = fmt.Errorf("%w: work batch without jobs", wire.ErrMalformed)
+	}
+	if err != nil {
+		// It can never succeed: terminate it rather than let it come back after every lease.
+		s.stats.malformed.Add(1)
+		s.log.Error().Err(err).Str("subject", ev.msg.Subject()).Int("bytes", len(data)).
+			Msg("worker: malformed work batch terminated")
+		if err := ev.msg.TermWithReason("weave: " + err.Error()); err != nil {
+			s.log.Warn().Err(err).Msg("worker: terminate malformed work batch")
+		}
+		return
+	}
+	b := &batch{msg: ev.msg, jobs: len(jobs)}
+	s.reports <- completerEvent{batch: b}
+	for _, wj := range jobs {
+		t := &task{
+			job: Job{
+				ID: wj.ID, Group: wj.Group, Key: wj.Key, Payload: wj.Payload,
+				Attempt: int(wj.Attempt), Timeout: wj.Timeout,
+			},
+			timeout: s.cfg.timeoutOf(wj),
+			batch:   b,
+		}
+		if s.draining {
+			s.release(t)
+			continue
+		}
+		s.queue.push(t)
+	}
+	// Every job queued first, then the wakeups: one sleeper per job.
+	for s.sleepers > 0 && s.queue.len() > 0 {
+		t := s.queue.pop()
+		s.sleepers--
+		s.start(t)
+		s.wake <- t
+		s.stats.wakeups.Add(1)
+	}
+	s.gauges()
+}
+
+// onDone takes a slot's outcome and answers with the slot's next task: the oldest queued job,
+// run by this already awake goroutine, or nil to sleep.
+func (s *shepherd) onDone(c completion) {
+	t := c.task
+	if t.reported {
+		s.stuck--
+		s.log.Warn().Uint64("job", t.job.ID).Int("attempt", t.job.Attempt).
+			Msg("worker: handler returned after its attempt was reported; outcome discarded, slot back in use")
+	} else {
+		delete(s.active, t)
+		s.report(t, c.out)
+	}
+	if s.queue.len() > 0 {
+		next := s.queue.pop()
+		s.start(next)
+		c.reply <- next
+	} else {
+		s.sleepers++
+		c.reply <- nil
+	}
+	s.gauges()
+}
+
+// onExpired reports an attempt whose handler has ignored its deadline for TimeoutGrace. The
+// handler keeps its slot until it returns.
+func (s *shepherd) onExpired(t *task) {
+	if _, ok := s.active[t]; !ok {
+		return // it returned in time; the timer lost the race
+	}
+	s.abandon(t, kindTimeout, fmt.Sprintf("timeout after %v: the handler ignored its context and had not returned %v later",
+		t.timeout, s.cfg.TimeoutGrace))
+}
+
+// abandonAll reports every attempt still running TimeoutGrace after a forced shutdown.
+func (s *shepherd) abandonAll() {
+	for t := range s.active {
+		s.abandon(t, kindShutdown, fmt.Sprintf("canceled at worker shutdown: the handler had not returned %v after its context was canceled",
+			s.cfg.TimeoutGrace))
+	}
+}
+
+func (s *shepherd) abandon(t *task, k kind, text string) {
+	delete(s.active, t)
+	s.stuck++
+	s.stats.abandoned.Add(1)
+	s.log.Warn().Uint64("job", t.job.ID).Int("attempt", t.job.Attempt).Str("reason", text).
+		Msg("worker: attempt reported without its handler, which keeps its slot until it returns")
+	s.report(t, outcome{kind: k, report: wire.Report{
+		ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: wire.StatusError,
+		Duration: clampDuration(time.Since(t.started)), Data: []byte(truncate(text, s.cfg.MaxResultSize)),
+	}})
+	s.gauges()
+}
+
+func (s *shepherd) start(t *task) {
+	t.started = time.Now()
+	s.active[t] = struct{}{}
+	s.stats.jobsRun.Add(1)
+}
+
+func (s *shepherd) release(t *task) {
+	s.report(t, outcome{kind: kindReleased, report: wire.Report{
+		ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: wire.StatusReleased,
+	}})
+}
+
+// report counts an outcome and hands it to the completer.
+func (s *shepherd) report(t *task, out outcome) {
+	t.reported = true
+	switch out.kind {
+	case kindOK:
+		s.stats.jobsOK.Add(1)
+	case kindReleased:
+		s.stats.released.Add(1)
+	case kindTimeout:
+		s.stats.timeouts.Add(1)
+		s.stats.jobsFailed.Add(1)
+	default:
+		s.stats.jobsFailed.Add(1)
+	}
+	s.reports <- completerEvent{batch: t.batch, report: out.report, isReport: true}
+}
+
+// startDrain stops pulling and gives back every job not started.
+func (s *shepherd) startDrain(stopPulls context.CancelFunc) {
+	s.draining = true
+	s.stats.draining.Store(true)
+	close(s.drainStarted)
+	// Canceling a pull unsubscribes its inbox, so the server stops delivering to it; a batch
+	// already on its way is not received and goes to another worker after its lease.
+	stopPulls()
+	if s.retry != nil {
+		s.retry.Stop()
+		s.retry = nil
+	}
+	released := s.queue.len()
+	for s.queue.len() > 0 {
+		s.release(s.queue.pop())
+	}
+	s.gauges()
+	select {
+	case s.beat <- struct{}{}:
+	default:
+	}
+	ev := s.log.Info().Int("running", len(s.active)).Int("released", released)
+	if s.fatal != nil {
+		ev = s.log.Error().Err(s.fatal).Int("running", len(s.active)).Int("released", released)
+	}
+	ev.Msg("worker: draining")
+}
+
+func (s *shepherd) onPullEnd(e pullEnd) {
+	delete(s.openPulls, e.pull)
+	s.credits -= e.requested - e.received
+	switch {
+	case s.draining || e.pull.renewed:
+		return // ended on purpose
+	case e.received > 0 || (e.err == nil && e.took >= pullExpiry/2):
+		s.backoff = 0
+		return
+	}
+	err := e.err
+	if err == nil {
+		err = errPullEndedEarly
+	}
+	s.pullFailed(err)
+}
+
+// pullFailed backs off before the next pull and, if the consumer seems gone, re-creates it.
+func (s *shepherd) pullFailed(err error) {
+	if s.nc.IsClosed() {
+		s.fatal = fmt.Errorf("weave: worker %s: %w", s.cfg.ID, nats.ErrConnectionClosed)
+		return
+	}
+	s.backoff = min(max(2*s.backoff, minPullBackoff), maxPullBackoff)
+	s.retry = time.NewTimer(s.backoff)
+	s.log.Warn().Err(err).Dur("backoff", s.backoff).Msg("worker: pull failed")
+	if !s.repairing && consumerGone(err) {
+		s.repair()
+	}
+}
+
+// consumerGone reports whether a pull error suggests that the consumer or its stream no longer
+// exists. A pull sent to a missing consumer has no responders.
+func consumerGone(err error) bool {
+	for _, e := range []error{jetstream.ErrConsumerDeleted, jetstream.ErrConsumerNotFound, jetstream.ErrStreamNotFound,
+		nats.ErrNoResponders, errPullEndedEarly} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// repair re-creates the streams and the pool's consumer in the background (someone deleted them).
+func (s *shepherd) repair() {
+	s.repairing = true
+	ctx := s.pullCtx
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, repairTimeout)
+		defer cancel()
+		cons, err := ensureConsumer(ctx, s.js, s.cfg)
+		s.repaired <- repairResult{cons: cons, err: err} // the shepherd waits for it before returning
+	}()
+}
+
+// onStatus handles a change of the connection's status.
+func (s *shepherd) onStatus(st nats.Status) {
+	switch st {
+	case nats.CLOSED:
+		s.fatal = fmt.Errorf("weave: worker %s: %w", s.cfg.ID, nats.ErrConnectionClosed)
+	case nats.CONNECTED:
+		s.log.Info().Int("pulls", len(s.openPulls)).Msg("worker: reconnected, renewing pull requests")
+		for p := range s.openPulls {
+			p.renewed = true
+			p.cancel()
+		}
+		if s.retry != nil {
+			s.retry.Stop()
+			s.retry = nil
+		}
+		s.backoff = 0
+	}
+}
+
+func (s *shepherd) onRepaired(r repairResult) {
+	s.repairing = false
+	if r.err != nil {
+		if !s.draining {
+			s.log.Warn().Err(r.err).Msg("worker: re-create consumer")
+		}
+		return
+	}
+	s.cons = r.cons
+	s.log.Info().Str("consumer", s.cfg.names.WorkConsumer(s.cfg.pool)).Msg("worker: consumer re-created")
+}
+
+// gauges publishes the state that Stats and heartbeats read.
+func (s *shepherd) gauges() {
+	s.stats.sleeping.Store(int64(s.sleepers))
+	s.stats.queued.Store(int64(s.queue.len()))
+	s.stats.stuck.Store(int64(s.stuck))
+}
+
+// ensureConsumer creates the namespace's streams if needed and creates or updates the pool's
+// durable consumer.
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolved) (jetstream.Consumer, error) {
+	if err := topology.Ensure(ctx, js, cfg.names, cfg.Streams); err != nil {
+		return nil, err
+	}
+	cc := topology.WorkConsumer(cfg.names, cfg.pool, cfg.Lease)
+	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.names.WorkStream(), cc)
+	if err != nil {
+		return nil, fmt.Errorf("weave: create consumer %s: %w", cc.Durable, err)
+	}
+	return cons, nil
+}

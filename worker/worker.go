@@ -1,0 +1,214 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// ErrAlreadyStarted is returned by a second call of Run.
+var ErrAlreadyStarted = errors.New("weave: worker already started")
+
+// finalFlushTimeout is how long Run waits for the last reports to be persisted, beyond
+// DrainTimeout and TimeoutGrace, before it gives up on them.
+const finalFlushTimeout = 5 * time.Second
+
+// Worker runs the jobs of one pool with a bounded number of goroutines. Create it with New and
+// run it with Run; Stats may be called at any time, from any goroutine.
+type Worker struct {
+	nc      *nats.Conn
+	cfg     resolved
+	handler Handler
+	log     zerolog.Logger
+	stats   counters
+	started atomic.Bool
+}
+
+// New validates cfg and returns a worker that runs jobs with h over nc. Errors for a bad
+// configuration wrap ErrInvalidConfig. New does no I/O; Run creates what it needs.
+func New(nc *nats.Conn, cfg Config, h Handler) (*Worker, error) {
+	if nc == nil {
+		return nil, invalid("nil NATS connection")
+	}
+	if f, ok := h.(HandlerFunc); h == nil || ok && f == nil {
+		return nil, invalid("nil Handler")
+	}
+	r, err := resolve(cfg, nc.MaxPayload())
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		nc:      nc,
+		cfg:     r,
+		handler: h,
+		log:     r.Logger.With().Str("worker", r.ID).Str("pool", r.pool).Logger(),
+	}
+	w.stats.sleeping.Store(int64(r.Concurrency))
+	return w, nil
+}
+
+// ID returns the worker's ID.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Pool returns the key of the worker's pool (see wire.PoolKey): "any", or "p" and 16 hex digits.
+func (w *Worker) Pool() string { return w.cfg.pool }
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() Stats { return w.stats.snapshot(w.cfg.Concurrency) }
+
+// Run creates the streams and the pool's consumer if needed, then pulls and runs jobs until ctx
+// is done. It may be called once.
+//
+// When ctx is done Run drains: it stops pulling, gives back the jobs it holds but has not
+// started (reported released, which costs no attempt), and lets running jobs finish for up to
+// DrainTimeout. Then it cancels their contexts; handlers still running TimeoutGrace later are
+// reported failed and left behind (their goroutines end when they return). Run returns once every
+// report is persisted and its batches acked, after a last heartbeat that tells the coordinator
+// this worker has stopped.
+//
+// Run returns nil after a clean drain, an error from setup, an error wrapping
+// ErrReportsNotPersisted if JetStream did not acknowledge the last reports within 5s more, or an
+// error wrapping nats.ErrConnectionClosed if nc was closed under it.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return ErrAlreadyStarted
+	}
+	cfg := &w.cfg
+	js, err := jetstream.New(w.nc, jetstream.WithPublishAsyncTimeout(reportAckTimeout))
+	if err != nil {
+		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)
+	}
+	cons, err := ensureConsumer(ctx, js, cfg)
+	if err != nil {
+		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)
+	}
+
+	// Handlers' contexts keep ctx's values but not its cancellation: they are canceled only
+	// when the drain runs out of time.
+	handlerCtx, force := context.WithCancel(context.WithoutCancel(ctx))
+	defer force()
+	giveUpCtx, giveUp := context.WithCancelCause(context.Background())
+	defer giveUp(nil)
+
+	n := cfg.Concurrency
+	var (
+		quit     = make(chan struct{})                              // closed by the shepherd on return
+		reports  = make(chan completerEvent, min(max(n, 64), 1024)) // shepherd → completer
+		wake     = make(chan *task, n)                              // shepherd → sleeping slots
+		done     = make(chan completion)                            // slots → shepherd
+		expired  = make(chan *task)                                 // watchdog timers → shepherd
+		exited   = make(chan struct{}, n)                           // slots → Run, one per returned goroutine
+		beat     = make(chan struct{}, 1)                           // shepherd → heartbeats: send one now
+		draining = make(chan struct{})                              // closed by the shepherd when it starts draining
+	)
+	maxPayload := int(w.nc.MaxPayload())
+	if maxPayload <= 0 {
+		maxPayload = 1 << 20
+	}
+	comp := &completer{
+		cfg: cfg, nc: w.nc, js: js, log: w.log, stats: &w.stats,
+		subject:  cfg.names.ReportSubject(cfg.ID),
+		maxBytes: maxPayload - reportOverhead/2,
+		runID:    nuid.Next(),
+		in:       reports,
+	}
+	shep := &shepherd{
+		cfg: cfg, nc: w.nc, js: js, log: w.log, stats: &w.stats, beat: beat, cons: cons,
+		fetched: make(chan fetchEvent), done: done, expired: expired, repaired: make(chan repairResult),
+		wake: wake, quit: quit, reports: reports, drainStarted: draining,
+	}
+	slots := &pool{
+		handler: w.handler, base: handlerCtx, grace: cfg.TimeoutGrace, maxResult: cfg.MaxResultSize,
+		log: w.log, stats: &w.stats,
+		wake: wake, done: done, expired: expired, quit: quit, exited: exited,
+	}
+
+	w.log.Info().Int("concurrency", n).Strs("resources", cfg.resources).Msg("worker: running")
+
+	// Goroutines, each owned by Run, which waits for all of them below (except slots stuck in
+	// a handler that ignores its context).
+	compDone := make(chan error, 1)
+	go func() { compDone <- comp.run(giveUpCtx) }()
+	slots.start(n)
+	shepDone := make(chan error, 1)
+	go func() { shepDone <- shep.run(ctx, force) }()
+	hbStop, hbDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		w.heartbeats(beat, hbStop)
+	}()
+
+	// The drain begins when ctx is done or the shepherd meets a fatal error. It is bounded:
+	// DrainTimeout for running jobs, TimeoutGrace after canceling them, then finalFlushTimeout
+	// for the last reports.
+	<-draining
+	budget := time.NewTimer(cfg.DrainTimeout + cfg.TimeoutGrace + finalFlushTimeout)
+	defer budget.Stop()
+	var compErr error
+	select {
+	case compErr = <-compDone:
+	case <-budget.C:
+		giveUp(fmt.Errorf("drain took longer than %v", cfg.DrainTimeout+cfg.TimeoutGrace+finalFlushTimeout))
+		compErr = <-compDone
+	}
+	shepErr := <-shepDone
+	for range n - shep.stuck {
+		<-exited
+	}
+	close(hbStop)
+	<-hbDone
+	w.heartbeat(true)
+	if err := w.nc.FlushTimeout(time.Second); err != nil {
+		w.log.Debug().Err(err).Msg("worker: flush last heartbeat")
+	}
+	st := w.Stats()
+	w.log.Info().Uint64("jobs", st.JobsRun).Uint64("ok", st.JobsOK).Uint64("failed", st.JobsFailed).
+		Uint64("released", st.Released).Int("stuck", st.Stuck).Msg("worker: stopped")
+	return errors.Join(shepErr, compErr)
+}
+
+// heartbeats publishes a heartbeat every HeartbeatInterval, and at once on a signal from beat,
+// until stop is closed.
+func (w *Worker) heartbeats(beat <-chan struct{}, stop <-chan struct{}) {
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	w.heartbeat(false)
+	for {
+		select {
+		case <-t.C:
+			w.heartbeat(false)
+		case <-beat:
+			w.heartbeat(false)
+		case <-stop:
+			return
+		}
+	}
+}
+
+func (w *Worker) heartbeat(stopped bool) {
+	st := w.Stats()
+	hb := wire.Heartbeat{
+		Worker:      w.cfg.ID,
+		Pool:        w.cfg.pool,
+		Resources:   w.cfg.resources,
+		Concurrency: w.cfg.Concurrency,
+		Busy:        st.Busy,
+		Sleeping:    st.Sleeping,
+		Draining:    st.Draining,
+		Stopped:     stopped,
+		IntervalMS:  w.cfg.HeartbeatInterval.Milliseconds(),
+	}
+	// Core NATS: a lost heartbeat is replaced by the next one.
+	if err := w.nc.Publish(w.cfg.names.HeartbeatSubject(w.cfg.ID), hb.Marshal()); err != nil {
+		w.log.Debug().Err(err).Msg("worker: publish heartbeat")
+	}
+}
