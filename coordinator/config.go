@@ -1,0 +1,153 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/wire"
+	"github.com/weavejobs/weave/spreader"
+)
+
+// ErrInvalidConfig reports a Config that New cannot use.
+var ErrInvalidConfig = errors.New("weave: invalid coordinator config")
+
+// Defaults of Config.
+const (
+	DefaultMaxAttempts      = 5
+	DefaultPrefetch         = 1
+	DefaultRetryBase        = time.Second
+	DefaultRetryMax         = 5 * time.Minute
+	DefaultMaxBatch         = 64
+	DefaultMaxBatchBytes    = 512 << 10
+	DefaultLeaseTTL         = 10 * time.Second
+	DefaultHeartbeatMisses  = 3
+	DefaultReleaseParallism = 4
+	DefaultReadAhead        = 16
+	DefaultPayloadCache     = 32 << 20
+)
+
+// Config configures a Coordinator. The zero value is valid and gives the documented defaults.
+type Config struct {
+	// Namespace isolates this deployment's streams and subjects. Default "weave".
+	Namespace string
+
+	// Logger receives the coordinator's logs. Default: silent.
+	Logger zerolog.Logger
+
+	// Feeders is the number of groups scheduled at once (feeder slots). 0 (default) means auto:
+	// the live workers' total slots plus one, following the fleet as workers come and go.
+	Feeders int
+
+	// Policy orders the active groups' jobs: spreader.LeastInFlight (default) or
+	// spreader.RoundRobin.
+	Policy spreader.Policy
+
+	// MaxInFlightPerGroup caps the jobs of one group released at once. 0 (default): no cap.
+	MaxInFlightPerGroup int
+
+	// Prefetch lets each pool hold this many released jobs beyond its slots, so a slot that
+	// frees starts its next job at once instead of waiting a round trip for the next release.
+	// Default 1, which keeps released jobs within F = slots + 1 (the spread guarantee). Raise it
+	// for very short jobs; -1 releases only into free slots.
+	Prefetch int
+
+	// MaxAttempts is the attempt limit of jobs that do not set their own. Default 5.
+	MaxAttempts int
+
+	// RetryBase and RetryMax shape the retry delay: attempt n waits a uniformly random time in
+	// [0, min(RetryMax, RetryBase·2^(n-1))] (exponential backoff with full jitter), unless the
+	// handler asked for a specific delay. Defaults 1s and 5m.
+	RetryBase, RetryMax time.Duration
+
+	// MaxBatch bounds the jobs in one work batch. Default 64.
+	MaxBatch int
+
+	// MaxBatchBytes bounds the payload bytes of one work batch; a single larger job still goes
+	// alone. Default 512 KiB, and never above the server's max payload.
+	MaxBatchBytes int
+
+	// LeaseTTL is how long the coordinator lease lives without renewal; a standby takes over
+	// within about this long after the holder dies. Default 10s.
+	LeaseTTL time.Duration
+
+	// HeartbeatMisses is how many heartbeat periods of silence make a worker dead, its slots
+	// forgotten. Default 3.
+	HeartbeatMisses int
+
+	// ReleaseParallelism is the number of release pipelines (journal, payload fetch, publish)
+	// in flight at once. Default 4.
+	ReleaseParallelism int
+
+	// ReadAhead is how many of a group's next jobs are read along with one being released, so
+	// the payloads of the following releases are already at hand. Default 16.
+	ReadAhead int
+
+	// PayloadCacheBytes bounds the payload bytes held by the read-ahead. Default 32 MiB.
+	PayloadCacheBytes int
+
+	// Streams tunes the streams (replicas, dedup window, result retention) if this coordinator
+	// creates them.
+	Streams topology.Options
+
+	// now is the clock; tests replace it.
+	now func() time.Time
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if _, err := wire.NewNames(c.Namespace); err != nil {
+		return c, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	if c.Policy != spreader.LeastInFlight && c.Policy != spreader.RoundRobin {
+		return c, fmt.Errorf("%w: unknown policy %d", ErrInvalidConfig, c.Policy)
+	}
+	for name, v := range map[string]int{
+		"Feeders": c.Feeders, "MaxInFlightPerGroup": c.MaxInFlightPerGroup, "Prefetch": c.Prefetch + 1,
+		"MaxAttempts": c.MaxAttempts, "MaxBatch": c.MaxBatch, "MaxBatchBytes": c.MaxBatchBytes,
+		"HeartbeatMisses": c.HeartbeatMisses, "ReleaseParallelism": c.ReleaseParallelism,
+		"ReadAhead": c.ReadAhead, "PayloadCacheBytes": c.PayloadCacheBytes,
+	} {
+		if v < 0 {
+			return c, fmt.Errorf("%w: %s is %d, must not be negative", ErrInvalidConfig, name, v)
+		}
+	}
+	if c.MaxAttempts > wire.MaxAttemptsLimit {
+		return c, fmt.Errorf("%w: MaxAttempts %d above %d", ErrInvalidConfig, c.MaxAttempts, wire.MaxAttemptsLimit)
+	}
+	if c.RetryBase < 0 || c.RetryMax < 0 || c.LeaseTTL < 0 {
+		return c, fmt.Errorf("%w: durations must not be negative", ErrInvalidConfig)
+	}
+	if c.LeaseTTL != 0 && c.LeaseTTL < 100*time.Millisecond {
+		return c, fmt.Errorf("%w: LeaseTTL %v below 100ms", ErrInvalidConfig, c.LeaseTTL)
+	}
+	switch c.Prefetch {
+	case 0:
+		c.Prefetch = DefaultPrefetch
+	case -1:
+		c.Prefetch = 0
+	}
+	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
+	setDefault(&c.MaxBatch, DefaultMaxBatch)
+	setDefault(&c.MaxBatchBytes, DefaultMaxBatchBytes)
+	setDefault(&c.HeartbeatMisses, DefaultHeartbeatMisses)
+	setDefault(&c.ReleaseParallelism, DefaultReleaseParallism)
+	setDefault(&c.ReadAhead, DefaultReadAhead)
+	setDefault(&c.PayloadCacheBytes, DefaultPayloadCache)
+	setDefault(&c.RetryBase, DefaultRetryBase)
+	setDefault(&c.RetryMax, DefaultRetryMax)
+	setDefault(&c.LeaseTTL, DefaultLeaseTTL)
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c, nil
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}

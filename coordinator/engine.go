@@ -1,0 +1,362 @@
+package coordinator
+
+import (
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/internal/jobindex"
+	"github.com/weavejobs/weave/internal/journal"
+	"github.com/weavejobs/weave/internal/wire"
+	"github.com/weavejobs/weave/spreader"
+)
+
+// engine is the coordinator's state machine. It does no I/O: the loop feeds it the streams'
+// messages, heartbeats and the clock, and carries out the effects it records in e.out. One
+// goroutine (the loop) owns it; only the job index inside is shared with status readers.
+type engine struct {
+	cfg   Config
+	names wire.Names
+	log   zerolog.Logger
+	rng   *rand.Rand
+
+	epoch     uint64 // this coordinator's fencing token
+	maxEpoch  uint64 // highest epoch seen in the journal; records of lower epochs after it are fenced off
+	replaying bool   // true until the streams have been read up to their state at start
+
+	idx   *jobindex.Index
+	sched *spreader.Scheduler[*group, uint64]
+
+	groups  map[string]*group // open groups by ID (finished groups are removed once persisted)
+	arrival []*group          // open groups in arrival order, for the scheduler rebuild after replay
+	jobs    map[uint64]*job   // jobs released at least once and not yet terminal
+
+	retryReady []*job    // jobs due for another release, ahead of new offers
+	parked     []*job    // pending jobs no live pool can run (a hard requirement nobody holds)
+	retryWait  retryHeap // jobs waiting for their retry time
+
+	pools     map[string]*pool
+	poolOrder []*pool // stable iteration order; rotated for fairness between pools
+	workers   map[string]*workerInfo
+	slots     int // total slots of live workers
+
+	// replay-only state, dropped when replay ends.
+	replayGroupOf map[uint64]*group
+	replayReports map[uint64]reportAt      // latest report per job
+	replayRetries map[uint64]journal.Entry // latest retry decision per job
+
+	stats counters
+	out   effects
+}
+
+// counters are monotonic totals shown by status.
+type counters struct {
+	Admitted, Released, Retried, Rejected, StaleReports, Requeued, LostJobs uint64
+}
+
+// group is one open group.
+type group struct {
+	id, tok   string
+	openSeq   uint64 // the open message's sequence: the group's incarnation
+	sealed    bool
+	count     uint64 // jobs the producer says it published (seal); informational
+	cancelReq bool   // a cancel arrived: pending jobs end canceled, running ones are told to stop
+	admitted  uint64
+	done      uint64
+	failed    uint64
+	canceled  uint64
+	inSched   bool // added to the scheduler
+	// busy estimates the share of a released job's time that its handler runs (the rest is
+	// queueing and round trips), from the group's reports: an exponentially weighted average of
+	// handler duration ÷ (report time − release time). By Little's law, released jobs × busy is
+	// the group's running jobs as the handlers see them.
+	busy     float64
+	finished bool // every job terminal and the summary is being written
+
+	outcomes []wire.Outcome // terminal outcomes not yet handed to the writer
+}
+
+func (g *group) terminal() uint64 { return g.done + g.failed + g.canceled }
+
+// job is a job that has been released at least once and is not terminal yet.
+type job struct {
+	id      uint64
+	g       *group
+	attempt uint32    // number of the current (or last) release: unique per job, increasing
+	free    uint32    // releases that did not count as attempts (drained, lost before running)
+	pool    *pool     // while running
+	since   time.Time // when the current attempt was released
+	key     string
+	maxAtt  int
+	lastErr []byte
+	counted bool // counted in the scheduler's in-flight for its group
+	retryAt time.Time
+	heapIdx int
+}
+
+// reportAt is a report seen during replay, applied once the journal has been read.
+type reportAt struct {
+	worker string
+	r      wire.Report
+}
+
+// effects are the side effects the loop must carry out after a step, in this order.
+type effects struct {
+	releases   []release
+	retries    []journal.Entry
+	outcomes   []*group // groups with outcomes to write
+	summaries  []*group // finished groups whose summary to write (after their outcomes)
+	purges     []*group // finished groups whose summary exists: purge their jobs, forget them
+	rejections []rejection
+	cancels    []uint64 // running jobs whose handlers must be canceled
+}
+
+func (o *effects) empty() bool {
+	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels) == 0
+}
+
+// release is a batch of jobs handed to a pool.
+type release struct {
+	pool *pool
+	jobs []*job
+}
+
+// rejection records a message the coordinator refused.
+type rejection struct {
+	subject string
+	seq     uint64
+	reason  string
+}
+
+func newEngine(cfg Config, names wire.Names, epoch uint64) (*engine, error) {
+	sched, err := spreader.NewScheduler[*group, uint64](spreader.Config{
+		Feeders:             max(cfg.Feeders, 1),
+		Policy:              cfg.Policy,
+		MaxInFlightPerGroup: cfg.MaxInFlightPerGroup,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &engine{
+		cfg:           cfg,
+		names:         names,
+		log:           cfg.Logger,
+		rng:           rand.New(rand.NewPCG(epoch, uint64(cfg.now().UnixNano()))),
+		epoch:         epoch,
+		replaying:     true,
+		idx:           jobindex.New(),
+		sched:         sched,
+		groups:        map[string]*group{},
+		jobs:          map[uint64]*job{},
+		pools:         map[string]*pool{},
+		workers:       map[string]*workerInfo{},
+		replayGroupOf: map[uint64]*group{},
+		replayReports: map[uint64]reportAt{},
+		replayRetries: map[uint64]journal.Entry{},
+	}, nil
+}
+
+func (e *engine) reject(subject string, seq uint64, reason string) {
+	e.stats.Rejected++
+	e.log.Warn().Str("subject", subject).Uint64("seq", seq).Str("reason", reason).Msg("rejected message")
+	e.out.rejections = append(e.out.rejections, rejection{subject: subject, seq: seq, reason: reason})
+}
+
+// feed applies one message of the JOBS stream (headers only).
+func (e *engine) feed(subject string, seq uint64, h nats.Header) {
+	if strings.HasPrefix(subject, e.names.GroupSubject("")) {
+		c, err := wire.ParseGroupControl(h)
+		if err != nil {
+			e.reject(subject, seq, err.Error())
+			return
+		}
+		e.control(subject, seq, c)
+		return
+	}
+	m, err := wire.ParseJobMeta(h)
+	if err != nil {
+		e.reject(subject, seq, err.Error())
+		return
+	}
+	e.admit(subject, seq, m)
+}
+
+func (e *engine) control(subject string, seq uint64, c wire.GroupControl) {
+	g := e.groups[c.Group]
+	switch c.Op {
+	case wire.OpOpen:
+		if g != nil {
+			e.reject(subject, seq, "group "+c.Group+" is already open")
+			return
+		}
+		g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, busy: 1}
+		e.groups[c.Group] = g
+		e.arrival = append(e.arrival, g)
+		if !e.replaying {
+			e.schedule(g, nil)
+		}
+	case wire.OpSeal:
+		if g == nil || g.sealed {
+			e.reject(subject, seq, "seal of a group that is not open: "+c.Group)
+			return
+		}
+		g.sealed, g.count = true, c.Count
+		if g.inSched {
+			_ = e.sched.Seal(g)
+		}
+		e.checkFinished(g)
+	case wire.OpCancel:
+		if g == nil {
+			e.reject(subject, seq, "cancel of a group that is not open: "+c.Group)
+			return
+		}
+		e.cancelGroup(g)
+	}
+}
+
+func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) {
+	g := e.groups[m.Group]
+	switch {
+	case g == nil:
+		e.reject(subject, seq, "job for a group that is not open: "+m.Group)
+		return
+	case g.sealed:
+		e.reject(subject, seq, "job after the seal of group "+m.Group)
+		return
+	case subject != e.names.JobSubject(g.tok):
+		e.reject(subject, seq, "job subject does not match its group "+m.Group)
+		return
+	}
+	if err := e.idx.Add(seq, m.Group, m.Require, m.Prefer); err != nil {
+		e.reject(subject, seq, err.Error())
+		return
+	}
+	g.admitted++
+	e.stats.Admitted++
+	switch {
+	case g.cancelReq:
+		e.moveTerminal(seq, jobindex.Canceled)
+		e.recordOutcome(g, wire.Outcome{ID: seq, Key: m.Key, State: wire.FinalCanceled, Data: []byte("group canceled")})
+	case e.replaying:
+		e.replayGroupOf[seq] = g
+	case g.inSched:
+		_ = e.sched.Push(g, seq)
+	}
+}
+
+// schedule hands a group to the scheduler with its pending jobs (in ID order).
+func (e *engine) schedule(g *group, pending []uint64) {
+	if err := e.sched.AddGroup(g); err != nil {
+		e.log.Error().Err(err).Str("group", g.id).Msg("scheduler refused group")
+		return
+	}
+	g.inSched = true
+	if len(pending) > 0 {
+		_ = e.sched.Push(g, pending...)
+	}
+	if g.sealed {
+		_ = e.sched.Seal(g)
+	}
+}
+
+func (e *engine) cancelGroup(g *group) {
+	if g.cancelReq {
+		return
+	}
+	g.cancelReq = true
+	const reason = "group canceled"
+	if g.inSched {
+		for _, id := range e.sched.Cancel(g) {
+			e.moveTerminal(id, jobindex.Canceled)
+			e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)})
+		}
+		g.inSched = false
+	}
+	for _, j := range e.jobs {
+		if j.g != g {
+			continue
+		}
+		st, _ := e.idx.State(j.id)
+		switch st {
+		case jobindex.Running:
+			e.out.cancels = append(e.out.cancels, j.id)
+		case jobindex.RetryWait, jobindex.Pending:
+			e.dropRetry(j)
+			e.finish(j, jobindex.Canceled, []byte(reason))
+		}
+	}
+	e.checkFinished(g)
+}
+
+// recordOutcome queues a terminal outcome for the group's outcome subject.
+func (e *engine) recordOutcome(g *group, o wire.Outcome) {
+	switch o.State {
+	case wire.FinalDone:
+		g.done++
+	case wire.FinalFailed:
+		g.failed++
+	case wire.FinalCanceled:
+		g.canceled++
+	}
+	if len(g.outcomes) == 0 {
+		e.out.outcomes = append(e.out.outcomes, g)
+	}
+	g.outcomes = append(g.outcomes, o)
+	e.checkFinished(g)
+}
+
+func (e *engine) checkFinished(g *group) {
+	if g.finished || !g.sealed || g.terminal() != g.admitted || e.replaying {
+		return
+	}
+	g.finished = true
+	if g.inSched {
+		e.sched.Cancel(g) // frees its slot if it still holds one; its queue is empty
+		g.inSched = false
+	}
+	e.out.summaries = append(e.out.summaries, g)
+}
+
+// forget drops a finished group whose summary is persisted.
+func (e *engine) forget(g *group) {
+	if e.groups[g.id] == g {
+		delete(e.groups, g.id)
+	}
+	if _, err := e.idx.Forget(g.id); err != nil {
+		e.log.Error().Err(err).Str("group", g.id).Msg("forgetting a finished group")
+	}
+	for i, a := range e.arrival {
+		if a == g {
+			e.arrival = append(e.arrival[:i], e.arrival[i+1:]...)
+			break
+		}
+	}
+}
+
+// moveTerminal moves a job to a terminal state along legal transitions.
+func (e *engine) moveTerminal(id uint64, to jobindex.State) {
+	st, ok := e.idx.State(id)
+	if !ok || st == to {
+		return
+	}
+	if to == jobindex.Done || to == jobindex.Failed {
+		if st == jobindex.RetryWait {
+			e.mustMove(id, jobindex.Pending)
+			st = jobindex.Pending
+		}
+		if st == jobindex.Pending {
+			e.mustMove(id, jobindex.Running)
+		}
+	}
+	e.mustMove(id, to)
+}
+
+func (e *engine) mustMove(id uint64, to jobindex.State) {
+	if _, err := e.idx.Move(id, to); err != nil {
+		// A bug, not bad input: every caller checks the state first.
+		e.log.Error().Err(err).Uint64("job", id).Msg("illegal state transition")
+	}
+}

@@ -1,0 +1,426 @@
+package coordinator
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/internal/jobindex"
+	"github.com/weavejobs/weave/internal/journal"
+	"github.com/weavejobs/weave/internal/wire"
+	"github.com/weavejobs/weave/spreader"
+)
+
+// testEngine drives an engine without NATS: the test plays the streams and the workers.
+type testEngine struct {
+	t   *testing.T
+	e   *engine
+	seq uint64
+	now time.Time
+}
+
+func newTestEngine(t *testing.T, cfg Config) *testEngine {
+	t.Helper()
+	te := &testEngine{t: t, now: time.Unix(1_700_000_000, 0)}
+	cfg.now = func() time.Time { return te.now }
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := wire.NewNames(cfg.Namespace)
+	e, err := newEngine(cfg, names, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.finishReplay(nil, te.now)
+	te.e = e
+	return te
+}
+
+func (te *testEngine) control(c wire.GroupControl) uint64 {
+	te.seq++
+	te.e.feed(te.e.names.GroupSubject(wire.GroupToken(c.Group)), te.seq, c.Header())
+	return te.seq
+}
+
+func (te *testEngine) open(g string) { te.control(wire.GroupControl{Group: g, Op: wire.OpOpen}) }
+func (te *testEngine) seal(g string) { te.control(wire.GroupControl{Group: g, Op: wire.OpSeal}) }
+
+func (te *testEngine) job(m wire.JobMeta) uint64 {
+	te.seq++
+	te.e.feed(te.e.names.JobSubject(wire.GroupToken(m.Group)), te.seq, m.Header())
+	return te.seq
+}
+
+func (te *testEngine) worker(id string, conc int, resources ...string) {
+	te.e.heartbeat(wire.Heartbeat{Version: wire.Version, Worker: id, Pool: wire.PoolKey(resources), Resources: resources, Concurrency: conc, Sleeping: conc, IntervalMS: 1000}, te.now)
+}
+
+// releases runs a release decision and returns the released jobs per pool key.
+func (te *testEngine) releases() map[string][]*job {
+	te.e.releaseAll()
+	got := map[string][]*job{}
+	for _, r := range te.e.out.releases {
+		got[r.pool.key] = append(got[r.pool.key], r.jobs...)
+		for _, j := range r.jobs {
+			te.e.released(j.id, fmt.Sprint("key-", j.id), 0)
+		}
+	}
+	te.e.out.releases = nil
+	return got
+}
+
+func (te *testEngine) report(j *job, st wire.Status, data string) {
+	te.e.report("w", wire.Report{ID: j.id, Attempt: j.attempt, Status: st, Data: []byte(data)}, te.now)
+}
+
+func (te *testEngine) state(id uint64) jobindex.State {
+	st, ok := te.e.idx.State(id)
+	if !ok {
+		te.t.Fatalf("job %d unknown", id)
+	}
+	return st
+}
+
+func TestReleaseFollowsCapacity(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	te.open("g")
+	for range 10 {
+		te.job(wire.JobMeta{Group: "g"})
+	}
+	te.seal("g")
+	if got := te.releases(); len(got) != 0 {
+		t.Fatalf("released %v with no workers", got)
+	}
+	te.worker("w1", 3)
+	got := te.releases()["any"]
+	if len(got) != 3+DefaultPrefetch {
+		t.Fatalf("released %d jobs to 3 free slots and %d prefetch place", len(got), DefaultPrefetch)
+	}
+	if again := te.releases(); len(again) != 0 {
+		t.Fatalf("released beyond capacity: %v", again)
+	}
+	te.report(got[0], wire.StatusOK, "r")
+	if n := len(te.releases()["any"]); n != 1 {
+		t.Fatalf("one completion freed %d releases, want 1", n)
+	}
+	if te.state(got[0].id) != jobindex.Done {
+		t.Fatalf("reported job is %v", te.state(got[0].id))
+	}
+}
+
+func TestGroupFinishesWithSummary(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	te.worker("w1", 8)
+	te.open("g")
+	te.job(wire.JobMeta{Group: "g", Key: "a"})
+	te.job(wire.JobMeta{Group: "g", Key: "b"})
+	te.seal("g")
+	rel := te.releases()["any"]
+	te.report(rel[0], wire.StatusOK, "one")
+	if len(te.e.out.summaries) != 0 {
+		t.Fatal("summary before every job is terminal")
+	}
+	te.report(rel[1], wire.StatusPermanent, "bad input")
+	if len(te.e.out.summaries) != 1 {
+		t.Fatalf("no summary after the last job")
+	}
+	g := te.e.out.summaries[0]
+	if g.done != 1 || g.failed != 1 || len(g.outcomes) != 2 || string(g.outcomes[1].Data) != "bad input" {
+		t.Fatalf("group %+v outcomes %+v", g, g.outcomes)
+	}
+}
+
+func TestEmptySealedGroupFinishes(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	te.open("empty")
+	te.seal("empty")
+	if len(te.e.out.summaries) != 1 {
+		t.Fatal("an empty sealed group did not finish")
+	}
+}
+
+func TestRetryWithBackoff(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{MaxAttempts: 3, RetryBase: time.Second, RetryMax: time.Minute, Prefetch: -1})
+	te.worker("w1", 1)
+	te.open("g")
+	id := te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	for attempt := uint32(1); attempt <= 3; attempt++ {
+		rel := te.releases()["any"]
+		if len(rel) != 1 || rel[0].attempt != attempt {
+			t.Fatalf("attempt %d: released %+v", attempt, rel)
+		}
+		te.report(rel[0], wire.StatusError, "boom")
+		if attempt == 3 {
+			break
+		}
+		if te.state(id) != jobindex.RetryWait {
+			t.Fatalf("after failed attempt %d job is %v", attempt, te.state(id))
+		}
+		if len(te.releases()) != 0 {
+			t.Fatal("a retry-waiting job was released before its time")
+		}
+		due := te.e.nextDue()
+		if ceiling := te.now.Add(time.Second << (attempt - 1)); due.After(ceiling) || due.Before(te.now) {
+			t.Fatalf("retry at %v, outside [now, %v]", due, ceiling)
+		}
+		if len(te.e.out.retries) != 1 {
+			t.Fatalf("retry not journaled: %+v", te.e.out.retries)
+		}
+		te.e.out.retries = nil
+		te.now = due
+		te.e.tick(te.now)
+	}
+	if te.state(id) != jobindex.Failed {
+		t.Fatalf("after MaxAttempts the job is %v", te.state(id))
+	}
+}
+
+func TestRetryAfterRequested(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	te.worker("w1", 1)
+	te.open("g")
+	te.job(wire.JobMeta{Group: "g"})
+	rel := te.releases()["any"]
+	te.e.report("w", wire.Report{ID: rel[0].id, Attempt: 1, Status: wire.StatusError, RetryAfter: 42 * time.Second}, te.now)
+	if due := te.e.nextDue(); due != te.now.Add(42*time.Second) {
+		t.Fatalf("retry at %v, want now+42s", due)
+	}
+}
+
+func TestAffinity(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Feeders: 10})
+	te.worker("plain", 4)
+	te.open("g")
+	need := te.job(wire.JobMeta{Group: "g", Require: []string{"gpu"}})
+	te.seal("g")
+	if got := te.releases(); len(got) != 0 {
+		t.Fatalf("a job requiring gpu went to %v", got)
+	}
+	te.worker("gpu-box", 1, "gpu")
+	got := te.releases()
+	if len(got[wire.PoolKey([]string{"gpu"})]) != 1 || got[wire.PoolKey([]string{"gpu"})][0].id != need {
+		t.Fatalf("required job not released to the holder: %v", got)
+	}
+}
+
+func TestPreferenceGoesToFreeHolderElseAnywhere(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Feeders: 10})
+	cache := wire.PoolKey([]string{"cache"})
+	te.worker("plain", 4)
+	te.worker("cached", 1, "cache")
+	for i := range 3 {
+		g := fmt.Sprint("g", i)
+		te.open(g)
+		te.job(wire.JobMeta{Group: g, Prefer: []string{"cache"}})
+		te.seal(g)
+	}
+	got := te.releases()
+	if len(got[cache]) != 1 || len(got["any"]) != 2 {
+		t.Fatalf("want 1 job on the cache holder and 2 elsewhere, got %d and %d", len(got[cache]), len(got["any"]))
+	}
+}
+
+// TestSpreadOneJobPerGroup is the spread property: with F = slots + 1 and least in-flight, no
+// group has two jobs in flight while at least F groups remain.
+func TestSpreadOneJobPerGroup(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Feeders: 5, Policy: spreader.LeastInFlight})
+	te.worker("w", 4)
+	for g := range 50 {
+		name := fmt.Sprint("g", g)
+		te.open(name)
+		for range 20 {
+			te.job(wire.JobMeta{Group: name})
+		}
+		te.seal(name)
+	}
+	running := map[*job]bool{}
+	for step := 0; ; step++ {
+		for _, j := range te.releases()["any"] {
+			running[j] = true
+		}
+		if len(running) == 0 {
+			break
+		}
+		perGroup := map[*group]int{}
+		for j := range running {
+			perGroup[j.g]++
+		}
+		if len(te.e.groups) >= 5 {
+			for g, n := range perGroup {
+				if n > 1 {
+					t.Fatalf("step %d: group %s has %d jobs in flight with %d groups left", step, g.id, n, len(te.e.groups))
+				}
+			}
+		}
+		// Finish the oldest running job.
+		var oldest *job
+		for j := range running {
+			if oldest == nil || j.id < oldest.id {
+				oldest = j
+			}
+		}
+		te.report(oldest, wire.StatusOK, "")
+		delete(running, oldest)
+		for _, g := range te.e.out.summaries {
+			te.e.forget(g)
+		}
+		te.e.out.summaries = nil
+	}
+	if te.e.idx.Count(jobindex.Done) != 0 && len(te.e.groups) != 0 {
+		t.Fatalf("%d groups left unfinished", len(te.e.groups))
+	}
+}
+
+func TestCancelGroup(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.worker("w", 1)
+	te.open("g")
+	a := te.job(wire.JobMeta{Group: "g"})
+	b := te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	rel := te.releases()["any"]
+	te.control(wire.GroupControl{Group: "g", Op: wire.OpCancel})
+	if te.state(b) != jobindex.Canceled {
+		t.Fatalf("queued job is %v after cancel", te.state(b))
+	}
+	if len(te.e.out.cancels) != 1 || te.e.out.cancels[0] != a {
+		t.Fatalf("running job not told to cancel: %v", te.e.out.cancels)
+	}
+	te.report(rel[0], wire.StatusCanceled, "context canceled")
+	if te.state(a) != jobindex.Canceled || len(te.e.out.summaries) != 1 {
+		t.Fatalf("running job %v, summaries %d", te.state(a), len(te.e.out.summaries))
+	}
+}
+
+func TestRejections(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	te.job(wire.JobMeta{Group: "never-opened"})
+	te.open("g")
+	te.open("g")
+	te.seal("g")
+	te.job(wire.JobMeta{Group: "g"})
+	h := wire.JobMeta{Group: "g"}.Header()
+	h.Set(wire.HdrVersion, "9")
+	te.e.feed(te.e.names.JobSubject("g"), 99, h)
+	if n := len(te.e.out.rejections); n != 4 {
+		t.Fatalf("want 4 rejections, got %d: %+v", n, te.e.out.rejections)
+	}
+	if te.e.stats.Admitted != 0 {
+		t.Fatalf("admitted %d bad jobs", te.e.stats.Admitted)
+	}
+}
+
+// TestReplay rebuilds an engine from the streams: a job still in WORK stays running, a decided
+// retry waits, an undecided report is decided now, a never-released job is pending, and a
+// fenced-off epoch's late record is ignored.
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	names, cfg, now := te.e.names, te.e.cfg, te.now
+	e2, err := newEngine(cfg, names, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header())
+	for id := uint64(2); id <= 6; id++ {
+		e2.feed(names.JobSubject("g"), id, wire.JobMeta{Group: "g"}.Header())
+	}
+	e2.feed(names.GroupSubject("g"), 7, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 5}.Header())
+	e2.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
+	e2.report("w", wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}, now)
+	e2.report("w", wire.Report{ID: 3, Attempt: 1, Status: wire.StatusError}, now)
+	e2.journalRecord(journal.Record{Kind: journal.KindRetry, Epoch: 1, Entries: []journal.Entry{{ID: 3, Attempt: 1, At: now.Add(time.Minute)}}})
+	e2.report("w", wire.Report{ID: 5, Attempt: 1, Status: wire.StatusError}, now)
+	// A fenced-off epoch-0 coordinator's late retry decision for job 5 is ignored.
+	e2.journalRecord(journal.Record{Kind: journal.KindRetry, Epoch: 0, Entries: []journal.Entry{{ID: 5, Attempt: 1, At: now.Add(time.Hour)}}})
+	e2.finishReplay(map[uint64]aliveJob{4: {attempt: 1, pool: "any"}}, now)
+	want := map[uint64]jobindex.State{2: jobindex.Done, 3: jobindex.RetryWait, 4: jobindex.Running, 5: jobindex.RetryWait, 6: jobindex.Pending}
+	for id, st := range want {
+		if got, _ := e2.idx.State(id); got != st {
+			t.Errorf("job %d is %v after replay, want %v", id, got, st)
+		}
+	}
+	if e2.jobs[3].retryAt != now.Add(time.Minute) {
+		t.Errorf("job 3 retries at %v, want the journaled time", e2.jobs[3].retryAt)
+	}
+	if e2.jobs[5].retryAt.After(now.Add(time.Hour - time.Second)) {
+		t.Errorf("job 5 took the fenced-off decision (retry at %v)", e2.jobs[5].retryAt)
+	}
+	if p := e2.pools["any"]; p == nil || p.outstanding != 1 {
+		t.Errorf("the pool of the running job does not count it outstanding: %+v", p)
+	}
+	if len(e2.out.outcomes) != 1 || e2.out.outcomes[0].done != 1 {
+		t.Errorf("the undecided ok report did not produce an outcome")
+	}
+}
+
+// TestReplaySealedGroup: a group opened, filled and sealed before a restart is scheduled with
+// all its pending jobs after replay.
+func TestReplaySealedGroup(t *testing.T) {
+	t.Parallel()
+	cfg, _ := Config{}.withDefaults()
+	names, _ := wire.NewNames("")
+	e, err := newEngine(cfg, names, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header())
+	e.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g"}.Header())
+	e.feed(names.JobSubject("g"), 3, wire.JobMeta{Group: "g"}.Header())
+	e.feed(names.GroupSubject("g"), 4, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 2}.Header())
+	e.finishReplay(nil, time.Unix(0, 0))
+	e.heartbeat(wire.Heartbeat{Version: wire.Version, Worker: "w", Pool: "any", Concurrency: 4, IntervalMS: 1000}, time.Unix(0, 0))
+	e.releaseAll()
+	if len(e.out.releases) != 1 || len(e.out.releases[0].jobs) != 2 {
+		t.Fatalf("after replay of a sealed group, released %+v", e.out.releases)
+	}
+}
+
+// TestUnplaceableJobDoesNotBlockItsGroup: a head job requiring a resource no live worker holds
+// is parked; the rest of its group runs; it runs once a holder joins.
+func TestUnplaceableJobDoesNotBlockItsGroup(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	te.worker("plain", 4)
+	te.open("g")
+	gpu := te.job(wire.JobMeta{Group: "g", Require: []string{"gpu"}})
+	te.job(wire.JobMeta{Group: "g"})
+	te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	if n := len(te.releases()["any"]); n != 2 {
+		t.Fatalf("released %d of the 2 jobs without requirement", n)
+	}
+	if te.state(gpu) != jobindex.Pending || len(te.e.parked) != 1 {
+		t.Fatalf("gpu job %v, parked %d", te.state(gpu), len(te.e.parked))
+	}
+	te.worker("gpu-box", 1, "gpu")
+	got := te.releases()[wire.PoolKey([]string{"gpu"})]
+	if len(got) != 1 || got[0].id != gpu {
+		t.Fatalf("parked job not released to the new holder: %v", got)
+	}
+}
+
+func TestPrefetchDisabled(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.worker("w", 2)
+	te.open("g")
+	for range 5 {
+		te.job(wire.JobMeta{Group: "g"})
+	}
+	if n := len(te.releases()["any"]); n != 2 {
+		t.Fatalf("with prefetch off, released %d jobs to 2 slots", n)
+	}
+}

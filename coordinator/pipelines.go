@@ -1,0 +1,213 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/internal/journal"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// releaseReq is a batch of jobs the loop released to a pool.
+type releaseReq struct {
+	pool string
+	jobs []releaseJob
+}
+
+type releaseJob struct {
+	id      uint64
+	attempt uint32
+	gtok    string
+}
+
+// releaser carries out releases: fetch the payloads (usually from the read-ahead cache), tell the
+// loop what it learned, and publish the work batch. Several run at once. Nothing is journaled:
+// a batch stays in WORK until the report covering it is stored, which is what replay relies on.
+func (r *run) releaser(ctx context.Context) {
+	for req := range r.releaseQ {
+		r.release(ctx, req)
+	}
+}
+
+func (r *run) release(ctx context.Context, req releaseReq) {
+	reqs := make([]fetchReq, len(req.jobs))
+	for i, j := range req.jobs {
+		reqs[i] = fetchReq{id: j.id, subject: r.names.JobSubject(j.gtok)}
+	}
+	msgs := r.payloads.fetch(ctx, reqs)
+	if ctx.Err() != nil {
+		return // stopping: the jobs are not in WORK, so the next term releases them again
+	}
+	infos := make([]releasedInfo, 0, len(msgs))
+	work := make([]wire.WorkJob, 0, len(msgs))
+	for i, m := range msgs {
+		j := req.jobs[i]
+		if m == nil {
+			infos = append(infos, releasedInfo{id: j.id, err: fmt.Errorf("job message %d is missing from the %s stream", j.id, r.names.JobsStream())})
+			continue
+		}
+		meta, err := wire.ParseJobMeta(m.Header)
+		if err != nil {
+			infos = append(infos, releasedInfo{id: j.id, err: err})
+			continue
+		}
+		infos = append(infos, releasedInfo{id: j.id, key: meta.Key, maxAttempts: meta.MaxAttempts})
+		work = append(work, wire.WorkJob{ID: j.id, Attempt: j.attempt, Timeout: meta.Timeout, Group: meta.Group, Key: meta.Key, Payload: m.Data})
+	}
+	// The loop learns keys and limits before any worker can report on these jobs.
+	r.notify(infos...)
+	if err := r.publishWork(ctx, req.pool, work); err != nil && ctx.Err() == nil {
+		r.log.Error().Err(err).Str("pool", req.pool).Msg("publishing work failed; jobs go back to pending")
+		failed := make([]uint64, len(work))
+		for i, w := range work {
+			failed[i] = w.ID
+		}
+		r.notifyRequeue(failed)
+	}
+}
+
+// publishWork publishes jobs as batches of at most MaxBatchBytes and waits for the acks.
+func (r *run) publishWork(ctx context.Context, pool string, work []wire.WorkJob) error {
+	var futures []jetstream.PubAckFuture
+	for len(work) > 0 {
+		n, size := 0, 0
+		for n < len(work) && (n == 0 || size+len(work[n].Payload)+64 <= r.cfg.MaxBatchBytes) {
+			size += len(work[n].Payload) + 64
+			n++
+		}
+		m := nats.NewMsg(r.names.WorkSubject(pool))
+		m.Data = wire.AppendWork(nil, work[:n])
+		f, err := r.c.js.PublishMsgAsync(m)
+		if err != nil {
+			return err
+		}
+		futures = append(futures, f)
+		work = work[n:]
+	}
+	return waitAcks(ctx, futures)
+}
+
+func waitAcks(ctx context.Context, futures []jetstream.PubAckFuture) error {
+	var errs []error
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs = append(errs, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// notify hands release notices to the loop without ever blocking the pipeline.
+func (r *run) notify(infos ...releasedInfo) {
+	r.relMu.Lock()
+	r.relPending = append(r.relPending, infos...)
+	r.relMu.Unlock()
+	select {
+	case r.relNotify <- struct{}{}:
+	default:
+	}
+}
+
+func (r *run) notifyRequeue(ids []uint64) {
+	infos := make([]releasedInfo, len(ids))
+	for i, id := range ids {
+		infos[i] = releasedInfo{id: id, requeue: true}
+	}
+	r.notify(infos...)
+}
+
+// writeOp is one write to the RESULTS or EVENTS stream, done in order by the writer.
+type writeOp struct {
+	g        *group
+	gtok     string
+	openSeq  uint64
+	outcomes []wire.Outcome
+	summary  *wire.GroupSummary
+	purge    bool
+	journal  *journal.Record
+}
+
+// maxOutcomesPerMsg bounds one outcome message (results are size-limited by workers).
+const maxOutcomesPerMsg = 256
+
+// writer appends outcomes, summaries and retry records in the order the loop decided them. A
+// group's summary is written after its outcomes; a finisher then purges the group's jobs and tells
+// the loop to forget it.
+func (r *run) writer(ctx context.Context) {
+	inflight := map[string][]jetstream.PubAckFuture{}
+	for op := range r.writeQ {
+		switch {
+		case op.journal != nil:
+			if _, err := r.c.js.PublishMsgAsync(r.journalMsg(*op.journal)); err != nil {
+				r.log.Error().Err(err).Msg("journal write failed")
+			}
+		case op.outcomes != nil:
+			for outs := op.outcomes; len(outs) > 0; {
+				n := min(len(outs), maxOutcomesPerMsg)
+				f, err := r.c.js.PublishMsgAsync(r.outcomeMsg(op, wire.AppendOutcomes(nil, outs[:n])))
+				if err != nil {
+					r.log.Error().Err(err).Str("group", op.g.id).Msg("writing outcomes failed")
+				} else {
+					inflight[op.gtok] = append(inflight[op.gtok], f)
+				}
+				outs = outs[n:]
+			}
+		case op.summary != nil:
+			futures := inflight[op.gtok]
+			delete(inflight, op.gtok)
+			if f, err := r.c.js.PublishMsgAsync(r.outcomeMsg(op, wire.AppendSummary(nil, *op.summary))); err != nil {
+				r.log.Error().Err(err).Str("group", op.g.id).Msg("writing summary failed")
+				continue
+			} else {
+				futures = append(futures, f)
+			}
+			r.wg.Go(func() { r.finish(ctx, op, futures) })
+		case op.purge || op.g != nil:
+			r.wg.Go(func() { r.finish(ctx, op, nil) })
+		}
+	}
+}
+
+func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
+	m := nats.NewMsg(r.names.OutcomeSubject(op.gtok))
+	m.Header.Set(wire.HdrGroupSeq, strconv.FormatUint(op.openSeq, 10))
+	m.Data = data
+	return m
+}
+
+// finish waits until a group's outcomes and summary are stored, purges its job messages (unless
+// some failed: dead letters keep their payload) and tells the loop to forget the group.
+func (r *run) finish(ctx context.Context, op writeOp, futures []jetstream.PubAckFuture) {
+	if err := waitAcks(ctx, futures); err != nil {
+		r.log.Error().Err(err).Str("group", op.g.id).Msg("group outcomes not stored; will retry after restart")
+		return
+	}
+	if op.purge {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		s, err := r.c.js.Stream(pctx, r.names.JobsStream())
+		if err == nil {
+			err = s.Purge(pctx, jetstream.WithPurgeSubject(r.names.JobSubject(op.gtok)))
+		}
+		if err == nil {
+			err = s.Purge(pctx, jetstream.WithPurgeSubject(r.names.GroupSubject(op.gtok)))
+		}
+		if err != nil {
+			r.log.Error().Err(err).Str("group", op.g.id).Msg("purging a finished group failed")
+		}
+	}
+	select {
+	case r.forgetCh <- op.g:
+	case <-r.done:
+	}
+}

@@ -1,0 +1,297 @@
+package coordinator
+
+import (
+	"slices"
+	"time"
+
+	"github.com/weavejobs/weave/spreader"
+
+	"github.com/weavejobs/weave/internal/jobindex"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// pool is the set of live workers holding the same resources. They share one work subject and
+// one durable consumer, so the coordinator releases to the pool and any of its workers takes it.
+type pool struct {
+	key         string
+	resources   []string
+	held        *jobindex.ResourceSet
+	slots       int // total concurrency of the pool's live workers
+	outstanding int // jobs released to the pool and not yet reported
+	workers     int
+}
+
+// free is how many more jobs the pool may be given, counting prefetch places or not.
+func (p *pool) free(prefetch int) int {
+	if p.workers == 0 {
+		return 0
+	}
+	return p.slots + prefetch - p.outstanding
+}
+
+// releasePass is one round of release decisions over all pools.
+type releasePass struct {
+	affinityOnly bool // only jobs requiring or preferring something the pool holds
+	prefetch     bool // fill prefetch places too, not only free slots
+}
+
+// releasePasses: affinity first, so a job preferring r goes to a free holder of r when there
+// is one; then any job a pool may run (fallback); then the prefetch places, last, so a job never
+// queues behind a busy pool while another has a free slot.
+var releasePasses = [...]releasePass{{affinityOnly: true}, {}, {prefetch: true}}
+
+// workerInfo is what the coordinator knows of one worker, from its heartbeats.
+type workerInfo struct {
+	hb       wire.Heartbeat
+	pool     *pool
+	lastSeen time.Time
+}
+
+// heartbeat applies a worker heartbeat.
+func (e *engine) heartbeat(hb wire.Heartbeat, now time.Time) {
+	w := e.workers[hb.Worker]
+	if hb.Stopped {
+		if w != nil {
+			e.dropWorker(w)
+		}
+		return
+	}
+	if w != nil && w.pool.key != hb.Pool {
+		e.dropWorker(w) // restarted with other resources under the same ID
+		w = nil
+	}
+	if w == nil {
+		p := e.poolFor(hb.Pool, hb.Resources)
+		w = &workerInfo{pool: p}
+		e.workers[hb.Worker] = w
+		p.workers++
+		if p.workers == 1 {
+			e.unpark() // the pool may hold what parked jobs require
+		}
+		e.log.Info().Str("worker", hb.Worker).Str("pool", p.key).Strs("resources", hb.Resources).Int("concurrency", hb.Concurrency).Msg("worker joined")
+	} else {
+		w.pool.slots -= w.hb.Concurrency
+		e.slots -= w.hb.Concurrency
+	}
+	w.hb, w.lastSeen = hb, now
+	w.pool.slots += hb.Concurrency
+	e.slots += hb.Concurrency
+	e.resizeFeeders()
+}
+
+func (e *engine) dropWorker(w *workerInfo) {
+	delete(e.workers, w.hb.Worker)
+	w.pool.workers--
+	w.pool.slots -= w.hb.Concurrency
+	e.slots -= w.hb.Concurrency
+	e.log.Info().Str("worker", w.hb.Worker).Str("pool", w.pool.key).Msg("worker left")
+	e.resizeFeeders()
+}
+
+// expireWorkers forgets workers silent for HeartbeatMisses periods.
+func (e *engine) expireWorkers(now time.Time) {
+	for _, w := range e.workers {
+		if now.Sub(w.lastSeen) > time.Duration(e.cfg.HeartbeatMisses)*w.hb.Interval() {
+			e.dropWorker(w)
+		}
+	}
+}
+
+func (e *engine) poolFor(key string, resources []string) *pool {
+	if p := e.pools[key]; p != nil {
+		if p.resources == nil && len(resources) > 0 {
+			// First seen in the journal during replay, before any heartbeat told its resources.
+			p.resources = wire.NormalizeResources(resources)
+			p.held = e.idx.Compile(p.resources)
+		}
+		return p
+	}
+	rs := wire.NormalizeResources(resources)
+	p := &pool{key: key, resources: rs, held: e.idx.Compile(rs)}
+	e.pools[key] = p
+	e.poolOrder = append(e.poolOrder, p)
+	return p
+}
+
+func (e *engine) resizeFeeders() {
+	if e.cfg.Feeders == 0 {
+		e.sched.SetFeeders(max(e.slots+1, 1))
+	}
+}
+
+// feeders is the current number of feeder slots.
+func (e *engine) feeders() int {
+	if e.cfg.Feeders == 0 {
+		return max(e.slots+1, 1)
+	}
+	return e.cfg.Feeders
+}
+
+// maxCandidates bounds how many offers one selection looks at.
+const maxCandidates = 64
+
+// candidate is a job offered for release: a retry, or the head of an active group.
+type candidate struct {
+	g     *group
+	id    uint64
+	retry *job // non-nil for a retry
+}
+
+// releaseAll releases jobs to every pool with free capacity, in the passes of releasePasses.
+func (e *engine) releaseAll() {
+	if e.replaying || len(e.poolOrder) == 0 {
+		return
+	}
+	// Rotate the pool order so no pool always gets first pick.
+	e.poolOrder = append(e.poolOrder[1:], e.poolOrder[0])
+	batches := make(map[*pool][]*job)
+	var cands []candidate
+	var ids []uint64
+	for _, pass := range releasePasses {
+		prefetch := 0
+		if pass.prefetch {
+			prefetch = e.cfg.Prefetch
+		}
+		affinityOnly := pass.affinityOnly
+		for _, p := range e.poolOrder {
+			for p.free(prefetch) > 0 && len(batches[p]) < e.cfg.MaxBatch {
+				cands, ids = e.candidates(cands[:0], ids[:0])
+				if len(cands) == 0 {
+					break
+				}
+				id, m, ok := e.idx.Select(p.held, ids)
+				if !ok && !affinityOnly && e.parkUnplaceable(cands) {
+					continue // the heads that blocked their groups are set aside: look again
+				}
+				if !ok || (affinityOnly && m == jobindex.MatchFallback) {
+					break
+				}
+				c := cands[slices.Index(ids, id)]
+				batches[p] = append(batches[p], e.take(c, p))
+				if len(batches[p]) == e.cfg.MaxBatch {
+					e.flushBatch(p, batches)
+				}
+			}
+		}
+	}
+	for _, p := range e.poolOrder {
+		e.flushBatch(p, batches)
+	}
+}
+
+func (e *engine) flushBatch(p *pool, batches map[*pool][]*job) {
+	if b := batches[p]; len(b) > 0 {
+		e.out.releases = append(e.out.releases, release{pool: p, jobs: b})
+		batches[p] = nil
+	}
+}
+
+// candidates lists the jobs on offer: retries first (oldest first), then the scheduler's offers
+// in policy order.
+func (e *engine) candidates(cands []candidate, ids []uint64) ([]candidate, []uint64) {
+	for _, j := range e.retryReady {
+		if len(cands) == maxCandidates {
+			return cands, ids
+		}
+		cands = append(cands, candidate{g: j.g, id: j.id, retry: j})
+		ids = append(ids, j.id)
+	}
+	first := len(cands)
+	for g, id := range e.sched.Offers() {
+		if len(cands) == maxCandidates {
+			break
+		}
+		cands = append(cands, candidate{g: g, id: id})
+		ids = append(ids, id)
+	}
+	if e.cfg.Policy == spreader.LeastInFlight {
+		e.preferLeastRunning(cands[first:], ids[first:])
+	}
+	return cands, ids
+}
+
+// preferLeastRunning moves to the front the offer whose group has the fewest jobs running as the
+// handlers see them (released × busy share). The scheduler counts released jobs; between a
+// completion and the next release a slot is not running anything, which costs short jobs a larger
+// share of their slots than long ones, so raw counts favour groups with long jobs.
+func (e *engine) preferLeastRunning(cands []candidate, ids []uint64) {
+	best, bestLoad := -1, 0.0
+	for i, c := range cands {
+		load := float64(e.sched.InFlight(c.g)) * c.g.busy
+		if best < 0 || load < bestLoad {
+			best, bestLoad = i, load
+		}
+	}
+	if best > 0 {
+		c, id := cands[best], ids[best]
+		copy(cands[1:best+1], cands[:best])
+		copy(ids[1:best+1], ids[:best])
+		cands[0], ids[0] = c, id
+	}
+}
+
+// take moves a chosen candidate to running in pool p.
+func (e *engine) take(c candidate, p *pool) *job {
+	j := c.retry
+	if j != nil {
+		e.retryReady = slices.DeleteFunc(e.retryReady, func(r *job) bool { return r == j })
+	} else {
+		got, _ := e.sched.Take(c.g)
+		if got != c.id {
+			e.log.Error().Uint64("want", c.id).Uint64("got", got).Msg("scheduler head changed under selection")
+		}
+		j = &job{id: c.id, g: c.g, counted: true}
+		e.jobs[j.id] = j
+	}
+	j.attempt++
+	j.pool, j.since = p, e.cfg.now()
+	p.outstanding++
+	e.mustMove(j.id, jobindex.Running)
+	e.stats.Released++
+	return j
+}
+
+// parkUnplaceable sets aside the candidates that no live pool can run, so a job requiring a
+// resource nobody holds waits (pending, counted per resource in status) without blocking the
+// rest of its group. It reports whether it parked any.
+func (e *engine) parkUnplaceable(cands []candidate) bool {
+	parked := false
+	for _, c := range cands {
+		if e.placeable(c.id) {
+			continue
+		}
+		j := c.retry
+		if j == nil {
+			if _, ok := e.sched.Drop(c.g); !ok {
+				continue
+			}
+			j = &job{id: c.id, g: c.g, heapIdx: -1}
+			e.jobs[j.id] = j
+		} else {
+			e.retryReady = slices.DeleteFunc(e.retryReady, func(r *job) bool { return r == j })
+		}
+		e.parked = append(e.parked, j)
+		parked = true
+	}
+	return parked
+}
+
+// placeable reports whether some live pool holds every resource the job requires.
+func (e *engine) placeable(id uint64) bool {
+	one := []uint64{id}
+	for _, p := range e.poolOrder {
+		if p.workers > 0 {
+			if _, _, ok := e.idx.Select(p.held, one); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// unpark offers the parked jobs again, ahead of new work; those still unplaceable are parked
+// again by the next release decision.
+func (e *engine) unpark() {
+	e.retryReady = append(e.retryReady, e.parked...)
+	e.parked = nil
+}

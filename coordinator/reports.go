@@ -1,0 +1,210 @@
+package coordinator
+
+import (
+	"container/heap"
+	"slices"
+	"time"
+
+	"github.com/weavejobs/weave/internal/jobindex"
+	"github.com/weavejobs/weave/internal/journal"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// report applies one attempt outcome reported by a worker.
+func (e *engine) report(worker string, r wire.Report, now time.Time) {
+	if e.replaying {
+		// Decisions are replayed from the journal; a report is applied after replay only if
+		// no decision followed it (see finishReplay).
+		if prev, ok := e.replayReports[r.ID]; !ok || r.Attempt >= prev.r.Attempt {
+			e.replayReports[r.ID] = reportAt{worker: worker, r: r}
+		}
+		return
+	}
+	j := e.jobs[r.ID]
+	if j == nil || j.attempt != r.Attempt {
+		e.stats.StaleReports++ // a duplicate run, or an attempt already decided
+		return
+	}
+	if st, _ := e.idx.State(j.id); st != jobindex.Running {
+		e.stats.StaleReports++
+		return
+	}
+	e.stopRunning(j)
+	e.learnBusy(j, r.Duration, now)
+	switch r.Status {
+	case wire.StatusOK:
+		e.finish(j, jobindex.Done, r.Data)
+	case wire.StatusPermanent:
+		e.finish(j, jobindex.Failed, r.Data)
+	case wire.StatusCanceled:
+		e.finish(j, jobindex.Canceled, r.Data)
+	case wire.StatusReleased:
+		e.requeue(j)
+	case wire.StatusError:
+		j.lastErr = r.Data
+		if int(j.attempts()) >= e.maxAttempts(j) || j.g.cancelReq {
+			e.finish(j, jobindex.Failed, r.Data)
+			return
+		}
+		e.scheduleRetry(j, e.retryDelay(j, r.RetryAfter), now)
+	}
+}
+
+// busyWeight is the weight of one report in a group's busy share.
+const busyWeight = 0.1
+
+func (e *engine) learnBusy(j *job, ran time.Duration, now time.Time) {
+	cycle := now.Sub(j.since)
+	if j.since.IsZero() || cycle <= 0 || ran <= 0 {
+		return
+	}
+	share := min(float64(ran)/float64(cycle), 1)
+	j.g.busy += busyWeight * (share - j.g.busy)
+}
+
+// stopRunning releases the capacity a running job held.
+func (e *engine) stopRunning(j *job) {
+	if j.pool != nil {
+		j.pool.outstanding--
+		j.pool = nil
+	}
+	if j.counted {
+		e.sched.Done(j.g)
+		j.counted = false
+	}
+}
+
+// attempts is how many releases counted as attempts.
+func (j *job) attempts() uint32 { return j.attempt - j.free }
+
+// maxAttempts is the job's own limit, else the configured default (also for jobs released
+// before a restart, whose limit is learned again only when they are next released).
+func (e *engine) maxAttempts(j *job) int {
+	if j.maxAtt > 0 {
+		return j.maxAtt
+	}
+	return e.cfg.MaxAttempts
+}
+
+// requeue puts a job that did not run back in front of new work; its release does not count as
+// an attempt.
+func (e *engine) requeue(j *job) {
+	e.mustMove(j.id, jobindex.Pending)
+	j.free++
+	e.retryReady = append(e.retryReady, j)
+}
+
+// retryDelay is the wait before attempt j.attempt+1: the handler's request, else exponential
+// backoff with full jitter.
+func (e *engine) retryDelay(j *job, requested time.Duration) time.Duration {
+	if requested > 0 {
+		return requested
+	}
+	ceiling := e.cfg.RetryBase << min(j.attempt-1, 32)
+	if ceiling <= 0 || ceiling > e.cfg.RetryMax {
+		ceiling = e.cfg.RetryMax
+	}
+	return time.Duration(e.rng.Int64N(int64(ceiling) + 1))
+}
+
+func (e *engine) scheduleRetry(j *job, delay time.Duration, now time.Time) {
+	e.mustMove(j.id, jobindex.RetryWait)
+	j.retryAt = now.Add(delay)
+	heap.Push(&e.retryWait, j)
+	e.stats.Retried++
+	e.out.retries = append(e.out.retries, journal.Entry{ID: j.id, Attempt: j.attempt, At: j.retryAt})
+}
+
+func (e *engine) dropRetry(j *job) {
+	if j.heapIdx >= 0 && j.heapIdx < len(e.retryWait) && e.retryWait[j.heapIdx] == j {
+		heap.Remove(&e.retryWait, j.heapIdx)
+	}
+	isJ := func(r *job) bool { return r == j }
+	e.retryReady = slices.DeleteFunc(e.retryReady, isJ)
+	e.parked = slices.DeleteFunc(e.parked, isJ)
+}
+
+// finish moves a job to a terminal state and records its outcome.
+func (e *engine) finish(j *job, to jobindex.State, data []byte) {
+	e.moveTerminal(j.id, to)
+	delete(e.jobs, j.id)
+	state := map[jobindex.State]wire.Final{jobindex.Done: wire.FinalDone, jobindex.Failed: wire.FinalFailed, jobindex.Canceled: wire.FinalCanceled}[to]
+	e.recordOutcome(j.g, wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempts(), Data: data})
+}
+
+// tick moves due retries back to pending and forgets silent workers.
+func (e *engine) tick(now time.Time) {
+	for len(e.retryWait) > 0 && !e.retryWait[0].retryAt.After(now) {
+		j := heap.Pop(&e.retryWait).(*job)
+		e.mustMove(j.id, jobindex.Pending)
+		e.retryReady = append(e.retryReady, j)
+	}
+	e.expireWorkers(now)
+}
+
+// nextDue is when tick next has work: the earliest retry, or zero.
+func (e *engine) nextDue() time.Time {
+	if len(e.retryWait) == 0 {
+		return time.Time{}
+	}
+	return e.retryWait[0].retryAt
+}
+
+// released records what the release pipeline learned from a job's stored message.
+func (e *engine) released(id uint64, key string, maxAttempts int) {
+	j := e.jobs[id]
+	if j == nil {
+		return
+	}
+	j.key, j.maxAtt = key, maxAttempts
+}
+
+// lost handles jobs whose release failed (their message vanished from the JOBS stream).
+func (e *engine) lost(id uint64, reason string) {
+	j := e.jobs[id]
+	if j == nil {
+		return
+	}
+	if st, _ := e.idx.State(id); st != jobindex.Running {
+		return
+	}
+	e.stats.LostJobs++
+	e.stopRunning(j)
+	e.finish(j, jobindex.Failed, []byte(reason))
+}
+
+// unreleased puts back a job whose release could not be carried out.
+func (e *engine) unreleased(id uint64) {
+	e.stats.Requeued++
+	j := e.jobs[id]
+	if j == nil {
+		return
+	}
+	if st, _ := e.idx.State(id); st != jobindex.Running {
+		return
+	}
+	e.stopRunning(j)
+	e.requeue(j)
+}
+
+// retryHeap orders retry-waiting jobs by due time.
+type retryHeap []*job
+
+func (h retryHeap) Len() int           { return len(h) }
+func (h retryHeap) Less(a, b int) bool { return h[a].retryAt.Before(h[b].retryAt) }
+func (h retryHeap) Swap(a, b int) {
+	h[a], h[b] = h[b], h[a]
+	h[a].heapIdx, h[b].heapIdx = a, b
+}
+func (h *retryHeap) Push(x any) {
+	j := x.(*job)
+	j.heapIdx = len(*h)
+	*h = append(*h, j)
+}
+func (h *retryHeap) Pop() any {
+	old := *h
+	j := old[len(old)-1]
+	*h = old[:len(old)-1]
+	j.heapIdx = -1
+	return j
+}

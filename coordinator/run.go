@@ -1,0 +1,476 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/internal/directget"
+	"github.com/weavejobs/weave/internal/journal"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// run is one term of coordination under one lease epoch. The loop goroutine owns the engine;
+// every other goroutine talks to it through the channels below.
+type run struct {
+	c        *Coordinator
+	cfg      Config
+	names    wire.Names
+	log      zerolog.Logger
+	e        *engine
+	payloads *payloads
+
+	// Written by consumer callbacks and subscriptions, read by the loop.
+	feedCh   chan jetstream.Msg // JOBS feed, headers only
+	eventsCh chan jetstream.Msg // EVENTS: reports and journal
+	hbCh     chan wire.Heartbeat
+	statusCh chan chan *Status
+
+	// Written by release pipelines (never blocking them), read by the loop.
+	relMu      sync.Mutex
+	relPending []releasedInfo
+	relNotify  chan struct{} // capacity 1: "relPending is not empty"
+
+	// Written by finishers, read by the loop.
+	forgetCh chan *group
+
+	// Written by the loop, read by the release pipelines and the writer.
+	releaseQ chan releaseReq
+	writeQ   chan writeOp
+
+	done chan struct{} // closed at shutdown: callbacks stop handing messages to the loop
+	stop []func()      // consumers and subscriptions to stop, in order
+	wg   sync.WaitGroup
+}
+
+// releasedInfo is what a release pipeline tells the loop about one job.
+type releasedInfo struct {
+	id          uint64
+	key         string
+	maxAttempts int
+	err         error // the job's stored message is gone: the job fails
+	requeue     bool  // the release did not happen: the job goes back to pending
+}
+
+const chanSize = 4096
+
+func newRun(ctx context.Context, c *Coordinator, epoch uint64) (*run, error) {
+	e, err := newEngine(c.cfg, c.names, epoch)
+	if err != nil {
+		return nil, err
+	}
+	r := &run{
+		c: c, cfg: c.cfg, names: c.names, log: c.cfg.Logger, e: e,
+		payloads:  newPayloads(c.directGet(c.names.JobsStream()), c.cfg.ReadAhead, c.cfg.PayloadCacheBytes),
+		feedCh:    make(chan jetstream.Msg, chanSize),
+		eventsCh:  make(chan jetstream.Msg, chanSize),
+		hbCh:      make(chan wire.Heartbeat, chanSize),
+		statusCh:  make(chan chan *Status),
+		relNotify: make(chan struct{}, 1),
+		forgetCh:  make(chan *group, chanSize),
+		releaseQ:  make(chan releaseReq, chanSize),
+		done:      make(chan struct{}),
+		writeQ:    make(chan writeOp, chanSize),
+	}
+	if err := r.replay(ctx); err != nil {
+		r.shutdown()
+		return nil, err
+	}
+	return r, nil
+}
+
+// replay reads the streams up to where they were when it started, then ends the engine's replay.
+func (r *run) replay(ctx context.Context) error {
+	start := time.Now()
+	// Heartbeats first, so workers are known when scheduling starts.
+	sub, err := r.c.nc.Subscribe(r.names.AllHeartbeats(), func(m *nats.Msg) {
+		hb, err := wire.ParseHeartbeat(m.Data)
+		if err != nil {
+			r.log.Warn().Err(err).Str("subject", m.Subject).Msg("bad heartbeat")
+			return
+		}
+		select {
+		case r.hbCh <- hb:
+		default: // the loop is behind; the next heartbeat carries the same news
+		}
+	})
+	if err != nil {
+		return err
+	}
+	r.stop = append(r.stop, func() { _ = sub.Unsubscribe() })
+	statusSub, err := r.c.nc.Subscribe(r.names.StatusSubject(), r.serveStatus)
+	if err != nil {
+		return err
+	}
+	r.stop = append(r.stop, func() { _ = statusSub.Unsubscribe() })
+
+	r.log.Debug().Msg("replaying jobs")
+	jobsEnd, err := r.follow(ctx, r.names.JobsStream(), true, r.feedCh)
+	if err != nil {
+		return err
+	}
+	if err := drainUntil(ctx, r.feedCh, jobsEnd, func(m jetstream.Msg) { r.applyFeed(m) }); err != nil {
+		return err
+	}
+	r.log.Debug().Uint64("last", jobsEnd).Msg("replaying events")
+	eventsEnd, err := r.follow(ctx, r.names.EventsStream(), false, r.eventsCh)
+	if err != nil {
+		return err
+	}
+	if err := drainUntil(ctx, r.eventsCh, eventsEnd, func(m jetstream.Msg) { r.applyEvent(m) }); err != nil {
+		return err
+	}
+	r.log.Debug().Uint64("last", eventsEnd).Msg("replaying outcomes")
+	if err := r.replayOutcomes(ctx); err != nil {
+		return err
+	}
+	r.log.Debug().Msg("scanning work")
+	alive, err := r.aliveWork(ctx)
+	if err != nil {
+		return err
+	}
+	r.e.finishReplay(alive, r.cfg.now())
+	r.log.Info().Dur("took", time.Since(start)).Int("groups", len(r.e.groups)).Int("in_flight", len(r.e.jobs)).Msg("replay done")
+
+	// Mark the new epoch in the journal: later records of older epochs are ignored.
+	if err := r.appendJournal(ctx, journal.Record{Kind: journal.KindEpoch, Epoch: r.e.epoch}); err != nil {
+		return err
+	}
+	for range r.cfg.ReleaseParallelism {
+		r.wg.Go(func() { r.releaser(ctx) })
+	}
+	r.wg.Go(func() { r.writer(ctx) })
+	return nil
+}
+
+// follow starts an ordered consumer over a whole stream from its first message, delivering into
+// ch, and returns the stream's last sequence at the start: replay reads up to it.
+func (r *run) follow(ctx context.Context, stream string, headersOnly bool, ch chan<- jetstream.Msg) (uint64, error) {
+	s, err := r.c.js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: headersOnly})
+	if err != nil {
+		return 0, err
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case ch <- m:
+		case <-r.done:
+		}
+	}, jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return 0, err
+	}
+	r.stop = append(r.stop, cc.Stop)
+	return info.State.LastSeq, nil
+}
+
+// drainUntil applies messages from ch until one with stream sequence ≥ last has been applied.
+func drainUntil(ctx context.Context, ch <-chan jetstream.Msg, last uint64, apply func(jetstream.Msg)) error {
+	if last == 0 {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case m := <-ch:
+			apply(m)
+			if seq(m) >= last {
+				return nil
+			}
+		}
+	}
+}
+
+func seq(m jetstream.Msg) uint64 {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0
+	}
+	return md.Sequence.Stream
+}
+
+func (r *run) applyFeed(m jetstream.Msg) {
+	r.e.feed(m.Subject(), seq(m), m.Headers())
+}
+
+func (r *run) applyEvent(m jetstream.Msg) {
+	subj := m.Subject()
+	switch {
+	case subj == r.names.JournalSubject():
+		rec, err := journal.Decode(m.Data())
+		if err != nil {
+			r.log.Error().Err(err).Uint64("seq", seq(m)).Msg("bad journal record")
+			return
+		}
+		r.e.journalRecord(rec)
+	case strings.HasPrefix(subj, r.names.ReportSubject("")):
+		worker, reports, err := wire.DecodeReports(m.Data())
+		if err == nil && subj != r.names.ReportSubject(worker) {
+			err = fmt.Errorf("%w: report from %q on %s", wire.ErrMalformed, worker, subj)
+		}
+		if err != nil {
+			r.e.reject(subj, seq(m), err.Error())
+			return
+		}
+		now := r.cfg.now()
+		for _, rp := range reports {
+			r.e.report(worker, rp, now)
+		}
+	}
+}
+
+// replayOutcomes reads the outcomes already written for the open groups.
+func (r *run) replayOutcomes(ctx context.Context) error {
+	s, err := r.c.js.Stream(ctx, r.names.ResultsStream())
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(ctx)
+	if err != nil || info.State.Msgs == 0 {
+		return err
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return err
+	}
+	prefix := r.names.OutcomeSubject("")
+	for {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			return fmt.Errorf("weave: replay outcomes: %w", err)
+		}
+		openSeq, _ := strconv.ParseUint(m.Headers().Get(wire.HdrGroupSeq), 10, 64)
+		if outs, sum, err := wire.DecodeOutcomeMsg(m.Data()); err == nil {
+			r.e.outcomeReplay(strings.TrimPrefix(m.Subject(), prefix), openSeq, outs, sum)
+		}
+		if seq(m) >= info.State.LastSeq {
+			return nil
+		}
+	}
+}
+
+// aliveWork lists the jobs present in the WORK stream: released and not yet acknowledged.
+func (r *run) aliveWork(ctx context.Context) (map[uint64]aliveJob, error) {
+	alive := map[uint64]aliveJob{}
+	prefix := r.names.WorkSubject("")
+	err := r.c.directGet(r.names.WorkStream()).Scan(ctx, 1, 256, func(m *directget.Msg) error {
+		jobs, err := wire.DecodeWork(m.Data)
+		if err != nil {
+			return nil // a malformed batch is the worker's to reject
+		}
+		for _, j := range jobs {
+			if j.Attempt >= alive[j.ID].attempt {
+				alive[j.ID] = aliveJob{attempt: j.Attempt, pool: strings.TrimPrefix(m.Subject, prefix)}
+			}
+		}
+		return nil
+	})
+	return alive, err
+}
+
+func (r *run) journalMsg(rec journal.Record) *nats.Msg {
+	m := nats.NewMsg(r.names.JournalSubject())
+	m.Header.Set(wire.HdrEpoch, strconv.FormatUint(rec.Epoch, 10))
+	m.Data = journal.Append(nil, rec)
+	return m
+}
+
+func (r *run) appendJournal(ctx context.Context, rec journal.Record) error {
+	if _, err := r.c.js.PublishMsg(ctx, r.journalMsg(rec)); err != nil {
+		return fmt.Errorf("weave: journal: %w", err)
+	}
+	return nil
+}
+
+// loop is the coordinator's single owner of state.
+func (r *run) loop(ctx context.Context) error {
+	defer r.shutdown()
+	expiry := time.NewTicker(250 * time.Millisecond)
+	defer expiry.Stop()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	r.step(ctx)
+	for {
+		r.armRetry(retry)
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-r.feedCh:
+			r.applyFeed(m)
+		case m := <-r.eventsCh:
+			r.drainReleased()
+			r.applyEvent(m)
+		case hb := <-r.hbCh:
+			r.e.heartbeat(hb, r.cfg.now())
+		case <-r.relNotify:
+			r.drainReleased()
+		case g := <-r.forgetCh:
+			r.e.forget(g)
+		case reply := <-r.statusCh:
+			reply <- r.e.status()
+		case <-retry.C:
+			r.e.tick(r.cfg.now())
+		case <-expiry.C:
+			r.e.tick(r.cfg.now())
+		}
+		r.drainInputs()
+		r.step(ctx)
+	}
+}
+
+// drainInputs applies whatever else is already waiting, so one release decision covers a burst.
+func (r *run) drainInputs() {
+	for range 1024 {
+		select {
+		case m := <-r.feedCh:
+			r.applyFeed(m)
+		case m := <-r.eventsCh:
+			r.drainReleased()
+			r.applyEvent(m)
+		case hb := <-r.hbCh:
+			r.e.heartbeat(hb, r.cfg.now())
+		case <-r.relNotify:
+			r.drainReleased()
+		default:
+			return
+		}
+	}
+}
+
+// drainReleased applies every pending release notice. Called before applying events: a job's
+// release notice is sent before its batch is published, so it is always applied before a report
+// about the job.
+func (r *run) drainReleased() {
+	r.relMu.Lock()
+	infos := r.relPending
+	r.relPending = nil
+	r.relMu.Unlock()
+	for _, info := range infos {
+		switch {
+		case info.requeue:
+			r.e.unreleased(info.id)
+		case info.err != nil:
+			r.e.lost(info.id, info.err.Error())
+		default:
+			r.e.released(info.id, info.key, info.maxAttempts)
+		}
+	}
+}
+
+func (r *run) armRetry(t *time.Timer) {
+	due := r.e.nextDue()
+	if due.IsZero() {
+		t.Reset(time.Hour)
+		return
+	}
+	t.Reset(max(due.Sub(r.cfg.now()), 0))
+}
+
+// step makes release decisions and carries out the engine's effects.
+func (r *run) step(ctx context.Context) {
+	r.e.releaseAll()
+	out := r.e.out
+	r.e.out = effects{}
+	if out.empty() {
+		return
+	}
+	for _, rj := range out.rejections {
+		r.publishRejection(rj)
+	}
+	if len(out.retries) > 0 {
+		rec := journal.Record{Kind: journal.KindRetry, Epoch: r.e.epoch, Entries: out.retries}
+		r.enqueueWrite(ctx, writeOp{journal: &rec})
+	}
+	for _, rel := range out.releases {
+		req := releaseReq{pool: rel.pool.key, jobs: make([]releaseJob, len(rel.jobs))}
+		for i, j := range rel.jobs {
+			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, gtok: j.g.tok}
+		}
+		select {
+		case r.releaseQ <- req:
+		case <-ctx.Done():
+			return
+		}
+	}
+	for _, g := range out.outcomes {
+		if len(g.outcomes) > 0 {
+			r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, outcomes: g.outcomes})
+			g.outcomes = nil
+		}
+	}
+	for _, g := range out.summaries {
+		sum := wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled}
+		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, summary: &sum, purge: g.failed == 0})
+	}
+	for _, g := range out.purges {
+		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, purge: g.failed == 0})
+	}
+	if len(out.cancels) > 0 {
+		r.publishCancels(out.cancels)
+	}
+}
+
+func (r *run) enqueueWrite(ctx context.Context, op writeOp) {
+	select {
+	case r.writeQ <- op:
+	case <-ctx.Done():
+	}
+}
+
+func (r *run) publishRejection(rj rejection) {
+	m := nats.NewMsg(r.names.RejectSubject())
+	m.Header.Set(wire.HdrVersion, strconv.Itoa(wire.Version))
+	m.Header.Set(wire.HdrReason, rj.reason)
+	m.Header.Set(wire.HdrSubject, rj.subject)
+	m.Header.Set(wire.HdrSeq, strconv.FormatUint(rj.seq, 10))
+	if _, err := r.c.js.PublishMsgAsync(m); err != nil {
+		r.log.Error().Err(err).Msg("recording a rejection failed")
+	}
+}
+
+func (r *run) publishCancels(ids []uint64) {
+	if err := r.c.nc.Publish(r.names.CancelSubject(), wire.AppendCancel(nil, ids)); err != nil {
+		r.log.Error().Err(err).Msg("publishing cancellations failed")
+	}
+}
+
+// shutdown stops the inputs, then lets the pipelines finish what the loop handed them.
+func (r *run) shutdown() {
+	close(r.done)
+	for _, stop := range r.stop {
+		stop()
+	}
+	r.stop = nil
+	close(r.releaseQ)
+	close(r.writeQ)
+	r.wg.Wait()
+}
+
+// serveStatus answers a status request from the loop's state (core NATS request/reply).
+func (r *run) serveStatus(m *nats.Msg) {
+	reply := make(chan *Status, 1)
+	select {
+	case r.statusCh <- reply:
+	case <-time.After(2 * time.Second):
+		return
+	}
+	if err := m.Respond((<-reply).Marshal()); err != nil && !errors.Is(err, nats.ErrMsgNoReply) {
+		r.log.Warn().Err(err).Msg("status reply failed")
+	}
+}

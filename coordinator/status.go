@@ -1,0 +1,158 @@
+package coordinator
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weavejobs/weave/internal/jobindex"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// Status is a point-in-time view of a namespace, answered by the running coordinator.
+type Status struct {
+	Namespace string            `json:"namespace"`
+	Epoch     uint64            `json:"epoch"`
+	Time      time.Time         `json:"time"`
+	Policy    string            `json:"policy"`
+	Feeders   int               `json:"feeders"`
+	Jobs      map[string]uint64 `json:"jobs"` // count per state (pending, running, retrywait, done, failed, canceled)
+	Totals    Totals            `json:"totals"`
+	Groups    []GroupStatus     `json:"groups"`
+	Resources []ResourceStatus  `json:"resources"`
+	Pools     []PoolStatus      `json:"pools"`
+	Workers   []WorkerStatus    `json:"workers"`
+}
+
+// Totals are counters since this coordinator took over.
+type Totals struct {
+	Admitted     uint64 `json:"admitted"`
+	Released     uint64 `json:"released"`
+	Retried      uint64 `json:"retried"`
+	Rejected     uint64 `json:"rejected"`
+	StaleReports uint64 `json:"stale_reports"`
+	Requeued     uint64 `json:"requeued"`  // releases that failed and went back to pending
+	LostJobs     uint64 `json:"lost_jobs"` // jobs failed because their stored message vanished
+}
+
+// GroupStatus describes one open group.
+type GroupStatus struct {
+	ID       string            `json:"id"`
+	Sealed   bool              `json:"sealed"`
+	Queued   int               `json:"queued"`    // handed to the scheduler, not yet released
+	InFlight int               `json:"in_flight"` // released, not yet reported
+	Busy     float64           `json:"busy"`      // share of a released job's time its handler runs (recent average)
+	Jobs     map[string]uint64 `json:"jobs"`
+}
+
+// ResourceStatus counts the jobs naming one resource, and the live slots holding it. Pending
+// jobs requiring a resource with no holders wait until a worker holding it joins.
+type ResourceStatus struct {
+	Name      string            `json:"name"`
+	Holders   int               `json:"holders"`  // live slots holding it
+	Required  map[string]uint64 `json:"required"` // jobs requiring it, per state
+	Preferred map[string]uint64 `json:"preferred"`
+}
+
+// PoolStatus describes one pool of workers holding the same resources.
+type PoolStatus struct {
+	Key         string   `json:"key"`
+	Resources   []string `json:"resources,omitempty"`
+	Workers     int      `json:"workers"`
+	Slots       int      `json:"slots"`
+	Outstanding int      `json:"outstanding"` // released to the pool and not yet reported
+}
+
+// WorkerStatus describes one live worker, from its last heartbeat.
+type WorkerStatus struct {
+	ID          string    `json:"id"`
+	Pool        string    `json:"pool"`
+	Resources   []string  `json:"resources,omitempty"`
+	Concurrency int       `json:"concurrency"`
+	Busy        int       `json:"busy"`
+	Sleeping    int       `json:"sleeping"`
+	Draining    bool      `json:"draining,omitempty"`
+	LastSeen    time.Time `json:"last_seen"`
+}
+
+// Marshal encodes the status as JSON.
+func (s *Status) Marshal() []byte {
+	b, _ := json.Marshal(s) // plain fields only
+	return b
+}
+
+// maxGroupsInStatus bounds the groups listed (open groups in arrival order).
+const maxGroupsInStatus = 100
+
+func counts(c jobindex.Counts) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, s := range jobindex.AllStates() {
+		m[s.String()] = c.Get(s)
+	}
+	return m
+}
+
+func (e *engine) status() *Status {
+	s := &Status{
+		Namespace: e.names.Namespace(),
+		Epoch:     e.epoch,
+		Time:      e.cfg.now(),
+		Policy:    e.cfg.Policy.String(),
+		Feeders:   e.feeders(),
+		Jobs:      map[string]uint64{},
+		Totals:    Totals(e.stats),
+	}
+	for _, st := range jobindex.AllStates() {
+		s.Jobs[st.String()] = e.idx.Count(st)
+	}
+	for _, g := range e.arrival {
+		if len(s.Groups) == maxGroupsInStatus {
+			break
+		}
+		gc, _ := e.idx.GroupCounts(g.id)
+		s.Groups = append(s.Groups, GroupStatus{ID: g.id, Sealed: g.sealed, Queued: e.sched.Queued(g), InFlight: e.sched.InFlight(g), Busy: g.busy, Jobs: counts(gc)})
+	}
+	holders := map[string]int{}
+	for _, p := range e.poolOrder {
+		s.Pools = append(s.Pools, PoolStatus{Key: p.key, Resources: p.resources, Workers: p.workers, Slots: p.slots, Outstanding: p.outstanding})
+		for _, r := range p.resources {
+			holders[r] += p.slots
+		}
+	}
+	for name, rc := range e.idx.Resources() {
+		s.Resources = append(s.Resources, ResourceStatus{Name: name, Holders: holders[name], Required: counts(rc.Required), Preferred: counts(rc.Preferred)})
+	}
+	slices.SortFunc(s.Resources, func(a, b ResourceStatus) int { return cmp.Compare(a.Name, b.Name) })
+	for id, w := range e.workers {
+		s.Workers = append(s.Workers, WorkerStatus{ID: id, Pool: w.pool.key, Resources: w.hb.Resources, Concurrency: w.hb.Concurrency, Busy: w.hb.Busy, Sleeping: w.hb.Sleeping, Draining: w.hb.Draining, LastSeen: w.lastSeen})
+	}
+	slices.SortFunc(s.Workers, func(a, b WorkerStatus) int { return cmp.Compare(a.ID, b.ID) })
+	return s
+}
+
+// QueryStatus asks the namespace's running coordinator for its status.
+func QueryStatus(ctx context.Context, nc *nats.Conn, namespace string) (*Status, error) {
+	names, err := wire.NewNames(namespace)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	resp, err := nc.RequestWithContext(ctx, names.StatusSubject(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("weave: status of namespace %q (is a coordinator running?): %w", names.Namespace(), err)
+	}
+	var s Status
+	if err := json.Unmarshal(resp.Data, &s); err != nil {
+		return nil, fmt.Errorf("weave: status: %w", err)
+	}
+	return &s, nil
+}

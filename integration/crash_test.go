@@ -1,0 +1,125 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/worker"
+)
+
+// The test binary doubles as a coordinator process: with childEnv set, TestMain runs runChild.
+const childEnv = "WEAVE_TEST_CHILD"
+
+func runChild() int {
+	nc, err := nats.Connect(os.Getenv("WEAVE_TEST_URL"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer nc.Close()
+	c, err := coordinator.New(nc, coordinator.Config{Namespace: os.Getenv("WEAVE_TEST_NS"), LeaseTTL: time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := c.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// startChildCoordinator runs a coordinator in a subprocess (this test binary).
+func (e *env) startChildCoordinator() *exec.Cmd {
+	e.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=coordinator", "WEAVE_TEST_URL="+e.srv.ClientURL(), "WEAVE_TEST_NS="+e.ns)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+// TestCoordinatorKill9: killing the coordinator process with SIGKILL mid-run and starting a new
+// one loses no job and completes none twice.
+func TestCoordinatorKill9(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	first := e.startChildCoordinator()
+	tr := newTracker()
+	var completed atomic.Int64
+	e.worker(worker.Config{Concurrency: 8}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		tr.start("w", j)
+		defer tr.end(j)
+		select {
+		case <-time.After(2 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		completed.Add(1)
+		return []byte(fmt.Sprint(j.ID)), nil
+	})
+	const groups, perGroup = 20, 100
+	var hs []*dispatcher.Handle
+	for g := range groups {
+		hs = append(hs, e.publish(fmt.Sprint("g", g), jobs(perGroup, nil)))
+	}
+	eventually(t, time.Minute, "a quarter of the jobs to complete", func() bool { return completed.Load() >= groups*perGroup/4 })
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	killedAt := completed.Load()
+	e.startChildCoordinator()
+	seen := map[uint64]bool{}
+	for _, h := range hs {
+		res := e.wait(h)
+		if res.Summary.Done != perGroup || res.Summary.Failed+res.Summary.Canceled != 0 {
+			t.Fatalf("group %s after restart: %+v", h.GroupID(), res.Summary)
+		}
+		ids := map[uint64]bool{}
+		for _, o := range res.Jobs {
+			if o.State != dispatcher.StateDone || string(o.Result) != fmt.Sprint(o.ID) {
+				t.Fatalf("job %d: %+v", o.ID, o)
+			}
+			ids[o.ID] = true
+			seen[o.ID] = true
+		}
+		if len(ids) != perGroup {
+			t.Fatalf("group %s: %d distinct jobs completed, want %d", h.GroupID(), len(ids), perGroup)
+		}
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	dupes := 0
+	for id, n := range tr.runs {
+		if n > 1 {
+			dupes++
+		}
+		if !seen[id] {
+			t.Errorf("job %d ran but has no outcome", id)
+		}
+	}
+	t.Logf("killed after %d completions; %d of %d jobs ran twice (in flight at the kill)", killedAt, dupes, groups*perGroup)
+	if dupes > 8*4 {
+		t.Errorf("%d jobs ran more than once: more than the attempts that can be in flight at a crash", dupes)
+	}
+}

@@ -1,0 +1,221 @@
+package integration_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"iter"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/worker"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChild())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// env is one test's isolated Weave deployment: its own namespace on a shared or own server.
+type env struct {
+	t   *testing.T
+	srv *jstest.Server
+	nc  *nats.Conn
+	ns  string
+	d   *dispatcher.Dispatcher
+	ctx context.Context
+}
+
+// setup starts an embedded JetStream server and a namespace for one test.
+func setup(t *testing.T) *env {
+	t.Helper()
+	srv := jstest.New(t)
+	nc := jstest.NewConn(t, srv.ClientURL())
+	ns := "t" + randomHex(4)
+	d, err := dispatcher.New(nc, dispatcher.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return &env{t: t, srv: srv, nc: nc, ns: ns, d: d, ctx: ctx}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// background runs fn until the test ends, then cancels it and waits, failing on an error.
+func (e *env) background(name string, fn func(ctx context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			e.t.Errorf("%s: %v", name, err)
+		}
+	})
+}
+
+// testLogger logs to stderr when WEAVE_TEST_LOG is set (debugging), else nowhere.
+func testLogger(component string) zerolog.Logger {
+	if os.Getenv("WEAVE_TEST_LOG") == "" {
+		return zerolog.Nop()
+	}
+	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.DebugLevel).With().Timestamp().Str("c", component).Logger()
+}
+
+func (e *env) coordinator(cfg coordinator.Config) {
+	cfg.Namespace = e.ns
+	cfg.Logger = testLogger("coordinator")
+	c, err := coordinator.New(e.nc, cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.background("coordinator", c.Run)
+}
+
+func (e *env) worker(cfg worker.Config, h worker.HandlerFunc) {
+	cfg.Namespace = e.ns
+	cfg.HeartbeatInterval = 100 * time.Millisecond
+	cfg.Logger = testLogger("worker")
+	w, err := worker.New(e.nc, cfg, h)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.background("worker", w.Run)
+}
+
+func (e *env) publish(group string, jobs iter.Seq[dispatcher.Job]) *dispatcher.Handle {
+	e.t.Helper()
+	h, err := e.d.Publish(e.ctx, group, jobs)
+	if err != nil {
+		e.t.Fatalf("publish %s: %v", group, err)
+	}
+	return h
+}
+
+func (e *env) wait(h *dispatcher.Handle) *dispatcher.Result {
+	e.t.Helper()
+	res, err := h.Wait(e.ctx)
+	if err != nil {
+		e.t.Fatalf("wait %s: %v", h.GroupID(), err)
+	}
+	return res
+}
+
+// waitWorkers waits until the coordinator knows n live workers.
+func (e *env) waitWorkers(n int) {
+	e.t.Helper()
+	eventually(e.t, 30*time.Second, fmt.Sprintf("%d workers to join", n), func() bool {
+		st, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
+		return err == nil && len(st.Workers) == n
+	})
+}
+
+// jobs yields n jobs with keys prefix-0, prefix-1, ...
+func jobs(n int, mod func(i int, j *dispatcher.Job)) iter.Seq[dispatcher.Job] {
+	return func(yield func(dispatcher.Job) bool) {
+		for i := range n {
+			j := dispatcher.Job{Key: fmt.Sprint("k", i), Payload: []byte(fmt.Sprint(i))}
+			if mod != nil {
+				mod(i, &j)
+			}
+			if !yield(j) {
+				return
+			}
+		}
+	}
+}
+
+// eventually waits for cond with a deadline.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		<-tick.C
+	}
+}
+
+// tracker records, from the handlers' side, which jobs of which groups run when.
+type tracker struct {
+	mu       sync.Mutex
+	running  map[string]int
+	peak     map[string]int
+	runs     map[uint64]int
+	workerOf map[uint64]string
+	area     map[string]time.Duration // ∫ running dt per group
+	last     time.Time
+	onStart  func(group string, running map[string]int)
+}
+
+func newTracker() *tracker {
+	return &tracker{running: map[string]int{}, peak: map[string]int{}, runs: map[uint64]int{}, workerOf: map[uint64]string{}, area: map[string]time.Duration{}}
+}
+
+func (tr *tracker) advance(now time.Time) {
+	if !tr.last.IsZero() {
+		dt := now.Sub(tr.last)
+		for g, n := range tr.running {
+			tr.area[g] += time.Duration(n) * dt
+		}
+	}
+	tr.last = now
+}
+
+func (tr *tracker) start(who string, j *worker.Job) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.advance(time.Now())
+	tr.running[j.Group]++
+	tr.peak[j.Group] = max(tr.peak[j.Group], tr.running[j.Group])
+	tr.runs[j.ID]++
+	tr.workerOf[j.ID] = who
+	if tr.onStart != nil {
+		tr.onStart(j.Group, tr.running)
+	}
+}
+
+func (tr *tracker) end(j *worker.Job) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.advance(time.Now())
+	tr.running[j.Group]--
+}
+
+// handler returns a handler that tracks runs and spends d per job (simulated work).
+func (tr *tracker) handler(who string, d func(j *worker.Job) time.Duration) worker.HandlerFunc {
+	return func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		tr.start(who, j)
+		defer tr.end(j)
+		if d != nil {
+			select {
+			case <-time.After(d(j)):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return []byte("ok:" + string(j.Payload)), nil
+	}
+}
