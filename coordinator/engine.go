@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,6 +62,7 @@ type counters struct {
 type group struct {
 	id, tok   string
 	openSeq   uint64 // the open message's sequence: the group's incarnation
+	idxKey    string // the group's name in the job index: ID and incarnation
 	sealed    bool
 	count     uint64 // jobs the producer says it published (seal); informational
 	cancelReq bool   // a cancel arrived: pending jobs end canceled, running ones are told to stop
@@ -188,11 +190,18 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl) {
 	g := e.groups[c.Group]
 	switch c.Op {
 	case wire.OpOpen:
-		if g != nil {
-			e.reject(subject, seq, "group "+c.Group+" is already open")
+		switch {
+		case g != nil && !g.finished && !g.sealed:
+			// A producer publishing the group again, e.g. after a crash: its jobs join the
+			// open group (dedup by key drops those stored already).
+			e.log.Info().Str("group", c.Group).Msg("group opened again while open: resuming")
+			return
+		case g != nil && !g.finished:
+			e.reject(subject, seq, "group "+c.Group+" is sealed and still running; publish it again once it has finished")
 			return
 		}
-		g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, busy: 1}
+		// New, or a new incarnation of a finished group's ID.
+		g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: 1}
 		e.groups[c.Group] = g
 		e.arrival = append(e.arrival, g)
 		if !e.replaying {
@@ -230,7 +239,7 @@ func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) {
 		e.reject(subject, seq, "job subject does not match its group "+m.Group)
 		return
 	}
-	if err := e.idx.Add(seq, m.Group, m.Require, m.Prefer); err != nil {
+	if err := e.idx.Add(seq, g.idxKey, m.Require, m.Prefer); err != nil {
 		e.reject(subject, seq, err.Error())
 		return
 	}
@@ -325,7 +334,7 @@ func (e *engine) forget(g *group) {
 	if e.groups[g.id] == g {
 		delete(e.groups, g.id)
 	}
-	if _, err := e.idx.Forget(g.id); err != nil {
+	if _, err := e.idx.Forget(g.idxKey); err != nil {
 		e.log.Error().Err(err).Str("group", g.id).Msg("forgetting a finished group")
 	}
 	for i, a := range e.arrival {

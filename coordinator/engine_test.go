@@ -308,8 +308,9 @@ func TestRejections(t *testing.T) {
 	te := newTestEngine(t, Config{})
 	te.job(wire.JobMeta{Group: "never-opened"})
 	te.open("g")
-	te.open("g")
+	te.job(wire.JobMeta{Group: "g"})
 	te.seal("g")
+	te.open("g") // sealed and still running: refused
 	te.job(wire.JobMeta{Group: "g"})
 	h := wire.JobMeta{Group: "g"}.Header()
 	h.Set(wire.HdrVersion, "9")
@@ -317,8 +318,8 @@ func TestRejections(t *testing.T) {
 	if n := len(te.e.out.rejections); n != 4 {
 		t.Fatalf("want 4 rejections, got %d: %+v", n, te.e.out.rejections)
 	}
-	if te.e.stats.Admitted != 0 {
-		t.Fatalf("admitted %d bad jobs", te.e.stats.Admitted)
+	if te.e.stats.Admitted != 1 {
+		t.Fatalf("admitted %d jobs, want only the 1 valid one", te.e.stats.Admitted)
 	}
 }
 
@@ -422,5 +423,38 @@ func TestPrefetchDisabled(t *testing.T) {
 	}
 	if n := len(te.releases()["any"]); n != 2 {
 		t.Fatalf("with prefetch off, released %d jobs to 2 slots", n)
+	}
+}
+
+func TestGroupIncarnations(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	te.worker("w", 4)
+	te.open("g")
+	a := te.job(wire.JobMeta{Group: "g"})
+	te.open("g") // open again while open: resume
+	b := te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	if te.e.stats.Admitted != 2 || len(te.e.out.rejections) != 0 {
+		t.Fatalf("resumed group: admitted %d, rejections %v", te.e.stats.Admitted, te.e.out.rejections)
+	}
+	for _, j := range te.releases()["any"] {
+		te.report(j, wire.StatusOK, "")
+	}
+	if len(te.e.out.summaries) != 1 {
+		t.Fatal("group did not finish")
+	}
+	old := te.e.out.summaries[0]
+	te.open("g") // finished: a new incarnation, before the old one is forgotten
+	c := te.job(wire.JobMeta{Group: "g"})
+	te.e.forget(old)
+	if g := te.e.groups["g"]; g == nil || g == old || g.admitted != 1 {
+		t.Fatalf("new incarnation %+v", g)
+	}
+	if te.state(c) != jobindex.Pending {
+		t.Fatalf("new incarnation's job is %v", te.state(c))
+	}
+	if _, ok := te.e.idx.State(a); ok {
+		t.Fatalf("old incarnation's job %d still indexed after forget (b=%d)", a, b)
 	}
 }

@@ -114,7 +114,7 @@ func (e *engine) status() *Status {
 		if len(s.Groups) == maxGroupsInStatus {
 			break
 		}
-		gc, _ := e.idx.GroupCounts(g.id)
+		gc, _ := e.idx.GroupCounts(g.idxKey)
 		s.Groups = append(s.Groups, GroupStatus{ID: g.id, Sealed: g.sealed, Queued: e.sched.Queued(g), InFlight: e.sched.InFlight(g), Busy: g.busy, Jobs: counts(gc)})
 	}
 	holders := map[string]int{}

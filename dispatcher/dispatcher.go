@@ -202,13 +202,15 @@ func (d *Dispatcher) finishContext(ctx context.Context) (context.Context, contex
 	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.RequestTimeout)
 }
 
-// publishControl publishes a group control message and waits for its acknowledgement.
-func (d *Dispatcher) publishControl(ctx context.Context, c wire.GroupControl) error {
+// publishControl publishes a group control message and waits for its acknowledgement. It
+// returns the message's stream sequence.
+func (d *Dispatcher) publishControl(ctx context.Context, c wire.GroupControl) (uint64, error) {
 	msg := &nats.Msg{Subject: d.names.GroupSubject(wire.GroupToken(c.Group)), Header: c.Header()}
-	if _, err := d.js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("weave: publish %s of group %q: %w", c.Op, c.Group, err)
+	ack, err := d.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return 0, fmt.Errorf("weave: publish %s of group %q: %w", c.Op, c.Group, err)
 	}
-	return nil
+	return ack.Sequence, nil
 }
 
 func validateGroupID(id string) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,11 +61,17 @@ type Handle struct {
 	// Set by Publish before it returns the Handle; constant afterwards.
 	accepted, duplicates int
 	firstID, lastID      uint64
+	// openSeq is the stream sequence of the group's open message: its incarnation. A group ID
+	// may be published again after its group finished; outcomes carry the incarnation they
+	// belong to, and a Handle from Publish reads only its own. 0 (Attach) accepts any.
+	openSeq uint64
 }
 
 // Attach returns a Handle for a group published earlier, possibly by another process, for example
 // to wait for its outcome after the submitter restarted. The publishing counters of such a Handle
-// (Accepted, Duplicates, FirstID, LastID) are zero. If groupID is invalid, every method that does
+// (Accepted, Duplicates, FirstID, LastID) are zero. If the group ID was published more than once,
+// the Handle reads the outcomes of every incarnation and ends at the first summary it meets (the
+// oldest one still retained). If groupID is invalid, every method that does
 // I/O returns an error wrapping ErrInvalidGroup.
 func (d *Dispatcher) Attach(groupID string) *Handle {
 	return &Handle{d: d, group: groupID, gtok: wire.GroupToken(groupID), err: validateGroupID(groupID)}
@@ -101,7 +108,8 @@ func (h *Handle) Cancel(ctx context.Context) error {
 	if err := h.d.ensure(ctx); err != nil {
 		return err
 	}
-	return h.d.publishControl(ctx, wire.GroupControl{Group: h.group, Op: wire.OpCancel})
+	_, err := h.d.publishControl(ctx, wire.GroupControl{Group: h.group, Op: wire.OpCancel})
+	return err
 }
 
 // Wait blocks until the group has finished (every job is in a final state) and returns its
@@ -212,6 +220,9 @@ func (h *Handle) follow(ctx context.Context, lastOnly bool, each func(JobOutcome
 		msg, err := msgs.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return nil, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, err)
+		}
+		if v := msg.Headers().Get(wire.HdrGroupSeq); h.openSeq != 0 && v != "" && v != strconv.FormatUint(h.openSeq, 10) {
+			continue // another incarnation of the group ID
 		}
 		outs, sum, err := wire.DecodeOutcomeMsg(msg.Data())
 		if err != nil {

@@ -86,7 +86,8 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 			panic(v)
 		}
 	}()
-	err := d.publishControl(ctx, wire.GroupControl{Group: groupID, Op: wire.OpOpen})
+	openSeq, err := d.publishControl(ctx, wire.GroupControl{Group: groupID, Op: wire.OpOpen})
+	h.openSeq = openSeq
 	if err == nil && jobs != nil {
 		err = p.publishJobs(ctx, jobs)
 	}
@@ -258,7 +259,7 @@ func (p *publication) finish(ctx context.Context, err error) error {
 		err = p.failed
 	}
 	seal := wire.GroupControl{Group: p.h.group, Op: wire.OpSeal, Count: uint64(p.h.accepted)}
-	if serr := p.d.publishControl(fctx, seal); serr != nil {
+	if _, serr := p.d.publishControl(fctx, seal); serr != nil {
 		err = errors.Join(err, fmt.Errorf("%w: %w", ErrNotSealed, serr))
 	}
 	p.d.log.Debug().Str("group", p.h.group).Int("accepted", p.h.accepted).Int("duplicates", p.h.duplicates).

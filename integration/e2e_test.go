@@ -317,3 +317,24 @@ func TestLazyPublishing(t *testing.T) {
 		t.Fatalf("summary %+v", res.Summary)
 	}
 }
+
+// TestGroupIDReused: a group ID published again after its group finished is a new group; each
+// Handle waits for its own incarnation.
+func TestGroupIDReused(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	e.worker(worker.Config{Concurrency: 2}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		return j.Payload, nil
+	})
+	first := e.wait(e.publish("again", jobs(2, nil)))
+	second := e.wait(e.publish("again", jobs(3, func(i int, j *dispatcher.Job) { j.Key = fmt.Sprint("second-", i) })))
+	if first.Summary.Jobs != 2 || second.Summary.Jobs != 3 {
+		t.Fatalf("first %+v, second %+v", first.Summary, second.Summary)
+	}
+	for _, o := range second.Jobs {
+		if !strings.HasPrefix(o.Key, "second-") {
+			t.Fatalf("the second incarnation's outcomes include %+v", o)
+		}
+	}
+}

@@ -1,0 +1,41 @@
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+.PHONY: demo
+demo: ## Run the demo on an embedded NATS server
+	go run ./cmd/weave demo
+
+.PHONY: test
+test: ## Run the tests (the README's test command)
+	go test ./...
+
+.PHONY: race
+race: ## Run the tests with the race detector
+	go test -race -count=1 ./...
+
+.PHONY: vet
+vet: ## go vet and gofmt check
+	go vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+
+.PHONY: bench
+bench: ## Run all benchmarks (several minutes)
+	go test -run='^$$' -bench=. -benchtime=3x ./...
+
+.PHONY: fuzz
+fuzz: ## Fuzz every decoder of untrusted bytes for 30s each
+	go test -run='^$$' -fuzz=FuzzDecodeWork -fuzztime=30s ./internal/wire/
+	go test -run='^$$' -fuzz=FuzzDecodeReports -fuzztime=30s ./internal/wire/
+	go test -run='^$$' -fuzz=FuzzDecodeOutcomeMsg -fuzztime=30s ./internal/wire/
+	go test -run='^$$' -fuzz=FuzzDecodeCancel -fuzztime=30s ./internal/wire/
+	go test -run='^$$' -fuzz=FuzzParseHeaders -fuzztime=30s ./internal/wire/
+	go test -run='^$$' -fuzz=FuzzDecode -fuzztime=30s ./internal/journal/
+	go test -run='^$$' -fuzz=FuzzRestore -fuzztime=30s ./internal/jobindex/
+	go test -run='^$$' -fuzz=FuzzTransitions -fuzztime=30s ./internal/jobindex/
+
+.PHONY: ci
+ci: ## What CI runs
+	.ci/run
