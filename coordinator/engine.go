@@ -49,13 +49,15 @@ type engine struct {
 	replayReports map[uint64]reportAt      // latest report per job
 	replayRetries map[uint64]journal.Entry // latest retry decision per job
 
-	stats counters
-	out   effects
+	stats   counters
+	out     effects
+	tierBuf []uint64 // scratch for leastLoaded
 }
 
 // counters are monotonic totals shown by status.
 type counters struct {
 	Admitted, Released, Retried, Rejected, StaleReports, Requeued, LostJobs uint64
+	Done, Failed, Canceled                                                  uint64 // jobs that ended so
 }
 
 // group is one open group.
@@ -305,10 +307,13 @@ func (e *engine) recordOutcome(g *group, o wire.Outcome) {
 	switch o.State {
 	case wire.FinalDone:
 		g.done++
+		e.stats.Done++
 	case wire.FinalFailed:
 		g.failed++
+		e.stats.Failed++
 	case wire.FinalCanceled:
 		g.canceled++
+		e.stats.Canceled++
 	}
 	if len(g.outcomes) == 0 {
 		e.out.outcomes = append(e.out.outcomes, g)

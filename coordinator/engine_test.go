@@ -458,3 +458,58 @@ func TestGroupIncarnations(t *testing.T) {
 		t.Fatalf("old incarnation's job %d still indexed after forget (b=%d)", a, b)
 	}
 }
+
+// TestPreferenceDoesNotBreakSpread: a group preferring what a pool holds does not take all its
+// slots while other groups wait; preference only breaks ties among the least loaded groups.
+func TestPreferenceDoesNotBreakSpread(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Feeders: 6})
+	te.worker("eu", 4, "eu")
+	te.open("site-eu")
+	for range 10 {
+		te.job(wire.JobMeta{Group: "site-eu", Prefer: []string{"eu"}})
+	}
+	for i := range 5 {
+		g := fmt.Sprint("other-", i)
+		te.open(g)
+		for range 10 {
+			te.job(wire.JobMeta{Group: g})
+		}
+	}
+	perGroup := map[string]int{}
+	for _, j := range te.releases()[wire.PoolKey([]string{"eu"})] {
+		perGroup[j.g.id]++
+	}
+	for g, n := range perGroup {
+		if n > 1 {
+			t.Fatalf("group %s got %d of the pool's slots while other groups had none: %v", g, n, perGroup)
+		}
+	}
+	if perGroup["site-eu"] != 1 {
+		t.Fatalf("the preferring group did not get the holder's first slot: %v", perGroup)
+	}
+}
+
+// TestRetriesCountInFlight: a retried job counts against MaxInFlightPerGroup.
+func TestRetriesCountInFlight(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{MaxInFlightPerGroup: 1, RetryBase: time.Millisecond})
+	te.worker("w", 4)
+	te.open("g")
+	te.job(wire.JobMeta{Group: "g"})
+	te.job(wire.JobMeta{Group: "g"})
+	rel := te.releases()["any"]
+	if len(rel) != 1 {
+		t.Fatalf("released %d with a cap of 1", len(rel))
+	}
+	te.report(rel[0], wire.StatusError, "boom")
+	te.now = te.now.Add(time.Second)
+	te.e.tick(te.now)
+	rel = te.releases()["any"]
+	if len(rel) != 1 {
+		t.Fatalf("after a failure released %d with a cap of 1", len(rel))
+	}
+	if more := te.releases()["any"]; len(more) != 0 {
+		t.Fatalf("a retry plus %d more exceed the cap", len(more))
+	}
+}

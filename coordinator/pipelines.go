@@ -188,7 +188,10 @@ func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
 // finish waits until a group's outcomes and summary are stored, purges its job messages (unless
 // some failed: dead letters keep their payload) and tells the loop to forget the group.
 func (r *run) finish(ctx context.Context, op writeOp, futures []jetstream.PubAckFuture) {
-	if err := waitAcks(ctx, futures); err != nil {
+	// The writes are on their way; at shutdown give them a moment rather than abandoning them.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := waitAcks(wctx, futures); err != nil {
 		r.log.Error().Err(err).Str("group", op.g.id).Msg("group outcomes not stored; will retry after restart")
 		return
 	}

@@ -44,6 +44,7 @@ var releasePasses = [...]releasePass{{affinityOnly: true}, {}, {prefetch: true}}
 type workerInfo struct {
 	hb       wire.Heartbeat
 	pool     *pool
+	slots    int // slots it contributes: its concurrency, or 0 while it drains
 	lastSeen time.Time
 }
 
@@ -70,20 +71,23 @@ func (e *engine) heartbeat(hb wire.Heartbeat, now time.Time) {
 		}
 		e.log.Info().Str("worker", hb.Worker).Str("pool", p.key).Strs("resources", hb.Resources).Int("concurrency", hb.Concurrency).Msg("worker joined")
 	} else {
-		w.pool.slots -= w.hb.Concurrency
-		e.slots -= w.hb.Concurrency
+		w.pool.slots -= w.slots
+		e.slots -= w.slots
 	}
-	w.hb, w.lastSeen = hb, now
-	w.pool.slots += hb.Concurrency
-	e.slots += hb.Concurrency
+	w.hb, w.lastSeen, w.slots = hb, now, hb.Concurrency
+	if hb.Draining {
+		w.slots = 0 // it takes no more work: release nothing more to it
+	}
+	w.pool.slots += w.slots
+	e.slots += w.slots
 	e.resizeFeeders()
 }
 
 func (e *engine) dropWorker(w *workerInfo) {
 	delete(e.workers, w.hb.Worker)
 	w.pool.workers--
-	w.pool.slots -= w.hb.Concurrency
-	e.slots -= w.hb.Concurrency
+	w.pool.slots -= w.slots
+	e.slots -= w.slots
 	e.log.Info().Str("worker", w.hb.Worker).Str("pool", w.pool.key).Msg("worker left")
 	e.resizeFeeders()
 }
@@ -147,6 +151,10 @@ func (e *engine) releaseAll() {
 	batches := make(map[*pool][]*job)
 	var cands []candidate
 	var ids []uint64
+	outstanding := 0
+	for _, p := range e.poolOrder {
+		outstanding += p.outstanding
+	}
 	for _, pass := range releasePasses {
 		prefetch := 0
 		if pass.prefetch {
@@ -154,12 +162,19 @@ func (e *engine) releaseAll() {
 		}
 		affinityOnly := pass.affinityOnly
 		for _, p := range e.poolOrder {
-			for p.free(prefetch) > 0 && len(batches[p]) < e.cfg.MaxBatch {
+			// Prefetch places are a budget for the whole fleet, not per pool: released jobs stay
+			// within slots + Prefetch, which is F by default, so groups stay spread.
+			for p.free(prefetch) > 0 && len(batches[p]) < e.cfg.MaxBatch && (!pass.prefetch || outstanding < e.slots+e.cfg.Prefetch) {
 				cands, ids = e.candidates(cands[:0], ids[:0])
 				if len(cands) == 0 {
 					break
 				}
-				id, m, ok := e.idx.Select(p.held, ids)
+				// Preference only breaks ties: it chooses among the least loaded groups, so a
+				// group preferring what a pool holds cannot take all of its slots.
+				id, m, ok := e.idx.Select(p.held, e.leastLoaded(cands, ids))
+				if !ok && !affinityOnly {
+					id, m, ok = e.idx.Select(p.held, ids) // nothing in the tier fits this pool
+				}
 				if !ok && !affinityOnly && e.parkUnplaceable(cands) {
 					continue // the heads that blocked their groups are set aside: look again
 				}
@@ -168,6 +183,7 @@ func (e *engine) releaseAll() {
 				}
 				c := cands[slices.Index(ids, id)]
 				batches[p] = append(batches[p], e.take(c, p))
+				outstanding++
 				if len(batches[p]) == e.cfg.MaxBatch {
 					e.flushBatch(p, batches)
 				}
@@ -186,12 +202,37 @@ func (e *engine) flushBatch(p *pool, batches map[*pool][]*job) {
 	}
 }
 
+// leastLoaded returns the IDs of the candidates whose group has the fewest jobs in flight, in
+// offer order, under LeastInFlight; under RoundRobin, whose order is the rotation, all of them.
+// It reuses e.tierBuf.
+func (e *engine) leastLoaded(cands []candidate, ids []uint64) []uint64 {
+	if e.cfg.Policy != spreader.LeastInFlight {
+		return ids
+	}
+	least := -1
+	for _, c := range cands {
+		if n := e.sched.InFlight(c.g); least < 0 || n < least {
+			least = n
+		}
+	}
+	e.tierBuf = e.tierBuf[:0]
+	for _, c := range cands {
+		if e.sched.InFlight(c.g) == least {
+			e.tierBuf = append(e.tierBuf, c.id)
+		}
+	}
+	return e.tierBuf
+}
+
 // candidates lists the jobs on offer: retries first (oldest first), then the scheduler's offers
 // in policy order.
 func (e *engine) candidates(cands []candidate, ids []uint64) ([]candidate, []uint64) {
 	for _, j := range e.retryReady {
 		if len(cands) == maxCandidates {
 			return cands, ids
+		}
+		if e.sched.Capped(j.g) {
+			continue
 		}
 		cands = append(cands, candidate{g: j.g, id: j.id, retry: j})
 		ids = append(ids, j.id)
@@ -235,6 +276,7 @@ func (e *engine) take(c candidate, p *pool) *job {
 	j := c.retry
 	if j != nil {
 		e.retryReady = slices.DeleteFunc(e.retryReady, func(r *job) bool { return r == j })
+		j.counted = e.sched.Begin(j.g)
 	} else {
 		got, _ := e.sched.Take(c.g)
 		if got != c.id {

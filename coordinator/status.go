@@ -38,6 +38,9 @@ type Totals struct {
 	StaleReports uint64 `json:"stale_reports"`
 	Requeued     uint64 `json:"requeued"`  // releases that failed and went back to pending
 	LostJobs     uint64 `json:"lost_jobs"` // jobs failed because their stored message vanished
+	Done         uint64 `json:"done"`      // jobs that ended done (finished groups included)
+	Failed       uint64 `json:"failed"`
+	Canceled     uint64 `json:"canceled"`
 }
 
 // GroupStatus describes one open group.

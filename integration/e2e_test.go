@@ -48,39 +48,38 @@ func TestEndToEnd(t *testing.T) {
 }
 
 // TestSpread: 50 groups of 20 jobs, 4 worker slots, F = 5: no group has more than one job
-// running at a time while 5 or more groups remain.
+// running at a time while 5 or more groups remain (have jobs not yet started).
 func TestSpread(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.coordinator(coordinator.Config{Feeders: 5})
+	const groups, perGroup = 50, 20
 	tr := newTracker()
-	var remaining atomic.Int64
-	remaining.Store(50)
 	var violations atomic.Int64
-	tr.onStart = func(group string, running map[string]int) {
-		if running[group] > 1 && remaining.Load() >= 5 {
+	tr.onStart = func(group string, running, started map[string]int) {
+		remaining := groups
+		for _, n := range started {
+			if n == perGroup {
+				remaining--
+			}
+		}
+		if started[group] == perGroup {
+			remaining++ // this start took the group's last job: it still remained a moment ago
+		}
+		if running[group] > 1 && remaining >= 5 {
 			violations.Add(1)
+			t.Logf("group %s has %d jobs running with %d groups remaining", group, running[group], remaining)
 		}
 	}
 	e.worker(worker.Config{Concurrency: 4}, tr.handler("w", func(*worker.Job) time.Duration { return time.Millisecond }))
 	var hs []*dispatcher.Handle
-	for g := range 50 {
-		hs = append(hs, e.publish(fmt.Sprint("g", g), jobs(20, nil)))
+	for g := range groups {
+		hs = append(hs, e.publish(fmt.Sprint("g", g), jobs(perGroup, nil)))
 	}
-	done := make(chan struct{}, len(hs))
 	for _, h := range hs {
-		go func() {
-			if _, err := h.WaitSummary(e.ctx); err == nil {
-				remaining.Add(-1)
-			}
-			done <- struct{}{}
-		}()
-	}
-	for range hs {
-		<-done
-	}
-	if remaining.Load() != 0 {
-		t.Fatalf("%d groups did not finish", remaining.Load())
+		if sum, err := h.WaitSummary(e.ctx); err != nil || sum.Done != perGroup {
+			t.Fatalf("group %s: %+v, %v", h.GroupID(), sum, err)
+		}
 	}
 	if v := violations.Load(); v > 0 {
 		t.Fatalf("%d job starts found their group already running while 5 or more groups remained", v)

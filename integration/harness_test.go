@@ -93,7 +93,7 @@ func (e *env) coordinator(cfg coordinator.Config) {
 
 func (e *env) worker(cfg worker.Config, h worker.HandlerFunc) {
 	cfg.Namespace = e.ns
-	cfg.HeartbeatInterval = 100 * time.Millisecond
+	cfg.HeartbeatInterval = 250 * time.Millisecond
 	cfg.Logger = testLogger("worker")
 	w, err := worker.New(e.nc, cfg, h)
 	if err != nil {
@@ -167,11 +167,12 @@ type tracker struct {
 	workerOf map[uint64]string
 	area     map[string]time.Duration // ∫ running dt per group
 	last     time.Time
-	onStart  func(group string, running map[string]int)
+	started  map[string]int // jobs started per group
+	onStart  func(group string, running, started map[string]int)
 }
 
 func newTracker() *tracker {
-	return &tracker{running: map[string]int{}, peak: map[string]int{}, runs: map[uint64]int{}, workerOf: map[uint64]string{}, area: map[string]time.Duration{}}
+	return &tracker{started: map[string]int{}, running: map[string]int{}, peak: map[string]int{}, runs: map[uint64]int{}, workerOf: map[uint64]string{}, area: map[string]time.Duration{}}
 }
 
 func (tr *tracker) advance(now time.Time) {
@@ -189,11 +190,12 @@ func (tr *tracker) start(who string, j *worker.Job) {
 	defer tr.mu.Unlock()
 	tr.advance(time.Now())
 	tr.running[j.Group]++
+	tr.started[j.Group]++
 	tr.peak[j.Group] = max(tr.peak[j.Group], tr.running[j.Group])
 	tr.runs[j.ID]++
 	tr.workerOf[j.ID] = who
 	if tr.onStart != nil {
-		tr.onStart(j.Group, tr.running)
+		tr.onStart(j.Group, tr.running, tr.started)
 	}
 }
 

@@ -95,3 +95,23 @@ func (s *Scheduler[G, J]) Drop(g G) (J, bool) {
 	}
 	return job, true
 }
+
+// Begin counts in flight for g a job the caller releases outside the scheduler (a retry, or a
+// job it set aside with Drop), so the policy and MaxInFlightPerGroup see it; Done ends it as
+// usual. It reports false, counting nothing, if g is unknown (finished or canceled): the caller
+// must then not call Done for that job either.
+func (s *Scheduler[G, J]) Begin(g G) bool {
+	grp := s.groups[g]
+	if grp == nil {
+		return false
+	}
+	grp.inFlight++
+	s.reindex(grp)
+	return true
+}
+
+// Capped reports whether g is at MaxInFlightPerGroup.
+func (s *Scheduler[G, J]) Capped(g G) bool {
+	grp := s.groups[g]
+	return grp != nil && s.maxGroup > 0 && grp.inFlight >= s.maxGroup
+}

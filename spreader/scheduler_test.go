@@ -464,3 +464,34 @@ func TestDrop(t *testing.T) {
 		t.Fatalf("Next = %q, want b1", j)
 	}
 }
+
+func TestBeginCountsOutsideJobs(t *testing.T) {
+	t.Parallel()
+	s := setup(t, spreader.Config{Feeders: 2, Policy: spreader.LeastInFlight, MaxInFlightPerGroup: 2})
+	addGroup(t, s, "a", 3, false)
+	addGroup(t, s, "b", 3, false)
+	if !s.Begin("a") || s.InFlight("a") != 1 {
+		t.Fatalf("Begin did not count: in flight %d", s.InFlight("a"))
+	}
+	// a has one in flight (a retry, say): least in flight offers b first.
+	if g, _, _ := s.Next(); g != "b" {
+		t.Fatalf("Next gave %q, want b", g)
+	}
+	s.Begin("a")
+	if !s.Capped("a") {
+		t.Fatal("a at the cap is not reported capped")
+	}
+	for g := range s.Offers() {
+		if g == "a" {
+			t.Fatal("a capped group is offered")
+		}
+	}
+	s.Done("a")
+	s.Done("a")
+	if s.InFlight("a") != 0 || s.Capped("a") {
+		t.Fatalf("after Done: in flight %d", s.InFlight("a"))
+	}
+	if s.Begin("unknown") {
+		t.Fatal("Begin counted an unknown group")
+	}
+}

@@ -447,6 +447,9 @@ func (s *shepherd) pullFailed(err error) {
 	}
 	s.backoff = min(max(2*s.backoff, minPullBackoff), maxPullBackoff)
 	s.retry = time.NewTimer(s.backoff)
+	if errors.Is(err, context.Canceled) {
+		return // a pull canceled by a drain or shutdown is not a failure
+	}
 	s.log.Warn().Err(err).Dur("backoff", s.backoff).Msg("worker: pull failed")
 	if !s.repairing && consumerGone(err) {
 		s.repair()

@@ -28,8 +28,9 @@ type Cluster struct {
 
 // StartCluster starts an n-node JetStream cluster, n ≥ 2 (3 is typical), and returns once
 // every node accepts clients and a meta leader sees all n nodes, so streams can be created.
-// opts.Port must be zero: every node picks free ports. If ctx has no deadline, StartCluster
-// gives up after DefaultTimeout.
+// opts.Port must be zero: every node picks free ports. With temporary stores (opts.Dir
+// empty) a start that has not finished within 2 seconds is abandoned and begun afresh, up
+// to 3 times. If ctx has no deadline, StartCluster gives up after DefaultTimeout.
 func StartCluster(ctx context.Context, n int, opts Options) (*Cluster, error) {
 	if n < 2 {
 		// A one-node cluster never elects a meta leader; Start runs a single node.

@@ -21,7 +21,8 @@
 //
 // NewCluster (or StartCluster) starts a JetStream cluster of n nodes in the process, joined
 // by routes, and returns once a meta leader sees every node, usually in under a second for
-// three nodes. A replicated stream elects a leader of its own; creating it returns once
+// three nodes (when the first election splits, it starts over rather than wait out the
+// Raft election timeout of 4 to 9 seconds). A replicated stream elects a leader of its own; creating it returns once
 // the leader is elected, and WaitStreamReady also waits for the followers to catch up:
 //
 //	c := jstest.NewCluster(t, 3)
@@ -51,6 +52,14 @@
 //
 // The servers have no accounts, users or TLS; clients use the global account, which is
 // the account the Wait methods look in. A cluster's route ports are chosen before its
-// servers start, so another process could take one in between; StartCluster then fails
-// with the bind error.
+// servers start, so another process could take one in between; StartCluster then starts
+// over on other ports, or fails with the bind error if you named a Dir.
+//
+// On a busy machine Raft heartbeats can arrive late enough for leaders to change at any
+// moment, as in production. Cluster tests should retry a publish that times out or finds
+// no stream, with a message ID so the retry is stored once.
+//
+// nats-server v2.15.2 can leak two goroutines when a node shuts down while it is creating
+// a replica of a new stream or consumer; this package's TestMain shows the goleak options
+// that ignore them.
 package jstest

@@ -23,7 +23,15 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// nats-server v2.15.2 never stops the write-ahead log of a Raft group it creates
+		// while shutting down (createRaftGroup makes the file store, then startRaftNode
+		// fails for want of the system account, which shutdown has cleared). A cluster
+		// test that ends while a replica of a new stream or consumer is still being set up
+		// leaks these two goroutines, rarely.
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
+	)
 }
 
 // roundTrip creates a stream on pub, publishes n messages to it and reads them back
@@ -270,8 +278,8 @@ func TestInvalidOptions(t *testing.T) {
 	if _, err := jstest.Start(t.Context(), jstest.Options{Port: -1}); err == nil {
 		t.Error("Start with Port -1 succeeded")
 	}
-	if _, err := jstest.StartCluster(t.Context(), 0, jstest.Options{}); err == nil {
-		t.Error("StartCluster with 0 nodes succeeded")
+	if _, err := jstest.StartCluster(t.Context(), 1, jstest.Options{}); err == nil {
+		t.Error("StartCluster with 1 node succeeded")
 	}
 	if _, err := jstest.StartCluster(t.Context(), 3, jstest.Options{Port: 4222}); err == nil {
 		t.Error("StartCluster with a Port succeeded")

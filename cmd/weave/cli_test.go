@@ -1,0 +1,149 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/integration/jstest"
+)
+
+// TestCLI runs a coordinator and a worker with the CLI against an embedded server, submits a
+// group with it, and reads the status.
+func TestCLI(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	srv := jstest.New(t)
+	conn := []string{"--nats", srv.ClientURL(), "--namespace", "cli", "--log-level", "warn"}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	background := func(args ...string) {
+		wg.Go(func() {
+			var out, errOut bytes.Buffer
+			full := append(append([]string{args[0]}, conn...), args[1:]...) // flags before "--"
+			if code := run(ctx, full, strings.NewReader(""), &out, &errOut); code != exitOK {
+				t.Errorf("weave %q: exit %d\n%s%s", args, code, out.String(), errOut.String())
+			}
+		})
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	background("coordinator")
+	// Prints group:attempt:payload; the job with key "bad" fails permanently.
+	background("worker", "--id", "w1", "--resources", "eu", "--concurrency", "2", "--heartbeat-interval", "100ms", "--",
+		"sh", "-c", `if [ "$WEAVE_JOB_KEY" = bad ]; then echo nope >&2; exit 65; fi; printf '%s:%s:' "$WEAVE_JOB_GROUP" "$WEAVE_JOB_ATTEMPT"; cat`)
+
+	jobs := `{"key":"a","payload":"hello"}
+{"key":"b","payload":{"x":1},"require":["eu"]}
+
+{"key":"bad","payload":"x","max_attempts":1}
+`
+	code, out, errOut := runCLI(t, jobs, append([]string{"submit", "--group", "g1", "--outcomes", "--json", "--wait-timeout", "30s"}, conn...)...)
+	if code != exitError { // one job failed
+		t.Fatalf("submit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	results := map[string]jobOutcomeLine{}
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var l jobOutcomeLine
+		if err := dec.Decode(&l); err != nil {
+			t.Fatalf("%v in %s", err, out)
+		}
+		if l.State != "" {
+			results[l.Key] = l
+		}
+	}
+	if r := results["a"]; r.State != "done" || r.Result != "g1:1:hello" {
+		t.Errorf("job a: %+v", r)
+	}
+	if r := results["b"]; r.State != "done" || r.Result != `g1:1:{"x":1}` {
+		t.Errorf("job b: %+v", r)
+	}
+	if r := results["bad"]; r.State != "failed" || !strings.Contains(r.Error, "nope") || r.Attempts != 1 {
+		t.Errorf("job bad: %+v", r)
+	}
+	if !strings.Contains(out, `"summary":{`) || !strings.Contains(out, `"failed":1`) {
+		t.Errorf("no summary in %s", out)
+	}
+
+	// Submitting the same keys again adds nothing: they are duplicates.
+	code, out, errOut = runCLI(t, jobs, append([]string{"submit", "-g", "g1"}, conn...)...)
+	if code != exitOK || !strings.Contains(out, `group "g1": 0 jobs submitted, 3 duplicates dropped`) {
+		t.Errorf("resubmit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	// A bad line stops the submission; the jobs before it are sealed in the group.
+	code, out, errOut = runCLI(t, "{\"key\":\"c\"}\n{\"nope\":1}\n", append([]string{"submit", "-g", "g2", "--wait"}, conn...)...)
+	if code != exitError || !strings.Contains(errOut, "line 2") || !strings.Contains(out, "1 jobs submitted") {
+		t.Errorf("bad line: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+
+	code, out, errOut = runCLI(t, "", append([]string{"status", "--json"}, conn...)...)
+	var st coordinator.Status
+	if code != exitOK || json.Unmarshal([]byte(out), &st) != nil {
+		t.Fatalf("status --json: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	// Finished groups leave the coordinator's index, so only the totals remember the jobs.
+	if len(st.Workers) != 1 || st.Workers[0].ID != "w1" || st.Totals.Admitted != 4 || st.Totals.Released != 4 {
+		t.Errorf("status: %+v", st)
+	}
+	code, out, _ = runCLI(t, "", append([]string{"status"}, conn...)...)
+	for _, want := range []string{"namespace cli", "WORKERS (1 live", "w1", "eu"} {
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Errorf("status: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+}
+
+// TestStatusFlagsResourcesWithoutHolders checks the human status of a job that waits for a
+// resource no worker holds.
+func TestStatusFlagsResourcesWithoutHolders(t *testing.T) {
+	t.Parallel()
+	srv := jstest.New(t)
+	conn := []string{"--nats", srv.ClientURL(), "--namespace", "unheld", "--log-level", "warn"}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, append([]string{"coordinator"}, conn...), nil, &bytes.Buffer{}, &bytes.Buffer{})
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != exitOK {
+			t.Errorf("coordinator: exit %d", code)
+		}
+	}()
+	if code, out, errOut := runCLI(t, `{"key":"x","require":["gpu"]}`, append([]string{"submit", "-g", "g"}, conn...)...); code != exitOK {
+		t.Fatalf("submit: exit %d\n%s%s", code, out, errOut)
+	}
+	waitFor(t, 30*time.Second, "status to flag gpu", func() bool {
+		code, out, _ := runCLI(t, "", append([]string{"status"}, conn...)...)
+		return code == exitOK && strings.Contains(out, "no live worker holds gpu") &&
+			strings.Contains(out, "! jobs wait for resources no live worker holds: gpu")
+	})
+}
+
+// waitFor polls cond until it holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		<-tick.C
+	}
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+
+	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/spreader"
+)
+
+func newCoordinatorCmd(g *globals) *cobra.Command {
+	var (
+		conn   connFlags
+		cfg    coordinator.Config
+		policy string
+	)
+	cmd := &cobra.Command{
+		Use:   "coordinator",
+		Short: "Run the coordinator of a namespace until SIGINT or SIGTERM",
+		Long: `Coordinator admits groups, schedules their jobs onto worker pools and tracks every job's
+state. Run one per namespace: a second one waits as a standby and takes over within
+--lease-ttl when the first dies. It creates the namespace's streams if they do not exist.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := spreader.ParsePolicy(policy)
+			if err != nil {
+				return usageError{err}
+			}
+			cfg.Policy = p
+			cfg.Namespace = conn.namespace
+			cfg.Logger = g.log.With().Str("component", "coordinator").Logger()
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			nc, err := conn.connect(ctx, "coordinator", true, g.log)
+			if err != nil {
+				return err
+			}
+			defer closeConn(nc)
+			c, err := coordinator.New(nc, cfg)
+			if errors.Is(err, coordinator.ErrInvalidConfig) {
+				return usageError{err}
+			} else if err != nil {
+				return err
+			}
+			g.log.Info().Str("namespace", conn.namespace).Str("policy", p.String()).Str("nats", nc.ConnectedUrlRedacted()).Msg("coordinator starting")
+			err = c.Run(ctx)
+			g.log.Info().Msg("coordinator stopped")
+			return err
+		},
+	}
+	f := cmd.Flags()
+	conn.register(f)
+	f.IntVar(&cfg.Feeders, "feeders", 0, "groups scheduled at once (0: live worker slots + 1)")
+	f.StringVar(&policy, "policy", spreader.LeastInFlight.String(), "scheduling policy: least-in-flight or round-robin")
+	f.IntVar(&cfg.MaxInFlightPerGroup, "max-in-flight-per-group", 0, "cap on the jobs of one group running at once (0: none)")
+	f.IntVar(&cfg.Prefetch, "prefetch", 0, "jobs released to a pool beyond its free slots (raise for very short jobs)")
+	f.IntVar(&cfg.MaxAttempts, "max-attempts", coordinator.DefaultMaxAttempts, "attempts of jobs that do not set their own")
+	f.DurationVar(&cfg.RetryBase, "retry-base", coordinator.DefaultRetryBase, "retry delay of the first retry (exponential backoff with full jitter)")
+	f.DurationVar(&cfg.RetryMax, "retry-max", coordinator.DefaultRetryMax, "longest retry delay")
+	f.IntVar(&cfg.MaxBatch, "max-batch", coordinator.DefaultMaxBatch, "jobs in one work batch, at most")
+	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", coordinator.DefaultLeaseTTL, "coordinator lease TTL: how fast a standby takes over")
+	f.IntVar(&cfg.HeartbeatMisses, "heartbeat-misses", coordinator.DefaultHeartbeatMisses, "missed worker heartbeats after which a worker is dead")
+	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "replicas of the streams, if this coordinator creates them (3 for a cluster)")
+	f.DurationVar(&cfg.Streams.DedupWindow, "dedup-window", 0, "how long job keys are remembered for deduplication, if this coordinator creates the streams (0: 2m)")
+	f.DurationVar(&cfg.Streams.ResultRetention, "result-retention", 0, "how long group outcomes are kept, if this coordinator creates the streams (0: 24h)")
+	return cmd
+}

@@ -1,0 +1,50 @@
+// Command weave runs and operates Weave: a coordinator, workers that run a command per job,
+// job submission, status, and a self-contained demo.
+//
+// Exit codes: 0 success, 1 error, 2 usage error (bad flags or arguments).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+func main() {
+	zerolog.TimeFieldFormat = time.RFC3339Nano // the console writer shows milliseconds
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run executes the command line args and returns the process exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(stderr, "weave: %v\nRun 'weave --help' for usage.\n", err)
+		return exitUsage
+	case errors.As(err, new(silentError)):
+		return exitError // the command has already said what went wrong
+	default:
+		fmt.Fprintf(stderr, "weave: %v\n", err)
+		return exitError
+	}
+}

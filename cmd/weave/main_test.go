@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// runCLI runs the command line and returns its exit code, stdout and stderr.
+func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestExitCodes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string // in stdout or stderr
+	}{
+		{[]string{"version"}, exitOK, "weave "},
+		{[]string{"--help"}, exitOK, "Usage:"},
+		{[]string{"demo", "--help"}, exitOK, "--jobs"},
+		{nil, exitUsage, "no command"},
+		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
+		{[]string{"version", "extra"}, exitUsage, "unknown command"},
+		{[]string{"status", "--no-such-flag"}, exitUsage, "unknown flag"},
+		{[]string{"demo", "--workers", "0"}, exitUsage, "--workers"},
+		{[]string{"demo", "--policy", "fastest"}, exitUsage, "fastest"},
+		{[]string{"demo", "--jobs", "5", "--sites", "10"}, exitUsage, "one page per site"},
+		{[]string{"submit"}, exitUsage, "--group is required"},
+		{[]string{"submit", "--group", "g\x01"}, exitUsage, "--group"},
+		{[]string{"worker"}, exitUsage, "requires at least 1 arg"},
+		{[]string{"worker", "--", "/no/such/command"}, exitUsage, "/no/such/command"},
+		{[]string{"status", "--namespace", "bad.name"}, exitUsage, "namespace"},
+		{[]string{"status", "--log-level", "loud"}, exitUsage, "--log-level"},
+		{[]string{"coordinator", "--policy", "lifo"}, exitUsage, "lifo"},
+		// Nothing listens on port 1: a connection error, not a usage error.
+		{[]string{"status", "--nats", "nats://127.0.0.1:1"}, exitError, "connect to NATS"},
+	} {
+		code, out, errOut := runCLI(t, "", tc.args...)
+		if code != tc.code || !strings.Contains(out+errOut, tc.want) {
+			t.Errorf("weave %q: exit %d, want %d with %q\nstdout: %s\nstderr: %s", tc.args, code, tc.code, tc.want, out, errOut)
+		}
+	}
+}

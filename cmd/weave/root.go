@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+)
+
+func newRootCmd() *cobra.Command {
+	var logLevel string
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "weave",
+		Short: "Run groups of background jobs over NATS JetStream",
+		Long: `Weave runs groups of background jobs on a fleet of workers over NATS JetStream.
+Jobs of one group are spread apart so they rarely run at the same time.
+
+Try it without any setup:  weave demo`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// Root runs only to reject an unknown command with a usage error (cobra would return a
+		// plain error) or to print help.
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("unknown command %q", args[0])
+			}
+			_ = cmd.Help()
+			return usageErrorf("no command given")
+		},
+	}
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error or disabled")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		log, err := newLogger(cmd.ErrOrStderr(), logLevel)
+		if err != nil {
+			return usageError{err}
+		}
+		g.log = log
+		return nil
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		newDemoCmd(g),
+		newCoordinatorCmd(g),
+		newWorkerCmd(g),
+		newSubmitCmd(g),
+		newStatusCmd(g),
+		newVersionCmd(),
+	)
+	return root
+}
+
+// globals are set from the root command's flags before any subcommand runs.
+type globals struct {
+	log zerolog.Logger
+}
+
+// usageError reports bad flags or arguments: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// usageArgs wraps a cobra argument validator so that its errors are usage errors.
+func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := v(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
+// silentError is a failure the command has already reported on its output: exit code 1
+// without another message.
+type silentError struct{ err error }
+
+func (e silentError) Error() string { return e.err.Error() }
+func (e silentError) Unwrap() error { return e.err }

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/weavejobs/weave/coordinator"
+)
+
+func newStatusCmd(g *globals) *cobra.Command {
+	var (
+		conn    connFlags
+		jsonOut bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show jobs per state, groups, resources, pools and workers of a namespace",
+		Long: `Status asks the namespace's running coordinator for its current view: job counts per state,
+open groups (the first 100 in arrival order), resources (jobs requiring or preferring each, and
+the live slots holding it; pending jobs requiring a resource no live worker holds are flagged),
+worker pools, and workers busy or sleeping.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, err := conn.connect(cmd.Context(), "status", false, g.log)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := contextWithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			st, err := coordinator.QueryStatus(ctx, nc, conn.namespace)
+			if err != nil {
+				return err
+			}
+			if jsonOut {
+				return writeJSON(cmd.OutOrStdout(), st, true)
+			}
+			return printStatus(cmd.OutOrStdout(), st)
+		},
+	}
+	f := cmd.Flags()
+	conn.register(f)
+	f.BoolVar(&jsonOut, "json", false, "print the status as JSON")
+	f.DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for the coordinator's answer")
+	return cmd
+}
+
+// stateOrder is the order of job states in tables; states not listed follow, sorted.
+var stateOrder = []string{"pending", "running", "retrywait", "done", "failed", "canceled"}
+
+func states(counts ...map[string]uint64) []string {
+	out := slices.Clone(stateOrder)
+	var extra []string
+	for _, m := range counts {
+		for s := range maps.Keys(m) {
+			if !slices.Contains(out, s) && !slices.Contains(extra, s) {
+				extra = append(extra, s)
+			}
+		}
+	}
+	slices.Sort(extra)
+	return append(out, extra...)
+}
+
+// printStatus writes st as tables.
+func printStatus(w io.Writer, st *coordinator.Status) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
+	section := func(title string) {
+		tw.Flush()
+		fmt.Fprintf(w, "\n%s\n", title)
+	}
+
+	fmt.Fprintf(w, "namespace %s  epoch %d  policy %s  feeders %d  at %s\n",
+		st.Namespace, st.Epoch, st.Policy, st.Feeders, st.Time.Local().Format(time.DateTime))
+
+	section("JOBS")
+	names := states(st.Jobs)
+	row(upper(names)...)
+	row(countCells(names, st.Jobs)...)
+	tw.Flush()
+	t := st.Totals
+	fmt.Fprintf(w, "since this coordinator took over: %d admitted, %d released, %d retried, %d rejected, %d lost, %d stale reports\n",
+		t.Admitted, t.Released, t.Retried, t.Rejected, t.LostJobs, t.StaleReports)
+
+	section(fmt.Sprintf("GROUPS (%d open%s)", len(st.Groups), more(len(st.Groups), 100)))
+	if len(st.Groups) > 0 {
+		row(append([]string{"ID", "SEALED", "QUEUED", "IN FLIGHT"}, upper(names)...)...)
+		for _, g := range st.Groups {
+			row(append([]string{g.ID, yesNo(g.Sealed), strconv.Itoa(g.Queued), strconv.Itoa(g.InFlight)}, countCells(names, g.Jobs)...)...)
+		}
+	}
+
+	section("RESOURCES")
+	var unheld []string
+	if len(st.Resources) > 0 {
+		row("NAME", "HOLDERS", "REQUIRED: PENDING", "RUNNING", "DONE", "PREFERRED: PENDING", "RUNNING", "DONE", "")
+		for _, r := range st.Resources {
+			note := ""
+			if p := r.Required["pending"]; p > 0 && r.Holders == 0 {
+				note = fmt.Sprintf("<- %d jobs wait: no live worker holds %s", p, r.Name)
+				unheld = append(unheld, r.Name)
+			}
+			row(r.Name, strconv.Itoa(r.Holders),
+				u(r.Required["pending"]), u(r.Required["running"]), u(r.Required["done"]),
+				u(r.Preferred["pending"]), u(r.Preferred["running"]), u(r.Preferred["done"]), note)
+		}
+	}
+
+	section("POOLS")
+	if len(st.Pools) > 0 {
+		row("POOL", "RESOURCES", "WORKERS", "SLOTS", "OUTSTANDING")
+		for _, p := range st.Pools {
+			row(p.Key, list(p.Resources), strconv.Itoa(p.Workers), strconv.Itoa(p.Slots), strconv.Itoa(p.Outstanding))
+		}
+	}
+
+	busy, sleeping := 0, 0
+	for _, wk := range st.Workers {
+		busy += wk.Busy
+		sleeping += wk.Sleeping
+	}
+	section(fmt.Sprintf("WORKERS (%d live: %d slots busy, %d sleeping)", len(st.Workers), busy, sleeping))
+	if len(st.Workers) > 0 {
+		row("ID", "POOL", "RESOURCES", "CONCURRENCY", "BUSY", "SLEEPING", "STATE", "LAST SEEN")
+		for _, wk := range st.Workers {
+			state := "running"
+			if wk.Draining {
+				state = "draining"
+			}
+			row(wk.ID, wk.Pool, list(wk.Resources), strconv.Itoa(wk.Concurrency), strconv.Itoa(wk.Busy), strconv.Itoa(wk.Sleeping),
+				state, st.Time.Sub(wk.LastSeen).Round(time.Millisecond).String()+" ago")
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(unheld) > 0 {
+		_, err := fmt.Fprintf(w, "\n! jobs wait for resources no live worker holds: %s\n", strings.Join(unheld, ", "))
+		return err
+	}
+	return nil
+}
+
+func countCells(names []string, m map[string]uint64) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = u(m[n])
+	}
+	return out
+}
+
+func upper(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strings.ToUpper(s)
+	}
+	return out
+}
+
+func u(v uint64) string { return strconv.FormatUint(v, 10) }
+
+func list(ss []string) string {
+	if len(ss) == 0 {
+		return "-"
+	}
+	return strings.Join(ss, ",")
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func more(n, limit int) string {
+	if n >= limit {
+		return ", showing the first " + strconv.Itoa(limit)
+	}
+	return ""
+}

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"os"
+	"time"
+	"unicode/utf8"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// submitCmd holds the submit command's flags.
+type submitCmd struct {
+	g           *globals
+	conn        connFlags
+	group, file string
+	wait        bool
+	outcomes    bool
+	jsonOut     bool
+	noProgress  bool
+	waitTimeout time.Duration
+	replicas    int
+}
+
+func newSubmitCmd(g *globals) *cobra.Command {
+	s := &submitCmd{g: g}
+	cmd := &cobra.Command{
+		Use:   "submit --group G [--file jobs.jsonl|-]",
+		Short: "Submit a group of jobs from JSON lines",
+		Long: `Submit publishes a group of jobs read from JSON lines, one job per line, and seals the group.
+The file is streamed: jobs are published as they are read, whatever the file's size.
+
+A line is a JSON object; every field is optional:
+  key           the job's key in the group; jobs with the same key are deduplicated
+                (within the streams' dedup window, 2 minutes by default), so submitting a
+                file again after a failure adds only the missing jobs
+  payload       the job's payload: a JSON string is sent as its text, any other JSON value
+                (object, array, number...) as its compact JSON encoding
+  payload_b64   the payload as base64 (standard encoding), for binary data
+  require       resources a worker must hold to run the job, e.g. ["eu"]
+  prefer        resources the job should run near when a holder is free
+  max_attempts  attempts before the job fails (default: the coordinator's)
+  timeout       timeout of one attempt, a Go duration such as "30s" (default: the worker's)
+Blank lines are skipped; an unknown field or a malformed line stops the submission: the
+group is then sealed with the jobs before that line.
+
+  {"key": "a", "payload": "hello"}
+  {"key": "b", "payload": {"user": 42}, "require": ["eu"], "max_attempts": 3, "timeout": "10s"}
+  {"key": "c", "payload_b64": "AAECAw=="}
+
+With --wait, submit waits for every job of the group to end and prints the counts; it exits
+with status 1 if any job failed or was canceled. --outcomes also prints each job's outcome as
+a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b64"), "error"}.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: s.run,
+	}
+	f := cmd.Flags()
+	s.conn.register(f)
+	f.StringVarP(&s.group, "group", "g", "", "group ID (required): 1-256 bytes of UTF-8 without control characters")
+	f.StringVarP(&s.file, "file", "f", "-", "jobs file, JSON lines; - for stdin")
+	f.BoolVarP(&s.wait, "wait", "w", false, "wait for the group to finish and print its counts")
+	f.BoolVar(&s.outcomes, "outcomes", false, "print each job's outcome as a JSON line (implies --wait)")
+	f.DurationVar(&s.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
+	f.BoolVar(&s.jsonOut, "json", false, "print the submission (and summary) as JSON")
+	f.IntVar(&s.replicas, "replicas", 1, "replicas of the streams, if this command creates them (3 for a cluster)")
+	f.BoolVar(&s.noProgress, "no-progress", false, "do not show the progress bar (it shows only on a terminal)")
+	return cmd
+}
+
+func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
+	if s.group == "" {
+		return usageErrorf("--group is required")
+	}
+	if err := wire.ValidateGroupID(s.group); err != nil {
+		return usageErrorf("--group: %v", err)
+	}
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	in, size, closeIn, err := openJobs(cmd, s.file)
+	if err != nil {
+		return err
+	}
+	defer closeIn()
+	var bar *progressbar.ProgressBar
+	if !s.noProgress && isTerminal(stderr) {
+		bar = newSubmitBar(stderr, size)
+		if size > 0 {
+			in = io.TeeReader(in, bar)
+		}
+	}
+
+	ctx, stop := signalContext(cmd.Context())
+	defer stop()
+	nc, err := s.conn.connect(ctx, "submit", false, s.g.log)
+	if err != nil {
+		return err
+	}
+	defer closeConn(nc)
+	d, err := dispatcher.New(nc, dispatcher.Config{
+		Namespace: s.conn.namespace,
+		Logger:    s.g.log,
+		Streams:   dispatcher.StreamOptions{Replicas: s.replicas},
+	})
+	if errors.Is(err, dispatcher.ErrInvalidConfig) {
+		return usageError{err}
+	} else if err != nil {
+		return err
+	}
+
+	jr := newJobReader(in)
+	h, err := d.Publish(ctx, s.group, readJobs(jr, bar, size > 0))
+	if bar != nil {
+		_ = bar.Finish()
+		fmt.Fprintln(stderr)
+	}
+	err = errors.Join(jr.Err(), err)
+	res := submitResult{Group: s.group}
+	if h != nil {
+		res.Accepted, res.Duplicates, res.FirstID, res.LastID = h.Accepted(), h.Duplicates(), h.FirstID(), h.LastID()
+	}
+	// Human-readable lines go to stdout, unless stdout carries outcome lines.
+	info := stdout
+	if s.outcomes {
+		info = stderr
+	}
+	if !s.jsonOut {
+		fmt.Fprintf(info, "group %q: %d jobs submitted", s.group, res.Accepted)
+		if res.Duplicates > 0 {
+			fmt.Fprintf(info, ", %d duplicates dropped", res.Duplicates)
+		}
+		if res.Accepted > 0 {
+			fmt.Fprintf(info, ", IDs %d-%d", res.FirstID, res.LastID)
+		}
+		fmt.Fprintln(info)
+	}
+	if err != nil {
+		if h != nil {
+			err = fmt.Errorf("%w (the group was sealed with the %d jobs submitted before)", err, res.Accepted)
+		}
+		return err
+	}
+	if s.wait || s.outcomes {
+		ctx, cancel := contextWithTimeout(ctx, s.waitTimeout)
+		defer cancel()
+		sum, err := s.waitFor(ctx, h, stdout)
+		if err != nil {
+			return err
+		}
+		res.Summary = &sum
+		if !s.jsonOut {
+			fmt.Fprintf(info, "group %q finished: %d jobs, %d done, %d failed, %d canceled\n", s.group, sum.Jobs, sum.Done, sum.Failed, sum.Canceled)
+		}
+	}
+	if s.jsonOut {
+		if err := writeJSON(stdout, res, !s.outcomes); err != nil {
+			return err
+		}
+	}
+	if res.Summary != nil {
+		if n := res.Summary.Failed + res.Summary.Canceled; n > 0 {
+			return silentError{fmt.Errorf("%d jobs did not succeed", n)}
+		}
+	}
+	return nil
+}
+
+// waitFor waits for the group to finish, printing each job's outcome on out with --outcomes.
+func (s *submitCmd) waitFor(ctx context.Context, h *dispatcher.Handle, out io.Writer) (summaryJSON, error) {
+	if s.outcomes {
+		enc := json.NewEncoder(out)
+		for o, err := range h.Outcomes(ctx) {
+			if err != nil {
+				return summaryJSON{}, fmt.Errorf("wait for group %q: %w", s.group, err)
+			}
+			if err := enc.Encode(outcomeLine(o)); err != nil {
+				return summaryJSON{}, err
+			}
+		}
+	}
+	sum, err := h.WaitSummary(ctx)
+	if err != nil {
+		return summaryJSON{}, fmt.Errorf("wait for group %q: %w", s.group, err)
+	}
+	return summaryJSON{Jobs: sum.Jobs, Done: sum.Done, Failed: sum.Failed, Canceled: sum.Canceled}, nil
+}
+
+// openJobs opens the jobs input: a file, or stdin for "-". size is the file's size if known
+// (a regular file), else 0.
+func openJobs(cmd *cobra.Command, file string) (r io.Reader, size int64, closeFn func(), err error) {
+	if file == "-" {
+		return cmd.InOrStdin(), 0, func() {}, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		size = fi.Size()
+	}
+	return f, size, func() { f.Close() }, nil
+}
+
+// newSubmitBar returns a progress bar on w: over the file's bytes when its size is known, else
+// a counter of jobs.
+func newSubmitBar(w io.Writer, size int64) *progressbar.ProgressBar {
+	opts := []progressbar.Option{
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription("submitting"),
+		progressbar.OptionThrottle(100 * time.Millisecond),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionSetWidth(30),
+	}
+	if size > 0 {
+		return progressbar.NewOptions64(size, append(opts, progressbar.OptionShowBytes(true), progressbar.OptionSetPredictTime(true))...)
+	}
+	return progressbar.NewOptions64(-1, append(opts, progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("jobs"))...)
+}
+
+// readJobs yields the jobs of jr, counting them on bar: in its description when the bar
+// follows bytes, else as its progress.
+func readJobs(jr *jobReader, bar *progressbar.ProgressBar, bytes bool) iter.Seq[dispatcher.Job] {
+	return func(yield func(dispatcher.Job) bool) {
+		n, described := 0, time.Time{}
+		for {
+			j, ok := jr.next()
+			if !ok {
+				return
+			}
+			n++
+			switch {
+			case bar == nil:
+			case !bytes:
+				_ = bar.Add(1)
+			case time.Since(described) > 100*time.Millisecond:
+				bar.Describe(fmt.Sprintf("submitting %d jobs", n))
+				described = time.Now()
+			}
+			if !yield(j) {
+				return
+			}
+		}
+	}
+}
+
+// submitResult is what submit prints with --json.
+type submitResult struct {
+	Group      string       `json:"group"`
+	Accepted   int          `json:"accepted"`
+	Duplicates int          `json:"duplicates"`
+	FirstID    uint64       `json:"first_id,omitempty"`
+	LastID     uint64       `json:"last_id,omitempty"`
+	Summary    *summaryJSON `json:"summary,omitempty"`
+}
+
+type summaryJSON struct {
+	Jobs     int `json:"jobs"`
+	Done     int `json:"done"`
+	Failed   int `json:"failed"`
+	Canceled int `json:"canceled"`
+}
+
+// jobOutcomeLine is one line of --outcomes.
+type jobOutcomeLine struct {
+	ID        uint64 `json:"id"`
+	Key       string `json:"key,omitempty"`
+	State     string `json:"state"`
+	Attempts  int    `json:"attempts"`
+	Result    string `json:"result,omitempty"`
+	ResultB64 []byte `json:"result_b64,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+func outcomeLine(o dispatcher.JobOutcome) jobOutcomeLine {
+	l := jobOutcomeLine{ID: o.ID, Key: o.Key, State: string(o.State), Attempts: o.Attempts, Error: o.Err}
+	if utf8.Valid(o.Result) {
+		l.Result = string(o.Result)
+	} else {
+		l.ResultB64 = o.Result
+	}
+	return l
+}
+
+// writeJSON writes v as JSON, indented or on one line.
+func writeJSON(w io.Writer, v any, indent bool) error {
+	enc := json.NewEncoder(w)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	return enc.Encode(v)
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/weavejobs/weave/dispatcher"
+)
+
+// jobLine is one line of a jobs file (JSON lines). Every field is optional:
+//
+//	{"key": "user-42", "payload": "plain text"}        a JSON string: its UTF-8 bytes
+//	{"key": "user-43", "payload": {"id": 43}}          any other JSON value: its compact encoding
+//	{"payload_b64": "AAEC"}                            raw bytes, base64 (standard encoding)
+//	{"require": ["eu"], "prefer": ["gpu"], "max_attempts": 3, "timeout": "30s"}
+//
+// Blank lines are skipped. Unknown fields are errors, to catch typos.
+type jobLine struct {
+	Key         string          `json:"key"`
+	Payload     json.RawMessage `json:"payload"`
+	PayloadB64  *string         `json:"payload_b64"`
+	Require     []string        `json:"require"`
+	Prefer      []string        `json:"prefer"`
+	MaxAttempts int             `json:"max_attempts"`
+	Timeout     string          `json:"timeout"`
+}
+
+// errJobLine wraps every error of a malformed line.
+var errJobLine = errors.New("bad job line")
+
+// parseJobLine decodes one non-blank line into a job.
+func parseJobLine(line []byte) (dispatcher.Job, error) {
+	var l jobLine
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		return dispatcher.Job{}, fmt.Errorf("%w: %v", errJobLine, err)
+	}
+	if dec.More() {
+		return dispatcher.Job{}, fmt.Errorf("%w: more than one JSON value on the line", errJobLine)
+	}
+	j := dispatcher.Job{Key: l.Key, Require: l.Require, Prefer: l.Prefer, MaxAttempts: l.MaxAttempts}
+	switch {
+	case l.PayloadB64 != nil && l.Payload != nil:
+		return j, fmt.Errorf("%w: payload and payload_b64 are exclusive", errJobLine)
+	case l.PayloadB64 != nil:
+		b, err := base64.StdEncoding.DecodeString(*l.PayloadB64)
+		if err != nil {
+			return j, fmt.Errorf("%w: payload_b64: %v", errJobLine, err)
+		}
+		j.Payload = b
+	case len(l.Payload) > 0 && l.Payload[0] == '"':
+		var s string
+		if err := json.Unmarshal(l.Payload, &s); err != nil {
+			return j, fmt.Errorf("%w: payload: %v", errJobLine, err)
+		}
+		j.Payload = []byte(s)
+	case len(l.Payload) > 0 && string(l.Payload) != "null":
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, l.Payload); err != nil {
+			return j, fmt.Errorf("%w: payload: %v", errJobLine, err)
+		}
+		j.Payload = buf.Bytes()
+	}
+	if l.Timeout != "" {
+		d, err := time.ParseDuration(l.Timeout)
+		if err != nil || d < 0 {
+			return j, fmt.Errorf("%w: timeout %q: want a Go duration such as \"30s\" or \"5m\"", errJobLine, l.Timeout)
+		}
+		j.Timeout = d
+	}
+	return j, nil
+}
+
+// jobReader reads jobs from JSON lines one at a time, so a file of any size streams through
+// bounded memory.
+type jobReader struct {
+	r    *bufio.Reader
+	line int   // number of the last line read
+	err  error // first error, which ends the jobs
+}
+
+func newJobReader(r io.Reader) *jobReader {
+	return &jobReader{r: bufio.NewReaderSize(r, 64<<10)}
+}
+
+// next returns the next job; ok is false at the end of the input or at the first error, which
+// Err then returns.
+func (jr *jobReader) next() (j dispatcher.Job, ok bool) {
+	for jr.err == nil {
+		line, err := jr.r.ReadBytes('\n')
+		if len(line) > 0 {
+			jr.line++
+			if line = bytes.TrimSpace(line); len(line) > 0 {
+				j, perr := parseJobLine(line)
+				if perr != nil {
+					jr.err = fmt.Errorf("line %d: %w", jr.line, perr)
+					return j, false
+				}
+				return j, true
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				jr.err = fmt.Errorf("read jobs after line %d: %w", jr.line, err)
+			}
+			return j, false
+		}
+	}
+	return j, false
+}
+
+// Err returns the error that ended the jobs, nil at a clean end of input.
+func (jr *jobReader) Err() error { return jr.err }
