@@ -17,17 +17,17 @@ var ErrInvalidConfig = errors.New("weave: invalid coordinator config")
 
 // Defaults of Config.
 const (
-	DefaultMaxAttempts      = 5
-	DefaultPrefetch         = 1
-	DefaultRetryBase        = time.Second
-	DefaultRetryMax         = 5 * time.Minute
-	DefaultMaxBatch         = 64
-	DefaultMaxBatchBytes    = 512 << 10
-	DefaultLeaseTTL         = 10 * time.Second
-	DefaultHeartbeatMisses  = 3
-	DefaultReleaseParallism = 4
-	DefaultReadAhead        = 16
-	DefaultPayloadCache     = 32 << 20
+	DefaultMaxAttempts        = 5
+	DefaultPrefetch           = 1
+	DefaultRetryBase          = time.Second
+	DefaultRetryMax           = 5 * time.Minute
+	DefaultMaxBatch           = 64
+	DefaultMaxBatchBytes      = 512 << 10
+	DefaultLeaseTTL           = 10 * time.Second
+	DefaultHeartbeatMisses    = 3
+	DefaultReleaseParallelism = 4
+	DefaultReadAhead          = 16
+	DefaultPayloadCache       = 32 << 20
 )
 
 // Config configures a Coordinator. The zero value is valid and gives the documented defaults.
@@ -133,7 +133,7 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.MaxBatch, DefaultMaxBatch)
 	setDefault(&c.MaxBatchBytes, DefaultMaxBatchBytes)
 	setDefault(&c.HeartbeatMisses, DefaultHeartbeatMisses)
-	setDefault(&c.ReleaseParallelism, DefaultReleaseParallism)
+	setDefault(&c.ReleaseParallelism, DefaultReleaseParallelism)
 	setDefault(&c.ReadAhead, DefaultReadAhead)
 	setDefault(&c.PayloadCacheBytes, DefaultPayloadCache)
 	setDefault(&c.RetryBase, DefaultRetryBase)
