@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -335,5 +336,45 @@ func TestGroupIDReused(t *testing.T) {
 		if !strings.HasPrefix(o.Key, "second-") {
 			t.Fatalf("the second incarnation's outcomes include %+v", o)
 		}
+	}
+}
+
+// TestCancelRunningGroup: canceling a group cancels its running jobs' contexts within a second,
+// its pending jobs never start, and every job ends canceled.
+func TestCancelRunningGroup(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	var started, sawCancel atomic.Int64
+	canceledAt := make(chan time.Time, 16)
+	e.worker(worker.Config{Concurrency: 2}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		started.Add(1)
+		<-ctx.Done() // runs until canceled
+		if errors.Is(context.Cause(ctx), worker.ErrJobCanceled) {
+			sawCancel.Add(1)
+		}
+		canceledAt <- time.Now()
+		return nil, ctx.Err()
+	})
+	h := e.publish("doomed", jobs(10, nil))
+	eventually(t, 30*time.Second, "two jobs running", func() bool { return started.Load() == 2 })
+	asked := time.Now()
+	if err := h.Cancel(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := e.wait(h)
+	if res.Summary.Canceled != 10 {
+		t.Fatalf("summary %+v, want 10 canceled", res.Summary)
+	}
+	for range 2 {
+		if at := <-canceledAt; at.Sub(asked) > time.Second {
+			t.Errorf("a running job saw its cancellation %v after the request", at.Sub(asked))
+		}
+	}
+	if n := started.Load(); n != 2 {
+		t.Errorf("%d jobs started; the 8 pending ones must never start", n)
+	}
+	if sawCancel.Load() != 2 {
+		t.Errorf("%d handlers saw worker.ErrJobCanceled as the cause", sawCancel.Load())
 	}
 }

@@ -36,6 +36,7 @@ const (
 	kindPanic
 	kindTimeout
 	kindShutdown
+	kindCanceled
 	kindReleased
 )
 
@@ -58,6 +59,7 @@ type completion struct {
 type pool struct {
 	handler   Handler
 	base      context.Context // parent of every handler's context; canceled to force shutdown
+	cancels   *cancelRegistry // running jobs' contexts, for cancellation requests
 	grace     time.Duration   // TimeoutGrace
 	maxResult int
 	log       zerolog.Logger
@@ -142,7 +144,12 @@ func (p *pool) slot(carry *completion) {
 
 // execute runs one attempt and maps its result to an outcome.
 func (p *pool) execute(t *task, start time.Time) outcome {
-	ctx := p.base
+	ctx, cancel, canceled := p.cancels.start(p.base, t.job.ID)
+	defer p.cancels.end(t.job.ID)
+	defer cancel(nil)
+	if canceled {
+		return p.failure(t, 0, kindCanceled, wire.StatusCanceled, "job canceled before it started")
+	}
 	if t.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.timeout)
@@ -181,6 +188,13 @@ func (p *pool) outcome(ctx context.Context, t *task, took time.Duration, result 
 	switch {
 	case panicked:
 		return p.failure(t, took, kindPanic, wire.StatusError, err.Error())
+	case errors.Is(context.Cause(ctx), ErrJobCanceled):
+		// The job was canceled while it ran: whatever the handler returned, the job ends canceled.
+		text := "job canceled while running"
+		if err != nil {
+			text += ": " + err.Error()
+		}
+		return p.failure(t, took, kindCanceled, wire.StatusCanceled, text)
 	case t.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		// A result that comes after the deadline is discarded: the deadline is a contract the
 		// coordinator also relies on.

@@ -385,6 +385,8 @@ func (s *shepherd) report(t *task, out outcome) {
 		s.stats.jobsOK.Add(1)
 	case kindReleased:
 		s.stats.released.Add(1)
+	case kindCanceled:
+		s.stats.canceled.Add(1)
 	case kindTimeout:
 		s.stats.timeouts.Add(1)
 		s.stats.jobsFailed.Add(1)

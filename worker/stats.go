@@ -24,6 +24,7 @@ type Stats struct {
 	Timeouts   uint64 // attempts failed because their deadline passed
 	Abandoned  uint64 // attempts reported without waiting for their handler to return
 	Released   uint64 // jobs given back unrun at shutdown (not attempts)
+	Canceled   uint64 // attempts ended because their job was canceled
 
 	ReportBatches uint64 // report messages persisted by JetStream
 	ReportRetries uint64 // report messages published again after a failure
@@ -38,6 +39,7 @@ type counters struct {
 	batches, malformed, pulls     atomic.Uint64
 	wakeups, jobsRun              atomic.Uint64
 	jobsOK, jobsFailed            atomic.Uint64
+	canceled                      atomic.Uint64
 	timeouts, abandoned, released atomic.Uint64
 
 	// Written by pool goroutines (any of them).
@@ -63,6 +65,7 @@ func (c *counters) snapshot(concurrency int) Stats {
 		JobsRun:          c.jobsRun.Load(),
 		JobsOK:           c.jobsOK.Load(),
 		JobsFailed:       c.jobsFailed.Load(),
+		Canceled:         c.canceled.Load(),
 		Panics:           c.panics.Load(),
 		Timeouts:         c.timeouts.Load(),
 		Abandoned:        c.abandoned.Load(),

@@ -126,8 +126,23 @@ func (w *Worker) Run(ctx context.Context) error {
 		fetched: make(chan fetchEvent), done: done, expired: expired, repaired: make(chan repairResult),
 		wake: wake, quit: quit, reports: reports, drainStarted: draining,
 	}
+	// Cancellation requests (core NATS) cancel the contexts of the jobs they name.
+	cancels := newCancelRegistry()
+	cancelSub, err := w.nc.Subscribe(cfg.names.CancelSubject(), func(m *nats.Msg) {
+		ids, err := wire.DecodeCancel(m.Data)
+		if err != nil {
+			w.log.Warn().Err(err).Msg("worker: malformed cancel request")
+			return
+		}
+		cancels.cancel(ids, time.Now())
+	})
+	if err != nil {
+		return fmt.Errorf("weave: worker %s: subscribe to cancellations: %w", cfg.ID, err)
+	}
+	defer func() { _ = cancelSub.Unsubscribe() }()
+
 	slots := &pool{
-		handler: w.handler, base: handlerCtx, grace: cfg.TimeoutGrace, maxResult: cfg.MaxResultSize,
+		handler: w.handler, base: handlerCtx, cancels: cancels, grace: cfg.TimeoutGrace, maxResult: cfg.MaxResultSize,
 		log: w.log, stats: &w.stats,
 		wake: wake, done: done, expired: expired, quit: quit, exited: exited,
 	}
