@@ -12,6 +12,10 @@ import (
 	"github.com/weavejobs/weave/spreader"
 )
 
+// StreamOptions tunes the streams a component creates when they do not exist yet (replicas, dedup
+// window, result retention, storage). Every component of a namespace should use the same.
+type StreamOptions = topology.Options
+
 // ErrInvalidConfig reports a Config that New cannot use.
 var ErrInvalidConfig = errors.New("weave: invalid coordinator config")
 
@@ -91,7 +95,7 @@ type Config struct {
 
 	// Streams tunes the streams (replicas, dedup window, result retention) if this coordinator
 	// creates them.
-	Streams topology.Options
+	Streams StreamOptions
 
 	// now is the clock; tests replace it.
 	now func() time.Time

@@ -26,7 +26,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
-	goleak.VerifyTestMain(m)
+	var opts []goleak.Option
+	for _, fn := range jstest.ServerGoroutineLeaks {
+		opts = append(opts, goleak.IgnoreTopFunction(fn))
+	}
+	goleak.VerifyTestMain(m, opts...)
 }
 
 // env is one test's isolated Weave deployment: its own namespace on a shared or own server.

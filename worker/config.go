@@ -13,6 +13,10 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
+// StreamOptions tunes the streams a component creates when they do not exist yet (replicas, dedup
+// window, result retention, storage). Every component of a namespace should use the same.
+type StreamOptions = topology.Options
+
 // ErrInvalidConfig is wrapped by every error New returns for a bad Config.
 var ErrInvalidConfig = errors.New("weave: invalid worker config")
 
@@ -105,7 +109,7 @@ type Config struct {
 
 	// Streams tunes the streams the worker creates if they do not exist yet. It must match
 	// the other components' options.
-	Streams topology.Options
+	Streams StreamOptions
 }
 
 // resolved is a validated Config with defaults filled in.

@@ -23,15 +23,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// nats-server v2.15.2 never stops the write-ahead log of a Raft group it creates
-		// while shutting down (createRaftGroup makes the file store, then startRaftNode
-		// fails for want of the system account, which shutdown has cleared). A cluster
-		// test that ends while a replica of a new stream or consumer is still being set up
-		// leaks these two goroutines, rarely.
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
-	)
+	var opts []goleak.Option
+	for _, fn := range jstest.ServerGoroutineLeaks {
+		opts = append(opts, goleak.IgnoreTopFunction(fn))
+	}
+	goleak.VerifyTestMain(m, opts...)
 }
 
 // roundTrip creates a stream on pub, publishes n messages to it and reads them back
