@@ -65,6 +65,7 @@ type group struct {
 	id, tok   string
 	openSeq   uint64 // the open message's sequence: the group's incarnation
 	idxKey    string // the group's name in the job index: ID and incarnation
+	lastSeq   uint64 // the sequence of its last message in JOBS: a purge stops there
 	sealed    bool
 	count     uint64 // jobs the producer says it published (seal); informational
 	cancelReq bool   // a cancel arrived: pending jobs end canceled, running ones are told to stop
@@ -203,7 +204,7 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl) {
 			return
 		}
 		// New, or a new incarnation of a finished group's ID.
-		g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: 1}
+		g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: 1}
 		e.groups[c.Group] = g
 		e.arrival = append(e.arrival, g)
 		if !e.replaying {
@@ -214,7 +215,7 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl) {
 			e.reject(subject, seq, "seal of a group that is not open: "+c.Group)
 			return
 		}
-		g.sealed, g.count = true, c.Count
+		g.sealed, g.count, g.lastSeq = true, c.Count, seq
 		if g.inSched {
 			_ = e.sched.Seal(g)
 		}
@@ -246,6 +247,7 @@ func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) {
 		return
 	}
 	g.admitted++
+	g.lastSeq = seq
 	e.stats.Admitted++
 	switch {
 	case g.cancelReq:

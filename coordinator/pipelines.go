@@ -134,6 +134,7 @@ type writeOp struct {
 	outcomes []wire.Outcome
 	summary  *wire.GroupSummary
 	purge    bool
+	lastSeq  uint64 // purge only up to here: a later incarnation of the group ID shares its subjects
 	journal  *journal.Record
 }
 
@@ -198,14 +199,7 @@ func (r *run) finish(ctx context.Context, op writeOp, futures []jetstream.PubAck
 	if op.purge {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		s, err := r.c.js.Stream(pctx, r.names.JobsStream())
-		if err == nil {
-			err = s.Purge(pctx, jetstream.WithPurgeSubject(r.names.JobSubject(op.gtok)))
-		}
-		if err == nil {
-			err = s.Purge(pctx, jetstream.WithPurgeSubject(r.names.GroupSubject(op.gtok)))
-		}
-		if err != nil {
+		if err := purgeGroup(pctx, r.c.js, r.names, op.gtok, op.lastSeq); err != nil {
 			r.log.Error().Err(err).Str("group", op.g.id).Msg("purging a finished group failed")
 		}
 	}
@@ -213,4 +207,19 @@ func (r *run) finish(ctx context.Context, op writeOp, futures []jetstream.PubAck
 	case r.forgetCh <- op.g:
 	case <-r.done:
 	}
+}
+
+// purgeGroup deletes a finished group's messages from the JOBS stream, up to lastSeq: a later
+// incarnation of the same group ID shares the subjects and must keep its messages.
+func purgeGroup(ctx context.Context, js jetstream.JetStream, names wire.Names, gtok string, lastSeq uint64) error {
+	s, err := js.Stream(ctx, names.JobsStream())
+	if err != nil {
+		return err
+	}
+	for _, subject := range []string{names.JobSubject(gtok), names.GroupSubject(gtok)} {
+		if err := s.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(lastSeq+1)); err != nil {
+			return fmt.Errorf("weave: purge %s: %w", subject, err)
+		}
+	}
+	return nil
 }

@@ -416,10 +416,10 @@ func (r *run) step(ctx context.Context) {
 	}
 	for _, g := range out.summaries {
 		sum := wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled}
-		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, summary: &sum, purge: g.failed == 0})
+		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, summary: &sum, purge: g.failed == 0, lastSeq: g.lastSeq})
 	}
 	for _, g := range out.purges {
-		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, purge: g.failed == 0})
+		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, purge: g.failed == 0, lastSeq: g.lastSeq})
 	}
 	if len(out.cancels) > 0 {
 		r.publishCancels(out.cancels)

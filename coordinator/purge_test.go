@@ -1,0 +1,59 @@
+package coordinator
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// TestPurgeGroupKeepsLaterIncarnation: purging a finished group removes its messages and keeps
+// those of a later incarnation of the same group ID, stored before the purge ran.
+func TestPurgeGroupKeepsLaterIncarnation(t *testing.T) {
+	t.Parallel()
+	srv := jstest.New(t)
+	nc := jstest.NewConn(t, srv.ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	names, _ := wire.NewNames("purge")
+	if err := topology.Ensure(ctx, js, names, topology.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pub := func(subject string, h nats.Header) uint64 {
+		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	gs, js1 := names.GroupSubject("g"), names.JobSubject("g")
+	pub(gs, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header())
+	pub(js1, wire.JobMeta{Group: "g"}.Header())
+	last := pub(gs, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1}.Header())
+	pub(gs, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header()) // the next incarnation
+	next := pub(js1, wire.JobMeta{Group: "g"}.Header())
+	if err := purgeGroup(ctx, js, names, "g", last); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := js.Stream(ctx, names.JobsStream())
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 || info.State.FirstSeq != last+1 {
+		t.Fatalf("after the purge: %d messages from %d, want the 2 of the next incarnation from %d", info.State.Msgs, info.State.FirstSeq, last+1)
+	}
+	if _, err := s.GetMsg(ctx, next); err != nil {
+		t.Fatalf("the next incarnation's job is gone: %v", err)
+	}
+}
