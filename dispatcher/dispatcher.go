@@ -29,6 +29,11 @@ var (
 	ErrNotSealed = errors.New("weave: group not sealed")
 	// ErrMalformedOutcome reports a message on a group's outcome subject that cannot be decoded.
 	ErrMalformedOutcome = errors.New("weave: malformed outcome message")
+	// ErrJobNotFound reports that Handle.WaitJob or Handle.WaitKey read the group's summary
+	// without meeting the job: it is not in the group (a wrong ID, a key never published or
+	// dropped as a duplicate, a job of another incarnation of the group ID), or its outcome is
+	// older than the RESULTS stream retains. Waiting longer cannot change the answer.
+	ErrJobNotFound = errors.New("weave: job not found in group")
 )
 
 // Defaults of Config.

@@ -32,12 +32,15 @@
 // The coordinator records each job's final state on the group's outcome subject in the RESULTS
 // stream, and a summary once every job of the sealed group is final. Handle.Wait collects them;
 // Handle.Outcomes streams them for groups too large to hold in memory; Handle.WaitSummary returns
-// only the counts. All three read from the stream, so a process that restarted can call
-// Dispatcher.Attach with the group ID and wait again.
+// only the counts. Handle.WaitJob and Handle.WaitKey wait for one job, by its ID (see
+// Handle.FirstID) or its Job.Key, and return as soon as that job is final, without waiting for the
+// rest of its group; if the group finishes without the job, their error wraps ErrJobNotFound. All
+// of them read from the stream, so a process that restarted can call Dispatcher.Attach with the
+// group ID and wait again.
 //
 // # Errors
 //
 // Errors wrap one of the package's sentinels (ErrInvalidConfig, ErrInvalidGroup, ErrInvalidJob,
-// ErrNotSealed, ErrMalformedOutcome), a context error or a NATS client error, and can be
-// examined with errors.Is.
+// ErrNotSealed, ErrMalformedOutcome, ErrJobNotFound), a context error or a NATS client error, and
+// can be examined with errors.Is.
 package dispatcher

@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -120,6 +121,48 @@ func ExampleDispatcher_Attach() {
 	fmt.Printf("%+v\n", sum)
 	// Output:
 	// {Jobs:3 Done:2 Failed:1 Canceled:0}
+}
+
+// Wait for one job of a group by its key: WaitKey returns once that job is final, whether or not
+// the rest of the group is.
+func ExampleHandle_WaitKey() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := jstest.Start(ctx, jstest.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+
+	d, err := dispatcher.New(nc, dispatcher.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	h, err := d.Publish(ctx, "reindex", func(yield func(dispatcher.Job) bool) {
+		_ = yield(dispatcher.Job{Key: "row-0"}) && yield(dispatcher.Job{Key: "row-1"}) && yield(dispatcher.Job{Key: "row-2"})
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	standInCoordinator(ctx, nc, h.GroupID(), h.FirstID())
+
+	o, err := h.WaitKey(ctx, "row-1")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s %s after %d attempts: %s\n", o.Key, o.State, o.Attempts, o.Err)
+
+	// The group has no such job: the answer comes with the group's summary.
+	_, err = h.WaitKey(ctx, "row-3")
+	fmt.Println(errors.Is(err, dispatcher.ErrJobNotFound))
+	// Output:
+	// row-1 failed after 3 attempts: shard is read-only
+	// true
 }
 
 // standInCoordinator records the outcome of a three-job group the way Weave's coordinator does,

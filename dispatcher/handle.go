@@ -185,6 +185,73 @@ func (h *Handle) WaitSummary(ctx context.Context) (Summary, error) {
 	return *sum, nil
 }
 
+// WaitJob blocks until the outcome of the job with the given ID is recorded and returns it, or
+// returns ctx's error. It is for a caller that needs one job's result, not the group's: it returns
+// as soon as that job is final, without waiting for the rest of the group, and holds no other
+// outcome in memory. Like Wait it reads the group's outcomes from the beginning, so it works for
+// a job that finished long ago and from a Handle returned by Attach.
+//
+// If the group finishes without the job among its outcomes, WaitJob returns an error wrapping
+// ErrJobNotFound; so does an id of 0, which is never a job ID. A Handle from Publish reads only
+// its own incarnation of the group ID, so a job of an earlier incarnation is not found; a Handle
+// from Attach ends at the first summary it meets (see Attach). A message that cannot be decoded
+// does not stop WaitJob, since the job's record may come later; but if the group then finishes
+// without the job, the error wraps ErrMalformedOutcome instead of ErrJobNotFound, as the job may
+// have been in that message. If the coordinator repeated the job's record after a crash, WaitJob
+// returns the first one it reads.
+func (h *Handle) WaitJob(ctx context.Context, id uint64) (JobOutcome, error) {
+	what := fmt.Sprintf("job %d", id)
+	if id == 0 && h.err == nil {
+		return JobOutcome{}, fmt.Errorf("%w: %s in group %q: job IDs start at 1", ErrJobNotFound, what, h.group)
+	}
+	return h.waitOne(ctx, what, func(o *JobOutcome) bool { return o.ID == id })
+}
+
+// WaitKey is WaitJob for the job published with the given Job.Key. Keys are unique within a group
+// only within the dedup window (StreamOptions.DedupWindow): if the group holds several jobs with
+// the key, WaitKey returns the outcome recorded first. A job published without a key cannot be
+// waited for by key: an empty key returns an error wrapping ErrJobNotFound at once.
+func (h *Handle) WaitKey(ctx context.Context, key string) (JobOutcome, error) {
+	what := fmt.Sprintf("job with key %q", key)
+	if key == "" && h.err == nil {
+		return JobOutcome{}, fmt.Errorf("%w: %s in group %q: jobs without a key have no key to wait for", ErrJobNotFound, what, h.group)
+	}
+	return h.waitOne(ctx, what, func(o *JobOutcome) bool { return o.Key == key })
+}
+
+// waitOne follows the group's outcomes until one matches and returns it; what names the job in
+// errors. It stops reading at the match: follow deletes its consumer when each returns false.
+func (h *Handle) waitOne(ctx context.Context, what string, match func(*JobOutcome) bool) (JobOutcome, error) {
+	var (
+		found JobOutcome
+		ok    bool
+		bad   error // the first undecodable message
+	)
+	sum, err := h.follow(ctx, false, func(o JobOutcome) bool {
+		if match(&o) {
+			found, ok = o, true
+			return false
+		}
+		return true
+	}, func(err error) bool {
+		if bad == nil {
+			bad = err
+		}
+		return true // the job's record may still come
+	})
+	switch {
+	case ok:
+		return found, nil
+	case err != nil:
+		return JobOutcome{}, err
+	case bad != nil:
+		// The job may have been in the message we could not read: not found is not certain.
+		return JobOutcome{}, fmt.Errorf("weave: %s not among the readable outcomes of group %q: %w", what, h.group, bad)
+	default:
+		return JobOutcome{}, fmt.Errorf("%w: %s in group %q, finished with %d jobs", ErrJobNotFound, what, h.group, sum.Jobs)
+	}
+}
+
 // follow reads the group's outcome subject in stream order with an ordered consumer, passing every
 // outcome to each and every undecodable message to bad, until the group's summary arrives, which
 // it returns. It starts at the subject's first message, or with lastOnly at its last one. It

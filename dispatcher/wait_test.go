@@ -282,6 +282,10 @@ func TestAttachInvalidGroup(t *testing.T) {
 	wantErrIs(t, err, dispatcher.ErrInvalidGroup)
 	_, err = h.WaitSummary(ctx)
 	wantErrIs(t, err, dispatcher.ErrInvalidGroup)
+	_, err = h.WaitJob(ctx, 0)
+	wantErrIs(t, err, dispatcher.ErrInvalidGroup)
+	_, err = h.WaitKey(ctx, "")
+	wantErrIs(t, err, dispatcher.ErrInvalidGroup)
 	for _, err := range h.Outcomes(ctx) {
 		wantErrIs(t, err, dispatcher.ErrInvalidGroup)
 	}
