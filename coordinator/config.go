@@ -28,6 +28,7 @@ const (
 	DefaultMaxBatch           = 64
 	DefaultMaxBatchBytes      = 512 << 10
 	DefaultLeaseTTL           = 10 * time.Second
+	DefaultTrimInterval       = 10 * time.Second
 	DefaultHeartbeatMisses    = 3
 	DefaultReleaseParallelism = 4
 	DefaultReadAhead          = 16
@@ -93,6 +94,11 @@ type Config struct {
 	// PayloadCacheBytes bounds the payload bytes held by the read-ahead. Default 32 MiB.
 	PayloadCacheBytes int
 
+	// TrimInterval is how often the coordinator deletes what the streams no longer need to hold:
+	// EVENTS records below the oldest one the state depends on, and the outcomes of groups
+	// finished more than Streams.ResultRetention ago. Default 10s.
+	TrimInterval time.Duration
+
 	// Streams tunes the streams (replicas, dedup window, result retention) if this coordinator
 	// creates them.
 	Streams StreamOptions
@@ -121,7 +127,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxAttempts > wire.MaxAttemptsLimit {
 		return c, fmt.Errorf("%w: MaxAttempts %d above %d", ErrInvalidConfig, c.MaxAttempts, wire.MaxAttemptsLimit)
 	}
-	if c.RetryBase < 0 || c.RetryMax < 0 || c.LeaseTTL < 0 {
+	if c.RetryBase < 0 || c.RetryMax < 0 || c.LeaseTTL < 0 || c.TrimInterval < 0 {
 		return c, fmt.Errorf("%w: durations must not be negative", ErrInvalidConfig)
 	}
 	if c.LeaseTTL != 0 && c.LeaseTTL < 100*time.Millisecond {
@@ -143,6 +149,8 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.RetryBase, DefaultRetryBase)
 	setDefault(&c.RetryMax, DefaultRetryMax)
 	setDefault(&c.LeaseTTL, DefaultLeaseTTL)
+	setDefault(&c.TrimInterval, DefaultTrimInterval)
+	c.Streams = c.Streams.WithDefaults()
 	if c.now == nil {
 		c.now = time.Now
 	}

@@ -52,6 +52,11 @@ type engine struct {
 	stats   counters
 	out     effects
 	tierBuf []uint64 // scratch for leastLoaded
+
+	retained      []retained     // finished groups, in finishing order, whose outcomes are kept
+	eventsApplied uint64         // the last EVENTS sequence applied
+	jobsApplied   uint64         // the last JOBS sequence applied
+	unstored      map[uint64]int // EVENTS sequences of reports whose outcomes are not stored yet
 }
 
 // counters are monotonic totals shown by status.
@@ -81,7 +86,8 @@ type group struct {
 	busy     float64
 	finished bool // every job terminal and the summary is being written
 
-	outcomes []wire.Outcome // terminal outcomes not yet handed to the writer
+	outcomes    []wire.Outcome // terminal outcomes not yet handed to the writer
+	outcomeSeqs []uint64       // the EVENTS sequence of the report behind each, or 0
 }
 
 func (g *group) terminal() uint64 { return g.done + g.failed + g.canceled }
@@ -94,6 +100,7 @@ type job struct {
 	free    uint32    // releases that did not count as attempts (drained, lost before running)
 	pool    *pool     // while running
 	since   time.Time // when the current attempt was released
+	evSeq   uint64    // the EVENTS sequence of the report this job's state depends on; 0 if none
 	key     string
 	maxAtt  int
 	lastErr []byte
@@ -105,22 +112,25 @@ type job struct {
 // reportAt is a report seen during replay, applied once the journal has been read.
 type reportAt struct {
 	worker string
+	seq    uint64 // in EVENTS
 	r      wire.Report
 }
 
 // effects are the side effects the loop must carry out after a step, in this order.
 type effects struct {
-	releases   []release
-	retries    []journal.Entry
-	outcomes   []*group // groups with outcomes to write
-	summaries  []*group // finished groups whose summary to write (after their outcomes)
-	purges     []*group // finished groups whose summary exists: purge their jobs, forget them
-	rejections []rejection
-	cancels    []uint64 // running jobs whose handlers must be canceled
+	releases  []release
+	retries   []journal.Entry
+	outcomes  []*group // groups with outcomes to write
+	summaries []*group // finished groups whose summary to write (after their outcomes)
+	purges    []*group // finished groups whose summary exists: purge their jobs, forget them
+	// retentionPurges are finished groups past their retention: delete their outcomes.
+	retentionPurges []purge
+	rejections      []rejection
+	cancels         []uint64 // running jobs whose handlers must be canceled
 }
 
 func (o *effects) empty() bool {
-	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels) == 0
+	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges) == 0
 }
 
 // release is a batch of jobs handed to a pool.
@@ -161,6 +171,7 @@ func newEngine(cfg Config, names wire.Names, epoch uint64) (*engine, error) {
 		replayGroupOf: map[uint64]*group{},
 		replayReports: map[uint64]reportAt{},
 		replayRetries: map[uint64]journal.Entry{},
+		unstored:      map[uint64]int{},
 	}, nil
 }
 
@@ -172,6 +183,7 @@ func (e *engine) reject(subject string, seq uint64, reason string) {
 
 // feed applies one message of the JOBS stream (headers only).
 func (e *engine) feed(subject string, seq uint64, h nats.Header) {
+	e.jobsApplied = max(e.jobsApplied, seq)
 	if strings.HasPrefix(subject, e.names.GroupSubject("")) {
 		c, err := wire.ParseGroupControl(h)
 		if err != nil {
@@ -252,7 +264,7 @@ func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) {
 	switch {
 	case g.cancelReq:
 		e.moveTerminal(seq, jobindex.Canceled)
-		e.recordOutcome(g, wire.Outcome{ID: seq, Key: m.Key, State: wire.FinalCanceled, Data: []byte("group canceled")})
+		e.recordOutcome(g, wire.Outcome{ID: seq, Key: m.Key, State: wire.FinalCanceled, Data: []byte("group canceled")}, 0)
 	case e.replaying:
 		e.replayGroupOf[seq] = g
 	case g.inSched:
@@ -284,7 +296,7 @@ func (e *engine) cancelGroup(g *group) {
 	if g.inSched {
 		for _, id := range e.sched.Cancel(g) {
 			e.moveTerminal(id, jobindex.Canceled)
-			e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)})
+			e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
 		}
 		g.inSched = false
 	}
@@ -298,14 +310,15 @@ func (e *engine) cancelGroup(g *group) {
 			e.out.cancels = append(e.out.cancels, j.id)
 		case jobindex.RetryWait, jobindex.Pending:
 			e.dropRetry(j)
-			e.finish(j, jobindex.Canceled, []byte(reason))
+			e.finish(j, jobindex.Canceled, []byte(reason), 0)
 		}
 	}
 	e.checkFinished(g)
 }
 
-// recordOutcome queues a terminal outcome for the group's outcome subject.
-func (e *engine) recordOutcome(g *group, o wire.Outcome) {
+// recordOutcome queues a terminal outcome for the group's outcome subject. evSeq is the EVENTS
+// sequence of the report behind it (kept until the outcome is stored), or 0.
+func (e *engine) recordOutcome(g *group, o wire.Outcome, evSeq uint64) {
 	switch o.State {
 	case wire.FinalDone:
 		g.done++
@@ -321,6 +334,10 @@ func (e *engine) recordOutcome(g *group, o wire.Outcome) {
 		e.out.outcomes = append(e.out.outcomes, g)
 	}
 	g.outcomes = append(g.outcomes, o)
+	g.outcomeSeqs = append(g.outcomeSeqs, evSeq)
+	if evSeq > 0 {
+		e.unstored[evSeq]++
+	}
 	e.checkFinished(g)
 }
 

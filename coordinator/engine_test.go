@@ -13,10 +13,11 @@ import (
 
 // testEngine drives an engine without NATS: the test plays the streams and the workers.
 type testEngine struct {
-	t   *testing.T
-	e   *engine
-	seq uint64
-	now time.Time
+	t     *testing.T
+	e     *engine
+	seq   uint64 // last JOBS sequence
+	evSeq uint64 // last EVENTS sequence
+	now   time.Time
 }
 
 func newTestEngine(t *testing.T, cfg Config) *testEngine {
@@ -71,7 +72,9 @@ func (te *testEngine) releases() map[string][]*job {
 }
 
 func (te *testEngine) report(j *job, st wire.Status, data string) {
-	te.e.report("w", wire.Report{ID: j.id, Attempt: j.attempt, Status: st, Data: []byte(data)}, te.now)
+	te.evSeq++
+	te.e.report("w", te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: st, Data: []byte(data)}, te.now)
+	te.e.noteEvent(te.evSeq)
 }
 
 func (te *testEngine) state(id uint64) jobindex.State {
@@ -188,7 +191,7 @@ func TestRetryAfterRequested(t *testing.T) {
 	te.open("g")
 	te.job(wire.JobMeta{Group: "g"})
 	rel := te.releases()["any"]
-	te.e.report("w", wire.Report{ID: rel[0].id, Attempt: 1, Status: wire.StatusError, RetryAfter: 42 * time.Second}, te.now)
+	te.e.report("w", 1, wire.Report{ID: rel[0].id, Attempt: 1, Status: wire.StatusError, RetryAfter: 42 * time.Second}, te.now)
 	if due := te.e.nextDue(); due != te.now.Add(42*time.Second) {
 		t.Fatalf("retry at %v, want now+42s", due)
 	}
@@ -340,10 +343,10 @@ func TestReplay(t *testing.T) {
 	}
 	e2.feed(names.GroupSubject("g"), 7, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 5}.Header())
 	e2.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
-	e2.report("w", wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}, now)
-	e2.report("w", wire.Report{ID: 3, Attempt: 1, Status: wire.StatusError}, now)
+	e2.report("w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}, now)
+	e2.report("w", 11, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusError}, now)
 	e2.journalRecord(journal.Record{Kind: journal.KindRetry, Epoch: 1, Entries: []journal.Entry{{ID: 3, Attempt: 1, At: now.Add(time.Minute)}}})
-	e2.report("w", wire.Report{ID: 5, Attempt: 1, Status: wire.StatusError}, now)
+	e2.report("w", 13, wire.Report{ID: 5, Attempt: 1, Status: wire.StatusError}, now)
 	// A fenced-off epoch-0 coordinator's late retry decision for job 5 is ignored.
 	e2.journalRecord(journal.Record{Kind: journal.KindRetry, Epoch: 0, Entries: []journal.Entry{{ID: 5, Attempt: 1, At: now.Add(time.Hour)}}})
 	e2.finishReplay(map[uint64]aliveJob{4: {attempt: 1, pool: "any"}}, now)
@@ -511,5 +514,63 @@ func TestRetriesCountInFlight(t *testing.T) {
 	}
 	if more := te.releases()["any"]; len(more) != 0 {
 		t.Fatalf("a retry plus %d more exceed the cap", len(more))
+	}
+}
+
+// TestLowWater: EVENTS is needed from the report behind a job waiting to be released again, and
+// from reports whose outcomes are not stored yet; nothing else.
+func TestLowWater(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1, RetryBase: time.Millisecond})
+	te.worker("w", 1)
+	te.open("g")
+	te.job(wire.JobMeta{Group: "g"})
+	if got := te.e.lowWater(); got != 0 {
+		t.Fatalf("before any event lowWater = %d, want 0", got)
+	}
+	rel := te.releases()["any"]
+	te.report(rel[0], wire.StatusError, "boom") // EVENTS 1: retry decided from it
+	te.e.noteEvent(2)                           // an unrelated record
+	if got := te.e.lowWater(); got != 1 {
+		t.Fatalf("with a retry pending lowWater = %d, want 1 (its report)", got)
+	}
+	te.now = te.now.Add(time.Second)
+	te.e.tick(te.now)
+	if got := te.e.lowWater(); got != 1 {
+		t.Fatalf("due for release lowWater = %d, want 1", got)
+	}
+	rel = te.releases()["any"]
+	if got := te.e.lowWater(); got != 3 {
+		t.Fatalf("released again (attempt in WORK) lowWater = %d, want 3", got)
+	}
+	te.evSeq = 2
+	te.report(rel[0], wire.StatusOK, "") // EVENTS 3: outcome decided, not stored yet
+	if got := te.e.lowWater(); got != 3 {
+		t.Fatalf("outcome unstored lowWater = %d, want 3", got)
+	}
+	te.e.outcomeStored([]uint64{3})
+	if got := te.e.lowWater(); got != 4 {
+		t.Fatalf("outcome stored lowWater = %d, want 4", got)
+	}
+}
+
+func TestRetentionExpiry(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Streams: StreamOptions{ResultRetention: time.Hour}})
+	t0 := te.now
+	te.e.finished("a", 10, false, t0)
+	te.e.finished("b c", 12, true, t0.Add(time.Minute))
+	te.e.jobsApplied = 99
+	te.e.expireRetained(t0.Add(time.Hour - time.Nanosecond))
+	if len(te.e.out.retentionPurges) != 0 {
+		t.Fatalf("purged before the retention: %+v", te.e.out.retentionPurges)
+	}
+	te.e.expireRetained(t0.Add(time.Hour + time.Minute))
+	want := []purge{{tok: "a", summarySeq: 10}, {tok: wire.GroupToken("b c"), summarySeq: 12, jobsSeq: 99}}
+	if fmt.Sprint(te.e.out.retentionPurges) != fmt.Sprint(want) {
+		t.Fatalf("purges %+v, want %+v", te.e.out.retentionPurges, want)
+	}
+	if len(te.e.retained) != 0 {
+		t.Fatalf("%d groups still retained", len(te.e.retained))
 	}
 }

@@ -136,16 +136,34 @@ type writeOp struct {
 	purge    bool
 	lastSeq  uint64 // purge only up to here: a later incarnation of the group ID shares its subjects
 	journal  *journal.Record
+
+	evSeqs    []uint64 // with outcomes: the EVENTS sequence of the report behind each, or 0
+	retention *purge   // a finished group past its retention
+}
+
+// finishedGroup tells the loop a group's summary is stored (summarySeq > 0 when written now) and
+// its job messages purged if they were to be.
+type finishedGroup struct {
+	g          *group
+	summarySeq uint64
+	at         time.Time
+}
+
+// pendingAcks are outcome writes whose acknowledgement the acker waits for, to tell the loop
+// which reports are no longer needed.
+type pendingAcks struct {
+	futures []jetstream.PubAckFuture
+	evSeqs  []uint64 // the reports behind the outcomes written
+	summary *writeOp // set for a group's summary (the only future)
 }
 
 // maxOutcomesPerMsg bounds one outcome message (results are size-limited by workers).
 const maxOutcomesPerMsg = 256
 
-// writer appends outcomes, summaries and retry records in the order the loop decided them. A
-// group's summary is written after its outcomes; a finisher then purges the group's jobs and tells
-// the loop to forget it.
+// writer appends outcomes, summaries and retry records in the order the loop decided them, and
+// hands every outcome and summary write to the acker, in the same order.
 func (r *run) writer(ctx context.Context) {
-	inflight := map[string][]jetstream.PubAckFuture{}
+	defer close(r.acks)
 	for op := range r.writeQ {
 		switch {
 		case op.journal != nil:
@@ -153,30 +171,74 @@ func (r *run) writer(ctx context.Context) {
 				r.log.Error().Err(err).Msg("journal write failed")
 			}
 		case op.outcomes != nil:
+			pa := pendingAcks{evSeqs: op.evSeqs}
 			for outs := op.outcomes; len(outs) > 0; {
 				n := min(len(outs), maxOutcomesPerMsg)
 				f, err := r.c.js.PublishMsgAsync(r.outcomeMsg(op, wire.AppendOutcomes(nil, outs[:n])))
 				if err != nil {
+					// Their reports stay needed, so a restart writes them again.
 					r.log.Error().Err(err).Str("group", op.g.id).Msg("writing outcomes failed")
+					pa.evSeqs = nil
 				} else {
-					inflight[op.gtok] = append(inflight[op.gtok], f)
+					pa.futures = append(pa.futures, f)
 				}
 				outs = outs[n:]
 			}
+			r.acks <- pa
 		case op.summary != nil:
-			futures := inflight[op.gtok]
-			delete(inflight, op.gtok)
-			if f, err := r.c.js.PublishMsgAsync(r.outcomeMsg(op, wire.AppendSummary(nil, *op.summary))); err != nil {
-				r.log.Error().Err(err).Str("group", op.g.id).Msg("writing summary failed")
+			f, err := r.c.js.PublishMsgAsync(r.outcomeMsg(op, wire.AppendSummary(nil, *op.summary)))
+			if err != nil {
+				r.log.Error().Err(err).Str("group", op.g.id).Msg("writing summary failed; will retry after restart")
 				continue
-			} else {
-				futures = append(futures, f)
 			}
-			r.wg.Go(func() { r.finish(ctx, op, futures) })
-		case op.purge || op.g != nil:
-			r.wg.Go(func() { r.finish(ctx, op, nil) })
+			r.acks <- pendingAcks{futures: []jetstream.PubAckFuture{f}, summary: &op}
+		case op.retention != nil:
+			r.wg.Go(func() { r.expire(ctx, *op.retention) })
+		case op.g != nil:
+			r.wg.Go(func() { r.finish(ctx, op, 0) })
 		}
 	}
+}
+
+// acker waits for the acknowledgements of outcome and summary writes, in the order they were
+// written: once a summary is acknowledged, every outcome of its group written before it is too.
+func (r *run) acker(ctx context.Context) {
+	for pa := range r.acks {
+		// At shutdown, give writes on their way a moment rather than abandoning them.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		acks, err := collectAcks(wctx, pa.futures)
+		cancel()
+		if err != nil {
+			r.log.Error().Err(err).Msg("outcomes not stored; they are written again after a restart")
+			continue
+		}
+		if len(pa.evSeqs) > 0 {
+			select {
+			case r.storedCh <- pa.evSeqs:
+			case <-r.done:
+			}
+		}
+		if pa.summary != nil {
+			op, seq := *pa.summary, acks[len(acks)-1].Sequence
+			r.wg.Go(func() { r.finish(ctx, op, seq) })
+		}
+	}
+}
+
+// collectAcks waits for every future and returns their acknowledgements.
+func collectAcks(ctx context.Context, futures []jetstream.PubAckFuture) ([]*jetstream.PubAck, error) {
+	acks := make([]*jetstream.PubAck, 0, len(futures))
+	for _, f := range futures {
+		select {
+		case a := <-f.Ok():
+			acks = append(acks, a)
+		case err := <-f.Err():
+			return nil, err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return acks, nil
 }
 
 func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
@@ -186,16 +248,10 @@ func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
 	return m
 }
 
-// finish waits until a group's outcomes and summary are stored, purges its job messages (unless
-// some failed: dead letters keep their payload) and tells the loop to forget the group.
-func (r *run) finish(ctx context.Context, op writeOp, futures []jetstream.PubAckFuture) {
-	// The writes are on their way; at shutdown give them a moment rather than abandoning them.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := waitAcks(wctx, futures); err != nil {
-		r.log.Error().Err(err).Str("group", op.g.id).Msg("group outcomes not stored; will retry after restart")
-		return
-	}
+// finish purges a finished group's job messages (unless some failed: dead letters keep their
+// payload until the retention passes) and tells the loop to forget the group. summarySeq is the
+// summary's sequence in RESULTS when it was written now, 0 when it was written before a restart.
+func (r *run) finish(ctx context.Context, op writeOp, summarySeq uint64) {
 	if op.purge {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
@@ -204,8 +260,25 @@ func (r *run) finish(ctx context.Context, op writeOp, futures []jetstream.PubAck
 		}
 	}
 	select {
-	case r.forgetCh <- op.g:
+	case r.forgetCh <- finishedGroup{g: op.g, summarySeq: summarySeq, at: time.Now()}:
 	case <-r.done:
+	}
+}
+
+// expire deletes a finished group's outcomes, and its job messages if they were kept, once its
+// retention has passed.
+func (r *run) expire(ctx context.Context, p purge) {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	res, err := r.c.js.Stream(pctx, r.names.ResultsStream())
+	if err == nil {
+		err = res.Purge(pctx, jetstream.WithPurgeSubject(r.names.OutcomeSubject(p.tok)), jetstream.WithPurgeSequence(p.summarySeq+1))
+	}
+	if err == nil && p.jobsSeq > 0 {
+		err = purgeGroup(pctx, r.c.js, r.names, p.tok, p.jobsSeq)
+	}
+	if err != nil {
+		r.log.Error().Err(err).Str("group_token", p.tok).Msg("deleting a group's outcomes after its retention failed")
 	}
 }
 

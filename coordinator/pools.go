@@ -287,6 +287,7 @@ func (e *engine) take(c candidate, p *pool) *job {
 	}
 	j.attempt++
 	j.pool, j.since = p, e.cfg.now()
+	j.evSeq = 0 // its latest attempt is in WORK from now on: no report is needed
 	p.outstanding++
 	e.mustMove(j.id, jobindex.Running)
 	e.stats.Released++

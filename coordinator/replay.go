@@ -41,19 +41,26 @@ func (e *engine) journalRecord(r journal.Record) {
 	}
 }
 
-// outcomeReplay applies one message from a group's outcome subject written before the restart.
-func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome, sum *wire.GroupSummary) {
+// outcomeReplay applies one message from a group's outcome subject written before the restart:
+// msgSeq and at are its sequence and time in RESULTS.
+func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome, sum *wire.GroupSummary, msgSeq uint64, at time.Time) {
 	id, err := wire.ParseGroupToken(gtok)
 	if err != nil {
 		return
 	}
 	g := e.groups[id]
-	if g == nil || g.openSeq != openSeq {
-		return // an older incarnation of the group ID, or a purged group
-	}
+	current := g != nil && g.openSeq == openSeq
 	if sum != nil {
-		g.finished = true
+		// A finished group: its outcomes are kept until the retention passes, and its job
+		// messages too while they are in JOBS (some failed, or it was not purged yet).
+		e.finished(id, msgSeq, sum.Failed > 0, at)
+		if current {
+			g.finished = true
+		}
 		return
+	}
+	if !current {
+		return // an older incarnation of the group ID, or a purged group
 	}
 	for _, o := range outs {
 		st, ok := e.idx.State(o.ID)
@@ -105,7 +112,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 			j.pool.outstanding++
 		case retried && rt.Attempt == j.attempt:
 			e.mustMove(id, jobindex.RetryWait)
-			j.retryAt = rt.At
+			j.retryAt, j.evSeq = rt.At, rp.seq
 			e.retryWait.Push(j)
 		case reported:
 			undecided = append(undecided, rp)
@@ -133,7 +140,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	e.replayGroupOf, e.replayReports, e.replayRetries = nil, nil, nil
 	// Decide the reports no decision followed, as if they arrived now.
 	for _, ra := range undecided {
-		e.report(ra.worker, ra.r, now)
+		e.report(ra.worker, ra.seq, ra.r, now)
 	}
 	for _, g := range e.arrival {
 		if g.finished {

@@ -11,12 +11,15 @@ import (
 )
 
 // report applies one attempt outcome reported by a worker.
-func (e *engine) report(worker string, r wire.Report, now time.Time) {
+//
+// seq is the report message's sequence in EVENTS: the job's state depends on it until the
+// decision it leads to is stored elsewhere (see lowWater).
+func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time) {
 	if e.replaying {
 		// Decisions are replayed from the journal; a report is applied after replay only if
 		// no decision followed it (see finishReplay).
 		if prev, ok := e.replayReports[r.ID]; !ok || r.Attempt >= prev.r.Attempt {
-			e.replayReports[r.ID] = reportAt{worker: worker, r: r}
+			e.replayReports[r.ID] = reportAt{worker: worker, seq: seq, r: r}
 		}
 		return
 	}
@@ -33,20 +36,22 @@ func (e *engine) report(worker string, r wire.Report, now time.Time) {
 	e.learnBusy(j, r.Duration, now)
 	switch r.Status {
 	case wire.StatusOK:
-		e.finish(j, jobindex.Done, r.Data)
+		e.finish(j, jobindex.Done, r.Data, seq)
 	case wire.StatusPermanent:
-		e.finish(j, jobindex.Failed, r.Data)
+		e.finish(j, jobindex.Failed, r.Data, seq)
 	case wire.StatusCanceled:
-		e.finish(j, jobindex.Canceled, r.Data)
+		e.finish(j, jobindex.Canceled, r.Data, seq)
 	case wire.StatusReleased:
 		e.requeue(j)
+		j.evSeq = seq
 	case wire.StatusError:
 		j.lastErr = r.Data
 		if int(j.attempts()) >= e.maxAttempts(j) || j.g.cancelReq {
-			e.finish(j, jobindex.Failed, r.Data)
+			e.finish(j, jobindex.Failed, r.Data, seq)
 			return
 		}
 		e.scheduleRetry(j, e.retryDelay(j, r.RetryAfter), now)
+		j.evSeq = seq // the attempt count and the retry record (written after it) live there
 	}
 }
 
@@ -124,12 +129,13 @@ func (e *engine) dropRetry(j *job) {
 	e.parked = slices.DeleteFunc(e.parked, isJ)
 }
 
-// finish moves a job to a terminal state and records its outcome.
-func (e *engine) finish(j *job, to jobindex.State, data []byte) {
+// finish moves a job to a terminal state and records its outcome. evSeq is the EVENTS
+// sequence of the report that decided it, or 0.
+func (e *engine) finish(j *job, to jobindex.State, data []byte, evSeq uint64) {
 	e.moveTerminal(j.id, to)
 	delete(e.jobs, j.id)
 	state := map[jobindex.State]wire.Final{jobindex.Done: wire.FinalDone, jobindex.Failed: wire.FinalFailed, jobindex.Canceled: wire.FinalCanceled}[to]
-	e.recordOutcome(j.g, wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempts(), Data: data})
+	e.recordOutcome(j.g, wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempts(), Data: data}, evSeq)
 }
 
 // tick moves due retries back to pending and forgets silent workers.
@@ -170,7 +176,7 @@ func (e *engine) lost(id uint64, reason string) {
 	}
 	e.stats.LostJobs++
 	e.stopRunning(j)
-	e.finish(j, jobindex.Failed, []byte(reason))
+	e.finish(j, jobindex.Failed, []byte(reason), 0)
 }
 
 // unreleased puts back a job whose release could not be carried out.

@@ -39,12 +39,18 @@ type run struct {
 	relPending []releasedInfo
 	relNotify  chan struct{} // capacity 1: "relPending is not empty"
 
-	// Written by finishers, read by the loop.
-	forgetCh chan *group
+	// Written by finishers and the outcome acker, read by the loop.
+	forgetCh  chan finishedGroup
+	storedCh  chan []uint64 // EVENTS sequences of reports whose outcomes are now stored
+	trimming  bool          // a trim of EVENTS is on its way (owned by the loop)
+	trimmedTo uint64        // EVENTS is trimmed below this (owned by the loop)
+	trimmedCh chan uint64   // written by the trim goroutine: how far it trimmed, 0 on failure
 
 	// Written by the loop, read by the release pipelines and the writer.
 	releaseQ chan releaseReq
 	writeQ   chan writeOp
+	// Written (and closed) by the writer, read by the acker.
+	acks chan pendingAcks
 
 	done chan struct{} // closed at shutdown: callbacks stop handing messages to the loop
 	stop []func()      // consumers and subscriptions to stop, in order
@@ -75,7 +81,10 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64) (*run, error) {
 		hbCh:      make(chan wire.Heartbeat, chanSize),
 		statusCh:  make(chan chan *Status),
 		relNotify: make(chan struct{}, 1),
-		forgetCh:  make(chan *group, chanSize),
+		forgetCh:  make(chan finishedGroup, chanSize),
+		storedCh:  make(chan []uint64, chanSize),
+		trimmedCh: make(chan uint64, 1),
+		acks:      make(chan pendingAcks, chanSize),
 		releaseQ:  make(chan releaseReq, chanSize),
 		done:      make(chan struct{}),
 		writeQ:    make(chan writeOp, chanSize),
@@ -148,6 +157,7 @@ func (r *run) replay(ctx context.Context) error {
 		r.wg.Go(func() { r.releaser(ctx) })
 	}
 	r.wg.Go(func() { r.writer(ctx) })
+	r.wg.Go(func() { r.acker(ctx) })
 	return nil
 }
 
@@ -210,6 +220,7 @@ func (r *run) applyFeed(m jetstream.Msg) {
 }
 
 func (r *run) applyEvent(m jetstream.Msg) {
+	defer r.e.noteEvent(seq(m))
 	subj := m.Subject()
 	switch {
 	case subj == r.names.JournalSubject():
@@ -228,9 +239,9 @@ func (r *run) applyEvent(m jetstream.Msg) {
 			r.e.reject(subj, seq(m), err.Error())
 			return
 		}
-		now := r.cfg.now()
+		now, evSeq := r.cfg.now(), seq(m)
 		for _, rp := range reports {
-			r.e.report(worker, rp, now)
+			r.e.report(worker, evSeq, rp, now)
 		}
 	}
 }
@@ -257,7 +268,11 @@ func (r *run) replayOutcomes(ctx context.Context) error {
 		}
 		openSeq, _ := strconv.ParseUint(m.Headers().Get(wire.HdrGroupSeq), 10, 64)
 		if outs, sum, err := wire.DecodeOutcomeMsg(m.Data()); err == nil {
-			r.e.outcomeReplay(strings.TrimPrefix(m.Subject(), prefix), openSeq, outs, sum)
+			var at time.Time
+			if md, err := m.Metadata(); err == nil {
+				at = md.Timestamp
+			}
+			r.e.outcomeReplay(strings.TrimPrefix(m.Subject(), prefix), openSeq, outs, sum, seq(m), at)
 		}
 		if seq(m) >= info.State.LastSeq {
 			return nil
@@ -303,6 +318,8 @@ func (r *run) loop(ctx context.Context) error {
 	defer r.shutdown()
 	expiry := time.NewTicker(250 * time.Millisecond)
 	defer expiry.Stop()
+	trim := time.NewTicker(r.cfg.TrimInterval)
+	defer trim.Stop()
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
 	r.step(ctx)
@@ -320,8 +337,21 @@ func (r *run) loop(ctx context.Context) error {
 			r.e.heartbeat(hb, r.cfg.now())
 		case <-r.relNotify:
 			r.drainReleased()
-		case g := <-r.forgetCh:
-			r.e.forget(g)
+		case f := <-r.forgetCh:
+			if f.summarySeq > 0 {
+				r.e.finished(f.g.id, f.summarySeq, f.g.failed > 0, f.at)
+			}
+			r.e.forget(f.g)
+		case seqs := <-r.storedCh:
+			r.e.outcomeStored(seqs)
+		case <-trim.C:
+			r.e.expireRetained(r.cfg.now())
+			r.trimEvents(ctx)
+		case low := <-r.trimmedCh:
+			r.trimming = false
+			if low > 0 {
+				r.trimmedTo = low - 1
+			}
 		case reply := <-r.statusCh:
 			reply <- r.e.status()
 		case <-retry.C:
@@ -410,9 +440,12 @@ func (r *run) step(ctx context.Context) {
 	}
 	for _, g := range out.outcomes {
 		if len(g.outcomes) > 0 {
-			r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, outcomes: g.outcomes})
-			g.outcomes = nil
+			r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, outcomes: g.outcomes, evSeqs: g.outcomeSeqs})
+			g.outcomes, g.outcomeSeqs = nil, nil
 		}
+	}
+	for _, p := range out.retentionPurges {
+		r.enqueueWrite(ctx, writeOp{retention: &p})
 	}
 	for _, g := range out.summaries {
 		sum := wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled}
@@ -473,4 +506,37 @@ func (r *run) serveStatus(m *nats.Msg) {
 	if err := m.Respond((<-reply).Marshal()); err != nil && !errors.Is(err, nats.ErrMsgNoReply) {
 		r.log.Warn().Err(err).Msg("status reply failed")
 	}
+}
+
+// trimEvents deletes the EVENTS messages the state no longer depends on (see engine.lowWater).
+// It first appends an epoch record, so the newest epoch mark always survives for fencing.
+func (r *run) trimEvents(ctx context.Context) {
+	low := r.e.lowWater()
+	// Below trimmedTo+2 there is at most the epoch record the last trim appended: nothing to do.
+	if r.trimming || low <= r.trimmedTo+2 {
+		return
+	}
+	r.trimming = true
+	epoch := r.e.epoch
+	r.wg.Go(func() {
+		defer func() {
+			select {
+			case r.trimmedCh <- low:
+			case <-r.done:
+			}
+		}()
+		if err := r.appendJournal(ctx, journal.Record{Kind: journal.KindEpoch, Epoch: epoch}); err != nil {
+			r.log.Warn().Err(err).Msg("trim: epoch record")
+			low = 0
+			return
+		}
+		s, err := r.c.js.Stream(ctx, r.names.EventsStream())
+		if err == nil {
+			err = s.Purge(ctx, jetstream.WithPurgeSequence(low))
+		}
+		if err != nil {
+			r.log.Warn().Err(err).Msg("trim: purge EVENTS")
+			low = 0
+		}
+	})
 }

@@ -66,11 +66,11 @@ func TestRawProtocol(t *testing.T) {
 	if st.Totals.Rejected != 1 {
 		t.Fatalf("%d rejections recorded, want 1", st.Totals.Rejected)
 	}
-	rej, err := js.Stream(e.ctx, e.ns+"_EVENTS")
+	rej, err := js.Stream(e.ctx, e.ns+"_REJECTED")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := rej.GetLastMsgForSubject(e.ctx, e.ns+".ev.rejected")
+	m, err := rej.GetLastMsgForSubject(e.ctx, e.ns+".rejected")
 	if err != nil {
 		t.Fatal(err)
 	}

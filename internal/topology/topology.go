@@ -19,7 +19,9 @@ type Options struct {
 	Replicas int
 	// DedupWindow is how long a job key is remembered for deduplication. Default 2 minutes.
 	DedupWindow time.Duration
-	// ResultRetention is how long group outcomes are kept. Default 24 hours.
+	// ResultRetention is how long a finished group's outcomes are kept (and the messages of its
+	// failed jobs, for inspection and redrive). The coordinator deletes them this long after the
+	// group finished; a group that runs longer keeps all of its outcomes. Default 24 hours.
 	ResultRetention time.Duration
 	// MemoryStorage keeps streams in memory (tests and benchmarks only; nothing survives a restart).
 	MemoryStorage bool
@@ -29,7 +31,13 @@ type Options struct {
 const (
 	DefaultDedupWindow     = 2 * time.Minute
 	DefaultResultRetention = 24 * time.Hour
+	// Rejection records are for operators: the newest are kept, within these bounds.
+	rejectedMaxAge  = 7 * 24 * time.Hour
+	rejectedMaxMsgs = 100_000
 )
+
+// WithDefaults returns o with every zero field set to its default.
+func (o Options) WithDefaults() Options { return o.withDefaults() }
 
 func (o Options) withDefaults() Options {
 	if o.Replicas <= 0 {
@@ -88,8 +96,21 @@ func Streams(n wire.Names, o Options) []jetstream.StreamConfig {
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     storage,
 			Replicas:    o.Replicas,
-			MaxAge:      o.ResultRetention,
+			// No MaxAge: a group running longer than the retention must keep its outcomes (a
+			// restarting coordinator reads them). The coordinator deletes each finished group's
+			// outcomes ResultRetention after it finished.
 			AllowDirect: true,
+		},
+		{
+			Name:        n.RejectedStream(),
+			Description: "Weave messages refused, with the reason",
+			Subjects:    []string{n.RejectSubject()},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     storage,
+			Replicas:    o.Replicas,
+			MaxAge:      rejectedMaxAge,
+			MaxMsgs:     rejectedMaxMsgs,
+			Discard:     jetstream.DiscardOld,
 		},
 	}
 }

@@ -86,8 +86,11 @@ func (n Names) JournalSubject() string { return n.ns + ".ev.coord" }
 // OutcomeSubject carries a group's outcome batches and final record.
 func (n Names) OutcomeSubject(gtok string) string { return n.ns + ".out." + gtok }
 
-// RejectSubject records messages a component refused, with the reason (in the EVENTS stream).
-func (n Names) RejectSubject() string { return n.ns + ".ev.rejected" }
+// RejectedStream records messages a component refused, with the reason; it is bounded.
+func (n Names) RejectedStream() string { return n.ns + "_REJECTED" }
+
+// RejectSubject carries the rejection records (in the REJECTED stream).
+func (n Names) RejectSubject() string { return n.ns + ".rejected" }
 
 // CancelSubject tells workers to cancel running jobs (core NATS; see CancelRequest).
 func (n Names) CancelSubject() string { return n.ns + ".cancel" }

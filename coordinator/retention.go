@@ -1,0 +1,98 @@
+package coordinator
+
+import (
+	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// Bounded growth. Every stream shrinks back once its contents are no longer needed:
+//
+//   - NS_JOBS: a finished group's messages are purged when its summary is stored, or, if some
+//     of its jobs failed (their payloads are kept for inspection), ResultRetention later;
+//   - NS_RESULTS: a finished group's outcomes are purged ResultRetention after it finished;
+//   - NS_EVENTS: reports and journal records are purged below the low-water mark, the oldest
+//     sequence the state still depends on (see lowWater);
+//   - NS_WORK is a work queue: acked batches are gone. NS_REJECTED is bounded by age and count.
+
+// retained is a finished group whose outcomes (and perhaps job messages) are still kept.
+type retained struct {
+	id, tok    string
+	summarySeq uint64 // the summary's sequence in RESULTS: outcomes are purged up to it
+	keepJobs   bool   // its job messages are still in JOBS (some failed)
+	at         time.Time
+}
+
+// purge is an effect: delete a finished group's outcomes up to summarySeq and, if jobsSeq > 0,
+// its job messages up to jobsSeq.
+type purge struct {
+	tok                 string
+	summarySeq, jobsSeq uint64
+}
+
+// finished records that a finished group's summary is stored, at RESULTS sequence summarySeq.
+// keepJobs says its job messages are still in JOBS (some failed).
+func (e *engine) finished(id string, summarySeq uint64, keepJobs bool, at time.Time) {
+	e.retained = append(e.retained, retained{id: id, tok: wire.GroupToken(id), summarySeq: summarySeq, keepJobs: keepJobs, at: at})
+}
+
+// expireRetained emits the purges of the groups finished more than ResultRetention ago. Groups
+// are appended roughly in finishing order; a group finished out of order waits for the ones
+// before it, a delay of at most the spread of finishing times.
+func (e *engine) expireRetained(now time.Time) {
+	n := 0
+	for n < len(e.retained) && now.Sub(e.retained[n].at) >= e.cfg.Streams.ResultRetention {
+		r := e.retained[n]
+		p := purge{tok: r.tok, summarySeq: r.summarySeq}
+		if r.keepJobs {
+			// Up to what the feed has shown, and before a newer incarnation of the ID.
+			p.jobsSeq = e.jobsApplied
+			if g := e.groups[r.id]; g != nil {
+				p.jobsSeq = min(p.jobsSeq, g.openSeq-1)
+			}
+		}
+		e.out.retentionPurges = append(e.out.retentionPurges, p)
+		n++
+	}
+	if n > 0 {
+		e.retained = append(e.retained[:0], e.retained[n:]...)
+	}
+}
+
+// noteEvent records that the EVENTS message at seq has been applied.
+func (e *engine) noteEvent(seq uint64) {
+	e.eventsApplied = max(e.eventsApplied, seq)
+}
+
+// outcomeStored is told that the outcomes decided from the reports at these EVENTS sequences
+// are stored in RESULTS: those reports are no longer needed.
+func (e *engine) outcomeStored(seqs []uint64) {
+	for _, s := range seqs {
+		if e.unstored[s]--; e.unstored[s] <= 0 {
+			delete(e.unstored, s)
+		}
+	}
+}
+
+// lowWater is the lowest EVENTS sequence the state still depends on: the report behind a job
+// waiting to be released again (its attempt count and retry time live there and in the retry
+// record after it), and the reports whose outcomes are not stored yet. Everything below can go:
+// a job whose latest attempt is in WORK needs no report, and a terminal job's outcome is in
+// RESULTS. 0 means nothing has been applied yet.
+func (e *engine) lowWater() uint64 {
+	low := e.eventsApplied + 1
+	for _, j := range e.jobs {
+		if j.evSeq > 0 && j.evSeq < low {
+			low = j.evSeq
+		}
+	}
+	for s := range e.unstored {
+		if s < low {
+			low = s
+		}
+	}
+	if e.eventsApplied == 0 {
+		return 0
+	}
+	return low
+}
