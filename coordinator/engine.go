@@ -48,6 +48,7 @@ type engine struct {
 	replayGroupOf map[uint64]*group
 	replayReports map[uint64]reportAt      // latest report per job
 	replayRetries map[uint64]journal.Entry // latest retry decision per job
+	replayHistory map[uint64][]wire.Attempt
 
 	stats   counters
 	out     effects
@@ -94,19 +95,21 @@ func (g *group) terminal() uint64 { return g.done + g.failed + g.canceled }
 
 // job is a job that has been released at least once and is not terminal yet.
 type job struct {
-	id      uint64
-	g       *group
-	attempt uint32    // number of the current (or last) release: unique per job, increasing
-	free    uint32    // releases that did not count as attempts (drained, lost before running)
-	pool    *pool     // while running
-	since   time.Time // when the current attempt was released
-	evSeq   uint64    // the EVENTS sequence of the report this job's state depends on; 0 if none
-	key     string
-	maxAtt  int
-	lastErr []byte
-	counted bool // counted in the scheduler's in-flight for its group
-	retryAt time.Time
-	heapIdx int
+	id        uint64
+	g         *group
+	attempt   uint32    // number of the current (or last) release: unique per job, increasing
+	free      uint32    // releases that did not count as attempts (drained, lost before running)
+	pool      *pool     // while running
+	since     time.Time // when the current attempt was released
+	evSeq     uint64    // the EVENTS sequence of the report this job's state depends on; 0 if none
+	key       string
+	maxAtt    int
+	lastErr   []byte
+	history   []wire.Attempt // failed attempts, for the outcome (bounded by wire.MaxHistory)
+	cancelReq bool           // a cancel of this job arrived while it ran
+	counted   bool           // counted in the scheduler's in-flight for its group
+	retryAt   time.Time
+	heapIdx   int
 }
 
 // reportAt is a report seen during replay, applied once the journal has been read.
@@ -171,6 +174,7 @@ func newEngine(cfg Config, names wire.Names, epoch uint64) (*engine, error) {
 		replayGroupOf: map[uint64]*group{},
 		replayReports: map[uint64]reportAt{},
 		replayRetries: map[uint64]journal.Entry{},
+		replayHistory: map[uint64][]wire.Attempt{},
 		unstored:      map[uint64]int{},
 	}, nil
 }
@@ -235,6 +239,10 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl) {
 	case wire.OpCancel:
 		if g == nil {
 			e.reject(subject, seq, "cancel of a group that is not open: "+c.Group)
+			return
+		}
+		if len(c.Jobs) > 0 {
+			e.cancelJobs(g, c.Jobs)
 			return
 		}
 		e.cancelGroup(g)
@@ -314,6 +322,36 @@ func (e *engine) cancelGroup(g *group) {
 		}
 	}
 	e.checkFinished(g)
+}
+
+// cancelJobs cancels some jobs of a group: pending ones end canceled at once, running ones are
+// told to stop (their attempt then ends canceled). IDs not in the group, or already ended, are
+// ignored.
+func (e *engine) cancelJobs(g *group, ids []uint64) {
+	const reason = "job canceled"
+	for _, id := range ids {
+		st, ok := e.idx.State(id)
+		if !ok || st.Terminal() {
+			continue
+		}
+		if j := e.jobs[id]; j != nil {
+			if j.g != g {
+				continue
+			}
+			if st == jobindex.Running {
+				j.cancelReq = true
+				e.out.cancels = append(e.out.cancels, id)
+				continue
+			}
+			e.dropRetry(j)
+			e.finish(j, jobindex.Canceled, []byte(reason), 0)
+			continue
+		}
+		if st == jobindex.Pending && g.inSched && e.sched.Remove(g, id, func(a, b uint64) bool { return a == b }) {
+			e.moveTerminal(id, jobindex.Canceled)
+			e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
+		}
+	}
 }
 
 // recordOutcome queues a terminal outcome for the group's outcome subject. evSeq is the EVENTS

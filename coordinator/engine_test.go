@@ -574,3 +574,44 @@ func TestRetentionExpiry(t *testing.T) {
 		t.Fatalf("%d groups still retained", len(te.e.retained))
 	}
 }
+
+// TestHistoryAndJobCancel: a failed job's outcome lists each failed attempt; cancelling single
+// jobs ends pending ones at once and running ones when their attempt ends, without retry.
+func TestHistoryAndJobCancel(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{MaxAttempts: 2, RetryBase: time.Millisecond, Prefetch: -1})
+	te.worker("w", 1)
+	te.open("g")
+	a := te.job(wire.JobMeta{Group: "g"})
+	b := te.job(wire.JobMeta{Group: "g"})
+	c := te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	rel := te.releases()["any"]
+	if rel[0].id != a {
+		t.Fatalf("released %d first, want %d", rel[0].id, a)
+	}
+	te.report(rel[0], wire.StatusError, "first")
+	te.now = te.now.Add(time.Second)
+	te.e.tick(te.now)
+	rel = te.releases()["any"]
+	te.report(rel[0], wire.StatusError, "second")
+	g := te.e.groups["g"]
+	if len(g.outcomes) != 1 || g.outcomes[0].State != wire.FinalFailed {
+		t.Fatalf("outcomes %+v", g.outcomes)
+	}
+	if h := g.outcomes[0].History; len(h) != 2 || h[0].Error != "first" || h[1].Error != "second" || h[0].Worker != "w" {
+		t.Fatalf("history %+v", h)
+	}
+	rel = te.releases()["any"] // b runs
+	te.control(wire.GroupControl{Group: "g", Op: wire.OpCancel, Jobs: []uint64{b, c}})
+	if te.state(c) != jobindex.Canceled {
+		t.Fatalf("pending job %d is %v after its cancel", c, te.state(c))
+	}
+	if len(te.e.out.cancels) != 1 || te.e.out.cancels[0] != b {
+		t.Fatalf("running job not told to stop: %v", te.e.out.cancels)
+	}
+	te.report(rel[0], wire.StatusError, "context canceled") // it raced to an error: no retry
+	if te.state(b) != jobindex.Canceled || len(te.e.out.summaries) != 1 {
+		t.Fatalf("job %d is %v, summaries %d", b, te.state(b), len(te.e.out.summaries))
+	}
+}

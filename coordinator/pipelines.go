@@ -171,6 +171,7 @@ func (r *run) writer(ctx context.Context) {
 				r.log.Error().Err(err).Msg("journal write failed")
 			}
 		case op.outcomes != nil:
+			r.fillKeys(ctx, op.outcomes)
 			pa := pendingAcks{evSeqs: op.evSeqs}
 			for outs := op.outcomes; len(outs) > 0; {
 				n := min(len(outs), maxOutcomesPerMsg)
@@ -196,6 +197,27 @@ func (r *run) writer(ctx context.Context) {
 			r.wg.Go(func() { r.expire(ctx, *op.retention) })
 		case op.g != nil:
 			r.wg.Go(func() { r.finish(ctx, op, 0) })
+		}
+	}
+}
+
+// fillKeys sets the keys of outcomes of jobs that never ran (canceled while pending): the
+// coordinator keeps no key for pending jobs, so they are read from the jobs' stored headers.
+func (r *run) fillKeys(ctx context.Context, outs []wire.Outcome) {
+	var ids []uint64
+	var at []int
+	for i, o := range outs {
+		if o.Key == "" && o.Attempts == 0 {
+			ids, at = append(ids, o.ID), append(at, i)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	msgs, _ := r.payloads.get.Get(ctx, ids)
+	for k, m := range msgs {
+		if m != nil {
+			outs[at[k]].Key = m.Header.Get(wire.HdrKey)
 		}
 	}
 }

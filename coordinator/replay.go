@@ -103,7 +103,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 		a, isAlive := alive[id]
 		rp, reported := e.replayReports[id]
 		rt, retried := e.replayRetries[id]
-		j := &job{id: id, g: g, heapIdx: -1, attempt: max(a.attempt, rp.r.Attempt, rt.Attempt)}
+		j := &job{id: id, g: g, heapIdx: -1, attempt: max(a.attempt, rp.r.Attempt, rt.Attempt), history: e.replayHistory[id]}
 		e.jobs[id] = j
 		e.mustMove(id, jobindex.Running)
 		switch {
@@ -116,6 +116,9 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 			e.retryWait.Push(j)
 		case reported:
 			undecided = append(undecided, rp)
+			if h := j.history; len(h) > 0 && (rp.r.Status == wire.StatusError || rp.r.Status == wire.StatusPermanent) {
+				j.history = h[:len(h)-1] // deciding the report adds it back
+			}
 		}
 	}
 	heap.Init(&e.retryWait)
@@ -137,7 +140,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 			e.schedule(g, ids)
 		}
 	}
-	e.replayGroupOf, e.replayReports, e.replayRetries = nil, nil, nil
+	e.replayGroupOf, e.replayReports, e.replayRetries, e.replayHistory = nil, nil, nil, nil
 	// Decide the reports no decision followed, as if they arrived now.
 	for _, ra := range undecided {
 		e.report(ra.worker, ra.seq, ra.r, now)

@@ -21,6 +21,13 @@ func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time)
 		if prev, ok := e.replayReports[r.ID]; !ok || r.Attempt >= prev.r.Attempt {
 			e.replayReports[r.ID] = reportAt{worker: worker, seq: seq, r: r}
 		}
+		if r.Status == wire.StatusError || r.Status == wire.StatusPermanent {
+			// The history of the attempts whose reports are still in EVENTS (older ones may have
+			// been trimmed).
+			j := &job{history: e.replayHistory[r.ID]}
+			j.addHistory(worker, r.Data, now)
+			e.replayHistory[r.ID] = j.history
+		}
 		return
 	}
 	j := e.jobs[r.ID]
@@ -38,6 +45,7 @@ func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time)
 	case wire.StatusOK:
 		e.finish(j, jobindex.Done, r.Data, seq)
 	case wire.StatusPermanent:
+		j.addHistory(worker, r.Data, now)
 		e.finish(j, jobindex.Failed, r.Data, seq)
 	case wire.StatusCanceled:
 		e.finish(j, jobindex.Canceled, r.Data, seq)
@@ -46,7 +54,12 @@ func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time)
 		j.evSeq = seq
 	case wire.StatusError:
 		j.lastErr = r.Data
-		if int(j.attempts()) >= e.maxAttempts(j) || j.g.cancelReq {
+		j.addHistory(worker, r.Data, now)
+		switch {
+		case j.cancelReq || j.g.cancelReq:
+			e.finish(j, jobindex.Canceled, r.Data, seq) // canceled while running: no retry
+			return
+		case int(j.attempts()) >= e.maxAttempts(j):
 			e.finish(j, jobindex.Failed, r.Data, seq)
 			return
 		}
@@ -65,6 +78,14 @@ func (e *engine) learnBusy(j *job, ran time.Duration, now time.Time) {
 	}
 	share := min(float64(ran)/float64(cycle), 1)
 	j.g.busy += busyWeight * (share - j.g.busy)
+}
+
+// addHistory records a failed attempt, keeping the first one and the latest ones.
+func (j *job) addHistory(worker string, errText []byte, now time.Time) {
+	if len(j.history) >= wire.MaxHistory {
+		j.history = append(j.history[:1], j.history[2:]...)
+	}
+	j.history = append(j.history, wire.Attempt{At: now.Truncate(time.Millisecond), Worker: worker, Error: string(errText)})
 }
 
 // stopRunning releases the capacity a running job held.
@@ -135,7 +156,7 @@ func (e *engine) finish(j *job, to jobindex.State, data []byte, evSeq uint64) {
 	e.moveTerminal(j.id, to)
 	delete(e.jobs, j.id)
 	state := map[jobindex.State]wire.Final{jobindex.Done: wire.FinalDone, jobindex.Failed: wire.FinalFailed, jobindex.Canceled: wire.FinalCanceled}[to]
-	e.recordOutcome(j.g, wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempts(), Data: data}, evSeq)
+	e.recordOutcome(j.g, wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempts(), Data: data, History: j.history}, evSeq)
 }
 
 // tick moves due retries back to pending and forgets silent workers.

@@ -34,6 +34,16 @@ type JobOutcome struct {
 	Result []byte
 	// Err is the last attempt's error, for StateFailed and StateCanceled.
 	Err string
+	// History lists the job's failed attempts, oldest first (the first and the latest ones when
+	// there were more than wire.MaxHistory): when, on which worker, and the error.
+	History []Attempt
+}
+
+// Attempt is one failed attempt of a job.
+type Attempt struct {
+	At     time.Time
+	Worker string
+	Err    string
 }
 
 // Summary counts a finished group's jobs by final state; Jobs = Done + Failed + Canceled.
@@ -109,6 +119,23 @@ func (h *Handle) Cancel(ctx context.Context) error {
 		return err
 	}
 	_, err := h.d.publishControl(ctx, wire.GroupControl{Group: h.group, Op: wire.OpCancel})
+	return err
+}
+
+// CancelJobs cancels some jobs of the group: those not started never start, running ones see
+// their context canceled (cause worker.ErrJobCanceled); each ends canceled. IDs that are not in
+// the group or have already ended are ignored. It returns once the request is stored.
+func (h *Handle) CancelJobs(ctx context.Context, ids ...uint64) error {
+	if h.err != nil {
+		return h.err
+	}
+	if len(ids) == 0 || len(ids) > wire.MaxCancelJobs {
+		return fmt.Errorf("%w: cancel %d jobs (1 to %d per call)", ErrInvalidJob, len(ids), wire.MaxCancelJobs)
+	}
+	if err := h.d.ensure(ctx); err != nil {
+		return err
+	}
+	_, err := h.d.publishControl(ctx, wire.GroupControl{Group: h.group, Op: wire.OpCancel, Jobs: ids})
 	return err
 }
 
@@ -329,6 +356,9 @@ func (h *Handle) stop(ctx context.Context, stream string, cons jetstream.Consume
 
 func jobOutcome(o *wire.Outcome) JobOutcome {
 	out := JobOutcome{ID: o.ID, Key: o.Key, Attempts: int(o.Attempts)}
+	for _, a := range o.History {
+		out.History = append(out.History, Attempt{At: a.At, Worker: a.Worker, Err: a.Error})
+	}
 	switch o.State {
 	case wire.FinalDone:
 		out.State = StateDone

@@ -378,3 +378,54 @@ func TestCancelRunningGroup(t *testing.T) {
 		t.Errorf("%d handlers saw worker.ErrJobCanceled as the cause", sawCancel.Load())
 	}
 }
+
+// TestCancelJobsAndHistory: cancelling single jobs ends the pending one at once (it never runs)
+// and the running one through its context; a failing job's outcome lists its attempts.
+func TestCancelJobsAndHistory(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{MaxAttempts: 3, RetryBase: time.Millisecond, Feeders: 1, Prefetch: -1})
+	runs := map[string]int{}
+	var mu sync.Mutex
+	hold := make(chan struct{})
+	e.worker(worker.Config{ID: "w-hist", Concurrency: 1}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		mu.Lock()
+		runs[j.Key]++
+		mu.Unlock()
+		switch j.Key {
+		case "k0":
+			return nil, fmt.Errorf("attempt %d failed", j.Attempt)
+		case "k1":
+			close(hold)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return nil, nil
+	})
+	h := e.publish("mixed", jobs(3, nil))
+	select {
+	case <-hold:
+	case <-e.ctx.Done():
+		t.Fatal("k1 never started")
+	}
+	// k0 has failed (3 attempts), k1 runs, k2 waits behind it (one slot, no prefetch).
+	if err := h.CancelJobs(e.ctx, h.FirstID()+1, h.FirstID()+2); err != nil {
+		t.Fatal(err)
+	}
+	res := e.wait(h)
+	byKey := map[string]dispatcher.JobOutcome{}
+	for _, o := range res.Jobs {
+		byKey[o.Key] = o
+	}
+	if o := byKey["k0"]; o.State != dispatcher.StateFailed || o.Attempts != 3 || len(o.History) != 3 || o.History[2].Err != "attempt 3 failed" || o.History[0].Worker != "w-hist" {
+		t.Fatalf("k0 outcome %+v", o)
+	}
+	if byKey["k1"].State != dispatcher.StateCanceled || byKey["k2"].State != dispatcher.StateCanceled {
+		t.Fatalf("k1 %+v, k2 %+v: want both canceled", byKey["k1"], byKey["k2"])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs["k2"] != 0 || runs["k1"] != 1 {
+		t.Fatalf("runs %v: the canceled pending job must never run, the running one once", runs)
+	}
+}

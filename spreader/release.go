@@ -115,3 +115,23 @@ func (s *Scheduler[G, J]) Capped(g G) bool {
 	grp := s.groups[g]
 	return grp != nil && s.maxGroup > 0 && grp.inFlight >= s.maxGroup
 }
+
+// Remove takes job j out of g's queue without releasing it (the caller canceled it), and reports
+// whether it was queued. It costs O(queued jobs of g).
+func (s *Scheduler[G, J]) Remove(g G, j J, equal func(a, b J) bool) bool {
+	grp := s.groups[g]
+	if grp == nil {
+		return false
+	}
+	before := grp.jobs.Len()
+	grp.jobs.DeleteFunc(func(q J) bool { return equal(q, j) })
+	if grp.jobs.Len() == before {
+		return false
+	}
+	if grp.sealed && grp.jobs.Len() == 0 && grp.state == active {
+		s.retire(grp)
+	} else {
+		s.reindex(grp)
+	}
+	return true
+}

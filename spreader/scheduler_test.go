@@ -495,3 +495,33 @@ func TestBeginCountsOutsideJobs(t *testing.T) {
 		t.Fatal("Begin counted an unknown group")
 	}
 }
+
+func TestRemove(t *testing.T) {
+	t.Parallel()
+	s := setup(t, spreader.Config{Feeders: 1, Policy: spreader.RoundRobin})
+	addGroup(t, s, "a", 3, true)
+	addGroup(t, s, "b", 1, true)
+	eq := func(x, y string) bool { return x == y }
+	if !s.Remove("a", "a2", eq) || s.Remove("a", "a2", eq) || s.Remove("zz", "a1", eq) {
+		t.Fatal("Remove reported wrongly")
+	}
+	var got []string
+	for {
+		_, j, ok := s.Next()
+		if !ok {
+			break
+		}
+		got = append(got, j)
+	}
+	if fmt.Sprint(got) != "[a1 a3 b1]" {
+		t.Fatalf("after removing a2: %v", got)
+	}
+	// Removing the last queued job of a sealed active group frees its slot.
+	s2 := setup(t, spreader.Config{Feeders: 1, Policy: spreader.RoundRobin})
+	addGroup(t, s2, "a", 1, true)
+	addGroup(t, s2, "b", 1, true)
+	s2.Remove("a", "a1", eq)
+	if _, j, _ := s2.Next(); j != "b1" {
+		t.Fatalf("Next after emptying a = %q, want b1", j)
+	}
+}

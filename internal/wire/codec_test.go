@@ -53,9 +53,9 @@ func TestParseJobMetaRejects(t *testing.T) {
 
 func TestGroupControlRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, c := range []GroupControl{{Group: "g", Op: OpOpen}, {Group: "g", Op: OpSeal, Count: 7}, {Group: "g g", Op: OpCancel}} {
+	for _, c := range []GroupControl{{Group: "g", Op: OpOpen}, {Group: "g", Op: OpSeal, Count: 7}, {Group: "g g", Op: OpCancel}, {Group: "g", Op: OpCancel, Jobs: []uint64{3, 1 << 40}}} {
 		back, err := ParseGroupControl(c.Header())
-		if err != nil || back != c {
+		if err != nil || !reflect.DeepEqual(back, c) {
 			t.Fatalf("round trip %+v: got %+v, %v", c, back, err)
 		}
 	}
@@ -63,6 +63,11 @@ func TestGroupControlRoundTrip(t *testing.T) {
 	h.Set(HdrCount, "-1")
 	if _, err := ParseGroupControl(h); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("bad count accepted: %v", err)
+	}
+	bad := GroupControl{Group: "g", Op: OpCancel}.Header()
+	bad.Set(HdrJobs, "1,x")
+	if _, err := ParseGroupControl(bad); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("bad job ID accepted: %v", err)
 	}
 	h.Set(HdrOp, "explode")
 	if _, err := ParseGroupControl(h); !errors.Is(err, ErrMalformed) {
@@ -99,7 +104,9 @@ func TestReportsRoundTrip(t *testing.T) {
 
 func TestOutcomesRoundTrip(t *testing.T) {
 	t.Parallel()
-	in := []Outcome{{ID: 1, Key: "a", State: FinalDone, Attempts: 1, Data: []byte("r")}, {ID: 2, State: FinalFailed, Attempts: 3, Data: []byte("e")}}
+	at := time.UnixMilli(time.Now().UnixMilli())
+	in := []Outcome{{ID: 1, Key: "a", State: FinalDone, Attempts: 1, Data: []byte("r")}, {ID: 2, State: FinalFailed, Attempts: 3, Data: []byte("e"),
+		History: []Attempt{{At: at, Worker: "w1", Error: "boom"}, {At: at.Add(time.Second), Worker: "w2", Error: "e"}}}}
 	out, sum, err := DecodeOutcomeMsg(AppendOutcomes(nil, in))
 	if err != nil || sum != nil || !reflect.DeepEqual(out, in) {
 		t.Fatalf("outcomes: %+v %v %v", out, sum, err)

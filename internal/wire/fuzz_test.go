@@ -68,7 +68,7 @@ func FuzzParseHeaders(f *testing.F) {
 			}
 		}
 		if c, err := ParseGroupControl(h); err == nil {
-			if _, err := ParseGroupControl(c.Header()); err != nil {
+			if back, err := ParseGroupControl(c.Header()); err != nil || len(back.Jobs) != len(c.Jobs) {
 				t.Fatalf("re-encode of accepted control failed: %v", err)
 			}
 		}

@@ -16,6 +16,7 @@ const (
 	HdrGroup       = "Weave-Group"
 	HdrOp          = "Weave-Op"
 	HdrCount       = "Weave-Count"
+	HdrJobs        = "Weave-Jobs" // on cancel: the IDs of the jobs to cancel (decimal, comma-separated); absent = the whole group"
 	HdrKey         = "Weave-Key"
 	HdrRequire     = "Weave-Require"
 	HdrPrefer      = "Weave-Prefer"
@@ -58,8 +59,12 @@ const (
 type GroupControl struct {
 	Group string
 	Op    GroupOp
-	Count uint64 // jobs accepted, on seal
+	Count uint64   // jobs accepted, on seal
+	Jobs  []uint64 // on cancel: only these jobs of the group; nil = the whole group
 }
+
+// MaxCancelJobs bounds the job IDs one cancel message names.
+const MaxCancelJobs = 10_000
 
 // Header returns the headers of a group control message.
 func (c GroupControl) Header() nats.Header {
@@ -69,6 +74,13 @@ func (c GroupControl) Header() nats.Header {
 	h.Set(HdrOp, string(c.Op))
 	if c.Op == OpSeal {
 		h.Set(HdrCount, strconv.FormatUint(c.Count, 10))
+	}
+	if c.Op == OpCancel && len(c.Jobs) > 0 {
+		ids := make([]string, len(c.Jobs))
+		for i, id := range c.Jobs {
+			ids[i] = strconv.FormatUint(id, 10)
+		}
+		h.Set(HdrJobs, strings.Join(ids, ","))
 	}
 	return h
 }
@@ -83,7 +95,21 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 		return GroupControl{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	switch c.Op {
-	case OpOpen, OpCancel:
+	case OpOpen:
+	case OpCancel:
+		if v := h.Get(HdrJobs); v != "" {
+			parts := strings.Split(v, ",")
+			if len(parts) > MaxCancelJobs {
+				return GroupControl{}, fmt.Errorf("%w: cancel of %d jobs, at most %d", ErrMalformed, len(parts), MaxCancelJobs)
+			}
+			for _, p := range parts {
+				id, err := strconv.ParseUint(strings.TrimSpace(p), 10, 64)
+				if err != nil || id == 0 {
+					return GroupControl{}, fmt.Errorf("%w: bad job ID %q in %s", ErrMalformed, p, HdrJobs)
+				}
+				c.Jobs = append(c.Jobs, id)
+			}
+		}
 	case OpSeal:
 		n, err := strconv.ParseUint(h.Get(HdrCount), 10, 64)
 		if err != nil {

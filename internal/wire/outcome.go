@@ -1,6 +1,9 @@
 package wire
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Final states of a job, as recorded in a group's outcomes.
 type Final uint8
@@ -28,8 +31,19 @@ type Outcome struct {
 	Key      string
 	State    Final
 	Attempts uint32
-	Data     []byte // result (done) or last error (failed, canceled)
+	Data     []byte    // result (done) or last error (failed, canceled)
+	History  []Attempt // the failed attempts before the end, oldest first
 }
+
+// Attempt records one failed attempt of a job.
+type Attempt struct {
+	At     time.Time // when the coordinator learned of it (millisecond precision)
+	Worker string
+	Error  string
+}
+
+// MaxHistory bounds the attempts an outcome records: the first and the latest ones are kept.
+const MaxHistory = 32
 
 // GroupSummary is the last record on a group's outcome subject: every job is terminal.
 type GroupSummary struct {
@@ -47,6 +61,12 @@ func AppendOutcomes(dst []byte, outs []Outcome) []byte {
 		dst = append(dst, byte(o.State))
 		dst = appendUvarint(dst, uint64(o.Attempts))
 		dst = appendBytes(dst, o.Data)
+		dst = appendUvarint(dst, uint64(len(o.History)))
+		for _, a := range o.History {
+			dst = appendUvarint(dst, uint64(max(a.At.UnixMilli(), 0)))
+			dst = appendString(dst, a.Worker)
+			dst = appendString(dst, a.Error)
+		}
 	}
 	return dst
 }
@@ -79,6 +99,16 @@ func DecodeOutcomeMsg(b []byte) (outs []Outcome, summary *GroupSummary, err erro
 	outs = make([]Outcome, 0, n)
 	for range n {
 		o := Outcome{ID: r.uvarint(), Key: r.string(), State: Final(r.byte()), Attempts: r.uint32(), Data: r.bytes()}
+		if nh := r.count(3); nh > 0 {
+			o.History = make([]Attempt, 0, nh)
+			for range nh {
+				ms := r.uvarint()
+				if ms > 1<<53 {
+					r.fail("attempt time %d out of range", ms)
+				}
+				o.History = append(o.History, Attempt{At: time.UnixMilli(int64(ms)), Worker: r.string(), Error: r.string()})
+			}
+		}
 		if r.err != nil {
 			break
 		}
