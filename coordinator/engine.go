@@ -97,8 +97,8 @@ func (g *group) terminal() uint64 { return g.done + g.failed + g.canceled }
 type job struct {
 	id        uint64
 	g         *group
-	attempt   uint32    // number of the current (or last) release: unique per job, increasing
-	free      uint32    // releases that did not count as attempts (drained, lost before running)
+	attempt   uint32    // the current (or last) attempt, 1 for the first
+	reuse     bool      // the last release did not run (drained, or its publish failed): the next one keeps its attempt number
 	pool      *pool     // while running
 	since     time.Time // when the current attempt was released
 	evSeq     uint64    // the EVENTS sequence of the report this job's state depends on; 0 if none

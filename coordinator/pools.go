@@ -285,7 +285,10 @@ func (e *engine) take(c candidate, p *pool) *job {
 		j = &job{id: c.id, g: c.g, counted: true}
 		e.jobs[j.id] = j
 	}
-	j.attempt++
+	if !j.reuse {
+		j.attempt++
+	}
+	j.reuse = false
 	j.pool, j.since = p, e.cfg.now()
 	j.evSeq = 0 // its latest attempt is in WORK from now on: no report is needed
 	p.outstanding++

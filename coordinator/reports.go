@@ -59,7 +59,7 @@ func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time)
 		case j.cancelReq || j.g.cancelReq:
 			e.finish(j, jobindex.Canceled, r.Data, seq) // canceled while running: no retry
 			return
-		case int(j.attempts()) >= e.maxAttempts(j):
+		case int(j.attempt) >= e.maxAttempts(j):
 			e.finish(j, jobindex.Failed, r.Data, seq)
 			return
 		}
@@ -100,9 +100,6 @@ func (e *engine) stopRunning(j *job) {
 	}
 }
 
-// attempts is how many releases counted as attempts.
-func (j *job) attempts() uint32 { return j.attempt - j.free }
-
 // maxAttempts is the job's own limit, else the configured default (also for jobs released
 // before a restart, whose limit is learned again only when they are next released).
 func (e *engine) maxAttempts(j *job) int {
@@ -112,11 +109,12 @@ func (e *engine) maxAttempts(j *job) int {
 	return e.cfg.MaxAttempts
 }
 
-// requeue puts a job that did not run back in front of new work; its release does not count as
-// an attempt.
+// requeue puts a job that did not run back in front of new work. Its next release keeps the
+// attempt number: the report that gave it back is before that release in EVENTS, so a report
+// about the attempt is never ambiguous.
 func (e *engine) requeue(j *job) {
 	e.mustMove(j.id, jobindex.Pending)
-	j.free++
+	j.reuse = true
 	e.retryReady = append(e.retryReady, j)
 }
 
@@ -156,7 +154,7 @@ func (e *engine) finish(j *job, to jobindex.State, data []byte, evSeq uint64) {
 	e.moveTerminal(j.id, to)
 	delete(e.jobs, j.id)
 	state := map[jobindex.State]wire.Final{jobindex.Done: wire.FinalDone, jobindex.Failed: wire.FinalFailed, jobindex.Canceled: wire.FinalCanceled}[to]
-	e.recordOutcome(j.g, wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempts(), Data: data, History: j.history}, evSeq)
+	e.recordOutcome(j.g, wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempt, Data: data, History: j.history}, evSeq)
 }
 
 // tick moves due retries back to pending and forgets silent workers.

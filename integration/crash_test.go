@@ -18,8 +18,16 @@ import (
 	"github.com/weavejobs/weave/worker"
 )
 
-// The test binary doubles as a coordinator process: with childEnv set, TestMain runs runChild.
+// The test binary doubles as a coordinator or worker process: with childEnv set ("coordinator"
+// or "worker"), TestMain runs runChild.
 const childEnv = "WEAVE_TEST_CHILD"
+
+// The child worker's configuration (TestWorkerKill9): its handler prints "started <job ID>" on
+// stdout, then holds the job until the process dies.
+const (
+	childWorkerSlots = 4
+	childWorkerLease = 2 * time.Second
+)
 
 func runChild() int {
 	nc, err := nats.Connect(os.Getenv("WEAVE_TEST_URL"))
@@ -28,14 +36,32 @@ func runChild() int {
 		return 2
 	}
 	defer nc.Close()
-	c, err := coordinator.New(nc, coordinator.Config{Namespace: os.Getenv("WEAVE_TEST_NS"), LeaseTTL: time.Second})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
+	ns := os.Getenv("WEAVE_TEST_NS")
+	var run func(context.Context) error
+	if os.Getenv(childEnv) == "worker" {
+		w, err := worker.New(nc, worker.Config{Namespace: ns, ID: "child", Concurrency: childWorkerSlots,
+			Lease: childWorkerLease, HeartbeatInterval: 250 * time.Millisecond},
+			worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+				fmt.Printf("started %d\n", j.ID)
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		run = w.Run
+	} else {
+		c, err := coordinator.New(nc, coordinator.Config{Namespace: ns, LeaseTTL: time.Second, TrimInterval: 100 * time.Millisecond})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		run = c.Run
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	if err := c.Run(ctx); err != nil {
+	if err := run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
