@@ -44,7 +44,8 @@ type Config struct {
 	Logger zerolog.Logger
 
 	// Feeders is the number of groups scheduled at once (feeder slots). 0 (default) means auto:
-	// the live workers' total slots plus one, following the fleet as workers come and go.
+	// the live workers' total slots plus the prefetch window (at least one), following the
+	// fleet as workers come and go.
 	Feeders int
 
 	// Policy orders the active groups' jobs: spreader.LeastInFlight (default) or
@@ -54,10 +55,13 @@ type Config struct {
 	// MaxInFlightPerGroup caps the jobs of one group released at once. 0 (default): no cap.
 	MaxInFlightPerGroup int
 
-	// Prefetch lets each pool hold this many released jobs beyond its slots, so a slot that
+	// Prefetch is how many released jobs the fleet may hold beyond its slots, so a slot that
 	// frees starts its next job at once instead of waiting a round trip for the next release.
-	// Default 1, which keeps released jobs within F = slots + 1 (the spread guarantee). Raise it
-	// for very short jobs; -1 releases only into free slots.
+	// 0 (default) adapts it to the jobs: about slots·(1/b − 1), where b is the measured share of
+	// a release's time the handler runs (so ~1 for long jobs, up to 4 per slot for very short
+	// ones), and the auto Feeders follows as slots + Prefetch, keeping groups spread; with
+	// Feeders set, it stays within Feeders − slots. n > 0 fixes it; -1 releases only into free
+	// slots.
 	Prefetch int
 
 	// MaxAttempts is the attempt limit of jobs that do not set their own. Default 5.
@@ -132,12 +136,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LeaseTTL != 0 && c.LeaseTTL < 100*time.Millisecond {
 		return c, fmt.Errorf("%w: LeaseTTL %v below 100ms", ErrInvalidConfig, c.LeaseTTL)
-	}
-	switch c.Prefetch {
-	case 0:
-		c.Prefetch = DefaultPrefetch
-	case -1:
-		c.Prefetch = 0
 	}
 	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
 	setDefault(&c.MaxBatch, DefaultMaxBatch)

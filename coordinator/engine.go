@@ -42,7 +42,8 @@ type engine struct {
 	pools     map[string]*pool
 	poolOrder []*pool // stable iteration order; rotated for fairness between pools
 	workers   map[string]*workerInfo
-	slots     int // total slots of live workers
+	slots     int     // total slots of live workers
+	busy      float64 // the fleet's busy share (see group.busy); sizes the prefetch window
 
 	// replay-only state, dropped when replay ends.
 	replayGroupOf map[uint64]*group
@@ -164,6 +165,7 @@ func newEngine(cfg Config, names wire.Names, epoch uint64) (*engine, error) {
 		log:           cfg.Logger,
 		rng:           rand.New(rand.NewPCG(epoch, uint64(cfg.now().UnixNano()))),
 		epoch:         epoch,
+		busy:          1,
 		replaying:     true,
 		idx:           jobindex.New(),
 		sched:         sched,
@@ -185,24 +187,24 @@ func (e *engine) reject(subject string, seq uint64, reason string) {
 	e.out.rejections = append(e.out.rejections, rejection{subject: subject, seq: seq, reason: reason})
 }
 
-// feed applies one message of the JOBS stream (headers only).
-func (e *engine) feed(subject string, seq uint64, h nats.Header) {
+// feed applies one message of the JOBS stream and reports whether it admitted a job.
+func (e *engine) feed(subject string, seq uint64, h nats.Header) bool {
 	e.jobsApplied = max(e.jobsApplied, seq)
 	if strings.HasPrefix(subject, e.names.GroupSubject("")) {
 		c, err := wire.ParseGroupControl(h)
 		if err != nil {
 			e.reject(subject, seq, err.Error())
-			return
+			return false
 		}
 		e.control(subject, seq, c)
-		return
+		return false
 	}
 	m, err := wire.ParseJobMeta(h)
 	if err != nil {
 		e.reject(subject, seq, err.Error())
-		return
+		return false
 	}
-	e.admit(subject, seq, m)
+	return e.admit(subject, seq, m)
 }
 
 func (e *engine) control(subject string, seq uint64, c wire.GroupControl) {
@@ -249,22 +251,22 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl) {
 	}
 }
 
-func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) {
+func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) bool {
 	g := e.groups[m.Group]
 	switch {
 	case g == nil:
 		e.reject(subject, seq, "job for a group that is not open: "+m.Group)
-		return
+		return false
 	case g.sealed:
 		e.reject(subject, seq, "job after the seal of group "+m.Group)
-		return
+		return false
 	case subject != e.names.JobSubject(g.tok):
 		e.reject(subject, seq, "job subject does not match its group "+m.Group)
-		return
+		return false
 	}
 	if err := e.idx.Add(seq, g.idxKey, m.Require, m.Prefer); err != nil {
 		e.reject(subject, seq, err.Error())
-		return
+		return false
 	}
 	g.admitted++
 	g.lastSeq = seq
@@ -273,11 +275,13 @@ func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) {
 	case g.cancelReq:
 		e.moveTerminal(seq, jobindex.Canceled)
 		e.recordOutcome(g, wire.Outcome{ID: seq, Key: m.Key, State: wire.FinalCanceled, Data: []byte("group canceled")}, 0)
+		return false
 	case e.replaying:
 		e.replayGroupOf[seq] = g
 	case g.inSched:
 		_ = e.sched.Push(g, seq)
 	}
+	return true
 }
 
 // schedule hands a group to the scheduler with its pending jobs (in ID order).

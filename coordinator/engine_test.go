@@ -98,8 +98,8 @@ func TestReleaseFollowsCapacity(t *testing.T) {
 	}
 	te.worker("w1", 3)
 	got := te.releases()["any"]
-	if len(got) != 3+DefaultPrefetch {
-		t.Fatalf("released %d jobs to 3 free slots and %d prefetch place", len(got), DefaultPrefetch)
+	if len(got) != 3+1 {
+		t.Fatalf("released %d jobs to 3 free slots and 1 prefetch place (nothing measured yet)", len(got))
 	}
 	if again := te.releases(); len(again) != 0 {
 		t.Fatalf("released beyond capacity: %v", again)
@@ -613,5 +613,33 @@ func TestHistoryAndJobCancel(t *testing.T) {
 	te.report(rel[0], wire.StatusError, "context canceled") // it raced to an error: no retry
 	if te.state(b) != jobindex.Canceled || len(te.e.out.summaries) != 1 {
 		t.Fatalf("job %d is %v, summaries %d", b, te.state(b), len(te.e.out.summaries))
+	}
+}
+
+// TestAdaptivePrefetch: the prefetch window follows the measured busy share: deep for jobs that
+// run a small share of their release time, about one for long ones, capped, and within Feeders.
+func TestAdaptivePrefetch(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		busy    float64
+		feeders int
+		want    int
+	}{
+		{busy: 1, want: 1},
+		{busy: 0.8, want: 2},              // 8·(1/0.8 − 1) = 2
+		{busy: 0.5, want: 8},              // 8·1
+		{busy: 0.01, want: 32},            // capped at 4 per slot
+		{busy: 0, want: 32},               // no division by zero
+		{busy: 0.5, feeders: 10, want: 2}, // within Feeders − slots
+	} {
+		te := newTestEngine(t, Config{Feeders: tc.feeders})
+		te.worker("w", 8)
+		te.e.busy = tc.busy
+		if got := te.e.prefetch(); got != tc.want {
+			t.Errorf("busy %.2f feeders %d: prefetch %d, want %d", tc.busy, tc.feeders, got, tc.want)
+		}
+		if tc.feeders == 0 && te.e.feeders() != 8+tc.want {
+			t.Errorf("busy %.2f: auto feeders %d, want slots + prefetch = %d", tc.busy, te.e.feeders(), 8+tc.want)
+		}
 	}
 }

@@ -9,10 +9,11 @@ import (
 	"github.com/weavejobs/weave/internal/directget"
 )
 
-// payloads fetches the stored messages of jobs being released. A miss reads the job's group
-// ahead (one batch direct get returns the job and the next jobs of its group), since the
-// scheduler releases a group's jobs in order; the read-ahead is kept in a bounded cache, so memory
-// is bounded by the cache, never by the backlog.
+// payloads holds the stored messages of jobs about to be released, in a cache bounded by bytes
+// (oldest out first), so memory is bounded by the cache, never by the backlog. Jobs arrive from
+// the JOBS feed; a miss (evicted, or after a restart) reads the job's group ahead: one batch
+// direct get returns the job and the next jobs of its group, since the scheduler releases a
+// group's jobs in order.
 type payloads struct {
 	get       *directget.Client
 	readAhead int
@@ -91,6 +92,13 @@ func (p *payloads) readGroup(ctx context.Context, subject string, reqs []fetchRe
 	for _, m := range extra {
 		p.addLocked(m)
 	}
+	p.mu.Unlock()
+}
+
+// add keeps a job's stored message, read from the JOBS feed, for its release.
+func (p *payloads) add(m *directget.Msg) {
+	p.mu.Lock()
+	p.addLocked(m)
 	p.mu.Unlock()
 }
 

@@ -29,6 +29,15 @@ func (p *pool) free(prefetch int) int {
 	return p.slots + prefetch - p.outstanding
 }
 
+// batchCap is the most jobs one batch for the pool may hold: MaxBatch, and no more than one
+// worker's share of the pool's slots, since one worker takes the whole batch.
+func (p *pool) batchCap(maxBatch int) int {
+	if p.workers == 0 {
+		return 1
+	}
+	return max(1, min(maxBatch, (p.slots+p.workers-1)/p.workers))
+}
+
 // releasePass is one round of release decisions over all pools.
 type releasePass struct {
 	affinityOnly bool // only jobs requiring or preferring something the pool holds
@@ -119,14 +128,46 @@ func (e *engine) poolFor(key string, resources []string) *pool {
 
 func (e *engine) resizeFeeders() {
 	if e.cfg.Feeders == 0 {
-		e.sched.SetFeeders(max(e.slots+1, 1))
+		if f := e.feeders(); f != e.sched.Feeders() {
+			e.sched.SetFeeders(f)
+		}
 	}
 }
 
+// maxPrefetchPerSlot caps the adaptive prefetch window at this many places per slot.
+const maxPrefetchPerSlot = 4
+
+// prefetch is how many released jobs the fleet may hold beyond its slots. Fixed when configured;
+// by default it adapts to the jobs: a slot is busy a share b of the time between a release and
+// the report (the rest is round trips), so keeping it fed needs about slots·(1/b − 1) jobs
+// waiting. Short jobs get a deep window, long ones about one. With Feeders set, the window stays
+// within Feeders − slots, so groups stay spread.
+func (e *engine) prefetch() int {
+	switch {
+	case e.cfg.Prefetch > 0:
+		return e.cfg.Prefetch
+	case e.cfg.Prefetch < 0:
+		return 0
+	}
+	limit := max(1, maxPrefetchPerSlot*e.slots)
+	p := 1
+	if e.busy < 1 {
+		// Computed in floats and capped before the conversion: busy may be tiny.
+		p = int(min(float64(e.slots)*(1/max(e.busy, 1e-9)-1)+0.5, float64(limit)))
+	}
+	p = min(max(p, 1), limit)
+	if e.cfg.Feeders > 0 {
+		p = min(p, max(e.cfg.Feeders-e.slots, 0))
+	}
+	return p
+}
+
 // feeders is the current number of feeder slots.
+// feeders is the number of feeder slots: configured, or the live slots plus the prefetch window
+// (at least one), so released jobs fit in F and groups stay spread.
 func (e *engine) feeders() int {
 	if e.cfg.Feeders == 0 {
-		return max(e.slots+1, 1)
+		return max(e.slots+max(e.prefetch(), 1), 1)
 	}
 	return e.cfg.Feeders
 }
@@ -155,16 +196,18 @@ func (e *engine) releaseAll() {
 	for _, p := range e.poolOrder {
 		outstanding += p.outstanding
 	}
+	e.resizeFeeders()
+	window := e.prefetch()
 	for _, pass := range releasePasses {
 		prefetch := 0
 		if pass.prefetch {
-			prefetch = e.cfg.Prefetch
+			prefetch = window
 		}
 		affinityOnly := pass.affinityOnly
 		for _, p := range e.poolOrder {
 			// Prefetch places are a budget for the whole fleet, not per pool: released jobs stay
 			// within slots + Prefetch, which is F by default, so groups stay spread.
-			for p.free(prefetch) > 0 && len(batches[p]) < e.cfg.MaxBatch && (!pass.prefetch || outstanding < e.slots+e.cfg.Prefetch) {
+			for p.free(prefetch) > 0 && len(batches[p]) < p.batchCap(e.cfg.MaxBatch) && (!pass.prefetch || outstanding < e.slots+window) {
 				cands, ids = e.candidates(cands[:0], ids[:0])
 				if len(cands) == 0 {
 					break
@@ -184,7 +227,7 @@ func (e *engine) releaseAll() {
 				c := cands[slices.Index(ids, id)]
 				batches[p] = append(batches[p], e.take(c, p))
 				outstanding++
-				if len(batches[p]) == e.cfg.MaxBatch {
+				if len(batches[p]) == p.batchCap(e.cfg.MaxBatch) {
 					e.flushBatch(p, batches)
 				}
 			}
@@ -202,27 +245,31 @@ func (e *engine) flushBatch(p *pool, batches map[*pool][]*job) {
 	}
 }
 
-// leastLoaded returns the IDs of the candidates whose group has the fewest jobs in flight, in
-// offer order, under LeastInFlight; under RoundRobin, whose order is the rotation, all of them.
-// It reuses e.tierBuf.
+// leastLoaded returns the IDs of the candidates whose group has the fewest jobs running as the
+// handlers see them (in flight × busy share), in offer order, under LeastInFlight; under
+// RoundRobin, whose order is the rotation, all of them. Groups with nothing in flight tie at
+// zero, so with more groups than slots they are all in the tier. It reuses e.tierBuf.
 func (e *engine) leastLoaded(cands []candidate, ids []uint64) []uint64 {
 	if e.cfg.Policy != spreader.LeastInFlight {
 		return ids
 	}
-	least := -1
+	least := -1.0
 	for _, c := range cands {
-		if n := e.sched.InFlight(c.g); least < 0 || n < least {
-			least = n
+		if l := e.load(c.g); least < 0 || l < least {
+			least = l
 		}
 	}
 	e.tierBuf = e.tierBuf[:0]
 	for _, c := range cands {
-		if e.sched.InFlight(c.g) == least {
+		if e.load(c.g) == least {
 			e.tierBuf = append(e.tierBuf, c.id)
 		}
 	}
 	return e.tierBuf
 }
+
+// load is a group's running jobs as the handlers see them: in flight × busy share.
+func (e *engine) load(g *group) float64 { return float64(e.sched.InFlight(g)) * g.busy }
 
 // candidates lists the jobs on offer: retries first (oldest first), then the scheduler's offers
 // in policy order.
@@ -258,7 +305,7 @@ func (e *engine) candidates(cands []candidate, ids []uint64) ([]candidate, []uin
 func (e *engine) preferLeastRunning(cands []candidate, ids []uint64) {
 	best, bestLoad := -1, 0.0
 	for i, c := range cands {
-		load := float64(e.sched.InFlight(c.g)) * c.g.busy
+		load := e.load(c.g)
 		if best < 0 || load < bestLoad {
 			best, bestLoad = i, load
 		}

@@ -40,7 +40,7 @@ func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time)
 		return
 	}
 	e.stopRunning(j)
-	e.learnBusy(j, r.Duration, now)
+	e.learnBusy(j, r.Duration, r.Waited, now)
 	switch r.Status {
 	case wire.StatusOK:
 		e.finish(j, jobindex.Done, r.Data, seq)
@@ -71,13 +71,21 @@ func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time)
 // busyWeight is the weight of one report in a group's busy share.
 const busyWeight = 0.1
 
-func (e *engine) learnBusy(j *job, ran time.Duration, now time.Time) {
+// learnBusy updates the busy shares from one attempt: it was released at j.since, waited on
+// the worker, ran, and its report arrived now. A group's share counts the waiting (by Little's
+// law, released jobs × share = jobs running). The fleet's share, which sizes the prefetch
+// window, does not: waiting is what the window itself causes, and counting it would make the
+// window grow without end.
+func (e *engine) learnBusy(j *job, ran, waited time.Duration, now time.Time) {
 	cycle := now.Sub(j.since)
-	if j.since.IsZero() || cycle <= 0 || ran <= 0 {
+	if j.since.IsZero() || cycle <= 0 {
 		return
 	}
 	share := min(float64(ran)/float64(cycle), 1)
 	j.g.busy += busyWeight * (share - j.g.busy)
+	if trip := cycle - min(waited, cycle); trip > 0 {
+		e.busy += busyWeight * (min(float64(ran)/float64(trip), 1) - e.busy)
+	}
 }
 
 // addHistory records a failed attempt, keeping the first one and the latest ones.

@@ -122,7 +122,10 @@ func (r *run) replay(ctx context.Context) error {
 	r.stop = append(r.stop, func() { _ = statusSub.Unsubscribe() })
 
 	r.log.Debug().Msg("replaying jobs")
-	jobsEnd, err := r.follow(ctx, r.names.JobsStream(), true, r.feedCh)
+	// The feed carries payloads: the jobs about to be released are usually recent, so their
+	// payloads are kept in the bounded read-ahead cache and the release needs no round trip.
+	// The pull buffer is bounded by bytes, so a backlog of large payloads cannot pile up here.
+	jobsEnd, err := r.follow(ctx, r.names.JobsStream(), r.feedCh, jetstream.PullMaxBytes(feedBufferBytes))
 	if err != nil {
 		return err
 	}
@@ -130,7 +133,7 @@ func (r *run) replay(ctx context.Context) error {
 		return err
 	}
 	r.log.Debug().Uint64("last", jobsEnd).Msg("replaying events")
-	eventsEnd, err := r.follow(ctx, r.names.EventsStream(), false, r.eventsCh)
+	eventsEnd, err := r.follow(ctx, r.names.EventsStream(), r.eventsCh, jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return err
 	}
@@ -163,7 +166,7 @@ func (r *run) replay(ctx context.Context) error {
 
 // follow starts an ordered consumer over a whole stream from its first message, delivering into
 // ch, and returns the stream's last sequence at the start: replay reads up to it.
-func (r *run) follow(ctx context.Context, stream string, headersOnly bool, ch chan<- jetstream.Msg) (uint64, error) {
+func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg, opts ...jetstream.PullConsumeOpt) (uint64, error) {
 	s, err := r.c.js.Stream(ctx, stream)
 	if err != nil {
 		return 0, err
@@ -172,7 +175,7 @@ func (r *run) follow(ctx context.Context, stream string, headersOnly bool, ch ch
 	if err != nil {
 		return 0, err
 	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: headersOnly})
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return 0, err
 	}
@@ -181,7 +184,7 @@ func (r *run) follow(ctx context.Context, stream string, headersOnly bool, ch ch
 		case ch <- m:
 		case <-r.done:
 		}
-	}, jetstream.PullMaxMessages(1024))
+	}, opts...)
 	if err != nil {
 		return 0, err
 	}
@@ -215,8 +218,14 @@ func seq(m jetstream.Msg) uint64 {
 	return md.Sequence.Stream
 }
 
+// feedBufferBytes bounds the payload bytes the JOBS feed's pull buffer holds.
+const feedBufferBytes = 8 << 20
+
 func (r *run) applyFeed(m jetstream.Msg) {
-	r.e.feed(m.Subject(), seq(m), m.Headers())
+	s := seq(m)
+	if r.e.feed(m.Subject(), s, m.Headers()) {
+		r.payloads.add(&directget.Msg{Seq: s, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	}
 }
 
 func (r *run) applyEvent(m jetstream.Msg) {
@@ -284,7 +293,9 @@ func (r *run) replayOutcomes(ctx context.Context) error {
 func (r *run) aliveWork(ctx context.Context) (map[uint64]aliveJob, error) {
 	alive := map[uint64]aliveJob{}
 	prefix := r.names.WorkSubject("")
-	err := r.c.directGet(r.names.WorkStream()).Scan(ctx, 1, 256, func(m *directget.Msg) error {
+	work := r.c.directGet(r.names.WorkStream())
+	defer work.Close()
+	err := work.Scan(ctx, 1, 256, func(m *directget.Msg) error {
 		jobs, err := wire.DecodeWork(m.Data)
 		if err != nil {
 			return nil // a malformed batch is the worker's to reject
@@ -485,6 +496,7 @@ func (r *run) publishCancels(ids []uint64) {
 
 // shutdown stops the inputs, then lets the pipelines finish what the loop handed them.
 func (r *run) shutdown() {
+	defer r.payloads.get.Close()
 	close(r.done)
 	for _, stop := range r.stop {
 		stop()

@@ -226,21 +226,26 @@ func groupSizes(total, groups int) []int {
 //	jobs/batch      jobs per work batch received by the workers
 //	jobs/report     reports per report message persisted by the workers
 //
-// Sub-benchmarks vary the worker fleet (workers × Concurrency), the coordinator's Prefetch and
-// its MaxBatch.
+// Sub-benchmarks vary the worker fleet (workers × Concurrency), the coordinator's Prefetch
+// (0: adaptive, the default) and its MaxBatch (0: the default, 64).
 func BenchmarkThroughput(b *testing.B) {
 	for _, bc := range []struct {
 		workers, conc, prefetch, batch int
 	}{
-		{1, 64, 1, 64}, // the coordinator's defaults: at most 64+1 jobs released at once
-		{1, 64, 32, 64},
-		{1, 64, 32, 16},
-		{1, 64, 256, 256}, // a window of 320 jobs, in batches as large as it allows
-		{2, 32, 1, 64},
-		{2, 32, 32, 64},
-		{1, 256, 1, 64}, // the window of 257 from slots rather than prefetch
+		{1, 64, 0, 0}, // the coordinator's defaults
+		{2, 32, 0, 0},
+		{1, 64, 1, 64}, // a fixed window of one job beyond the slots
+		{1, 64, 256, 256},
+		{1, 256, 0, 0},
 	} {
-		name := fmt.Sprintf("w%dx%d/prefetch=%d/batch=%d", bc.workers, bc.conc, bc.prefetch, bc.batch)
+		prefetch, batch := fmt.Sprint(bc.prefetch), fmt.Sprint(bc.batch)
+		if bc.prefetch == 0 {
+			prefetch = "auto"
+		}
+		if bc.batch == 0 {
+			batch = "default"
+		}
+		name := fmt.Sprintf("w%dx%d/prefetch=%s/batch=%s", bc.workers, bc.conc, prefetch, batch)
 		b.Run(name, func(b *testing.B) {
 			benchmarkThroughput(b, bc.workers, bc.conc, coordinator.Config{Prefetch: bc.prefetch, MaxBatch: bc.batch})
 		})

@@ -34,8 +34,9 @@ const (
 
 // batch is one work-batch message. It is acked once the reports of all its jobs are persisted.
 type batch struct {
-	msg  jetstream.Msg
-	jobs int
+	msg      jetstream.Msg
+	jobs     int
+	received time.Time // when the worker got it; a job's wait is from here to its start
 
 	// Owned by the completer.
 	persisted int       // reports persisted by JetStream

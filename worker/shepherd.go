@@ -283,7 +283,7 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 		}
 		return
 	}
-	b := &batch{msg: ev.msg, jobs: len(jobs)}
+	b := &batch{msg: ev.msg, jobs: len(jobs), received: time.Now()}
 	s.reports <- completerEvent{batch: b}
 	for _, wj := range jobs {
 		t := &task{
@@ -380,6 +380,10 @@ func (s *shepherd) release(t *task) {
 // report counts an outcome and hands it to the completer.
 func (s *shepherd) report(t *task, out outcome) {
 	t.reported = true
+	if !t.started.IsZero() {
+		// The coordinator tells queueing here apart from round trips when it sizes its window.
+		out.report.Waited = clampDuration(t.started.Sub(t.batch.received))
+	}
 	switch out.kind {
 	case kindOK:
 		s.stats.jobsOK.Add(1)

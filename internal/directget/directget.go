@@ -17,15 +17,71 @@ import (
 // ErrNotFound reports a sequence that is not (or no longer) in the stream.
 var ErrNotFound = errors.New("weave: message not found")
 
-// Client reads one stream. The stream must allow direct get.
+// Client reads one stream. The stream must allow direct get. Batch requests share one reply
+// subscription (opened on first use, closed by Close), and each request gets its own reply
+// subject under it, so no request pays for a subscription of its own.
 type Client struct {
 	nc   *nats.Conn
 	subj string
+
+	mu      sync.Mutex
+	sub     *nats.Subscription
+	prefix  string // reply subjects are prefix.<token>
+	next    uint64
+	waiting map[string]chan *nats.Msg // by token; written by the subscription's callback
 }
 
 // New returns a client for stream on nc, using the default JetStream API prefix.
 func New(nc *nats.Conn, stream string) *Client {
-	return &Client{nc: nc, subj: "$JS.API.DIRECT.GET." + stream}
+	return &Client{nc: nc, subj: "$JS.API.DIRECT.GET." + stream, waiting: map[string]chan *nats.Msg{}}
+}
+
+// Close ends the shared reply subscription. The client must not be used afterwards.
+func (c *Client) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sub != nil {
+		_ = c.sub.Unsubscribe()
+		c.sub = nil
+	}
+}
+
+// open registers a batch request expecting up to n messages, returning its reply subject, the
+// channel its answers arrive on, and a function to call when done with it.
+func (c *Client) open(n int) (string, chan *nats.Msg, func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sub == nil {
+		c.prefix = c.nc.NewInbox()
+		sub, err := c.nc.Subscribe(c.prefix+".*", c.dispatch)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		c.sub = sub
+	}
+	c.next++
+	tok := strconv.FormatUint(c.next, 36)
+	ch := make(chan *nats.Msg, n+2) // the messages, then the end-of-batch or error status
+	c.waiting[tok] = ch
+	return c.prefix + "." + tok, ch, func() {
+		c.mu.Lock()
+		delete(c.waiting, tok)
+		c.mu.Unlock()
+	}, nil
+}
+
+// dispatch routes an answer to its request. The channel holds a whole batch, so it never blocks;
+// answers to a request that gave up are dropped.
+func (c *Client) dispatch(m *nats.Msg) {
+	c.mu.Lock()
+	ch := c.waiting[m.Subject[len(c.prefix)+1:]]
+	c.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- m:
+		default:
+		}
+	}
 }
 
 // Msg is a stored message.
@@ -77,21 +133,11 @@ func (c *Client) get(ctx context.Context, seq uint64) (*Msg, error) {
 // request, calling fn for each in order. It uses batch direct get, so it needs no consumer (work
 // queue streams forbid overlapping ones).
 func (c *Client) Scan(ctx context.Context, from uint64, batch int, fn func(*Msg) error) error {
-	inbox := c.nc.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
-	if err != nil {
-		return err
-	}
-	defer sub.Unsubscribe()
 	for {
-		req, _ := json.Marshal(struct {
-			Seq   uint64 `json:"seq"`
-			Batch int    `json:"batch"`
-		}{from, batch})
-		if err := c.nc.PublishRequest(c.subj, inbox, req); err != nil {
-			return err
-		}
-		got, err := c.readBatch(ctx, sub, &from, fn)
+		got, err := c.batch(ctx, from, batch, "", func(m *Msg) error {
+			from = m.Seq + 1
+			return fn(m)
+		})
 		if err != nil || got == 0 {
 			return err
 		}
@@ -101,52 +147,57 @@ func (c *Client) Scan(ctx context.Context, from uint64, batch int, fn func(*Msg)
 // Next reads up to n messages on subject (wildcards allowed) with sequence ≥ from, in order,
 // with one batch direct get request.
 func (c *Client) Next(ctx context.Context, subject string, from uint64, n int) ([]*Msg, error) {
-	inbox := c.nc.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe()
-	req, _ := json.Marshal(struct {
-		Seq     uint64 `json:"seq"`
-		Batch   int    `json:"batch"`
-		NextFor string `json:"next_by_subj"`
-	}{from, n, subject})
-	if err := c.nc.PublishRequest(c.subj, inbox, req); err != nil {
-		return nil, err
-	}
 	var out []*Msg
-	_, err = c.readBatch(ctx, sub, &from, func(m *Msg) error {
+	_, err := c.batch(ctx, from, n, subject, func(m *Msg) error {
 		out = append(out, m)
 		return nil
 	})
 	return out, err
 }
 
-// readBatch reads the answers to one batch request until its end-of-batch marker, advancing
-// *from past every message read. It returns how many messages the batch held.
-func (c *Client) readBatch(ctx context.Context, sub *nats.Subscription, from *uint64, fn func(*Msg) error) (int, error) {
+// batch sends one batch direct get request (from sequence from, up to n messages, on subject if
+// not empty) and passes each message to fn in order. It returns how many messages came.
+func (c *Client) batch(ctx context.Context, from uint64, n int, subject string, fn func(*Msg) error) (int, error) {
+	reply, ch, done, err := c.open(n)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	req, _ := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		Batch   int    `json:"batch"`
+		NextFor string `json:"next_by_subj,omitempty"`
+	}{from, n, subject})
+	if err := c.nc.PublishRequest(c.subj, reply, req); err != nil {
+		return 0, err
+	}
+	return c.readBatch(ctx, ch, from, fn)
+}
+
+// readBatch reads the answers to one batch request until its end-of-batch marker.
+func (c *Client) readBatch(ctx context.Context, ch <-chan *nats.Msg, from uint64, fn func(*Msg) error) (int, error) {
 	got := 0
 	for {
-		resp, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return got, fmt.Errorf("weave: direct get batch from %d: %w", *from, err)
+		var resp *nats.Msg
+		select {
+		case resp = <-ch:
+		case <-ctx.Done():
+			return got, fmt.Errorf("weave: direct get batch from %d: %w", from, ctx.Err())
 		}
 		switch resp.Header.Get("Status") {
 		case "":
-		case "404": // nothing at or after *from
+		case "404": // nothing at or after from
 			return got, nil
 		case "204": // end of batch
 			return got, nil
 		default:
-			return got, fmt.Errorf("weave: direct get batch from %d: status %s %s", *from, resp.Header.Get("Status"), resp.Header.Get("Description"))
+			return got, fmt.Errorf("weave: direct get batch from %d: status %s %s", from, resp.Header.Get("Status"), resp.Header.Get("Description"))
 		}
 		seq, err := strconv.ParseUint(resp.Header.Get("Nats-Sequence"), 10, 64)
 		if err != nil {
 			return got, fmt.Errorf("weave: direct get batch: bad sequence %q", resp.Header.Get("Nats-Sequence"))
 		}
 		got++
-		*from = seq + 1
 		if err := fn(&Msg{Seq: seq, Subject: resp.Header.Get("Nats-Subject"), Header: resp.Header, Data: resp.Data}); err != nil {
 			return got, err
 		}

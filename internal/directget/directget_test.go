@@ -26,7 +26,9 @@ func setup(t *testing.T) (*directget.Client, jetstream.JetStream, context.Contex
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
 		t.Fatal(err)
 	}
-	return directget.New(nc, "S"), js, ctx
+	c := directget.New(nc, "S")
+	t.Cleanup(c.Close)
+	return c, js, ctx
 }
 
 func TestGetScanNext(t *testing.T) {

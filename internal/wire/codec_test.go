@@ -93,7 +93,7 @@ func TestWorkRoundTrip(t *testing.T) {
 func TestReportsRoundTrip(t *testing.T) {
 	t.Parallel()
 	in := []Report{
-		{ID: 9, Attempt: 1, Status: StatusOK, Duration: 1234 * time.Microsecond, Data: []byte("result")},
+		{ID: 9, Attempt: 1, Status: StatusOK, Duration: 1234 * time.Microsecond, Waited: 77 * time.Microsecond, Data: []byte("result")},
 		{ID: 10, Attempt: 2, Status: StatusError, RetryAfter: 2 * time.Second, Data: []byte("boom")},
 	}
 	worker, out, err := DecodeReports(AppendReports(nil, "w-1", in))

@@ -38,6 +38,7 @@ type Report struct {
 	Attempt    uint32
 	Status     Status
 	Duration   time.Duration // time the handler ran
+	Waited     time.Duration // time the job waited on the worker between receipt and start
 	RetryAfter time.Duration // requested retry delay (StatusError only); 0 = policy default
 	Data       []byte        // result (StatusOK) or error text
 }
@@ -53,6 +54,7 @@ func AppendReports(dst []byte, worker string, reports []Report) []byte {
 		dst = appendUvarint(dst, uint64(rp.Attempt))
 		dst = append(dst, byte(rp.Status))
 		dst = appendUvarint(dst, uint64(rp.Duration/time.Microsecond))
+		dst = appendUvarint(dst, uint64(rp.Waited/time.Microsecond))
 		dst = appendUvarint(dst, uint64(rp.RetryAfter/time.Millisecond))
 		dst = appendBytes(dst, rp.Data)
 	}
@@ -68,6 +70,7 @@ func DecodeReports(b []byte) (worker string, reports []Report, err error) {
 	for range n {
 		rp := Report{ID: r.uvarint(), Attempt: r.uint32(), Status: Status(r.byte())}
 		rp.Duration = durationUS(r)
+		rp.Waited = durationUS(r)
 		rp.RetryAfter = durationMS(r)
 		rp.Data = r.bytes()
 		if r.err != nil {
