@@ -34,6 +34,21 @@ var (
 	// dropped as a duplicate, a job of another incarnation of the group ID), or its outcome is
 	// older than the RESULTS stream retains. Waiting longer cannot change the answer.
 	ErrJobNotFound = errors.New("weave: job not found in group")
+	// ErrGroupRunning reports that Redrive found the group running: an incarnation of the group
+	// ID has not finished yet. Redrive again once it has (Attach and WaitSummary wait for it);
+	// publishing into a running incarnation would mix the redriven jobs into it, or have the
+	// coordinator reject them.
+	ErrGroupRunning = errors.New("weave: group is running")
+	// ErrNotFailed reports that Redrive has nothing to publish: the group's latest finished
+	// incarnation has no failed job, a job ID given is not one of its failed jobs (it succeeded,
+	// was canceled, belongs to another group or incarnation, or does not exist), or no outcome
+	// of the group is stored (an unknown group, or one older than StreamOptions.ResultRetention).
+	ErrNotFailed = errors.New("weave: no such failed job")
+	// ErrJobGone reports failed jobs whose messages the JOBS stream no longer holds, so their
+	// payloads cannot be published again: the coordinator deletes them ResultRetention after
+	// the group finished (their outcomes go at the same time, so this is rare), or an operator
+	// deleted them.
+	ErrJobGone = errors.New("weave: failed job's message is gone")
 )
 
 // Defaults of Config.

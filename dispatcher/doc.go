@@ -38,9 +38,21 @@
 // of them read from the stream, so a process that restarted can call Dispatcher.Attach with the
 // group ID and wait again.
 //
+// # Failed jobs
+//
+// A job that failed (permanently, or out of attempts) stays inspectable for
+// StreamOptions.ResultRetention after its group finished: the coordinator keeps its outcome, with
+// the history of its attempts, and its message with the payload. Dispatcher.Failed lists the
+// failed jobs still stored, of one group or of all. Dispatcher.Redrive publishes the failed jobs
+// of a group's latest finished incarnation again (all of them, or the IDs given), rebuilt from
+// their stored messages, as a new incarnation of the group ID, and returns its Handle. It refuses
+// with ErrGroupRunning while an incarnation of the group has not finished, with ErrNotFailed when
+// there is nothing to redrive, and with ErrJobGone when a job's message is no longer stored; in
+// each case it publishes nothing.
+//
 // # Errors
 //
 // Errors wrap one of the package's sentinels (ErrInvalidConfig, ErrInvalidGroup, ErrInvalidJob,
-// ErrNotSealed, ErrMalformedOutcome, ErrJobNotFound), a context error or a NATS client error, and
-// can be examined with errors.Is.
+// ErrNotSealed, ErrMalformedOutcome, ErrJobNotFound, ErrGroupRunning, ErrNotFailed, ErrJobGone), a
+// context error or a NATS client error, and can be examined with errors.Is.
 package dispatcher

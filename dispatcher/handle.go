@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"slices"
 	"strconv"
 	"time"
 
@@ -25,6 +26,9 @@ const (
 
 // JobOutcome is the final record of one job.
 type JobOutcome struct {
+	// Group is the ID of the job's group. A Handle's readers know it already; Dispatcher.Failed
+	// lists the jobs of every group and needs it to tell them apart.
+	Group string
 	// ID is the job's ID: its sequence number in the JOBS stream (see Handle.FirstID).
 	ID       uint64
 	Key      string
@@ -124,13 +128,19 @@ func (h *Handle) Cancel(ctx context.Context) error {
 
 // CancelJobs cancels some jobs of the group: those not started never start, running ones see
 // their context canceled (cause worker.ErrJobCanceled); each ends canceled. IDs that are not in
-// the group or have already ended are ignored. It returns once the request is stored.
+// the group or have already ended are ignored; 0, never a job ID, is an error wrapping
+// ErrInvalidJob. It returns once the request is stored.
 func (h *Handle) CancelJobs(ctx context.Context, ids ...uint64) error {
 	if h.err != nil {
 		return h.err
 	}
 	if len(ids) == 0 || len(ids) > wire.MaxCancelJobs {
 		return fmt.Errorf("%w: cancel %d jobs (1 to %d per call)", ErrInvalidJob, len(ids), wire.MaxCancelJobs)
+	}
+	// The coordinator rejects a whole cancel message naming ID 0 (never a job ID), which would
+	// leave the other jobs running while this call reported success.
+	if slices.Contains(ids, 0) {
+		return fmt.Errorf("%w: cancel job 0 of group %q: job IDs start at 1", ErrInvalidJob, h.group)
 	}
 	if err := h.d.ensure(ctx); err != nil {
 		return err
@@ -333,7 +343,7 @@ func (h *Handle) follow(ctx context.Context, lastOnly bool, each func(JobOutcome
 			return &Summary{Jobs: int(sum.Jobs), Done: int(sum.Done), Failed: int(sum.Failed), Canceled: int(sum.Canceled)}, nil
 		}
 		for i := range outs {
-			if !each(jobOutcome(&outs[i])) {
+			if !each(jobOutcome(h.group, &outs[i])) {
 				return nil, nil
 			}
 		}
@@ -354,8 +364,9 @@ func (h *Handle) stop(ctx context.Context, stream string, cons jetstream.Consume
 	}
 }
 
-func jobOutcome(o *wire.Outcome) JobOutcome {
-	out := JobOutcome{ID: o.ID, Key: o.Key, Attempts: int(o.Attempts)}
+// jobOutcome converts a decoded outcome of the given group; it copies what aliases the message.
+func jobOutcome(group string, o *wire.Outcome) JobOutcome {
+	out := JobOutcome{Group: group, ID: o.ID, Key: o.Key, Attempts: int(o.Attempts)}
 	for _, a := range o.History {
 		out.History = append(out.History, Attempt{At: a.At, Worker: a.Worker, Err: a.Error})
 	}

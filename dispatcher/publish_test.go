@@ -468,6 +468,30 @@ func TestCancelPublishesCancel(t *testing.T) {
 	wantErrIs(t, e.d.Attach("").Cancel(ctx), dispatcher.ErrInvalidGroup)
 }
 
+func TestCancelJobsPublishesCancelOfJobs(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	h, err := e.d.Publish(ctx, "some", slices.Values([]dispatcher.Job{{}, {}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.CancelJobs(ctx, h.FirstID(), h.LastID()); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing to cancel, too many, or ID 0 (the coordinator would reject the whole message).
+	wantErrIs(t, h.CancelJobs(ctx), dispatcher.ErrInvalidJob)
+	wantErrIs(t, h.CancelJobs(ctx, make([]uint64, wire.MaxCancelJobs+1)...), dispatcher.ErrInvalidJob)
+	wantErrIs(t, h.CancelJobs(ctx, h.FirstID(), 0), dispatcher.ErrInvalidJob)
+	g := parseGroup(t, e.names, "some", e.readStream(ctx, t, e.names.JobsStream()))
+	if fmt.Sprint(g.order) != "[open job job seal cancel]" {
+		t.Fatalf("stream holds %v", g.order)
+	}
+	if c := g.controls[len(g.controls)-1]; !slices.Equal(c.Jobs, []uint64{h.FirstID(), h.LastID()}) {
+		t.Fatalf("cancel of jobs %v, want %d and %d", c.Jobs, h.FirstID(), h.LastID())
+	}
+}
+
 // TestNamespacesAreIsolated publishes the same group under two namespaces of one server.
 func TestNamespacesAreIsolated(t *testing.T) {
 	t.Parallel()

@@ -57,9 +57,9 @@ func (e *env) finishABC(ctx context.Context, t *testing.T, h *dispatcher.Handle)
 	return &dispatcher.Result{
 		Summary: dispatcher.Summary{Jobs: 3, Done: 1, Failed: 1, Canceled: 1},
 		Jobs: []dispatcher.JobOutcome{
-			{ID: id, Key: "a", State: dispatcher.StateDone, Attempts: 1, Result: []byte("result-a")},
-			{ID: id + 1, Key: "b", State: dispatcher.StateFailed, Attempts: 3, Err: "boom"},
-			{ID: id + 2, Key: "c", State: dispatcher.StateCanceled},
+			{Group: h.GroupID(), ID: id, Key: "a", State: dispatcher.StateDone, Attempts: 1, Result: []byte("result-a")},
+			{Group: h.GroupID(), ID: id + 1, Key: "b", State: dispatcher.StateFailed, Attempts: 3, Err: "boom"},
+			{Group: h.GroupID(), ID: id + 2, Key: "c", State: dispatcher.StateCanceled},
 		},
 	}
 }
@@ -109,8 +109,8 @@ func TestWaitKeepsLastRecordOfAJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []dispatcher.JobOutcome{
-		{ID: 7, Key: "x", State: dispatcher.StateDone, Attempts: 2, Result: []byte("second")},
-		{ID: 8, Key: "y", State: dispatcher.StateDone, Attempts: 1},
+		{Group: "repeat", ID: 7, Key: "x", State: dispatcher.StateDone, Attempts: 2, Result: []byte("second")},
+		{Group: "repeat", ID: 8, Key: "y", State: dispatcher.StateDone, Attempts: 1},
 	}
 	if !reflect.DeepEqual(res.Jobs, want) {
 		t.Fatalf("jobs %+v, want %+v", res.Jobs, want)
@@ -140,7 +140,7 @@ func TestOutcomesStreamsBeforeTheGroupFinishes(t *testing.T) {
 	// The summary does not exist yet, so Outcomes is waiting now.
 	e.record(ctx, t, "live", outcomes(wire.Outcome{ID: 3, State: wire.FinalFailed, Attempts: 2, Data: []byte("no")}), summary(3, 2, 1, 0))
 	o, err, ok := next()
-	if !ok || err != nil || !reflect.DeepEqual(o, dispatcher.JobOutcome{ID: 3, State: dispatcher.StateFailed, Attempts: 2, Err: "no"}) {
+	if !ok || err != nil || !reflect.DeepEqual(o, dispatcher.JobOutcome{Group: "live", ID: 3, State: dispatcher.StateFailed, Attempts: 2, Err: "no"}) {
 		t.Fatalf("outcome %+v, %v, %v; want job 3 failed", o, err, ok)
 	}
 	if o, err, ok := next(); ok {

@@ -129,7 +129,7 @@ func TestWaitJobReturnsBeforeTheGroupFinishes(t *testing.T) {
 			wire.Outcome{ID: 3, Key: "three", State: wire.FinalDone, Attempts: 1, Data: []byte("yes")},
 		),
 	)
-	want := dispatcher.JobOutcome{ID: 3, Key: "three", State: dispatcher.StateDone, Attempts: 1, Result: []byte("yes")}
+	want := dispatcher.JobOutcome{Group: "running", ID: 3, Key: "three", State: dispatcher.StateDone, Attempts: 1, Result: []byte("yes")}
 	got, err := h.WaitJob(ctx, 3)
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("WaitJob = %+v, %v; want %+v", got, err, want)
@@ -165,7 +165,7 @@ func TestWaitJobWaitsForTheOutcome(t *testing.T) {
 
 	e.record(ctx, t, "live", outcomes(wire.Outcome{ID: 1, Key: "k1", State: wire.FinalDone, Attempts: 1}))
 	e.record(ctx, t, "live", outcomes(wire.Outcome{ID: 2, Key: "k2", State: wire.FinalCanceled, Data: []byte("canceled by user")}))
-	want := dispatcher.JobOutcome{ID: 2, Key: "k2", State: dispatcher.StateCanceled, Err: "canceled by user"}
+	want := dispatcher.JobOutcome{Group: "live", ID: 2, Key: "k2", State: dispatcher.StateCanceled, Err: "canceled by user"}
 	if a := receive(ctx, t, "WaitJob", byID); a.err != nil || !reflect.DeepEqual(a.o, want) {
 		t.Fatalf("WaitJob = %+v, %v; want %+v", a.o, a.err, want)
 	}
@@ -220,8 +220,8 @@ func TestWaitJobReadsItsIncarnation(t *testing.T) {
 		outcomes(wire.Outcome{ID: second.FirstID(), Key: "x", State: wire.FinalDone, Attempts: 1}),
 		summary(1, 1, 0, 0))
 
-	newer := dispatcher.JobOutcome{ID: second.FirstID(), Key: "x", State: dispatcher.StateDone, Attempts: 1}
-	older := dispatcher.JobOutcome{ID: first.FirstID(), Key: "x", State: dispatcher.StateFailed, Attempts: 5, Err: "old"}
+	newer := dispatcher.JobOutcome{Group: "twice", ID: second.FirstID(), Key: "x", State: dispatcher.StateDone, Attempts: 1}
+	older := dispatcher.JobOutcome{Group: "twice", ID: first.FirstID(), Key: "x", State: dispatcher.StateFailed, Attempts: 5, Err: "old"}
 	if got, err := second.WaitKey(ctx, "x"); err != nil || !reflect.DeepEqual(got, newer) {
 		t.Fatalf("second WaitKey = %+v, %v; want %+v", got, err, newer)
 	}
@@ -295,7 +295,7 @@ func TestWaitJobFromAttach(t *testing.T) {
 	}()
 	coordinator.waitForConsumers(ctx, t, 1)
 	coordinator.record(ctx, t, "later", outcomes(wire.Outcome{ID: laterID, Key: "b", State: wire.FinalDone, Attempts: 1}))
-	wantLater := dispatcher.JobOutcome{ID: laterID, Key: "b", State: dispatcher.StateDone, Attempts: 1}
+	wantLater := dispatcher.JobOutcome{Group: "later", ID: laterID, Key: "b", State: dispatcher.StateDone, Attempts: 1}
 	if a := receive(ctx, t, "WaitJob", done); a.err != nil || !reflect.DeepEqual(a.o, wantLater) {
 		t.Fatalf("WaitJob = %+v, %v; want %+v", a.o, a.err, wantLater)
 	}

@@ -1,5 +1,6 @@
 // Command weave runs and operates Weave: a coordinator, workers that run a command per job,
-// job submission, status, and a self-contained demo.
+// job submission, status, cancellation, failed jobs (listing and retrying them), and a
+// self-contained demo.
 //
 // Exit codes: 0 success, 1 error, 2 usage error (bad flags or arguments).
 package main

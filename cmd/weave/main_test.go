@@ -45,6 +45,15 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"status", "--namespace", "bad.name"}, exitUsage, "namespace"},
 		{[]string{"status", "--log-level", "loud"}, exitUsage, "--log-level"},
 		{[]string{"coordinator", "--policy", "lifo"}, exitUsage, "lifo"},
+		{[]string{"failed"}, exitUsage, "no subcommand"},
+		{[]string{"failed", "frob"}, exitUsage, `unknown command "frob"`},
+		{[]string{"failed", "list", "--group", "g\x01"}, exitUsage, "--group"},
+		{[]string{"failed", "retry"}, exitUsage, "--group is required"},
+		{[]string{"failed", "retry", "-g", "g", "0"}, exitUsage, `job ID "0"`},
+		{[]string{"failed", "retry", "-g", "g", "x1"}, exitUsage, `job ID "x1"`},
+		{[]string{"cancel"}, exitUsage, "--group is required"},
+		{[]string{"cancel", "-g", "g", "--job", "1,no"}, exitUsage, `job ID "no"`},
+		{[]string{"cancel", "-g", "g", "extra"}, exitUsage, "unknown command"},
 		// Nothing listens on port 1: a connection error, not a usage error.
 		{[]string{"status", "--nats", "nats://127.0.0.1:1"}, exitError, "connect to NATS"},
 	} {

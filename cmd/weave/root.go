@@ -46,6 +46,8 @@ Try it without any setup:  weave demo`,
 		newWorkerCmd(g),
 		newSubmitCmd(g),
 		newStatusCmd(g),
+		newFailedCmd(g),
+		newCancelCmd(g),
 		newVersionCmd(),
 	)
 	return root

@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+func newFailedCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "failed",
+		Short: "List failed jobs, and publish them again",
+		Long: `A job that failed (permanently, or out of attempts) stays inspectable after its group finished:
+its outcome, with the history of its attempts, and its payload are kept for the result
+retention (24 hours by default). "failed list" shows them; "failed retry" publishes a group's
+failed jobs again, as a new run of the group.`,
+		// Runs only to reject a missing or unknown subcommand with a usage error.
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			_ = cmd.Help()
+			return usageErrorf("no subcommand given: list or retry")
+		},
+	}
+	cmd.AddCommand(newFailedListCmd(g), newFailedRetryCmd(g))
+	return cmd
+}
+
+func newFailedListCmd(g *globals) *cobra.Command {
+	var (
+		conn    connFlags
+		group   string
+		jsonOut bool
+		history bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list [--group G]",
+		Short: "List the failed jobs still stored, of one group or of all",
+		Long: `List shows the failed jobs whose outcomes are still stored, in the order they failed: of the
+group given with --group, else of every group. A group still running shows the jobs that
+have failed so far. A job published again by "failed retry" is still listed with its old
+failure (until the retention passes), and under its new ID if it fails again.
+
+The table shows each job's group, ID, key, attempts and last error; --history adds one line
+per failed attempt: its number, when it failed, on which worker, and its error. --json prints
+one JSON object per line instead, with the whole history:
+  {"group", "id", "key", "attempts", "error", "history": [{"at", "worker", "error"}]}`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if group != "" {
+				if err := wire.ValidateGroupID(group); err != nil {
+					return usageErrorf("--group: %v", err)
+				}
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			d, nc, err := newDispatcher(ctx, &conn, "failed list", g.log)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			return listFailed(ctx, d, group, cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonOut, history)
+		},
+	}
+	f := cmd.Flags()
+	conn.register(f)
+	f.StringVarP(&group, "group", "g", "", "list only this group's failed jobs")
+	f.BoolVar(&jsonOut, "json", false, "print one JSON object per job (with its history)")
+	f.BoolVar(&history, "history", false, "show every failed attempt of each job")
+	return cmd
+}
+
+// failedLine is one line of "failed list --json".
+type failedLine struct {
+	Group    string        `json:"group"`
+	ID       uint64        `json:"id"`
+	Key      string        `json:"key,omitempty"`
+	Attempts int           `json:"attempts"`
+	Error    string        `json:"error,omitempty"`
+	History  []attemptJSON `json:"history,omitempty"`
+}
+
+type attemptJSON struct {
+	At     time.Time `json:"at"`
+	Worker string    `json:"worker,omitempty"`
+	Error  string    `json:"error,omitempty"`
+}
+
+// tableFlushRows is how many rows the table holds before it is written: the columns are aligned
+// within each block of rows, and memory does not grow with the number of failed jobs.
+const tableFlushRows = 100
+
+// maxCell bounds a text cell of the table; --json has the whole text.
+const maxCell = 120
+
+// listFailed prints the failed jobs as they are read. An outcome message that cannot be read is
+// reported on stderr and skipped; the command then fails at the end, since the list is
+// incomplete.
+func listFailed(ctx context.Context, d *dispatcher.Dispatcher, group string, stdout, stderr io.Writer, jsonOut, history bool) error {
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
+	var (
+		n, rows int
+		skipped error
+	)
+	for o, err := range d.Failed(ctx, group) {
+		if errors.Is(err, dispatcher.ErrMalformedOutcome) {
+			fmt.Fprintf(stderr, "weave: skipped: %v\n", err)
+			skipped = err
+			continue
+		}
+		if err != nil {
+			tw.Flush()
+			return fmt.Errorf("list failed jobs: %w", err)
+		}
+		n++
+		if jsonOut {
+			l := failedLine{Group: o.Group, ID: o.ID, Key: o.Key, Attempts: o.Attempts, Error: o.Err}
+			for _, a := range o.History {
+				l.History = append(l.History, attemptJSON{At: a.At, Worker: a.Worker, Error: a.Err})
+			}
+			if err := writeJSON(stdout, l, false); err != nil {
+				return err
+			}
+			continue
+		}
+		if rows == 0 {
+			row("GROUP", "ID", "KEY", "ATTEMPTS", "LAST ERROR")
+		}
+		row(cell(o.Group), strconv.FormatUint(o.ID, 10), cell(o.Key), strconv.Itoa(o.Attempts), cell(o.Err))
+		rows++
+		if history {
+			for i, a := range o.History {
+				row("", "", "", "#"+strconv.Itoa(i+1), a.At.Local().Format("2006-01-02 15:04:05.000")+" on "+cell(a.Worker)+": "+cell(a.Err))
+				rows++
+			}
+		}
+		if rows >= tableFlushRows {
+			tw.Flush()
+			rows = 0
+		}
+	}
+	tw.Flush()
+	if !jsonOut {
+		if n == 0 {
+			fmt.Fprintln(stdout, "no failed jobs stored")
+		} else {
+			fmt.Fprintf(stdout, "%d failed jobs\n", n)
+		}
+	}
+	if skipped != nil {
+		return silentError{fmt.Errorf("some outcomes could not be read: %w", skipped)}
+	}
+	return nil
+}
+
+// cell makes text fit one table cell: on one line, without tabs, at most maxCell runes.
+func cell(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > maxCell {
+		s = string(r[:maxCell-1]) + "…"
+	}
+	return s
+}
+
+// failedRetryCmd holds the flags of "failed retry".
+type failedRetryCmd struct {
+	g           *globals
+	conn        connFlags
+	group       string
+	wait        bool
+	jsonOut     bool
+	waitTimeout time.Duration
+}
+
+func newFailedRetryCmd(g *globals) *cobra.Command {
+	r := &failedRetryCmd{g: g}
+	cmd := &cobra.Command{
+		Use:   "retry --group G [ID...]",
+		Short: "Publish a group's failed jobs again",
+		Long: `Retry publishes the failed jobs of the group's latest finished run again, as a new run of the
+group: all of them, or only the IDs given (each must be a failed job of that run). Each job
+gets its original payload, key, resources, attempts and timeout, and a new ID; the count of
+its attempts starts again.
+
+Retry refuses, and publishes nothing, while a run of the group has not finished, when a job
+given did not fail, or when a job's payload is no longer stored (after the result retention).
+
+With --wait, retry waits for the new run to finish and prints the counts; it exits with
+status 1 if any job failed or was canceled again.`,
+		Example: `  weave failed retry --group site-1
+  weave failed retry --group site-1 1042 1077 --wait`,
+		Args: usageArgs(cobra.ArbitraryArgs),
+		RunE: r.run,
+	}
+	f := cmd.Flags()
+	r.conn.register(f)
+	f.StringVarP(&r.group, "group", "g", "", "group ID (required)")
+	f.BoolVarP(&r.wait, "wait", "w", false, "wait for the new run to finish and print its counts")
+	f.DurationVar(&r.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
+	f.BoolVar(&r.jsonOut, "json", false, "print the result (and summary) as JSON")
+	return cmd
+}
+
+func (r *failedRetryCmd) run(cmd *cobra.Command, args []string) error {
+	if r.group == "" {
+		return usageErrorf("--group is required")
+	}
+	if err := wire.ValidateGroupID(r.group); err != nil {
+		return usageErrorf("--group: %v", err)
+	}
+	ids, err := parseJobIDs(args)
+	if err != nil {
+		return err
+	}
+	stdout := cmd.OutOrStdout()
+	ctx, stop := signalContext(cmd.Context())
+	defer stop()
+	d, nc, err := newDispatcher(ctx, &r.conn, "failed retry", r.g.log)
+	if err != nil {
+		return err
+	}
+	defer closeConn(nc)
+
+	h, err := d.Redrive(ctx, r.group, ids...)
+	if h == nil {
+		return fmt.Errorf("retry failed jobs of group %q: %w", r.group, err)
+	}
+	res := submitResult{Group: r.group, Accepted: h.Accepted(), Duplicates: h.Duplicates(), FirstID: h.FirstID(), LastID: h.LastID()}
+	if !r.jsonOut {
+		fmt.Fprintf(stdout, "group %q: %d failed jobs published again", r.group, res.Accepted)
+		if res.Duplicates > 0 {
+			fmt.Fprintf(stdout, ", %d duplicates dropped", res.Duplicates)
+		}
+		if res.Accepted > 0 {
+			fmt.Fprintf(stdout, ", IDs %d-%d", res.FirstID, res.LastID)
+		}
+		fmt.Fprintln(stdout)
+	}
+	if err != nil {
+		return fmt.Errorf("%w (the new run was sealed with the %d jobs published before)", err, res.Accepted)
+	}
+	if r.wait {
+		ctx, cancel := contextWithTimeout(ctx, r.waitTimeout)
+		defer cancel()
+		sum, err := h.WaitSummary(ctx)
+		if err != nil {
+			return fmt.Errorf("wait for group %q: %w", r.group, err)
+		}
+		res.Summary = &summaryJSON{Jobs: sum.Jobs, Done: sum.Done, Failed: sum.Failed, Canceled: sum.Canceled}
+		if !r.jsonOut {
+			fmt.Fprintf(stdout, "group %q finished: %d jobs, %d done, %d failed, %d canceled\n", r.group, sum.Jobs, sum.Done, sum.Failed, sum.Canceled)
+		}
+	}
+	if r.jsonOut {
+		if err := writeJSON(stdout, res, true); err != nil {
+			return err
+		}
+	}
+	if res.Summary != nil {
+		if n := res.Summary.Failed + res.Summary.Canceled; n > 0 {
+			return silentError{fmt.Errorf("%d jobs did not succeed", n)}
+		}
+	}
+	return nil
+}
+
+// parseJobIDs parses job IDs given as arguments: decimal, from 1.
+func parseJobIDs(args []string) ([]uint64, error) {
+	ids := make([]uint64, 0, len(args))
+	for _, a := range args {
+		id, err := strconv.ParseUint(a, 10, 64)
+		if err != nil || id == 0 {
+			return nil, usageErrorf("job ID %q: want a positive decimal number", a)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// newDispatcher connects and returns a dispatcher of the namespace the flags name; the caller
+// closes the connection.
+func newDispatcher(ctx context.Context, conn *connFlags, name string, log zerolog.Logger) (*dispatcher.Dispatcher, *nats.Conn, error) {
+	nc, err := conn.connect(ctx, name, false, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := dispatcher.New(nc, dispatcher.Config{Namespace: conn.namespace, Logger: log})
+	if err != nil {
+		nc.Close()
+		if errors.Is(err, dispatcher.ErrInvalidConfig) {
+			return nil, nil, usageError{err}
+		}
+		return nil, nil, err
+	}
+	return d, nc, nil
+}

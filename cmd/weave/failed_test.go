@@ -1,0 +1,134 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/integration/jstest"
+)
+
+// startWeave runs a coordinator and a worker with the CLI in namespace ns of srv until the test
+// ends. The worker runs script with sh. It returns the connection flags.
+func startWeave(t *testing.T, srv *jstest.Server, ns, script string) []string {
+	t.Helper()
+	conn := []string{"--nats", srv.ClientURL(), "--namespace", ns, "--log-level", "warn"}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	background := func(args ...string) {
+		wg.Go(func() {
+			var out, errOut bytes.Buffer
+			full := append(append([]string{args[0]}, conn...), args[1:]...) // flags before "--"
+			if code := run(ctx, full, strings.NewReader(""), &out, &errOut); code != exitOK {
+				t.Errorf("weave %q: exit %d\n%s%s", args, code, out.String(), errOut.String())
+			}
+		})
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	background("coordinator")
+	background("worker", "--id", "w1", "--concurrency", "2", "--heartbeat-interval", "100ms", "--", "sh", "-c", script)
+	return conn
+}
+
+// TestCLIFailedJobs fails a job permanently, lists it, retries it once the handler is fixed,
+// and cancels jobs that wait for a resource nobody holds.
+func TestCLIFailedJobs(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	srv := jstest.New(t)
+	// The job with key "bad" fails permanently (exit 65) until the file fixed exists.
+	fixed := filepath.Join(t.TempDir(), "fixed")
+	script := `if [ "$WEAVE_JOB_KEY" = bad ] && [ ! -e '` + fixed + `' ]; then echo "nope on attempt $WEAVE_JOB_ATTEMPT" >&2; exit 65; fi; printf ok`
+	conn := startWeave(t, srv, "dlq", script)
+	cli := func(stdin string, args ...string) (int, string, string) {
+		t.Helper()
+		return runCLI(t, stdin, append(args, conn...)...)
+	}
+
+	jobs := `{"key":"a","payload":"1"}
+{"key":"bad","payload":"payload of bad","max_attempts":3,"timeout":"20s"}
+`
+	if code, out, errOut := cli(jobs, "submit", "-g", "g", "--wait", "--wait-timeout", "30s"); code != exitError || !strings.Contains(out, "1 done, 1 failed") {
+		t.Fatalf("submit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+
+	code, out, errOut := cli("", "failed", "list", "--group", "g", "--json")
+	var bad failedLine
+	if code != exitOK || json.Unmarshal([]byte(out), &bad) != nil {
+		t.Fatalf("failed list --json: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if bad.Group != "g" || bad.Key != "bad" || bad.Attempts != 1 || !strings.Contains(bad.Error, "nope on attempt 1") ||
+		len(bad.History) != 1 || bad.History[0].Worker != "w1" || bad.History[0].At.IsZero() || !strings.Contains(bad.History[0].Error, "nope") {
+		t.Fatalf("failed list --json: %s", out)
+	}
+	id := strconv.FormatUint(bad.ID, 10)
+	code, out, _ = cli("", "failed", "list", "--history")
+	for _, want := range []string{"GROUP", "LAST ERROR", id, "bad", "nope on attempt 1", "#1", " on w1: ", "1 failed jobs"} {
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Errorf("failed list --history: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+
+	// Only failed jobs of the group's last run can be retried.
+	if code, out, errOut := cli("", "failed", "retry", "-g", "g", "99999"); code != exitError || !strings.Contains(errOut, "99999") || !strings.Contains(errOut, "no such failed job") {
+		t.Errorf("retry of a job that did not fail: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if err := os.WriteFile(fixed, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = cli("", "failed", "retry", "-g", "g", id, "--wait", "--wait-timeout", "30s")
+	if code != exitOK || !strings.Contains(out, `group "g": 1 failed jobs published again`) || !strings.Contains(out, `group "g" finished: 1 jobs, 1 done, 0 failed, 0 canceled`) {
+		t.Fatalf("failed retry --wait: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	// The new run succeeded: nothing is left to retry, though the old failure stays listed.
+	if code, out, errOut := cli("", "failed", "retry", "-g", "g"); code != exitError || !strings.Contains(errOut, "finished with no failed job") {
+		t.Errorf("second retry: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if code, out, _ := cli("", "failed", "list", "-g", "g", "--json"); code != exitOK || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"id":`+id) {
+		t.Errorf("failed list after the retry: exit %d\n%s", code, out)
+	}
+
+	// Jobs requiring a resource no worker holds wait: cancel one of them, then the group.
+	nc := jstest.NewConn(t, srv.ClientURL())
+	d, err := dispatcher.New(nc, dispatcher.Config{Namespace: "dlq"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var sub submitResult
+	code, out, errOut = cli(`{"key":"x","require":["gpu"]}`+"\n"+`{"key":"y","require":["gpu"]}`, "submit", "-g", "parked", "--json")
+	if code != exitOK || json.Unmarshal([]byte(out), &sub) != nil || sub.Accepted != 2 {
+		t.Fatalf("submit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if code, out, errOut := cli("", "cancel", "-g", "parked", "--job", strconv.FormatUint(sub.FirstID, 10)); code != exitOK || !strings.Contains(out, "cancel of 1 jobs requested") {
+		t.Fatalf("cancel --job: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	o, err := d.Attach("parked").WaitJob(ctx, sub.FirstID)
+	if err != nil || o.State != dispatcher.StateCanceled {
+		t.Fatalf("job %d after cancel --job: %+v, %v", sub.FirstID, o, err)
+	}
+	if code, out, errOut := cli("", "cancel", "-g", "parked"); code != exitOK || !strings.Contains(out, `group "parked": cancel requested`) {
+		t.Fatalf("cancel: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	sum, err := d.Attach("parked").WaitSummary(ctx)
+	if err != nil || sum != (dispatcher.Summary{Jobs: 2, Canceled: 2}) {
+		t.Fatalf("summary after cancel: %+v, %v", sum, err)
+	}
+}
