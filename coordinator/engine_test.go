@@ -558,20 +558,22 @@ func TestRetentionExpiry(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{Streams: StreamOptions{ResultRetention: time.Hour}})
 	t0 := te.now
-	te.e.finished("a", 10, false, t0)
-	te.e.finished("b c", 12, true, t0.Add(time.Minute))
+	te.e.finished("a", 1, 10, false, 0, t0)
+	te.e.finished("b c", 5, 12, true, 0, t0.Add(time.Minute))   // bound unknown (as after a restart)
+	te.e.finished("b c", 60, 14, true, 70, t0.Add(2*time.Hour)) // a later incarnation of the ID
 	te.e.jobsApplied = 99
 	te.e.expireRetained(t0.Add(time.Hour - time.Nanosecond))
 	if len(te.e.out.retentionPurges) != 0 {
 		t.Fatalf("purged before the retention: %+v", te.e.out.retentionPurges)
 	}
 	te.e.expireRetained(t0.Add(time.Hour + time.Minute))
-	want := []purge{{tok: "a", summarySeq: 10}, {tok: wire.GroupToken("b c"), summarySeq: 12, jobsSeq: 99}}
+	// The first "b c" purges its job messages only up to the later incarnation's open.
+	want := []purge{{tok: "a", summarySeq: 10}, {tok: wire.GroupToken("b c"), summarySeq: 12, jobsSeq: 59}}
 	if fmt.Sprint(te.e.out.retentionPurges) != fmt.Sprint(want) {
 		t.Fatalf("purges %+v, want %+v", te.e.out.retentionPurges, want)
 	}
-	if len(te.e.retained) != 0 {
-		t.Fatalf("%d groups still retained", len(te.e.retained))
+	if len(te.e.retained) != 1 {
+		t.Fatalf("%d groups still retained, want the later one", len(te.e.retained))
 	}
 }
 

@@ -53,10 +53,12 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 	if sum != nil {
 		// A finished group: its outcomes are kept until the retention passes, and its job
 		// messages too while they are in JOBS (some failed, or it was not purged yet).
-		e.finished(id, msgSeq, sum.Failed > 0, at)
+		var jobsSeq uint64
 		if current {
 			g.finished = true
+			jobsSeq = g.lastSeq
 		}
+		e.finished(id, openSeq, msgSeq, sum.Failed > 0, jobsSeq, at)
 		return
 	}
 	if !current {
@@ -133,6 +135,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	}
 	e.replaying = false
 	e.maxEpoch = max(e.maxEpoch, e.epoch)
+	e.boundRetained()
 	for _, g := range e.arrival {
 		if !g.finished {
 			ids := pending[g]

@@ -18,8 +18,10 @@ import (
 // retained is a finished group whose outcomes (and perhaps job messages) are still kept.
 type retained struct {
 	id, tok    string
+	openSeq    uint64 // its incarnation
 	summarySeq uint64 // the summary's sequence in RESULTS: outcomes are purged up to it
 	keepJobs   bool   // its job messages are still in JOBS (some failed)
+	jobsSeq    uint64 // its last sequence in JOBS: job messages are purged up to it; 0 = not known yet
 	at         time.Time
 }
 
@@ -30,10 +32,32 @@ type purge struct {
 	summarySeq, jobsSeq uint64
 }
 
-// finished records that a finished group's summary is stored, at RESULTS sequence summarySeq.
-// keepJobs says its job messages are still in JOBS (some failed).
-func (e *engine) finished(id string, summarySeq uint64, keepJobs bool, at time.Time) {
-	e.retained = append(e.retained, retained{id: id, tok: wire.GroupToken(id), summarySeq: summarySeq, keepJobs: keepJobs, at: at})
+// finished records that a finished incarnation's summary is stored, at RESULTS sequence
+// summarySeq. keepJobs says its job messages are still in JOBS (some failed), up to jobsSeq (0
+// when not known: after a restart, the next incarnation's open, or the feed's end, bounds it).
+func (e *engine) finished(id string, openSeq, summarySeq uint64, keepJobs bool, jobsSeq uint64, at time.Time) {
+	tok := wire.GroupToken(id)
+	for i := range e.retained {
+		if r := &e.retained[i]; r.tok == tok && r.keepJobs && r.jobsSeq == 0 && r.openSeq < openSeq {
+			r.jobsSeq = openSeq - 1 // an earlier incarnation ends before this one's open
+		}
+	}
+	e.retained = append(e.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at})
+}
+
+// boundRetained gives the retained incarnations whose last JOBS sequence is still unknown after
+// replay a bound: the open of the current incarnation of their ID, or the end of the feed.
+func (e *engine) boundRetained() {
+	for i := range e.retained {
+		r := &e.retained[i]
+		if !r.keepJobs || r.jobsSeq != 0 {
+			continue
+		}
+		r.jobsSeq = e.jobsApplied
+		if g := e.groups[r.id]; g != nil && g.openSeq > r.openSeq {
+			r.jobsSeq = g.openSeq - 1
+		}
+	}
 }
 
 // expireRetained emits the purges of the groups finished more than ResultRetention ago. Groups
@@ -45,11 +69,7 @@ func (e *engine) expireRetained(now time.Time) {
 		r := e.retained[n]
 		p := purge{tok: r.tok, summarySeq: r.summarySeq}
 		if r.keepJobs {
-			// Up to what the feed has shown, and before a newer incarnation of the ID.
-			p.jobsSeq = e.jobsApplied
-			if g := e.groups[r.id]; g != nil {
-				p.jobsSeq = min(p.jobsSeq, g.openSeq-1)
-			}
+			p.jobsSeq = r.jobsSeq
 		}
 		e.out.retentionPurges = append(e.out.retentionPurges, p)
 		n++

@@ -350,7 +350,7 @@ func (r *run) loop(ctx context.Context) error {
 			r.drainReleased()
 		case f := <-r.forgetCh:
 			if f.summarySeq > 0 {
-				r.e.finished(f.g.id, f.summarySeq, f.g.failed > 0, f.at)
+				r.e.finished(f.g.id, f.g.openSeq, f.summarySeq, f.g.failed > 0, f.g.lastSeq, f.at)
 			}
 			r.e.forget(f.g)
 		case seqs := <-r.storedCh:
@@ -431,8 +431,15 @@ func (r *run) step(ctx context.Context) {
 	if out.empty() {
 		return
 	}
+	var refused []uint64
 	for _, rj := range out.rejections {
 		r.publishRejection(rj)
+		if strings.HasPrefix(rj.subject, r.names.GroupSubject("")) || strings.HasPrefix(rj.subject, r.names.JobSubject("")) {
+			refused = append(refused, rj.seq)
+		}
+	}
+	if len(refused) > 0 {
+		r.wg.Go(func() { r.deleteRefused(ctx, refused) })
 	}
 	if len(out.retries) > 0 {
 		rec := journal.Record{Kind: journal.KindRetry, Epoch: r.e.epoch, Entries: out.retries}
@@ -551,4 +558,22 @@ func (r *run) trimEvents(ctx context.Context) {
 			low = 0
 		}
 	})
+}
+
+// deleteRefused deletes messages refused from the JOBS stream once their rejection is recorded:
+// they can never run, and would otherwise stay (and be refused again by every replay).
+func (r *run) deleteRefused(ctx context.Context, seqs []uint64) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	s, err := r.c.js.Stream(dctx, r.names.JobsStream())
+	for _, seq := range seqs {
+		if err == nil {
+			err = s.DeleteMsg(dctx, seq)
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			r.log.Warn().Err(err).Uint64("seq", seq).Msg("deleting a refused message failed")
+			return
+		}
+		err = nil
+	}
 }

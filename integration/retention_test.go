@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -47,6 +49,12 @@ func TestStreamsShrinkBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A job for a finished group is refused: recorded in REJECTED, deleted from JOBS.
+	late := nats.NewMsg(e.ns + ".jobs.g0")
+	late.Header = wire.JobMeta{Group: "g0", Key: "late"}.Header()
+	if _, err := js.PublishMsg(e.ctx, late); err != nil {
+		t.Fatal(err)
+	}
 	count := func(stream string) uint64 {
 		s, err := js.Stream(e.ctx, e.ns+"_"+stream)
 		if err != nil {
@@ -63,7 +71,7 @@ func TestStreamsShrinkBack(t *testing.T) {
 		t.Fatal("outcomes gone before their retention")
 	}
 	eventually(t, 30*time.Second, "the streams to shrink back", func() bool {
-		return count("JOBS") == 0 && count("RESULTS") == 0 && count("WORK") == 0 && count("EVENTS") <= 2
+		return count("JOBS") == 0 && count("RESULTS") == 0 && count("WORK") == 0 && count("EVENTS") <= 2 && count("REJECTED") == 1
 	})
 	t.Logf("after retention: JOBS %d, RESULTS %d, WORK %d, EVENTS %d messages", count("JOBS"), count("RESULTS"), count("WORK"), count("EVENTS"))
 }
