@@ -226,7 +226,9 @@ func (d *Dispatcher) finishContext(ctx context.Context) (context.Context, contex
 // returns the message's stream sequence.
 func (d *Dispatcher) publishControl(ctx context.Context, c wire.GroupControl) (uint64, error) {
 	msg := &nats.Msg{Subject: d.names.GroupSubject(wire.GroupToken(c.Group)), Header: c.Header()}
-	ack, err := d.js.PublishMsg(ctx, msg)
+	// Retry a while (and within ctx) if the stream has no leader: just created, or a leader
+	// change in a cluster.
+	ack, err := d.js.PublishMsg(ctx, msg, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
 	if err != nil {
 		return 0, fmt.Errorf("weave: publish %s of group %q: %w", c.Op, c.Group, err)
 	}

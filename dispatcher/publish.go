@@ -112,6 +112,10 @@ func (d *Dispatcher) publish(ctx context.Context, groupID string, jobs iter.Seq2
 	return h, p.finish(ctx, err)
 }
 
+// noLeaderRetries bounds the retries of a publish that finds no stream leader: 50ms apart,
+// a few seconds in all, enough for a leader election.
+const noLeaderRetries = 100
+
 // inflight is a job published asynchronously whose acknowledgement is not yet settled.
 type inflight struct {
 	ack   jetstream.PubAckFuture
@@ -166,7 +170,9 @@ func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq2[Job, strin
 		if msgID != "" {
 			header.Set(wire.HdrMsgID, msgID)
 		}
-		ack, err := p.d.js.PublishMsgAsync(&nats.Msg{Subject: p.subject, Header: header, Data: job.Payload})
+		// Like the open, retry a while if the stream has no leader (a cluster's leader change).
+		ack, err := p.d.js.PublishMsgAsync(&nats.Msg{Subject: p.subject, Header: header, Data: job.Payload},
+			jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
 		if err != nil {
 			<-p.d.slots
 			return fmt.Errorf("weave: publish job %d (key %q) of group %q: %w", index, job.Key, p.h.group, err)
