@@ -134,8 +134,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RetryBase < 0 || c.RetryMax < 0 || c.LeaseTTL < 0 || c.TrimInterval < 0 {
 		return c, fmt.Errorf("%w: durations must not be negative", ErrInvalidConfig)
 	}
-	if c.LeaseTTL != 0 && c.LeaseTTL < 100*time.Millisecond {
-		return c, fmt.Errorf("%w: LeaseTTL %v below 100ms", ErrInvalidConfig, c.LeaseTTL)
+	if c.LeaseTTL != 0 && c.LeaseTTL < time.Second {
+		return c, fmt.Errorf("%w: LeaseTTL %v below 1s (the server's minimum for KV expiry markers)", ErrInvalidConfig, c.LeaseTTL)
 	}
 	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
 	setDefault(&c.MaxBatch, DefaultMaxBatch)

@@ -36,7 +36,7 @@ func Acquire(ctx context.Context, js jetstream.JetStream, bucket, holder string,
 		Bucket:         bucket,
 		Description:    "Weave coordinator lease",
 		TTL:            ttl,
-		LimitMarkerTTL: ttl,
+		LimitMarkerTTL: max(ttl, time.Second), // the server's minimum
 		Replicas:       max(replicas, 1),
 		History:        1,
 	})
