@@ -485,12 +485,7 @@ func (r *run) enqueueWrite(ctx context.Context, op writeOp) {
 }
 
 func (r *run) publishRejection(rj rejection) {
-	m := nats.NewMsg(r.names.RejectSubject())
-	m.Header.Set(wire.HdrVersion, strconv.Itoa(wire.Version))
-	m.Header.Set(wire.HdrReason, rj.reason)
-	m.Header.Set(wire.HdrSubject, rj.subject)
-	m.Header.Set(wire.HdrSeq, strconv.FormatUint(rj.seq, 10))
-	if _, err := r.c.js.PublishMsgAsync(m); err != nil {
+	if _, err := r.c.js.PublishMsgAsync(r.names.RejectionMsg(rj.subject, rj.seq, rj.reason)); err != nil {
 		r.log.Error().Err(err).Msg("recording a rejection failed")
 	}
 }

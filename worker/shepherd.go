@@ -281,6 +281,13 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 		if err := ev.msg.TermWithReason("weave: " + err.Error()); err != nil {
 			s.log.Warn().Err(err).Msg("worker: terminate malformed work batch")
 		}
+		var seq uint64
+		if md, err := ev.msg.Metadata(); err == nil {
+			seq = md.Sequence.Stream
+		}
+		if _, err := s.js.PublishMsgAsync(s.cfg.names.RejectionMsg(ev.msg.Subject(), seq, err.Error())); err != nil {
+			s.log.Warn().Err(err).Msg("worker: record a rejected work batch")
+		}
 		return
 	}
 	b := &batch{msg: ev.msg, jobs: len(jobs), received: time.Now()}

@@ -419,6 +419,15 @@ func TestMalformedBatch(t *testing.T) {
 	}
 	waitFor(t, "2 malformed batches", func() bool { return r.w.Stats().MalformedBatches == 2 })
 	f.waitWorkEmpty() // terminated batches are removed from the work queue
+	// Each is recorded, with its reason, in the REJECTED stream.
+	waitFor(t, "2 rejection records", func() bool {
+		s, err := f.js.Stream(context.Background(), f.names.RejectedStream())
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(context.Background())
+		return err == nil && info.State.Msgs == 2
+	})
 	if st := r.w.Stats(); st.Batches != 3 || st.JobsRun != 1 {
 		t.Errorf("stats %+v", st)
 	}

@@ -236,3 +236,14 @@ func splitList(s string) []string {
 	}
 	return parts
 }
+
+// RejectionMsg builds the record of a refused message (the subject and stream sequence it had,
+// and why), for the REJECTED stream.
+func (n Names) RejectionMsg(subject string, seq uint64, reason string) *nats.Msg {
+	m := nats.NewMsg(n.RejectSubject())
+	m.Header.Set(HdrVersion, strconv.Itoa(Version))
+	m.Header.Set(HdrReason, reason)
+	m.Header.Set(HdrSubject, subject)
+	m.Header.Set(HdrSeq, strconv.FormatUint(seq, 10))
+	return m
+}
