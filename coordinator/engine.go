@@ -43,7 +43,8 @@ type engine struct {
 	poolOrder []*pool // stable iteration order; rotated for fairness between pools
 	workers   map[string]*workerInfo
 	slots     int     // total slots of live workers
-	busy      float64 // the fleet's busy share (see group.busy); sizes the prefetch window
+	busy      float64 // the fleet's busy share without waiting (see learnBusy); sizes the prefetch window
+	groupBusy float64 // the average of the groups' busy shares: a new group starts from it
 
 	// replay-only state, dropped when replay ends.
 	replayGroupOf map[uint64]*group
@@ -166,6 +167,7 @@ func newEngine(cfg Config, names wire.Names, epoch uint64) (*engine, error) {
 		rng:           rand.New(rand.NewPCG(epoch, uint64(cfg.now().UnixNano()))),
 		epoch:         epoch,
 		busy:          1,
+		groupBusy:     1,
 		replaying:     true,
 		idx:           jobindex.New(),
 		sched:         sched,
@@ -222,7 +224,7 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl) {
 			return
 		}
 		// New, or a new incarnation of a finished group's ID.
-		g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: 1}
+		g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groupBusy}
 		e.groups[c.Group] = g
 		e.arrival = append(e.arrival, g)
 		if !e.replaying {

@@ -268,8 +268,20 @@ func (e *engine) leastLoaded(cands []candidate, ids []uint64) []uint64 {
 	return e.tierBuf
 }
 
-// load is a group's running jobs as the handlers see them: in flight × busy share.
-func (e *engine) load(g *group) float64 { return float64(e.sched.InFlight(g)) * g.busy }
+// load is a group's running jobs as the handlers see them: in flight × busy share. A group with
+// nothing in flight is at 0 whatever its share, so it always comes first: a low share can never
+// let a group with jobs in flight overtake one without (that would break the spread).
+func (e *engine) load(g *group) float64 {
+	n := e.sched.InFlight(g)
+	if n == 0 {
+		return 0
+	}
+	// At least a small floor per job, so any job in flight weighs more than none.
+	return float64(n) * max(g.busy, minBusy)
+}
+
+// minBusy is the least busy share load counts a job in flight for.
+const minBusy = 1e-3
 
 // candidates lists the jobs on offer: retries first (oldest first), then the scheduler's offers
 // in policy order.

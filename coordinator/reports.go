@@ -83,6 +83,9 @@ func (e *engine) learnBusy(j *job, ran, waited time.Duration, now time.Time) {
 	}
 	share := min(float64(ran)/float64(cycle), 1)
 	j.g.busy += busyWeight * (share - j.g.busy)
+	// A group not measured yet starts from the others' share: starting from 1 would make a new
+	// group with one job look busier than a large group with several, and break the spread.
+	e.groupBusy += busyWeight * (share - e.groupBusy)
 	if trip := cycle - min(waited, cycle); trip > 0 {
 		e.busy += busyWeight * (min(float64(ran)/float64(trip), 1) - e.busy)
 	}

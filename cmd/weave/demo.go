@@ -225,9 +225,13 @@ func runDemo(ctx context.Context, o demoOptions) (*demoResult, error) {
 		return nil, err
 	}
 	coord, err := coordinator.New(nc, coordinator.Config{
-		Namespace:           o.Namespace,
-		Logger:              o.Log.With().Str("component", "coordinator").Logger(),
-		Policy:              o.Policy,
+		Namespace: o.Namespace,
+		Logger:    o.Log.With().Str("component", "coordinator").Logger(),
+		Policy:    o.Policy,
+		// F = slots + 1, the spreader's setting: at most one job released beyond the slots, so
+		// a site alone at the start cannot queue a run of its pages ahead of the sites published
+		// just after it. (The default adapts F to the jobs, for throughput.)
+		Feeders:             o.Workers*o.Concurrency + 1,
 		MaxInFlightPerGroup: o.MaxPerSite,
 	})
 	if err != nil {
