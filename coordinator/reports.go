@@ -53,7 +53,6 @@ func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time)
 		e.requeue(j)
 		j.evSeq = seq
 	case wire.StatusError:
-		j.lastErr = r.Data
 		j.addHistory(worker, r.Data, now)
 		switch {
 		case j.cancelReq || j.g.cancelReq:
