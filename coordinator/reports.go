@@ -163,7 +163,13 @@ func (e *engine) dropRetry(j *job) {
 func (e *engine) finish(j *job, to jobindex.State, data []byte, evSeq uint64) {
 	e.moveTerminal(j.id, to)
 	delete(e.jobs, j.id)
-	state := map[jobindex.State]wire.Final{jobindex.Done: wire.FinalDone, jobindex.Failed: wire.FinalFailed, jobindex.Canceled: wire.FinalCanceled}[to]
+	state := wire.FinalDone
+	switch to {
+	case jobindex.Failed:
+		state = wire.FinalFailed
+	case jobindex.Canceled:
+		state = wire.FinalCanceled
+	}
 	e.recordOutcome(j.g, wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempt, Data: data, History: j.history}, evSeq)
 }
 
