@@ -95,7 +95,9 @@ type Config struct {
 	// the payloads of the following releases are already at hand. Default 16.
 	ReadAhead int
 
-	// PayloadCacheBytes bounds the payload bytes held by the read-ahead. Default 32 MiB.
+	// PayloadCacheBytes bounds the memory of the cache of job messages about to be released
+	// (payloads, headers and bookkeeping, about 300 bytes per message beyond its payload).
+	// Default 32 MiB.
 	PayloadCacheBytes int
 
 	// TrimInterval is how often the coordinator deletes what the streams no longer need to hold:

@@ -9,8 +9,8 @@ import (
 	"github.com/weavejobs/weave/internal/directget"
 )
 
-// payloads holds the stored messages of jobs about to be released, in a cache bounded by bytes
-// (oldest out first), so memory is bounded by the cache, never by the backlog. Jobs arrive from
+// payloads holds the stored messages of jobs about to be released, in a cache bounded by the
+// memory its entries hold (payload, headers and bookkeeping; oldest out first), so memory is bounded by the cache, never by the backlog. Jobs arrive from
 // the JOBS feed; a miss (evicted, or after a restart) reads the job's group ahead: one batch
 // direct get returns the job and the next jobs of its group, since the scheduler releases a
 // group's jobs in order.
@@ -108,7 +108,7 @@ func (p *payloads) addLocked(m *directget.Msg) {
 	}
 	p.m[m.Seq] = m
 	p.order = append(p.order, m.Seq)
-	p.bytes += len(m.Data)
+	p.bytes += cost(m)
 	for p.bytes > p.maxBytes && len(p.order) > 0 {
 		p.dropLocked(p.order[0])
 	}
@@ -119,10 +119,27 @@ func (p *payloads) addLocked(m *directget.Msg) {
 
 func (p *payloads) dropLocked(id uint64) {
 	if m := p.m[id]; m != nil {
-		p.bytes -= len(m.Data)
+		p.bytes -= cost(m)
 		delete(p.m, id)
 	}
 	for len(p.order) > 0 && p.m[p.order[0]] == nil {
 		p.order = p.order[1:]
 	}
+}
+
+// entryOverhead approximates what a cached message costs besides its payload and headers: the
+// Msg struct, the header map's buckets, the cache's map entry and order slot.
+const entryOverhead = 256
+
+// cost is the memory a cached message holds, so the cache's bound counts everything: with small
+// payloads, the headers and bookkeeping are most of it.
+func cost(m *directget.Msg) int {
+	n := len(m.Data) + len(m.Subject) + entryOverhead
+	for k, vs := range m.Header {
+		n += len(k)
+		for _, v := range vs {
+			n += len(v) + 16
+		}
+	}
+	return n
 }
