@@ -42,6 +42,7 @@ Try it without any setup:  weave demo`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
 		newDemoCmd(g),
+		newBenchCmd(g),
 		newCoordinatorCmd(g),
 		newWorkerCmd(g),
 		newSubmitCmd(g),

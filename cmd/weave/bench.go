@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/weavejobs/weave/internal/bench"
+)
+
+// benchOptions are weave bench's flags beyond the scenarios' configurations.
+type benchOptions struct {
+	conn       connFlags
+	json, md   bool
+	jsonFile   string
+	mdFile     string
+	full       bool
+	strict     bool
+	dir        string
+	cpuProfile string
+	scaleSizes []int
+	inProcess  bool
+	scaleChild string // set in a child process started for one scale measurement
+}
+
+func newBenchCmd(g *globals) *cobra.Command {
+	var (
+		o   benchOptions
+		cfg bench.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "bench [scenario...]",
+		Short: "Measure Weave: throughput, latency, fairness, spread, herd, scale",
+		Long: `Bench measures Weave end to end in this process, each figure beside a reference measured in
+the same run where one exists (the machine may be shared and noisy: ratios matter more than
+absolute rates), and prints each scenario's numbers, its target and PASS or MISS.
+
+Scenarios (all of them, in this order, when none is named; each takes well under a minute):
+
+  throughput  no-op jobs end to end, against a raw JetStream work queue on the same server
+  latency     open-loop submission at a fixed rate: submit → start and submit → outcome
+  fairness    6 slots, groups of 10, 5 and 1 ms tasks, under round robin and least in-flight
+  spread      groups of Zipf sizes: per-group concurrency and gaps, against a simulated FIFO
+  herd        200 idle slots in 8 workers: pulls, CPU, wakeups, ack and report messages per job
+  scale       coordinator memory per pending job at 10k and 100k jobs (1M with --full)
+
+By default every scenario runs on its own embedded JetStream server (file storage in a
+temporary directory, removed afterwards). With --nats it runs on that server instead, each
+scenario in a fresh namespace that is deleted at its end. Every component runs in this process
+on its own connection, so CPU and memory figures are the whole process's; the output says what
+each one includes.`,
+		Example: `  weave bench                         # everything, default sizes
+  weave bench throughput latency      # two scenarios
+  weave bench scale --full            # memory at 10k, 100k and 1M pending jobs
+  weave bench --markdown > results.md # a table for BENCHMARKS.md
+  weave bench --nats nats://host:4222 --json`,
+		Args: usageArgs(func(_ *cobra.Command, args []string) error {
+			for _, a := range args {
+				if !slices.Contains(bench.Scenarios, a) {
+					return fmt.Errorf("unknown scenario %q: want one of %s", a, strings.Join(bench.Scenarios, ", "))
+				}
+			}
+			return nil
+		}),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.json && o.md {
+				return usageErrorf("--json and --markdown exclude each other")
+			}
+			if len(o.scaleSizes) > 0 {
+				cfg.Scale.Sizes = o.scaleSizes
+			} else if o.full {
+				cfg.Scale.Sizes = bench.FullScaleSizes
+			}
+			scenarios := args
+			if len(scenarios) == 0 {
+				scenarios = bench.Scenarios
+			}
+			if err := cfg.Validate(scenarios); err != nil {
+				return usageError{err}
+			}
+			log := g.log
+			if f := cmd.Flag("log-level"); f == nil || !f.Changed {
+				log = g.log.Level(zerolog.WarnLevel) // components' info logs would drown the results
+			}
+			env := &bench.Env{Dir: o.dir, NamespacePrefix: o.conn.namespace, Log: log, Progress: cmd.ErrOrStderr()}
+			if err := env.Validate(); err != nil {
+				return usageErrorf("--namespace: %v", err)
+			}
+			if o.scaleChild != "" {
+				// Secrets come from the parent through the environment.
+				o.conn.password = envOr(benchChildPassword, o.conn.password)
+				o.conn.token = envOr(benchChildToken, o.conn.token)
+			}
+			if cmd.Flags().Changed("nats") {
+				if err := o.conn.validate(); err != nil {
+					return err
+				}
+				env.Dial = func(ctx context.Context, name string) (*nats.Conn, error) {
+					return o.conn.connect(ctx, name, false, log)
+				}
+			}
+			if o.cpuProfile != "" {
+				f, err := os.Create(o.cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			if o.scaleChild != "" {
+				return bench.RunScaleChild(ctx, env, o.scaleChild, cmd.OutOrStdout())
+			}
+			if slices.Contains(scenarios, "scale") && !o.inProcess && !testing.Testing() {
+				child, childEnv, err := scaleChildCommand(cmd, &o)
+				if err != nil {
+					return err
+				}
+				env.ChildCommand, env.ChildEnv = child, childEnv
+			}
+			report, err := bench.Run(ctx, env, args, cfg)
+			if report == nil {
+				return err
+			}
+			report.Command = commandLine(cmd, args)
+			report.Machine.Weave, _ = buildVersion()
+			out := cmd.OutOrStdout()
+			var werr error
+			switch {
+			case o.json:
+				werr = report.WriteJSON(out)
+			case o.md:
+				werr = report.WriteMarkdown(out)
+			default:
+				werr = report.WriteText(out)
+			}
+			for _, save := range []struct {
+				path  string
+				write func(io.Writer) error
+			}{{o.jsonFile, report.WriteJSON}, {o.mdFile, report.WriteMarkdown}} {
+				if save.path != "" {
+					werr = errors.Join(werr, writeFile(save.path, save.write))
+				}
+			}
+			if err != nil || werr != nil {
+				return errors.Join(err, werr)
+			}
+			if o.strict && report.Missed() > 0 {
+				return silentError{fmt.Errorf("%d targets missed", report.Missed())}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	o.conn.register(f)
+	if fl := f.Lookup("nats"); fl != nil {
+		fl.Usage = "NATS server URL to run on (default: an embedded server per scenario)"
+		fl.DefValue = ""
+	}
+	if fl := f.Lookup("namespace"); fl != nil {
+		_ = fl.Value.Set("bench")
+		fl.DefValue = "bench"
+		fl.Usage = "prefix of the fresh namespace each scenario uses: prefix-scenario-random (at most 18 characters)"
+	}
+	f.BoolVar(&o.json, "json", false, "print the results as JSON")
+	f.BoolVar(&o.md, "markdown", false, "print the results as Markdown tables (for BENCHMARKS.md)")
+	f.StringVar(&o.jsonFile, "json-file", "", "also write the results as JSON to this file")
+	f.StringVar(&o.mdFile, "markdown-file", "", "also write the results as Markdown to this file")
+	f.BoolVar(&o.strict, "strict", false, "exit with status 1 when a target is missed")
+	f.StringVar(&o.dir, "dir", "", "directory for the embedded servers' storage (default: the system's temporary directory)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file (samples carry the label component=...)")
+	f.BoolVar(&o.inProcess, "scale-in-process", false, "scale: measure in this process instead of a fresh child process per measurement (noisier at small sizes)")
+	f.StringVar(&o.scaleChild, "scale-child", "", "run one scale measurement (JSON spec) and print it as JSON: how weave bench runs its children")
+	_ = f.MarkHidden("scale-child")
+	f.BoolVar(&o.full, "full", false, "scale: also measure 1,000,000 pending jobs")
+	f.IntSliceVar(&o.scaleSizes, "scale-sizes", nil, "scale: pending job counts to measure, e.g. 10000,100000,1000000,10000000 (overrides --full)")
+
+	f.IntVar(&cfg.Throughput.Jobs, "jobs", 20_000, "throughput: jobs per round")
+	f.IntVar(&cfg.Throughput.Groups, "groups", 200, "throughput: groups the jobs are split into")
+	f.IntVar(&cfg.Throughput.Rounds, "rounds", 2, "throughput: rounds (Weave and the reference alternate which runs first)")
+	f.IntVar(&cfg.Throughput.Concurrency, "concurrency", 64, "throughput: slots of the worker")
+	f.IntVar(&cfg.Latency.Rate, "rate", 1000, "latency: jobs submitted per second")
+	f.DurationVar(&cfg.Latency.Duration, "duration", 3*time.Second, "latency: how long jobs are submitted")
+	f.DurationVar(&cfg.Fairness.Work, "fairness-work", 3*time.Second, "fairness: handler time of each group's jobs in all")
+	f.IntVar(&cfg.Spread.Jobs, "spread-jobs", 5000, "spread: jobs")
+	f.IntVar(&cfg.Spread.Groups, "spread-groups", 200, "spread: groups")
+	f.IntVar(&cfg.Herd.Slots, "herd-slots", 200, "herd: idle slots in all")
+	f.IntVar(&cfg.Herd.Workers, "herd-workers", 8, "herd: workers the slots are split across")
+	f.DurationVar(&cfg.Herd.Idle, "herd-idle", 5*time.Second, "herd: idle window")
+	return cmd
+}
+
+// commandLine reconstructs the command as given: its path, the flags set and the arguments.
+func commandLine(cmd *cobra.Command, args []string) string {
+	parts := []string{cmd.CommandPath()}
+	parts = append(parts, args...)
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		switch f.Name {
+		case "password", "token", "creds", "nkey", "user":
+			parts = append(parts, "--"+f.Name+"=…")
+		default:
+			switch v := f.Value.String(); {
+			case f.Value.Type() == "bool":
+				parts = append(parts, "--"+f.Name)
+			case strings.HasSuffix(f.Value.Type(), "Slice"):
+				parts = append(parts, "--"+f.Name+"="+strings.Trim(v, "[]"))
+			default:
+				parts = append(parts, "--"+f.Name+"="+v)
+			}
+		}
+	})
+	return strings.Join(parts, " ")
+}
+
+// Secrets reach a scale child process in its environment, not on its command line, where other
+// users of the machine could read them.
+const (
+	benchChildPassword = "WEAVE_BENCH_CHILD_PASSWORD"
+	benchChildToken    = "WEAVE_BENCH_CHILD_TOKEN"
+)
+
+// scaleChildCommand returns the command that runs one scale measurement in a child process (this
+// executable's bench command with the flags that say where and how to connect, and
+// --scale-child, followed by the spec the parent appends) and the environment to add for it.
+func scaleChildCommand(cmd *cobra.Command, o *benchOptions) (args, env []string, err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("scale: find this executable to run measurements in child processes (or use --scale-in-process): %w", err)
+	}
+	args = []string{exe, "bench"}
+	keep := []string{"nats", "creds", "nkey", "user", "tlscert", "tlskey", "tlsca", "namespace", "dir", "log-level"}
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if slices.Contains(keep, f.Name) {
+			args = append(args, "--"+f.Name+"="+f.Value.String())
+		}
+	})
+	if f := cmd.Flag("log-level"); f != nil && f.Changed && !slices.Contains(args, "--log-level="+f.Value.String()) {
+		args = append(args, "--log-level="+f.Value.String())
+	}
+	if o.conn.password != "" {
+		env = append(env, benchChildPassword+"="+o.conn.password)
+	}
+	if o.conn.token != "" {
+		env = append(env, benchChildToken+"="+o.conn.token)
+	}
+	return append(args, "--scale-child"), env, nil
+}
+
+// writeFile creates path and writes it with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

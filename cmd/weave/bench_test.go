@@ -1,0 +1,58 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestBenchUsage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "warp"}, `unknown scenario "warp"`},
+		{[]string{"bench", "--json", "--markdown"}, "exclude each other"},
+		{[]string{"bench", "throughput", "--jobs", "-5"}, "throughput"},
+		{[]string{"bench", "throughput", "--jobs", "10", "--groups", "20"}, "20 groups"},
+		{[]string{"bench", "scale", "--scale-sizes", "10"}, "at least 100"},
+		{[]string{"bench", "--namespace", "a-namespace-prefix-too-long"}, "at most 18"},
+		{[]string{"bench", "--namespace", "bad.prefix"}, "--namespace"},
+	} {
+		code, out, errOut := runCLI(t, "", tc.args...)
+		if code != exitUsage || !strings.Contains(out+errOut, tc.want) {
+			t.Errorf("weave %q: exit %d, want %d with %q\nstdout: %s\nstderr: %s", tc.args, code, exitUsage, tc.want, out, errOut)
+		}
+	}
+}
+
+// TestBenchJSON runs a tiny throughput scenario through the command and decodes its JSON.
+func TestBenchJSON(t *testing.T) {
+	code, out, errOut := runCLI(t, "", "bench", "throughput", "--jobs", "300", "--groups", "5", "--rounds", "1", "--concurrency", "8", "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	var got struct {
+		Command   string
+		Scenarios []struct {
+			Scenario string
+			Checks   []struct{ Name string }
+			Result   struct {
+				WeaveJobsPerSec float64 `json:"weave_jobs_per_s"`
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(got.Scenarios) != 1 || got.Scenarios[0].Scenario != "throughput" || got.Scenarios[0].Result.WeaveJobsPerSec <= 0 || len(got.Scenarios[0].Checks) != 1 {
+		t.Errorf("decoded %+v", got)
+	}
+	if !strings.HasPrefix(got.Command, "weave bench throughput --") || !strings.Contains(got.Command, "--jobs=300") {
+		t.Errorf("command %q", got.Command)
+	}
+	if !strings.Contains(errOut, "throughput: round 1/1") {
+		t.Errorf("no progress on stderr: %s", errOut)
+	}
+}

@@ -1,0 +1,24 @@
+// Package bench holds the scenarios of weave bench: end-to-end measurements of Weave, each
+// beside a reference measured in the same run where one exists, so that the figures mean
+// something on a shared, noisy machine.
+//
+//   - throughput: no-op jobs end to end, against a raw JetStream work queue (one hop) on the same
+//     server; CPU per job and the process's peak RSS.
+//   - latency: open-loop submission at a fixed rate; submit → start and submit → outcome
+//     percentiles.
+//   - fairness: the reference case (6 slots; 10, 5 and 1 ms tasks) under both policies, measured
+//     from the handlers' side, beside the policies' theory and a zero-overhead simulation.
+//   - spread: groups of skewed sizes; per-group peak concurrency and gaps between a group's
+//     starts, against a FIFO queue simulated on the same jobs.
+//   - herd: many idle slots in several workers; pulls and CPU while idle, wakeups per job in a
+//     trickle, ack and report messages per job at saturation.
+//   - scale: the coordinator's memory per pending job and the cost of scheduling from backlogs
+//     of growing size.
+//
+// Every component runs in this process, each on its own NATS connection (as separate processes
+// would), on an embedded JetStream server per scenario (file storage, temporary directory) or on
+// an external server in a fresh namespace that is deleted afterwards. Each scenario returns a
+// typed result with its numbers and targets (Check); a Report renders them as text, Markdown or
+// JSON. Components run under the pprof label component=server|coordinator|worker|dispatcher|
+// producer|reference|bench, so a CPU profile of a run can be split by component.
+package bench

@@ -1,0 +1,7 @@
+//go:build !unix
+
+package bench
+
+import "time"
+
+func rusageCPU() time.Duration { return 0 }

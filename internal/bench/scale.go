@@ -1,0 +1,487 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/worker"
+)
+
+// ScaleConfig configures the scale scenario. Zero fields take the defaults.
+type ScaleConfig struct {
+	Sizes       []int `json:"sizes"`        // pending jobs to measure at; default 10,000 and 100,000
+	GroupSize   int   `json:"group_size"`   // jobs per group; default 1,000
+	PayloadSize int   `json:"payload_size"` // default 16
+	DrainJobs   int   `json:"drain_jobs"`   // jobs run from the backlog to time scheduling; default 5,000 (at most half the size)
+	Concurrency int   `json:"concurrency"`  // slots of the worker that drains; default 64
+	// MemProfileRate is runtime.MemProfileRate during a measurement. 0 (default): 512 bytes
+	// per 100,000 jobs (at least 512), enough samples for a figure within a few percent while
+	// slowing large runs less.
+	MemProfileRate int `json:"mem_profile_rate"`
+}
+
+// DefaultScaleSizes are the sizes measured by default; FullScaleSizes with weave bench --full.
+var (
+	DefaultScaleSizes = []int{10_000, 100_000}
+	FullScaleSizes    = []int{10_000, 100_000, 1_000_000}
+)
+
+func (c *ScaleConfig) defaults() error {
+	if len(c.Sizes) == 0 {
+		c.Sizes = DefaultScaleSizes
+	}
+	c.Sizes = slices.Clone(c.Sizes)
+	slices.Sort(c.Sizes)
+	c.Sizes = slices.Compact(c.Sizes)
+	setDefault(&c.GroupSize, 1000)
+	setDefault(&c.PayloadSize, 16)
+	setDefault(&c.DrainJobs, 5000)
+	setDefault(&c.Concurrency, 64)
+	switch {
+	case c.Sizes[0] < 100:
+		return fmt.Errorf("scale: sizes must be at least 100 jobs (%d)", c.Sizes[0])
+	case c.Sizes[len(c.Sizes)-1] > 100_000_000:
+		return fmt.Errorf("scale: sizes above 100,000,000 jobs")
+	case c.GroupSize < 1 || c.PayloadSize < 0 || c.DrainJobs < 2 || c.Concurrency < 1 || c.MemProfileRate < 0:
+		return fmt.Errorf("scale: group size, drain jobs (at least 2), concurrency and profile rate must be positive")
+	}
+	return nil
+}
+
+// ScaleMemory is the heap growth from an empty coordinator to one holding the backlog, in bytes
+// and bytes per job.
+type ScaleMemory struct {
+	// Coordinator counts the live heap allocated with a function of package coordinator,
+	// internal/jobindex or spreader on the stack, from the Go heap profile.
+	CoordBytes  int64   `json:"coordinator_bytes"`
+	CoordPerJob float64 `json:"coordinator_bytes_per_job"`
+	// Outside the server is the growth of the whole process's heap minus what the embedded
+	// server's own code allocated (from the heap profile): the coordinator's full footprint,
+	// including what the NATS client allocated and the coordinator keeps (cached messages),
+	// plus the dispatcher's and the connections' buffers.
+	OutsideBytes  int64   `json:"outside_server_bytes"`
+	OutsidePerJob float64 `json:"outside_server_bytes_per_job"`
+	// Process is the growth of the whole process's heap.
+	ProcessBytes  int64   `json:"process_bytes"`
+	ProcessPerJob float64 `json:"process_bytes_per_job"`
+}
+
+// profileRate is the heap profile's sampling rate for n jobs.
+func (c *ScaleConfig) profileRate(n int) int {
+	if c.MemProfileRate > 0 {
+		return c.MemProfileRate
+	}
+	return 512 * max(1, (n+99_999)/100_000)
+}
+
+// ScaleStep is the measurement at one backlog size.
+type ScaleStep struct {
+	Jobs     int    `json:"jobs"`
+	Groups   int    `json:"groups"`
+	Admitted uint64 `json:"admitted"`
+	Pending  uint64 `json:"pending"`
+	// AdmitSeconds runs from the first publish to the coordinator's admission of the last job
+	// (with the default configuration).
+	AdmitSeconds float64 `json:"admit_s"`
+	// NoCache is measured with the coordinator's payload cache off (PayloadCacheBytes = 1):
+	// the memory per pending job excluding payloads. Default is with the default configuration,
+	// whose payload cache keeps jobs' messages from the feed (up to PayloadCacheBytes of
+	// payload).
+	NoCache         ScaleMemory `json:"no_payload_cache"`
+	Default         ScaleMemory `json:"default_config"`
+	StatusMS        float64     `json:"status_ms"` // median time to answer a status request at this backlog
+	DrainJobs       int         `json:"drain_jobs"`
+	DrainJobsPerS   float64     `json:"drain_jobs_per_s"`
+	DrainCPUPerJob  float64     `json:"drain_cpu_us_per_job"`
+	PeakRSSBytes    uint64      `json:"peak_rss_bytes"` // with the default configuration
+	PeakRSSFromBase bool        `json:"peak_rss_reset"` // the peak was reset at the start of the step
+}
+
+// ScaleSlope is the growth between two consecutive sizes, per added job.
+type ScaleSlope struct {
+	From           int     `json:"from"`
+	To             int     `json:"to"`
+	NoCachePerJob  float64 `json:"no_payload_cache_outside_server_bytes_per_job"`
+	DefaultPerJob  float64 `json:"default_config_outside_server_bytes_per_job"`
+	NoCacheCoord   float64 `json:"no_payload_cache_coordinator_bytes_per_job"`
+	DefaultProcess float64 `json:"default_config_process_bytes_per_job"`
+}
+
+// ScaleResult is what the scale scenario measured.
+type ScaleResult struct {
+	Config   ScaleConfig `json:"config"`
+	Embedded bool        `json:"embedded_server"`
+	// Isolated: every measurement ran in a fresh child process (see Env.ChildCommand), so the
+	// heap held only that deployment. Otherwise they ran in this process, after earlier
+	// scenarios' deployments, whose last objects may be freed during a measurement.
+	Isolated bool         `json:"isolated"`
+	Steps    []ScaleStep  `json:"steps"`
+	Slopes   []ScaleSlope `json:"slopes"`
+	Checks   []Check      `json:"checks"`
+}
+
+// Scenario implements Result.
+func (r *ScaleResult) Scenario() string { return "scale" }
+
+// serverPackages are the embedded server's packages, whose allocations are the server's.
+var serverPackages = []string{"github.com/nats-io/nats-server/"}
+
+// RunScale measures, for each size, the coordinator's memory with that many pending jobs and the
+// cost of scheduling from that backlog. Each measurement is a fresh deployment: publish the jobs
+// with no worker running, wait until the coordinator has admitted them all, and measure the heap
+// growth since before publishing, from the heap profile (sampling every MemProfileRate bytes,
+// set for the duration of the scenario) and the runtime's statistics. Each size is measured twice:
+// with the coordinator's payload cache off (the target: memory per pending job excluding
+// payloads), and with the default configuration, after which one worker runs DrainJobs jobs
+// from the backlog, timed from the first handler call to the last.
+func RunScale(ctx context.Context, env *Env, cfg ScaleConfig) (*ScaleResult, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	res := &ScaleResult{Config: cfg, Embedded: !env.External(), Isolated: len(env.ChildCommand) > 0}
+	if !res.Isolated {
+		old := runtime.MemProfileRate
+		defer func() { runtime.MemProfileRate = old }()
+	}
+	for _, n := range cfg.Sizes {
+		step := &ScaleStep{Jobs: n, Groups: (n + cfg.GroupSize - 1) / cfg.GroupSize}
+		for _, defaults := range []bool{false, true} {
+			var err error
+			if res.Isolated {
+				err = scaleStepChild(ctx, env, cfg, step, defaults)
+			} else {
+				err = scaleStep(ctx, env, cfg, step, defaults)
+			}
+			if err != nil {
+				if !defaults {
+					return nil, fmt.Errorf("%d jobs, payload cache off: %w", n, err)
+				}
+				return nil, fmt.Errorf("%d jobs: %w", n, err)
+			}
+		}
+		res.Steps = append(res.Steps, *step)
+	}
+	for i := 1; i < len(res.Steps); i++ {
+		a, b := res.Steps[i-1], res.Steps[i]
+		dn := float64(b.Jobs - a.Jobs)
+		res.Slopes = append(res.Slopes, ScaleSlope{
+			From: a.Jobs, To: b.Jobs,
+			NoCachePerJob:  float64(b.NoCache.OutsideBytes-a.NoCache.OutsideBytes) / dn,
+			DefaultPerJob:  float64(b.Default.OutsideBytes-a.Default.OutsideBytes) / dn,
+			NoCacheCoord:   float64(b.NoCache.CoordBytes-a.NoCache.CoordBytes) / dn,
+			DefaultProcess: float64(b.Default.ProcessBytes-a.Default.ProcessBytes) / dn,
+		})
+	}
+	for _, s := range res.Steps {
+		res.Checks = append(res.Checks, atMost(fmt.Sprintf("memory per pending job excluding payloads, %s jobs (bytes)", count(s.Jobs)), s.NoCache.OutsidePerJob, 64, "%.1f"))
+	}
+	for _, s := range res.Slopes {
+		res.Checks = append(res.Checks, atMost(fmt.Sprintf("memory per added job excluding payloads, %s → %s (bytes)", count(s.From), count(s.To)), s.NoCachePerJob, 64, "%.1f"))
+	}
+	return res, nil
+}
+
+// scaleStep measures one size on a fresh deployment; with defaults, the coordinator's default
+// configuration and the drain, else with the payload cache off.
+func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, defaults bool) (err error) {
+	n := step.Jobs
+	runtime.MemProfileRate = cfg.profileRate(n)
+	settle(ctx)
+	d, err := env.deploy(ctx, "scale")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := d.close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	ccfg := coordinator.Config{}
+	if !defaults {
+		ccfg.PayloadCacheBytes = 1 // each cached message is evicted at once
+	}
+	if err := d.coordinator(ccfg); err != nil {
+		return err
+	}
+	disp, err := d.dispatcher()
+	if err != nil {
+		return err
+	}
+	sizes := make([]int, step.Groups)
+	for i := range sizes {
+		sizes[i] = min(cfg.GroupSize, n-i*cfg.GroupSize)
+	}
+	if defaults {
+		step.PeakRSSFromBase = resetPeakRSS()
+	}
+	coord0, server0, heap0 := attributedHeap(coordinatorPackages), attributedHeap(serverPackages), heapInUse()
+
+	what := "payload cache off"
+	if defaults {
+		what = "default configuration"
+	}
+	env.progressf("scale: publishing %s jobs in %s groups (%s)", count(n), count(step.Groups), what)
+	start := time.Now()
+	payload := make([]byte, cfg.PayloadSize)
+	if err := publishAll(ctx, disp, fmt.Sprint("s", n, "-"), sizes, payload); err != nil {
+		return err
+	}
+	var last *coordinator.Status
+	if err := d.waitStatus(func(st *coordinator.Status) (bool, string) {
+		last = st
+		return st.Totals.Admitted >= uint64(n), fmt.Sprintf("the coordinator to admit %d jobs (%d so far)", n, st.Totals.Admitted)
+	}); err != nil {
+		return err
+	}
+	admitted := time.Since(start)
+	coord1, server1, heap1 := attributedHeap(coordinatorPackages), attributedHeap(serverPackages), heapInUse()
+	m := ScaleMemory{
+		CoordBytes:   int64(coord1) - int64(coord0),
+		ProcessBytes: int64(heap1) - int64(heap0),
+	}
+	m.OutsideBytes = m.ProcessBytes - (int64(server1) - int64(server0))
+	m.CoordPerJob = float64(m.CoordBytes) / float64(n)
+	m.OutsidePerJob = float64(m.OutsideBytes) / float64(n)
+	m.ProcessPerJob = float64(m.ProcessBytes) / float64(n)
+	if !defaults {
+		step.NoCache = m
+		return nil
+	}
+	step.Default = m
+	step.AdmitSeconds = admitted.Seconds()
+	step.Admitted, step.Pending = last.Totals.Admitted, last.Jobs["pending"]
+	step.PeakRSSBytes = peakRSS()
+
+	var took []time.Duration
+	for range 5 {
+		t := time.Now()
+		if _, err := d.status(); err != nil {
+			return err
+		}
+		took = append(took, time.Since(t))
+	}
+	slices.Sort(took)
+	step.StatusMS = ms(took[len(took)/2])
+
+	// Drain a part of the backlog.
+	k := min(cfg.DrainJobs, n/2)
+	env.progressf("scale: running %s jobs from a backlog of %s", count(k), count(n))
+	var (
+		started      atomic.Int64
+		mu           sync.Mutex
+		t1, tk       time.Time
+		cpu1, cpuK   time.Duration
+		drained      = make(chan struct{})
+		drainedClose sync.Once
+	)
+	_, svc, err := d.worker(worker.Config{ID: "drain", Concurrency: cfg.Concurrency}, func(context.Context, *worker.Job) ([]byte, error) {
+		switch i := started.Add(1); {
+		case i == 1:
+			mu.Lock()
+			t1, cpu1 = time.Now(), processCPU()
+			mu.Unlock()
+		case i == int64(k):
+			mu.Lock()
+			tk, cpuK = time.Now(), processCPU()
+			mu.Unlock()
+			drainedClose.Do(func() { close(drained) })
+		}
+		return nil, nil
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(waitTimeout):
+		return fmt.Errorf("%d of %d jobs ran within %v", started.Load(), k, waitTimeout)
+	}
+	if err := svc.stop(); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	step.DrainJobs = k
+	if el := tk.Sub(t1); el > 0 {
+		step.DrainJobsPerS = float64(k-1) / el.Seconds()
+		step.DrainCPUPerJob = float64((cpuK - cpu1).Microseconds()) / float64(k-1)
+	}
+	return nil
+}
+
+// settleMax bounds settle.
+var settleMax = 5 * time.Second
+
+// settle waits, at most settleMax, until no coordinator of an earlier deployment holds memory any
+// more: after a deployment closed, the NATS client's pending heartbeat timers keep its consumers,
+// and through their callbacks the coordinator, reachable for about ten seconds.
+func settle(ctx context.Context) {
+	deadline := time.Now().Add(settleMax)
+	for attributedHeap(coordinatorPackages) > 512<<10 && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// scaleChildSpec is what a child process measures: one size, in one configuration.
+type scaleChildSpec struct {
+	Config   ScaleConfig `json:"config"`
+	Jobs     int         `json:"jobs"`
+	Groups   int         `json:"groups"`
+	Defaults bool        `json:"defaults"`
+}
+
+// scaleStepChild runs scaleStep in a fresh process (Env.ChildCommand followed by the spec as
+// JSON) and merges what it measured into step.
+func scaleStepChild(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, defaults bool) error {
+	spec, err := json.Marshal(scaleChildSpec{Config: cfg, Jobs: step.Jobs, Groups: step.Groups, Defaults: defaults})
+	if err != nil {
+		return err
+	}
+	args := append(slices.Clone(env.ChildCommand[1:]), string(spec))
+	cmd := exec.CommandContext(ctx, env.ChildCommand[0], args...)
+	cmd.Env = append(os.Environ(), env.ChildEnv...)
+	cmd.Stderr = env.Progress
+	if cmd.Stderr == nil {
+		cmd.Stderr = io.Discard
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("child process %s: %w", env.ChildCommand[0], err)
+	}
+	var got ScaleStep
+	if err := json.Unmarshal(out, &got); err != nil {
+		return fmt.Errorf("child process output: %w", err)
+	}
+	if !defaults {
+		step.NoCache = got.NoCache
+		return nil
+	}
+	got.NoCache = step.NoCache
+	*step = got
+	return nil
+}
+
+// RunScaleChild is the child process's side of an isolated scale measurement: it runs the
+// measurement described by spec (JSON, from the parent) and writes the step to w as JSON.
+func RunScaleChild(ctx context.Context, env *Env, spec string, w io.Writer) error {
+	var sp scaleChildSpec
+	if err := json.Unmarshal([]byte(spec), &sp); err != nil {
+		return fmt.Errorf("scale child spec: %w", err)
+	}
+	cfg := sp.Config
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	step := &ScaleStep{Jobs: sp.Jobs, Groups: sp.Groups}
+	if err := scaleStep(ctx, env, cfg, step, sp.Defaults); err != nil {
+		return err
+	}
+	return json.NewEncoder(w).Encode(step)
+}
+
+// publishAll publishes the groups from several goroutines without waiting for their outcomes.
+func publishAll(ctx context.Context, d *dispatcher.Dispatcher, prefix string, sizes []int, payload []byte) error {
+	const publishers = 8
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
+	labeled("producer", func() {
+		for range publishers {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= len(sizes) || ctx.Err() != nil {
+						return
+					}
+					if _, err := d.Publish(ctx, fmt.Sprint(prefix, i), repeatJobs(sizes[i], payload)); err != nil {
+						cancel(fmt.Errorf("publish: %w", err))
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+	return context.Cause(ctx)
+}
+
+// Section implements Result.
+func (r *ScaleResult) Section() Section {
+	c := r.Config
+	f1 := func(v float64) string { return fmt.Sprintf("%.1f", v) }
+	mem := Table{
+		Title:  "Heap growth per pending job, bytes (payload cache off: the target; default: as configured out of the box)",
+		Header: []string{"pending jobs", "groups", "coordinator, cache off", "outside server, cache off", "coordinator, default", "outside server, default", "whole process, default"},
+	}
+	for _, s := range r.Steps {
+		mem.Rows = append(mem.Rows, []string{
+			count(s.Jobs), count(s.Groups), f1(s.NoCache.CoordPerJob), f1(s.NoCache.OutsidePerJob),
+			f1(s.Default.CoordPerJob), f1(s.Default.OutsidePerJob), f1(s.Default.ProcessPerJob),
+		})
+	}
+	tables := []Table{mem}
+	if len(r.Slopes) > 0 {
+		st := Table{
+			Title:  "Growth per added job between sizes, bytes (the slope: constant if memory is linear in jobs)",
+			Header: []string{"from → to", "coordinator, cache off", "outside server, cache off", "outside server, default", "whole process, default"},
+		}
+		for _, s := range r.Slopes {
+			st.Rows = append(st.Rows, []string{count(s.From) + " → " + count(s.To), f1(s.NoCacheCoord), f1(s.NoCachePerJob), f1(s.DefaultPerJob), f1(s.DefaultProcess)})
+		}
+		tables = append(tables, st)
+	}
+	cost := Table{
+		Title:  "Scheduling from the backlog (default configuration)",
+		Header: []string{"pending jobs", "admitted in s", "status ms", "drain jobs/s", "drain CPU µs/job", "peak RSS"},
+	}
+	for _, s := range r.Steps {
+		cost.Rows = append(cost.Rows, []string{
+			count(s.Jobs), fmt.Sprintf("%.1f", s.AdmitSeconds), msec(s.StatusMS), rate(s.DrainJobsPerS), fmt.Sprintf("%.0f", s.DrainCPUPerJob), mib(s.PeakRSSBytes),
+		})
+	}
+	tables = append(tables, cost)
+	outside := "the whole process's heap growth minus the embedded server's own allocations (heap profile)"
+	if !r.Embedded {
+		outside = "the whole process's heap growth (the server is external)"
+	}
+	var rs []string
+	for _, st := range r.Steps {
+		rs = append(rs, fmt.Sprint(c.profileRate(st.Jobs)))
+	}
+	rates := strings.Join(slices.Compact(rs), ", ")
+	where := "Each measurement ran in a fresh child process (weave bench --scale-child), so the process held that deployment alone."
+	if !r.Isolated {
+		where = "The measurements ran in this process: objects of earlier deployments still being released can make small sizes noisy (run weave bench scale for isolated child processes)."
+	}
+	return Section{
+		Scenario: r.Scenario(),
+		Setup: fmt.Sprintf("For each size, two fresh deployments (coordinator payload cache off, then default configuration): publish the jobs (%d-byte payloads, groups of %s) with no worker, wait until the coordinator has admitted all of them, measure the heap; then, with the default configuration, one worker × %d slots runs %s jobs from the backlog.",
+			c.PayloadSize, count(c.GroupSize), c.Concurrency, count(c.DrainJobs)),
+		Tables: tables,
+		Notes: []string{
+			where,
+			"Coordinator: growth of the live heap allocated with a function of package coordinator, internal/jobindex or spreader on the stack, from the Go heap profile (runtime.MemProfileRate = " + rates + " bytes, scaled for sampling as pprof does), after garbage collection. It misses what the NATS client allocates and the coordinator keeps.",
+			"Outside server: " + outside + ": the coordinator's full footprint, including messages the NATS client allocated and the coordinator keeps, plus the dispatcher's and the connections' buffers.",
+			"Payload cache off: coordinator.Config.PayloadCacheBytes = 1 (every message is evicted as it is added): the memory per pending job excluding payloads, which the target is about. The default cache keeps jobs' messages from the feed (payload, headers, subject) up to 32 MiB of payload bytes: with small payloads that is millions of messages, whose headers are not counted against the bound.",
+			"Drain: one worker runs jobs from the backlog; jobs/s and process CPU per job between the first and the last handler call, the whole process included. Admission is timed with the heap profile sampling finely, which slows allocation-heavy code: read it as a lower bound.",
+		},
+		Checks: r.Checks,
+	}
+}

@@ -1,0 +1,150 @@
+package bench
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/spreader"
+)
+
+func TestSimulateFIFO(t *testing.T) {
+	t.Parallel()
+	// Two slots. Group 0 has three 10 ms jobs, then group 1 two 5 ms jobs.
+	jobs := []simJob{{0, ms2(10)}, {0, ms2(10)}, {0, ms2(10)}, {1, ms2(5)}, {1, ms2(5)}}
+	got := simulateFIFO(jobs, 2)
+	want := []interval{
+		{0, 0, ms2(10)},
+		{0, 0, ms2(10)},
+		{0, ms2(10), ms2(20)}, // a slot frees at 10
+		{1, ms2(10), ms2(15)}, // the other one too
+		{1, ms2(15), ms2(20)},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("simulateFIFO = %v, want %v", got, want)
+	}
+	if simulateFIFO(jobs, 0) != nil {
+		t.Error("no slots: runs")
+	}
+	// A plain queue runs a group's jobs back to back: with 4 slots and one group of 8 jobs
+	// ahead of others, the group holds every slot.
+	var q []simJob
+	for range 8 {
+		q = append(q, simJob{0, ms2(1)})
+	}
+	for g := 1; g <= 8; g++ {
+		q = append(q, simJob{g, ms2(1)})
+	}
+	c := concurrencyStats(simulateFIFO(q, 4), 9, 0)
+	if c.Peaks[0] != 4 {
+		t.Errorf("FIFO peak of the first group %d, want all 4 slots", c.Peaks[0])
+	}
+}
+
+// TestSimulateSchedulerReference checks the ideal simulation against the policies' theory on the
+// reference case: round robin 3.75 / 1.875 / 0.375, least in-flight 2 / 2 / 2 (± 5%), and the
+// equal-work groups finishing together under least in-flight.
+func TestSimulateSchedulerReference(t *testing.T) {
+	t.Parallel()
+	groups := []simGroup{{300, 10 * time.Millisecond}, {600, 5 * time.Millisecond}, {3000, time.Millisecond}}
+	tasks := []time.Duration{10 * time.Millisecond, 5 * time.Millisecond, time.Millisecond}
+	for _, p := range []spreader.Policy{spreader.RoundRobin, spreader.LeastInFlight} {
+		runs, err := simulateScheduler(p, 6, 3, groups)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) != 3900 {
+			t.Fatalf("%v: %d runs, want 3900", p, len(runs))
+		}
+		s, ok := shareStats(runs, 3)
+		if !ok {
+			t.Fatalf("%v: no window", p)
+		}
+		want := expectedInFlight(p, 6, tasks)
+		for g := range want {
+			if math.Abs(s.InFlight[g]-want[g]) > 0.05*want[g] {
+				t.Errorf("%v: group %d holds %.3f, want %.3f ± 5%%", p, g, s.InFlight[g], want[g])
+			}
+		}
+		if p == spreader.LeastInFlight {
+			// 9 s of work on 6 slots: all three finish at about 1.5 s.
+			for g, c := range s.Completion {
+				if c < 1450*time.Millisecond || c > 1550*time.Millisecond {
+					t.Errorf("least in-flight: group %d completes at %v, want about 1.5s", g, c)
+				}
+			}
+		}
+	}
+	if _, err := simulateScheduler(spreader.LeastInFlight, 6, 0, groups); err == nil {
+		t.Error("0 feeders accepted")
+	}
+}
+
+func TestExpectedInFlight(t *testing.T) {
+	t.Parallel()
+	tasks := []time.Duration{10 * time.Millisecond, 5 * time.Millisecond, time.Millisecond}
+	if got := expectedInFlight(spreader.RoundRobin, 6, tasks); !slices.Equal(got, []float64{3.75, 1.875, 0.375}) {
+		t.Errorf("round robin %v", got)
+	}
+	if got := expectedInFlight(spreader.LeastInFlight, 6, tasks); !slices.Equal(got, []float64{2, 2, 2}) {
+		t.Errorf("least in-flight %v", got)
+	}
+}
+
+func TestGroupSizes(t *testing.T) {
+	t.Parallel()
+	sum := func(s []int) (n int) {
+		for _, v := range s {
+			n += v
+		}
+		return n
+	}
+	for _, tc := range []struct{ total, groups int }{{20_000, 200}, {5000, 200}, {10, 10}, {1000, 1}} {
+		for name, sizes := range map[string][]int{
+			"log-uniform": logUniformSizes(tc.total, tc.groups),
+			"zipf":        zipfSizes(tc.total, tc.groups, 1),
+		} {
+			if len(sizes) != tc.groups || sum(sizes) != tc.total || slices.Min(sizes) < 1 {
+				t.Errorf("%s(%d, %d): %d groups, %d jobs, smallest %d", name, tc.total, tc.groups, len(sizes), sum(sizes), slices.Min(sizes))
+			}
+		}
+	}
+	z := zipfSizes(5000, 200, 1)
+	if !slices.IsSortedFunc(z, func(a, b int) int { return b - a }) {
+		t.Error("zipf sizes not in rank order")
+	}
+	if z[0] < 10*z[len(z)/2] {
+		t.Errorf("zipf sizes not skewed: largest %d, median %d", z[0], z[len(z)/2])
+	}
+	if !slices.Equal(logUniformSizes(20_000, 200), logUniformSizes(20_000, 200)) {
+		t.Error("log-uniform sizes differ between calls")
+	}
+}
+
+func TestSpreadWorkload(t *testing.T) {
+	t.Parallel()
+	c := SpreadConfig{Jobs: 500, Groups: 20}
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	w := newSpreadWorkload(c)
+	q := w.queue()
+	if len(q) != 500 {
+		t.Fatalf("%d jobs queued", len(q))
+	}
+	// Publish order: groups one after another, each complete.
+	seen := map[int]bool{}
+	for i, j := range q {
+		if i > 0 && q[i-1].group != j.group && seen[j.group] {
+			t.Fatalf("group %d is split in the queue", j.group)
+		}
+		seen[j.group] = true
+		if j.dur < c.MinTask || j.dur > c.MaxTask {
+			t.Fatalf("task %v outside %v..%v", j.dur, c.MinTask, c.MaxTask)
+		}
+	}
+	if w2 := newSpreadWorkload(c); !slices.Equal(w2.queue(), q) {
+		t.Error("the workload is not deterministic")
+	}
+}

@@ -1,0 +1,149 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/spreader"
+)
+
+func TestMain(m *testing.M) {
+	var opts []goleak.Option
+	for _, fn := range jstest.ServerGoroutineLeaks {
+		opts = append(opts, goleak.IgnoreTopFunction(fn))
+	}
+	goleak.VerifyTestMain(m, opts...)
+}
+
+// TestSmoke runs the throughput and fairness scenarios end to end with tiny parameters, on
+// embedded servers, through Run and the renderers. It checks the results are complete and
+// consistent, not that targets are met (that depends on the machine). Not parallel: it measures
+// time and CPU.
+func TestSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := Config{
+		Throughput: ThroughputConfig{Jobs: 500, Groups: 10, Concurrency: 8, Rounds: 1},
+		Fairness:   FairnessConfig{Work: 150 * time.Millisecond},
+	}
+	start := time.Now()
+	r, err := Run(ctx, &Env{}, []string{"fairness", "throughput"}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ran in %v", time.Since(start))
+	if len(r.Results) != 2 {
+		t.Fatalf("%d results", len(r.Results))
+	}
+	// In the order of Scenarios, whatever the order asked.
+	thr, ok := r.Results[0].(*ThroughputResult)
+	if !ok {
+		t.Fatalf("first result %T", r.Results[0])
+	}
+	if len(thr.Rounds) != 1 || thr.WeaveJobsPerSec <= 0 || thr.RawJobsPerSec <= 0 || thr.Ratio != thr.WeaveJobsPerSec/thr.RawJobsPerSec {
+		t.Errorf("throughput %+v", thr)
+	}
+	if thr.JobsPerWorkBatch < 1 || thr.JobsPerReportMsg < 1 {
+		t.Errorf("jobs per batch %.1f, per report %.1f: below one", thr.JobsPerWorkBatch, thr.JobsPerReportMsg)
+	}
+	if len(thr.Checks) != 1 || thr.Checks[0].Value != thr.Ratio {
+		t.Errorf("throughput checks %+v", thr.Checks)
+	}
+
+	fair, ok := r.Results[1].(*FairnessResult)
+	if !ok {
+		t.Fatalf("second result %T", r.Results[1])
+	}
+	if len(fair.Runs) != 2 || fair.Runs[0].Policy != spreader.RoundRobin.String() || fair.Runs[1].Policy != spreader.LeastInFlight.String() {
+		t.Fatalf("fairness runs %+v", fair.Runs)
+	}
+	for _, run := range fair.Runs {
+		if run.BusySlots <= 0 || run.BusySlots > 6.01 || run.WindowToS <= run.WindowFromS {
+			t.Errorf("%s: %.2f busy slots, window %.3f–%.3f s", run.Policy, run.BusySlots, run.WindowFromS, run.WindowToS)
+		}
+		for _, g := range run.Groups {
+			if g.Jobs != int(150/g.TaskMS) || g.CompletionS <= 0 || g.IdealCompletionS <= 0 || g.InFlight <= 0 {
+				t.Errorf("%s: group %+v", run.Policy, g)
+			}
+		}
+	}
+	if len(fair.Checks) != 3 {
+		t.Errorf("fairness checks %+v", fair.Checks)
+	}
+	if r.Machine.CPUs < 1 || r.Machine.NATSServer == "" || r.Finished.Before(r.Started) {
+		t.Errorf("report %+v", r)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	var c Config
+	if err := c.Validate(Scenarios); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if c.Throughput.Jobs != 20_000 || c.Latency.Rate != 1000 || c.Fairness.Slots != 6 || c.Spread.Jobs != 5000 || c.Herd.Slots != 200 || len(c.Scale.Sizes) != 2 {
+		t.Errorf("defaults %+v", c)
+	}
+	for name, bad := range map[string]Config{
+		"throughput": {Throughput: ThroughputConfig{Jobs: 10, Groups: 20}},
+		"latency":    {Latency: LatencyConfig{PayloadSize: 4}},
+		"fairness":   {Fairness: FairnessConfig{Work: time.Millisecond}},
+		"spread":     {Spread: SpreadConfig{MinTask: 5 * time.Millisecond, MaxTask: time.Millisecond}},
+		"herd":       {Herd: HerdConfig{Workers: 10, Slots: 5}},
+		"scale":      {Scale: ScaleConfig{Sizes: []int{10}}},
+	} {
+		if err := bad.Validate([]string{name}); err == nil {
+			t.Errorf("%s: bad config accepted: %+v", name, bad)
+		}
+	}
+	if err := c.Validate([]string{"nope"}); err == nil {
+		t.Error("unknown scenario accepted")
+	}
+}
+
+// TestScaleSmall runs the scale scenario in this process with tiny sizes, and one measurement
+// through RunScaleChild, the child process's entry point. Memory figures at these sizes are
+// noise; it checks they are all there.
+func TestScaleSmall(t *testing.T) {
+	settleMax = 0 // the figures are not checked: do not wait for earlier deployments' memory
+	defer func() { settleMax = 5 * time.Second }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := RunScale(ctx, &Env{}, ScaleConfig{Sizes: []int{1000, 200}, GroupSize: 100, DrainJobs: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Isolated || len(res.Steps) != 2 || len(res.Slopes) != 1 || len(res.Checks) != 3 {
+		t.Fatalf("result %+v", res)
+	}
+	for _, s := range res.Steps {
+		if s.Admitted != uint64(s.Jobs) || s.Pending != uint64(s.Jobs) || s.Groups != s.Jobs/100 || s.DrainJobs != 50 || s.DrainJobsPerS <= 0 || s.NoCache.CoordBytes == 0 || s.Default.CoordBytes == 0 {
+			t.Errorf("step %+v", s)
+		}
+	}
+	if res.Steps[0].Jobs != 200 {
+		t.Errorf("sizes not sorted: %d first", res.Steps[0].Jobs)
+	}
+
+	var out bytes.Buffer
+	spec := `{"config":{"group_size":100,"drain_jobs":20},"jobs":300,"groups":3,"defaults":false}`
+	if err := RunScaleChild(ctx, &Env{}, spec, &out); err != nil {
+		t.Fatal(err)
+	}
+	var step ScaleStep
+	if err := json.Unmarshal(out.Bytes(), &step); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if step.Jobs != 300 || step.NoCache.CoordBytes == 0 || step.Default.CoordBytes != 0 || step.DrainJobs != 0 {
+		t.Errorf("child step %+v", step)
+	}
+	if err := RunScaleChild(ctx, &Env{}, "{", &out); err == nil {
+		t.Error("a bad spec accepted")
+	}
+}
