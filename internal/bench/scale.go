@@ -479,7 +479,7 @@ func (r *ScaleResult) Section() Section {
 			where,
 			"Coordinator: growth of the live heap allocated with a function of package coordinator, internal/jobindex or spreader on the stack, from the Go heap profile (runtime.MemProfileRate = " + rates + " bytes, scaled for sampling as pprof does), after garbage collection. It misses what the NATS client allocates and the coordinator keeps.",
 			"Outside server: " + outside + ": the coordinator's full footprint, including messages the NATS client allocated and the coordinator keeps, plus the dispatcher's and the connections' buffers.",
-			"Payload cache off: coordinator.Config.PayloadCacheBytes = 1 (every message is evicted as it is added): the memory per pending job excluding payloads, which the target is about. The default cache keeps jobs' messages from the feed (payload, headers, subject) up to 32 MiB of payload bytes: with small payloads that is millions of messages, whose headers are not counted against the bound.",
+			"Payload cache off: coordinator.Config.PayloadCacheBytes = 1 (every message is evicted as it is added): the memory per pending job excluding payloads, which the target is about. The default cache keeps jobs' messages from the feed (payload, headers, subject) up to 32 MiB, counting each message's payload, headers and bookkeeping: a bounded amount, so its share per pending job falls as the backlog grows.",
 			"Drain: one worker runs jobs from the backlog; jobs/s and process CPU per job between the first and the last handler call, the whole process included. Admission is timed with the heap profile sampling finely, which slows allocation-heavy code: read it as a lower bound.",
 		},
 		Checks: r.Checks,
