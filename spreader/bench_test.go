@@ -177,3 +177,36 @@ func BenchmarkSchedulerChurn(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPullStep is the floor under Spread's cost with two or more feeders: every job of a
+// feeder but the first comes through one iter.Pull step, so Spread cannot run faster than about
+// 1/(this) jobs per second for those jobs. A plain range over the same iterator is the reference.
+func BenchmarkPullStep(b *testing.B) {
+	endless := func(yield func(int) bool) {
+		for i := 0; ; i++ {
+			if !yield(i) {
+				return
+			}
+		}
+	}
+	b.Run("pull", func(b *testing.B) {
+		next, stop := iter.Pull(iter.Seq[int](endless))
+		defer stop()
+		sum := 0
+		for b.Loop() {
+			v, _ := next()
+			sum += v
+		}
+		_ = sum
+	})
+	b.Run("range", func(b *testing.B) {
+		sum, n := 0, 0
+		for v := range endless {
+			sum += v
+			if n++; n == b.N {
+				break
+			}
+		}
+		_ = sum
+	})
+}
