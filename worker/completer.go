@@ -81,6 +81,7 @@ type completer struct {
 	pendingBytes   int
 	linger         *time.Timer
 	lingering      bool
+	lastFlush      time.Time      // when the last report message was sent
 	inflight       []*publication // publish order; only the head's outcome is awaited
 	retry          *time.Timer    // set while waiting to publish the head again
 	backoff        time.Duration
@@ -182,14 +183,21 @@ func (c *completer) add(ev completerEvent) {
 	c.pending = append(c.pending, ev.report)
 	c.pendingBatches = append(c.pendingBatches, ev.batch)
 	c.pendingBytes += size
-	// Group commit: with no report message on its way, send at once; otherwise gather reports
-	// until the one on its way is stored (persisted flushes) or ReportLinger passes.
-	if len(c.pending) >= c.cfg.MaxReportBatch || len(c.inflight) == 0 {
+	// Group commit, at most one message per ReportLinger: with no report message on its way and
+	// none sent for ReportLinger, send at once (a lone report is never delayed); otherwise gather
+	// reports until that much time has passed since the last message. Under load this turns many
+	// small messages into few large ones.
+	if len(c.pending) >= c.cfg.MaxReportBatch {
+		c.flush()
+		return
+	}
+	wait := c.cfg.ReportLinger - time.Since(c.lastFlush)
+	if len(c.inflight) == 0 && wait <= 0 {
 		c.flush()
 		return
 	}
 	if !c.lingering {
-		c.linger.Reset(c.cfg.ReportLinger)
+		c.linger.Reset(max(wait, 0))
 		c.lingering = true
 	}
 }
@@ -204,6 +212,7 @@ func (c *completer) flush() {
 		return
 	}
 	c.seq++
+	c.lastFlush = time.Now()
 	data := wire.AppendReports(make([]byte, 0, c.pendingBytes+64), c.cfg.ID, c.pending)
 	p := &publication{
 		msg:     &nats.Msg{Subject: c.subject, Data: data},
@@ -234,9 +243,6 @@ func (c *completer) persisted() {
 		if b.persisted == b.jobs {
 			c.ack(b)
 		}
-	}
-	if len(c.inflight) == 0 {
-		c.flush() // the reports gathered while this one was on its way
 	}
 }
 

@@ -26,7 +26,7 @@ const (
 	DefaultLease             = 30 * time.Second
 	DefaultDrainTimeout      = 10 * time.Second
 	DefaultTimeoutGrace      = time.Second
-	DefaultReportLinger      = 2 * time.Millisecond
+	DefaultReportLinger      = time.Millisecond
 	DefaultMaxReportBatch    = 256
 	DefaultMaxResultSize     = 64 << 10
 )
@@ -91,10 +91,10 @@ type Config struct {
 	// it cancels their contexts. Default 10s.
 	DrainTimeout time.Duration
 
-	// ReportLinger is the longest a finished job's report waits for others to share its
-	// message. Reports are group-committed: with no report message on its way to JetStream a
-	// report is sent at once; otherwise reports gather until that message is stored or
-	// ReportLinger passes. Default 2ms.
+	// ReportLinger paces report messages: a report is sent at once when no report message is
+	// on its way and none was sent within ReportLinger; otherwise reports gather and go together,
+	// at most one message per ReportLinger. A lone report is never delayed; under load few large
+	// messages replace many small ones. Default 1ms.
 	ReportLinger time.Duration
 
 	// MaxReportBatch is the most reports sent in one message. Default 256; at most
