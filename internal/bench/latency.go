@@ -23,6 +23,12 @@ type LatencyConfig struct {
 	GroupSize   int           `json:"group_size"`   // jobs per group, each yielded at its time; default 10
 	Concurrency int           `json:"concurrency"`  // slots of the one worker; default 16
 	PayloadSize int           `json:"payload_size"` // default 128 (at least 12: index and timestamp)
+
+	// Wait sees outcomes the way a producer would, through each group's Handle.Wait (a consumer
+	// per group), instead of one ordered consumer over the RESULTS stream: a job counts as done
+	// when its group's Wait returns. Each open Wait holds a consumer, and the server allows 1,000
+	// per stream by default: keep Rate ÷ GroupSize well under that.
+	Wait bool `json:"wait,omitempty"`
 }
 
 func (c *LatencyConfig) defaults() error {
@@ -69,7 +75,7 @@ type latencySample struct {
 // measures, per job, submission → handler start and submission → outcome seen by the producer.
 // Jobs are published in groups of GroupSize, each job yielded to the open group at its scheduled
 // time. The producer sees outcomes through one ordered consumer over the RESULTS stream: what
-// Handle.Wait reads, without a consumer per group.
+// Handle.Wait reads, without a consumer per group (or, with Wait, through each group's Wait).
 func RunLatency(ctx context.Context, env *Env, cfg LatencyConfig) (res *LatencyResult, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -137,37 +143,13 @@ func RunLatency(ctx context.Context, env *Env, cfg LatencyConfig) (res *LatencyR
 		return nil, err
 	}
 
-	fnc, err := d.connect("producer")
-	if err != nil {
-		return nil, err
+	if !cfg.Wait {
+		cc, err := followOutcomes(ctx, d, markSeen)
+		if err != nil {
+			return nil, err
+		}
+		defer cc.Stop()
 	}
-	js, err := jetstream.New(fnc)
-	if err != nil {
-		return nil, err
-	}
-	cons, err := js.OrderedConsumer(ctx, d.names.ResultsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{d.names.AllOutcomes()}, DeliverPolicy: jetstream.DeliverNewPolicy,
-	})
-	if err != nil {
-		return nil, err
-	}
-	var cc jetstream.ConsumeContext
-	labeled("producer", func() {
-		cc, err = cons.Consume(func(m jetstream.Msg) {
-			now := time.Now()
-			outs, _, err := wire.DecodeOutcomeMsg(m.Data())
-			if err != nil {
-				return // not an outcome batch
-			}
-			for _, o := range outs {
-				markSeen(o.ID, now)
-			}
-		})
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer cc.Stop()
 
 	env.progressf("latency: submitting %s jobs at %s jobs/s", count(n), count(cfg.Rate))
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -203,8 +185,21 @@ func RunLatency(ctx context.Context, env *Env, cfg LatencyConfig) (res *LatencyR
 						}
 					}
 				}
-				if _, err := disp.Publish(ctx, fmt.Sprint("lat-", g), jobs); err != nil {
+				h, err := disp.Publish(ctx, fmt.Sprint("lat-", g), jobs)
+				if err != nil {
 					cancel(fmt.Errorf("publish: %w", err))
+					return
+				}
+				if cfg.Wait {
+					res, err := h.Wait(ctx)
+					if err != nil {
+						cancel(fmt.Errorf("wait: %w", err))
+						return
+					}
+					now := time.Now()
+					for _, o := range res.Jobs {
+						markSeen(o.ID, now)
+					}
 				}
 			})
 		}
@@ -241,16 +236,56 @@ func RunLatency(ctx context.Context, env *Env, cfg LatencyConfig) (res *LatencyR
 	return res, nil
 }
 
+// followOutcomes follows every group's outcomes with one ordered consumer over the RESULTS
+// stream, on the producer's connection, and marks each job's as seen.
+func followOutcomes(ctx context.Context, d *deployment, markSeen func(id uint64, at time.Time)) (jetstream.ConsumeContext, error) {
+	fnc, err := d.connect("producer")
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(fnc)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := js.OrderedConsumer(ctx, d.names.ResultsStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{d.names.AllOutcomes()}, DeliverPolicy: jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var cc jetstream.ConsumeContext
+	labeled("producer", func() {
+		cc, err = cons.Consume(func(m jetstream.Msg) {
+			now := time.Now()
+			outs, _, err := wire.DecodeOutcomeMsg(m.Data())
+			if err != nil {
+				return // not an outcome batch
+			}
+			for _, o := range outs {
+				markSeen(o.ID, now)
+			}
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cc, nil
+}
+
 // Section implements Result.
 func (r *LatencyResult) Section() Section {
 	c := r.Config
+	seen := "outcomes followed with one ordered consumer on the RESULTS stream"
+	if c.Wait {
+		seen = "outcomes seen through each group's Handle.Wait (a job is done when its group's Wait returns)"
+	}
 	row := func(name string, q Quantiles) []string {
 		return []string{name, msec(q.P50), msec(q.P90), msec(q.P99), msec(q.Max)}
 	}
 	return Section{
 		Scenario: r.Scenario(),
-		Setup: fmt.Sprintf("%s no-op jobs submitted open loop at %s jobs/s for %v, in groups of %d (each job yielded to its open group at its scheduled time), to 1 worker × %d slots; outcomes followed with one ordered consumer on the RESULTS stream.",
-			count(r.Jobs), count(c.Rate), c.Duration, c.GroupSize, c.Concurrency),
+		Setup: fmt.Sprintf("%s no-op jobs submitted open loop at %s jobs/s for %v, in groups of %d (each job yielded to its open group at its scheduled time), to 1 worker × %d slots; %s.",
+			count(r.Jobs), count(c.Rate), c.Duration, c.GroupSize, c.Concurrency, seen),
 		Tables: []Table{{
 			Header: []string{"ms", "p50", "p90", "p99", "max"},
 			Rows: [][]string{

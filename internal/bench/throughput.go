@@ -26,6 +26,10 @@ type ThroughputConfig struct {
 	Workers     int `json:"workers"`      // default 1
 	Concurrency int `json:"concurrency"`  // slots per worker; default 64
 	Rounds      int `json:"rounds"`       // Weave and reference runs each; default 2
+
+	// The coordinator's Prefetch (-1 or more) and MaxBatch; 0: its defaults (adaptive, 64).
+	Prefetch int `json:"prefetch,omitempty"`
+	MaxBatch int `json:"max_batch,omitempty"`
 }
 
 func (c *ThroughputConfig) defaults() error {
@@ -38,6 +42,8 @@ func (c *ThroughputConfig) defaults() error {
 	switch {
 	case c.Jobs < 1 || c.Groups < 1 || c.PayloadSize < 0 || c.Workers < 1 || c.Concurrency < 1 || c.Rounds < 1:
 		return fmt.Errorf("throughput: jobs, groups, workers, concurrency and rounds must be positive")
+	case c.Prefetch < -1 || c.MaxBatch < 0:
+		return fmt.Errorf("throughput: prefetch %d below -1 or max batch %d negative", c.Prefetch, c.MaxBatch)
 	case c.Groups > c.Jobs:
 		return fmt.Errorf("throughput: %d groups need at least as many jobs (%d)", c.Groups, c.Jobs)
 	case c.Groups > 500:
@@ -107,7 +113,7 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 	sizes := logUniformSizes(cfg.Jobs, cfg.Groups)
 	payload := make([]byte, cfg.PayloadSize)
 
-	if err := d.coordinator(coordinator.Config{}); err != nil {
+	if err := d.coordinator(coordinator.Config{Prefetch: cfg.Prefetch, MaxBatch: cfg.MaxBatch}); err != nil {
 		return nil, err
 	}
 	var lastRun atomic.Int64 // UnixNano of the latest handler call
@@ -203,10 +209,14 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 // Section implements Result.
 func (r *ThroughputResult) Section() Section {
 	c := r.Config
+	coord := "coordinator defaults"
+	if c.Prefetch != 0 || c.MaxBatch != 0 {
+		coord = fmt.Sprintf("coordinator Prefetch %d, MaxBatch %d (0: default)", c.Prefetch, c.MaxBatch)
+	}
 	s := Section{
 		Scenario: r.Scenario(),
-		Setup: fmt.Sprintf("%s no-op jobs of %d B in %d groups (log-uniform sizes), %d worker(s) × %d slots, coordinator defaults; %d round(s), alternating which path runs first.",
-			count(c.Jobs), c.PayloadSize, c.Groups, c.Workers, c.Concurrency, c.Rounds),
+		Setup: fmt.Sprintf("%s no-op jobs of %d B in %d groups (log-uniform sizes), %d worker(s) × %d slots, %s; %d round(s), alternating which path runs first.",
+			count(c.Jobs), c.PayloadSize, c.Groups, c.Workers, c.Concurrency, coord, c.Rounds),
 		Tables: []Table{{
 			Header: []string{"path", "jobs/s", "CPU s / 1,000 jobs", "what is timed"},
 			Rows: [][]string{
