@@ -94,7 +94,8 @@ type Config struct {
 	// ReportLinger paces report messages: a report is sent at once when no report message is
 	// on its way and none was sent within ReportLinger; otherwise reports gather and go together,
 	// at most one message per ReportLinger. A lone report is never delayed; under load few large
-	// messages replace many small ones. Default 1ms.
+	// messages replace many small ones, at the cost of up to ReportLinger on each outcome (set
+	// 1ns to send every report as soon as possible). Default 1ms.
 	ReportLinger time.Duration
 
 	// MaxReportBatch is the most reports sent in one message. Default 256; at most
