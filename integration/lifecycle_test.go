@@ -434,9 +434,11 @@ func TestReattachAfterSubmitterRestart(t *testing.T) {
 	e := setup(t)
 	e.coordinator(coordinator.Config{})
 	gate := make(chan struct{})
-	var finished atomic.Int64
+	var started, finished atomic.Int64
 	e.worker(worker.Config{Concurrency: 4}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
-		if i, _ := strconv.Atoi(string(j.Payload)); i >= n/2 {
+		// Whichever jobs start after the first half wait: batches may reach the worker in any
+		// order, so the gate cannot go by job index.
+		if started.Add(1) > n/2 {
 			select {
 			case <-gate: // the second half waits until the new submitter is attached
 			case <-ctx.Done():
