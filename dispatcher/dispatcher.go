@@ -103,8 +103,8 @@ type Config struct {
 }
 
 // Dispatcher publishes groups of jobs to Weave and waits for their outcomes. It is safe for
-// concurrent use. It owns no goroutines and holds nothing that needs closing beyond the NATS
-// connection it was given.
+// concurrent use. The first Handle.WaitSummary starts a subscription that the Dispatcher's later
+// waits share; Close stops it. The Dispatcher does not own the NATS connection it was given.
 type Dispatcher struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
@@ -119,6 +119,18 @@ type Dispatcher struct {
 	// ensureMu guards ensured; held while creating the streams so concurrent first calls wait.
 	ensureMu sync.Mutex
 	ensured  bool
+
+	// sumMu guards the subscription WaitSummary calls share (see summary.go): sumSub, nil until
+	// the first one and after Close; sumWaiters, the waiters by group token; sumClosed, set by
+	// Close.
+	sumMu      sync.Mutex
+	sumSub     *nats.Subscription
+	sumWaiters map[string]map[*summaryWaiter]struct{}
+	sumClosed  bool
+
+	// waitHook, if set (by tests), is called by each WaitSummary that found no stored summary
+	// once it waits on the shared subscription.
+	waitHook func()
 }
 
 // New returns a Dispatcher publishing through nc. It validates cfg and fills in defaults; it does

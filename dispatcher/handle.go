@@ -206,8 +206,19 @@ func (h *Handle) Outcomes(ctx context.Context) iter.Seq2[JobOutcome, error] {
 }
 
 // WaitSummary blocks until the group has finished and returns its counts, or returns ctx's error.
-// Unlike Wait it does not read the outcomes: for a finished group it reads one message.
+// Unlike Wait it does not read the outcomes: for a finished group it reads one message. It creates
+// no consumer: it waits on a subscription the Dispatcher's WaitSummary calls share (see Close).
 func (h *Handle) WaitSummary(ctx context.Context) (Summary, error) {
+	if h.err != nil {
+		return Summary{}, h.err
+	}
+	if err := h.d.ensure(ctx); err != nil {
+		return Summary{}, err
+	}
+	if sum, ok, err := h.waitSummary(ctx); ok || err != nil {
+		return sum, err
+	}
+	// The Dispatcher was closed: wait with a consumer of our own.
 	var bad error
 	sum, err := h.follow(ctx, true, func(JobOutcome) bool { return true }, func(err error) bool {
 		bad = err

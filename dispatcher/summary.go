@@ -1,0 +1,266 @@
+package dispatcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// WaitSummary needs no consumer of its own: it reads a finished group's summary with one direct
+// get of the last message on the group's outcome subject, and learns of summaries written later
+// from one core NATS subscription to every outcome subject, shared by the Dispatcher's waits
+// (JetStream delivers a stored message to the subject's core subscribers as well). A waiter is
+// registered on that subscription before it looks for a stored summary, so a summary written in
+// between reaches it one way or the other.
+
+// directGetAPI is the direct get request subject prefix of the default JetStream API, which New
+// uses.
+const directGetAPI = "$JS.API.DIRECT.GET."
+
+// Rechecks of the stored summary while waiting: a backstop for summaries the subscription missed
+// (written while the connection was down, or not yet visible to the direct get, on a replica that
+// lags, when the waiter was registered).
+const (
+	firstRecheck = 2 * time.Second
+	maxRecheck   = 30 * time.Second
+)
+
+// Message prefixes (format version and kind) of a summary and of an outcome batch.
+var (
+	summaryPrefix  = wire.AppendSummary(nil, wire.GroupSummary{})[:2]
+	outcomesPrefix = wire.AppendOutcomes(nil, nil)[:2]
+)
+
+// summaryWaiter is one WaitSummary call waiting on the shared subscription.
+type summaryWaiter struct {
+	openSeq uint64           // the Handle's incarnation; 0 accepts any
+	ch      chan summaryNote // buffered: the first note is all the waiter reads
+}
+
+// summaryNote is what the shared subscription tells a waiter.
+type summaryNote struct {
+	sum    Summary
+	err    error // a malformed message of the group
+	closed bool  // Close ended the subscription: wait some other way
+}
+
+// Close stops the subscription the Dispatcher shares between its WaitSummary calls (started by
+// the first one). It does not close the NATS connection, and the Dispatcher remains usable:
+// WaitSummary calls waiting at that moment, or made afterwards, fall back to a RESULTS consumer of
+// their own. Call Close when done with the Dispatcher; a Dispatcher that never waited for a summary
+// has nothing to stop. Close may be called more than once.
+func (d *Dispatcher) Close() {
+	d.sumMu.Lock()
+	defer d.sumMu.Unlock()
+	d.sumClosed = true
+	if d.sumSub != nil {
+		if err := d.sumSub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+			d.log.Debug().Err(err).Msg("stop the summary subscription")
+		}
+		d.sumSub = nil
+	}
+	for _, ws := range d.sumWaiters {
+		for w := range ws {
+			select {
+			case w.ch <- summaryNote{closed: true}:
+			default: // it has a note already
+			}
+		}
+	}
+	d.sumWaiters = nil
+}
+
+// watchSummary registers a waiter for the summary of the group with token gtok, starting the
+// shared subscription if needed. It returns nil after Close.
+func (d *Dispatcher) watchSummary(gtok string, openSeq uint64) (*summaryWaiter, error) {
+	d.sumMu.Lock()
+	defer d.sumMu.Unlock()
+	if d.sumClosed {
+		return nil, nil
+	}
+	if d.sumSub == nil {
+		sub, err := d.nc.Subscribe(d.names.AllOutcomes(), d.routeSummary)
+		if err != nil {
+			return nil, fmt.Errorf("weave: subscribe to outcomes: %w", err)
+		}
+		// Messages of groups nobody waits for are dropped at once, so the backlog stays short;
+		// dropping messages on a burst would leave waiters to their rechecks.
+		if err := sub.SetPendingLimits(-1, -1); err != nil {
+			_ = sub.Unsubscribe()
+			return nil, fmt.Errorf("weave: subscribe to outcomes: %w", err)
+		}
+		d.sumSub = sub
+		d.sumWaiters = map[string]map[*summaryWaiter]struct{}{}
+	}
+	w := &summaryWaiter{openSeq: openSeq, ch: make(chan summaryNote, 1)}
+	ws := d.sumWaiters[gtok]
+	if ws == nil {
+		ws = map[*summaryWaiter]struct{}{}
+		d.sumWaiters[gtok] = ws
+	}
+	ws[w] = struct{}{}
+	return w, nil
+}
+
+// unwatchSummary removes a waiter registered by watchSummary.
+func (d *Dispatcher) unwatchSummary(gtok string, w *summaryWaiter) {
+	d.sumMu.Lock()
+	defer d.sumMu.Unlock()
+	if ws := d.sumWaiters[gtok]; ws != nil {
+		delete(ws, w)
+		if len(ws) == 0 {
+			delete(d.sumWaiters, gtok)
+		}
+	}
+}
+
+// routeSummary is the shared subscription's handler: it hands a summary (or a malformed message)
+// to the waiters of its group and incarnation, and ignores the rest without decoding it.
+func (d *Dispatcher) routeSummary(m *nats.Msg) {
+	gtok, ok := strings.CutPrefix(m.Subject, d.names.OutcomeSubject(""))
+	if !ok {
+		return
+	}
+	d.sumMu.Lock()
+	waiting := len(d.sumWaiters[gtok]) > 0
+	d.sumMu.Unlock()
+	if !waiting || bytes.HasPrefix(m.Data, outcomesPrefix) {
+		return
+	}
+	var note summaryNote
+	_, sum, err := wire.DecodeOutcomeMsg(m.Data)
+	switch {
+	case err != nil:
+		note.err = fmt.Errorf("%w: group token %q, subject %s: %w", ErrMalformedOutcome, gtok, m.Subject, err)
+	case sum != nil:
+		note.sum = Summary{Jobs: int(sum.Jobs), Done: int(sum.Done), Failed: int(sum.Failed), Canceled: int(sum.Canceled)}
+	default:
+		return // not reached: a message without the outcomes prefix is a summary or malformed
+	}
+	incarnation := m.Header.Get(wire.HdrGroupSeq)
+	d.sumMu.Lock()
+	defer d.sumMu.Unlock()
+	for w := range d.sumWaiters[gtok] {
+		if !sameIncarnation(w.openSeq, incarnation) {
+			continue
+		}
+		select {
+		case w.ch <- note:
+		default: // it has a note already
+		}
+	}
+}
+
+// sameIncarnation reports whether a message with the given Weave-Group-Seq header belongs to the
+// incarnation openSeq of a Handle (0 accepts any; so does a message without the header).
+func sameIncarnation(openSeq uint64, hdr string) bool {
+	return openSeq == 0 || hdr == "" || hdr == strconv.FormatUint(openSeq, 10)
+}
+
+// waitSummary is WaitSummary on the shared subscription. It returns ok false, having done
+// nothing more to wait, when the subscription is closed (Close); the caller then waits with a
+// consumer.
+func (h *Handle) waitSummary(ctx context.Context) (sum Summary, ok bool, err error) {
+	w, err := h.d.watchSummary(h.gtok, h.openSeq)
+	if err != nil || w == nil {
+		return Summary{}, false, err
+	}
+	defer h.d.unwatchSummary(h.gtok, w)
+
+	s, found, err := h.storedSummary(ctx)
+	if err != nil || found {
+		return s, true, err
+	}
+	if hook := h.d.waitHook; hook != nil {
+		hook()
+	}
+	recheck := firstRecheck
+	timer := time.NewTimer(recheck)
+	defer timer.Stop()
+	for {
+		select {
+		case n := <-w.ch:
+			if n.closed {
+				return Summary{}, false, nil
+			}
+			return n.sum, true, n.err
+		case <-ctx.Done():
+			return Summary{}, true, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, ctx.Err())
+		case <-timer.C:
+			s, found, err := h.storedSummary(ctx)
+			switch {
+			case found || errors.Is(err, ErrMalformedOutcome) || errors.Is(err, nats.ErrConnectionClosed):
+				return s, true, err
+			case err != nil && ctx.Err() != nil:
+				return Summary{}, true, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, ctx.Err())
+			case err != nil:
+				h.d.log.Debug().Err(err).Str("group", h.group).Msg("recheck a group's summary")
+			}
+			recheck = min(2*recheck, maxRecheck)
+			timer.Reset(recheck)
+		}
+	}
+}
+
+// storedSummary reads the last message on the group's outcome subject with a direct get and
+// returns the summary it holds, if it is one of the Handle's incarnation.
+func (h *Handle) storedSummary(ctx context.Context) (Summary, bool, error) {
+	stream := h.d.names.ResultsStream()
+	req, err := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{h.d.names.OutcomeSubject(h.gtok)})
+	if err != nil {
+		return Summary{}, false, err
+	}
+	m, err := h.d.directGet(ctx, directGetAPI+stream, req)
+	if err != nil {
+		return Summary{}, false, fmt.Errorf("weave: read the summary of group %q: %w", h.group, err)
+	}
+	if status := m.Header.Get("Status"); status != "" {
+		if status == "404" {
+			return Summary{}, false, nil // no outcome stored yet
+		}
+		return Summary{}, false, fmt.Errorf("weave: read the summary of group %q: direct get from %s: status %s %s", h.group, stream, status, m.Header.Get("Description"))
+	}
+	if !sameIncarnation(h.openSeq, m.Header.Get(wire.HdrGroupSeq)) {
+		return Summary{}, false, nil // another incarnation's outcome
+	}
+	_, sum, err := wire.DecodeOutcomeMsg(m.Data)
+	if err != nil {
+		return Summary{}, false, fmt.Errorf("%w: group %q, %s sequence %s: %w", ErrMalformedOutcome, h.group, stream, m.Header.Get("Nats-Sequence"), err)
+	}
+	if sum == nil {
+		return Summary{}, false, nil // the group is running
+	}
+	return Summary{Jobs: int(sum.Jobs), Done: int(sum.Done), Failed: int(sum.Failed), Canceled: int(sum.Canceled)}, true, nil
+}
+
+// directGet sends a direct get request, each attempt bounded by RequestTimeout. A stream just
+// created, or changing leaders in a cluster, may have no server answering direct gets for a
+// while: it retries then, like publishControl, 50ms apart and within ctx.
+func (d *Dispatcher) directGet(ctx context.Context, subject string, req []byte) (*nats.Msg, error) {
+	for attempt := 0; ; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
+		m, err := d.nc.RequestWithContext(rctx, subject, req)
+		cancel()
+		if !errors.Is(err, nats.ErrNoResponders) || attempt >= noLeaderRetries {
+			return m, err
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
