@@ -53,24 +53,34 @@ const iterChunk = 256
 // read under one read lock; groups added or forgotten during the iteration may or may not be
 // seen.
 func (x *Index) Groups() iter.Seq2[string, Counts] {
-	return func(yield func(string, Counts) bool) {
+	return chunked(x, func() int { return len(x.groups) }, func(i int) (string, Counts, bool) {
+		g := &x.groups[i]
+		return g.name, g.counts.export(), g.name != ""
+	})
+}
+
+// chunked yields (name, value) for the slots 0..n()-1 of an index table that at(i) reports as
+// used, reading iterChunk slots at a time under one read lock, and calling yield with no lock
+// held, so the loop body may call back into the index.
+func chunked[V any](x *Index, n func() int, at func(i int) (string, V, bool)) iter.Seq2[string, V] {
+	return func(yield func(string, V) bool) {
 		type entry struct {
-			name   string
-			counts Counts
+			name string
+			v    V
 		}
 		buf := make([]entry, 0, iterChunk)
 		for next := 0; ; {
 			buf = buf[:0]
 			x.mu.RLock()
-			for ; next < len(x.groups) && len(buf) < iterChunk; next++ {
-				if g := &x.groups[next]; g.name != "" {
-					buf = append(buf, entry{g.name, g.counts.export()})
+			for ; next < n() && len(buf) < iterChunk; next++ {
+				if name, v, ok := at(next); ok {
+					buf = append(buf, entry{name, v})
 				}
 			}
-			done := next >= len(x.groups)
+			done := next >= n()
 			x.mu.RUnlock()
 			for _, e := range buf {
-				if !yield(e.name, e.counts) {
+				if !yield(e.name, e.v) {
 					return
 				}
 			}

@@ -204,30 +204,11 @@ func (x *Index) resourceCounts(rid uint32) ResourceCounts {
 // Resources yields every resource named by an indexed job, with its counts, in no particular
 // order. It reads in chunks like [Index.Groups].
 func (x *Index) Resources() iter.Seq2[string, ResourceCounts] {
-	return func(yield func(string, ResourceCounts) bool) {
-		type entry struct {
-			name   string
-			counts ResourceCounts
+	return chunked(x, func() int { return len(x.resources) }, func(i int) (string, ResourceCounts, bool) {
+		r := &x.resources[i]
+		if r.name == "" {
+			return "", ResourceCounts{}, false
 		}
-		buf := make([]entry, 0, iterChunk)
-		for next := 0; ; {
-			buf = buf[:0]
-			x.mu.RLock()
-			for ; next < len(x.resources) && len(buf) < iterChunk; next++ {
-				if r := &x.resources[next]; r.name != "" {
-					buf = append(buf, entry{r.name, x.resourceCounts(uint32(next))})
-				}
-			}
-			done := next >= len(x.resources)
-			x.mu.RUnlock()
-			for _, e := range buf {
-				if !yield(e.name, e.counts) {
-					return
-				}
-			}
-			if done {
-				return
-			}
-		}
-	}
+		return r.name, x.resourceCounts(uint32(i)), true
+	})
 }
