@@ -27,11 +27,8 @@ Cancel returns once the request is stored; the coordinator applies it.`,
   weave cancel --group site-1 --job 1042 --job 1077`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if group == "" {
-				return usageErrorf("--group is required")
-			}
-			if err := wire.ValidateGroupID(group); err != nil {
-				return usageErrorf("--group: %v", err)
+			if err := checkGroupFlag(group); err != nil {
+				return err
 			}
 			jobs, err := parseJobIDs(jobArgs)
 			if err != nil {

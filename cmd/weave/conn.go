@@ -185,3 +185,14 @@ func closeConn(nc *nats.Conn) {
 		nc.Close()
 	}
 }
+
+// checkGroupFlag checks a required --group flag, as a usage error.
+func checkGroupFlag(group string) error {
+	if group == "" {
+		return usageErrorf("--group is required")
+	}
+	if err := wire.ValidateGroupID(group); err != nil {
+		return usageErrorf("--group: %v", err)
+	}
+	return nil
+}

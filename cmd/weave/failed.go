@@ -217,11 +217,8 @@ status 1 if any job failed or was canceled again.`,
 }
 
 func (r *failedRetryCmd) run(cmd *cobra.Command, args []string) error {
-	if r.group == "" {
-		return usageErrorf("--group is required")
-	}
-	if err := wire.ValidateGroupID(r.group); err != nil {
-		return usageErrorf("--group: %v", err)
+	if err := checkGroupFlag(r.group); err != nil {
+		return err
 	}
 	ids, err := parseJobIDs(args)
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weavejobs/weave/dispatcher"
-	"github.com/weavejobs/weave/internal/wire"
 )
 
 // submitCmd holds the submit command's flags.
@@ -77,11 +76,8 @@ a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b
 }
 
 func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
-	if s.group == "" {
-		return usageErrorf("--group is required")
-	}
-	if err := wire.ValidateGroupID(s.group); err != nil {
-		return usageErrorf("--group: %v", err)
+	if err := checkGroupFlag(s.group); err != nil {
+		return err
 	}
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	in, size, closeIn, err := openJobs(cmd, s.file)
