@@ -315,10 +315,12 @@ const rejectMargin = time.Minute
 // the REJECTED stream. An open published while the group was sealed and still running is
 // rejected; without this check it would look like a new incarnation that never finishes, and
 // Redrive would refuse the group until the coordinator deletes the open (at the end of the
-// retention). It reads the rejections recorded since m was stored, headers only, with an
-// ordered consumer (REJECTED does not allow direct get). A rejection not found (not recorded,
-// or already gone from REJECTED) leaves the open counted as a new incarnation: refusing is the
-// safe mistake.
+// retention). It reads the rejections recorded since m was stored, headers only, with one
+// ephemeral pull consumer (REJECTED does not allow direct get) that it deletes before returning.
+// (Not an ordered consumer: that one replaces its server-side consumer on every fetch and
+// deletes the old one in the background, so consumers would outlive the call.) A rejection not
+// found (not recorded, or already gone from REJECTED) leaves the open counted as a new
+// incarnation: refusing is the safe mistake.
 func (r *redrive) rejected(ctx context.Context, m *directget.Msg) (bool, error) {
 	stored, err := time.Parse(time.RFC3339Nano, m.Header.Get(hdrTimeStamp))
 	if err != nil {
@@ -326,23 +328,25 @@ func (r *redrive) rejected(ctx context.Context, m *directget.Msg) (bool, error) 
 	}
 	start := stored.Add(-rejectMargin)
 	stream := r.d.names.RejectedStream()
-	cons, err := r.d.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{r.d.names.RejectSubject()},
+	cons, err := r.d.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		FilterSubject:     r.d.names.RejectSubject(),
 		DeliverPolicy:     jetstream.DeliverByStartTimePolicy,
 		OptStartTime:      &start,
+		AckPolicy:         jetstream.AckNonePolicy,
 		HeadersOnly:       true,
+		MemoryStorage:     true,
+		Replicas:          1,
 		InactiveThreshold: time.Minute, // a backstop: deleted below
 	})
 	if err != nil {
 		return false, fmt.Errorf("weave: redrive group %q: read %s: %w", r.group, stream, err)
 	}
 	defer func() {
-		if info := cons.CachedInfo(); info != nil {
-			fctx, cancel := r.d.finishContext(ctx)
-			defer cancel()
-			if err := r.d.js.DeleteConsumer(fctx, stream, info.Name); err != nil {
-				r.d.log.Debug().Err(err).Str("consumer", info.Name).Msg("delete rejections consumer")
-			}
+		fctx, cancel := r.d.finishContext(ctx)
+		defer cancel()
+		name := cons.CachedInfo().Name
+		if err := r.d.js.DeleteConsumer(fctx, stream, name); err != nil {
+			r.d.log.Debug().Err(err).Str("consumer", name).Msg("delete rejections consumer")
 		}
 	}()
 	subject, seq := r.d.names.GroupSubject(r.gtok), strconv.FormatUint(m.Seq, 10)
