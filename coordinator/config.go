@@ -30,6 +30,7 @@ const (
 	DefaultLeaseTTL           = 10 * time.Second
 	DefaultTrimInterval       = 10 * time.Second
 	DefaultHeartbeatMisses    = 3
+	DefaultRescueAfter        = 5 * time.Second
 	DefaultReleaseParallelism = 4
 	DefaultReadAhead          = 16
 	DefaultPayloadCache       = 32 << 20
@@ -87,6 +88,11 @@ type Config struct {
 	// forgotten. Default 3.
 	HeartbeatMisses int
 
+	// RescueAfter is how long a pool may have no live worker before the coordinator takes back
+	// the jobs released to it and not yet run, and sends them to other pools. A job a dead
+	// worker was running comes back once its lease runs out. Default 5s.
+	RescueAfter time.Duration
+
 	// ReleaseParallelism is the number of release pipelines (journal, payload fetch, publish)
 	// in flight at once. Default 4.
 	ReleaseParallelism int
@@ -133,7 +139,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxAttempts > wire.MaxAttemptsLimit {
 		return c, fmt.Errorf("%w: MaxAttempts %d above %d", ErrInvalidConfig, c.MaxAttempts, wire.MaxAttemptsLimit)
 	}
-	if c.RetryBase < 0 || c.RetryMax < 0 || c.LeaseTTL < 0 || c.TrimInterval < 0 {
+	if c.RetryBase < 0 || c.RetryMax < 0 || c.LeaseTTL < 0 || c.TrimInterval < 0 || c.RescueAfter < 0 {
 		return c, fmt.Errorf("%w: durations must not be negative", ErrInvalidConfig)
 	}
 	if c.LeaseTTL != 0 && c.LeaseTTL < time.Second {
@@ -150,6 +156,7 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.RetryMax, DefaultRetryMax)
 	setDefault(&c.LeaseTTL, DefaultLeaseTTL)
 	setDefault(&c.TrimInterval, DefaultTrimInterval)
+	setDefault(&c.RescueAfter, DefaultRescueAfter)
 	c.Streams = c.Streams.WithDefaults()
 	if c.now == nil {
 		c.now = time.Now

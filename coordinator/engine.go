@@ -64,8 +64,8 @@ type engine struct {
 
 // counters are monotonic totals shown by status.
 type counters struct {
-	Admitted, Released, Retried, Rejected, StaleReports, Requeued, LostJobs uint64
-	Done, Failed, Canceled                                                  uint64 // jobs that ended so
+	Admitted, Released, Retried, Rejected, StaleReports, Requeued, LostJobs, LostAttempts, Rescued uint64
+	Done, Failed, Canceled                                                                         uint64 // jobs that ended so
 }
 
 // group is one open group.

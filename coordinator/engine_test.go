@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -643,5 +644,97 @@ func TestAdaptivePrefetch(t *testing.T) {
 		if tc.feeders == 0 && te.e.feeders() != 8+tc.want {
 			t.Errorf("busy %.2f: auto feeders %d, want slots + prefetch = %d", tc.busy, te.e.feeders(), 8+tc.want)
 		}
+	}
+}
+
+// TestOrphanedPoolRescue: a pool whose last worker is gone is named for rescue only after
+// RescueAfter and only while jobs released to it are unreported; the rescuer's released reports
+// send those jobs to another pool with their attempt unchanged, or park a job only the gone pool
+// could run until a holder joins.
+func TestOrphanedPoolRescue(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Feeders: 10, Prefetch: -1, RescueAfter: 5 * time.Second})
+	gpu := wire.PoolKey([]string{"gpu"})
+	te.worker("gpu-box", 2, "gpu")
+	te.open("g")
+	prefers := te.job(wire.JobMeta{Group: "g", Prefer: []string{"gpu"}})
+	requires := te.job(wire.JobMeta{Group: "g", Require: []string{"gpu"}})
+	te.seal("g")
+	held := te.releases()[gpu]
+	if len(held) != 2 {
+		t.Fatalf("released %d jobs to the gpu pool, want 2", len(held))
+	}
+	if got := te.e.orphans(te.now); len(got) != 0 {
+		t.Fatalf("orphans %v while the pool has a worker", got)
+	}
+
+	te.e.heartbeat(wire.Heartbeat{Version: wire.Version, Worker: "gpu-box", Pool: gpu, Stopped: true}, te.now)
+	te.now = te.now.Add(5*time.Second - time.Millisecond)
+	if got := te.e.orphans(te.now); len(got) != 0 {
+		t.Fatalf("orphans %v before RescueAfter", got)
+	}
+	te.now = te.now.Add(time.Millisecond)
+	if got := te.e.orphans(te.now); len(got) != 1 || got[0] != gpu {
+		t.Fatalf("orphans %v, want [%s]", got, gpu)
+	}
+
+	te.worker("plain", 4)
+	for _, j := range held {
+		te.evSeq++
+		te.e.report(wire.RescueWorker, te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: wire.StatusReleased}, te.now)
+		te.e.noteEvent(te.evSeq)
+	}
+	if got := te.e.orphans(te.now); len(got) != 0 {
+		t.Fatalf("orphans %v with nothing left to rescue", got)
+	}
+	if te.e.stats.Rescued != 2 {
+		t.Fatalf("Rescued = %d, want 2", te.e.stats.Rescued)
+	}
+	got := te.releases()
+	if len(got["any"]) != 1 || got["any"][0].id != prefers || got["any"][0].attempt != 1 {
+		t.Fatalf("released %v to the plain pool, want only the preferring job, attempt 1", got["any"])
+	}
+	if st := te.state(requires); st != jobindex.Pending {
+		t.Fatalf("the job requiring gpu is %v, want pending (parked)", st)
+	}
+	te.worker("gpu-box-2", 1, "gpu")
+	if got := te.releases()[gpu]; len(got) != 1 || got[0].id != requires || got[0].attempt != 1 {
+		t.Fatalf("released %v to the new gpu holder, want the job requiring gpu, attempt 1", got)
+	}
+	if got := te.e.orphans(te.now); len(got) != 0 {
+		t.Fatalf("orphans %v after a worker joined", got)
+	}
+}
+
+// TestLostAttemptsCount: an attempt lost with its worker is a failed attempt, retried with
+// backoff, recorded in the history without a worker, and a job lost MaxAttempts times (one that
+// kills every worker it runs on) ends failed instead of going round for ever.
+func TestLostAttemptsCount(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{MaxAttempts: 2, RetryBase: time.Second, Prefetch: -1})
+	te.worker("w1", 1)
+	te.open("g")
+	id := te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	for attempt := uint32(1); attempt <= 2; attempt++ {
+		rel := te.releases()["any"]
+		if len(rel) != 1 || rel[0].attempt != attempt {
+			t.Fatalf("attempt %d: released %+v", attempt, rel)
+		}
+		te.e.report("w1", uint64(attempt), wire.LostReports([]wire.WorkJob{{ID: id, Attempt: attempt}}, 2)[0], te.now)
+		if attempt == 1 {
+			if te.state(id) != jobindex.RetryWait {
+				t.Fatalf("after a lost attempt the job is %v, want retry-waiting", te.state(id))
+			}
+			te.now = te.e.nextDue()
+			te.e.tick(te.now)
+		}
+	}
+	if te.state(id) != jobindex.Failed || te.e.stats.LostAttempts != 2 {
+		t.Fatalf("job %v with %d lost attempts, want failed after 2", te.state(id), te.e.stats.LostAttempts)
+	}
+	outs := te.e.groups["g"].outcomes
+	if len(outs) != 1 || len(outs[0].History) != 2 || outs[0].History[1].Worker != "" || !strings.Contains(outs[0].History[1].Error, "worker lost") {
+		t.Fatalf("outcome %+v, want 2 lost attempts in the history, without a worker", outs)
 	}
 }

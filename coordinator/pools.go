@@ -19,6 +19,10 @@ type pool struct {
 	slots       int // total concurrency of the pool's live workers
 	outstanding int // jobs released to the pool and not yet reported
 	workers     int
+	// orphanSince is when the pool was last left without live workers (or first seen, during
+	// replay, before any heartbeat). Jobs released to an orphaned pool are rescued once it has
+	// stayed so for Config.RescueAfter (see orphans).
+	orphanSince time.Time
 }
 
 // free is how many more jobs the pool may be given, counting prefetch places or not.
@@ -62,12 +66,12 @@ func (e *engine) heartbeat(hb wire.Heartbeat, now time.Time) {
 	w := e.workers[hb.Worker]
 	if hb.Stopped {
 		if w != nil {
-			e.dropWorker(w)
+			e.dropWorker(w, now)
 		}
 		return
 	}
 	if w != nil && w.pool.key != hb.Pool {
-		e.dropWorker(w) // restarted with other resources under the same ID
+		e.dropWorker(w, now) // restarted with other resources under the same ID
 		w = nil
 	}
 	if w == nil {
@@ -76,6 +80,7 @@ func (e *engine) heartbeat(hb wire.Heartbeat, now time.Time) {
 		e.workers[hb.Worker] = w
 		p.workers++
 		if p.workers == 1 {
+			p.orphanSince = time.Time{}
 			e.unpark() // the pool may hold what parked jobs require
 		}
 		e.log.Info().Str("worker", hb.Worker).Str("pool", p.key).Strs("resources", hb.Resources).Int("concurrency", hb.Concurrency).Msg("worker joined")
@@ -92,9 +97,12 @@ func (e *engine) heartbeat(hb wire.Heartbeat, now time.Time) {
 	e.resizeFeeders()
 }
 
-func (e *engine) dropWorker(w *workerInfo) {
+func (e *engine) dropWorker(w *workerInfo, now time.Time) {
 	delete(e.workers, w.hb.Worker)
 	w.pool.workers--
+	if w.pool.workers == 0 {
+		w.pool.orphanSince = now
+	}
 	w.pool.slots -= w.slots
 	e.slots -= w.slots
 	e.log.Info().Str("worker", w.hb.Worker).Str("pool", w.pool.key).Msg("worker left")
@@ -105,9 +113,25 @@ func (e *engine) dropWorker(w *workerInfo) {
 func (e *engine) expireWorkers(now time.Time) {
 	for _, w := range e.workers {
 		if now.Sub(w.lastSeen) > time.Duration(e.cfg.HeartbeatMisses)*w.hb.Interval() {
-			e.dropWorker(w)
+			e.dropWorker(w, now)
 		}
 	}
+}
+
+// orphans returns the keys of the pools whose jobs the coordinator must take back: pools that
+// have had no live worker for at least Config.RescueAfter and still hold released jobs. Nobody
+// consumes their work subject, so without a rescue those jobs would wait for a worker with the
+// very same resources. The rescuer hands each job back with a released report, as a draining
+// worker does, and the job goes to another pool (or is parked until a holder of what it requires
+// joins).
+func (e *engine) orphans(now time.Time) []string {
+	var keys []string
+	for _, p := range e.poolOrder {
+		if p.workers == 0 && p.outstanding > 0 && now.Sub(p.orphanSince) >= e.cfg.RescueAfter {
+			keys = append(keys, p.key)
+		}
+	}
+	return keys
 }
 
 func (e *engine) poolFor(key string, resources []string) *pool {
@@ -120,7 +144,7 @@ func (e *engine) poolFor(key string, resources []string) *pool {
 		return p
 	}
 	rs := wire.NormalizeResources(resources)
-	p := &pool{key: key, resources: rs, held: e.idx.Compile(rs)}
+	p := &pool{key: key, resources: rs, held: e.idx.Compile(rs), orphanSince: e.cfg.now()}
 	e.pools[key] = p
 	e.poolOrder = append(e.poolOrder, p)
 	return p

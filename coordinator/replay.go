@@ -118,7 +118,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 			e.retryWait.Push(j)
 		case reported:
 			undecided = append(undecided, rp)
-			if h := j.history; len(h) > 0 && (rp.r.Status == wire.StatusError || rp.r.Status == wire.StatusPermanent) {
+			if h := j.history; len(h) > 0 && rp.r.Status.Failed() {
 				j.history = h[:len(h)-1] // deciding the report adds it back
 			}
 		}

@@ -21,11 +21,11 @@ func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time)
 		if prev, ok := e.replayReports[r.ID]; !ok || r.Attempt >= prev.r.Attempt {
 			e.replayReports[r.ID] = reportAt{worker: worker, seq: seq, r: r}
 		}
-		if r.Status == wire.StatusError || r.Status == wire.StatusPermanent {
+		if r.Status.Failed() {
 			// The history of the attempts whose reports are still in EVENTS (older ones may have
 			// been trimmed).
 			j := &job{history: e.replayHistory[r.ID]}
-			j.addHistory(worker, r.Data, now)
+			j.addHistory(historyWorker(worker, r.Status), r.Data, now)
 			e.replayHistory[r.ID] = j.history
 		}
 		return
@@ -39,8 +39,13 @@ func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time)
 		e.stats.StaleReports++
 		return
 	}
+	if worker == wire.RescueWorker {
+		e.stats.Rescued++
+	}
 	e.stopRunning(j)
-	e.learnBusy(j, r.Duration, r.Waited, now)
+	if r.Status != wire.StatusReleased && r.Status != wire.StatusLost {
+		e.learnBusy(j, r.Duration, r.Waited, now) // the others say nothing about the job's time
+	}
 	switch r.Status {
 	case wire.StatusOK:
 		e.finish(j, jobindex.Done, r.Data, seq)
@@ -52,8 +57,11 @@ func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time)
 	case wire.StatusReleased:
 		e.requeue(j)
 		j.evSeq = seq
-	case wire.StatusError:
-		j.addHistory(worker, r.Data, now)
+	case wire.StatusError, wire.StatusLost:
+		if r.Status == wire.StatusLost {
+			e.stats.LostAttempts++
+		}
+		j.addHistory(historyWorker(worker, r.Status), r.Data, now)
 		switch {
 		case j.cancelReq || j.g.cancelReq:
 			e.finish(j, jobindex.Canceled, r.Data, seq) // canceled while running: no retry
@@ -65,6 +73,15 @@ func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time)
 		e.scheduleRetry(j, e.retryDelay(j, r.RetryAfter), now)
 		j.evSeq = seq // the attempt count and the retry record (written after it) live there
 	}
+}
+
+// historyWorker is the worker an attempt's history names: the reporter, except for a lost
+// attempt, whose reporter only found the batch back after the worker that held it was gone.
+func historyWorker(reporter string, st wire.Status) string {
+	if st == wire.StatusLost {
+		return ""
+	}
+	return reporter
 }
 
 // busyWeight is the weight of one report in a group's busy share.

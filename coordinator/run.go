@@ -52,6 +52,8 @@ type run struct {
 	// Written (and closed) by the writer, read by the acker.
 	acks chan pendingAcks
 
+	rescues map[string]context.CancelFunc // running rescues by pool (owned by the loop; see rescue.go)
+
 	done chan struct{} // closed at shutdown: callbacks stop handing messages to the loop
 	stop []func()      // consumers and subscriptions to stop, in order
 	wg   sync.WaitGroup
@@ -88,6 +90,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64) (*run, error) {
 		releaseQ:  make(chan releaseReq, chanSize),
 		done:      make(chan struct{}),
 		writeQ:    make(chan writeOp, chanSize),
+		rescues:   map[string]context.CancelFunc{},
 	}
 	if err := r.replay(ctx); err != nil {
 		r.shutdown()
@@ -369,6 +372,7 @@ func (r *run) loop(ctx context.Context) error {
 			r.e.tick(r.cfg.now())
 		case <-expiry.C:
 			r.e.tick(r.cfg.now())
+			r.reconcileRescues(ctx)
 		}
 		r.drainInputs()
 		r.step(ctx)
@@ -504,6 +508,9 @@ func (r *run) shutdown() {
 		stop()
 	}
 	r.stop = nil
+	for _, cancel := range r.rescues {
+		cancel()
+	}
 	close(r.releaseQ)
 	close(r.writeQ)
 	r.wg.Wait()

@@ -36,9 +36,11 @@ type Totals struct {
 	Retried      uint64 `json:"retried"`
 	Rejected     uint64 `json:"rejected"`
 	StaleReports uint64 `json:"stale_reports"`
-	Requeued     uint64 `json:"requeued"`  // releases that failed and went back to pending
-	LostJobs     uint64 `json:"lost_jobs"` // jobs failed because their stored message vanished
-	Done         uint64 `json:"done"`      // jobs that ended done (finished groups included)
+	Requeued     uint64 `json:"requeued"`      // releases that failed and went back to pending
+	LostJobs     uint64 `json:"lost_jobs"`     // jobs failed because their stored message vanished
+	LostAttempts uint64 `json:"lost_attempts"` // attempts lost with their worker (lease ran out), counted as failed
+	Rescued      uint64 `json:"rescued"`       // jobs taken back from a pool left without workers
+	Done         uint64 `json:"done"`          // jobs that ended done (finished groups included)
 	Failed       uint64 `json:"failed"`
 	Canceled     uint64 `json:"canceled"`
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -22,7 +24,8 @@ import (
 // or "worker"), TestMain runs runChild.
 const childEnv = "WEAVE_TEST_CHILD"
 
-// The child worker's configuration (TestWorkerKill9): its handler prints "started <job ID>" on
+// The child worker's configuration (TestWorkerKill9), with WEAVE_TEST_SLOTS slots and the
+// resources listed in WEAVE_TEST_RESOURCES (comma-separated): its handler prints "started <job ID>" on
 // stdout, then holds the job until the process dies.
 const (
 	childWorkerSlots = 4
@@ -39,8 +42,17 @@ func runChild() int {
 	ns := os.Getenv("WEAVE_TEST_NS")
 	var run func(context.Context) error
 	if os.Getenv(childEnv) == "worker" {
-		w, err := worker.New(nc, worker.Config{Namespace: ns, ID: "child", Concurrency: childWorkerSlots,
-			Lease: childWorkerLease, HeartbeatInterval: 250 * time.Millisecond},
+		var resources []string
+		if v := os.Getenv("WEAVE_TEST_RESOURCES"); v != "" {
+			resources = strings.Split(v, ",")
+		}
+		slots, err := strconv.Atoi(os.Getenv("WEAVE_TEST_SLOTS"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		w, err := worker.New(nc, worker.Config{Namespace: ns, ID: "child", Concurrency: slots,
+			Resources: resources, Lease: childWorkerLease, HeartbeatInterval: 250 * time.Millisecond},
 			worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
 				fmt.Printf("started %d\n", j.ID)
 				<-ctx.Done()

@@ -19,6 +19,7 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -325,7 +326,7 @@ func TestWorkerKill9(t *testing.T) {
 	const n = 40
 	e := setup(t)
 	e.coordinator(coordinator.Config{})
-	child, held := e.startChildWorker()
+	child, held := e.startChildWorker(childWorkerSlots)
 	e.waitWorkers(1)
 	h := e.publish("survivor", jobs(n, nil))
 	eventually(t, 30*time.Second, "the child worker to run a job in each of its slots", func() bool {
@@ -349,11 +350,21 @@ func TestWorkerKill9(t *testing.T) {
 		t.Fatalf("summary %+v, %d outcomes; want %d done", res.Summary, len(res.Jobs), n)
 	}
 	ids := map[uint64]bool{}
+	wasHeld := map[uint64]bool{}
+	for _, id := range heldIDs {
+		wasHeld[id] = true
+	}
 	for _, o := range res.Jobs {
 		if o.State != dispatcher.StateDone || o.ID < h.FirstID() || o.ID > h.LastID() {
 			t.Errorf("job %s: %+v", o.Key, o)
 		}
 		ids[o.ID] = true
+		// A job in a batch the killed worker had taken (running, or queued behind the running
+		// ones) lost its attempt with it: that attempt counts, so a job that kills its workers
+		// ends failed after MaxAttempts, and is in its history. The others ran once.
+		if !lostOnce(o) || (wasHeld[o.ID] && o.Attempts != 2) {
+			t.Errorf("job %s (running on the killed worker: %v): %d attempts, history %+v", o.Key, wasHeld[o.ID], o.Attempts, o.History)
+		}
 	}
 	if len(ids) != n {
 		t.Errorf("%d distinct jobs have outcomes, want %d", len(ids), n)
@@ -374,19 +385,100 @@ func TestWorkerKill9(t *testing.T) {
 		after := v.(time.Time).Sub(killedAt)
 		t.Logf("job %d, held by the killed worker, started on the survivor %v after the kill", id, after)
 		// The killed worker extended its lease every Lease/3, so the redelivery comes between
-		// 2/3 of the lease and the lease after the kill: not before, not much after.
+		// 2/3 of the lease and the lease after the kill, and the retry at most RetryBase (1s)
+		// later: not before, not much after.
 		if after < childWorkerLease/2 || after > childWorkerLease+10*time.Second {
 			t.Errorf("job %d was redelivered %v after the kill; the lease is %v", id, after, childWorkerLease)
 		}
 	}
 }
 
+// TestOrphanedPoolRescued: the only worker holding "gpu" (one slot) is killed with -9 while it
+// runs a job preferring gpu and four more wait in WORK for its pool. Nobody else reads that
+// pool's work subject: the coordinator takes the jobs back (the waiting ones at once, as their
+// first attempt; the running one when its lease runs out, its first attempt lost) and a worker
+// without gpu runs every one of them once.
+func TestOrphanedPoolRescued(t *testing.T) {
+	t.Parallel()
+	const n, prefetch = 8, 4
+	e := setup(t)
+	e.coordinator(coordinator.Config{Prefetch: prefetch, RescueAfter: 500 * time.Millisecond})
+	h := e.publish("orphan", jobs(n, func(_ int, j *dispatcher.Job) { j.Prefer = []string{"gpu"} }))
+	eventually(t, 30*time.Second, "the jobs to be admitted", func() bool {
+		st, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
+		return err == nil && st.Jobs["pending"] == n
+	})
+	// One slot: the worker pulls one batch (of one job) and runs it; the prefetched batches stay
+	// in WORK, undelivered.
+	child, held := e.startChildWorker(1, "gpu")
+	gpu := wire.PoolKey([]string{"gpu"})
+	eventually(t, 30*time.Second, "the gpu worker to run one job, four more released to its pool", func() bool {
+		st, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
+		if err != nil || len(held()) != 1 {
+			return false
+		}
+		for _, p := range st.Pools {
+			if p.Key == gpu {
+				return p.Outstanding == 1+prefetch
+			}
+		}
+		return false
+	})
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	tr := newTracker()
+	e.worker(worker.Config{ID: "plain", Concurrency: 4}, tr.handler("plain", nil))
+	res := e.waitFor(h)
+	if res.Summary.Done != n || len(res.Jobs) != n {
+		t.Fatalf("summary %+v, %d outcomes; want %d done", res.Summary, len(res.Jobs), n)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	running := held()[0]
+	for _, o := range res.Jobs {
+		if o.State != dispatcher.StateDone || tr.runs[o.ID] != 1 || tr.workerOf[o.ID] != "plain" {
+			t.Errorf("job %s: %+v, ran %d times, last on %q; want done by plain, run once", o.Key, o, tr.runs[o.ID], tr.workerOf[o.ID])
+		}
+		if want := 1 + btoi(o.ID == running); !lostOnce(o) || o.Attempts != want {
+			t.Errorf("job %s (running on the killed worker: %v): %d attempts, history %+v; want %d", o.Key, o.ID == running, o.Attempts, o.History, want)
+		}
+	}
+	st, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Totals.Rescued != 1+prefetch || st.Totals.LostAttempts != 1 {
+		t.Errorf("status totals %+v: want %d rescued, 1 lost attempt", st.Totals, 1+prefetch)
+	}
+}
+
+// lostOnce reports whether o's attempts are its run plus at most one lost with a killed worker.
+func lostOnce(o dispatcher.JobOutcome) bool {
+	switch len(o.History) {
+	case 0:
+		return o.Attempts == 1
+	case 1:
+		return o.Attempts == 2 && o.History[0].Worker == "" && strings.Contains(o.History[0].Err, "worker lost")
+	}
+	return false
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // startChildWorker runs a worker in a subprocess (this test binary, see runChild) and returns a
 // function listing the IDs of the jobs its handlers have started (they never finish).
-func (e *env) startChildWorker() (*exec.Cmd, func() []uint64) {
+func (e *env) startChildWorker(slots int, resources ...string) (*exec.Cmd, func() []uint64) {
 	e.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=worker", "WEAVE_TEST_URL="+e.srv.ClientURL(), "WEAVE_TEST_NS="+e.ns)
+	cmd.Env = append(os.Environ(), childEnv+"=worker", "WEAVE_TEST_URL="+e.srv.ClientURL(), "WEAVE_TEST_NS="+e.ns,
+		"WEAVE_TEST_SLOTS="+strconv.Itoa(slots), "WEAVE_TEST_RESOURCES="+strings.Join(resources, ","))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -23,7 +23,7 @@ var ErrInvalidConfig = errors.New("weave: invalid worker config")
 // Defaults of Config. A zero field means its default.
 const (
 	DefaultHeartbeatInterval = time.Second
-	DefaultLease             = 30 * time.Second
+	DefaultLease             = topology.DefaultLease
 	DefaultDrainTimeout      = 10 * time.Second
 	DefaultTimeoutGrace      = time.Second
 	DefaultReportLinger      = time.Millisecond

@@ -38,6 +38,7 @@ const (
 	kindShutdown
 	kindCanceled
 	kindReleased
+	kindLost
 )
 
 type outcome struct {

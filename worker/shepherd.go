@@ -292,6 +292,10 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 	}
 	b := &batch{msg: ev.msg, jobs: len(jobs), received: time.Now()}
 	s.reports <- completerEvent{batch: b}
+	var deliveries uint64
+	if md, err := ev.msg.Metadata(); err == nil {
+		deliveries = md.NumDelivered
+	}
 	for _, wj := range jobs {
 		t := &task{
 			job: Job{
@@ -301,11 +305,18 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 			timeout: s.cfg.timeoutOf(wj),
 			batch:   b,
 		}
-		if s.draining {
+		switch {
+		case deliveries > 1:
+			// The batch's lease ran out before: the worker that held it died or stalled. Its
+			// attempts are lost (failed, retried by the coordinator), not run again here: some
+			// may have been reported already, and a job that kills its worker must not go on
+			// killing workers past its MaxAttempts.
+			s.lose(t, deliveries)
+		case s.draining:
 			s.release(t)
-			continue
+		default:
+			s.queue.push(t)
 		}
-		s.queue.push(t)
 	}
 	// Every job queued first, then the wakeups: one sleeper per job.
 	for s.sleepers > 0 && s.queue.len() > 0 {
@@ -384,6 +395,12 @@ func (s *shepherd) release(t *task) {
 	}})
 }
 
+func (s *shepherd) lose(t *task, deliveries uint64) {
+	s.report(t, outcome{kind: kindLost, report: wire.Report{
+		ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: wire.StatusLost, Data: []byte(wire.LostText(deliveries)),
+	}})
+}
+
 // report counts an outcome and hands it to the completer.
 func (s *shepherd) report(t *task, out outcome) {
 	t.reported = true
@@ -396,6 +413,8 @@ func (s *shepherd) report(t *task, out outcome) {
 		s.stats.jobsOK.Add(1)
 	case kindReleased:
 		s.stats.released.Add(1)
+	case kindLost:
+		s.stats.lost.Add(1)
 	case kindCanceled:
 		s.stats.canceled.Add(1)
 	case kindTimeout:

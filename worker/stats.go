@@ -24,6 +24,7 @@ type Stats struct {
 	Timeouts   uint64 // attempts failed because their deadline passed
 	Abandoned  uint64 // attempts reported without waiting for their handler to return
 	Released   uint64 // jobs given back unrun at shutdown (not attempts)
+	Lost       uint64 // attempts reported lost: found in a batch redelivered after its lease ran out
 	Canceled   uint64 // attempts ended because their job was canceled
 
 	ReportBatches uint64 // report messages persisted by JetStream
@@ -41,6 +42,7 @@ type counters struct {
 	jobsOK, jobsFailed            atomic.Uint64
 	canceled                      atomic.Uint64
 	timeouts, abandoned, released atomic.Uint64
+	lost                          atomic.Uint64
 
 	// Written by pool goroutines (any of them).
 	panics, spurious atomic.Uint64
@@ -70,6 +72,7 @@ func (c *counters) snapshot(concurrency int) Stats {
 		Timeouts:         c.timeouts.Load(),
 		Abandoned:        c.abandoned.Load(),
 		Released:         c.released.Load(),
+		Lost:             c.lost.Load(),
 		ReportBatches:    c.reportBatches.Load(),
 		ReportRetries:    c.reportRetries.Load(),
 	}

@@ -848,3 +848,45 @@ func TestPermanentAndRetryAfterWrap(t *testing.T) {
 		t.Error("Permanent matched an unrelated type")
 	}
 }
+
+// A batch delivered again after its lease ran out was held by a worker that died or stalled:
+// its jobs are reported lost (a failed attempt, for the coordinator to retry), not run again,
+// and the batch is acked once the reports are stored.
+func TestRedeliveredBatchReportedLost(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	rr := f.reports()
+	const lease = 300 * time.Millisecond
+	pool := wire.PoolKey(nil)
+	cons, err := f.js.CreateOrUpdateConsumer(f.ctx(), f.names.WorkStream(), topology.WorkConsumer(f.names, pool, lease))
+	must(t, err)
+	f.publish(pool, job(1, "a"), job(2, "b"))
+	// A worker that takes the batch and dies: it never acks.
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	must(t, err)
+	n := 0
+	for range batch.Messages() {
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("the dead worker fetched %d batches, want 1", n)
+	}
+
+	var ran atomic.Int64
+	r := f.start(worker.Config{Concurrency: 2, Lease: lease}, worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		ran.Add(1)
+		return nil, nil
+	}))
+	got := rr.collect(2)
+	for id := uint64(1); id <= 2; id++ {
+		rep := got[id]
+		if rep.Status != wire.StatusLost || rep.Attempt != 1 || !strings.Contains(string(rep.Data), "delivery 2") {
+			t.Errorf("job %d: %+v, want lost on delivery 2, attempt 1", id, rep)
+		}
+	}
+	f.waitWorkEmpty()
+	must(t, r.stop())
+	if st := r.w.Stats(); ran.Load() != 0 || st.Lost != 2 || st.JobsRun != 0 {
+		t.Errorf("%d handler calls, stats %+v; want none run and 2 lost", ran.Load(), st)
+	}
+}

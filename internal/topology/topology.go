@@ -125,6 +125,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, n wire.Names, o Options
 	return nil
 }
 
+// DefaultLease is a pool consumer's AckWait unless its workers set another one.
+const DefaultLease = 30 * time.Second
+
 // WorkConsumer returns the config of the durable consumer shared by one pool's workers. AckWait is
 // the lease: a batch not acked (nor marked in progress) within it goes to another worker.
 func WorkConsumer(n wire.Names, pool string, lease time.Duration) jetstream.ConsumerConfig {

@@ -165,6 +165,10 @@ func ValidateResources(what string, rs []string) error {
 	return nil
 }
 
+// RescueWorker is the worker name on the reports by which the coordinator hands back the jobs
+// of a pool left without workers. It is not a valid worker ID, so no worker can use it.
+const RescueWorker = "~coordinator"
+
 // ValidateWorkerID checks a worker ID, which is used as a subject token.
 func ValidateWorkerID(id string) error {
 	if len(id) > 64 || !isToken(id) {

@@ -21,15 +21,40 @@ const (
 	// StatusReleased: the worker gave the job back without running it to the end (drain); the
 	// attempt does not count.
 	StatusReleased
+	// StatusLost: the job's batch came back after its lease ran out, so the worker that held it
+	// died or stalled before reporting. The attempt counts as failed and may be retried; the job
+	// is not run again on the batch's redelivery.
+	StatusLost
 )
 
-var statusNames = [...]string{"", "ok", "error", "permanent", "canceled", "released"}
+var statusNames = [...]string{"", "ok", "error", "permanent", "canceled", "released", "lost"}
 
 func (s Status) String() string {
 	if int(s) < len(statusNames) && s != 0 {
 		return statusNames[s]
 	}
 	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// LostReports returns the reports for the jobs of a work batch delivered for the deliveries-th
+// time: each attempt counts as lost. Workers and the coordinator's rescue use it alike.
+func LostReports(jobs []WorkJob, deliveries uint64) []Report {
+	text := []byte(LostText(deliveries))
+	reports := make([]Report, len(jobs))
+	for i, j := range jobs {
+		reports[i] = Report{ID: j.ID, Attempt: j.Attempt, Status: StatusLost, Data: text}
+	}
+	return reports
+}
+
+// LostText is the error recorded for an attempt lost with its worker.
+func LostText(deliveries uint64) string {
+	return fmt.Sprintf("worker lost: the job's batch came back after its lease ran out (delivery %d); the worker that held it died or stalled", deliveries)
+}
+
+// Failed reports whether an attempt with this status failed (and is in the job's history).
+func (s Status) Failed() bool {
+	return s == StatusError || s == StatusPermanent || s == StatusLost
 }
 
 // Report is the outcome of one attempt.
@@ -76,7 +101,7 @@ func DecodeReports(b []byte) (worker string, reports []Report, err error) {
 		if r.err != nil {
 			break
 		}
-		if rp.Status < StatusOK || rp.Status > StatusReleased {
+		if rp.Status < StatusOK || rp.Status > StatusLost {
 			r.fail("job %d has unknown status %d", rp.ID, rp.Status)
 			break
 		}
