@@ -67,8 +67,23 @@ func (f *Feeder[T]) start() (T, bool) {
 		var zero T
 		return zero, false
 	}
-	f.next, f.stop = iter.Pull(Feed(f.src))
+	f.next, f.stop = iter.Pull(f.feed)
 	return f.next()
+}
+
+// feed is the coroutine's body: Feed, except that each group is handed the
+// coroutine's yield itself rather than a loop body that calls it, which saves
+// a call and the range-over-func bookkeeping on every job. A group whose yield
+// returned false returns (iter.Seq's contract); done, set by Stop before it
+// resumes the coroutine, then ends the loop without taking another group.
+func (f *Feeder[T]) feed(yield func(T) bool) {
+	for !f.done {
+		g, ok := f.src.Next()
+		if !ok {
+			return
+		}
+		g(yield)
+	}
 }
 
 // Stop releases the group the feeder holds. That group's yield returns false.

@@ -2,6 +2,7 @@ package spreader
 
 import (
 	"iter"
+	"slices"
 
 	"github.com/weavejobs/weave/feeder"
 )
@@ -54,18 +55,19 @@ func Spread[T any](groups iter.Seq[iter.Seq[T]], feeders int) iter.Seq[T] {
 		// rest plays the turns of feeders 1..n-1 in one round. It reports false
 		// when the consumer has stopped.
 		rest := func() bool {
-			kept := live[:0]
-			for _, f := range live {
-				job, ok := f.Next()
+			for i := 0; i < len(live); {
+				job, ok := live[i].Next()
 				if !ok {
-					continue // finished: the source is empty
+					// Finished: the source is empty. Rare, so the order-keeping
+					// delete costs nothing on the hot path.
+					live = slices.Delete(live, i, i+1)
+					continue
 				}
-				kept = append(kept, f)
+				i++
 				if !yield(job) {
 					return false
 				}
 			}
-			live = kept
 			for ; unstarted > 0; unstarted-- { // round one only
 				f := feeder.New(src)
 				job, ok := f.Next()
@@ -82,15 +84,30 @@ func Spread[T any](groups iter.Seq[iter.Seq[T]], feeders int) iter.Seq[T] {
 			return true
 		}
 
-		// Feeder 0 drives the rounds. Each of its jobs opens a round, and the
-		// loop body plays the rest of that round. When its group runs dry, Feed
-		// takes the next one at the start of feeder 0's next turn, after the
-		// other feeders have played the round before it, just as the reference
-		// order requires.
-		for job := range feeder.Feed(src) {
-			if !yield(job) || !rest() {
-				return
+		// Feeder 0 drives the rounds. Each of its jobs opens a round, and turn
+		// plays the rest of that round. When its group runs dry, the next one is
+		// taken at the start of feeder 0's next turn, after the other feeders
+		// have played the round before it, just as the reference order requires.
+		// (This is feeder.Feed with each group handed turn directly: one call
+		// less per job than a range loop.)
+		stopped := false
+		turn := func(job T) bool {
+			// A group that calls on after false must not reach yield again.
+			if stopped || !yield(job) || !rest() {
+				stopped = true
+				return false
 			}
+			return true
+		}
+		for !stopped {
+			g, ok := src.Next()
+			if !ok {
+				break
+			}
+			g(turn)
+		}
+		if stopped {
+			return
 		}
 		// Feeder 0 has found the source empty. The others play out their
 		// groups.
