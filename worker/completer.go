@@ -27,6 +27,8 @@ const (
 	// Back-off between publishes of a report message that failed.
 	minReportBackoff = 50 * time.Millisecond
 	maxReportBackoff = 2 * time.Second
+	// maxAdaptiveLinger caps the adaptive report linger (see Config.ReportLinger).
+	maxAdaptiveLinger = 10 * time.Millisecond
 	// reportFieldsSize bounds a report's encoding beside its data: three varints, the status
 	// byte and the data's length.
 	reportFieldsSize = 3*10 + 1 + 10
@@ -82,6 +84,7 @@ type completer struct {
 	linger         *time.Timer
 	lingering      bool
 	lastFlush      time.Time      // when the last report message was sent
+	avgRun         time.Duration  // recent average handler run time, for the adaptive linger
 	inflight       []*publication // publish order; only the head's outcome is awaited
 	retry          *time.Timer    // set while waiting to publish the head again
 	backoff        time.Duration
@@ -191,7 +194,8 @@ func (c *completer) add(ev completerEvent) {
 		c.flush()
 		return
 	}
-	wait := c.cfg.ReportLinger - time.Since(c.lastFlush)
+	c.noteRun(ev.report.Duration)
+	wait := c.lingerTime() - time.Since(c.lastFlush)
 	if len(c.inflight) == 0 && wait <= 0 {
 		c.flush()
 		return
@@ -200,6 +204,24 @@ func (c *completer) add(ev completerEvent) {
 		c.linger.Reset(max(wait, 0))
 		c.lingering = true
 	}
+}
+
+// noteRun adds a handler's run time to the recent average (reports of jobs not run have none).
+func (c *completer) noteRun(d time.Duration) {
+	if d > 0 {
+		c.avgRun += (d - c.avgRun) / 8
+	}
+}
+
+// lingerTime is how long reports may gather before a message: ReportLinger, or by default a
+// tenth of the recent average run time if longer, within maxAdaptiveLinger. A report delayed that
+// long adds about a tenth to its job's time from release to outcome, and the coordinator sizes its
+// prefetch window from that time, so its slots stay fed.
+func (c *completer) lingerTime() time.Duration {
+	if !c.cfg.adaptiveLinger {
+		return c.cfg.ReportLinger
+	}
+	return min(max(c.cfg.ReportLinger, c.avgRun/10), maxAdaptiveLinger)
 }
 
 // flush publishes the pending reports as one message.

@@ -78,3 +78,35 @@ func TestResolveDefaults(t *testing.T) {
 		t.Errorf("result larger than the max payload: %v", err)
 	}
 }
+
+// The default report linger follows the handlers' run time (a tenth of it, within 1ms..10ms); a
+// configured one stays as configured.
+func TestAdaptiveReportLinger(t *testing.T) {
+	def, err := resolve(Config{}, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed, err := resolve(Config{ReportLinger: 3 * time.Millisecond}, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cfg  *resolved
+		runs time.Duration // every report's run time
+		want time.Duration
+	}{
+		{&def, 0, time.Millisecond},
+		{&def, 50 * time.Microsecond, time.Millisecond},
+		{&def, 20 * time.Millisecond, 2 * time.Millisecond},
+		{&def, time.Second, maxAdaptiveLinger},
+		{&fixed, time.Second, 3 * time.Millisecond},
+	} {
+		c := &completer{cfg: tc.cfg}
+		for range 200 {
+			c.noteRun(tc.runs)
+		}
+		if got := c.lingerTime(); got < tc.want*95/100 || got > tc.want*105/100 {
+			t.Errorf("linger %v after runs of %v (adaptive %v), want %v", got, tc.runs, tc.cfg.adaptiveLinger, tc.want)
+		}
+	}
+}
