@@ -122,8 +122,8 @@ type resolved struct {
 	Config
 	adaptiveLinger bool // ReportLinger was not set: it adapts to the handlers' run time
 	names          wire.Names
-	pool      string
-	resources []string // normalized
+	pool           string
+	resources      []string // normalized
 }
 
 // resolve validates c and fills in defaults. maxPayload is the server's limit (0 = unknown).
