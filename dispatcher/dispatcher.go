@@ -126,10 +126,11 @@ type Dispatcher struct {
 	sumMu      sync.Mutex
 	sumSub     *nats.Subscription
 	sumWaiters map[string]map[*summaryWaiter]struct{}
+	jobWaiters map[string]*groupJobWaiters // WaitJob and WaitKey calls by group token (see jobwait.go)
 	sumClosed  bool
 
-	// waitHook, if set (by tests), is called by each WaitSummary that found no stored summary
-	// once it waits on the shared subscription.
+	// waitHook, if set (by tests), is called by each WaitSummary, WaitJob and WaitKey that found
+	// nothing stored yet once it waits on the shared subscription.
 	waitHook func()
 }
 

@@ -1,5 +1,5 @@
 package dispatcher
 
-// SetWaitHook sets a function each WaitSummary calls once it waits on the shared subscription,
-// having found no stored summary. Set it before the first WaitSummary.
+// SetWaitHook sets a function each WaitSummary, WaitJob and WaitKey call calls once it waits on
+// the shared subscription, having found nothing stored yet. Set it before the first such call.
 func SetWaitHook(d *Dispatcher, f func()) { d.waitHook = f }

@@ -72,7 +72,7 @@ func (d *Dispatcher) Failed(ctx context.Context, groupID string) iter.Seq2[JobOu
 		}
 		// Stop at what is stored now: the coordinator keeps appending.
 		upTo := results.CachedInfo().State.LastSeq
-		for m, err := range d.scanOutcomes(ctx, subject, upTo, nil) {
+		for m, err := range d.scanOutcomes(ctx, subject, 1, upTo, nil) {
 			if err != nil {
 				if !yield(JobOutcome{}, err) {
 					return
@@ -376,7 +376,7 @@ func (r *redrive) rejected(ctx context.Context, m *directget.Msg) (bool, error) 
 func (r *redrive) eachFailed(ctx context.Context, fn func(page []uint64) error) error {
 	page := make([]uint64, 0, jobPage)
 	keep := func(groupSeq string) bool { return groupSeq == r.groupSeq }
-	for m, err := range r.d.scanOutcomes(ctx, r.d.names.OutcomeSubject(r.gtok), r.summarySeq, keep) {
+	for m, err := range r.d.scanOutcomes(ctx, r.d.names.OutcomeSubject(r.gtok), 1, r.summarySeq, keep) {
 		if err != nil {
 			// A malformed message of the incarnation may hold failed jobs: redriving the others
 			// would hide them from a later Redrive.
@@ -527,22 +527,24 @@ func (r *redrive) job(m *directget.Msg) (Job, bool) {
 
 // outcomeMsg is one decoded message of an outcome subject.
 type outcomeMsg struct {
-	group string         // from the subject
-	outs  []wire.Outcome // none for a summary
+	seq   uint64             // in RESULTS
+	group string             // from the subject
+	outs  []wire.Outcome     // none for a summary
+	sum   *wire.GroupSummary // set for a summary
 }
 
-// scanOutcomes yields the messages stored on subject (wildcards allowed) up to sequence upTo, in
-// stream order, reading scanPage messages per request. With keep set, it skips the messages
+// scanOutcomes yields the messages stored on subject (wildcards allowed) from sequence from up to
+// sequence upTo, in stream order, reading scanPage messages per request. With keep set, it skips the messages
 // whose Weave-Group-Seq header keep refuses, before decoding them. A message that cannot be
 // decoded yields an error wrapping ErrMalformedOutcome, and the sequence continues; a read error
 // is yielded last.
-func (d *Dispatcher) scanOutcomes(ctx context.Context, subject string, upTo uint64, keep func(groupSeq string) bool) iter.Seq2[*outcomeMsg, error] {
+func (d *Dispatcher) scanOutcomes(ctx context.Context, subject string, from, upTo uint64, keep func(groupSeq string) bool) iter.Seq2[*outcomeMsg, error] {
 	return func(yield func(*outcomeMsg, error) bool) {
 		stream := d.names.ResultsStream()
 		get := directget.New(d.nc, stream)
 		defer get.Close()
 		prefix := d.names.OutcomeSubject("")
-		for from := uint64(1); from <= upTo; {
+		for from <= upTo {
 			msgs, err := get.Next(ctx, subject, from, scanPage)
 			if err != nil {
 				yield(nil, fmt.Errorf("weave: read %s: %w", subject, err))
@@ -559,10 +561,10 @@ func (d *Dispatcher) scanOutcomes(ctx context.Context, subject string, upTo uint
 				if keep != nil && !keep(m.Header.Get(wire.HdrGroupSeq)) {
 					continue
 				}
-				om := &outcomeMsg{}
+				om := &outcomeMsg{seq: m.Seq}
 				om.group, err = wire.ParseGroupToken(strings.TrimPrefix(m.Subject, prefix))
 				if err == nil {
-					om.outs, _, err = wire.DecodeOutcomeMsg(m.Data)
+					om.outs, om.sum, err = wire.DecodeOutcomeMsg(m.Data)
 				}
 				if err != nil {
 					err = fmt.Errorf("%w: %s sequence %d (%s): %w", ErrMalformedOutcome, stream, m.Seq, m.Subject, err)

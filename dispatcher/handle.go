@@ -237,7 +237,9 @@ func (h *Handle) WaitSummary(ctx context.Context) (Summary, error) {
 // returns ctx's error. It is for a caller that needs one job's result, not the group's: it returns
 // as soon as that job is final, without waiting for the rest of the group, and holds no other
 // outcome in memory. Like Wait it reads the group's outcomes from the beginning, so it works for
-// a job that finished long ago and from a Handle returned by Attach.
+// a job that finished long ago and from a Handle returned by Attach. It creates no consumer: it
+// waits on the subscription the Dispatcher shares (see Close), so many WaitJob calls, one per job
+// of a large group say, cost little more than one.
 //
 // If the group finishes without the job among its outcomes, WaitJob returns an error wrapping
 // ErrJobNotFound; so does an id of 0, which is never a job ID. A Handle from Publish reads only
@@ -252,7 +254,7 @@ func (h *Handle) WaitJob(ctx context.Context, id uint64) (JobOutcome, error) {
 	if id == 0 && h.err == nil {
 		return JobOutcome{}, fmt.Errorf("%w: %s in group %q: job IDs start at 1", ErrJobNotFound, what, h.group)
 	}
-	return h.waitOne(ctx, what, func(o *JobOutcome) bool { return o.ID == id })
+	return h.waitOne(ctx, what, &jobWaiter{id: id})
 }
 
 // WaitKey is WaitJob for the job published with the given Job.Key. Keys are unique within a group
@@ -264,12 +266,33 @@ func (h *Handle) WaitKey(ctx context.Context, key string) (JobOutcome, error) {
 	if key == "" && h.err == nil {
 		return JobOutcome{}, fmt.Errorf("%w: %s in group %q: jobs without a key have no key to wait for", ErrJobNotFound, what, h.group)
 	}
-	return h.waitOne(ctx, what, func(o *JobOutcome) bool { return o.Key == key })
+	return h.waitOne(ctx, what, &jobWaiter{key: key})
 }
 
-// waitOne follows the group's outcomes until one matches and returns it; what names the job in
+// waitOne waits for the job w names, on the shared subscription (see jobwait.go), or once the
+// Dispatcher is closed, with a consumer of its own; what names the job in errors.
+func (h *Handle) waitOne(ctx context.Context, what string, w *jobWaiter) (JobOutcome, error) {
+	if h.err != nil {
+		return JobOutcome{}, h.err
+	}
+	if err := h.d.ensure(ctx); err != nil {
+		return JobOutcome{}, err
+	}
+	w.group, w.openSeq, w.ch = h.group, h.openSeq, make(chan jobNote, 1)
+	if out, ok, err := h.waitJob(ctx, what, w); ok || err != nil {
+		return out, err
+	}
+	return h.followOne(ctx, what, func(o *JobOutcome) bool {
+		if w.key != "" {
+			return o.Key == w.key
+		}
+		return o.ID == w.id
+	})
+}
+
+// followOne follows the group's outcomes until one matches and returns it; what names the job in
 // errors. It stops reading at the match: follow deletes its consumer when each returns false.
-func (h *Handle) waitOne(ctx context.Context, what string, match func(*JobOutcome) bool) (JobOutcome, error) {
+func (h *Handle) followOne(ctx context.Context, what string, match func(*JobOutcome) bool) (JobOutcome, error) {
 	var (
 		found JobOutcome
 		ok    bool

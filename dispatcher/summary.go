@@ -53,11 +53,11 @@ type summaryNote struct {
 	closed bool  // Close ended the subscription: wait some other way
 }
 
-// Close stops the subscription the Dispatcher shares between its WaitSummary calls (started by
-// the first one). It does not close the NATS connection, and the Dispatcher remains usable:
-// WaitSummary calls waiting at that moment, or made afterwards, fall back to a RESULTS consumer of
-// their own. Call Close when done with the Dispatcher; a Dispatcher that never waited for a summary
-// has nothing to stop. Close may be called more than once.
+// Close stops the subscription the Dispatcher shares between its WaitSummary, WaitJob and WaitKey
+// calls (started by the first one). It does not close the NATS connection, and the Dispatcher
+// remains usable: calls waiting at that moment, or made afterwards, fall back to a RESULTS
+// consumer of their own. Call Close when done with the Dispatcher; a Dispatcher that never waited
+// that way has nothing to stop. Close may be called more than once.
 func (d *Dispatcher) Close() {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
@@ -77,6 +77,7 @@ func (d *Dispatcher) Close() {
 		}
 	}
 	d.sumWaiters = nil
+	d.closeJobWaiters()
 }
 
 // watchSummary registers a waiter for the summary of the group with token gtok, starting the
@@ -87,19 +88,8 @@ func (d *Dispatcher) watchSummary(gtok string, openSeq uint64) (*summaryWaiter, 
 	if d.sumClosed {
 		return nil, nil
 	}
-	if d.sumSub == nil {
-		sub, err := d.nc.Subscribe(d.names.AllOutcomes(), d.routeSummary)
-		if err != nil {
-			return nil, fmt.Errorf("weave: subscribe to outcomes: %w", err)
-		}
-		// Messages of groups nobody waits for are dropped at once, so the backlog stays short;
-		// dropping messages on a burst would leave waiters to their rechecks.
-		if err := sub.SetPendingLimits(-1, -1); err != nil {
-			_ = sub.Unsubscribe()
-			return nil, fmt.Errorf("weave: subscribe to outcomes: %w", err)
-		}
-		d.sumSub = sub
-		d.sumWaiters = map[string]map[*summaryWaiter]struct{}{}
+	if err := d.subscribeOutcomes(); err != nil {
+		return nil, err
 	}
 	w := &summaryWaiter{openSeq: openSeq, ch: make(chan summaryNote, 1)}
 	ws := d.sumWaiters[gtok]
@@ -109,6 +99,27 @@ func (d *Dispatcher) watchSummary(gtok string, openSeq uint64) (*summaryWaiter, 
 	}
 	ws[w] = struct{}{}
 	return w, nil
+}
+
+// subscribeOutcomes starts the shared subscription if needed. d.sumMu is held.
+func (d *Dispatcher) subscribeOutcomes() error {
+	if d.sumSub != nil {
+		return nil
+	}
+	sub, err := d.nc.Subscribe(d.names.AllOutcomes(), d.routeOutcomes)
+	if err != nil {
+		return fmt.Errorf("weave: subscribe to outcomes: %w", err)
+	}
+	// Messages of groups nobody waits for are dropped at once, so the backlog stays short;
+	// dropping messages on a burst would leave waiters to their rechecks.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("weave: subscribe to outcomes: %w", err)
+	}
+	d.sumSub = sub
+	d.sumWaiters = map[string]map[*summaryWaiter]struct{}{}
+	d.jobWaiters = map[string]*groupJobWaiters{}
+	return nil
 }
 
 // unwatchSummary removes a waiter registered by watchSummary.
@@ -123,21 +134,30 @@ func (d *Dispatcher) unwatchSummary(gtok string, w *summaryWaiter) {
 	}
 }
 
-// routeSummary is the shared subscription's handler: it hands a summary (or a malformed message)
-// to the waiters of its group and incarnation, and ignores the rest without decoding it.
-func (d *Dispatcher) routeSummary(m *nats.Msg) {
+// routeOutcomes is the shared subscription's handler: it hands a summary (or a malformed message)
+// to the WaitSummary waiters of its group and incarnation, and an outcome batch to the WaitJob
+// waiters of the jobs in it (see routeJobs), and ignores the rest without decoding it.
+func (d *Dispatcher) routeOutcomes(m *nats.Msg) {
 	gtok, ok := strings.CutPrefix(m.Subject, d.names.OutcomeSubject(""))
 	if !ok {
 		return
 	}
 	d.sumMu.Lock()
 	waiting := len(d.sumWaiters[gtok]) > 0
+	jobWaiting := d.jobWaiters[gtok] != nil
 	d.sumMu.Unlock()
-	if !waiting || bytes.HasPrefix(m.Data, outcomesPrefix) {
+	isBatch := bytes.HasPrefix(m.Data, outcomesPrefix)
+	if !jobWaiting && (!waiting || isBatch) {
+		return
+	}
+	outs, sum, err := wire.DecodeOutcomeMsg(m.Data)
+	if jobWaiting {
+		d.routeJobs(gtok, m, outs, sum, err)
+	}
+	if !waiting || isBatch {
 		return
 	}
 	var note summaryNote
-	_, sum, err := wire.DecodeOutcomeMsg(m.Data)
 	switch {
 	case err != nil:
 		note.err = fmt.Errorf("%w: group token %q, subject %s: %w", ErrMalformedOutcome, gtok, m.Subject, err)

@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
@@ -144,13 +145,15 @@ func TestWaitJobReturnsBeforeTheGroupFinishes(t *testing.T) {
 }
 
 // TestWaitJobWaitsForTheOutcome starts WaitJob and WaitKey before anything is recorded; another
-// job's outcome does not end them, the job's own does.
+// job's outcome does not end them, the job's own does. Neither creates a consumer: they wait on
+// the Dispatcher's shared subscription.
 func TestWaitJobWaitsForTheOutcome(t *testing.T) {
 	t.Parallel()
 	e := setup(t, dispatcher.Config{})
 	ctx := testContext(t)
 	e.ensureStreams(ctx, t)
 	h := e.d.Attach("live")
+	waiting := expectWaiting(e, 2)
 
 	byID, byKey := make(chan jobAnswer, 1), make(chan jobAnswer, 1)
 	go func() {
@@ -161,7 +164,10 @@ func TestWaitJobWaitsForTheOutcome(t *testing.T) {
 		o, err := h.WaitKey(ctx, "k2")
 		byKey <- jobAnswer{o, err}
 	}()
-	e.waitForConsumers(ctx, t, 2) // both are reading an empty subject
+	awaitSignal(ctx, t, "both to wait on an empty subject", waiting)
+	if n := e.resultsConsumers(ctx, t); n != 0 {
+		t.Fatalf("RESULTS has %d consumers while WaitJob and WaitKey wait", n)
+	}
 
 	e.record(ctx, t, "live", outcomes(wire.Outcome{ID: 1, Key: "k1", State: wire.FinalDone, Attempts: 1}))
 	e.record(ctx, t, "live", outcomes(wire.Outcome{ID: 2, Key: "k2", State: wire.FinalCanceled, Data: []byte("canceled by user")}))
@@ -172,7 +178,6 @@ func TestWaitJobWaitsForTheOutcome(t *testing.T) {
 	if a := receive(ctx, t, "WaitKey", byKey); a.err != nil || !reflect.DeepEqual(a.o, want) {
 		t.Fatalf("WaitKey = %+v, %v; want %+v", a.o, a.err, want)
 	}
-	e.waitForConsumers(ctx, t, 0)
 }
 
 // TestWaitJobNotFound asks for jobs a finished group does not have.
@@ -287,13 +292,14 @@ func TestWaitJobFromAttach(t *testing.T) {
 		t.Fatalf("WaitKey = %+v, %v; want %+v", got, err, want.Jobs[1])
 	}
 
-	coordinator := &env{js: newJetStream(t, nc), names: e.names}
+	coordinator := &env{js: newJetStream(t, nc), names: e.names, d: d}
+	waiting := expectWaiting(coordinator, 1)
 	done := make(chan jobAnswer, 1)
 	go func() {
 		o, err := d.Attach("later").WaitJob(ctx, laterID)
 		done <- jobAnswer{o, err}
 	}()
-	coordinator.waitForConsumers(ctx, t, 1)
+	awaitSignal(ctx, t, "WaitJob to wait", waiting)
 	coordinator.record(ctx, t, "later", outcomes(wire.Outcome{ID: laterID, Key: "b", State: wire.FinalDone, Attempts: 1}))
 	wantLater := dispatcher.JobOutcome{Group: "later", ID: laterID, Key: "b", State: dispatcher.StateDone, Attempts: 1}
 	if a := receive(ctx, t, "WaitJob", done); a.err != nil || !reflect.DeepEqual(a.o, wantLater) {
@@ -317,5 +323,105 @@ func TestWaitJobSkipsMalformedOutcomes(t *testing.T) {
 	wantErrIs(t, err, dispatcher.ErrMalformedOutcome)
 	if errors.Is(err, dispatcher.ErrJobNotFound) {
 		t.Fatalf("a job possibly in the malformed message reported %v", err)
+	}
+}
+
+// TestWaitJobManyWaiters: two thousand WaitJob calls on one running group, and a WaitKey for a
+// key the group does not have, wait without a consumer; each WaitJob gets its own job's outcome
+// as the batches holding them are recorded, and the WaitKey learns from the summary that the
+// job is not in the group.
+func TestWaitJobManyWaiters(t *testing.T) {
+	t.Parallel()
+	const n, perBatch = 2000, 100
+	e := setup(t, dispatcher.Config{})
+	t.Cleanup(e.d.Close)
+	ctx := testContext(t)
+	e.ensureStreams(ctx, t)
+	h := e.d.Attach("big")
+	waiting := expectWaiting(e, n+1)
+
+	answers := make([]chan jobAnswer, n)
+	for i := range answers {
+		answers[i] = make(chan jobAnswer, 1)
+		go func() {
+			o, err := h.WaitJob(ctx, uint64(i+1))
+			answers[i] <- jobAnswer{o, err}
+		}()
+	}
+	missing := make(chan jobAnswer, 1)
+	go func() {
+		o, err := h.WaitKey(ctx, "no such key")
+		missing <- jobAnswer{o, err}
+	}()
+	awaitSignal(ctx, t, "every call to wait", waiting)
+	if c := e.resultsConsumers(ctx, t); c != 0 {
+		t.Fatalf("RESULTS has %d consumers while %d WaitJob calls wait", c, n)
+	}
+
+	var msgs [][]byte
+	for first := 1; first <= n; first += perBatch {
+		var outs []wire.Outcome
+		for id := first; id < first+perBatch; id++ {
+			outs = append(outs, wire.Outcome{ID: uint64(id), Key: fmt.Sprint("k", id), State: wire.FinalDone, Attempts: 1, Data: []byte(fmt.Sprint("r", id))})
+		}
+		msgs = append(msgs, outcomes(outs...))
+	}
+	e.record(ctx, t, "big", append(msgs, summary(n, n, 0, 0))...)
+	for i, ch := range answers {
+		a := receive(ctx, t, fmt.Sprintf("WaitJob %d", i+1), ch)
+		if a.err != nil || a.o.ID != uint64(i+1) || string(a.o.Result) != fmt.Sprint("r", i+1) {
+			t.Fatalf("WaitJob(%d) = %+v, %v", i+1, a.o, a.err)
+		}
+	}
+	a := receive(ctx, t, "WaitKey", missing)
+	wantErrIs(t, a.err, dispatcher.ErrJobNotFound)
+}
+
+// TestWaitJobAfterClose: a WaitJob waiting when the Dispatcher is closed goes on with a consumer
+// of its own and still gets its outcome; so does one made after Close.
+func TestWaitJobAfterClose(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	e.ensureStreams(ctx, t)
+	h := e.d.Attach("closing")
+	waiting := expectWaiting(e, 1)
+	done := make(chan jobAnswer, 1)
+	go func() {
+		o, err := h.WaitJob(ctx, 7)
+		done <- jobAnswer{o, err}
+	}()
+	awaitSignal(ctx, t, "WaitJob to wait", waiting)
+	e.d.Close()
+	e.waitForConsumers(ctx, t, 1)
+	e.record(ctx, t, "closing", outcomes(wire.Outcome{ID: 7, Key: "k", State: wire.FinalDone, Attempts: 1}))
+	if a := receive(ctx, t, "WaitJob", done); a.err != nil || a.o.ID != 7 {
+		t.Fatalf("WaitJob = %+v, %v", a.o, a.err)
+	}
+	if o, err := h.WaitKey(ctx, "k"); err != nil || o.ID != 7 {
+		t.Fatalf("WaitKey after Close = %+v, %v", o, err)
+	}
+}
+
+// TestWaitJobLiveMalformedOutcome: a waiting WaitKey sees an undecodable message go by, then the
+// summary: its job may have been in that message, so it is not reported as not found.
+func TestWaitJobLiveMalformedOutcome(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	e.ensureStreams(ctx, t)
+	h := e.d.Attach("junk-live")
+	waiting := expectWaiting(e, 1)
+	done := make(chan jobAnswer, 1)
+	go func() {
+		o, err := h.WaitKey(ctx, "b")
+		done <- jobAnswer{o, err}
+	}()
+	awaitSignal(ctx, t, "WaitKey to wait", waiting)
+	e.record(ctx, t, "junk-live", []byte("junk"), outcomes(wire.Outcome{ID: 1, Key: "a", State: wire.FinalDone}), summary(2, 2, 0, 0))
+	a := receive(ctx, t, "WaitKey", done)
+	wantErrIs(t, a.err, dispatcher.ErrMalformedOutcome)
+	if errors.Is(a.err, dispatcher.ErrJobNotFound) {
+		t.Fatalf("a job possibly in the malformed message reported %v", a.err)
 	}
 }

@@ -1,0 +1,296 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// WaitJob and WaitKey need no consumer either. A waiter is registered on the Dispatcher's shared
+// outcome subscription (the one WaitSummary uses) under its job's ID or key, then reads the
+// outcomes already stored on the group's subject with batch direct gets. An outcome batch written
+// after the registration reaches the waiter through the subscription: the batch is decoded once,
+// whatever the number of waiters, and each of its jobs is looked up in the group's waiters by ID
+// and by key. So ten thousand WaitJob calls on one group cost one subscription and one decode per
+// outcome message, not ten thousand consumers each reading every outcome of the group.
+//
+// The group's summary, written after all its outcomes, tells a waiter the group has finished; it
+// then reads the stored outcomes once more from where it stopped before concluding that the job is
+// not in the group (the subscription may deliver a message before the stream serves it, or miss
+// one while the connection is down). Rechecks on a growing interval are the backstop for notes the
+// subscription missed.
+
+// groupJobWaiters are the WaitJob and WaitKey calls waiting on one group token.
+type groupJobWaiters struct {
+	all   map[*jobWaiter]struct{}
+	byID  map[uint64]map[*jobWaiter]struct{}
+	byKey map[string]map[*jobWaiter]struct{}
+}
+
+// jobWaiter is one WaitJob or WaitKey call waiting on the shared subscription.
+type jobWaiter struct {
+	group   string // the group ID, for the outcome returned
+	openSeq uint64 // the Handle's incarnation; 0 accepts any
+	id      uint64 // the job awaited: by ID, or
+	key     string // by key
+	ch      chan jobNote
+	bad     error // the first malformed message of the group the subscription saw; guarded by sumMu
+}
+
+// jobNote is what the shared subscription tells a job waiter. The first note is all it reads.
+type jobNote struct {
+	out      JobOutcome
+	found    bool
+	finished bool // the group's summary arrived
+	closed   bool // Close ended the subscription: wait some other way
+}
+
+func (w *jobWaiter) matches(o *wire.Outcome) bool {
+	if w.key != "" {
+		return o.Key == w.key
+	}
+	return o.ID == w.id
+}
+
+func (w *jobWaiter) note(n jobNote) {
+	select {
+	case w.ch <- n:
+	default: // it has a note already
+	}
+}
+
+// watchJob registers a waiter for one job of the group with token gtok, starting the shared
+// subscription if needed. It returns nil after Close.
+func (d *Dispatcher) watchJob(gtok string, w *jobWaiter) (bool, error) {
+	d.sumMu.Lock()
+	defer d.sumMu.Unlock()
+	if d.sumClosed {
+		return false, nil
+	}
+	if err := d.subscribeOutcomes(); err != nil {
+		return false, err
+	}
+	gw := d.jobWaiters[gtok]
+	if gw == nil {
+		gw = &groupJobWaiters{all: map[*jobWaiter]struct{}{}, byID: map[uint64]map[*jobWaiter]struct{}{}, byKey: map[string]map[*jobWaiter]struct{}{}}
+		d.jobWaiters[gtok] = gw
+	}
+	gw.all[w] = struct{}{}
+	if w.key != "" {
+		addWaiter(gw.byKey, w.key, w)
+	} else {
+		addWaiter(gw.byID, w.id, w)
+	}
+	return true, nil
+}
+
+// unwatchJob removes a waiter registered by watchJob.
+func (d *Dispatcher) unwatchJob(gtok string, w *jobWaiter) {
+	d.sumMu.Lock()
+	defer d.sumMu.Unlock()
+	gw := d.jobWaiters[gtok]
+	if gw == nil {
+		return
+	}
+	delete(gw.all, w)
+	if w.key != "" {
+		removeWaiter(gw.byKey, w.key, w)
+	} else {
+		removeWaiter(gw.byID, w.id, w)
+	}
+	if len(gw.all) == 0 {
+		delete(d.jobWaiters, gtok)
+	}
+}
+
+func addWaiter[K comparable](m map[K]map[*jobWaiter]struct{}, k K, w *jobWaiter) {
+	ws := m[k]
+	if ws == nil {
+		ws = map[*jobWaiter]struct{}{}
+		m[k] = ws
+	}
+	ws[w] = struct{}{}
+}
+
+func removeWaiter[K comparable](m map[K]map[*jobWaiter]struct{}, k K, w *jobWaiter) {
+	if ws := m[k]; ws != nil {
+		delete(ws, w)
+		if len(ws) == 0 {
+			delete(m, k)
+		}
+	}
+}
+
+// routeJobs hands one decoded message of the group with token gtok to its job waiters: each
+// outcome to the waiters of its job, a summary to all of them, and a decoding error to all of
+// them as a note on the side (a waiter keeps waiting, since its job may come later).
+func (d *Dispatcher) routeJobs(gtok string, m *nats.Msg, outs []wire.Outcome, sum *wire.GroupSummary, err error) {
+	incarnation := m.Header.Get(wire.HdrGroupSeq)
+	d.sumMu.Lock()
+	defer d.sumMu.Unlock()
+	gw := d.jobWaiters[gtok]
+	if gw == nil {
+		return
+	}
+	switch {
+	case err != nil:
+		for w := range gw.all {
+			if w.bad == nil && sameIncarnation(w.openSeq, incarnation) {
+				w.bad = fmt.Errorf("%w: group %q, subject %s: %w", ErrMalformedOutcome, w.group, m.Subject, err)
+			}
+		}
+	case sum != nil:
+		for w := range gw.all {
+			if sameIncarnation(w.openSeq, incarnation) {
+				w.note(jobNote{finished: true})
+			}
+		}
+	default:
+		for i := range outs {
+			o := &outs[i]
+			for _, ws := range []map[*jobWaiter]struct{}{gw.byID[o.ID], gw.byKey[o.Key]} {
+				for w := range ws {
+					if w.matches(o) && sameIncarnation(w.openSeq, incarnation) {
+						w.note(jobNote{out: jobOutcome(w.group, o), found: true})
+					}
+				}
+			}
+		}
+	}
+}
+
+// closeJobWaiters tells every job waiter that Close ended the subscription. d.sumMu is held.
+func (d *Dispatcher) closeJobWaiters() {
+	for _, gw := range d.jobWaiters {
+		for w := range gw.all {
+			w.note(jobNote{closed: true})
+		}
+	}
+	d.jobWaiters = nil
+}
+
+// jobScan reads a group's stored outcomes for one job waiter, from where the last read stopped.
+type jobScan struct {
+	h    *Handle
+	w    *jobWaiter
+	from uint64 // next RESULTS sequence to read
+	bad  error  // the first message that could not be decoded
+}
+
+// next reads the outcomes stored since the last call. It reports the job's outcome if found, or
+// finished if the group's summary was among them.
+func (s *jobScan) next(ctx context.Context) (out JobOutcome, found, finished bool, err error) {
+	keep := func(groupSeq string) bool { return sameIncarnation(s.h.openSeq, groupSeq) }
+	subject := s.h.d.names.OutcomeSubject(s.h.gtok)
+	for m, err := range s.h.d.scanOutcomes(ctx, subject, s.from, math.MaxUint64, keep) {
+		if err != nil {
+			if errors.Is(err, ErrMalformedOutcome) {
+				if s.bad == nil {
+					s.bad = err
+				}
+				continue
+			}
+			return JobOutcome{}, false, false, fmt.Errorf("weave: read outcomes of group %q: %w", s.h.group, err)
+		}
+		s.from = m.seq + 1
+		for i := range m.outs {
+			if s.w.matches(&m.outs[i]) {
+				return jobOutcome(s.h.group, &m.outs[i]), true, false, nil
+			}
+		}
+		if m.sum != nil {
+			return JobOutcome{}, false, true, nil
+		}
+	}
+	return JobOutcome{}, false, false, nil
+}
+
+// waitJob is WaitJob and WaitKey on the shared subscription. It returns ok false, having done
+// nothing more to wait, when the subscription is closed (Close); the caller then waits with a
+// consumer.
+func (h *Handle) waitJob(ctx context.Context, what string, w *jobWaiter) (out JobOutcome, ok bool, err error) {
+	registered, err := h.d.watchJob(h.gtok, w)
+	if err != nil || !registered {
+		return JobOutcome{}, registered, err
+	}
+	defer h.d.unwatchJob(h.gtok, w)
+
+	scan := &jobScan{h: h, w: w, from: 1}
+	// conclude answers once the job is found or the group has finished without it.
+	conclude := func(out JobOutcome, found, finished bool, err error) (JobOutcome, bool, error) {
+		switch {
+		case err != nil:
+			return JobOutcome{}, true, err
+		case found:
+			return out, true, nil
+		}
+		bad := scan.bad
+		if bad == nil {
+			h.d.sumMu.Lock()
+			bad = w.bad
+			h.d.sumMu.Unlock()
+		}
+		if bad != nil {
+			// The job may have been in the message we could not read: not found is not certain.
+			return JobOutcome{}, true, fmt.Errorf("weave: %s not among the readable outcomes of group %q: %w", what, h.group, bad)
+		}
+		return JobOutcome{}, true, fmt.Errorf("%w: %s in group %q, which has finished", ErrJobNotFound, what, h.group)
+	}
+	if out, found, finished, err := scan.next(ctx); err != nil || found || finished {
+		return conclude(out, found, finished, err)
+	}
+	if hook := h.d.waitHook; hook != nil {
+		hook()
+	}
+	recheck := firstRecheck
+	timer := time.NewTimer(recheck)
+	defer timer.Stop()
+	for {
+		select {
+		case n := <-w.ch:
+			switch {
+			case n.closed:
+				return JobOutcome{}, false, nil
+			case n.found:
+				return n.out, true, nil
+			}
+			// The summary came: every outcome was written before it. Read what is stored since
+			// the last read; the stream may serve the summary a moment after the subscription
+			// delivered it, so read again until it is seen (for at most firstRecheck).
+			deadline := time.Now().Add(firstRecheck)
+			for {
+				out, found, finished, err := scan.next(ctx)
+				if err != nil || found || finished || time.Now().After(deadline) {
+					return conclude(out, found, finished, err)
+				}
+				t := time.NewTimer(10 * time.Millisecond)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return JobOutcome{}, true, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, ctx.Err())
+				case <-t.C:
+				}
+			}
+		case <-ctx.Done():
+			return JobOutcome{}, true, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, ctx.Err())
+		case <-timer.C:
+			out, found, finished, err := scan.next(ctx)
+			switch {
+			case found || finished || errors.Is(err, nats.ErrConnectionClosed):
+				return conclude(out, found, finished, err)
+			case err != nil && ctx.Err() != nil:
+				return JobOutcome{}, true, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, ctx.Err())
+			case err != nil:
+				h.d.log.Debug().Err(err).Str("group", h.group).Msg("recheck a group's outcomes")
+			}
+			recheck = min(2*recheck, maxRecheck)
+			timer.Reset(recheck)
+		}
+	}
+}
