@@ -23,8 +23,9 @@ import (
 // other, and the job is released again, to a pool that can run it, keeping its attempt number.
 //
 // Batches not yet delivered come at once; a batch a dead worker had taken comes when its lease
-// (the consumer's AckWait) runs out. A rescue stops as soon as the pool has a worker again or
-// nothing released to it is left.
+// (the consumer's AckWait) runs out, and its jobs are reported lost instead (a failed attempt:
+// the worker may have run them), as a worker of the pool would report them. A rescue stops as
+// soon as the pool has a worker again or nothing released to it is left.
 
 // rescueFetch is how long one pull request of a rescue waits at the server for a batch.
 const rescueFetch = time.Second

@@ -66,7 +66,7 @@ func (w *jobWaiter) note(n jobNote) {
 }
 
 // watchJob registers a waiter for one job of the group with token gtok, starting the shared
-// subscription if needed. It returns nil after Close.
+// subscription if needed. It reports false, registering nothing, after Close.
 func (d *Dispatcher) watchJob(gtok string, w *jobWaiter) (bool, error) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
