@@ -83,11 +83,13 @@ type group struct {
 	canceled  uint64
 	inSched   bool // added to the scheduler
 	// busy estimates the share of a released job's time that its handler runs (the rest is
-	// queueing and round trips), from the group's reports: an exponentially weighted average of
-	// handler duration ÷ (report time − release time). By Little's law, released jobs × busy is
-	// the group's running jobs as the handlers see them.
-	busy     float64
-	finished bool // every job terminal and the summary is being written
+	// queueing and round trips), from the group's reports: the exponentially weighted average of
+	// handler durations ÷ that of (report time − release time), kept in ranAvg and cycleAvg
+	// (seconds). By Little's law, released jobs × busy is the group's running jobs as the
+	// handlers see them.
+	busy             float64
+	ranAvg, cycleAvg float64
+	finished         bool // every job terminal and the summary is being written
 
 	outcomes    []wire.Outcome // terminal outcomes not yet handed to the writer
 	outcomeSeqs []uint64       // the EVENTS sequence of the report behind each, or 0

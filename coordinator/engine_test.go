@@ -738,3 +738,23 @@ func TestLostAttemptsCount(t *testing.T) {
 		t.Fatalf("outcome %+v, want 2 lost attempts in the history, without a worker", outs)
 	}
 }
+
+// TestBusyShareIsARatioOfAverages: a group whose 1 ms jobs take 2 ms and 10 ms from release to
+// report, in turn, runs 1 ms in every 6: its busy share is 1/6 (Little's law), not the 0.3 that
+// averaging each job's ratio gives, which would undercount its running jobs under least in-flight.
+func TestBusyShareIsARatioOfAverages(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	g := &group{busy: te.e.groupBusy}
+	for i := range 200 {
+		cycle := 2 * time.Millisecond
+		if i%2 == 1 {
+			cycle = 10 * time.Millisecond
+		}
+		j := &job{g: g, since: te.now.Add(-cycle)}
+		te.e.learnBusy(j, time.Millisecond, 0, te.now)
+	}
+	if want := 1.0 / 6; g.busy < want*0.9 || g.busy > want*1.1 {
+		t.Fatalf("busy share %.3f, want %.3f ± 10%%", g.busy, want)
+	}
+}
