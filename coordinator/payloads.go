@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -10,14 +9,18 @@ import (
 )
 
 // payloads holds the stored messages of jobs about to be released, in a cache bounded by the
-// memory its entries hold (payload, headers and bookkeeping; oldest out first), so memory is bounded by the cache, never by the backlog. Jobs arrive from
-// the JOBS feed; a miss (evicted, or after a restart) reads the job's group ahead: one batch
-// direct get returns the job and the next jobs of its group, since the scheduler releases a
-// group's jobs in order.
+// memory its entries hold (payload, headers and bookkeeping; oldest out first), so memory is
+// bounded by the cache, never by the backlog. Jobs arrive from the JOBS feed. A miss (evicted, or
+// after a restart) reads the job and the next jobs of its group, whose IDs the scheduler knows,
+// each with a direct get by sequence, so the group's next releases find theirs cached.
+//
+// Not one batch direct get by subject: for a batch the server counts the messages left on the
+// subject after the start, which on a large stream scans a whole message block per request.
+// Reading 5,000 jobs from a backlog of 1,000,000 spent 47% of the process's CPU there (95 µs per
+// job in all); a get by sequence is a lookup.
 type payloads struct {
-	get       *directget.Client
-	readAhead int
-	maxBytes  int
+	get      *directget.Client
+	maxBytes int
 
 	mu    sync.Mutex
 	m     map[uint64]*directget.Msg
@@ -25,20 +28,30 @@ type payloads struct {
 	bytes int
 }
 
-func newPayloads(get *directget.Client, readAhead, maxBytes int) *payloads {
-	return &payloads{get: get, readAhead: readAhead, maxBytes: maxBytes, m: map[uint64]*directget.Msg{}}
+func newPayloads(get *directget.Client, maxBytes int) *payloads {
+	return &payloads{get: get, maxBytes: maxBytes, m: map[uint64]*directget.Msg{}}
 }
 
 // fetchReq is one job whose stored message is wanted.
 type fetchReq struct {
-	id      uint64
-	subject string // the job's subject in the JOBS stream (its group's)
+	id    uint64
+	ahead []uint64 // the next jobs of its group, read along if the job is not cached
+}
+
+// has reports whether the job's message is cached.
+func (p *payloads) has(id uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[id] != nil
 }
 
 // fetch returns the stored message of each job (nil if it is gone), in order.
 func (p *payloads) fetch(ctx context.Context, reqs []fetchReq) []*directget.Msg {
 	out := make([]*directget.Msg, len(reqs))
-	missing := map[string][]int{} // subject → indexes into reqs
+	var (
+		seqs  []uint64           // to read: the missing jobs, then what to read ahead
+		index = map[uint64]int{} // seq → its request's index in reqs, for the missing jobs
+	)
 	p.mu.Lock()
 	for i, r := range reqs {
 		if m := p.m[r.id]; m != nil {
@@ -46,53 +59,49 @@ func (p *payloads) fetch(ctx context.Context, reqs []fetchReq) []*directget.Msg 
 			p.dropLocked(r.id)
 			continue
 		}
-		missing[r.subject] = append(missing[r.subject], i)
+		if _, ok := index[r.id]; !ok {
+			index[r.id] = i
+			seqs = append(seqs, r.id)
+		}
+	}
+	if len(seqs) > 0 {
+		for i, r := range reqs {
+			if out[i] != nil {
+				continue
+			}
+			for _, id := range r.ahead {
+				if _, ok := index[id]; !ok && p.m[id] == nil {
+					index[id] = -1
+					seqs = append(seqs, id)
+				}
+			}
+		}
 	}
 	p.mu.Unlock()
+	if len(seqs) == 0 {
+		return out
+	}
 
-	var wg sync.WaitGroup
-	for subject, idx := range missing {
-		wg.Go(func() { p.readGroup(ctx, subject, reqs, idx, out) })
-	}
-	wg.Wait()
-	return out
-}
-
-// readGroup fills out[idx] for jobs of one group and caches what it read ahead.
-func (p *payloads) readGroup(ctx context.Context, subject string, reqs []fetchReq, idx []int, out []*directget.Msg) {
-	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(reqs[a].id, reqs[b].id) })
-	want := map[uint64]int{}
-	for _, i := range idx {
-		want[reqs[i].id] = i
-	}
-	msgs, _ := p.get.Next(ctx, subject, reqs[idx[0]].id, len(idx)+p.readAhead)
-	var extra []*directget.Msg
-	for _, m := range msgs {
-		if i, ok := want[m.Seq]; ok {
-			out[i] = m
-			delete(want, m.Seq)
-		} else {
-			extra = append(extra, m)
-		}
-	}
-	// Jobs far apart in the stream (or retries of old jobs) are fetched one by one.
-	var rest []uint64
-	var restIdx []int
-	for id, i := range want {
-		rest = append(rest, id)
-		restIdx = append(restIdx, i)
-	}
-	if len(rest) > 0 {
-		got, _ := p.get.Get(ctx, rest)
-		for k, m := range got {
-			out[restIdx[k]] = m
-		}
-	}
+	msgs, _ := p.get.Get(ctx, seqs) // a missing message is a nil entry
 	p.mu.Lock()
-	for _, m := range extra {
-		p.addLocked(m)
+	defer p.mu.Unlock()
+	for k, m := range msgs {
+		switch i := index[seqs[k]]; {
+		case i >= 0:
+			out[i] = m
+		case m != nil:
+			p.addLocked(m)
+		}
 	}
-	p.mu.Unlock()
+	// A request for the same job twice gets the same message.
+	for i, r := range reqs {
+		if out[i] == nil {
+			if j := index[r.id]; j >= 0 {
+				out[i] = out[j]
+			}
+		}
+	}
+	return out
 }
 
 // add keeps a job's stored message, read from the JOBS feed, for its release.

@@ -24,6 +24,7 @@ type releaseJob struct {
 	id      uint64
 	attempt uint32
 	gtok    string
+	ahead   []uint64 // the next jobs of its group, to read along if its payload is not cached
 }
 
 // releaser carries out releases: fetch the payloads (usually from the read-ahead cache), tell the
@@ -38,7 +39,7 @@ func (r *run) releaser(ctx context.Context) {
 func (r *run) release(ctx context.Context, req releaseReq) {
 	reqs := make([]fetchReq, len(req.jobs))
 	for i, j := range req.jobs {
-		reqs[i] = fetchReq{id: j.id, subject: r.names.JobSubject(j.gtok)}
+		reqs[i] = fetchReq{id: j.id, ahead: j.ahead}
 	}
 	msgs := r.payloads.fetch(ctx, reqs)
 	if ctx.Err() != nil {

@@ -77,7 +77,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64) (*run, error) {
 	}
 	r := &run{
 		c: c, cfg: c.cfg, names: c.names, log: c.cfg.Logger, e: e,
-		payloads:  newPayloads(c.directGet(c.names.JobsStream()), c.cfg.ReadAhead, c.cfg.PayloadCacheBytes),
+		payloads:  newPayloads(c.directGet(c.names.JobsStream()), c.cfg.PayloadCacheBytes),
 		feedCh:    make(chan jetstream.Msg, chanSize),
 		eventsCh:  make(chan jetstream.Msg, chanSize),
 		hbCh:      make(chan wire.Heartbeat, chanSize),
@@ -451,8 +451,16 @@ func (r *run) step(ctx context.Context) {
 	}
 	for _, rel := range out.releases {
 		req := releaseReq{pool: rel.pool.key, jobs: make([]releaseJob, len(rel.jobs))}
+		var readAhead map[*group]bool // groups whose next jobs this batch reads ahead
 		for i, j := range rel.jobs {
 			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, gtok: j.g.tok}
+			if !readAhead[j.g] && !r.payloads.has(j.id) {
+				if readAhead == nil {
+					readAhead = map[*group]bool{}
+				}
+				readAhead[j.g] = true
+				req.jobs[i].ahead = r.e.sched.Upcoming(nil, j.g, r.cfg.ReadAhead)
+			}
 		}
 		select {
 		case r.releaseQ <- req:

@@ -199,6 +199,23 @@ func (s *Scheduler[G, J]) Queued(g G) int {
 	return 0
 }
 
+// Upcoming appends to dst up to n of g's queued jobs, the next to be released first, and returns
+// the result. It releases nothing: the coordinator uses it to read ahead the payloads of the jobs
+// about to go.
+func (s *Scheduler[G, J]) Upcoming(dst []J, g G, n int) []J {
+	grp := s.groups[g]
+	if grp == nil || n <= 0 {
+		return dst
+	}
+	for j := range grp.jobs.All() {
+		dst = append(dst, j)
+		if n--; n == 0 {
+			break
+		}
+	}
+	return dst
+}
+
 // Active returns the number of groups holding a slot.
 func (s *Scheduler[G, J]) Active() int { return s.active }
 

@@ -525,3 +525,26 @@ func TestRemove(t *testing.T) {
 		t.Fatalf("Next after emptying a = %q, want b1", j)
 	}
 }
+
+// Upcoming lists a group's queued jobs in release order without releasing them.
+func TestUpcoming(t *testing.T) {
+	t.Parallel()
+	s, err := spreader.NewScheduler[string, int](spreader.Config{Feeders: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Upcoming(nil, "nope", 3); len(got) != 0 {
+		t.Fatalf("Upcoming of an unknown group = %v", got)
+	}
+	_ = s.AddGroup("a")
+	_ = s.Push("a", 1, 2, 3, 4)
+	if _, job, ok := s.Next(); !ok || job != 1 {
+		t.Fatalf("Next = %d, %v", job, ok)
+	}
+	if got := s.Upcoming([]int{9}, "a", 2); fmt.Sprint(got) != "[9 2 3]" {
+		t.Fatalf("Upcoming(a, 2) = %v, want [9 2 3]", got)
+	}
+	if got := s.Upcoming(nil, "a", 10); fmt.Sprint(got) != "[2 3 4]" || s.Queued("a") != 3 {
+		t.Fatalf("Upcoming(a, 10) = %v with %d queued, want [2 3 4] and 3", got, s.Queued("a"))
+	}
+}

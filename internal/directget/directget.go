@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 )
@@ -92,16 +93,24 @@ type Msg struct {
 	Data    []byte
 }
 
-// Get fetches the messages with the given sequences concurrently. out[i] answers seqs[i]; a
-// missing message gives a nil entry and an error wrapping ErrNotFound for the first such sequence
-// (the other entries are still filled in).
+// maxParallelGets bounds the direct get requests one Get has in flight.
+const maxParallelGets = 64
+
+// Get fetches the messages with the given sequences, up to maxParallelGets requests at once.
+// out[i] answers seqs[i]; a missing message gives a nil entry and an error wrapping ErrNotFound
+// for the first such sequence (the other entries are still filled in).
 func (c *Client) Get(ctx context.Context, seqs []uint64) ([]*Msg, error) {
 	out := make([]*Msg, len(seqs))
 	errs := make([]error, len(seqs))
-	var wg sync.WaitGroup
-	for i, seq := range seqs {
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
+	for range min(len(seqs), maxParallelGets) {
 		wg.Go(func() {
-			out[i], errs[i] = c.get(ctx, seq)
+			for i := int(next.Add(1) - 1); i < len(seqs); i = int(next.Add(1) - 1) {
+				out[i], errs[i] = c.get(ctx, seqs[i])
+			}
 		})
 	}
 	wg.Wait()
