@@ -245,52 +245,45 @@ func (h *Handle) waitJob(ctx context.Context, what string, w *jobWaiter) (out Jo
 	if out, found, finished, err := scan.next(ctx); err != nil || found || finished {
 		return conclude(out, found, finished, err)
 	}
-	if hook := h.d.waitHook; hook != nil {
-		hook()
+	var (
+		found, finished bool
+		scanErr         error
+	)
+	n, noted, err := waitShared(ctx, h.d, w.ch, func() bool {
+		out, found, finished, scanErr = scan.next(ctx)
+		switch {
+		case found || finished || errors.Is(scanErr, nats.ErrConnectionClosed):
+			return true
+		case scanErr != nil && ctx.Err() == nil:
+			h.d.log.Debug().Err(scanErr).Str("group", h.group).Msg("recheck a group's outcomes")
+		}
+		return false
+	})
+	switch {
+	case err != nil:
+		return JobOutcome{}, true, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, err)
+	case !noted:
+		return conclude(out, found, finished, scanErr)
+	case n.closed:
+		return JobOutcome{}, false, nil
+	case n.found:
+		return n.out, true, nil
 	}
-	recheck := firstRecheck
-	timer := time.NewTimer(recheck)
-	defer timer.Stop()
+	// The summary came: every outcome was written before it. Read what is stored since the last
+	// read; the stream may serve the summary a moment after the subscription delivered it, so
+	// read again until it is seen (for at most firstRecheck).
+	deadline := time.Now().Add(firstRecheck)
 	for {
+		out, found, finished, err := scan.next(ctx)
+		if err != nil || found || finished || time.Now().After(deadline) {
+			return conclude(out, found, finished, err)
+		}
+		t := time.NewTimer(10 * time.Millisecond)
 		select {
-		case n := <-w.ch:
-			switch {
-			case n.closed:
-				return JobOutcome{}, false, nil
-			case n.found:
-				return n.out, true, nil
-			}
-			// The summary came: every outcome was written before it. Read what is stored since
-			// the last read; the stream may serve the summary a moment after the subscription
-			// delivered it, so read again until it is seen (for at most firstRecheck).
-			deadline := time.Now().Add(firstRecheck)
-			for {
-				out, found, finished, err := scan.next(ctx)
-				if err != nil || found || finished || time.Now().After(deadline) {
-					return conclude(out, found, finished, err)
-				}
-				t := time.NewTimer(10 * time.Millisecond)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return JobOutcome{}, true, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, ctx.Err())
-				case <-t.C:
-				}
-			}
 		case <-ctx.Done():
+			t.Stop()
 			return JobOutcome{}, true, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, ctx.Err())
-		case <-timer.C:
-			out, found, finished, err := scan.next(ctx)
-			switch {
-			case found || finished || errors.Is(err, nats.ErrConnectionClosed):
-				return conclude(out, found, finished, err)
-			case err != nil && ctx.Err() != nil:
-				return JobOutcome{}, true, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, ctx.Err())
-			case err != nil:
-				h.d.log.Debug().Err(err).Str("group", h.group).Msg("recheck a group's outcomes")
-			}
-			recheck = min(2*recheck, maxRecheck)
-			timer.Reset(recheck)
+		case <-t.C:
 		}
 	}
 }

@@ -200,33 +200,53 @@ func (h *Handle) waitSummary(ctx context.Context) (sum Summary, ok bool, err err
 	if err != nil || found {
 		return s, true, err
 	}
-	if hook := h.d.waitHook; hook != nil {
+	var stored error
+	n, noted, err := waitShared(ctx, h.d, w.ch, func() bool {
+		s, found, err := h.storedSummary(ctx)
+		switch {
+		case found || errors.Is(err, ErrMalformedOutcome) || errors.Is(err, nats.ErrConnectionClosed):
+			sum, stored = s, err
+			return true
+		case err != nil && ctx.Err() == nil:
+			h.d.log.Debug().Err(err).Str("group", h.group).Msg("recheck a group's summary")
+		}
+		return false
+	})
+	switch {
+	case err != nil:
+		return Summary{}, true, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, err)
+	case !noted:
+		return sum, true, stored
+	case n.closed:
+		return Summary{}, false, nil
+	}
+	return n.sum, true, n.err
+}
+
+// waitShared waits for a waiter's note from the shared subscription (on ch). As the backstop for
+// notes the subscription missed (written while the connection was down, or before the stream
+// served them), it calls recheck after firstRecheck, then at doubling intervals up to
+// maxRecheck, until recheck reports that it has the answer. It reports whether a note came, or
+// returns ctx's error.
+func waitShared[N any](ctx context.Context, d *Dispatcher, ch <-chan N, recheck func() bool) (note N, noted bool, err error) {
+	if hook := d.waitHook; hook != nil {
 		hook()
 	}
-	recheck := firstRecheck
-	timer := time.NewTimer(recheck)
+	interval := firstRecheck
+	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	for {
 		select {
-		case n := <-w.ch:
-			if n.closed {
-				return Summary{}, false, nil
-			}
-			return n.sum, true, n.err
+		case n := <-ch:
+			return n, true, nil
 		case <-ctx.Done():
-			return Summary{}, true, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, ctx.Err())
+			return note, false, ctx.Err()
 		case <-timer.C:
-			s, found, err := h.storedSummary(ctx)
-			switch {
-			case found || errors.Is(err, ErrMalformedOutcome) || errors.Is(err, nats.ErrConnectionClosed):
-				return s, true, err
-			case err != nil && ctx.Err() != nil:
-				return Summary{}, true, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, ctx.Err())
-			case err != nil:
-				h.d.log.Debug().Err(err).Str("group", h.group).Msg("recheck a group's summary")
+			if recheck() {
+				return note, false, nil
 			}
-			recheck = min(2*recheck, maxRecheck)
-			timer.Reset(recheck)
+			interval = min(2*interval, maxRecheck)
+			timer.Reset(interval)
 		}
 	}
 }
