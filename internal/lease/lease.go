@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -30,46 +31,74 @@ func (l *Lease) Epoch() uint64 { return l.epoch }
 
 // Acquire blocks until it holds the lease in bucket (created if missing) or ctx ends. holder is
 // written as the value, for operators. While another holder keeps the lease, Acquire waits
-// (standby) and takes over once the key expires.
+// (standby) and takes over once the key expires. Errors that pass by themselves (the bucket's
+// stream has no leader yet, as in a cluster that is still electing one) are waited out too.
 func Acquire(ctx context.Context, js jetstream.JetStream, bucket, holder string, ttl time.Duration, replicas int) (*Lease, error) {
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:         bucket,
-		Description:    "Weave coordinator lease",
-		TTL:            ttl,
-		LimitMarkerTTL: max(ttl, time.Second), // the server's minimum
-		Replicas:       max(replicas, 1),
-		History:        1,
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, bucket)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("weave: lease bucket %s: %w", bucket, err)
-	}
 	// Poll at a fraction of the TTL: a standby takes over at most ttl/4 after expiry.
 	tick := time.NewTicker(max(ttl/4, 10*time.Millisecond))
 	defer tick.Stop()
+	wait := func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			return nil
+		}
+	}
+	var kv jetstream.KeyValue
+	for kv == nil {
+		var err error
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:         bucket,
+			Description:    "Weave coordinator lease",
+			TTL:            ttl,
+			LimitMarkerTTL: max(ttl, time.Second), // the server's minimum
+			Replicas:       max(replicas, 1),
+			History:        1,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, bucket)
+		}
+		if err != nil && (!transient(err) || ctx.Err() != nil) {
+			return nil, fmt.Errorf("weave: lease bucket %s: %w", bucket, err)
+		}
+		if err != nil {
+			kv = nil
+			if err := wait(); err != nil {
+				return nil, err
+			}
+		}
+	}
 	for {
 		rev, err := kv.Create(ctx, key, []byte(holder))
 		if err == nil {
 			return &Lease{kv: kv, ttl: ttl, rev: rev, epoch: rev}, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		if !errors.Is(err, jetstream.ErrKeyExists) && (!transient(err) || ctx.Err() != nil) {
 			return nil, fmt.Errorf("weave: acquire lease: %w", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tick.C:
+		if err := wait(); err != nil {
+			return nil, err
 		}
 	}
 }
 
+// transient reports whether err may pass by itself: no stream leader to answer (a cluster
+// electing one, a server restarting), or a request that timed out.
+func transient(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // Keep renews the lease every ttl/3 until ctx ends (then it releases the lease and returns nil)
-// or a renewal fails (then it returns an error wrapping ErrLost).
+// or a renewal fails (then it returns an error wrapping ErrLost). A renewal that fails for a
+// reason that passes by itself (no stream leader for a moment) is tried again at the next tick,
+// as long as the lease would still be alive then; a renewal refused because someone else holds
+// the key is lost at once.
 func (l *Lease) Keep(ctx context.Context) error {
 	tick := time.NewTicker(l.ttl / 3)
 	defer tick.Stop()
+	renewed := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -86,9 +115,12 @@ func (l *Lease) Keep(ctx context.Context) error {
 				if ctx.Err() != nil {
 					continue
 				}
+				if transient(err) && time.Since(renewed)+l.ttl/3 < l.ttl {
+					continue // the next tick is still within the TTL
+				}
 				return fmt.Errorf("%w: %v", ErrLost, err)
 			}
-			l.rev = rev
+			l.rev, renewed = rev, time.Now()
 		}
 	}
 }

@@ -50,3 +50,61 @@ func TestStandbyTakesOver(t *testing.T) {
 		t.Fatalf("epochs %d then %d: not increasing", first.Epoch(), second.Epoch())
 	}
 }
+
+// TestAcquireWaitsOutLostQuorum: with two of a 3-node cluster's servers down, the lease bucket's
+// stream has no leader and every request fails; Acquire keeps waiting instead of returning the
+// error, and takes the lease once a server is back. (A coordinator starting while a cluster
+// elects leaders hit exactly this.)
+func TestAcquireWaitsOutLostQuorum(t *testing.T) {
+	t.Parallel()
+	c := jstest.NewCluster(t, 3)
+	srvs := c.Servers()
+	// Short requests: without quorum each one fails fast, as often as Acquire makes it.
+	js, err := jetstream.New(jstest.NewConn(t, srvs[0].ClientURL()), jetstream.WithDefaultTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A context without a deadline, so each request is bounded by the short default timeout
+	// (a deadline would be every request's timeout), canceled if the test runs too long.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	time.AfterFunc(60*time.Second, cancel)
+	const ttl = time.Second
+	first, err := lease.Acquire(ctx, js, "Q", "a", ttl, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, release := context.WithCancel(ctx)
+	release()
+	if err := first.Keep(released); err != nil { // a canceled Keep deletes the key
+		t.Fatal(err)
+	}
+
+	srvs[1].Stop()
+	srvs[2].Stop()
+	type result struct {
+		l   *lease.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := lease.Acquire(ctx, js, "Q", "b", ttl, 3)
+		done <- result{l, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("Acquire returned without quorum: %v, %v", r.l, r.err)
+	case <-time.After(2 * time.Second): // four request timeouts: it is waiting, not failing
+	}
+	if err := srvs[1].Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.l.Epoch() <= first.Epoch() {
+			t.Fatalf("Acquire after quorum came back: %v, %v", r.l, r.err)
+		}
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+}
