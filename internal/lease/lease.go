@@ -74,13 +74,23 @@ func Acquire(ctx context.Context, js jetstream.JetStream, bucket, holder string,
 		if err == nil {
 			return &Lease{kv: kv, ttl: ttl, rev: rev, epoch: rev}, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && (!transient(err) || ctx.Err() != nil) {
+		if !taken(err) && (!transient(err) || ctx.Err() != nil) {
 			return nil, fmt.Errorf("weave: acquire lease: %w", err)
 		}
 		if err := wait(); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// taken reports whether err says that the key exists: someone holds the lease. Besides
+// ErrKeyExists, that is a "wrong last sequence" answer to the write that replaces a deleted key:
+// the key was written again in between (possibly by an earlier attempt of ours whose answer timed
+// out, in which case the lease is ours again once its TTL has passed).
+func taken(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) || (errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant))
 }
 
 // transient reports whether err may pass by itself: no stream leader to answer (a cluster
