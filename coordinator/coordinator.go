@@ -49,12 +49,18 @@ func New(nc *nats.Conn, cfg Config) (*Coordinator, error) {
 	return &Coordinator{nc: nc, js: js, cfg: cfg, names: names}, nil
 }
 
+// ErrLeaseLost reports that the coordinator lost its lease while it held it: another took over,
+// or it could not renew the lease within its TTL. It stopped coordinating; calling Run again
+// makes it a standby that takes the lease back once it is free.
+var ErrLeaseLost = lease.ErrLost
+
 // ErrRunning reports a second concurrent call of Run on the same Coordinator.
 var ErrRunning = errors.New("weave: coordinator already running")
 
 // Run acquires the namespace's lease (waiting as a standby while another coordinator holds it),
 // rebuilds the state from the streams and coordinates until ctx is done. It returns nil after a
-// clean stop, or an error (for example lease.ErrLost) that ended coordination.
+// clean stop, or an error that ended coordination (one wrapping ErrLeaseLost if the lease was
+// lost).
 func (c *Coordinator) Run(ctx context.Context) error {
 	c.mu.Lock()
 	if c.running {

@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,9 +15,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -159,5 +162,62 @@ func TestCoordinatorKill9(t *testing.T) {
 	t.Logf("killed after %d completions; %d of %d jobs ran twice (in flight at the kill)", killedAt, dupes, groups*perGroup)
 	if dupes > 8*4 {
 		t.Errorf("%d jobs ran more than once: more than the attempts that can be in flight at a crash", dupes)
+	}
+}
+
+// TestCoordinatorLeaseLost: someone else writes the lease key, as a coordinator that took over
+// during a partition would. The running coordinator's next renewal fails and Run returns an error
+// wrapping ErrLeaseLost; running it again makes it a standby that takes the lease back once the
+// other holder's key expires, and it coordinates again.
+func TestCoordinatorLeaseLost(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	const ttl = time.Second
+	c, err := coordinator.New(e.nc, coordinator.Config{Namespace: e.ns, LeaseTTL: ttl, Logger: testLogger("coordinator")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := wire.NewNames(e.ns)
+	var kv jetstream.KeyValue
+	eventually(t, 30*time.Second, "the coordinator to hold the lease", func() bool {
+		if kv == nil {
+			if kv, err = js.KeyValue(e.ctx, names.LeaseBucket()); err != nil {
+				kv = nil
+				return false
+			}
+		}
+		_, err := kv.Get(e.ctx, "coordinator")
+		return err == nil
+	})
+	if _, err := kv.Put(e.ctx, "coordinator", []byte("intruder")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ran:
+		if !errors.Is(err, coordinator.ErrLeaseLost) {
+			t.Fatalf("Run = %v, want an error wrapping ErrLeaseLost", err)
+		}
+	case <-e.ctx.Done():
+		t.Fatal("Run went on after its lease was taken")
+	}
+
+	go func() { ran <- c.Run(ctx) }()
+	e.worker(worker.Config{Concurrency: 2}, func(context.Context, *worker.Job) ([]byte, error) { return []byte("ok"), nil })
+	h := e.publish("after", jobs(5, nil))
+	if res := e.waitFor(h); res.Summary.Done != 5 {
+		t.Fatalf("summary %+v after the coordinator took its lease back", res.Summary)
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("second Run: %v", err)
 	}
 }

@@ -44,7 +44,15 @@ state. Run one per namespace: a second one waits as a standby and takes over wit
 				return err
 			}
 			g.log.Info().Str("namespace", conn.namespace).Str("policy", p.String()).Str("nats", nc.ConnectedUrlRedacted()).Msg("coordinator starting")
-			err = c.Run(ctx)
+			// A lost lease (a partition longer than the lease TTL, say) ends one term; the
+			// process stays up and stands by to take the lease back.
+			for {
+				err = c.Run(ctx)
+				if !errors.Is(err, coordinator.ErrLeaseLost) || ctx.Err() != nil {
+					break
+				}
+				g.log.Warn().Err(err).Msg("coordinator lease lost; standing by to take it back")
+			}
 			g.log.Info().Msg("coordinator stopped")
 			return err
 		},
