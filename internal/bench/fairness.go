@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/weavejobs/weave/coordinator"
@@ -147,30 +146,14 @@ func fairnessRun(ctx context.Context, env *Env, cfg FairnessConfig, policy sprea
 		}
 		hs = append(hs, h)
 	}
-	var (
-		mu   sync.Mutex
-		runs []interval
-		t0   = time.Now()
-	)
+	log := newRunLog()
 	env.progressf("fairness: %v: %d slots, groups of %d, %d and %d jobs", policy, cfg.Slots, sims[0].jobs, sims[1].jobs, sims[2].jobs)
 	_, _, err = d.worker(worker.Config{ID: "w0", Concurrency: cfg.Slots}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
 		g, ok := index[j.Group]
 		if !ok {
 			return nil, worker.Permanent(fmt.Errorf("unknown group %q", j.Group))
 		}
-		start := time.Now()
-		t := time.NewTimer(tasks[g])
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		}
-		end := time.Now()
-		mu.Lock()
-		runs = append(runs, interval{group: g, start: start.Sub(t0), end: end.Sub(t0)})
-		mu.Unlock()
-		return nil, nil
+		return nil, log.work(ctx, g, tasks[g])
 	})
 	if err != nil {
 		return nil, err
@@ -184,9 +167,7 @@ func fairnessRun(ctx context.Context, env *Env, cfg FairnessConfig, policy sprea
 			return nil, fmt.Errorf("group %s: summary %+v, want %d done", h.GroupID(), sum, sims[i].jobs)
 		}
 	}
-	mu.Lock()
-	measured, ok := shareStats(runs, len(fairnessGroups))
-	mu.Unlock()
+	measured, ok := shareStats(log.intervals(), len(fairnessGroups))
 	if !ok {
 		return nil, fmt.Errorf("no window in which all three groups were active")
 	}

@@ -180,11 +180,7 @@ func RunSpread(ctx context.Context, env *Env, cfg SpreadConfig) (res *SpreadResu
 		return nil, err
 	}
 
-	var (
-		mu   sync.Mutex
-		runs []interval
-		t0   = time.Now()
-	)
+	log := newRunLog()
 	handler := func(ctx context.Context, j *worker.Job) ([]byte, error) {
 		if len(j.Payload) != 8 {
 			return nil, worker.Permanent(fmt.Errorf("payload of %d bytes", len(j.Payload)))
@@ -193,19 +189,7 @@ func RunSpread(ctx context.Context, env *Env, cfg SpreadConfig) (res *SpreadResu
 		if g >= len(wl.tasks) || i >= len(wl.tasks[g]) {
 			return nil, worker.Permanent(fmt.Errorf("no job %d of group %d", i, g))
 		}
-		start := time.Now()
-		t := time.NewTimer(wl.tasks[g][i])
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		}
-		end := time.Now()
-		mu.Lock()
-		runs = append(runs, interval{group: g, start: start.Sub(t0), end: end.Sub(t0)})
-		mu.Unlock()
-		return nil, nil
+		return nil, log.work(ctx, g, wl.tasks[g][i])
 	}
 	for i := range cfg.Workers {
 		if _, _, err := d.worker(worker.Config{ID: fmt.Sprint("w", i), Concurrency: cfg.Concurrency}, handler); err != nil {
@@ -213,6 +197,7 @@ func RunSpread(ctx context.Context, env *Env, cfg SpreadConfig) (res *SpreadResu
 		}
 	}
 	// The coordinator's feeder count follows the fleet and the adaptive prefetch: sample it.
+	var mu sync.Mutex // guards feeders
 	feeders := slots + 1
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
@@ -254,7 +239,7 @@ func RunSpread(ctx context.Context, env *Env, cfg SpreadConfig) (res *SpreadResu
 	res = &SpreadResult{
 		Config: cfg, Slots: slots, Feeders: feeders,
 		LargestSize: slices.Max(sizes), MedianSize: percentile(sizes, 50),
-		Weave: spreadSide(runs, wl.sizes, feeders),
+		Weave: spreadSide(log.intervals(), wl.sizes, feeders),
 		FIFO:  spreadSide(simulateFIFO(wl.queue(), slots), wl.sizes, feeders),
 	}
 	res.Checks = []Check{atMost("starts finding their group running while ≥ F groups wait (%)", 100*res.Weave.OverlapShare, 1, "%.2f")}

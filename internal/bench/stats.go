@@ -2,8 +2,10 @@ package bench
 
 import (
 	"cmp"
+	"context"
 	"math"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -51,6 +53,39 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 type interval struct {
 	group      int
 	start, end time.Duration
+}
+
+// runLog records when handlers ran, from any number of goroutines.
+type runLog struct {
+	t0   time.Time
+	mu   sync.Mutex
+	runs []interval
+}
+
+func newRunLog() *runLog { return &runLog{t0: time.Now()} }
+
+// work holds a handler for d, or until ctx is done, and records the interval under group g.
+func (l *runLog) work(ctx context.Context, g int, d time.Duration) error {
+	start := time.Now()
+	t := time.NewTimer(d)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+		return ctx.Err()
+	}
+	end := time.Now()
+	l.mu.Lock()
+	l.runs = append(l.runs, interval{group: g, start: start.Sub(l.t0), end: end.Sub(l.t0)})
+	l.mu.Unlock()
+	return nil
+}
+
+// intervals returns what was recorded so far.
+func (l *runLog) intervals() []interval {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.runs)
 }
 
 // concurrency is what concurrencyStats measures of one set of runs.
