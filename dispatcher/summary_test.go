@@ -60,17 +60,6 @@ func waitSummaryAsync(ctx context.Context, h *dispatcher.Handle) <-chan sumAnswe
 	return ch
 }
 
-func receiveSum(ctx context.Context, t *testing.T, what string, ch <-chan sumAnswer) sumAnswer {
-	t.Helper()
-	select {
-	case a := <-ch:
-		return a
-	case <-ctx.Done():
-		t.Fatalf("%s did not return: %v", what, ctx.Err())
-		return sumAnswer{}
-	}
-}
-
 // TestWaitSummaryOfFinishedGroupCreatesNoConsumer watches the JetStream consumer API while
 // WaitSummary reads a finished group's summary: no consumer is created, none is left.
 func TestWaitSummaryOfFinishedGroupCreatesNoConsumer(t *testing.T) {
@@ -133,7 +122,7 @@ func TestWaitSummaryOfRunningGroup(t *testing.T) {
 	}
 	e.record(ctx, t, "other", summary(9, 9, 0, 0))
 	e.record(ctx, t, "running", outcomes(wire.Outcome{ID: 2, State: wire.FinalFailed}), summary(2, 1, 1, 0))
-	if a := receiveSum(ctx, t, "WaitSummary", done); a.err != nil || a.sum != (dispatcher.Summary{Jobs: 2, Done: 1, Failed: 1}) {
+	if a := receive(ctx, t, "WaitSummary", done); a.err != nil || a.sum != (dispatcher.Summary{Jobs: 2, Done: 1, Failed: 1}) {
 		t.Fatalf("WaitSummary = %+v, %v", a.sum, a.err)
 	}
 }
@@ -173,7 +162,7 @@ func TestWaitSummaryReadsItsIncarnation(t *testing.T) {
 		ch   <-chan sumAnswer
 		want dispatcher.Summary
 	}{{"first", firstDone, oldSum}, {"second", secondDone, newSum}, {"attached", attachDone, oldSum}} {
-		if a := receiveSum(ctx, t, c.what, c.ch); a.err != nil || a.sum != c.want {
+		if a := receive(ctx, t, c.what, c.ch); a.err != nil || a.sum != c.want {
 			t.Fatalf("%s WaitSummary = %+v, %v; want %+v", c.what, a.sum, a.err, c.want)
 		}
 	}
@@ -231,7 +220,7 @@ func TestWaitSummaryManyWaiters(t *testing.T) {
 		}
 	}
 	for i, ch := range answers {
-		a := receiveSum(ctx, t, fmt.Sprintf("WaitSummary of group %d", i), ch)
+		a := receive(ctx, t, fmt.Sprintf("WaitSummary of group %d", i), ch)
 		if want := (dispatcher.Summary{Jobs: i, Done: i}); a.err != nil || a.sum != want {
 			t.Fatalf("WaitSummary of group %d = %+v, %v; want %+v", i, a.sum, a.err, want)
 		}
@@ -263,7 +252,7 @@ func TestCloseStopsSharedSubscription(t *testing.T) {
 		t.Fatalf("%d subscriptions after Close, %d before", subs, during)
 	}
 	e.record(ctx, t, "late", summary(1, 1, 0, 0))
-	if a := receiveSum(ctx, t, "WaitSummary", done); a.err != nil || a.sum != (dispatcher.Summary{Jobs: 1, Done: 1}) {
+	if a := receive(ctx, t, "WaitSummary", done); a.err != nil || a.sum != (dispatcher.Summary{Jobs: 1, Done: 1}) {
 		t.Fatalf("WaitSummary = %+v, %v", a.sum, a.err)
 	}
 	if sum, err := e.d.Attach("late").WaitSummary(ctx); err != nil || sum != (dispatcher.Summary{Jobs: 1, Done: 1}) {

@@ -81,14 +81,15 @@ type jobAnswer struct {
 }
 
 // receive returns the answer a waiter sends, failing the test at ctx's deadline.
-func receive(ctx context.Context, t *testing.T, what string, ch <-chan jobAnswer) jobAnswer {
+func receive[A any](ctx context.Context, t *testing.T, what string, ch <-chan A) A {
 	t.Helper()
 	select {
 	case a := <-ch:
 		return a
 	case <-ctx.Done():
 		t.Fatalf("%s did not return: %v", what, ctx.Err())
-		return jobAnswer{}
+		var zero A
+		return zero
 	}
 }
 
