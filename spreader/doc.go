@@ -32,8 +32,10 @@
 // its jobs finish at different speeds. [Scheduler] keeps F feeder slots fed
 // from a growing line of groups. It releases a job only when the caller asks,
 // when a worker is free, so the decision is made as late as possible. A group
-// leaves its slot when it is sealed and has no more queued jobs, and the slot
-// takes the next group in the line at once.
+// leaves its slot when it has no more queued jobs, and the slot takes the next
+// group in the line at once. A group that is not sealed yet comes back to the
+// line when more jobs arrive, so a producer that is slow or gone holds no slot
+// while others wait.
 //
 // Among the active groups with a job ready, a [Policy] orders the offers:
 //

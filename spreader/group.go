@@ -17,6 +17,10 @@ const (
 	// gone: canceled or finished and no longer tracked. A group that went while
 	// waiting can still sit in the line until the line is compacted.
 	gone
+	// idle: open, with nothing queued. It holds no slot and is not in the line,
+	// so a group whose producer is slow, stalled or gone blocks nobody. Jobs
+	// pushed to it put it back in the line (or in a vacant slot).
+	idle
 )
 
 // group is the scheduler's record of one group.

@@ -69,11 +69,7 @@ func (s *Scheduler[G, J]) release(grp *group[G, J]) J {
 	job, _ := grp.jobs.Pop()
 	grp.inFlight++
 	s.rotation = grp.slot + 1
-	if grp.sealed && grp.jobs.Len() == 0 {
-		s.retire(grp)
-	} else {
-		s.reindex(grp)
-	}
+	s.emptied(grp)
 	return job
 }
 
@@ -88,11 +84,7 @@ func (s *Scheduler[G, J]) Drop(g G) (J, bool) {
 		return job, false
 	}
 	job, _ := grp.jobs.Pop()
-	if grp.sealed && grp.jobs.Len() == 0 {
-		s.retire(grp)
-	} else {
-		s.reindex(grp)
-	}
+	s.emptied(grp)
 	return job, true
 }
 
@@ -128,10 +120,6 @@ func (s *Scheduler[G, J]) Remove(g G, j J, equal func(a, b J) bool) bool {
 	if grp.jobs.Len() == before {
 		return false
 	}
-	if grp.sealed && grp.jobs.Len() == 0 && grp.state == active {
-		s.retire(grp)
-	} else {
-		s.reindex(grp)
-	}
+	s.emptied(grp)
 	return true
 }

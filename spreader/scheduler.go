@@ -11,12 +11,13 @@ import (
 // that arrive over time and jobs that become ready over time, and it decides
 // the order of releases at the last moment, when a worker is free.
 //
-// Groups, identified by keys of type G, join a line in arrival order. Each of F
-// feeder slots holds one active group and takes the next group from the line
-// when its group leaves. A group leaves its slot when it is sealed and its
-// queue is empty, or when it is canceled. An active group that is not sealed
-// keeps its slot while its queue is empty, because more jobs may come, and
-// offers nothing meanwhile. Among the active groups with a job ready and below
+// Groups, identified by keys of type G, join a line when they have jobs ready,
+// in the order they got them. Each of F feeder slots holds one active group and
+// takes the next group from the line when its group leaves. A group leaves its
+// slot when its queue is empty, or when it is canceled. A group that is not
+// sealed and has nothing queued is idle: it holds no slot, so a producer that is
+// slow, stalled or gone cannot keep others waiting, and it joins the line again
+// when jobs are pushed to it. Among the active groups with a job ready and below
 // MaxInFlightPerGroup, the Policy picks the order of offers. Every job handed
 // out counts as in flight for its group until the caller reports it Done.
 //
@@ -28,11 +29,14 @@ type Scheduler[G comparable, J any] struct {
 	feeders  int // slots that take groups; slots at feeders and above only drain
 
 	groups map[G]*group[G, J] // every group that is not gone
-	// line holds the waiting groups in arrival order. It also holds stale
-	// entries, groups that went while waiting. Those are skipped when popped,
-	// and compacted away once they outnumber the live entries.
+	// line holds the waiting groups in the order they joined it. It also holds
+	// stale entries, groups that left the line while waiting (canceled, or
+	// sealed and emptied). Those are skipped when popped, and compacted away once
+	// they outnumber the live entries. A group is in the line at most once: only
+	// an idle group joins it, and a waiting group never becomes idle before it is
+	// popped.
 	line  feeder.Queue[*group[G, J]]
-	stale int // gone groups in line
+	stale int // entries in line whose group is no longer waiting
 
 	slots  []*group[G, J] // the group each slot holds; nil when vacant
 	vacant bitset         // vacant slots below feeders; empty while any group waits
@@ -62,28 +66,20 @@ func NewScheduler[G comparable, J any](cfg Config) (*Scheduler[G, J], error) {
 	return s, nil
 }
 
-// AddGroup appends g to the source, in arrival order. g takes a vacant slot at
-// once, the lowest one, if there is one. Otherwise it waits for a slot. It
-// returns an error wrapping ErrDuplicateGroup if g is already tracked: waiting,
-// active, or draining with jobs in flight.
+// AddGroup starts tracking g, idle: it takes a slot, or a place in the line,
+// once jobs are pushed to it. It returns an error wrapping ErrDuplicateGroup if
+// g is already tracked: idle, waiting, active, or draining with jobs in flight.
 func (s *Scheduler[G, J]) AddGroup(g G) error {
 	if _, ok := s.groups[g]; ok {
 		return fmt.Errorf("%w: %v", ErrDuplicateGroup, g)
 	}
-	grp := &group[G, J]{key: g, rank: -1}
-	s.groups[g] = grp
-	if slot := s.vacant.next(0); slot >= 0 {
-		s.vacant.remove(slot)
-		s.activate(slot, grp)
-		return nil
-	}
-	grp.state = waiting
-	s.line.Push(grp)
+	s.groups[g] = &group[G, J]{key: g, rank: -1, state: idle}
 	return nil
 }
 
-// Push appends ready jobs to g's queue. It returns an error wrapping
-// ErrUnknownGroup or ErrSealed if g cannot take jobs.
+// Push appends ready jobs to g's queue. An idle g takes a vacant slot at once,
+// the lowest one, if there is one, and otherwise joins the line. It returns an
+// error wrapping ErrUnknownGroup or ErrSealed if g cannot take jobs.
 func (s *Scheduler[G, J]) Push(g G, jobs ...J) error {
 	grp, err := s.unsealed(g)
 	if err != nil {
@@ -91,6 +87,10 @@ func (s *Scheduler[G, J]) Push(g G, jobs ...J) error {
 	}
 	for _, job := range jobs {
 		grp.jobs.Push(job)
+	}
+	if grp.state == idle && grp.jobs.Len() > 0 {
+		s.enter(grp)
+		return nil
 	}
 	s.reindex(grp)
 	return nil
@@ -124,9 +124,6 @@ func (s *Scheduler[G, J]) Cancel(g G) []J {
 	var jobs []J
 	if grp.jobs.Len() > 0 {
 		jobs = slices.Collect(grp.jobs.All())
-	}
-	if grp.state == active {
-		s.vacate(grp)
 	}
 	s.forget(grp)
 	return jobs
@@ -219,7 +216,8 @@ func (s *Scheduler[G, J]) Upcoming(dst []J, g G, n int) []J {
 // Active returns the number of groups holding a slot.
 func (s *Scheduler[G, J]) Active() int { return s.active }
 
-// Waiting returns the number of groups waiting for a slot.
+// Waiting returns the number of groups waiting for a slot. Idle groups, open
+// with nothing queued, do not count.
 func (s *Scheduler[G, J]) Waiting() int { return s.line.Len() - s.stale }
 
 // Feeders returns the number of feeder slots, as last set.

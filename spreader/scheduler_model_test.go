@@ -43,16 +43,24 @@ func (m *model) AddGroup(k int) error {
 	if m.groups[k] != nil {
 		return spreader.ErrDuplicateGroup
 	}
-	g := &modelGroup{key: k}
-	m.groups[k] = g
+	m.groups[k] = &modelGroup{key: k} // idle until jobs are pushed
+	return nil
+}
+
+// idle reports whether g is open with nothing queued: in no slot and not in the line.
+func (m *model) idle(g *modelGroup) bool {
+	return !g.draining && m.slotOf(g) < 0 && !slices.Contains(m.line, g)
+}
+
+// place gives g the lowest vacant slot, or a place at the back of the line.
+func (m *model) place(g *modelGroup) {
 	for i := range m.feeders {
 		if m.slots[i] == nil {
 			m.slots[i] = g
-			return nil
+			return
 		}
 	}
 	m.line = append(m.line, g)
-	return nil
 }
 
 func (m *model) open(k int) (*modelGroup, error) {
@@ -69,7 +77,11 @@ func (m *model) open(k int) (*modelGroup, error) {
 func (m *model) Push(k int, jobs ...int) error {
 	g, err := m.open(k)
 	if err == nil {
+		wasIdle := m.idle(g)
 		g.jobs = append(g.jobs, jobs...)
+		if wasIdle && len(g.jobs) > 0 {
+			m.place(g)
+		}
 	}
 	return err
 }
@@ -222,8 +234,12 @@ func (m *model) take(g *modelGroup) int {
 	g.jobs = g.jobs[1:]
 	g.inFlight++
 	m.rotation = m.slotOf(g) + 1
-	if g.sealed && len(g.jobs) == 0 {
+	switch {
+	case len(g.jobs) > 0:
+	case g.sealed:
 		m.retire(g)
+	default:
+		m.remove(g) // idle until more jobs come
 	}
 	return job
 }

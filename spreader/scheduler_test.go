@@ -124,27 +124,45 @@ func TestSchedulerErrors(t *testing.T) {
 func TestSchedulerSlots(t *testing.T) {
 	t.Parallel()
 
-	t.Run("open group with an empty queue keeps its slot", func(t *testing.T) {
+	t.Run("open group with an empty queue gives up its slot", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, spreader.Config{Feeders: 1})
 		addGroup(t, s, "a", 1, false)
-		addGroup(t, s, "b", 1, true)
-		if got := releaseAll(s, true); got != "a1" {
-			t.Fatalf("released %q, want a1 (b waits for a's slot)", got)
+		addGroup(t, s, "b", 2, true)
+		if g, job, _ := s.Next(); job != "a1" {
+			t.Fatalf("released %s %q, want a1 (b waits for a's slot)", g, job)
 		}
+		// a has nothing queued and is not sealed: it is idle, and b holds the slot.
+		if s.Active() != 1 || s.Waiting() != 0 {
+			t.Fatalf("Active, Waiting = %d, %d; want 1, 0", s.Active(), s.Waiting())
+		}
+		must(t, s.Push("a", "a2")) // a joins the line behind b
 		if s.Active() != 1 || s.Waiting() != 1 {
-			t.Fatalf("Active, Waiting = %d, %d; want 1, 1", s.Active(), s.Waiting())
+			t.Fatalf("after Push: Active, Waiting = %d, %d; want 1, 1", s.Active(), s.Waiting())
 		}
-		must(t, s.Push("a", "a2"))
-		if got := releaseAll(s, true); got != "a2" {
-			t.Fatalf("released %q, want a2", got)
-		}
-		must(t, s.Seal("a")) // empty and sealed: leaves now, and b moves in
-		if got := releaseAll(s, true); got != "b1" {
-			t.Fatalf("released %q, want b1", got)
+		if got := releaseAll(s, true); got != "b1 b2 a2" {
+			t.Fatalf("released %q, want b1 b2 a2", got)
 		}
 		if s.Active() != 0 || s.Waiting() != 0 {
 			t.Fatalf("Active, Waiting = %d, %d; want 0, 0", s.Active(), s.Waiting())
+		}
+		must(t, s.Seal("a")) // idle and sealed: gone once a1 is done
+		if s.InFlight("a") != 1 {
+			t.Fatalf("InFlight(a) = %d, want 1", s.InFlight("a"))
+		}
+		s.Done("a")
+		must(t, s.AddGroup("a")) // forgotten, so the key is free
+	})
+
+	t.Run("groups opened and never fed hold no slot", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, spreader.Config{Feeders: 2})
+		for i := range 1000 {
+			must(t, s.AddGroup(fmt.Sprint("stalled", i)))
+		}
+		addGroup(t, s, "x", 3, true)
+		if got := releaseAll(s, true); got != "x1 x2 x3" {
+			t.Fatalf("released %q, want x1 x2 x3", got)
 		}
 	})
 
