@@ -34,6 +34,7 @@ const (
 	DefaultReleaseParallelism = 4
 	DefaultReadAhead          = 16
 	DefaultPayloadCache       = 32 << 20
+	DefaultAbandonAfter       = 5 * time.Minute
 )
 
 // Config configures a Coordinator. The zero value is valid and gives the documented defaults.
@@ -106,6 +107,14 @@ type Config struct {
 	// Default 32 MiB.
 	PayloadCacheBytes int
 
+	// AbandonAfter is how long a group that is not sealed may go without a new job or a
+	// keep-alive from its producer before the coordinator seals it with the jobs it has (its
+	// summary then says Abandoned). The Go dispatcher keeps its groups alive while Publish runs
+	// (every dispatcher.Config.KeepAlive, 30s by default), so only a producer that died or a
+	// client that never seals is cut off; keep AbandonAfter several keep-alive periods long.
+	// Default 5m.
+	AbandonAfter time.Duration
+
 	// TrimInterval is how often the coordinator deletes what the streams no longer need to hold:
 	// EVENTS records below the oldest one the state depends on, and the outcomes of groups
 	// finished more than Streams.ResultRetention ago. Default 10s.
@@ -139,7 +148,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxAttempts > wire.MaxAttemptsLimit {
 		return c, fmt.Errorf("%w: MaxAttempts %d above %d", ErrInvalidConfig, c.MaxAttempts, wire.MaxAttemptsLimit)
 	}
-	if c.RetryBase < 0 || c.RetryMax < 0 || c.LeaseTTL < 0 || c.TrimInterval < 0 || c.RescueAfter < 0 {
+	if c.RetryBase < 0 || c.RetryMax < 0 || c.LeaseTTL < 0 || c.TrimInterval < 0 || c.RescueAfter < 0 || c.AbandonAfter < 0 {
 		return c, fmt.Errorf("%w: durations must not be negative", ErrInvalidConfig)
 	}
 	if c.LeaseTTL != 0 && c.LeaseTTL < time.Second {
@@ -157,6 +166,7 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.LeaseTTL, DefaultLeaseTTL)
 	setDefault(&c.TrimInterval, DefaultTrimInterval)
 	setDefault(&c.RescueAfter, DefaultRescueAfter)
+	setDefault(&c.AbandonAfter, DefaultAbandonAfter)
 	c.Streams = c.Streams.WithDefaults()
 	if c.now == nil {
 		c.now = time.Now

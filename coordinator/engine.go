@@ -31,9 +31,13 @@ type engine struct {
 	idx   *jobindex.Index
 	sched *spreader.Scheduler[*group, uint64]
 
-	groups  map[string]*group // open groups by ID (finished groups are removed once persisted)
-	arrival []*group          // open groups in arrival order, for the scheduler rebuild after replay
-	jobs    map[uint64]*job   // jobs released at least once and not yet terminal
+	groups       map[string]*group // the latest incarnation of each group ID (finished ones are removed once persisted)
+	incarnations map[uint64]*group // every tracked incarnation by its open's JOBS sequence
+	arrival      []*group          // tracked incarnations in arrival order, for the scheduler rebuild after replay
+	unsealed     map[*group]bool   // open incarnations not sealed yet: AbandonAfter watches them
+	jobs         map[uint64]*job   // jobs released at least once and not yet terminal
+
+	nextAbandonCheck time.Time // abandon looks for silent producers no more often than this
 
 	retryReady []*job    // jobs due for another release, ahead of new offers
 	parked     []*job    // pending jobs no live pool can run (a hard requirement nobody holds)
@@ -75,13 +79,18 @@ type group struct {
 	idxKey    string // the group's name in the job index: ID and incarnation
 	lastSeq   uint64 // the sequence of its last message in JOBS: a purge stops there
 	sealed    bool
-	count     uint64 // jobs the producer says it published (seal); informational
-	cancelReq bool   // a cancel arrived: pending jobs end canceled, running ones are told to stop
-	admitted  uint64
-	done      uint64
-	failed    uint64
-	canceled  uint64
-	inSched   bool // added to the scheduler
+	abandoned bool      // sealed by the coordinator: the producer went silent (see abandon)
+	count     uint64    // jobs the producer says it published (seal); informational
+	openedAt  time.Time // when its open was stored (the server's clock)
+	// lastHeard is the coordinator's time of the group's latest job, open or keep-alive while
+	// unsealed; abandonAt is when the coordinator last asked for its seal (zero if never).
+	lastHeard, abandonAt time.Time
+	cancelReq            bool // a cancel arrived: pending jobs end canceled, running ones are told to stop
+	admitted             uint64
+	done                 uint64
+	failed               uint64
+	canceled             uint64
+	inSched              bool // added to the scheduler
 	// busy estimates the share of a released job's time that its handler runs (the rest is
 	// queueing and round trips), from the group's reports: the exponentially weighted average of
 	// handler durations ÷ that of (report time − release time), kept in ranAvg and cycleAvg
@@ -133,10 +142,11 @@ type effects struct {
 	retentionPurges []purge
 	rejections      []rejection
 	cancels         []uint64 // running jobs whose handlers must be canceled
+	abandons        []*group // unsealed groups whose producer went silent: store a seal for them
 }
 
 func (o *effects) empty() bool {
-	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges) == 0
+	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.abandons) == 0
 }
 
 // release is a batch of jobs handed to a pool.
@@ -173,6 +183,8 @@ func newEngine(cfg Config, names wire.Names, epoch uint64) (*engine, error) {
 		idx:           jobindex.New(),
 		sched:         sched,
 		groups:        map[string]*group{},
+		incarnations:  map[uint64]*group{},
+		unsealed:      map[*group]bool{},
 		jobs:          map[uint64]*job{},
 		pools:         map[string]*pool{},
 		workers:       map[string]*workerInfo{},
@@ -190,8 +202,9 @@ func (e *engine) reject(subject string, seq uint64, reason string) {
 	e.out.rejections = append(e.out.rejections, rejection{subject: subject, seq: seq, reason: reason})
 }
 
-// feed applies one message of the JOBS stream and reports whether it admitted a job.
-func (e *engine) feed(subject string, seq uint64, h nats.Header) bool {
+// feed applies one message of the JOBS stream, stored at the server's time stored, and reports
+// whether it admitted a job.
+func (e *engine) feed(subject string, seq uint64, h nats.Header, stored time.Time) bool {
 	e.jobsApplied = max(e.jobsApplied, seq)
 	if strings.HasPrefix(subject, e.names.GroupSubject("")) {
 		c, err := wire.ParseGroupControl(h)
@@ -199,7 +212,7 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header) bool {
 			e.reject(subject, seq, err.Error())
 			return false
 		}
-		e.control(subject, seq, c)
+		e.control(subject, seq, c, stored)
 		return false
 	}
 	m, err := wire.ParseJobMeta(h)
@@ -210,7 +223,7 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header) bool {
 	return e.admit(subject, seq, m)
 }
 
-func (e *engine) control(subject string, seq uint64, c wire.GroupControl) {
+func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored time.Time) {
 	g := e.groups[c.Group]
 	switch c.Op {
 	case wire.OpOpen:
@@ -219,26 +232,46 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl) {
 			// A producer publishing the group again, e.g. after a crash: its jobs join the
 			// open group (dedup by key drops those stored already).
 			e.log.Info().Str("group", c.Group).Msg("group opened again while open: resuming")
+			e.heard(g)
 			return
-		case g != nil && !g.finished:
+		case g != nil && !g.finished && !e.replaying:
 			e.reject(subject, seq, "group "+c.Group+" is sealed and still running; publish it again once it has finished")
 			return
 		}
-		// New, or a new incarnation of a finished group's ID.
-		g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groupBusy}
+		// New, or a new incarnation of a finished group's ID. During replay the feed is read
+		// before the outcomes, so whether the previous incarnation had finished is not known
+		// yet; but an open still in the stream after a sealed incarnation is one the live
+		// coordinator accepted (it deletes those it refuses), so replay accepts it too and
+		// tracks both incarnations until the outcomes tell how far the older one got.
+		g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groupBusy, openedAt: stored}
 		e.groups[c.Group] = g
+		e.incarnations[seq] = g
 		e.arrival = append(e.arrival, g)
+		e.unsealed[g] = true
+		e.heard(g)
 		if !e.replaying {
 			e.schedule(g, nil)
 		}
-	case wire.OpSeal:
+	case wire.OpKeepAlive:
 		if g == nil || g.sealed {
+			e.reject(subject, seq, "keep-alive of a group that is not open: "+c.Group)
+			return
+		}
+		e.heard(g)
+	case wire.OpSeal:
+		switch {
+		case g != nil && g.sealed && g.cancelReq && !c.Abandoned:
+			// Canceled while open, which sealed it: the producer's own seal comes after.
+			g.lastSeq = seq
+			return
+		case g == nil || g.sealed:
 			e.reject(subject, seq, "seal of a group that is not open: "+c.Group)
 			return
 		}
-		g.sealed, g.count, g.lastSeq = true, c.Count, seq
-		if g.inSched {
-			_ = e.sched.Seal(g)
+		e.seal(g, seq)
+		g.count, g.abandoned = c.Count, c.Abandoned
+		if g.abandoned {
+			e.log.Warn().Str("group", g.id).Uint64("jobs", g.admitted).Msg("group abandoned by its producer: sealed with the jobs it has")
 		}
 		e.checkFinished(g)
 	case wire.OpCancel:
@@ -250,7 +283,41 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl) {
 			e.cancelJobs(g, c.Jobs)
 			return
 		}
+		if !g.sealed {
+			// No job may join a canceled group, so it can finish without its producer.
+			e.seal(g, seq)
+		}
 		e.cancelGroup(g)
+	}
+}
+
+// seal marks g sealed by the message at seq: no more jobs join it.
+func (e *engine) seal(g *group, seq uint64) {
+	g.sealed, g.lastSeq = true, seq
+	delete(e.unsealed, g)
+	if g.inSched {
+		_ = e.sched.Seal(g)
+	}
+}
+
+// heard records a sign of life from g's producer.
+func (e *engine) heard(g *group) { g.lastHeard = e.cfg.now() }
+
+// abandon asks for a seal of every unsealed group whose producer has published nothing (no job,
+// no keep-alive) for AbandonAfter: a producer that died after its open, or a client that never
+// seals, would otherwise keep the group from ever finishing. The seal is stored in JOBS like a
+// producer's, marked abandoned, so a replay reaches the same decision; jobs stored after it are
+// refused. A seal whose write failed is asked for again after another AbandonAfter.
+func (e *engine) abandon(now time.Time) {
+	if now.Before(e.nextAbandonCheck) || e.replaying {
+		return
+	}
+	e.nextAbandonCheck = now.Add(min(time.Second, e.cfg.AbandonAfter/4))
+	for g := range e.unsealed {
+		if now.Sub(g.lastHeard) >= e.cfg.AbandonAfter && now.Sub(g.abandonAt) >= e.cfg.AbandonAfter {
+			g.abandonAt = now
+			e.out.abandons = append(e.out.abandons, g)
+		}
 	}
 }
 
@@ -259,6 +326,9 @@ func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) bool {
 	switch {
 	case g == nil:
 		e.reject(subject, seq, "job for a group that is not open: "+m.Group)
+		return false
+	case g.sealed && g.cancelReq:
+		e.reject(subject, seq, "job for group "+m.Group+", which was canceled")
 		return false
 	case g.sealed:
 		e.reject(subject, seq, "job after the seal of group "+m.Group)
@@ -273,6 +343,7 @@ func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) bool {
 	}
 	g.admitted++
 	g.lastSeq = seq
+	e.heard(g)
 	e.stats.Admitted++
 	switch {
 	case g.cancelReq:
@@ -403,6 +474,8 @@ func (e *engine) forget(g *group) {
 	if e.groups[g.id] == g {
 		delete(e.groups, g.id)
 	}
+	delete(e.incarnations, g.openSeq)
+	delete(e.unsealed, g)
 	if _, err := e.idx.Forget(g.idxKey); err != nil {
 		e.log.Error().Err(err).Str("group", g.id).Msg("forgetting a finished group")
 	}

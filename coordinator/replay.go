@@ -48,21 +48,25 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 	if err != nil {
 		return
 	}
-	g := e.groups[id]
-	current := g != nil && g.openSeq == openSeq
+	// The incarnation the outcomes belong to, if its messages are still in JOBS: several
+	// incarnations of one group ID can be, when a later one opened after an earlier one ended.
+	g := e.incarnations[openSeq]
+	if g != nil && g.id != id {
+		g = nil
+	}
 	if sum != nil {
-		// A finished group: its outcomes are kept until the retention passes, and its job
+		// A finished incarnation: its outcomes are kept until the retention passes, and its job
 		// messages too while they are in JOBS (some failed, or it was not purged yet).
 		var jobsSeq uint64
-		if current {
+		if g != nil {
 			g.finished = true
 			jobsSeq = g.lastSeq
 		}
 		e.finished(id, openSeq, msgSeq, sum.Failed > 0, jobsSeq, at)
 		return
 	}
-	if !current {
-		return // an older incarnation of the group ID, or a purged group
+	if g == nil {
+		return // a purged incarnation
 	}
 	for _, o := range outs {
 		st, ok := e.idx.State(o.ID)
@@ -99,7 +103,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	var undecided []reportAt
 	for _, id := range sortedIDs(ids) {
 		g := e.replayGroupOf[id]
-		if st, ok := e.idx.State(id); g == nil || !ok || st.Terminal() {
+		if st, ok := e.idx.State(id); g == nil || g.finished || !ok || st.Terminal() {
 			continue // finished, or its group was purged
 		}
 		a, isAlive := alive[id]
@@ -144,15 +148,18 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 		}
 	}
 	e.replayGroupOf, e.replayReports, e.replayRetries, e.replayHistory = nil, nil, nil, nil
+	// The incarnations whose summary is stored: purge them if not yet done. Taken before the
+	// undecided reports are decided, since those can finish more (whose summary is written first).
+	for _, g := range e.arrival {
+		if g.finished {
+			e.out.purges = append(e.out.purges, g)
+		}
+	}
 	// Decide the reports no decision followed, as if they arrived now.
 	for _, ra := range undecided {
 		e.report(ra.worker, ra.seq, ra.r, now)
 	}
 	for _, g := range e.arrival {
-		if g.finished {
-			e.out.purges = append(e.out.purges, g) // the summary exists; purge if not yet done
-			continue
-		}
 		e.checkFinished(g)
 	}
 }

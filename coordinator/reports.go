@@ -213,6 +213,7 @@ func (e *engine) tick(now time.Time) {
 		e.retryReady = append(e.retryReady, j)
 	}
 	e.expireWorkers(now)
+	e.abandon(now)
 }
 
 // nextDue is when tick next has work: the earliest retry, or zero.

@@ -221,12 +221,21 @@ func seq(m jetstream.Msg) uint64 {
 	return md.Sequence.Stream
 }
 
+// storedAt returns a message's stream sequence and the time the server stored it.
+func storedAt(m jetstream.Msg) (uint64, time.Time) {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0, time.Time{}
+	}
+	return md.Sequence.Stream, md.Timestamp
+}
+
 // feedBufferBytes bounds the payload bytes the JOBS feed's pull buffer holds.
 const feedBufferBytes = 8 << 20
 
 func (r *run) applyFeed(m jetstream.Msg) {
-	s := seq(m)
-	if r.e.feed(m.Subject(), s, m.Headers()) {
+	s, at := storedAt(m)
+	if r.e.feed(m.Subject(), s, m.Headers(), at) {
 		r.payloads.add(&directget.Msg{Seq: s, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 	}
 }
@@ -478,7 +487,7 @@ func (r *run) step(ctx context.Context) {
 		r.enqueueWrite(ctx, writeOp{retention: &p})
 	}
 	for _, g := range out.summaries {
-		sum := wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled}
+		sum := wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled, Abandoned: g.abandoned}
 		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, summary: &sum, purge: g.failed == 0, lastSeq: g.lastSeq})
 	}
 	for _, g := range out.purges {
@@ -486,6 +495,18 @@ func (r *run) step(ctx context.Context) {
 	}
 	if len(out.cancels) > 0 {
 		r.publishCancels(out.cancels)
+	}
+	for _, g := range out.abandons {
+		c := wire.GroupControl{Group: g.id, Op: wire.OpSeal, Count: g.admitted, Abandoned: true}
+		m := nats.NewMsg(r.names.GroupSubject(g.tok))
+		m.Header = c.Header()
+		r.wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if _, err := r.c.js.PublishMsg(pctx, m); err != nil && ctx.Err() == nil {
+				r.log.Warn().Err(err).Str("group", c.Group).Msg("sealing an abandoned group failed; trying again after AbandonAfter")
+			}
+		})
 	}
 }
 

@@ -16,11 +16,15 @@ import (
 
 // Status is a point-in-time view of a namespace, answered by the running coordinator.
 type Status struct {
-	Namespace string            `json:"namespace"`
-	Epoch     uint64            `json:"epoch"`
-	Time      time.Time         `json:"time"`
-	Policy    string            `json:"policy"`
-	Feeders   int               `json:"feeders"`
+	Namespace string    `json:"namespace"`
+	Epoch     uint64    `json:"epoch"`
+	Time      time.Time `json:"time"`
+	Policy    string    `json:"policy"`
+	Feeders   int       `json:"feeders"`
+	// Unsealed counts the open groups whose producer has not sealed them yet (all of them, also
+	// those beyond the groups listed). One whose producer stays silent for AbandonAfter is sealed
+	// by the coordinator.
+	Unsealed  int               `json:"unsealed"`
 	Jobs      map[string]uint64 `json:"jobs"` // count per state (pending, running, retrywait, done, failed, canceled)
 	Totals    Totals            `json:"totals"`
 	Groups    []GroupStatus     `json:"groups"`
@@ -47,12 +51,17 @@ type Totals struct {
 
 // GroupStatus describes one open group.
 type GroupStatus struct {
-	ID       string            `json:"id"`
-	Sealed   bool              `json:"sealed"`
-	Queued   int               `json:"queued"`    // handed to the scheduler, not yet released
-	InFlight int               `json:"in_flight"` // released, not yet reported
-	Busy     float64           `json:"busy"`      // share of a released job's time its handler runs (recent average)
-	Jobs     map[string]uint64 `json:"jobs"`
+	ID       string    `json:"id"`
+	Sealed   bool      `json:"sealed"`
+	OpenedAt time.Time `json:"opened_at"` // when its open was stored (the server's clock)
+	// LastHeard is the coordinator's time of its producer's latest job, open or keep-alive,
+	// while the group is not sealed.
+	LastHeard time.Time         `json:"last_heard,omitzero"`
+	Abandoned bool              `json:"abandoned,omitempty"` // sealed by the coordinator: its producer went silent
+	Queued    int               `json:"queued"`              // handed to the scheduler, not yet released
+	InFlight  int               `json:"in_flight"`           // released, not yet reported
+	Busy      float64           `json:"busy"`                // share of a released job's time its handler runs (recent average)
+	Jobs      map[string]uint64 `json:"jobs"`
 }
 
 // ResourceStatus counts the jobs naming one resource, and the live slots holding it. Pending
@@ -109,6 +118,7 @@ func (e *engine) status() *Status {
 		Time:      e.cfg.now(),
 		Policy:    e.cfg.Policy.String(),
 		Feeders:   e.feeders(),
+		Unsealed:  len(e.unsealed),
 		Jobs:      map[string]uint64{},
 		Totals:    Totals(e.stats),
 	}
@@ -120,7 +130,11 @@ func (e *engine) status() *Status {
 			break
 		}
 		gc, _ := e.idx.GroupCounts(g.idxKey)
-		s.Groups = append(s.Groups, GroupStatus{ID: g.id, Sealed: g.sealed, Queued: e.sched.Queued(g), InFlight: e.sched.InFlight(g), Busy: g.busy, Jobs: counts(gc)})
+		gs := GroupStatus{ID: g.id, Sealed: g.sealed, OpenedAt: g.openedAt, Abandoned: g.abandoned, Queued: e.sched.Queued(g), InFlight: e.sched.InFlight(g), Busy: g.busy, Jobs: counts(gc)}
+		if !g.sealed {
+			gs.LastHeard = g.lastHeard
+		}
+		s.Groups = append(s.Groups, gs)
 	}
 	holders := map[string]int{}
 	for _, p := range e.poolOrder {

@@ -56,6 +56,7 @@ const (
 	DefaultMaxPending     = 512
 	DefaultMaxPayload     = 256 << 10
 	DefaultRequestTimeout = 10 * time.Second
+	DefaultKeepAlive      = 30 * time.Second
 
 	// MaxMaxPending bounds Config.MaxPending; each Publish call keeps a queue of that size.
 	MaxMaxPending = 1 << 16
@@ -95,6 +96,12 @@ type Config struct {
 	// bounds the time Publish spends settling and sealing a group after ctx is done or an error
 	// stopped it. Default 10s (DefaultRequestTimeout).
 	RequestTimeout time.Duration
+
+	// KeepAlive is how often Publish tells the coordinator that the group it is publishing is
+	// still being produced, so that a producer slow between jobs is not taken for one that died
+	// (the coordinator seals a group that hears nothing for its AbandonAfter, 5 minutes by
+	// default). Default 30s (DefaultKeepAlive).
+	KeepAlive time.Duration
 
 	// Streams are the options of the streams the dispatcher creates if they do not exist. Default:
 	// the zero StreamOptions (one replica, file storage, 2 minute dedup window, 24 hour result
@@ -160,6 +167,12 @@ func New(nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("%w: negative RequestTimeout %v", ErrInvalidConfig, cfg.RequestTimeout)
 	case cfg.RequestTimeout == 0:
 		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	switch {
+	case cfg.KeepAlive < 0:
+		return nil, fmt.Errorf("%w: negative KeepAlive %v", ErrInvalidConfig, cfg.KeepAlive)
+	case cfg.KeepAlive == 0:
+		cfg.KeepAlive = DefaultKeepAlive
 	}
 	if r := cfg.Streams.Replicas; r < 0 || r > 5 {
 		return nil, fmt.Errorf("%w: Streams.Replicas %d outside 0..5", ErrInvalidConfig, r)

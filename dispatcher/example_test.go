@@ -71,7 +71,7 @@ func Example() {
 	}
 	// Output:
 	// accepted 3 jobs of import-2024-06-01
-	// {Jobs:3 Done:2 Failed:1 Canceled:0}
+	// {Jobs:3 Done:2 Failed:1 Canceled:0 Abandoned:false}
 	// row-0 done after 1 attempts: ok
 	// row-1 failed after 3 attempts: shard is read-only
 	// row-2 done after 2 attempts: ok
@@ -120,7 +120,7 @@ func ExampleDispatcher_Attach() {
 	}
 	fmt.Printf("%+v\n", sum)
 	// Output:
-	// {Jobs:3 Done:2 Failed:1 Canceled:0}
+	// {Jobs:3 Done:2 Failed:1 Canceled:0 Abandoned:false}
 }
 
 // Wait for one job of a group by its key: WaitKey returns once that job is final, whether or not

@@ -53,6 +53,14 @@ type Attempt struct {
 // Summary counts a finished group's jobs by final state; Jobs = Done + Failed + Canceled.
 type Summary struct {
 	Jobs, Done, Failed, Canceled int
+	// Abandoned says the group was never sealed by its producer: it published no job and no
+	// keep-alive for the coordinator's AbandonAfter (the producer died, or a raw client never
+	// sealed), so the coordinator sealed it with the jobs it had.
+	Abandoned bool
+}
+
+func summaryOf(s *wire.GroupSummary) Summary {
+	return Summary{Jobs: int(s.Jobs), Done: int(s.Done), Failed: int(s.Failed), Canceled: int(s.Canceled), Abandoned: s.Abandoned}
 }
 
 // Result is a finished group's outcome.
@@ -374,7 +382,8 @@ func (h *Handle) follow(ctx context.Context, lastOnly bool, each func(JobOutcome
 			continue
 		}
 		if sum != nil {
-			return &Summary{Jobs: int(sum.Jobs), Done: int(sum.Done), Failed: int(sum.Failed), Canceled: int(sum.Canceled)}, nil
+			s := summaryOf(sum)
+			return &s, nil
 		}
 		for i := range outs {
 			if !each(jobOutcome(h.group, &outs[i])) {

@@ -106,6 +106,9 @@ func (d *Dispatcher) publish(ctx context.Context, groupID string, jobs iter.Seq2
 	}()
 	openSeq, err := d.publishControl(ctx, wire.GroupControl{Group: groupID, Op: wire.OpOpen})
 	h.openSeq = openSeq
+	if err == nil {
+		p.stopKeepAlive = d.keepAlive(groupID)
+	}
 	if err == nil && jobs != nil {
 		err = p.publishJobs(ctx, jobs)
 	}
@@ -136,6 +139,9 @@ type publication struct {
 
 	// failed is the first failed acknowledgement; once set, no more jobs are published.
 	failed error
+
+	// stopKeepAlive stops the group's keep-alives (see keepAlive); nil until the open is stored.
+	stopKeepAlive func()
 }
 
 // publishJobs streams the jobs until the iterator ends or an error stops it.
@@ -272,6 +278,9 @@ func (p *publication) record(ack *jetstream.PubAck, err error) {
 // finish settles the jobs in flight and seals the group, with a fresh context so that it happens
 // also after ctx ended. It returns err joined with any error of its own.
 func (p *publication) finish(ctx context.Context, err error) error {
+	if p.stopKeepAlive != nil {
+		p.stopKeepAlive() // before the seal: a keep-alive after it would be refused
+	}
 	fctx, cancel := p.d.finishContext(ctx)
 	defer cancel()
 	for p.size > 0 {

@@ -162,7 +162,7 @@ func (d *Dispatcher) routeOutcomes(m *nats.Msg) {
 	case err != nil:
 		note.err = fmt.Errorf("%w: group token %q, subject %s: %w", ErrMalformedOutcome, gtok, m.Subject, err)
 	case sum != nil:
-		note.sum = Summary{Jobs: int(sum.Jobs), Done: int(sum.Done), Failed: int(sum.Failed), Canceled: int(sum.Canceled)}
+		note.sum = summaryOf(sum)
 	default:
 		return // not reached: a message without the outcomes prefix is a summary or malformed
 	}
@@ -281,7 +281,7 @@ func (h *Handle) storedSummary(ctx context.Context) (Summary, bool, error) {
 	if sum == nil {
 		return Summary{}, false, nil // the group is running
 	}
-	return Summary{Jobs: int(sum.Jobs), Done: int(sum.Done), Failed: int(sum.Failed), Canceled: int(sum.Canceled)}, true, nil
+	return summaryOf(sum), true, nil
 }
 
 // directGet sends a direct get request, each attempt bounded by RequestTimeout. A stream just

@@ -92,11 +92,18 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 	fmt.Fprintf(w, "since this coordinator took over: %d admitted, %d released, %d retried, %d rejected, %d lost (message gone), %d attempts lost with their worker, %d rescued, %d stale reports\n",
 		t.Admitted, t.Released, t.Retried, t.Rejected, t.LostJobs, t.LostAttempts, t.Rescued, t.StaleReports)
 
-	section(fmt.Sprintf("GROUPS (%d open%s)", len(st.Groups), more(len(st.Groups), 100)))
+	section(fmt.Sprintf("GROUPS (%d open, %d not sealed%s)", len(st.Groups), st.Unsealed, more(len(st.Groups), 100)))
 	if len(st.Groups) > 0 {
-		row(append([]string{"ID", "SEALED", "QUEUED", "IN FLIGHT"}, upper(names)...)...)
+		row(append([]string{"ID", "AGE", "SEALED", "QUEUED", "IN FLIGHT"}, upper(names)...)...)
 		for _, g := range st.Groups {
-			row(append([]string{g.ID, yesNo(g.Sealed), strconv.Itoa(g.Queued), strconv.Itoa(g.InFlight)}, countCells(names, g.Jobs)...)...)
+			sealed := yesNo(g.Sealed)
+			switch {
+			case g.Abandoned:
+				sealed = "abandoned"
+			case !g.Sealed && !g.LastHeard.IsZero():
+				sealed = "no, heard " + ago(st.Time, g.LastHeard)
+			}
+			row(append([]string{g.ID, age(st.Time, g.OpenedAt), sealed, strconv.Itoa(g.Queued), strconv.Itoa(g.InFlight)}, countCells(names, g.Jobs)...)...)
 		}
 	}
 
@@ -138,17 +145,34 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 				state = "draining"
 			}
 			row(wk.ID, wk.Pool, list(wk.Resources), strconv.Itoa(wk.Concurrency), strconv.Itoa(wk.Busy), strconv.Itoa(wk.Sleeping),
-				state, st.Time.Sub(wk.LastSeen).Round(time.Millisecond).String()+" ago")
+				state, ago(st.Time, wk.LastSeen))
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if len(unheld) > 0 {
-		_, err := fmt.Fprintf(w, "\n! jobs wait for resources no live worker holds: %s\n", strings.Join(unheld, ", "))
+		if _, err := fmt.Fprintf(w, "\n! jobs wait for resources no live worker holds: %s\n", strings.Join(unheld, ", ")); err != nil {
+			return err
+		}
+	}
+	if st.Unsealed > 0 {
+		_, err := fmt.Fprintf(w, "\n! %d groups are not sealed yet: they finish when their producer seals them, or when the\n"+
+			"  coordinator seals them after --abandon-after without a job or keep-alive (weave cancel ends one now)\n", st.Unsealed)
 		return err
 	}
 	return nil
+}
+
+// ago formats how long before now t was, e.g. "3.2s ago".
+func ago(now, t time.Time) string { return now.Sub(t).Round(100*time.Millisecond).String() + " ago" }
+
+// age formats how long a thing has existed at now, or "-" if its start is unknown.
+func age(now, since time.Time) string {
+	if since.IsZero() {
+		return "-"
+	}
+	return now.Sub(since).Round(time.Second).String()
 }
 
 func countCells(names []string, m map[string]uint64) []string {

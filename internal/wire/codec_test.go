@@ -125,6 +125,17 @@ func TestOutcomesRoundTrip(t *testing.T) {
 	if _, _, err := DecodeOutcomeMsg(AppendSummary(nil, GroupSummary{Jobs: 5, Done: 1})); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("inconsistent summary accepted: %v", err)
 	}
+	abandoned := GroupSummary{Jobs: 2, Done: 2, Abandoned: true}
+	if _, sum, err := DecodeOutcomeMsg(AppendSummary(nil, abandoned)); err != nil || *sum != abandoned {
+		t.Fatalf("abandoned summary: %+v %v", sum, err)
+	}
+	// A summary without flags is the same bytes as before flags existed.
+	if b := AppendSummary(nil, s); len(b) != 2+4 {
+		t.Fatalf("summary without flags is %d bytes, want 6", len(b))
+	}
+	if _, _, err := DecodeOutcomeMsg(append(AppendSummary(nil, s), 2)); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("unknown summary flag accepted: %v", err)
+	}
 }
 
 func TestDecodersReject(t *testing.T) {

@@ -27,6 +27,7 @@ const (
 	HdrReason      = "Weave-Reason"    // on rejections
 	HdrSubject     = "Weave-Subject"   // on rejections: the refused message's subject
 	HdrSeq         = "Weave-Seq"       // on rejections: the refused message's stream sequence
+	HdrAbandoned   = "Weave-Abandoned" // on a seal the coordinator wrote for a group whose producer went silent: "1"
 	HdrMsgID       = "Nats-Msg-Id"
 )
 
@@ -53,6 +54,9 @@ const (
 	OpOpen   GroupOp = "open"
 	OpSeal   GroupOp = "seal"
 	OpCancel GroupOp = "cancel"
+	// OpKeepAlive says the producer of an open group is still there, though it has published no
+	// job for a while: the coordinator seals a group that hears neither for its AbandonAfter.
+	OpKeepAlive GroupOp = "keepalive"
 )
 
 // GroupControl is a decoded group control message.
@@ -61,6 +65,8 @@ type GroupControl struct {
 	Op    GroupOp
 	Count uint64   // jobs accepted, on seal
 	Jobs  []uint64 // on cancel: only these jobs of the group; nil = the whole group
+	// Abandoned marks a seal the coordinator wrote because the group's producer went silent.
+	Abandoned bool
 }
 
 // MaxCancelJobs bounds the job IDs one cancel message names.
@@ -74,6 +80,9 @@ func (c GroupControl) Header() nats.Header {
 	h.Set(HdrOp, string(c.Op))
 	if c.Op == OpSeal {
 		h.Set(HdrCount, strconv.FormatUint(c.Count, 10))
+		if c.Abandoned {
+			h.Set(HdrAbandoned, "1")
+		}
 	}
 	if c.Op == OpCancel && len(c.Jobs) > 0 {
 		ids := make([]string, len(c.Jobs))
@@ -95,7 +104,7 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 		return GroupControl{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	switch c.Op {
-	case OpOpen:
+	case OpOpen, OpKeepAlive:
 	case OpCancel:
 		if v := h.Get(HdrJobs); v != "" {
 			parts := strings.Split(v, ",")
@@ -116,6 +125,7 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 			return GroupControl{}, fmt.Errorf("%w: seal of group %q: bad %s %q", ErrMalformed, c.Group, HdrCount, h.Get(HdrCount))
 		}
 		c.Count = n
+		c.Abandoned = h.Get(HdrAbandoned) == "1"
 	default:
 		return GroupControl{}, fmt.Errorf("%w: unknown %s %q", ErrMalformed, HdrOp, c.Op)
 	}

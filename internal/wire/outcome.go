@@ -48,7 +48,14 @@ const MaxHistory = 32
 // GroupSummary is the last record on a group's outcome subject: every job is terminal.
 type GroupSummary struct {
 	Jobs, Done, Failed, Canceled uint64
+	// Abandoned says the producer never sealed the group: it went silent, and the coordinator
+	// sealed the group with the jobs it had.
+	Abandoned bool
 }
+
+// summaryAbandoned is the flag bit of GroupSummary.Abandoned. The flags follow the counts only
+// when some are set, so a summary without flags reads the same in every version.
+const summaryAbandoned = 1
 
 // AppendOutcomes encodes a batch of outcomes onto dst.
 func AppendOutcomes(dst []byte, outs []Outcome) []byte {
@@ -77,6 +84,9 @@ func AppendSummary(dst []byte, s GroupSummary) []byte {
 	for _, v := range [...]uint64{s.Jobs, s.Done, s.Failed, s.Canceled} {
 		dst = appendUvarint(dst, v)
 	}
+	if s.Abandoned {
+		dst = appendUvarint(dst, summaryAbandoned)
+	}
 	return dst
 }
 
@@ -86,6 +96,13 @@ func DecodeOutcomeMsg(b []byte) (outs []Outcome, summary *GroupSummary, err erro
 	if len(b) >= 2 && b[0] == Version && b[1] == kindFinal {
 		r := newReader(b, kindFinal)
 		s := &GroupSummary{Jobs: r.uvarint(), Done: r.uvarint(), Failed: r.uvarint(), Canceled: r.uvarint()}
+		if r.err == nil && len(r.b) > 0 {
+			flags := r.uvarint()
+			if flags&^summaryAbandoned != 0 {
+				r.fail("unknown summary flags %#x", flags)
+			}
+			s.Abandoned = flags&summaryAbandoned != 0
+		}
 		if err := r.end(); err != nil {
 			return nil, nil, err
 		}
