@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/weavejobs/weave/internal/bench"
+	"github.com/weavejobs/weave/cmd/weave/internal/bench"
 )
 
 // benchOptions are weave bench's flags beyond the scenarios' configurations.

@@ -42,7 +42,7 @@ func TestAttributedHeap(t *testing.T) {
 	old := runtime.MemProfileRate
 	runtime.MemProfileRate = 512
 	defer func() { runtime.MemProfileRate = old }()
-	prefixes := []string{"github.com/weavejobs/weave/internal/bench.allocateForAttribution"}
+	prefixes := []string{"github.com/weavejobs/weave/cmd/weave/internal/bench.allocateForAttribution"}
 	before := attributedHeap(prefixes)
 	allocateForAttribution(4096, 256) // 1 MiB in small objects
 	after := attributedHeap(prefixes)

@@ -1,23 +1,26 @@
-package integration_test
+package bench_test
 
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
-	"github.com/weavejobs/weave/internal/bench"
+	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/cmd/weave/internal/bench"
 )
 
-// End-to-end benchmarks: the throughput and latency scenarios of weave bench (internal/bench),
+// End-to-end benchmarks: the throughput and latency scenarios of weave bench (this package),
 // run once per op, each on its own embedded JetStream server (file storage, temporary
 // directory) with every component on its own connection, as separate processes would be. The
 // machine they run on may be shared and noisy, so the throughput scenario measures a reference in
 // the same run (a raw JetStream work queue) and the report should quote ratios and CPU per job
 // rather than absolute rates alone.
 //
-//	go test -run='^$' -bench=. -benchtime=1x ./integration/      # what CI runs
-//	go test -run='^$' -bench=Throughput -benchtime=3x ./integration/
+//	go test -run='^$' -bench=. -benchtime=1x ./cmd/weave/internal/bench/      # what CI runs
+//	go test -run='^$' -bench=Throughput -benchtime=3x ./cmd/weave/internal/bench/
 //
 // Other sizes and rates, CPU profiles split by component and Markdown for BENCHMARKS.md: weave
 // bench (--jobs, --rate, --cpuprofile, --markdown).
@@ -28,11 +31,20 @@ func runScenario[R any](b *testing.B, run func(context.Context, *bench.Env) (R, 
 	b.Helper()
 	ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
 	defer cancel()
-	res, err := run(ctx, &bench.Env{Log: testLogger("bench")})
+	res, err := run(ctx, &bench.Env{Log: testLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	return res
+}
+
+// testLogger writes the components' logs to stderr when WEAVE_TEST_LOG is set, as the
+// integration tests do; otherwise it is silent.
+func testLogger() zerolog.Logger {
+	if os.Getenv("WEAVE_TEST_LOG") == "" {
+		return zerolog.Nop()
+	}
+	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.DebugLevel).With().Timestamp().Str("c", "bench").Logger()
 }
 
 // BenchmarkThroughput runs the throughput scenario (bench.RunThroughput, one round per op):
