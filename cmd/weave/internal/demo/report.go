@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 
 // startProgress shows the crawl's progress on o.Progress until the returned function is called,
 // which prints the last state and returns once the progress goroutine has ended.
-func startProgress(o demoOptions, total int, tr *tracker) (stop func()) {
+func startProgress(o Options, total int, tr *tracker) (stop func()) {
 	if o.Progress == nil {
 		return func() {}
 	}
@@ -70,7 +70,7 @@ func startProgress(o demoOptions, total int, tr *tracker) (stop func()) {
 const topSites = 10
 
 // print writes the demo's report.
-func (r *demoResult) print(out io.Writer) {
+func (r *Result) Print(out io.Writer) {
 	o, w := r.Options, r.Workload
 	p := func(format string, args ...any) { fmt.Fprintf(out, format, args...) }
 	p("\nWeave demo: crawled %d sites (%d pages) with %d workers × %d slots, policy %s, seed %d\n",
@@ -132,7 +132,7 @@ func (r *demoResult) print(out io.Writer) {
 }
 
 // problems lists what went wrong in the crawl; empty means all pages were fetched as they should.
-func (r *demoResult) problems() []string {
+func (r *Result) Problems() []string {
 	var out []string
 	s := r.Summary
 	if s.Jobs != r.Workload.Jobs || s.Done != s.Jobs {

@@ -1,0 +1,458 @@
+// Package demo is weave demo's crawl of a simulated web: a workload of sites (groups) and pages
+// (jobs) of very skewed sizes, crawled by an in-process coordinator and workers on an embedded
+// JetStream server, measured from the handlers' side next to a FIFO queue simulated on the same
+// workload. Run does it all and returns a Result, which Print renders; the command in cmd/weave
+// only parses the flags into Options.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/spreader"
+	"github.com/weavejobs/weave/worker"
+)
+
+// Options configure Run.
+type Options struct {
+	Jobs, Sites, Workers, Concurrency int
+	MaxPerSite                        int
+	FailRate                          float64
+	Seed                              uint64
+	Policy                            spreader.Policy
+	Namespace                         string
+
+	// Progress receives the live progress; nil for none. Live redraws one line in place (a
+	// terminal); otherwise a line is written every second.
+	Progress io.Writer
+	Live     bool
+	// Log receives the components' logs.
+	Log zerolog.Logger
+}
+
+func (o *Options) Validate() error {
+	switch {
+	case o.Workers < 1 || o.Workers > 64:
+		return fmt.Errorf("--workers %d outside 1..64", o.Workers)
+	case o.Concurrency < 1 || o.Concurrency > 256:
+		return fmt.Errorf("--concurrency %d outside 1..256", o.Concurrency)
+	case o.Sites < 1:
+		return fmt.Errorf("--sites %d: need at least 1", o.Sites)
+	case o.Jobs < o.Sites:
+		return fmt.Errorf("--jobs %d: need at least one page per site (--sites %d)", o.Jobs, o.Sites)
+	case o.Jobs > 1_000_000:
+		return fmt.Errorf("--jobs %d: at most 1,000,000", o.Jobs)
+	case o.FailRate < 0 || o.FailRate > 0.5:
+		return fmt.Errorf("--fail-rate %v outside 0..0.5", o.FailRate)
+	case o.MaxPerSite < 0:
+		return fmt.Errorf("--max-per-site %d is negative", o.MaxPerSite)
+	}
+	return nil
+}
+
+// workerRegions are the regions workers hold, in turn; "" is a worker holding none.
+var workerRegions = []string{"eu", "us", ""}
+
+// workerFleet returns each worker's ID and held resources.
+func workerFleet(n int) (ids []string, held [][]string) {
+	for i := range n {
+		r := workerRegions[i%len(workerRegions)]
+		name := r
+		if name == "" {
+			name = "any"
+		}
+		if i >= len(workerRegions) {
+			name += strconv.Itoa(i/len(workerRegions) + 1)
+		}
+		ids = append(ids, "worker-"+name)
+		if r == "" {
+			held = append(held, nil)
+		} else {
+			held = append(held, []string{r})
+		}
+	}
+	return ids, held
+}
+
+// Result is what Run measured.
+type Result struct {
+	Options  Options
+	Workload *workload
+	Workers  []string
+	Held     [][]string
+	Slots    int
+	Wall     time.Duration
+	Summary  dispatcher.Summary // summed over the sites' outcomes, as the dispatcher reports them
+	Weave    trackerResult
+	FIFO     fifoResult
+	Status   *coordinator.Status // the coordinator's view at the end
+}
+
+// retryAfter503 is how long a site that answered 503 asks the crawler to wait.
+const retryAfter503 = 20 * time.Millisecond
+
+// waiters is how many groups' outcomes the demo waits for at once.
+const waiters = 8
+
+// Run runs the whole demo in-process and returns its measurements. It stops everything it
+// started before returning.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	ids, held := workerFleet(o.Workers)
+	var regions []string
+	for _, h := range held {
+		for _, r := range h {
+			if !slices.Contains(regions, r) {
+				regions = append(regions, r)
+			}
+		}
+	}
+	w, err := generateWorkload(workloadConfig{Jobs: o.Jobs, Sites: o.Sites, Seed: o.Seed, Regions: regions, FailRate: o.FailRate})
+	if err != nil {
+		return nil, err
+	}
+	slots := o.Workers * o.Concurrency
+	res := &Result{Options: o, Workload: w, Workers: ids, Held: held, Slots: slots}
+	// Weave's auto feeder count is slots + 1: with at least that many sites waiting, no site
+	// needs a second slot.
+	crowded := slots + 1
+	res.FIFO = simulateFIFO(w.publishOrder(), len(w.Sites), slots, crowded)
+	tr := newTracker(w, crowded)
+
+	// The server's info log is its banner; show it only when debugging.
+	srvLog := o.Log
+	if lvl := o.Log.GetLevel(); lvl > zerolog.DebugLevel && lvl < zerolog.WarnLevel {
+		srvLog = o.Log.Level(zerolog.WarnLevel)
+	}
+	srv, err := jstest.Start(ctx, jstest.Options{Logger: srvLog.With().Str("component", "nats-server").Logger()})
+	if err != nil {
+		return nil, fmt.Errorf("start embedded NATS server: %w", err)
+	}
+	defer srv.Shutdown()
+	var conns []*nats.Conn
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	connect := func() (*nats.Conn, error) {
+		nc, err := srv.ConnectInProcess()
+		if err != nil {
+			return nil, fmt.Errorf("connect to embedded NATS server: %w", err)
+		}
+		conns = append(conns, nc)
+		return nc, nil
+	}
+
+	// Components run on their own context, canceled only after the crawl: workers first, so
+	// their last reports reach the coordinator, then the coordinator.
+	var coordinators, workers services
+	defer coordinators.stop()
+	defer workers.stop()
+
+	nc, err := connect()
+	if err != nil {
+		return nil, err
+	}
+	coord, err := coordinator.New(nc, coordinator.Config{
+		Namespace: o.Namespace,
+		Logger:    o.Log.With().Str("component", "coordinator").Logger(),
+		Policy:    o.Policy,
+		// F = slots + 1, the spreader's setting: at most one job released beyond the slots, so
+		// a site alone at the start cannot queue a run of its pages ahead of the sites published
+		// just after it. (The default adapts F to the jobs, for throughput.)
+		Feeders:             o.Workers*o.Concurrency + 1,
+		MaxInFlightPerGroup: o.MaxPerSite,
+	})
+	if err != nil {
+		return nil, err
+	}
+	coordinators.start("coordinator", coord.Run)
+	// Workers announce themselves at once with a heartbeat; a coordinator that is ready to
+	// listen sees them without waiting for the next one.
+	dnc, err := connect()
+	if err != nil {
+		return nil, err
+	}
+	coordinatorUp := func(*coordinator.Status) (bool, string) { return true, "" }
+	if err := waitStatus(ctx, dnc, o.Namespace, coordinatorUp, &coordinators); err != nil {
+		return nil, err
+	}
+
+	for i, id := range ids {
+		nc, err := connect()
+		if err != nil {
+			return nil, err
+		}
+		wk, err := worker.New(nc, worker.Config{
+			ID:          id,
+			Namespace:   o.Namespace,
+			Resources:   held[i],
+			Concurrency: o.Concurrency,
+			Logger:      o.Log.With().Str("component", "worker").Str("worker", id).Logger(),
+		}, crawlHandler(w, tr, held[i]))
+		if err != nil {
+			return nil, err
+		}
+		workers.start(id, wk.Run)
+	}
+
+	if err := waitStatus(ctx, dnc, o.Namespace, fleetReady(len(ids), slots), &coordinators, &workers); err != nil {
+		return nil, err
+	}
+	d, err := dispatcher.New(dnc, dispatcher.Config{Namespace: o.Namespace, Logger: o.Log})
+	if err != nil {
+		return nil, err
+	}
+
+	stopProgress := startProgress(o, w.Jobs, tr)
+	start := time.Now()
+	sum, err := crawl(ctx, d, w, tr)
+	res.Wall = time.Since(start)
+	stopProgress()
+	if err != nil {
+		return nil, err
+	}
+	res.Summary = sum
+	if st, err := coordinator.QueryStatus(ctx, dnc, o.Namespace); err == nil {
+		res.Status = st
+	}
+	// Stop in order and check how each component ended.
+	if err := errors.Join(workers.stop(), coordinators.stop()); err != nil {
+		return nil, err
+	}
+	res.Weave = tr.result()
+	return res, nil
+}
+
+// crawl publishes every site as a group, in workload order, and waits for all of their
+// outcomes, a few groups at a time. It returns the sum of the groups' summaries.
+func crawl(ctx context.Context, d *dispatcher.Dispatcher, w *workload, tr *tracker) (dispatcher.Summary, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	handles := make(chan *dispatcher.Handle, len(w.Sites))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(handles)
+		for i := range w.Sites {
+			s := &w.Sites[i]
+			h, err := d.Publish(ctx, s.Name, siteJobs(s))
+			if err != nil {
+				cancel(fmt.Errorf("publish site %s: %w", s.Name, err))
+				return
+			}
+			tr.announce(s.Rank)
+			handles <- h
+		}
+	})
+	var (
+		mu    sync.Mutex
+		total dispatcher.Summary
+	)
+	for range waiters {
+		wg.Go(func() {
+			for h := range handles {
+				s, err := h.WaitSummary(ctx)
+				if err != nil {
+					cancel(fmt.Errorf("wait for site %s: %w", h.GroupID(), err))
+					return
+				}
+				mu.Lock()
+				total.Jobs += s.Jobs
+				total.Done += s.Done
+				total.Failed += s.Failed
+				total.Canceled += s.Canceled
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return total, err
+	}
+	return total, nil
+}
+
+// siteJobs yields a site's pages as jobs, with the site's region affinity.
+func siteJobs(s *site) iter.Seq[dispatcher.Job] {
+	return func(yield func(dispatcher.Job) bool) {
+		for _, p := range s.Pages {
+			j := dispatcher.Job{Key: p.Path, Payload: []byte("GET https://" + s.Name + p.Path)}
+			switch s.Affinity {
+			case requireRegion:
+				j.Require = []string{s.Region}
+			case preferRegion:
+				j.Prefer = []string{s.Region}
+			}
+			if !yield(j) {
+				return
+			}
+		}
+	}
+}
+
+// crawlHandler simulates fetching a page, on a worker holding regions: it takes the page's
+// latency, and its first attempts fail with a 503 if the page is flaky.
+func crawlHandler(w *workload, tr *tracker, regions []string) worker.HandlerFunc {
+	sites := map[string]*site{}
+	for i := range w.Sites {
+		sites[w.Sites[i].Name] = &w.Sites[i]
+	}
+	return func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		s := sites[j.Group]
+		i, ok := pageIndex(j.Key)
+		if s == nil || !ok || i >= len(s.Pages) {
+			return nil, worker.Permanent(fmt.Errorf("no page %q on site %q", j.Key, j.Group))
+		}
+		p := s.Pages[i]
+		began := tr.start(s.Rank, j.Attempt, regions)
+		t := time.NewTimer(p.Latency)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			tr.finish(s.Rank, began, false)
+			return nil, ctx.Err()
+		}
+		if j.Attempt <= p.Flaky {
+			tr.finish(s.Rank, began, false)
+			return nil, worker.RetryAfter(retryAfter503, fmt.Errorf("GET https://%s%s: 503 Service Unavailable", s.Name, p.Path))
+		}
+		tr.finish(s.Rank, began, true)
+		return []byte("200 OK"), nil
+	}
+}
+
+// pageIndex inverts page.Path: "/" is page 0, "/page/N" page N.
+func pageIndex(path string) (int, bool) {
+	if path == "/" {
+		return 0, true
+	}
+	n, ok := strings.CutPrefix(path, "/page/")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(n)
+	return i, err == nil && i > 0
+}
+
+// waitStatus polls the coordinator's status until ready accepts it, a component fails or
+// a timeout passes. ready returns false and what it still waits for.
+func waitStatus(ctx context.Context, nc *nats.Conn, ns string, ready func(*coordinator.Status) (bool, string), svcs ...*services) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var waiting string
+	for {
+		for _, s := range svcs {
+			if err := s.failed(); err != nil {
+				return err
+			}
+		}
+		qctx, qcancel := context.WithTimeout(ctx, time.Second)
+		st, err := coordinator.QueryStatus(qctx, nc, ns)
+		qcancel()
+		if err == nil {
+			var ok bool
+			if ok, waiting = ready(st); ok {
+				return nil
+			}
+		} else {
+			waiting = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the coordinator and workers: %w (%s)", ctx.Err(), waiting)
+		case <-tick.C:
+		}
+	}
+}
+
+// fleetReady accepts a status once the coordinator counts the given workers and slots.
+func fleetReady(workers, slots int) func(*coordinator.Status) (bool, string) {
+	return func(st *coordinator.Status) (bool, string) {
+		n := 0
+		for _, p := range st.Pools {
+			n += p.Slots
+		}
+		return len(st.Workers) == workers && n == slots,
+			fmt.Sprintf("coordinator knows %d of %d workers, %d of %d slots", len(st.Workers), workers, n, slots)
+	}
+}
+
+// services runs components' Run methods, each on its own goroutine and context, and stops them
+// in reverse start order.
+type services struct {
+	mu   sync.Mutex
+	list []*service
+}
+
+type service struct {
+	name   string
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run returned; err is set before
+	err    error
+}
+
+func (s *services) start(name string, run func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	svc := &service{name: name, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(svc.done)
+		svc.err = run(ctx)
+	}()
+	s.mu.Lock()
+	s.list = append(s.list, svc)
+	s.mu.Unlock()
+}
+
+// failed returns the error of a component that stopped on its own, if any.
+func (s *services) failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, svc := range s.list {
+		select {
+		case <-svc.done:
+			return fmt.Errorf("%s stopped: %v", svc.name, svc.err)
+		default:
+		}
+	}
+	return nil
+}
+
+// stop cancels every component and waits for it, returning their errors. Calling it again does
+// nothing.
+func (s *services) stop() error {
+	s.mu.Lock()
+	list := s.list
+	s.list = nil
+	s.mu.Unlock()
+	for _, svc := range list {
+		svc.cancel()
+	}
+	var errs []error
+	for _, svc := range slices.Backward(list) {
+		<-svc.done
+		if svc.err != nil && !errors.Is(svc.err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("%s: %w", svc.name, svc.err))
+		}
+	}
+	return errors.Join(errs...)
+}
