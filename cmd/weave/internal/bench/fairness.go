@@ -130,10 +130,10 @@ func fairnessRun(ctx context.Context, env *Env, cfg FairnessConfig, policy sprea
 		tasks = append(tasks, g.task)
 		sims = append(sims, simGroup{jobs: max(1, int(cfg.Work/g.task)), dur: g.task})
 	}
-	if err := d.coordinator(coordinator.Config{Policy: policy}); err != nil {
+	if err := d.Coordinator(coordinator.Config{Policy: policy}); err != nil {
 		return nil, err
 	}
-	disp, err := d.dispatcher()
+	disp, err := d.Dispatcher()
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func fairnessRun(ctx context.Context, env *Env, cfg FairnessConfig, policy sprea
 	}
 	log := newRunLog()
 	env.progressf("fairness: %v: %d slots, groups of %d, %d and %d jobs", policy, cfg.Slots, sims[0].jobs, sims[1].jobs, sims[2].jobs)
-	_, _, err = d.worker(worker.Config{ID: "w0", Concurrency: cfg.Slots}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+	_, _, err = d.Worker(worker.Config{ID: "w0", Concurrency: cfg.Slots}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
 		g, ok := index[j.Group]
 		if !ok {
 			return nil, worker.Permanent(fmt.Errorf("unknown group %q", j.Group))

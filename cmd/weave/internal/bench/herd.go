@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weavejobs/weave/cmd/weave/internal/inproc"
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/worker"
@@ -93,7 +94,7 @@ func RunHerd(ctx context.Context, env *Env, cfg HerdConfig) (res *HerdResult, er
 		}
 	}()
 	res = &HerdResult{Config: cfg, Embedded: !env.External()}
-	if err := d.coordinator(coordinator.Config{}); err != nil {
+	if err := d.Coordinator(coordinator.Config{}); err != nil {
 		return nil, err
 	}
 	handler := func(ctx context.Context, j *worker.Job) ([]byte, error) {
@@ -114,17 +115,17 @@ func RunHerd(ctx context.Context, env *Env, cfg HerdConfig) (res *HerdResult, er
 		if i < cfg.Slots%cfg.Workers {
 			n++
 		}
-		w, _, err := d.worker(worker.Config{ID: fmt.Sprint("w", i), Concurrency: n}, handler)
+		w, _, err := d.Worker(worker.Config{ID: fmt.Sprint("w", i), Concurrency: n}, handler)
 		if err != nil {
 			return nil, err
 		}
 		ws = append(ws, w)
 	}
-	disp, err := d.dispatcher()
+	disp, err := d.Dispatcher()
 	if err != nil {
 		return nil, err
 	}
-	if err := d.waitStatus(fleetReady(cfg.Workers, cfg.Slots)); err != nil {
+	if err := d.WaitStatus(inproc.FleetReady(cfg.Workers, cfg.Slots)); err != nil {
 		return nil, err
 	}
 	if err := warmUp(ctx, disp, nil); err != nil {
@@ -208,7 +209,7 @@ const idleSettle = 12 * time.Second
 
 // waitIdle waits until no worker has a job running or queued.
 func waitIdle(ctx context.Context, ws []*worker.Worker) error {
-	ctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	ctx, cancel := context.WithTimeout(ctx, inproc.WaitTimeout)
 	defer cancel()
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
@@ -234,7 +235,7 @@ func trickle(ctx context.Context, disp *dispatcher.Dispatcher, n, ratePerS int) 
 	defer cancel(nil)
 	var wg sync.WaitGroup
 	t0 := time.Now()
-	labeled("producer", func() {
+	inproc.Labeled("producer", func() {
 		for first := 0; first < n && ctx.Err() == nil; first += groupSize {
 			size := min(groupSize, n-first)
 			time.Sleep(time.Until(t0.Add(time.Duration(first) * interval)))

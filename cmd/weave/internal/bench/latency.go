@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weavejobs/weave/cmd/weave/internal/inproc"
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/wire"
@@ -110,10 +111,10 @@ func RunLatency(ctx context.Context, env *Env, cfg LatencyConfig) (res *LatencyR
 			close(allSeen)
 		}
 	}
-	if err := d.coordinator(coordinator.Config{}); err != nil {
+	if err := d.Coordinator(coordinator.Config{}); err != nil {
 		return nil, err
 	}
-	_, _, err = d.worker(worker.Config{ID: "w0", Concurrency: cfg.Concurrency}, func(_ context.Context, j *worker.Job) ([]byte, error) {
+	_, _, err = d.Worker(worker.Config{ID: "w0", Concurrency: cfg.Concurrency}, func(_ context.Context, j *worker.Job) ([]byte, error) {
 		now := time.Now()
 		if len(j.Payload) < 12 {
 			return nil, nil // warm-up
@@ -132,11 +133,11 @@ func RunLatency(ctx context.Context, env *Env, cfg LatencyConfig) (res *LatencyR
 	if err != nil {
 		return nil, err
 	}
-	disp, err := d.dispatcher()
+	disp, err := d.Dispatcher()
 	if err != nil {
 		return nil, err
 	}
-	if err := d.waitStatus(fleetReady(1, cfg.Concurrency)); err != nil {
+	if err := d.WaitStatus(inproc.FleetReady(1, cfg.Concurrency)); err != nil {
 		return nil, err
 	}
 	if err := warmUp(ctx, disp, make([]byte, 8)); err != nil {
@@ -167,7 +168,7 @@ func RunLatency(ctx context.Context, env *Env, cfg LatencyConfig) (res *LatencyR
 		mu.Unlock()
 		return dispatcher.Job{Payload: p}
 	}
-	labeled("producer", func() {
+	inproc.Labeled("producer", func() {
 		for g := 0; g < n/cfg.GroupSize && ctx.Err() == nil; g++ {
 			first := g * cfg.GroupSize
 			time.Sleep(time.Until(t0.Add(time.Duration(first) * interval)))
@@ -239,7 +240,7 @@ func RunLatency(ctx context.Context, env *Env, cfg LatencyConfig) (res *LatencyR
 // followOutcomes follows every group's outcomes with one ordered consumer over the RESULTS
 // stream, on the producer's connection, and marks each job's as seen.
 func followOutcomes(ctx context.Context, d *deployment, markSeen func(id uint64, at time.Time)) (jetstream.ConsumeContext, error) {
-	fnc, err := d.connect("producer")
+	fnc, err := d.Connect("producer")
 	if err != nil {
 		return nil, err
 	}
@@ -247,14 +248,14 @@ func followOutcomes(ctx context.Context, d *deployment, markSeen func(id uint64,
 	if err != nil {
 		return nil, err
 	}
-	cons, err := js.OrderedConsumer(ctx, d.names.ResultsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{d.names.AllOutcomes()}, DeliverPolicy: jetstream.DeliverNewPolicy,
+	cons, err := js.OrderedConsumer(ctx, d.Names().ResultsStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{d.Names().AllOutcomes()}, DeliverPolicy: jetstream.DeliverNewPolicy,
 	})
 	if err != nil {
 		return nil, err
 	}
 	var cc jetstream.ConsumeContext
-	labeled("producer", func() {
+	inproc.Labeled("producer", func() {
 		cc, err = cons.Consume(func(m jetstream.Msg) {
 			now := time.Now()
 			outs, _, err := wire.DecodeOutcomeMsg(m.Data())

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weavejobs/weave/cmd/weave/internal/inproc"
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/worker"
@@ -212,10 +213,10 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	if !defaults {
 		ccfg.PayloadCacheBytes = 1 // each cached message is evicted at once
 	}
-	if err := d.coordinator(ccfg); err != nil {
+	if err := d.Coordinator(ccfg); err != nil {
 		return err
 	}
-	disp, err := d.dispatcher()
+	disp, err := d.Dispatcher()
 	if err != nil {
 		return err
 	}
@@ -239,7 +240,7 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 		return err
 	}
 	var last *coordinator.Status
-	if err := d.waitStatus(func(st *coordinator.Status) (bool, string) {
+	if err := d.WaitStatus(func(st *coordinator.Status) (bool, string) {
 		last = st
 		return st.Totals.Admitted >= uint64(n), fmt.Sprintf("the coordinator to admit %d jobs (%d so far)", n, st.Totals.Admitted)
 	}); err != nil {
@@ -267,7 +268,7 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	var took []time.Duration
 	for range 5 {
 		t := time.Now()
-		if _, err := d.status(); err != nil {
+		if _, err := d.Status(); err != nil {
 			return err
 		}
 		took = append(took, time.Since(t))
@@ -286,7 +287,7 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 		drained      = make(chan struct{})
 		drainedClose sync.Once
 	)
-	_, svc, err := d.worker(worker.Config{ID: "drain", Concurrency: cfg.Concurrency}, func(context.Context, *worker.Job) ([]byte, error) {
+	_, svc, err := d.Worker(worker.Config{ID: "drain", Concurrency: cfg.Concurrency}, func(context.Context, *worker.Job) ([]byte, error) {
 		switch i := started.Add(1); {
 		case i == 1:
 			mu.Lock()
@@ -307,10 +308,10 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	case <-drained:
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(waitTimeout):
-		return fmt.Errorf("%d of %d jobs ran within %v", started.Load(), k, waitTimeout)
+	case <-time.After(inproc.WaitTimeout):
+		return fmt.Errorf("%d of %d jobs ran within %v", started.Load(), k, inproc.WaitTimeout)
 	}
-	if err := svc.stop(); err != nil {
+	if err := svc.Stop(); err != nil {
 		return err
 	}
 	mu.Lock()
@@ -402,7 +403,7 @@ func publishAll(ctx context.Context, d *dispatcher.Dispatcher, prefix string, si
 		wg   sync.WaitGroup
 		next atomic.Int64
 	)
-	labeled("producer", func() {
+	inproc.Labeled("producer", func() {
 		for range publishers {
 			wg.Go(func() {
 				for {

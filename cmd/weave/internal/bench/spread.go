@@ -149,10 +149,10 @@ func RunSpread(ctx context.Context, env *Env, cfg SpreadConfig) (res *SpreadResu
 			err = cerr
 		}
 	}()
-	if err := d.coordinator(coordinator.Config{}); err != nil {
+	if err := d.Coordinator(coordinator.Config{}); err != nil {
 		return nil, err
 	}
-	disp, err := d.dispatcher()
+	disp, err := d.Dispatcher()
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +174,7 @@ func RunSpread(ctx context.Context, env *Env, cfg SpreadConfig) (res *SpreadResu
 		}
 		handles = append(handles, h)
 	}
-	if err := d.waitStatus(func(st *coordinator.Status) (bool, string) {
+	if err := d.WaitStatus(func(st *coordinator.Status) (bool, string) {
 		return st.Totals.Admitted >= uint64(cfg.Jobs), fmt.Sprintf("%d of %d jobs admitted", st.Totals.Admitted, cfg.Jobs)
 	}); err != nil {
 		return nil, err
@@ -192,7 +192,7 @@ func RunSpread(ctx context.Context, env *Env, cfg SpreadConfig) (res *SpreadResu
 		return nil, log.work(ctx, g, wl.tasks[g][i])
 	}
 	for i := range cfg.Workers {
-		if _, _, err := d.worker(worker.Config{ID: fmt.Sprint("w", i), Concurrency: cfg.Concurrency}, handler); err != nil {
+		if _, _, err := d.Worker(worker.Config{ID: fmt.Sprint("w", i), Concurrency: cfg.Concurrency}, handler); err != nil {
 			return nil, err
 		}
 	}
@@ -205,7 +205,7 @@ func RunSpread(ctx context.Context, env *Env, cfg SpreadConfig) (res *SpreadResu
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if st, err := d.status(); err == nil {
+			if st, err := d.Status(); err == nil {
 				mu.Lock()
 				feeders = max(feeders, st.Feeders)
 				mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weavejobs/weave/cmd/weave/internal/inproc"
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/wire"
@@ -113,7 +114,7 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 	sizes := logUniformSizes(cfg.Jobs, cfg.Groups)
 	payload := make([]byte, cfg.PayloadSize)
 
-	if err := d.coordinator(coordinator.Config{Prefetch: cfg.Prefetch, MaxBatch: cfg.MaxBatch}); err != nil {
+	if err := d.Coordinator(coordinator.Config{Prefetch: cfg.Prefetch, MaxBatch: cfg.MaxBatch}); err != nil {
 		return nil, err
 	}
 	var lastRun atomic.Int64 // UnixNano of the latest handler call
@@ -123,13 +124,13 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 	}
 	var ws []*worker.Worker
 	for i := range cfg.Workers {
-		w, _, err := d.worker(worker.Config{ID: fmt.Sprint("w", i), Concurrency: cfg.Concurrency}, noop)
+		w, _, err := d.Worker(worker.Config{ID: fmt.Sprint("w", i), Concurrency: cfg.Concurrency}, noop)
 		if err != nil {
 			return nil, err
 		}
 		ws = append(ws, w)
 	}
-	disp, err := d.dispatcher()
+	disp, err := d.Dispatcher()
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +138,7 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 	if err != nil {
 		return nil, err
 	}
-	if err := d.waitStatus(fleetReady(cfg.Workers, cfg.Workers*cfg.Concurrency)); err != nil {
+	if err := d.WaitStatus(inproc.FleetReady(cfg.Workers, cfg.Workers*cfg.Concurrency)); err != nil {
 		return nil, err
 	}
 	if err := warmUp(ctx, disp, payload); err != nil {
@@ -313,7 +314,7 @@ func publishAndWait(ctx context.Context, d *dispatcher.Dispatcher, prefix string
 		pubs, waits sync.WaitGroup
 		next        atomic.Int64
 	)
-	labeled("producer", func() {
+	inproc.Labeled("producer", func() {
 		for range publishers {
 			pubs.Go(func() {
 				for {
@@ -358,12 +359,12 @@ type rawRef struct {
 }
 
 func newRawRef(d *deployment) (*rawRef, error) {
-	r := &rawRef{names: d.names}
+	r := &rawRef{names: d.Names()}
 	var err error
-	if r.pubNC, err = d.connect("reference"); err != nil {
+	if r.pubNC, err = d.Connect("reference"); err != nil {
 		return nil, err
 	}
-	if r.subNC, err = d.connect("reference"); err != nil {
+	if r.subNC, err = d.Connect("reference"); err != nil {
 		return nil, err
 	}
 	// The dispatcher's default bound on pending acks.
@@ -401,7 +402,7 @@ func (r *rawRef) run(ctx context.Context, n int, payload []byte) (took time.Dura
 	var got atomic.Int64
 	done := make(chan struct{})
 	var cc jetstream.ConsumeContext
-	labeled("reference", func() {
+	inproc.Labeled("reference", func() {
 		cc, err = cons.Consume(func(m jetstream.Msg) {
 			_ = m.Ack()
 			if got.Add(1) == int64(n) {
@@ -414,7 +415,7 @@ func (r *rawRef) run(ctx context.Context, n int, payload []byte) (took time.Dura
 	}
 	defer cc.Stop()
 	start := time.Now()
-	labeled("reference", func() {
+	inproc.Labeled("reference", func() {
 		for range n {
 			if _, err = r.pub.PublishAsync(subject, payload); err != nil {
 				return

@@ -7,7 +7,6 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -17,12 +16,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/cmd/weave/internal/inproc"
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
-	"github.com/weavejobs/weave/integration/jstest"
 	"github.com/weavejobs/weave/spreader"
 	"github.com/weavejobs/weave/worker"
 )
@@ -140,83 +138,41 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if lvl := o.Log.GetLevel(); lvl > zerolog.DebugLevel && lvl < zerolog.WarnLevel {
 		srvLog = o.Log.Level(zerolog.WarnLevel)
 	}
-	srv, err := jstest.Start(ctx, jstest.Options{Logger: srvLog.With().Str("component", "nats-server").Logger()})
-	if err != nil {
-		return nil, fmt.Errorf("start embedded NATS server: %w", err)
-	}
-	defer srv.Shutdown()
-	var conns []*nats.Conn
-	defer func() {
-		for _, nc := range conns {
-			nc.Close()
-		}
-	}()
-	connect := func() (*nats.Conn, error) {
-		nc, err := srv.ConnectInProcess()
-		if err != nil {
-			return nil, fmt.Errorf("connect to embedded NATS server: %w", err)
-		}
-		conns = append(conns, nc)
-		return nc, nil
-	}
-
-	// Components run on their own context, canceled only after the crawl: workers first, so
+	// Components run until the crawl is over; the deployment stops the workers first, so that
 	// their last reports reach the coordinator, then the coordinator.
-	var coordinators, workers services
-	defer coordinators.stop()
-	defer workers.stop()
-
-	nc, err := connect()
+	dep, err := inproc.New(ctx, inproc.Options{
+		Namespace: o.Namespace,
+		Name:      "demo",
+		InProcess: true,
+		Log:       o.Log,
+		ServerLog: srvLog.With().Str("component", "nats-server").Logger(),
+	})
 	if err != nil {
 		return nil, err
 	}
-	coord, err := coordinator.New(nc, coordinator.Config{
-		Namespace: o.Namespace,
-		Logger:    o.Log.With().Str("component", "coordinator").Logger(),
-		Policy:    o.Policy,
+	defer dep.Close() // on the way out after a failure; after the crawl it is closed below
+	if err := dep.Coordinator(coordinator.Config{
+		Policy: o.Policy,
 		// F = slots + 1, the spreader's setting: at most one job released beyond the slots, so
 		// a site alone at the start cannot queue a run of its pages ahead of the sites published
 		// just after it. (The default adapts F to the jobs, for throughput.)
 		Feeders:             o.Workers*o.Concurrency + 1,
 		MaxInFlightPerGroup: o.MaxPerSite,
-	})
-	if err != nil {
+	}); err != nil {
 		return nil, err
 	}
-	coordinators.start("coordinator", coord.Run)
 	// Workers announce themselves at once with a heartbeat; a coordinator that is ready to
 	// listen sees them without waiting for the next one.
-	dnc, err := connect()
-	if err != nil {
-		return nil, err
-	}
-	coordinatorUp := func(*coordinator.Status) (bool, string) { return true, "" }
-	if err := waitStatus(ctx, dnc, o.Namespace, coordinatorUp, &coordinators); err != nil {
-		return nil, err
-	}
-
 	for i, id := range ids {
-		nc, err := connect()
-		if err != nil {
+		cfg := worker.Config{ID: id, Resources: held[i], Concurrency: o.Concurrency}
+		if _, _, err := dep.Worker(cfg, crawlHandler(w, tr, held[i])); err != nil {
 			return nil, err
 		}
-		wk, err := worker.New(nc, worker.Config{
-			ID:          id,
-			Namespace:   o.Namespace,
-			Resources:   held[i],
-			Concurrency: o.Concurrency,
-			Logger:      o.Log.With().Str("component", "worker").Str("worker", id).Logger(),
-		}, crawlHandler(w, tr, held[i]))
-		if err != nil {
-			return nil, err
-		}
-		workers.start(id, wk.Run)
 	}
-
-	if err := waitStatus(ctx, dnc, o.Namespace, fleetReady(len(ids), slots), &coordinators, &workers); err != nil {
+	if err := dep.WaitStatus(inproc.FleetReady(len(ids), slots)); err != nil {
 		return nil, err
 	}
-	d, err := dispatcher.New(dnc, dispatcher.Config{Namespace: o.Namespace, Logger: o.Log})
+	d, err := dep.Dispatcher()
 	if err != nil {
 		return nil, err
 	}
@@ -230,11 +186,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	res.Summary = sum
-	if st, err := coordinator.QueryStatus(ctx, dnc, o.Namespace); err == nil {
+	if st, err := dep.Status(); err == nil {
 		res.Status = st
 	}
 	// Stop in order and check how each component ended.
-	if err := errors.Join(workers.stop(), coordinators.stop()); err != nil {
+	if err := dep.Close(); err != nil {
 		return nil, err
 	}
 	res.Weave = tr.result()
@@ -350,109 +306,4 @@ func pageIndex(path string) (int, bool) {
 	}
 	i, err := strconv.Atoi(n)
 	return i, err == nil && i > 0
-}
-
-// waitStatus polls the coordinator's status until ready accepts it, a component fails or
-// a timeout passes. ready returns false and what it still waits for.
-func waitStatus(ctx context.Context, nc *nats.Conn, ns string, ready func(*coordinator.Status) (bool, string), svcs ...*services) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	var waiting string
-	for {
-		for _, s := range svcs {
-			if err := s.failed(); err != nil {
-				return err
-			}
-		}
-		qctx, qcancel := context.WithTimeout(ctx, time.Second)
-		st, err := coordinator.QueryStatus(qctx, nc, ns)
-		qcancel()
-		if err == nil {
-			var ok bool
-			if ok, waiting = ready(st); ok {
-				return nil
-			}
-		} else {
-			waiting = err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the coordinator and workers: %w (%s)", ctx.Err(), waiting)
-		case <-tick.C:
-		}
-	}
-}
-
-// fleetReady accepts a status once the coordinator counts the given workers and slots.
-func fleetReady(workers, slots int) func(*coordinator.Status) (bool, string) {
-	return func(st *coordinator.Status) (bool, string) {
-		n := 0
-		for _, p := range st.Pools {
-			n += p.Slots
-		}
-		return len(st.Workers) == workers && n == slots,
-			fmt.Sprintf("coordinator knows %d of %d workers, %d of %d slots", len(st.Workers), workers, n, slots)
-	}
-}
-
-// services runs components' Run methods, each on its own goroutine and context, and stops them
-// in reverse start order.
-type services struct {
-	mu   sync.Mutex
-	list []*service
-}
-
-type service struct {
-	name   string
-	cancel context.CancelFunc
-	done   chan struct{} // closed when run returned; err is set before
-	err    error
-}
-
-func (s *services) start(name string, run func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	svc := &service{name: name, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(svc.done)
-		svc.err = run(ctx)
-	}()
-	s.mu.Lock()
-	s.list = append(s.list, svc)
-	s.mu.Unlock()
-}
-
-// failed returns the error of a component that stopped on its own, if any.
-func (s *services) failed() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, svc := range s.list {
-		select {
-		case <-svc.done:
-			return fmt.Errorf("%s stopped: %v", svc.name, svc.err)
-		default:
-		}
-	}
-	return nil
-}
-
-// stop cancels every component and waits for it, returning their errors. Calling it again does
-// nothing.
-func (s *services) stop() error {
-	s.mu.Lock()
-	list := s.list
-	s.list = nil
-	s.mu.Unlock()
-	for _, svc := range list {
-		svc.cancel()
-	}
-	var errs []error
-	for _, svc := range slices.Backward(list) {
-		<-svc.done
-		if svc.err != nil && !errors.Is(svc.err, context.Canceled) {
-			errs = append(errs, fmt.Errorf("%s: %w", svc.name, svc.err))
-		}
-	}
-	return errors.Join(errs...)
 }
