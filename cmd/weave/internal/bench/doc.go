@@ -15,10 +15,15 @@
 //   - scale: the coordinator's memory per pending job and the cost of scheduling from backlogs
 //     of growing size.
 //
-// Every component runs in this process, each on its own NATS connection (as separate processes
-// would), on an embedded JetStream server per scenario (file storage, temporary directory) or on
-// an external server in a fresh namespace that is deleted afterwards. Each scenario returns a
+// Every component runs in this process (a deployment of package inproc), each on its own NATS
+// connection (as separate processes would), on an embedded JetStream server per scenario (file
+// storage, temporary directory) or on an external server in a fresh namespace that is deleted
+// afterwards. Each scenario returns a
 // typed result with its numbers and targets (Check); a Report renders them as text, Markdown or
 // JSON. Components run under the pprof label component=server|coordinator|worker|dispatcher|
 // producer|reference|bench, so a CPU profile of a run can be split by component.
+//
+// bench_test.go runs the throughput and latency scenarios as Go benchmarks:
+//
+//	go test -run='^$' -bench=. -benchtime=1x ./cmd/weave/internal/bench/
 package bench
