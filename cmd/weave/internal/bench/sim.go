@@ -7,48 +7,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/weavejobs/weave/cmd/weave/internal/sim"
 	"github.com/weavejobs/weave/spreader"
 )
-
-// simJob is a job of a simulated workload: its group and how long its handler takes.
-type simJob struct {
-	group int
-	dur   time.Duration
-}
-
-// simulateFIFO replays a plain FIFO queue: slots workers each take the next job in queue order as
-// soon as they are free, and every job takes exactly its duration, with no overhead. It returns
-// each job's run, in queue order, from time 0. The simulation is deterministic: jobs start in
-// queue order at non-decreasing times, and a job ending at t frees its slot for a job starting
-// at t.
-func simulateFIFO(jobs []simJob, slots int) []interval {
-	if slots < 1 {
-		return nil
-	}
-	free := make(durationHeap, slots) // every slot is free at 0
-	runs := make([]interval, 0, len(jobs))
-	for _, j := range jobs {
-		at := free[0]
-		end := at + j.dur
-		free[0] = end
-		heap.Fix(&free, 0)
-		runs = append(runs, interval{group: j.group, start: at, end: end})
-	}
-	return runs
-}
-
-type durationHeap []time.Duration
-
-func (h durationHeap) Len() int           { return len(h) }
-func (h durationHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h durationHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *durationHeap) Push(x any)        { *h = append(*h, x.(time.Duration)) }
-func (h *durationHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
 
 // simGroup is one group of the ideal scheduler simulation: jobs of equal duration.
 type simGroup struct {
@@ -60,7 +21,7 @@ type simGroup struct {
 // policy and feeders, in simulated time with no overhead: a free worker takes Next at once and a
 // job calls Done when its duration has passed. It returns every job's run. This is what the
 // coordinator would do with zero round-trip time, the reference its measurements are compared to.
-func simulateScheduler(policy spreader.Policy, slots, feeders int, groups []simGroup) ([]interval, error) {
+func simulateScheduler(policy spreader.Policy, slots, feeders int, groups []simGroup) ([]sim.Run, error) {
 	s, err := spreader.NewScheduler[int, struct{}](spreader.Config{Feeders: feeders, Policy: policy})
 	if err != nil {
 		return nil, err
@@ -80,7 +41,7 @@ func simulateScheduler(policy spreader.Policy, slots, feeders int, groups []simG
 		now  time.Duration
 		free = slots
 		ends endQueue
-		runs []interval
+		runs []sim.Run
 	)
 	for {
 		for ; free > 0; free-- {
@@ -88,7 +49,7 @@ func simulateScheduler(policy spreader.Policy, slots, feeders int, groups []simG
 			if !ok {
 				break
 			}
-			runs = append(runs, interval{group: g, start: now, end: now + groups[g].dur})
+			runs = append(runs, sim.Run{Group: g, Start: now, End: now + groups[g].dur})
 			heap.Push(&ends, simEnd{at: now + groups[g].dur, group: g, seq: len(runs)})
 		}
 		if ends.Len() == 0 {

@@ -9,39 +9,6 @@ import (
 	"github.com/weavejobs/weave/spreader"
 )
 
-func TestSimulateFIFO(t *testing.T) {
-	t.Parallel()
-	// Two slots. Group 0 has three 10 ms jobs, then group 1 two 5 ms jobs.
-	jobs := []simJob{{0, ms2(10)}, {0, ms2(10)}, {0, ms2(10)}, {1, ms2(5)}, {1, ms2(5)}}
-	got := simulateFIFO(jobs, 2)
-	want := []interval{
-		{0, 0, ms2(10)},
-		{0, 0, ms2(10)},
-		{0, ms2(10), ms2(20)}, // a slot frees at 10
-		{1, ms2(10), ms2(15)}, // the other one too
-		{1, ms2(15), ms2(20)},
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("simulateFIFO = %v, want %v", got, want)
-	}
-	if simulateFIFO(jobs, 0) != nil {
-		t.Error("no slots: runs")
-	}
-	// A plain queue runs a group's jobs back to back: with 4 slots and one group of 8 jobs
-	// ahead of others, the group holds every slot.
-	var q []simJob
-	for range 8 {
-		q = append(q, simJob{0, ms2(1)})
-	}
-	for g := 1; g <= 8; g++ {
-		q = append(q, simJob{g, ms2(1)})
-	}
-	c := concurrencyStats(simulateFIFO(q, 4), 9, 0)
-	if c.Peaks[0] != 4 {
-		t.Errorf("FIFO peak of the first group %d, want all 4 slots", c.Peaks[0])
-	}
-}
-
 // TestSimulateSchedulerReference checks the ideal simulation against the policies' theory on the
 // reference case: round robin 3.75 / 1.875 / 0.375, least in-flight 2 / 2 / 2 (± 5%), and the
 // equal-work groups finishing together under least in-flight.
@@ -136,12 +103,12 @@ func TestSpreadWorkload(t *testing.T) {
 	// Publish order: groups one after another, each complete.
 	seen := map[int]bool{}
 	for i, j := range q {
-		if i > 0 && q[i-1].group != j.group && seen[j.group] {
-			t.Fatalf("group %d is split in the queue", j.group)
+		if i > 0 && q[i-1].Group != j.Group && seen[j.Group] {
+			t.Fatalf("group %d is split in the queue", j.Group)
 		}
-		seen[j.group] = true
-		if j.dur < c.MinTask || j.dur > c.MaxTask {
-			t.Fatalf("task %v outside %v..%v", j.dur, c.MinTask, c.MaxTask)
+		seen[j.Group] = true
+		if j.Dur < c.MinTask || j.Dur > c.MaxTask {
+			t.Fatalf("task %v outside %v..%v", j.Dur, c.MinTask, c.MaxTask)
 		}
 	}
 	if w2 := newSpreadWorkload(c); !slices.Equal(w2.queue(), q) {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weavejobs/weave/cmd/weave/internal/sim"
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/worker"
@@ -70,11 +71,11 @@ func newSpreadWorkload(c SpreadConfig) spreadWorkload {
 }
 
 // queue returns the jobs in the order a FIFO queue holds them: publish order.
-func (w spreadWorkload) queue() []simJob {
-	var q []simJob
+func (w spreadWorkload) queue() []sim.Job {
+	var q []sim.Job
 	for _, g := range w.order {
 		for _, d := range w.tasks[g] {
-			q = append(q, simJob{group: g, dur: d})
+			q = append(q, sim.Job{Group: g, Dur: d})
 		}
 	}
 	return q
@@ -108,8 +109,8 @@ type SpreadResult struct {
 // Scenario implements Result.
 func (r *SpreadResult) Scenario() string { return "spread" }
 
-func spreadSide(runs []interval, sizes []int, feeders int) SpreadSide {
-	c := concurrencyStats(runs, len(sizes), feeders)
+func spreadSide(runs []sim.Run, sizes []int, feeders int) SpreadSide {
+	c := sim.Measure(runs, len(sizes), feeders)
 	peaks := slices.Clone(c.Peaks)
 	slices.Sort(peaks)
 	s := SpreadSide{
@@ -240,7 +241,7 @@ func RunSpread(ctx context.Context, env *Env, cfg SpreadConfig) (res *SpreadResu
 		Config: cfg, Slots: slots, Feeders: feeders,
 		LargestSize: slices.Max(sizes), MedianSize: percentile(sizes, 50),
 		Weave: spreadSide(log.intervals(), wl.sizes, feeders),
-		FIFO:  spreadSide(simulateFIFO(wl.queue(), slots), wl.sizes, feeders),
+		FIFO:  spreadSide(sim.FIFO(wl.queue(), slots), wl.sizes, feeders),
 	}
 	res.Checks = []Check{atMost("starts finding their group running while ≥ F groups wait (%)", 100*res.Weave.OverlapShare, 1, "%.2f")}
 	return res, nil

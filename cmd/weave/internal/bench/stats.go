@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/weavejobs/weave/cmd/weave/internal/sim"
 )
 
 // percentile returns the p-th percentile (0 < p ≤ 100) of sorted, by the nearest-rank method: the
@@ -48,18 +50,11 @@ func summarize(ds []time.Duration) Quantiles {
 // ms converts a duration to float milliseconds.
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// interval is one job's run: its group (an index), and when its handler started and returned,
-// relative to a common origin.
-type interval struct {
-	group      int
-	start, end time.Duration
-}
-
 // runLog records when handlers ran, from any number of goroutines.
 type runLog struct {
 	t0   time.Time
 	mu   sync.Mutex
-	runs []interval
+	runs []sim.Run
 }
 
 func newRunLog() *runLog { return &runLog{t0: time.Now()} }
@@ -76,99 +71,16 @@ func (l *runLog) work(ctx context.Context, g int, d time.Duration) error {
 	}
 	end := time.Now()
 	l.mu.Lock()
-	l.runs = append(l.runs, interval{group: g, start: start.Sub(l.t0), end: end.Sub(l.t0)})
+	l.runs = append(l.runs, sim.Run{Group: g, Start: start.Sub(l.t0), End: end.Sub(l.t0)})
 	l.mu.Unlock()
 	return nil
 }
 
 // intervals returns what was recorded so far.
-func (l *runLog) intervals() []interval {
+func (l *runLog) intervals() []sim.Run {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.runs)
-}
-
-// concurrency is what concurrencyStats measures of one set of runs.
-type concurrency struct {
-	// Peaks holds each group's peak: the most of its jobs running at once.
-	Peaks []int
-	// CrowdedStarts counts the starts made while at least `crowded` groups (the starting one
-	// included) still had jobs never started; CrowdedOverlaps those of them that found another
-	// job of their group running.
-	CrowdedStarts, CrowdedOverlaps int
-	// Gaps are the times between consecutive starts of the same group, all groups pooled.
-	Gaps []time.Duration
-	// Makespan is the time from the first start to the last end.
-	Makespan time.Duration
-}
-
-// concurrencyStats sweeps the runs in time order: a run that ends at t frees its place before a
-// run starting at t begins, and runs starting at the same time begin in slice order. groups is
-// the number of groups (indexes 0..groups-1); crowded is the number of waiting groups from which
-// a start counts as crowded (0: every start does).
-func concurrencyStats(runs []interval, groups, crowded int) concurrency {
-	c := concurrency{Peaks: make([]int, groups)}
-	if len(runs) == 0 {
-		return c
-	}
-	type event struct {
-		at    time.Duration
-		end   bool
-		order int // index in runs: keeps the sweep deterministic
-	}
-	events := make([]event, 0, 2*len(runs))
-	unstarted := make([]int, groups)
-	first, last := runs[0].start, runs[0].end
-	for i, r := range runs {
-		events = append(events, event{r.start, false, i}, event{r.end, true, i})
-		unstarted[r.group]++
-		first, last = min(first, r.start), max(last, r.end)
-	}
-	c.Makespan = last - first
-	slices.SortStableFunc(events, func(a, b event) int {
-		if a.at != b.at {
-			return cmp.Compare(a.at, b.at)
-		}
-		if a.end != b.end {
-			if a.end {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(a.order, b.order)
-	})
-	waiting := 0
-	for _, n := range unstarted {
-		if n > 0 {
-			waiting++
-		}
-	}
-	running := make([]int, groups)
-	lastStart := make([]time.Duration, groups)
-	started := make([]bool, groups)
-	for _, ev := range events {
-		g := runs[ev.order].group
-		if ev.end {
-			running[g]--
-			continue
-		}
-		if waiting >= crowded {
-			c.CrowdedStarts++
-			if running[g] > 0 {
-				c.CrowdedOverlaps++
-			}
-		}
-		running[g]++
-		c.Peaks[g] = max(c.Peaks[g], running[g])
-		if started[g] {
-			c.Gaps = append(c.Gaps, ev.at-lastStart[g])
-		}
-		started[g], lastStart[g] = true, ev.at
-		if unstarted[g]--; unstarted[g] == 0 {
-			waiting--
-		}
-	}
-	return c
 }
 
 // groupShares is what shareStats measures of one set of runs.
@@ -185,27 +97,27 @@ type groupShares struct {
 // runs from the time every group has started plus a tenth of the window (past the start-up
 // transient), to the first time a group starts its last job (after which it runs out of work and
 // its share must fall). It returns ok = false when that window is empty.
-func shareStats(runs []interval, groups int) (s groupShares, ok bool) {
+func shareStats(runs []sim.Run, groups int) (s groupShares, ok bool) {
 	s.InFlight = make([]float64, groups)
 	s.Completion = make([]time.Duration, groups)
 	if len(runs) == 0 || groups == 0 {
 		return s, false
 	}
-	origin := runs[0].start
+	origin := runs[0].Start
 	for _, r := range runs {
-		origin = min(origin, r.start)
+		origin = min(origin, r.Start)
 	}
 	firstStart := make([]time.Duration, groups)
 	lastStart := make([]time.Duration, groups)
 	seen := make([]bool, groups)
 	for _, r := range runs {
-		g := r.group
+		g := r.Group
 		if !seen[g] {
-			seen[g], firstStart[g], lastStart[g] = true, r.start, r.start
+			seen[g], firstStart[g], lastStart[g] = true, r.Start, r.Start
 		}
-		firstStart[g] = min(firstStart[g], r.start)
-		lastStart[g] = max(lastStart[g], r.start)
-		s.Completion[g] = max(s.Completion[g], r.end-origin)
+		firstStart[g] = min(firstStart[g], r.Start)
+		lastStart[g] = max(lastStart[g], r.Start)
+		s.Completion[g] = max(s.Completion[g], r.End-origin)
 	}
 	if slices.Contains(seen, false) {
 		return s, false
@@ -217,8 +129,8 @@ func shareStats(runs []interval, groups int) (s groupShares, ok bool) {
 	from := allStarted + (firstDry-allStarted)/10
 	to := firstDry
 	for _, r := range runs {
-		if lo, hi := max(r.start, from), min(r.end, to); hi > lo {
-			s.InFlight[r.group] += float64(hi - lo)
+		if lo, hi := max(r.Start, from), min(r.End, to); hi > lo {
+			s.InFlight[r.Group] += float64(hi - lo)
 		}
 	}
 	for g := range s.InFlight {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/weavejobs/weave/cmd/weave/internal/sim"
 )
 
 func TestPercentile(t *testing.T) {
@@ -63,56 +65,17 @@ func TestSummarize(t *testing.T) {
 
 func ms2(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 
-func TestConcurrencyStats(t *testing.T) {
-	t.Parallel()
-	// Group 0: three jobs, two overlapping; group 1: one job; group 2: two jobs back to back,
-	// the second starting exactly when the first ends (not an overlap).
-	runs := []interval{
-		{0, ms2(0), ms2(10)},
-		{0, ms2(5), ms2(15)},
-		{1, ms2(6), ms2(8)},
-		{2, ms2(7), ms2(9)},
-		{2, ms2(9), ms2(12)},
-		{0, ms2(20), ms2(21)},
-	}
-	c := concurrencyStats(runs, 3, 0)
-	if !slices.Equal(c.Peaks, []int{2, 1, 1}) {
-		t.Errorf("peaks %v, want [2 1 1]", c.Peaks)
-	}
-	if c.CrowdedStarts != 6 || c.CrowdedOverlaps != 1 {
-		t.Errorf("crowded %d starts, %d overlaps; want 6 and 1", c.CrowdedStarts, c.CrowdedOverlaps)
-	}
-	gaps := slices.Clone(c.Gaps)
-	slices.Sort(gaps)
-	if want := []time.Duration{ms2(2), ms2(5), ms2(15)}; !slices.Equal(gaps, want) {
-		t.Errorf("gaps %v, want %v", gaps, want)
-	}
-	if c.Makespan != ms2(21) {
-		t.Errorf("makespan %v", c.Makespan)
-	}
-
-	// Crowded from 3 waiting groups: at 0 all three wait (crowded); at 5 group 0 still has a job
-	// unstarted, and groups 1 and 2 too (crowded, the overlap); at 6 group 1 starts its only job
-	// with 3 waiting (crowded); at 7 only groups 0 and 2 wait: not crowded from then on.
-	c = concurrencyStats(runs, 3, 3)
-	if c.CrowdedStarts != 3 || c.CrowdedOverlaps != 1 {
-		t.Errorf("crowded from 3: %d starts, %d overlaps; want 3 and 1", c.CrowdedStarts, c.CrowdedOverlaps)
-	}
-	if c := concurrencyStats(nil, 2, 0); len(c.Peaks) != 2 || c.CrowdedStarts != 0 || c.Makespan != 0 {
-		t.Errorf("no runs: %+v", c)
-	}
-}
-
 func TestShareStats(t *testing.T) {
 	t.Parallel()
 	// Group 0 runs two jobs at a time and group 1 one, from 0 to 100 ms; group 1 starts at 0 and
 	// its last job at 100, group 0 its last at 90: the window is [9, 90].
-	var runs []interval
-	for s := 0; s < 100; s += 10 {
-		runs = append(runs, interval{0, ms2(float64(s)), ms2(float64(s + 10))}, interval{0, ms2(float64(s)), ms2(float64(s + 10))})
+	run := func(g int, start, end float64) sim.Run { return sim.Run{Group: g, Start: ms2(start), End: ms2(end)} }
+	var runs []sim.Run
+	for s := 0.0; s < 100; s += 10 {
+		runs = append(runs, run(0, s, s+10), run(0, s, s+10))
 	}
-	for s := 0; s <= 100; s += 10 {
-		runs = append(runs, interval{1, ms2(float64(s)), ms2(float64(s + 10))})
+	for s := 0.0; s <= 100; s += 10 {
+		runs = append(runs, run(1, s, s+10))
 	}
 	s, ok := shareStats(runs, 2)
 	if !ok {
@@ -132,7 +95,7 @@ func TestShareStats(t *testing.T) {
 		t.Error("a window with a group that never ran")
 	}
 	// One group finishing its starts before another begins: no window.
-	if _, ok := shareStats([]interval{{0, 0, ms2(1)}, {1, ms2(2), ms2(3)}}, 2); ok {
+	if _, ok := shareStats([]sim.Run{run(0, 0, 1), run(1, 2, 3)}, 2); ok {
 		t.Error("a window with groups that never ran together")
 	}
 }

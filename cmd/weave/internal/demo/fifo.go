@@ -1,8 +1,9 @@
 package demo
 
 import (
-	"container/heap"
 	"time"
+
+	"github.com/weavejobs/weave/cmd/weave/internal/sim"
 )
 
 // siteConcurrency is how one site was crawled: how many of its pages were fetched at once.
@@ -32,78 +33,29 @@ type fifoResult struct {
 	Makespan time.Duration
 }
 
-// simulateFIFO replays what a plain FIFO queue would do with the jobs: slots workers each take
-// the next job in publish order as soon as they are free, each job taking its latency, with no
-// queueing overhead. crowded is the number of sites with unstarted jobs from which a start counts
-// as crowded (see siteConcurrency.CrowdedPeak). The simulation is exact and deterministic: jobs
-// start in publish order at non-decreasing times, and a job ending at time t frees its slot for a
-// job starting at t.
-func simulateFIFO(jobs []jobRef, sites, slots, crowded int) fifoResult {
+// simulateFIFO replays what a plain FIFO queue would do with the jobs (sim.FIFO): slots workers
+// each take the next job in publish order as soon as they are free, each job taking its latency,
+// with no queueing overhead. Groups are site ranks. crowded is the number of sites with unstarted
+// jobs from which a start counts as crowded (see siteConcurrency.CrowdedPeak).
+func simulateFIFO(jobs []sim.Job, sites, slots, crowded int) fifoResult {
 	res := fifoResult{Sites: make([]siteConcurrency, sites)}
-	if slots < 1 || len(jobs) == 0 {
-		return res
-	}
-	unstarted := make([]int, sites)
-	waiting := 0 // sites with unstarted jobs
-	for _, j := range jobs {
-		if unstarted[j.Site] == 0 {
-			waiting++
-		}
-		unstarted[j.Site]++
-	}
-	running := make([]int, sites)
+	runs := sim.FIFO(jobs, slots)
+	c := sim.Measure(runs, sites, crowded)
 	first := make([]time.Duration, sites)
 	last := make([]time.Duration, sites)
 	started := make([]bool, sites)
-	var ends endHeap
-	var now time.Duration
-	for _, j := range jobs {
-		if len(ends) == slots {
-			now = max(now, ends[0].at)
+	for _, r := range runs {
+		s := &res.Sites[r.Group]
+		s.Busy += r.End - r.Start
+		if !started[r.Group] {
+			started[r.Group], first[r.Group] = true, r.Start
 		}
-		for len(ends) > 0 && ends[0].at <= now {
-			e := heap.Pop(&ends).(end)
-			running[e.site]--
-		}
-		s := &res.Sites[j.Site]
-		running[j.Site]++
-		s.Peak = max(s.Peak, running[j.Site])
-		if waiting >= crowded {
-			s.CrowdedPeak = max(s.CrowdedPeak, running[j.Site])
-		}
-		if unstarted[j.Site]--; unstarted[j.Site] == 0 {
-			waiting--
-		}
-		if !started[j.Site] {
-			started[j.Site], first[j.Site] = true, now
-		}
-		done := now + j.Latency
-		last[j.Site] = max(last[j.Site], done)
-		res.Makespan = max(res.Makespan, done)
-		s.Busy += j.Latency
-		heap.Push(&ends, end{at: done, site: j.Site})
+		last[r.Group] = max(last[r.Group], r.End)
+		res.Makespan = max(res.Makespan, r.End)
 	}
 	for i := range res.Sites {
+		res.Sites[i].Peak, res.Sites[i].CrowdedPeak = c.Peaks[i], c.CrowdedPeaks[i]
 		res.Sites[i].Span = last[i] - first[i]
 	}
 	return res
-}
-
-// end is a running job's end time; endHeap orders them earliest first.
-type end struct {
-	at   time.Duration
-	site int
-}
-
-type endHeap []end
-
-func (h endHeap) Len() int           { return len(h) }
-func (h endHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h endHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *endHeap) Push(x any)        { *h = append(*h, x.(end)) }
-func (h *endHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
 }

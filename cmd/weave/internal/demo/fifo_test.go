@@ -3,7 +3,12 @@ package demo
 import (
 	"testing"
 	"time"
+
+	"github.com/weavejobs/weave/cmd/weave/internal/sim"
 )
+
+// job is a job of site rank site taking d.
+func job(site int, d time.Duration) sim.Job { return sim.Job{Group: site, Dur: d} }
 
 func TestFIFOBigSiteTakesEverySlot(t *testing.T) {
 	t.Parallel()
@@ -38,7 +43,7 @@ func TestFIFOHandComputed(t *testing.T) {
 	// Two slots. Site 0: jobs of 4, 1, 1 ms; site 1: 2, 2 ms.
 	// t=0: a0(4) slot A, a1(1) slot B; t=1: a2 on B until 2; t=2: b0 on B until 4;
 	// t=4: A and B free: b1 until 6. Site 0 peaks at 2, site 1 at 1.
-	jobs := []jobRef{{0, 4 * ms}, {0, ms}, {0, ms}, {1, 2 * ms}, {1, 2 * ms}}
+	jobs := []sim.Job{job(0, 4*ms), job(0, ms), job(0, ms), job(1, 2*ms), job(1, 2*ms)}
 	res := simulateFIFO(jobs, 2, 2, 2)
 	if res.Makespan != 6*ms {
 		t.Fatalf("makespan %v, want 6ms", res.Makespan)
@@ -58,7 +63,7 @@ func TestFIFOHandComputed(t *testing.T) {
 
 func TestFIFOOneSlot(t *testing.T) {
 	t.Parallel()
-	jobs := []jobRef{{0, time.Millisecond}, {1, time.Millisecond}, {0, time.Millisecond}}
+	jobs := []sim.Job{job(0, time.Millisecond), job(1, time.Millisecond), job(0, time.Millisecond)}
 	res := simulateFIFO(jobs, 2, 1, 1)
 	for i, s := range res.Sites {
 		if s.Peak != 1 {

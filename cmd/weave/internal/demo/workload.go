@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/weavejobs/weave/cmd/weave/internal/sim"
 )
 
 // The demo's workload is a web crawl: each site is a group, each page a job. Site sizes follow a
@@ -172,21 +174,16 @@ func siteSizes(jobs, n int, rng *rand.Rand) []int {
 	return sizes
 }
 
-// jobRef is one job of the workload in publish order, for the FIFO simulation.
-type jobRef struct {
-	Site    int // rank of the site
-	Latency time.Duration
-}
-
-// publishOrder lists the jobs in the order the demo publishes them: site by site.
-func (w *workload) publishOrder() []jobRef {
-	refs := make([]jobRef, 0, w.Jobs)
+// publishOrder lists the jobs in the order the demo publishes them, site by site, for the FIFO
+// simulation: each job's group is its site's rank, its duration the page's latency.
+func (w *workload) publishOrder() []sim.Job {
+	jobs := make([]sim.Job, 0, w.Jobs)
 	for _, s := range w.Sites {
 		for _, p := range s.Pages {
-			refs = append(refs, jobRef{Site: s.Rank, Latency: p.Latency})
+			jobs = append(jobs, sim.Job{Group: s.Rank, Dur: p.Latency})
 		}
 	}
-	return refs
+	return jobs
 }
 
 // byRank returns the sites indexed by rank (0 = largest).
