@@ -116,8 +116,12 @@ func closedAgo() time.Duration {
 	return 24 * time.Hour
 }
 
-// close closes the deployment (inproc.Deployment.Close) and notes when, for closedAgo.
-func (d *deployment) close() error {
-	defer lastClose.Store(time.Now().UnixNano())
-	return d.Close()
+// closeInto closes the deployment at the end of a scenario (inproc.Deployment.Close), notes when
+// for closedAgo, and sets *err to the error of closing unless the scenario failed already.
+func (d *deployment) closeInto(err *error) {
+	cerr := d.Close()
+	lastClose.Store(time.Now().UnixNano())
+	if *err == nil {
+		*err = cerr
+	}
 }

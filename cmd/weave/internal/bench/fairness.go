@@ -117,11 +117,7 @@ func fairnessRun(ctx context.Context, env *Env, cfg FairnessConfig, policy sprea
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cerr := d.close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
+	defer d.closeInto(&err)
 	index := map[string]int{}
 	var tasks []time.Duration
 	var sims []simGroup

@@ -88,11 +88,7 @@ func RunHerd(ctx context.Context, env *Env, cfg HerdConfig) (res *HerdResult, er
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cerr := d.close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
+	defer d.closeInto(&err)
 	res = &HerdResult{Config: cfg, Embedded: !env.External()}
 	if err := d.Coordinator(coordinator.Config{}); err != nil {
 		return nil, err

@@ -85,11 +85,7 @@ func RunLatency(ctx context.Context, env *Env, cfg LatencyConfig) (res *LatencyR
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cerr := d.close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
+	defer d.closeInto(&err)
 	n := max(int(float64(cfg.Rate)*cfg.Duration.Seconds())/cfg.GroupSize, 1) * cfg.GroupSize
 	interval := time.Second / time.Duration(cfg.Rate)
 	var (

@@ -204,11 +204,7 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if cerr := d.close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
+	defer d.closeInto(&err)
 	ccfg := coordinator.Config{}
 	if !defaults {
 		ccfg.PayloadCacheBytes = 1 // each cached message is evicted at once

@@ -145,11 +145,7 @@ func RunSpread(ctx context.Context, env *Env, cfg SpreadConfig) (res *SpreadResu
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cerr := d.close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
+	defer d.closeInto(&err)
 	if err := d.Coordinator(coordinator.Config{}); err != nil {
 		return nil, err
 	}

@@ -105,11 +105,7 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if cerr := d.close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}()
+	defer d.closeInto(&err)
 	res = &ThroughputResult{Config: cfg, Embedded: !env.External()}
 	sizes := logUniformSizes(cfg.Jobs, cfg.Groups)
 	payload := make([]byte, cfg.PayloadSize)
