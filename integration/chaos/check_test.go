@@ -1,0 +1,500 @@
+//go:build linux
+
+package chaos
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/weavejobs/weave/integration/chaos/internal/record"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// report is what a run found: the checks and the figures behind them.
+type report struct {
+	cfg     config
+	elapsed time.Duration
+	faults  []*fault
+	checks  []check
+	figures [][2]string
+	notes   []string // process exits, stalls, rejections, coordinators' warnings
+}
+
+// check is one property of the run, with examples when it does not hold.
+type check struct {
+	name   string
+	ok     bool
+	detail string
+}
+
+// maxExamples bounds the examples a failed check lists.
+const maxExamples = 5
+
+// execution is one run of a handler, from a worker's start and end records.
+type execution struct {
+	record.Exec
+	end time.Time // zero: it never ended (its process was killed)
+}
+
+// analyse gathers the records and the streams' contents and runs the checks.
+func (r *run) analyse(ctx context.Context) *report {
+	rep := &report{cfg: r.cfg, faults: r.faults, elapsed: time.Since(r.start)}
+	r.mon.readRecords()
+	recs, _ := r.mon.snapshot()
+	execs := executions(recs)
+	prod, err := record.Read[record.Producer](r.producerFile())
+	if err != nil {
+		rep.fail("records readable", err.Error())
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	stored, err := r.readResults(rctx)
+	if err != nil {
+		rep.fail("RESULTS readable", err.Error())
+	}
+	rejections, err := r.readRejections(rctx)
+	if err != nil {
+		rep.notes = append(rep.notes, "reading "+r.names.RejectedStream()+": "+err.Error())
+	}
+
+	// What the handlers saw: every execution per job, and each job's group and key.
+	byJob := map[uint64][]execution{}
+	keyOf := map[uint64]string{} // group + "/" + key
+	for _, e := range execs {
+		byJob[e.Job] = append(byJob[e.Job], e)
+		keyOf[e.Job] = e.Group + "/" + e.Key
+	}
+	// What RESULTS holds: every state recorded per job.
+	states := map[uint64]map[string]bool{}
+	jobsOfKey := map[string]map[uint64]bool{}
+	var emptyKeys []string
+	for _, o := range stored.outcomes {
+		if states[o.ID] == nil {
+			states[o.ID] = map[string]bool{}
+		}
+		states[o.ID][o.State.String()] = true
+		key := o.group + "/" + o.Key
+		if o.Key == "" {
+			emptyKeys = append(emptyKeys, fmt.Sprintf("job %d (%s)", o.ID, keyOf[o.ID]))
+			if k, ok := keyOf[o.ID]; ok {
+				key = k
+			}
+		}
+		if jobsOfKey[key] == nil {
+			jobsOfKey[key] = map[uint64]bool{}
+		}
+		jobsOfKey[key][o.ID] = true
+	}
+
+	// What the producer published. A group whose last Publish returned no error has every key
+	// stored; after an error, which keys were stored is not known, so only what ran is checked.
+	lastPublish := map[string]record.Producer{}
+	waited := map[string]record.Producer{}
+	producerDone := false
+	var publishErrors []string
+	for _, p := range prod {
+		switch p.Event {
+		case record.Published:
+			lastPublish[p.Group] = p
+			if p.Err != "" {
+				publishErrors = append(publishErrors, fmt.Sprintf("%s (handle %v, %d accepted): %s", p.Group, p.Handle, p.Accepted, p.Err))
+			}
+		case record.Publishing:
+			if _, ok := lastPublish[p.Group]; !ok {
+				lastPublish[p.Group] = p
+			}
+		case record.Waited:
+			if p.Err == "" {
+				waited[p.Group] = p
+			}
+		case record.Done:
+			producerDone = true
+		}
+	}
+
+	var lost, conflicting, notDone, unsummarised, unwaited, twice, neverPublished []string
+	planned := 0
+	for _, g := range r.workload {
+		planned += len(g.Keys)
+		p, ok := lastPublish[g.ID]
+		if !ok {
+			neverPublished = append(neverPublished, g.ID)
+			continue
+		}
+		if p.Event == record.Published && p.Err == "" {
+			for _, k := range g.Keys {
+				if len(jobsOfKey[g.ID+"/"+k]) == 0 {
+					lost = append(lost, fmt.Sprintf("%s/%s (no outcome)", g.ID, k))
+				}
+			}
+		}
+		if len(stored.summaries[g.ID]) == 0 {
+			unsummarised = append(unsummarised, g.ID)
+		} else if _, ok := waited[g.ID]; !ok {
+			unwaited = append(unwaited, g.ID)
+		}
+	}
+	for id, ex := range byJob {
+		if len(states[id]) == 0 {
+			lost = append(lost, fmt.Sprintf("job %d %s (ran %d×, no outcome)", id, keyOf[id], len(ex)))
+		}
+	}
+	for id, s := range states {
+		if len(s) > 1 {
+			conflicting = append(conflicting, fmt.Sprintf("job %d %s: %s", id, keyOf[id], strings.Join(slices.Sorted(maps.Keys(s)), " and ")))
+		}
+		for st := range s {
+			if st != wire.FinalDone.String() {
+				notDone = append(notDone, fmt.Sprintf("job %d %s: %s", id, keyOf[id], st))
+			}
+		}
+	}
+	for key, ids := range jobsOfKey {
+		if len(ids) > 1 {
+			twice = append(twice, fmt.Sprintf("%s: jobs %v", key, slices.Sorted(maps.Keys(ids))))
+		}
+	}
+
+	// Executions beyond the first of each job, against the executions the faults interrupted.
+	duplicates, stale := 0, []string{}
+	for id, ex := range byJob {
+		duplicates += len(ex) - 1
+		for _, e := range ex {
+			for _, o := range ex {
+				if o.Attempt > e.Attempt && o.At.Before(e.At) {
+					stale = append(stale, fmt.Sprintf("job %d attempt %d on %s at %s, after attempt %d had started on %s",
+						id, e.Attempt, e.Worker, e.At.Format("15:04:05.000"), o.Attempt, o.Worker))
+					break
+				}
+			}
+		}
+	}
+	bound := 0
+	for _, f := range r.faults {
+		f.inFlight = 0
+		for w, n := range inFlightAt(recs, f.at) {
+			if slices.Contains(f.affected, w) {
+				f.inFlight += n
+			}
+		}
+		bound += f.inFlight
+	}
+
+	rep.add("no job lost", len(lost) == 0,
+		fmt.Sprintf("%d published jobs or executed jobs without a terminal outcome", len(lost)), lost)
+	rep.add("no job with two terminal outcomes", len(conflicting) == 0,
+		fmt.Sprintf("%d jobs recorded with different final states", len(conflicting)), conflicting)
+	rep.add("every key stored once", len(twice) == 0,
+		fmt.Sprintf("%d keys stored as more than one job", len(twice)), twice)
+	rep.add("every job done", len(notDone) == 0,
+		fmt.Sprintf("%d outcomes not done (handlers always succeed; 50 attempts allowed)", len(notDone)), notDone)
+	rep.add("outcomes carry their key", len(emptyKeys) == 0,
+		fmt.Sprintf("%d outcome records with an empty key", len(emptyKeys)), emptyKeys)
+	rep.add("duplicates within the bound", duplicates <= bound,
+		fmt.Sprintf("%d executions beyond one per job; bound %d (executions in flight at the faults on the workers each could interrupt)", duplicates, bound), nil)
+	rep.add("no stale attempt run", len(stale) == 0,
+		fmt.Sprintf("%d executions of an attempt that a later attempt had superseded", len(stale)), stale)
+	rep.add("every group published", len(neverPublished) == 0,
+		fmt.Sprintf("%d of %d groups never published", len(neverPublished), len(r.workload)), neverPublished)
+	rep.add("every group summarised", len(unsummarised) == 0,
+		fmt.Sprintf("%d published groups without a summary in %s", len(unsummarised), r.names.ResultsStream()), unsummarised)
+	rep.add("the producer saw every group finish", len(unwaited) == 0 && producerDone,
+		fmt.Sprintf("%d summarised groups whose Handle.Wait never returned; producer finished: %v", len(unwaited), producerDone), unwaited)
+	rep.add("no stall", len(r.stalls) == 0, fmt.Sprintf("%d", len(r.stalls)), r.stalls)
+	var exits []string
+	for _, p := range r.procs.list {
+		exits = append(exits, p.exits()...)
+	}
+	rep.add("no process exited by itself", len(exits) == 0,
+		fmt.Sprintf("%d failed exits the test did not cause (restarted after %v, as a service manager would)", len(exits), restartDelay), exits)
+
+	// Figures.
+	ended := 0
+	for _, e := range execs {
+		if !e.end.IsZero() {
+			ended++
+		}
+	}
+	rep.figure("form", fmt.Sprintf("%s (%d rounds of 5 faults, %d injected)", r.cfg.name, r.cfg.rounds, len(r.faults)))
+	rep.figure("workload", fmt.Sprintf("%d groups, %d jobs; %d workers × %d slots; jobs %v–%v", len(r.workload), planned, r.cfg.workers, r.cfg.slots, r.cfg.minJob, r.cfg.maxJob))
+	rep.figure("executions", fmt.Sprintf("%d started, %d ended, %d distinct jobs ran", len(execs), ended, len(byJob)))
+	rep.figure("outcome records", fmt.Sprintf("%d (%d distinct jobs), %d summaries, %d undecodable", len(stored.outcomes), len(states), countSummaries(stored), stored.bad))
+	rep.figure("duplicates / bound", fmt.Sprintf("%d / %d", duplicates, bound))
+	rep.figure("run time", rep.elapsed.Round(time.Second).String())
+	if d := rep.elapsed.Seconds(); d > 0 {
+		rep.figure("throughput", fmt.Sprintf("%.0f executions/s over the whole run, faults included", float64(len(execs))/d))
+	}
+	r.measurePauses(execs)
+
+	if len(publishErrors) > 0 {
+		rep.notes = append(rep.notes, fmt.Sprintf("%d Publish calls returned an error, e.g.:", len(publishErrors)))
+		rep.notes = append(rep.notes, indent(head(publishErrors, maxExamples))...)
+	}
+	if len(rejections) > 0 {
+		rep.notes = append(rep.notes, "messages the coordinator rejected ("+r.names.RejectedStream()+"), by reason:")
+		for _, reason := range slices.Sorted(maps.Keys(rejections)) {
+			rep.notes = append(rep.notes, fmt.Sprintf("  %5d  %s", rejections[reason], reason))
+		}
+	}
+	for _, p := range slices.Concat(r.coords, r.workers, []*proc{r.producer}) {
+		if lines := logHighlights(p.log); len(lines) > 0 {
+			rep.notes = append(rep.notes, p.name+": warnings and errors (count, first line):")
+			rep.notes = append(rep.notes, indent(lines)...)
+		}
+	}
+	return rep
+}
+
+// executions pairs start and end records into executions, in start order.
+func executions(recs []record.Exec) []execution {
+	type runKey struct {
+		pid     int
+		job     uint64
+		attempt int
+	}
+	var out []execution
+	open := map[runKey]int{}
+	for _, e := range recs {
+		k := runKey{e.PID, e.Job, e.Attempt}
+		switch e.Event {
+		case "start":
+			open[k] = len(out)
+			out = append(out, execution{Exec: e})
+		case "end":
+			if i, ok := open[k]; ok {
+				out[i].end = e.At
+				delete(open, k)
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b execution) int { return a.At.Compare(b.At) })
+	return out
+}
+
+// inFlightAt counts, per worker, the executions started by t and not ended by t.
+func inFlightAt(recs []record.Exec, t time.Time) map[string]int {
+	counts := map[string]int{}
+	for _, e := range executions(recs) {
+		if !e.At.After(t) && (e.end.IsZero() || e.end.After(t)) {
+			counts[e.Worker]++
+		}
+	}
+	return counts
+}
+
+// measurePauses sets each fault's pause: the longest time without an execution starting, from
+// the fault until the next fault, or until every group had finished (now if they never did).
+func (r *run) measurePauses(execs []execution) {
+	for i, f := range r.faults {
+		until := cmp.Or(r.finished, time.Now())
+		if i+1 < len(r.faults) {
+			until = r.faults[i+1].at
+		}
+		prev, longest := f.at, time.Duration(0)
+		for _, e := range execs {
+			if e.At.Before(f.at) || e.At.After(until) {
+				continue
+			}
+			longest = max(longest, e.At.Sub(prev))
+			prev = e.At
+		}
+		f.pause = max(longest, until.Sub(prev)) // no start at all since prev counts too
+	}
+}
+
+func countSummaries(st storedGroups) int {
+	n := 0
+	for _, s := range st.summaries {
+		n += len(s)
+	}
+	return n
+}
+
+func (rep *report) add(name string, ok bool, detail string, examples []string) {
+	if !ok && len(examples) > 0 {
+		slices.Sort(examples)
+		detail += "; e.g. " + strings.Join(head(examples, maxExamples), "; ")
+	}
+	rep.checks = append(rep.checks, check{name: name, ok: ok, detail: detail})
+}
+
+func (rep *report) fail(name, detail string) {
+	rep.checks = append(rep.checks, check{name: name, detail: detail})
+}
+
+func (rep *report) figure(name, value string) {
+	rep.figures = append(rep.figures, [2]string{name, value})
+}
+
+// String renders the report as tables.
+func (rep *report) String() string {
+	var b strings.Builder
+	b.WriteString("=== fault injection report\n\nfaults:\n")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tat\tfault\ttarget\tin flight\ttakeover / election\tlongest pause\tnote")
+	start := time.Time{}
+	if len(rep.faults) > 0 {
+		start = rep.faults[0].at
+	}
+	for i, f := range rep.faults {
+		took := "-"
+		switch {
+		case f.takeover > 0:
+			took = "takeover " + f.takeover.Round(10*time.Millisecond).String()
+		case f.election > 0:
+			took = "election " + f.election.Round(10*time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "  %d\t+%.1fs\t%s\t%s\t%d\t%s\t%v\t%s\n", i+1, f.at.Sub(start).Seconds(), f.kind, f.target,
+			f.inFlight, took, f.pause.Round(10*time.Millisecond), f.note)
+	}
+	tw.Flush()
+
+	b.WriteString("\nchecks:\n")
+	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	for _, c := range rep.checks {
+		res := "PASS"
+		if !c.ok {
+			res = "FAIL"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", res, c.name, c.detail)
+	}
+	tw.Flush()
+
+	b.WriteString("\nfigures:\n")
+	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	for _, f := range rep.figures {
+		fmt.Fprintf(tw, "  %s\t%s\n", f[0], f[1])
+	}
+	for _, line := range rep.faultFigures() {
+		fmt.Fprintf(tw, "  %s\n", line)
+	}
+	tw.Flush()
+	if len(rep.notes) > 0 {
+		b.WriteString("\nnotes:\n")
+		for _, n := range rep.notes {
+			b.WriteString("  " + n + "\n")
+		}
+	}
+	return b.String()
+}
+
+// faultFigures sums up takeover, election and pause per kind of fault.
+func (rep *report) faultFigures() []string {
+	type agg struct {
+		n                 int
+		maxTook, maxPause time.Duration
+		sumTook, sumPause time.Duration
+	}
+	per := map[string]*agg{}
+	var kinds []string
+	for _, f := range rep.faults {
+		a := per[f.kind]
+		if a == nil {
+			a = &agg{}
+			per[f.kind] = a
+			kinds = append(kinds, f.kind)
+		}
+		a.n++
+		took := cmp.Or(f.takeover, f.election)
+		a.sumTook += took
+		a.maxTook = max(a.maxTook, took)
+		a.sumPause += f.pause
+		a.maxPause = max(a.maxPause, f.pause)
+	}
+	var out []string
+	for _, k := range kinds {
+		a := per[k]
+		line := fmt.Sprintf("%s ×%d\tpause mean %v, max %v", k, a.n,
+			(a.sumPause / time.Duration(a.n)).Round(10*time.Millisecond), a.maxPause.Round(10*time.Millisecond))
+		if a.maxTook > 0 {
+			what := "takeover"
+			if k == faultNode {
+				what = "election"
+			}
+			line += fmt.Sprintf("; %s mean %v, max %v", what, (a.sumTook / time.Duration(a.n)).Round(10*time.Millisecond), a.maxTook.Round(10*time.Millisecond))
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// A warning or error in a Weave process's log: a console log line ("15:04:05.000 WRN message
+// field=value ...") or the error a command exits with ("weave: ...", "chaosproc producer: ...").
+var (
+	logLine  = regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d+ (WRN|ERR|FTL) (.*)$`)
+	exitLine = regexp.MustCompile(`^(weave|chaosproc \w+): .*$`)
+)
+
+// logHighlights returns a process log's warnings and errors, one line per distinct message with
+// its count and its first occurrence.
+func logHighlights(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	type seen struct {
+		n     int
+		first string
+	}
+	byMsg := map[string]*seen{}
+	var order []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		var msg string
+		if m := logLine.FindStringSubmatch(line); m != nil {
+			// The message without its fields, which hold IDs and times that differ every line.
+			msg = m[1] + " " + m[2]
+			if i := strings.Index(msg, "="); i > 0 {
+				if j := strings.LastIndex(msg[:i], " "); j > 0 {
+					msg = msg[:j]
+				}
+			}
+		} else if exitLine.MatchString(line) {
+			msg = line
+		} else {
+			continue
+		}
+		s := byMsg[msg]
+		if s == nil {
+			s = &seen{first: line}
+			byMsg[msg] = s
+			order = append(order, msg)
+		}
+		s.n++
+	}
+	var out []string
+	for _, msg := range head(order, 12) {
+		s := byMsg[msg]
+		out = append(out, fmt.Sprintf("%5d× %s", s.n, truncate(s.first, 300)))
+	}
+	return out
+}
+
+func head(s []string, n int) []string { return s[:min(n, len(s))] }
+
+func indent(lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = "  " + l
+	}
+	return out
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
