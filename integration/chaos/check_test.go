@@ -95,26 +95,32 @@ func (r *run) analyse(ctx context.Context) *report {
 		jobsOfKey[key][o.ID] = true
 	}
 
-	// What the producer published. A group whose last Publish returned no error has every key
-	// stored; after an error, which keys were stored is not known, so only what ran is checked.
-	lastPublish := map[string]record.Producer{}
-	waited := map[string]record.Producer{}
+	// What the producer published, per incarnation of a group ID. One whose last Publish returned
+	// no error has every key stored; after an error, which keys were stored is not known, so only
+	// what ran is checked.
+	type incarnation struct {
+		group string
+		n     int
+	}
+	lastPublish := map[incarnation]record.Producer{}
+	waited := map[incarnation]record.Producer{}
 	producerDone := false
 	var publishErrors []string
 	for _, p := range prod {
+		inc := incarnation{p.Group, p.Incarnation}
 		switch p.Event {
 		case record.Published:
-			lastPublish[p.Group] = p
+			lastPublish[inc] = p
 			if p.Err != "" {
-				publishErrors = append(publishErrors, fmt.Sprintf("%s (handle %v, %d accepted): %s", p.Group, p.Handle, p.Accepted, p.Err))
+				publishErrors = append(publishErrors, fmt.Sprintf("%s#%d (handle %v, %d accepted): %s", p.Group, p.Incarnation, p.Handle, p.Accepted, p.Err))
 			}
 		case record.Publishing:
-			if _, ok := lastPublish[p.Group]; !ok {
-				lastPublish[p.Group] = p
+			if _, ok := lastPublish[inc]; !ok {
+				lastPublish[inc] = p
 			}
 		case record.Waited:
 			if p.Err == "" {
-				waited[p.Group] = p
+				waited[inc] = p
 			}
 		case record.Done:
 			producerDone = true
@@ -122,25 +128,34 @@ func (r *run) analyse(ctx context.Context) *report {
 	}
 
 	var lost, conflicting, notDone, unsummarised, unwaited, twice, neverPublished []string
-	planned := 0
+	planned, skipped := 0, 0
 	for _, g := range r.workload {
-		planned += len(g.Keys)
-		p, ok := lastPublish[g.ID]
-		if !ok {
-			neverPublished = append(neverPublished, g.ID)
-			continue
-		}
-		if p.Event == record.Published && p.Err == "" {
-			for _, k := range g.Keys {
-				if len(jobsOfKey[g.ID+"/"+k]) == 0 {
-					lost = append(lost, fmt.Sprintf("%s/%s (no outcome)", g.ID, k))
+		published := 0
+		for i, keys := range g.Incarnations() {
+			planned += len(keys)
+			inc := incarnation{g.ID, i + 1}
+			p, ok := lastPublish[inc]
+			if !ok {
+				neverPublished = append(neverPublished, fmt.Sprintf("%s#%d", g.ID, inc.n))
+				continue
+			}
+			published++
+			if p.Event == record.Published && p.Err == "" {
+				for _, k := range keys {
+					if len(jobsOfKey[g.ID+"/"+k]) == 0 {
+						lost = append(lost, fmt.Sprintf("%s#%d/%s (no outcome)", g.ID, inc.n, k))
+					}
 				}
 			}
+			switch w, ok := waited[inc]; {
+			case ok && w.Skipped:
+				skipped++
+			case !ok && len(stored.summaries[g.ID]) >= inc.n:
+				unwaited = append(unwaited, fmt.Sprintf("%s#%d", g.ID, inc.n))
+			}
 		}
-		if len(stored.summaries[g.ID]) == 0 {
-			unsummarised = append(unsummarised, g.ID)
-		} else if _, ok := waited[g.ID]; !ok {
-			unwaited = append(unwaited, g.ID)
+		if len(stored.summaries[g.ID]) < published {
+			unsummarised = append(unsummarised, fmt.Sprintf("%s (%d of %d incarnations)", g.ID, len(stored.summaries[g.ID]), published))
 		}
 	}
 	for id, ex := range byJob {
@@ -204,11 +219,11 @@ func (r *run) analyse(ctx context.Context) *report {
 	rep.add("no stale attempt run", len(stale) == 0,
 		fmt.Sprintf("%d executions of an attempt that a later attempt had superseded", len(stale)), stale)
 	rep.add("every group published", len(neverPublished) == 0,
-		fmt.Sprintf("%d of %d groups never published", len(neverPublished), len(r.workload)), neverPublished)
+		fmt.Sprintf("%d of %d incarnations never published", len(neverPublished), r.incarnations()), neverPublished)
 	rep.add("every group summarised", len(unsummarised) == 0,
-		fmt.Sprintf("%d published groups without a summary in %s", len(unsummarised), r.names.ResultsStream()), unsummarised)
+		fmt.Sprintf("%d groups with fewer summaries in %s than incarnations published", len(unsummarised), r.names.ResultsStream()), unsummarised)
 	rep.add("the producer saw every group finish", len(unwaited) == 0 && producerDone,
-		fmt.Sprintf("%d summarised groups whose Handle.Wait never returned; producer finished: %v", len(unwaited), producerDone), unwaited)
+		fmt.Sprintf("%d summarised incarnations whose Handle.Wait never returned; producer finished: %v", len(unwaited), producerDone), unwaited)
 	rep.add("no stall", len(r.stalls) == 0, fmt.Sprintf("%d", len(r.stalls)), r.stalls)
 	var exits []string
 	for _, p := range r.procs.list {
@@ -225,7 +240,11 @@ func (r *run) analyse(ctx context.Context) *report {
 		}
 	}
 	rep.figure("form", fmt.Sprintf("%s (%d rounds of 5 faults, %d injected)", r.cfg.name, r.cfg.rounds, len(r.faults)))
-	rep.figure("workload", fmt.Sprintf("%d groups, %d jobs; %d workers × %d slots; jobs %v–%v", len(r.workload), planned, r.cfg.workers, r.cfg.slots, r.cfg.minJob, r.cfg.maxJob))
+	rep.figure("workload", fmt.Sprintf("%d groups (%d incarnations), %d jobs; %d workers × %d slots; jobs %v–%v",
+		len(r.workload), r.incarnations(), planned, r.cfg.workers, r.cfg.slots, r.cfg.minJob, r.cfg.maxJob))
+	if skipped > 0 {
+		rep.figure("not waited for", fmt.Sprintf("%d later incarnations published before a producer restart (no Handle to attach to them)", skipped))
+	}
 	rep.figure("executions", fmt.Sprintf("%d started, %d ended, %d distinct jobs ran", len(execs), ended, len(byJob)))
 	rep.figure("outcome records", fmt.Sprintf("%d (%d distinct jobs), %d summaries, %d undecodable", len(stored.outcomes), len(states), countSummaries(stored), stored.bad))
 	rep.figure("duplicates / bound", fmt.Sprintf("%d / %d", duplicates, bound))

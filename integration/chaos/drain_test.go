@@ -14,61 +14,31 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// producerGrace is how long the producer may take, once every group's summary is stored, to see
-// them and exit.
-const producerGrace = 15 * time.Second
-
-// drain waits, with no more faults, until every group's summary is stored and the producer has
-// seen them all and exited; or until cfg.drain passes, or nothing moves for cfg.stall.
+// drain waits, with no more faults, until the producer has seen every group finish and exited;
+// or until cfg.drain passes, or nothing moves (no execution starts, the producer records nothing)
+// for cfg.stall.
 func (r *run) drain(ctx context.Context) {
 	dctx, cancel := context.WithTimeout(ctx, r.cfg.drain)
 	defer cancel()
-	summarised := map[string]bool{}
-	lastStarts, lastSummaries, moved := -1, -1, time.Now()
-	var allAt time.Time
-	err := poll(dctx, 500*time.Millisecond, func() bool {
-		for _, g := range r.workload {
-			if !summarised[g.ID] && r.summaryStored(dctx, g.ID) {
-				summarised[g.ID] = true
-			}
+	lastStarts, moved := -1, time.Now()
+	records := &tail{path: r.producerFile()}
+	err := poll(dctx, 100*time.Millisecond, func() bool {
+		if r.producer.finished() {
+			r.finished = time.Now()
+			return true
 		}
-		if starts := r.mon.startCount(); starts != lastStarts || len(summarised) != lastSummaries {
-			lastStarts, lastSummaries, moved = starts, len(summarised), time.Now()
+		if starts := r.mon.startCount(); starts != lastStarts || len(records.lines()) > 0 {
+			lastStarts, moved = starts, time.Now()
 		}
-		if len(summarised) < len(r.workload) {
-			if time.Since(moved) > r.cfg.stall {
-				r.stalls = append(r.stalls, fmt.Sprintf("drain: nothing ran and no group finished for %v; %d of %d groups summarised",
-					r.cfg.stall, len(summarised), len(r.workload)))
-				return true
-			}
-			return false
+		if time.Since(moved) > r.cfg.stall {
+			r.stalls = append(r.stalls, fmt.Sprintf("drain: for %v no execution started and the producer recorded nothing", r.cfg.stall))
+			return true
 		}
-		if allAt.IsZero() {
-			allAt = time.Now()
-			r.finished = allAt
-		}
-		return r.producer.finished() || time.Since(allAt) > producerGrace
+		return false
 	})
 	if err != nil {
-		r.stalls = append(r.stalls, fmt.Sprintf("drain: %d of %d groups summarised when the %v for it ran out",
-			len(summarised), len(r.workload), r.cfg.drain))
+		r.stalls = append(r.stalls, fmt.Sprintf("drain: the producer had not finished when the %v for it ran out", r.cfg.drain))
 	}
-}
-
-// summaryStored reports whether the last message on the group's outcome subject is its summary.
-func (r *run) summaryStored(ctx context.Context, group string) bool {
-	rctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	s, err := r.js.Stream(rctx, r.names.ResultsStream())
-	if err != nil {
-		return false
-	}
-	m, err := s.GetLastMsgForSubject(rctx, r.names.OutcomeSubject(wire.GroupToken(group)))
-	if err != nil {
-		return false
-	}
-	_, sum, err := wire.DecodeOutcomeMsg(m.Data)
-	return err == nil && sum != nil
 }
 
 // readStream calls fn with every message of the stream on subjects matching filter, from the

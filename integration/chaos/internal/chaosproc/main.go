@@ -8,11 +8,12 @@
 //	chaosproc producer -nats URLS -records FILE [-groups N] [-min-jobs N] [-max-jobs N] [-seed N] [-pending N]
 //
 // A worker runs until SIGTERM; each job sleeps between -min-job and -max-job and succeeds. A
-// producer publishes the workload (record.Workload) group by group, at most -pending groups
-// awaiting their outcome at once, waits for each group's outcome with Handle.Wait, and exits
-// when all are in. Restarted after a SIGKILL, it reads its record file, publishes again the group
-// it was publishing (the same keys: JetStream drops the jobs already stored as duplicates) and
-// waits again for the groups whose outcome it had not recorded.
+// producer publishes the workload (record.Workload) group by group, at most -pending groups in
+// progress at once, waits for each group's outcome with Handle.Wait, publishes some group IDs a
+// second time once they finished (a new incarnation), and exits when all are in. Restarted after
+// a SIGKILL, it reads its record file, publishes again the groups it was publishing (the same
+// keys: JetStream drops the jobs already stored as duplicates) and waits again for the groups
+// whose outcome it had not recorded.
 package main
 
 import (
@@ -211,37 +212,29 @@ func runProducer(ctx context.Context, args []string) error {
 	}
 	defer d.Close()
 
-	p := &producer{d: d, out: out, log: log, pid: os.Getpid(), jobGap: jobGap, slots: make(chan struct{}, pending)}
-	published, waited := map[string]bool{}, map[string]bool{}
+	p := &producer{d: d, out: out, log: log, pid: os.Getpid(), jobGap: jobGap, slots: make(chan struct{}, pending),
+		published: map[incarnation]bool{}, waited: map[incarnation]bool{}}
 	for _, r := range past {
+		inc := incarnation{r.Group, r.Incarnation}
 		switch {
 		case r.Event == record.Published && r.Sealed:
-			published[r.Group] = true
+			p.published[inc] = true
 		case r.Event == record.Waited && r.Err == "":
-			waited[r.Group] = true
+			p.waited[inc] = true
 		}
 	}
-	log.Info().Int("published", len(published)).Int("waited", len(waited)).Msg("producer starting")
+	log.Info().Int("published", len(p.published)).Int("waited", len(p.waited)).Msg("producer starting")
+	var running sync.WaitGroup
 	for _, g := range record.Workload(seed, groups, minJobs, maxJobs) {
-		if waited[g.ID] {
-			continue
-		}
 		if err := p.acquire(ctx); err != nil {
 			break
 		}
-		if published[g.ID] {
-			// Published by an earlier run, which died before the outcome was in.
-			p.wait(ctx, d.Attach(g.ID))
-			continue
-		}
-		h, err := p.publish(ctx, g)
-		if err != nil {
-			p.release()
-			break
-		}
-		p.wait(ctx, h)
+		running.Go(func() {
+			defer p.release()
+			p.group(ctx, g)
+		})
 	}
-	p.waiters.Wait()
+	running.Wait()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -255,9 +248,42 @@ type producer struct {
 	log    zerolog.Logger
 	pid    int
 	jobGap time.Duration
-	slots  chan struct{} // a token per group published and not yet waited for
+	slots  chan struct{} // a token per group being published or waited for
 
-	waiters sync.WaitGroup
+	// What earlier runs recorded; read-only once the groups start.
+	published, waited map[incarnation]bool
+}
+
+// incarnation names one publication of a group ID: 1 for the first, 2 for the next.
+type incarnation struct {
+	group string
+	n     int
+}
+
+// group publishes each incarnation of g in turn (the second once the first has finished) and
+// waits for it, skipping what an earlier run of the producer completed.
+func (p *producer) group(ctx context.Context, g record.Group) {
+	for i, keys := range g.Incarnations() {
+		inc := incarnation{g.ID, i + 1}
+		switch {
+		case p.waited[inc]:
+			continue
+		case p.published[inc] && inc.n == 1:
+			// Published by an earlier run, which died before the outcome was in.
+			if !p.wait(ctx, inc, p.d.Attach(g.ID)) {
+				return
+			}
+		case p.published[inc]:
+			// Attach reads the group ID's first incarnation still retained: this run has no
+			// Handle for a later one.
+			_ = p.out.Write(record.Producer{Event: record.Waited, Group: g.ID, Incarnation: inc.n, Skipped: true, At: time.Now(), PID: p.pid})
+		default:
+			h, err := p.publish(ctx, inc, keys)
+			if err != nil || !p.wait(ctx, inc, h) {
+				return
+			}
+		}
+	}
 }
 
 func (p *producer) acquire(ctx context.Context) error {
@@ -275,30 +301,30 @@ func (p *producer) release() { <-p.slots }
 // seal failed, as while the cluster elects a leader) is repeated with the same keys, which is
 // what the dispatcher's documentation tells a producer to do. Jobs it could not publish are
 // recorded in the error of the "published" record; the group is sealed without them.
-func (p *producer) publish(ctx context.Context, g record.Group) (*dispatcher.Handle, error) {
+func (p *producer) publish(ctx context.Context, inc incarnation, keys []string) (*dispatcher.Handle, error) {
 	jobs := func(yield func(dispatcher.Job) bool) {
-		for i, k := range g.Keys {
+		for i, k := range keys {
 			if i > 0 && p.jobGap > 0 {
 				time.Sleep(p.jobGap) // making the next job
 			}
-			if !yield(dispatcher.Job{Key: k, Payload: []byte(g.ID + "/" + k)}) {
+			if !yield(dispatcher.Job{Key: k, Payload: []byte(inc.group + "/" + k)}) {
 				return
 			}
 		}
 	}
 	for {
-		if err := p.out.Write(record.Producer{Event: record.Publishing, Group: g.ID, Jobs: len(g.Keys), At: time.Now(), PID: p.pid}); err != nil {
+		if err := p.out.Write(record.Producer{Event: record.Publishing, Group: inc.group, Incarnation: inc.n, Jobs: len(keys), At: time.Now(), PID: p.pid}); err != nil {
 			return nil, err
 		}
-		h, err := p.d.Publish(ctx, g.ID, jobs)
-		r := record.Producer{Event: record.Published, Group: g.ID, Jobs: len(g.Keys), Handle: h != nil, At: time.Now(), PID: p.pid}
+		h, err := p.d.Publish(ctx, inc.group, jobs)
+		r := record.Producer{Event: record.Published, Group: inc.group, Incarnation: inc.n, Jobs: len(keys), Handle: h != nil, At: time.Now(), PID: p.pid}
 		if h != nil {
 			r.Accepted, r.Duplicates = h.Accepted(), h.Duplicates()
 			r.Sealed = !errors.Is(err, dispatcher.ErrNotSealed)
 		}
 		if err != nil {
 			r.Err = err.Error()
-			p.log.Warn().Err(err).Str("group", g.ID).Bool("handle", h != nil).Msg("publish failed")
+			p.log.Warn().Err(err).Str("group", inc.group).Int("incarnation", inc.n).Bool("handle", h != nil).Msg("publish failed")
 		}
 		if werr := p.out.Write(r); werr != nil {
 			return nil, werr
@@ -312,39 +338,37 @@ func (p *producer) publish(ctx context.Context, g record.Group) (*dispatcher.Han
 	}
 }
 
-// wait waits in the background for h's group to finish and records its outcome. A Wait that
-// fails (a node went away under it) is tried again.
-func (p *producer) wait(ctx context.Context, h *dispatcher.Handle) {
-	p.waiters.Go(func() {
-		defer p.release()
-		for ctx.Err() == nil {
-			res, err := h.Wait(ctx)
-			r := record.Producer{Event: record.Waited, Group: h.GroupID(), At: time.Now(), PID: p.pid}
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				r.Err = err.Error()
-				p.log.Warn().Err(err).Str("group", h.GroupID()).Msg("wait failed; waiting again")
-			} else {
-				s := res.Summary
-				r.Summary = &record.Summary{Jobs: s.Jobs, Done: s.Done, Failed: s.Failed, Canceled: s.Canceled}
-				for _, o := range res.Jobs {
-					r.Outcomes = append(r.Outcomes, record.Outcome{Job: o.ID, Key: o.Key, State: string(o.State), Attempts: o.Attempts})
-				}
+// wait waits for h's group to finish and records its outcome; it reports whether it did (not when
+// ctx ended first). A Wait that fails (a node went away under it) is tried again.
+func (p *producer) wait(ctx context.Context, inc incarnation, h *dispatcher.Handle) bool {
+	for ctx.Err() == nil {
+		res, err := h.Wait(ctx)
+		r := record.Producer{Event: record.Waited, Group: inc.group, Incarnation: inc.n, At: time.Now(), PID: p.pid}
+		if err != nil {
+			if ctx.Err() != nil {
+				return false
 			}
-			if werr := p.out.Write(r); werr != nil {
-				p.log.Error().Err(werr).Msg("recording an outcome failed")
-				return
-			}
-			if err == nil {
-				return
-			}
-			// Not a wait for a condition: a pause before asking a cluster that just failed again.
-			select {
-			case <-time.After(250 * time.Millisecond):
-			case <-ctx.Done():
+			r.Err = err.Error()
+			p.log.Warn().Err(err).Str("group", inc.group).Msg("wait failed; waiting again")
+		} else {
+			s := res.Summary
+			r.Summary = &record.Summary{Jobs: s.Jobs, Done: s.Done, Failed: s.Failed, Canceled: s.Canceled}
+			for _, o := range res.Jobs {
+				r.Outcomes = append(r.Outcomes, record.Outcome{Job: o.ID, Key: o.Key, State: string(o.State), Attempts: o.Attempts})
 			}
 		}
-	})
+		if werr := p.out.Write(r); werr != nil {
+			p.log.Error().Err(werr).Msg("recording an outcome failed")
+			return false
+		}
+		if err == nil {
+			return true
+		}
+		// Not a wait for a condition: a pause before asking a cluster that just failed again.
+		select {
+		case <-time.After(250 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	return false
 }

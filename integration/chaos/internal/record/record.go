@@ -38,10 +38,11 @@ const (
 
 // Producer is a producer's record of one step.
 type Producer struct {
-	Event string    `json:"ev"`
-	Group string    `json:"group,omitempty"`
-	At    time.Time `json:"at"`
-	PID   int       `json:"pid"`
+	Event       string    `json:"ev"`
+	Group       string    `json:"group,omitempty"`
+	Incarnation int       `json:"inc,omitempty"` // 1 for the first publication of the group ID, 2 for the next
+	At          time.Time `json:"at"`
+	PID         int       `json:"pid"`
 
 	// Published: what Publish returned.
 	Jobs       int    `json:"jobs,omitempty"` // jobs of the group (every call publishes them all)
@@ -50,6 +51,9 @@ type Producer struct {
 	Handle     bool   `json:"handle,omitempty"` // Publish returned a non-nil Handle
 	Sealed     bool   `json:"sealed,omitempty"` // ... and no error wrapping dispatcher.ErrNotSealed
 	Err        string `json:"err,omitempty"`    // also set on Waited when Wait failed
+	// Skipped is set on Waited when the producer cannot wait: a restarted producer has no
+	// Handle for a later incarnation published by its previous run (Attach reads the first).
+	Skipped bool `json:"skipped,omitempty"`
 
 	// Waited: what Wait returned.
 	Summary  *Summary  `json:"summary,omitempty"`
