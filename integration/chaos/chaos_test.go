@@ -47,13 +47,13 @@ var shortForm = config{
 	groups: 70, minJobs: 10, maxJobs: 90, jobGap: time.Millisecond, pending: 12,
 	workers: 3, slots: 4, minJob: 5 * time.Millisecond, maxJob: 45 * time.Millisecond,
 	workerLease: 2 * time.Second, leaseTTL: 3 * time.Second,
-	rounds: 2, progress: 150, stopFor: 4 * time.Second,
+	rounds: 2, progress: 300, stopFor: 4 * time.Second,
 	stall: 30 * time.Second, drain: 60 * time.Second, deadline: 200 * time.Second,
 }
 
 var longForm = config{
 	name:   "long",
-	groups: 600, minJobs: 10, maxJobs: 90, jobGap: time.Millisecond, pending: 16,
+	groups: 1200, minJobs: 10, maxJobs: 90, jobGap: time.Millisecond, pending: 16,
 	workers: 4, slots: 4, minJob: 5 * time.Millisecond, maxJob: 45 * time.Millisecond,
 	workerLease: 2 * time.Second, leaseTTL: 3 * time.Second,
 	rounds: 8, progress: 1500, stopFor: 4 * time.Second,
@@ -141,9 +141,8 @@ type run struct {
 	js  jetstream.JetStream
 	mon *monitor
 
-	faults   []*fault  // in the order injected
-	finished time.Time // when every group's summary was stored; zero if that never happened
-	stalls   []string  // progress that did not come: the run stalled
+	faults []*fault // in the order injected
+	stalls []string // progress that did not come: the run stalled
 }
 
 // fault is one fault injected.
@@ -283,11 +282,11 @@ func (r *run) injectFaults(ctx context.Context) {
 	kinds := r.cfg.faults
 	for round := range r.cfg.rounds {
 		for i, kind := range kinds {
-			if !r.awaitProgress(ctx, fmt.Sprintf("before %s (round %d)", kind, round+1)) {
+			switch r.awaitProgress(ctx, fmt.Sprintf("before %s (round %d)", kind, round+1)) {
+			case stalled:
 				return
-			}
-			if r.producer.finished() {
-				r.t.Logf("the producer finished before round %d's %s: the rounds end early", round+1, kind)
+			case outOfWork:
+				r.t.Logf("no work left before round %d's %s: the rounds end early", round+1, kind)
 				return
 			}
 			f := &fault{kind: kind, at: time.Now()}
@@ -315,20 +314,42 @@ func (r *run) injectFaults(ctx context.Context) {
 	}
 }
 
-// awaitProgress waits until cfg.progress more executions have started, or cfg.stall passes.
-func (r *run) awaitProgress(ctx context.Context, when string) bool {
+// progress is what awaitProgress saw.
+type progress int
+
+const (
+	progressed progress = iota
+	outOfWork           // the producer finished, or the coordinator had no job left to run for idleLimit
+	stalled             // neither within cfg.stall
+)
+
+// idleLimit is how long the coordinator must report no job pending, running or waiting for a
+// retry before the run counts as out of work rather than stalled.
+const idleLimit = 5 * time.Second
+
+// awaitProgress waits until cfg.progress more executions have started. A wait that sees no work
+// left ends early; one that runs past cfg.stall is recorded as a stall.
+func (r *run) awaitProgress(ctx context.Context, when string) progress {
 	from := r.mon.startCount()
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.stall)
 	defer cancel()
+	result := progressed
 	err := poll(sctx, recordsEvery, func() bool {
-		return r.mon.startCount() >= from+r.cfg.progress || r.producer.finished()
+		if r.mon.startCount() >= from+r.cfg.progress {
+			return true
+		}
+		if r.producer.finished() || r.mon.idleFor(idleLimit) {
+			result = outOfWork
+			return true
+		}
+		return false
 	})
 	if err != nil {
 		r.stalls = append(r.stalls, fmt.Sprintf("%s: %d of %d executions started within %v",
 			when, r.mon.startCount()-from, r.cfg.progress, r.cfg.stall))
-		return false
+		return stalled
 	}
-	return true
+	return result
 }
 
 // allWorkers is every worker's ID: the executions a coordinator or node fault can interrupt.
@@ -445,7 +466,7 @@ func (r *run) killNode(ctx context.Context, f *fault) error {
 		f.election = time.Since(f.at)
 		f.note = fmt.Sprintf("led %d of %d streams; all led again after %v", led, len(before), f.election.Round(time.Millisecond))
 		// Work must go on with two nodes, not only once the third is back.
-		if !r.awaitProgress(ctx, fmt.Sprintf("with %s down", nd.name)) {
+		if r.awaitProgress(ctx, fmt.Sprintf("with %s down", nd.name)) == stalled {
 			f.note += "; no progress on two nodes"
 		}
 	}

@@ -75,6 +75,7 @@ func (r *run) analyse(ctx context.Context) *report {
 	}
 	// What RESULTS holds: every state recorded per job.
 	states := map[uint64]map[string]bool{}
+	lastError := map[uint64]string{} // the error text of a job's failed or canceled outcome
 	jobsOfKey := map[string]map[uint64]bool{}
 	var emptyKeys []string
 	for _, o := range stored.outcomes {
@@ -82,6 +83,9 @@ func (r *run) analyse(ctx context.Context) *report {
 			states[o.ID] = map[string]bool{}
 		}
 		states[o.ID][o.State.String()] = true
+		if o.State != wire.FinalDone {
+			lastError[o.ID] = fmt.Sprintf("%d attempts, %q", o.Attempts, truncate(string(o.Data), 120))
+		}
 		key := o.group + "/" + o.Key
 		if o.Key == "" {
 			emptyKeys = append(emptyKeys, fmt.Sprintf("job %d (%s)", o.ID, keyOf[o.ID]))
@@ -169,7 +173,7 @@ func (r *run) analyse(ctx context.Context) *report {
 		}
 		for st := range s {
 			if st != wire.FinalDone.String() {
-				notDone = append(notDone, fmt.Sprintf("job %d %s: %s", id, keyOf[id], st))
+				notDone = append(notDone, fmt.Sprintf("job %d %s (ran %d×): %s, %s", id, keyOf[id], len(byJob[id]), st, lastError[id]))
 			}
 		}
 	}
@@ -311,12 +315,16 @@ func inFlightAt(recs []record.Exec, t time.Time) map[string]int {
 }
 
 // measurePauses sets each fault's pause: the longest time without an execution starting, from
-// the fault until the next fault, or until every group had finished (now if they never did).
+// the fault until the next fault; after the last fault, until the last execution started (now if
+// none started after it).
 func (r *run) measurePauses(execs []execution) {
 	for i, f := range r.faults {
-		until := cmp.Or(r.finished, time.Now())
-		if i+1 < len(r.faults) {
+		until := time.Now()
+		switch {
+		case i+1 < len(r.faults):
 			until = r.faults[i+1].at
+		case len(execs) > 0 && execs[len(execs)-1].At.After(f.at):
+			until = execs[len(execs)-1].At
 		}
 		prev, longest := f.at, time.Duration(0)
 		for _, e := range execs {

@@ -24,7 +24,6 @@ func (r *run) drain(ctx context.Context) {
 	records := &tail{path: r.producerFile()}
 	err := poll(dctx, 100*time.Millisecond, func() bool {
 		if r.producer.finished() {
-			r.finished = time.Now()
 			return true
 		}
 		if starts := r.mon.startCount(); starts != lastStarts || len(records.lines()) > 0 {

@@ -36,6 +36,9 @@ type statusSample struct {
 	at       time.Time
 	epoch    uint64
 	released uint64 // releases by this coordinator since it took the lease
+	pending  uint64 // jobs waiting for a release
+	// unfinished counts the jobs pending, running or waiting for a retry.
+	unfinished uint64
 }
 
 const (
@@ -94,7 +97,8 @@ func (m *monitor) askStatus(ctx context.Context) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.status = append(m.status, statusSample{at: time.Now(), epoch: s.Epoch, released: s.Totals.Released})
+	m.status = append(m.status, statusSample{at: time.Now(), epoch: s.Epoch, released: s.Totals.Released,
+		pending: s.Jobs["pending"], unfinished: s.Jobs["pending"] + s.Jobs["running"] + s.Jobs["retrywait"]})
 }
 
 // startCount returns how many executions have started so far.
@@ -115,16 +119,38 @@ func (m *monitor) lastEpoch() uint64 {
 }
 
 // releasedSince returns the first status answer after t from a coordinator of an epoch above
-// epoch that has released work, if there is one yet: the moment a new coordinator works.
+// epoch that has released work (or has none to release), if there is one yet: the moment a new
+// coordinator works.
 func (m *monitor) releasedSince(t time.Time, epoch uint64) (statusSample, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, s := range m.status {
-		if s.at.After(t) && s.epoch > epoch && s.released > 0 {
+		if s.at.After(t) && s.epoch > epoch && (s.released > 0 || s.pending == 0) {
 			return s, true
 		}
 	}
 	return statusSample{}, false
+}
+
+// idleFor reports whether the coordinator's status answers of the last d, the latest of them
+// less than a second old, all had no job unfinished.
+func (m *monitor) idleFor(d time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	if len(m.status) == 0 || now.Sub(m.status[len(m.status)-1].at) > time.Second {
+		return false
+	}
+	for i := len(m.status) - 1; i >= 0; i-- {
+		s := m.status[i]
+		if s.unfinished != 0 {
+			return false
+		}
+		if now.Sub(s.at) >= d {
+			return true
+		}
+	}
+	return false
 }
 
 // inFlight returns, per worker ID, the executions that had started and not ended at t.
