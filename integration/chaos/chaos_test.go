@@ -3,11 +3,14 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -361,32 +364,45 @@ func (r *run) allWorkers() []string {
 	return ids
 }
 
-// activeCoordinator returns the coordinator process holding the lease: the lease's value is
-// "host/pid".
-func (r *run) activeCoordinator(ctx context.Context) (*proc, error) {
-	kv, err := r.js.KeyValue(ctx, r.names.LeaseBucket())
-	if err != nil {
-		return nil, err
+// activeCoordinator returns the coordinator process holding the lease: the running one whose
+// log says it acquired the epoch the status answers with. (The lease's value names the holder
+// only until its first renewal.)
+func (r *run) activeCoordinator() (*proc, error) {
+	epoch := r.mon.lastEpoch()
+	if epoch == 0 {
+		return nil, errors.New("no coordinator has answered status")
 	}
-	e, err := kv.Get(ctx, "coordinator")
-	if err != nil {
-		return nil, err
-	}
-	_, pid, _ := strings.Cut(string(e.Value()), "/")
 	for _, c := range r.coords {
-		if strconv.Itoa(c.pid()) == pid {
+		if c.running() && acquiredEpoch(c.log) == epoch {
 			return c, nil
 		}
 	}
-	return nil, fmt.Errorf("lease held by %q, none of the coordinators", e.Value())
+	return nil, fmt.Errorf("no running coordinator logged taking epoch %d", epoch)
+}
+
+// acquiredLine matches the coordinator's log line for taking the lease.
+var acquiredLine = regexp.MustCompile(`coordinator lease acquired .*epoch=(\d+)`)
+
+// acquiredEpoch returns the epoch a coordinator's current run logged taking, 0 if none.
+func acquiredEpoch(log string) uint64 {
+	b, err := os.ReadFile(log)
+	if err != nil {
+		return 0
+	}
+	if i := bytes.LastIndex(b, []byte(startMarker)); i >= 0 {
+		b = b[i:] // the current run
+	}
+	var epoch uint64
+	for _, m := range acquiredLine.FindAllSubmatch(b, -1) {
+		epoch, _ = strconv.ParseUint(string(m[1]), 10, 64)
+	}
+	return epoch
 }
 
 // killCoordinator kills the active coordinator, waits for the standby to release work (the
 // takeover), then starts the killed one again: it becomes the standby.
 func (r *run) killCoordinator(ctx context.Context, f *fault) error {
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	active, err := r.activeCoordinator(lctx)
-	cancel()
+	active, err := r.activeCoordinator()
 	if err != nil {
 		f.note = "no active coordinator: " + err.Error()
 		return err

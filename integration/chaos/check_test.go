@@ -315,15 +315,15 @@ func inFlightAt(recs []record.Exec, t time.Time) map[string]int {
 }
 
 // measurePauses sets each fault's pause: the longest time without an execution starting, from
-// the fault until the next fault; after the last fault, until the last execution started (now if
-// none started after it).
+// the fault until the next fault; after the last fault, until the last execution if the producer
+// finished, else until now (the run ended stalled).
 func (r *run) measurePauses(execs []execution) {
 	for i, f := range r.faults {
 		until := time.Now()
 		switch {
 		case i+1 < len(r.faults):
 			until = r.faults[i+1].at
-		case len(execs) > 0 && execs[len(execs)-1].At.After(f.at):
+		case r.producer.finished() && len(execs) > 0 && execs[len(execs)-1].At.After(f.at):
 			until = execs[len(execs)-1].At
 		}
 		prev, longest := f.at, time.Duration(0)

@@ -66,6 +66,9 @@ type proc struct {
 	closing    bool
 }
 
+// startMarker begins the line a proc writes to its log before each run.
+const startMarker = "=== start "
+
 // restartDelay is how long a supervised process stays down after it failed by itself, like a
 // service manager's restart delay.
 const restartDelay = time.Second
@@ -89,7 +92,7 @@ func (p *proc) start() error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "=== %s start %s\n", time.Now().Format(time.RFC3339Nano), p.name)
+	fmt.Fprintf(out, "%s%s %s\n", startMarker, time.Now().Format(time.RFC3339Nano), p.name)
 	cmd := exec.Command(p.args[0], p.args[1:]...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
