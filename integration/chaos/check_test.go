@@ -256,7 +256,7 @@ func (r *run) analyse(ctx context.Context) *report {
 	if d := rep.elapsed.Seconds(); d > 0 {
 		rep.figure("throughput", fmt.Sprintf("%.0f executions/s over the whole run, faults included", float64(len(execs))/d))
 	}
-	r.measurePauses(execs)
+	r.measurePauses(execs, len(neverPublished) == 0 && len(unsummarised) == 0 && len(lost) == 0)
 
 	if len(publishErrors) > 0 {
 		rep.notes = append(rep.notes, fmt.Sprintf("%d Publish calls returned an error, e.g.:", len(publishErrors)))
@@ -315,15 +315,15 @@ func inFlightAt(recs []record.Exec, t time.Time) map[string]int {
 }
 
 // measurePauses sets each fault's pause: the longest time without an execution starting, from
-// the fault until the next fault; after the last fault, until the last execution if the producer
-// finished, else until now (the run ended stalled).
-func (r *run) measurePauses(execs []execution) {
+// the fault until the next fault; after the last fault, until the last execution if all the work
+// got done, else until now (the run ended stalled).
+func (r *run) measurePauses(execs []execution, workDone bool) {
 	for i, f := range r.faults {
 		until := time.Now()
 		switch {
 		case i+1 < len(r.faults):
 			until = r.faults[i+1].at
-		case r.producer.finished() && len(execs) > 0 && execs[len(execs)-1].At.After(f.at):
+		case workDone && len(execs) > 0 && execs[len(execs)-1].At.After(f.at):
 			until = execs[len(execs)-1].At
 		}
 		prev, longest := f.at, time.Duration(0)
