@@ -131,7 +131,7 @@ func (r *run) analyse(ctx context.Context) *report {
 		}
 	}
 
-	var lost, conflicting, notDone, unsummarised, unwaited, twice, neverPublished []string
+	var lost, conflicting, notDone, unsummarised, unwaited, wrongWait, twice, neverPublished []string
 	planned, skipped := 0, 0
 	for _, g := range r.workload {
 		published := 0
@@ -154,7 +154,11 @@ func (r *run) analyse(ctx context.Context) *report {
 			switch w, ok := waited[inc]; {
 			case ok && w.Skipped:
 				skipped++
-			case !ok && len(stored.summaries[g.ID]) >= inc.n:
+			case ok:
+				if bad := foreignOutcomes(w, keys); bad != "" {
+					wrongWait = append(wrongWait, fmt.Sprintf("%s#%d: %s", g.ID, inc.n, bad))
+				}
+			case len(stored.summaries[g.ID]) >= inc.n:
 				unwaited = append(unwaited, fmt.Sprintf("%s#%d", g.ID, inc.n))
 			}
 		}
@@ -228,6 +232,8 @@ func (r *run) analyse(ctx context.Context) *report {
 		fmt.Sprintf("%d groups with fewer summaries in %s than incarnations published", len(unsummarised), r.names.ResultsStream()), unsummarised)
 	rep.add("the producer saw every group finish", len(unwaited) == 0 && producerDone,
 		fmt.Sprintf("%d summarised incarnations whose Handle.Wait never returned; producer finished: %v", len(unwaited), producerDone), unwaited)
+	rep.add("Wait returned its own incarnation", len(wrongWait) == 0,
+		fmt.Sprintf("%d incarnations whose Handle.Wait returned outcomes of jobs it did not publish", len(wrongWait)), wrongWait)
 	rep.add("no stall", len(r.stalls) == 0, fmt.Sprintf("%d", len(r.stalls)), r.stalls)
 	var exits []string
 	for _, p := range r.procs.list {
@@ -275,6 +281,26 @@ func (r *run) analyse(ctx context.Context) *report {
 		}
 	}
 	return rep
+}
+
+// foreignOutcomes describes the outcomes of a producer's Wait whose keys are not among keys, the
+// keys of the incarnation it waited for; "" if there are none.
+func foreignOutcomes(w record.Producer, keys []string) string {
+	mine := map[string]bool{}
+	for _, k := range keys {
+		mine[k] = true
+	}
+	foreign, example := 0, ""
+	for _, o := range w.Outcomes {
+		if o.Key != "" && !mine[o.Key] { // an empty key is the check "outcomes carry their key"
+			foreign++
+			example = fmt.Sprintf("job %d key %q", o.Job, o.Key)
+		}
+	}
+	if foreign == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d outcomes are not its jobs' (e.g. %s)", foreign, len(w.Outcomes), example)
 }
 
 // executions pairs start and end records into executions, in start order.
