@@ -154,7 +154,10 @@ type fault struct {
 	target   string
 	at, end  time.Time // injected; ended (process restarted, SIGCONT)
 	affected []string  // workers whose executions in flight at the fault may run again: the bound
-	inFlight int       // executions in flight on them at the fault (worked out at the end)
+	// window extends "at the fault" for the bound: while a node is down a worker may be unable to
+	// extend its batches' lease, so what it runs until the lease has run out may run again.
+	window   time.Duration
+	inFlight int // executions in flight on the affected workers at the fault (worked out at the end)
 	takeover time.Duration
 	election time.Duration
 	pause    time.Duration // the longest time without an execution starting, until the next fault
@@ -460,7 +463,7 @@ func (r *run) killNode(ctx context.Context, f *fault) error {
 		f.note = err.Error()
 		return err
 	}
-	f.target, f.affected = nd.name, r.allWorkers()
+	f.target, f.affected, f.window = nd.name, r.allWorkers(), r.cfg.workerLease
 	f.at = time.Now()
 	if err := nd.kill(ctx); err != nil {
 		return err

@@ -204,7 +204,7 @@ func (r *run) analyse(ctx context.Context) *report {
 	bound := 0
 	for _, f := range r.faults {
 		f.inFlight = 0
-		for w, n := range inFlightAt(recs, f.at) {
+		for w, n := range inFlightDuring(recs, f.at, f.at.Add(f.window)) {
 			if slices.Contains(f.affected, w) {
 				f.inFlight += n
 			}
@@ -331,9 +331,15 @@ func executions(recs []record.Exec) []execution {
 
 // inFlightAt counts, per worker, the executions started by t and not ended by t.
 func inFlightAt(recs []record.Exec, t time.Time) map[string]int {
+	return inFlightDuring(recs, t, t)
+}
+
+// inFlightDuring counts, per worker, the executions running at some moment from one time to
+// another: started by to, and not ended before from.
+func inFlightDuring(recs []record.Exec, from, to time.Time) map[string]int {
 	counts := map[string]int{}
 	for _, e := range executions(recs) {
-		if !e.At.After(t) && (e.end.IsZero() || e.end.After(t)) {
+		if !e.At.After(to) && (e.end.IsZero() || e.end.After(from)) {
 			counts[e.Worker]++
 		}
 	}
@@ -485,6 +491,10 @@ func (rep *report) faultFigures() []string {
 var (
 	logLine  = regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d+ (WRN|ERR|FTL) (.*)$`)
 	exitLine = regexp.MustCompile(`^(weave|chaosproc \w+): .*$`)
+	// logReason and logDigits make one message of rejections with the same reason but for
+	// another group or job.
+	logReason = regexp.MustCompile(`reason="[^"]*"`)
+	logDigits = regexp.MustCompile(`\d+`)
 )
 
 // logHighlights returns a process log's warnings and errors, one line per distinct message with
@@ -509,11 +519,13 @@ func logHighlights(path string) []string {
 		if m := logLine.FindStringSubmatch(line); m != nil {
 			// The message without its fields, which hold IDs and times that differ every line.
 			msg = m[1] + " " + m[2]
+			reason := logReason.FindString(msg) // rejections differ by their reason
 			if i := strings.Index(msg, "="); i > 0 {
 				if j := strings.LastIndex(msg[:i], " "); j > 0 {
 					msg = msg[:j]
 				}
 			}
+			msg += " " + logDigits.ReplaceAllString(reason, "N")
 		} else if exitLine.MatchString(line) {
 			msg = line
 		} else {

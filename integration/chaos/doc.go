@@ -42,8 +42,10 @@
 //   - executions beyond one per job at most the bound: the sum over the faults of the executions in
 //     flight at the fault on the workers it could interrupt. A worker kill or stop interrupts that
 //     worker's; a coordinator or node kill may make any worker's attempt in flight run again (its
-//     report or its batch's ack can be lost with the process or the node). Jobs only queued on a
-//     worker never started, so they are not in the bound, and running them twice is a failure;
+//     report or its batch's ack can be lost with the process or the node). While a node is down,
+//     "at the fault" lasts a worker lease: a worker that cannot extend its batches' lease may
+//     start their jobs until it runs out. Jobs only queued on a worker never started, so they are
+//     not in the bound, and running them twice is a failure;
 //   - no superseded attempt runs: no execution of an attempt starts after a later attempt of the
 //     same job started (a worker waking after its lease ran out must not run what it held);
 //   - every incarnation summarised in NS_RESULTS and seen finish by the producer's Handle.Wait;
