@@ -152,7 +152,7 @@ type run struct {
 type fault struct {
 	kind     string // see the fault* constants
 	target   string
-	at, end  time.Time // injected; ended (process restarted, SIGCONT)
+	at, end  time.Time // injected; ended (the process restarted and, for a node, caught up; SIGCONT)
 	affected []string  // workers whose executions in flight at the fault may run again: the bound
 	// window extends "at the fault" for the bound: while a node is down a worker may be unable to
 	// extend its batches' lease, so what it runs until the lease has run out may run again.

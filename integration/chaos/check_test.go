@@ -21,7 +21,6 @@ import (
 
 // report is what a run found: the checks and the figures behind them.
 type report struct {
-	cfg     config
 	elapsed time.Duration
 	faults  []*fault
 	checks  []check
@@ -47,7 +46,7 @@ type execution struct {
 
 // analyse gathers the records and the streams' contents and runs the checks.
 func (r *run) analyse(ctx context.Context) *report {
-	rep := &report{cfg: r.cfg, faults: r.faults, elapsed: time.Since(r.start)}
+	rep := &report{faults: r.faults, elapsed: time.Since(r.start)}
 	r.mon.readRecords()
 	recs, _ := r.mon.snapshot()
 	execs := executions(recs)
@@ -249,7 +248,7 @@ func (r *run) analyse(ctx context.Context) *report {
 			ended++
 		}
 	}
-	rep.figure("form", fmt.Sprintf("%s (%d rounds of 5 faults, %d injected)", r.cfg.name, r.cfg.rounds, len(r.faults)))
+	rep.figure("form", fmt.Sprintf("%s (%d rounds of %d faults, %d injected)", r.cfg.name, r.cfg.rounds, len(r.cfg.faults), len(r.faults)))
 	rep.figure("workload", fmt.Sprintf("%d groups (%d incarnations), %d jobs; %d workers × %d slots; jobs %v–%v",
 		len(r.workload), r.incarnations(), planned, r.cfg.workers, r.cfg.slots, r.cfg.minJob, r.cfg.maxJob))
 	if skipped > 0 {
@@ -399,7 +398,7 @@ func (rep *report) String() string {
 	var b strings.Builder
 	b.WriteString("=== fault injection report\n\nfaults:\n")
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tat\tfault\ttarget\tin flight\ttakeover / election\tlongest pause\tnote")
+	fmt.Fprintln(tw, "  #\tat\tfault\ttarget\tlasted\tin flight\ttakeover / election\tlongest pause\tnote")
 	start := time.Time{}
 	if len(rep.faults) > 0 {
 		start = rep.faults[0].at
@@ -412,8 +411,12 @@ func (rep *report) String() string {
 		case f.election > 0:
 			took = "election " + f.election.Round(10*time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "  %d\t+%.1fs\t%s\t%s\t%d\t%s\t%v\t%s\n", i+1, f.at.Sub(start).Seconds(), f.kind, f.target,
-			f.inFlight, took, f.pause.Round(10*time.Millisecond), f.note)
+		lasted := "-"
+		if !f.end.IsZero() {
+			lasted = f.end.Sub(f.at).Round(10 * time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "  %d\t+%.1fs\t%s\t%s\t%s\t%d\t%s\t%v\t%s\n", i+1, f.at.Sub(start).Seconds(), f.kind, f.target,
+			lasted, f.inFlight, took, f.pause.Round(10*time.Millisecond), f.note)
 	}
 	tw.Flush()
 

@@ -129,16 +129,6 @@ func (p *proc) start() error {
 	return nil
 }
 
-// pid returns the current run's process ID, 0 if it never started.
-func (p *proc) pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return 0
-	}
-	return p.cmd.Process.Pid
-}
-
 // running reports whether the current run has not exited.
 func (p *proc) running() bool {
 	p.mu.Lock()
