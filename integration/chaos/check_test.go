@@ -248,7 +248,7 @@ func (r *run) analyse(ctx context.Context) *report {
 			ended++
 		}
 	}
-	rep.figure("form", fmt.Sprintf("%s (%d rounds of %d faults, %d injected)", r.cfg.name, r.cfg.rounds, len(r.cfg.faults), len(r.faults)))
+	rep.figure("form", fmt.Sprintf("%s: %d rounds of %s; %d faults injected", r.cfg.name, r.cfg.rounds, strings.Join(r.cfg.faults, ", "), len(r.faults)))
 	rep.figure("workload", fmt.Sprintf("%d groups (%d incarnations), %d jobs; %d workers × %d slots; jobs %v–%v",
 		len(r.workload), r.incarnations(), planned, r.cfg.workers, r.cfg.slots, r.cfg.minJob, r.cfg.maxJob))
 	if skipped > 0 {
