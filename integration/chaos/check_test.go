@@ -48,7 +48,7 @@ type execution struct {
 func (r *run) analyse(ctx context.Context) *report {
 	rep := &report{faults: r.faults, elapsed: time.Since(r.start)}
 	r.mon.readRecords()
-	recs, _ := r.mon.snapshot()
+	recs := r.mon.snapshot()
 	execs := executions(recs)
 	prod, err := record.Read[record.Producer](r.producerFile())
 	if err != nil {
@@ -72,63 +72,9 @@ func (r *run) analyse(ctx context.Context) *report {
 		byJob[e.Job] = append(byJob[e.Job], e)
 		keyOf[e.Job] = e.Group + "/" + e.Key
 	}
-	// What RESULTS holds: every state recorded per job.
-	states := map[uint64]map[string]bool{}
-	lastError := map[uint64]string{} // the error text of a job's failed or canceled outcome
-	jobsOfKey := map[string]map[uint64]bool{}
-	var emptyKeys []string
-	for _, o := range stored.outcomes {
-		if states[o.ID] == nil {
-			states[o.ID] = map[string]bool{}
-		}
-		states[o.ID][o.State.String()] = true
-		if o.State != wire.FinalDone {
-			lastError[o.ID] = fmt.Sprintf("%d attempts, %q", o.Attempts, truncate(string(o.Data), 120))
-		}
-		key := o.group + "/" + o.Key
-		if o.Key == "" {
-			emptyKeys = append(emptyKeys, fmt.Sprintf("job %d (%s)", o.ID, keyOf[o.ID]))
-			if k, ok := keyOf[o.ID]; ok {
-				key = k
-			}
-		}
-		if jobsOfKey[key] == nil {
-			jobsOfKey[key] = map[uint64]bool{}
-		}
-		jobsOfKey[key][o.ID] = true
-	}
-
-	// What the producer published, per incarnation of a group ID. One whose last Publish returned
-	// no error has every key stored; after an error, which keys were stored is not known, so only
-	// what ran is checked.
-	type incarnation struct {
-		group string
-		n     int
-	}
-	lastPublish := map[incarnation]record.Producer{}
-	waited := map[incarnation]record.Producer{}
-	producerDone := false
-	var publishErrors []string
-	for _, p := range prod {
-		inc := incarnation{p.Group, p.Incarnation}
-		switch p.Event {
-		case record.Published:
-			lastPublish[inc] = p
-			if p.Err != "" {
-				publishErrors = append(publishErrors, fmt.Sprintf("%s#%d (handle %v, %d accepted): %s", p.Group, p.Incarnation, p.Handle, p.Accepted, p.Err))
-			}
-		case record.Publishing:
-			if _, ok := lastPublish[inc]; !ok {
-				lastPublish[inc] = p
-			}
-		case record.Waited:
-			if p.Err == "" {
-				waited[inc] = p
-			}
-		case record.Done:
-			producerDone = true
-		}
-	}
+	// What RESULTS holds, and what the producer recorded.
+	res := indexResults(stored, keyOf)
+	pv := readProducer(prod)
 
 	var lost, conflicting, notDone, unsummarised, unwaited, wrongWait, twice, neverPublished []string
 	planned, skipped := 0, 0
@@ -137,7 +83,7 @@ func (r *run) analyse(ctx context.Context) *report {
 		for i, keys := range g.Incarnations() {
 			planned += len(keys)
 			inc := incarnation{g.ID, i + 1}
-			p, ok := lastPublish[inc]
+			p, ok := pv.lastPublish[inc]
 			if !ok {
 				neverPublished = append(neverPublished, fmt.Sprintf("%s#%d", g.ID, inc.n))
 				continue
@@ -145,12 +91,12 @@ func (r *run) analyse(ctx context.Context) *report {
 			published++
 			if p.Event == record.Published && p.Err == "" {
 				for _, k := range keys {
-					if len(jobsOfKey[g.ID+"/"+k]) == 0 {
+					if len(res.jobsOfKey[g.ID+"/"+k]) == 0 {
 						lost = append(lost, fmt.Sprintf("%s#%d/%s (no outcome)", g.ID, inc.n, k))
 					}
 				}
 			}
-			switch w, ok := waited[inc]; {
+			switch w, ok := pv.waited[inc]; {
 			case ok && w.Skipped:
 				skipped++
 			case ok:
@@ -166,21 +112,21 @@ func (r *run) analyse(ctx context.Context) *report {
 		}
 	}
 	for id, ex := range byJob {
-		if len(states[id]) == 0 {
+		if len(res.states[id]) == 0 {
 			lost = append(lost, fmt.Sprintf("job %d %s (ran %d×, no outcome)", id, keyOf[id], len(ex)))
 		}
 	}
-	for id, s := range states {
+	for id, s := range res.states {
 		if len(s) > 1 {
 			conflicting = append(conflicting, fmt.Sprintf("job %d %s: %s", id, keyOf[id], strings.Join(slices.Sorted(maps.Keys(s)), " and ")))
 		}
 		for st := range s {
 			if st != wire.FinalDone.String() {
-				notDone = append(notDone, fmt.Sprintf("job %d %s (ran %d×): %s, %s", id, keyOf[id], len(byJob[id]), st, lastError[id]))
+				notDone = append(notDone, fmt.Sprintf("job %d %s (ran %d×): %s, %s", id, keyOf[id], len(byJob[id]), st, res.lastError[id]))
 			}
 		}
 	}
-	for key, ids := range jobsOfKey {
+	for key, ids := range res.jobsOfKey {
 		if len(ids) > 1 {
 			twice = append(twice, fmt.Sprintf("%s: jobs %v", key, slices.Sorted(maps.Keys(ids))))
 		}
@@ -219,8 +165,8 @@ func (r *run) analyse(ctx context.Context) *report {
 		fmt.Sprintf("%d keys stored as more than one job", len(twice)), twice)
 	rep.add("every job done", len(notDone) == 0,
 		fmt.Sprintf("%d outcomes not done (handlers always succeed; 50 attempts allowed)", len(notDone)), notDone)
-	rep.add("outcomes carry their key", len(emptyKeys) == 0,
-		fmt.Sprintf("%d outcome records with an empty key", len(emptyKeys)), emptyKeys)
+	rep.add("outcomes carry their key", len(res.emptyKeys) == 0,
+		fmt.Sprintf("%d outcome records with an empty key", len(res.emptyKeys)), res.emptyKeys)
 	rep.add("duplicates within the bound", duplicates <= bound,
 		fmt.Sprintf("%d executions beyond one per job; bound %d (executions in flight at the faults on the workers each could interrupt)", duplicates, bound), nil)
 	rep.add("no stale attempt run", len(stale) == 0,
@@ -229,8 +175,8 @@ func (r *run) analyse(ctx context.Context) *report {
 		fmt.Sprintf("%d of %d incarnations never published", len(neverPublished), r.incarnations()), neverPublished)
 	rep.add("every group summarised", len(unsummarised) == 0,
 		fmt.Sprintf("%d groups with fewer summaries in %s than incarnations published", len(unsummarised), r.names.ResultsStream()), unsummarised)
-	rep.add("the producer saw every group finish", len(unwaited) == 0 && producerDone,
-		fmt.Sprintf("%d summarised incarnations whose Handle.Wait never returned; producer finished: %v", len(unwaited), producerDone), unwaited)
+	rep.add("the producer saw every group finish", len(unwaited) == 0 && pv.done,
+		fmt.Sprintf("%d summarised incarnations whose Handle.Wait never returned; producer finished: %v", len(unwaited), pv.done), unwaited)
 	rep.add("Wait returned its own incarnation", len(wrongWait) == 0,
 		fmt.Sprintf("%d incarnations whose Handle.Wait returned outcomes of jobs it did not publish", len(wrongWait)), wrongWait)
 	rep.add("no stall", len(r.stalls) == 0, fmt.Sprintf("%d", len(r.stalls)), r.stalls)
@@ -255,7 +201,7 @@ func (r *run) analyse(ctx context.Context) *report {
 		rep.figure("not waited for", fmt.Sprintf("%d later incarnations published before a producer restart (no Handle to attach to them)", skipped))
 	}
 	rep.figure("executions", fmt.Sprintf("%d started, %d ended, %d distinct jobs ran", len(execs), ended, len(byJob)))
-	rep.figure("outcome records", fmt.Sprintf("%d (%d distinct jobs), %d summaries, %d undecodable", len(stored.outcomes), len(states), countSummaries(stored), stored.bad))
+	rep.figure("outcome records", fmt.Sprintf("%d (%d distinct jobs), %d summaries, %d undecodable", len(stored.outcomes), len(res.states), countSummaries(stored), stored.bad))
 	rep.figure("duplicates / bound", fmt.Sprintf("%d / %d", duplicates, bound))
 	rep.figure("run time", rep.elapsed.Round(time.Second).String())
 	if d := rep.elapsed.Seconds(); d > 0 {
@@ -263,9 +209,9 @@ func (r *run) analyse(ctx context.Context) *report {
 	}
 	r.measurePauses(execs, len(neverPublished) == 0 && len(unsummarised) == 0 && len(lost) == 0)
 
-	if len(publishErrors) > 0 {
-		rep.notes = append(rep.notes, fmt.Sprintf("%d Publish calls returned an error, e.g.:", len(publishErrors)))
-		rep.notes = append(rep.notes, indent(head(publishErrors, maxExamples))...)
+	if len(pv.publishErrors) > 0 {
+		rep.notes = append(rep.notes, fmt.Sprintf("%d Publish calls returned an error, e.g.:", len(pv.publishErrors)))
+		rep.notes = append(rep.notes, indent(head(pv.publishErrors, maxExamples))...)
 	}
 	if len(rejections) > 0 {
 		rep.notes = append(rep.notes, "messages the coordinator rejected ("+r.names.RejectedStream()+"), by reason:")
@@ -280,6 +226,82 @@ func (r *run) analyse(ctx context.Context) *report {
 		}
 	}
 	return rep
+}
+
+// results indexes the outcome records RESULTS holds.
+type results struct {
+	states    map[uint64]map[string]bool // every final state recorded per job ID
+	lastError map[uint64]string          // a failed or canceled job's attempts and error
+	jobsOfKey map[string]map[uint64]bool // job IDs recorded per group + "/" + key
+	emptyKeys []string                   // outcome records without a key
+}
+
+// indexResults indexes the stored outcomes. keyOf, the handlers' view of each job's group and key,
+// places a record without a key.
+func indexResults(stored storedGroups, keyOf map[uint64]string) results {
+	res := results{states: map[uint64]map[string]bool{}, lastError: map[uint64]string{}, jobsOfKey: map[string]map[uint64]bool{}}
+	for _, o := range stored.outcomes {
+		if res.states[o.ID] == nil {
+			res.states[o.ID] = map[string]bool{}
+		}
+		res.states[o.ID][o.State.String()] = true
+		if o.State != wire.FinalDone {
+			res.lastError[o.ID] = fmt.Sprintf("%d attempts, %q", o.Attempts, truncate(string(o.Data), 120))
+		}
+		key := o.group + "/" + o.Key
+		if o.Key == "" {
+			res.emptyKeys = append(res.emptyKeys, fmt.Sprintf("job %d (%s)", o.ID, keyOf[o.ID]))
+			if k, ok := keyOf[o.ID]; ok {
+				key = k
+			}
+		}
+		if res.jobsOfKey[key] == nil {
+			res.jobsOfKey[key] = map[uint64]bool{}
+		}
+		res.jobsOfKey[key][o.ID] = true
+	}
+	return res
+}
+
+// incarnation names one publication of a group ID: 1 for the first, 2 for the next.
+type incarnation struct {
+	group string
+	n     int
+}
+
+// producerView is what the producer's records say, per incarnation. One whose last Publish
+// returned no error has every key stored; after an error, which keys were stored is not known, so
+// only what ran is checked.
+type producerView struct {
+	lastPublish   map[incarnation]record.Producer // its last "published" record, else its "publishing"
+	waited        map[incarnation]record.Producer // its successful "waited" record
+	done          bool                            // the producer finished
+	publishErrors []string
+}
+
+func readProducer(prod []record.Producer) producerView {
+	pv := producerView{lastPublish: map[incarnation]record.Producer{}, waited: map[incarnation]record.Producer{}}
+	for _, p := range prod {
+		inc := incarnation{p.Group, p.Incarnation}
+		switch p.Event {
+		case record.Published:
+			pv.lastPublish[inc] = p
+			if p.Err != "" {
+				pv.publishErrors = append(pv.publishErrors, fmt.Sprintf("%s#%d (handle %v, %d accepted): %s", p.Group, p.Incarnation, p.Handle, p.Accepted, p.Err))
+			}
+		case record.Publishing:
+			if _, ok := pv.lastPublish[inc]; !ok {
+				pv.lastPublish[inc] = p
+			}
+		case record.Waited:
+			if p.Err == "" {
+				pv.waited[inc] = p
+			}
+		case record.Done:
+			pv.done = true
+		}
+	}
+	return pv
 }
 
 // foreignOutcomes describes the outcomes of a producer's Wait whose keys are not among keys, the

@@ -161,10 +161,10 @@ func (m *monitor) inFlight(t time.Time) map[string]int {
 }
 
 // snapshot returns every worker record read so far.
-func (m *monitor) snapshot() ([]record.Exec, []statusSample) {
+func (m *monitor) snapshot() []record.Exec {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]record.Exec(nil), m.execs...), append([]statusSample(nil), m.status...)
+	return append([]record.Exec(nil), m.execs...)
 }
 
 // tail reads a file's complete new lines each time it is asked.
