@@ -545,7 +545,7 @@ func (r *run) stopWorker(ctx context.Context, f *fault) error {
 	}
 	f.target, f.affected = busiest.name, []string{strings.TrimPrefix(busiest.name, "worker-")}
 	f.at = time.Now()
-	if err := busiest.signal(syscall.SIGSTOP); err != nil {
+	if _, err := busiest.signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
 	// The fault itself: the worker stays stopped past its lease.
@@ -555,5 +555,6 @@ func (r *run) stopWorker(ctx context.Context, f *fault) error {
 	}
 	f.end = time.Now()
 	f.note = fmt.Sprintf("stopped for %v, lease %v", r.cfg.stopFor, r.cfg.workerLease)
-	return busiest.signal(syscall.SIGCONT)
+	_, err := busiest.signal(syscall.SIGCONT)
+	return err
 }

@@ -55,8 +55,9 @@ type proc struct {
 	cmd    *exec.Cmd     // the current run, nil before the first
 	exited chan struct{} // closed when the current run has exited
 	exit   error         // the current run's exit status, set before exited closes
-	// killed is set by kill and stop so that an exit the test caused is told apart from one the
-	// process chose (a coordinator exiting on an error instead of standing by).
+	// killed is set when the test sends SIGKILL or SIGTERM, so that an exit the test caused is
+	// told apart from one the process chose (a coordinator exiting on an error instead of standing
+	// by).
 	killed bool
 	// unexpected lists the failed exits the test did not cause, for the report.
 	unexpected []string
@@ -77,10 +78,14 @@ func newProc(name, logDir string, args ...string) *proc {
 	return &proc{name: name, args: args, log: filepath.Join(logDir, name+".log")}
 }
 
-// start starts a new run of p, unless one is running (a supervised restart came first).
+// start starts a new run of p, unless one is running (a supervised restart came first) or the
+// test is ending.
 func (p *proc) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closing {
+		return nil
+	}
 	if p.exited != nil {
 		select {
 		case <-p.exited:
@@ -116,14 +121,7 @@ func (p *proc) start() error {
 		p.mu.Unlock()
 		close(exited)
 		if restart {
-			time.AfterFunc(restartDelay, func() {
-				p.mu.Lock()
-				closing := p.closing
-				p.mu.Unlock()
-				if !closing {
-					_ = p.start()
-				}
-			})
+			time.AfterFunc(restartDelay, func() { _ = p.start() })
 		}
 	}()
 	return nil
@@ -160,37 +158,27 @@ func (p *proc) finished() bool {
 	}
 }
 
-// done returns a channel closed when the current run exits.
-func (p *proc) done() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.exited
-}
-
-// signal sends sig to the current run's process group. SIGKILL marks the exit as caused by the
-// test.
-func (p *proc) signal(sig syscall.Signal) error {
+// signal sends sig to the current run's process group and returns the channel closed when that
+// run exits (nil if it never started). SIGKILL and SIGTERM mark the exit as caused by the test.
+func (p *proc) signal(sig syscall.Signal) (<-chan struct{}, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd == nil {
-		return fmt.Errorf("%s: not started", p.name)
+		return nil, nil
 	}
 	if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
 		p.killed = true
 	}
 	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("%s: %v: %w", p.name, sig, err)
+		return nil, fmt.Errorf("%s: %v: %w", p.name, sig, err)
 	}
-	return nil
+	return p.exited, nil
 }
 
 // kill kills the current run with SIGKILL and waits until it has exited.
 func (p *proc) kill(ctx context.Context) error {
-	done := p.done()
-	if done == nil {
-		return nil
-	}
-	if err := p.signal(syscall.SIGKILL); err != nil {
+	done, err := p.signal(syscall.SIGKILL)
+	if err != nil || done == nil {
 		return err
 	}
 	select {
