@@ -332,7 +332,11 @@ func (p *producer) publish(ctx context.Context, inc incarnation, keys []string) 
 		if r.Sealed {
 			return h, nil
 		}
-		if ctx.Err() != nil {
+		// Not a wait for a condition: a pause before publishing again to a cluster that just
+		// failed.
+		select {
+		case <-time.After(250 * time.Millisecond):
+		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
