@@ -36,6 +36,10 @@ fuzz: ## Fuzz every decoder of untrusted bytes for 30s each
 	go test -run='^$$' -fuzz=FuzzRestore -fuzztime=30s ./internal/jobindex/
 	go test -run='^$$' -fuzz=FuzzTransitions -fuzztime=30s ./internal/jobindex/
 
+.PHONY: chaos
+chaos: ## Fault injection, long form: ~72,000 jobs on a 3-node cluster under 40 faults (several minutes)
+	WEAVE_CHAOS=long go test -count=1 -timeout 40m -run '^TestChaos$$' -v ./integration/chaos/
+
 .PHONY: ci
 ci: ## What CI runs
 	.ci/run

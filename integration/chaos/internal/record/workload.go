@@ -1,0 +1,48 @@
+package record
+
+import (
+	"fmt"
+	"math/rand/v2"
+)
+
+// Group is one group of the workload: its ID and its jobs' keys, and the keys of a second
+// incarnation of the same group ID, published once the first has finished (none if empty), as a
+// producer that crawls the same site again would.
+type Group struct {
+	ID    string
+	Keys  []string
+	Again []string
+}
+
+// AgainEvery is how often a group is published a second time: every AgainEvery-th group.
+const AgainEvery = 5
+
+// Workload returns the groups a producer publishes, in order: n groups of minJobs to maxJobs jobs
+// each, drawn from seed. The producer and the test compute it alike, so a restarted producer
+// publishes the same keys again and the test knows what should have been published.
+func Workload(seed uint64, n, minJobs, maxJobs int) []Group {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	keys := func(prefix string) []string {
+		k := make([]string, minJobs+rng.IntN(maxJobs-minJobs+1))
+		for j := range k {
+			k[j] = fmt.Sprintf("%s%04d", prefix, j)
+		}
+		return k
+	}
+	groups := make([]Group, n)
+	for i := range groups {
+		groups[i] = Group{ID: fmt.Sprintf("g%05d", i), Keys: keys("k")}
+		if i%AgainEvery == AgainEvery-1 {
+			groups[i].Again = keys("r")
+		}
+	}
+	return groups
+}
+
+// Incarnations returns the key sets g is published with, in order.
+func (g Group) Incarnations() [][]string {
+	if len(g.Again) == 0 {
+		return [][]string{g.Keys}
+	}
+	return [][]string{g.Keys, g.Again}
+}
