@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"errors"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -476,8 +477,9 @@ func (e *engine) forget(g *group) {
 	}
 	delete(e.incarnations, g.openSeq)
 	delete(e.unsealed, g)
-	if _, err := e.idx.Forget(g.idxKey); err != nil {
-		e.log.Error().Err(err).Str("group", g.id).Msg("forgetting a finished group")
+	// A group that admitted no job was never in the index: nothing to forget there.
+	if _, err := e.idx.Forget(g.idxKey); err != nil && (g.admitted > 0 || !errors.Is(err, jobindex.ErrUnknownGroup)) {
+		e.log.Error().Err(err).Str("group", g.id).Uint64("incarnation", g.openSeq).Msg("forgetting a finished group")
 	}
 	for i, a := range e.arrival {
 		if a == g {

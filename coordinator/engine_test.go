@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/internal/journal"
 	"github.com/weavejobs/weave/internal/wire"
@@ -139,11 +141,16 @@ func TestGroupFinishesWithSummary(t *testing.T) {
 
 func TestEmptySealedGroupFinishes(t *testing.T) {
 	t.Parallel()
-	te := newTestEngine(t, Config{})
+	var logs strings.Builder
+	te := newTestEngine(t, Config{Logger: zerolog.New(&logs).Level(zerolog.WarnLevel)})
 	te.open("empty")
 	te.seal("empty")
 	if len(te.e.out.summaries) != 1 {
 		t.Fatal("an empty sealed group did not finish")
+	}
+	te.e.forget(te.e.out.summaries[0])
+	if logs.Len() > 0 {
+		t.Fatalf("forgetting a finished empty group logged: %s", logs.String())
 	}
 }
 
