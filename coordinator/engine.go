@@ -133,10 +133,11 @@ type effects struct {
 	retentionPurges []purge
 	rejections      []rejection
 	cancels         []uint64 // running jobs whose handlers must be canceled
+	answers         []answer // answers to control messages that asked for one (answers.go)
 }
 
 func (o *effects) empty() bool {
-	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges) == 0
+	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.answers) == 0
 }
 
 // release is a batch of jobs handed to a pool.
@@ -244,13 +245,20 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl) {
 	case wire.OpCancel:
 		if g == nil {
 			e.reject(subject, seq, "cancel of a group that is not open: "+c.Group)
+			e.answerNotOpen(seq, c)
 			return
 		}
+		if g.finished {
+			e.answerNotOpen(seq, c)
+			return
+		}
+		canceled, stopping := g.canceled, len(e.out.cancels)
 		if len(c.Jobs) > 0 {
 			e.cancelJobs(g, c.Jobs)
-			return
+		} else {
+			e.cancelGroup(g)
 		}
-		e.cancelGroup(g)
+		e.answer(seq, c, wire.ControlAnswer{OK: true, Canceled: int(g.canceled - canceled), Stopping: len(e.out.cancels) - stopping})
 	}
 }
 

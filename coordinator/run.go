@@ -487,6 +487,7 @@ func (r *run) step(ctx context.Context) {
 	if len(out.cancels) > 0 {
 		r.publishCancels(out.cancels)
 	}
+	r.publishAnswers(out.answers) // after the cancels they report
 }
 
 func (r *run) enqueueWrite(ctx context.Context, op writeOp) {

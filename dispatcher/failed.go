@@ -19,7 +19,7 @@ import (
 
 // Dead letters. A job that failed (permanently, or out of attempts) stays inspectable after its
 // group finished: its outcome, with the history of its attempts, is in RESULTS and its message
-// (payload and options) in JOBS until StreamOptions.ResultRetention has passed. Failed lists
+// (payload and options) in JOBS until the result retention has passed. Failed lists
 // those outcomes; Redrive publishes the jobs again, rebuilt from their messages, as a new
 // incarnation of the group.
 //
@@ -96,7 +96,7 @@ func (d *Dispatcher) Failed(ctx context.Context, groupID string) iter.Seq2[JobOu
 // incarnation finished redrives the jobs that failed in it.
 //
 // Each job is rebuilt from its message in the JOBS stream, which the coordinator keeps for a
-// finished group with failed jobs until StreamOptions.ResultRetention has passed: the same
+// finished group with failed jobs until the result retention has passed: the same
 // payload, key, required and preferred resources, MaxAttempts and Timeout (other headers a
 // producer may have added are not copied), under a new ID. Its dedup ID is "redrive:<group
 // token>/<old ID>" instead of the key's: the key's own ID is still in the dedup window when a
@@ -581,7 +581,7 @@ func (d *Dispatcher) scanOutcomes(ctx context.Context, subject string, from, upT
 	}
 }
 
-// stream returns a stream of the namespace, creating the streams first if needed.
+// stream returns a stream of the namespace, after checking that the namespace exists.
 func (d *Dispatcher) stream(ctx context.Context, name string) (jetstream.Stream, error) {
 	if err := d.ensure(ctx); err != nil {
 		return nil, err

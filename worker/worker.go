@@ -65,8 +65,9 @@ func (w *Worker) Pool() string { return w.cfg.pool }
 // Stats returns the worker's counters.
 func (w *Worker) Stats() Stats { return w.stats.snapshot(w.cfg.Concurrency) }
 
-// Run creates the streams and the pool's consumer if needed, then pulls and runs jobs until ctx
-// is done. It may be called once.
+// Run checks that the namespace's streams exist (an error wrapping ErrNamespaceNotFound if not),
+// creates or updates the pool's consumer, then pulls and runs jobs until ctx is done. It may be
+// called once.
 //
 // When ctx is done Run drains: it stops pulling, gives back the jobs it holds but has not
 // started (reported released, which costs no attempt), and lets running jobs finish for up to

@@ -20,7 +20,8 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 		Short: "Run the coordinator of a namespace until SIGINT or SIGTERM",
 		Long: `Coordinator admits groups, schedules their jobs onto worker pools and tracks every job's
 state. Run one per namespace: a second one waits as a standby and takes over within
---lease-ttl when the first dies. It creates the namespace's streams if they do not exist.`,
+--lease-ttl when the first dies. It creates the namespace's streams that do not exist (see
+'weave init'), and the lease bucket.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := spreader.ParsePolicy(policy)

@@ -2,7 +2,8 @@
 // job submission, status, cancellation, failed jobs (listing and retrying them), and a
 // self-contained demo.
 //
-// Exit codes: 0 success, 1 error, 2 usage error (bad flags or arguments).
+// Exit codes: 0 success, 1 error, 2 usage error (bad flags or arguments), 3 a request stored but
+// not confirmed by a coordinator (weave cancel with no coordinator answering).
 package main
 
 import (
@@ -21,6 +22,8 @@ const (
 	exitOK    = 0
 	exitError = 1
 	exitUsage = 2
+	// exitPending: the request is stored, but no coordinator confirmed it.
+	exitPending = 3
 )
 
 func main() {
@@ -42,6 +45,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case errors.As(err, new(usageError)):
 		fmt.Fprintf(stderr, "weave: %v\nRun 'weave --help' for usage.\n", err)
 		return exitUsage
+	case errors.As(err, new(pendingError)):
+		fmt.Fprintf(stderr, "weave: %v\n", err)
+		return exitPending
 	case errors.As(err, new(silentError)):
 		return exitError // the command has already said what went wrong
 	default:

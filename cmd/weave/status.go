@@ -19,7 +19,6 @@ func newStatusCmd(g *globals) *cobra.Command {
 	var (
 		conn    connFlags
 		jsonOut bool
-		timeout time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -30,16 +29,16 @@ the live slots holding it; pending jobs requiring a resource no live worker hold
 worker pools, and workers busy or sleeping.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, err := conn.connect(cmd.Context(), "status", false, g.log)
+			s, err := conn.open(cmd.Context(), "status", g.log)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			ctx, cancel := contextWithTimeout(cmd.Context(), timeout)
+			defer s.close()
+			ctx, cancel := contextWithTimeout(s.ctx, conn.timeout)
 			defer cancel()
-			st, err := coordinator.QueryStatus(ctx, nc, conn.namespace)
+			st, err := coordinator.QueryStatus(ctx, s.nc, conn.namespace)
 			if err != nil {
-				return err
+				return s.explain(err)
 			}
 			if jsonOut {
 				return writeJSON(cmd.OutOrStdout(), st, true)
@@ -50,7 +49,7 @@ worker pools, and workers busy or sleeping.`,
 	f := cmd.Flags()
 	conn.register(f)
 	f.BoolVar(&jsonOut, "json", false, "print the status as JSON")
-	f.DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for the coordinator's answer")
+	conn.registerTimeout(f, defaultTimeout)
 	return cmd
 }
 

@@ -27,6 +27,7 @@ const (
 	HdrReason      = "Weave-Reason"    // on rejections
 	HdrSubject     = "Weave-Subject"   // on rejections: the refused message's subject
 	HdrSeq         = "Weave-Seq"       // on rejections: the refused message's stream sequence
+	HdrReply       = "Weave-Reply"     // on cancel: the token of the subject NS.reply.<token> the coordinator answers on
 	HdrMsgID       = "Nats-Msg-Id"
 )
 
@@ -61,6 +62,9 @@ type GroupControl struct {
 	Op    GroupOp
 	Count uint64   // jobs accepted, on seal
 	Jobs  []uint64 // on cancel: only these jobs of the group; nil = the whole group
+	// Reply, on cancel, is a subject token: the coordinator answers on NS.reply.<Reply> (core
+	// NATS, see ControlAnswer) when it applies or refuses the message. Empty: no answer.
+	Reply string
 }
 
 // MaxCancelJobs bounds the job IDs one cancel message names.
@@ -82,6 +86,9 @@ func (c GroupControl) Header() nats.Header {
 		}
 		h.Set(HdrJobs, strings.Join(ids, ","))
 	}
+	if c.Op == OpCancel && c.Reply != "" {
+		h.Set(HdrReply, c.Reply)
+	}
 	return h
 }
 
@@ -97,6 +104,11 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 	switch c.Op {
 	case OpOpen:
 	case OpCancel:
+		if c.Reply = h.Get(HdrReply); c.Reply != "" {
+			if err := ValidateReplyToken(c.Reply); err != nil {
+				return GroupControl{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+			}
+		}
 		if v := h.Get(HdrJobs); v != "" {
 			parts := strings.Split(v, ",")
 			if len(parts) > MaxCancelJobs {
