@@ -74,7 +74,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		c.mu.Unlock()
 	}()
 
-	if err := c.initStreams(ctx); err != nil {
+	if err := c.prepare(ctx); err != nil {
 		return err
 	}
 	host, _ := os.Hostname()

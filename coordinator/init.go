@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weavejobs/weave/internal/natsver"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -16,7 +17,7 @@ import (
 type StreamStatus = topology.StreamStatus
 
 // InitNamespace creates the namespace's streams that do not exist yet, as Run does when it starts
-// ('weave init' calls it). Workers and producers do not create streams: they fail with an error
+// ('weave init' calls it). Like Run it first checks the server's version (ErrServerTooOld). Workers and producers do not create streams: they fail with an error
 // wrapping ErrNamespaceNotFound (worker.ErrNamespaceNotFound, dispatcher.ErrNamespaceNotFound are
 // the same error) until the namespace is initialised. It is idempotent: a stream that exists is
 // left as it is, and its StreamStatus lists how it differs from opts (replicas, say), since
@@ -36,6 +37,9 @@ func InitNamespace(ctx context.Context, nc *nats.Conn, namespace string, opts St
 	if opts.DedupWindow < 0 || opts.ResultRetention < 0 {
 		return nil, fmt.Errorf("%w: durations must not be negative", ErrInvalidConfig)
 	}
+	if err := natsver.CheckConn(nc); err != nil {
+		return nil, err
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("weave: jetstream: %w", err)
@@ -47,9 +51,20 @@ func InitNamespace(ctx context.Context, nc *nats.Conn, namespace string, opts St
 // not exist (see InitNamespace).
 var ErrNamespaceNotFound = topology.ErrNamespaceNotFound
 
-// initStreams creates the namespace's missing streams at the start of Run, and warns about
-// existing ones that differ from Config.Streams (they are used as they are).
-func (c *Coordinator) initStreams(ctx context.Context) error {
+// ErrServerTooOld is wrapped by the error Run and InitNamespace return when the NATS server is
+// older than the one Weave needs (MinServerVersion). worker.ErrServerTooOld and
+// dispatcher.ErrServerTooOld are the same error.
+var ErrServerTooOld = natsver.ErrServerTooOld
+
+// MinServerVersion is the oldest nats-server Weave runs on.
+const MinServerVersion = natsver.Minimum
+
+// prepare starts Run: it checks the server's version, creates the namespace's missing streams,
+// and warns about existing ones that differ from Config.Streams (they are used as they are).
+func (c *Coordinator) prepare(ctx context.Context) error {
+	if err := natsver.CheckConn(c.nc); err != nil {
+		return err
+	}
 	sts, err := topology.Init(ctx, c.js, c.names, c.cfg.Streams)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/internal/natsver"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -53,6 +54,9 @@ var (
 	// not create them: the coordinator does when it starts, or 'weave init'. The error names the
 	// namespace, so a misspelt one is plain to see.
 	ErrNamespaceNotFound = topology.ErrNamespaceNotFound
+	// ErrServerTooOld reports a NATS server older than Weave needs (2.11.0); the error names both
+	// versions. The first call that uses the streams checks it.
+	ErrServerTooOld = natsver.ErrServerTooOld
 )
 
 // Defaults of Config.
@@ -207,8 +211,8 @@ func (d *Dispatcher) Namespace() string { return d.cfg.Namespace }
 // MaxPayload returns the largest job payload the dispatcher accepts, after defaults.
 func (d *Dispatcher) MaxPayload() int { return d.cfg.MaxPayload }
 
-// ensure checks once that the namespace's streams a producer uses exist, returning an error
-// wrapping ErrNamespaceNotFound if not; a failed check is done again by the next call. The
+// ensure checks once the server's version (ErrServerTooOld) and that the namespace's streams a
+// producer uses exist, returning an error wrapping ErrNamespaceNotFound if not; a failed check is done again by the next call. The
 // dispatcher never creates streams: that would need stream-create rights, and a misspelt
 // namespace would get streams that accept jobs nothing runs.
 func (d *Dispatcher) ensure(ctx context.Context) error {
@@ -216,6 +220,9 @@ func (d *Dispatcher) ensure(ctx context.Context) error {
 	defer d.checkMu.Unlock()
 	if d.checked {
 		return nil
+	}
+	if err := natsver.CheckConn(d.nc); err != nil {
+		return err
 	}
 	if err := topology.Check(ctx, d.js, d.names, d.names.JobsStream(), d.names.ResultsStream()); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/internal/natsver"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -19,6 +20,10 @@ var ErrInvalidConfig = errors.New("weave: invalid worker config")
 // ErrNamespaceNotFound is wrapped by the error Run returns when the namespace's streams do not
 // exist. A worker does not create them: the coordinator does when it starts, or 'weave init'.
 var ErrNamespaceNotFound = topology.ErrNamespaceNotFound
+
+// ErrServerTooOld is wrapped by the error Run returns when the NATS server is older than Weave
+// needs (2.11.0); the error names both versions.
+var ErrServerTooOld = natsver.ErrServerTooOld
 
 // Defaults of Config. A zero field means its default.
 const (

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -43,15 +44,20 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case err == nil:
 		return exitOK
 	case errors.As(err, new(usageError)):
-		fmt.Fprintf(stderr, "weave: %v\nRun 'weave --help' for usage.\n", err)
+		fmt.Fprintf(stderr, "%s\nRun 'weave --help' for usage.\n", message(err))
 		return exitUsage
 	case errors.As(err, new(pendingError)):
-		fmt.Fprintf(stderr, "weave: %v\n", err)
+		fmt.Fprintln(stderr, message(err))
 		return exitPending
 	case errors.As(err, new(silentError)):
 		return exitError // the command has already said what went wrong
 	default:
-		fmt.Fprintf(stderr, "weave: %v\n", err)
+		fmt.Fprintln(stderr, message(err))
 		return exitError
 	}
+}
+
+// message is err's text for the user, prefixed "weave: " once (the library's errors start so).
+func message(err error) string {
+	return "weave: " + strings.TrimPrefix(err.Error(), "weave: ")
 }
