@@ -79,7 +79,7 @@ func cancelGroup(ctx context.Context, stdout io.Writer, h *dispatcher.Handle, jo
 		what = fmt.Sprintf("cancel of %d jobs", len(jobs))
 	}
 	switch {
-	case errors.Is(err, dispatcher.ErrNoAnswer):
+	case errors.Is(err, dispatcher.ErrNoAnswer) && ctx.Err() == nil: // not interrupted, nor refused by the server
 		fmt.Fprintf(stdout, "group %q: %s stored; no coordinator answered within %v: it is applied when a coordinator runs\n", group, what, timeout)
 		return pendingError{err}
 	case err != nil:
