@@ -73,6 +73,6 @@ state. Run one per namespace: a second one waits as a standby and takes over wit
 	f.DurationVar(&cfg.RescueAfter, "rescue-after", coordinator.DefaultRescueAfter, "how long a pool may have no live worker before its jobs go to other pools")
 	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "replicas of the streams, if this coordinator creates them (3 for a cluster)")
 	f.DurationVar(&cfg.Streams.DedupWindow, "dedup-window", 0, "how long job keys are remembered for deduplication, if this coordinator creates the streams (0: 2m)")
-	f.DurationVar(&cfg.Streams.ResultRetention, "result-retention", 0, "how long group outcomes are kept, if this coordinator creates the streams (0: 24h)")
+	f.DurationVar(&cfg.Streams.ResultRetention, "result-retention", 0, "how long a finished group's outcomes (and failed jobs' payloads) are kept (0: 24h)")
 	return cmd
 }

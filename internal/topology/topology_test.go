@@ -15,7 +15,7 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// TestEnsureIsIdempotent: whoever starts first creates the streams; later calls (even with other
+// TestEnsureIsIdempotent: the first call creates the streams; later calls (even with other
 // options) accept them as they are.
 func TestEnsureIsIdempotent(t *testing.T) {
 	t.Parallel()
