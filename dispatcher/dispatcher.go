@@ -237,6 +237,12 @@ func (d *Dispatcher) finishContext(ctx context.Context) (context.Context, contex
 	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.RequestTimeout)
 }
 
+// requestContext bounds one request to the server (or a page of direct gets) by RequestTimeout,
+// so that a server that does not answer cannot hold a caller whose ctx has no deadline.
+func (d *Dispatcher) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.cfg.RequestTimeout)
+}
+
 // publishControl publishes a group control message and waits for its acknowledgement. It
 // returns the message's stream sequence.
 func (d *Dispatcher) publishControl(ctx context.Context, c wire.GroupControl) (uint64, error) {

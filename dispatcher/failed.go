@@ -265,7 +265,9 @@ func (r *redrive) newerOpen(ctx context.Context) (uint64, error) {
 		open   *directget.Msg // an open before any seal
 	)
 	for from := r.openSeq + 1; ; {
-		msgs, err := r.get.Next(ctx, subject, from, scanPage)
+		rctx, cancel := r.d.requestContext(ctx)
+		msgs, err := r.get.Next(rctx, subject, from, scanPage)
+		cancel()
 		if err != nil {
 			return 0, fmt.Errorf("weave: redrive group %q: read its control messages: %w", r.group, err)
 		}
@@ -488,7 +490,9 @@ func (r *redrive) jobs(ctx context.Context, gone *idList, errp *error) iter.Seq2
 
 // fetch reads the job messages with the given IDs; out[i] is nil when IDs[i] is not stored.
 func (r *redrive) fetch(ctx context.Context, ids []uint64) ([]*directget.Msg, error) {
-	msgs, err := r.get.Get(ctx, ids)
+	rctx, cancel := r.d.requestContext(ctx)
+	msgs, err := r.get.Get(rctx, ids)
+	cancel()
 	if err == nil {
 		return msgs, nil
 	}
@@ -545,7 +549,9 @@ func (d *Dispatcher) scanOutcomes(ctx context.Context, subject string, from, upT
 		defer get.Close()
 		prefix := d.names.OutcomeSubject("")
 		for from <= upTo {
-			msgs, err := get.Next(ctx, subject, from, scanPage)
+			rctx, cancel := d.requestContext(ctx)
+			msgs, err := get.Next(rctx, subject, from, scanPage)
+			cancel()
 			if err != nil {
 				yield(nil, fmt.Errorf("weave: read %s: %w", subject, err))
 				return
