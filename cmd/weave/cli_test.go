@@ -187,7 +187,7 @@ func TestCLIInit(t *testing.T) {
 	if code != exitError || !strings.Contains(errOut, want) {
 		t.Errorf("submit to a misspelt namespace: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	for _, args := range [][]string{{"failed", "list"}, {"cancel", "-g", "g"}} {
+	for _, args := range [][]string{{"failed", "list"}, {"cancel", "-g", "g"}, {"status", "--timeout", "200ms"}} {
 		code, out, errOut = runCLI(t, "", append(args, typo...)...)
 		if code != exitError || !strings.Contains(errOut, want) {
 			t.Errorf("%v on a misspelt namespace: exit %d\nstdout: %s\nstderr: %s", args, code, out, errOut)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -10,10 +12,28 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/wire"
 )
+
+// checkNamespace returns an error wrapping coordinator.ErrNamespaceNotFound if the namespace's
+// streams do not exist.
+func checkNamespace(ctx context.Context, nc *nats.Conn, namespace string) error {
+	names, err := wire.NewNames(namespace)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	return topology.Check(ctx, js, names, names.JobsStream())
+}
 
 func newStatusCmd(g *globals) *cobra.Command {
 	var (
@@ -38,6 +58,13 @@ worker pools, and workers busy or sleeping.`,
 			defer cancel()
 			st, err := coordinator.QueryStatus(ctx, s.nc, conn.namespace)
 			if err != nil {
+				// No coordinator answered: say so, unless the namespace does not even exist
+				// (a typo, say).
+				cctx, cancel := contextWithTimeout(s.ctx, conn.timeout)
+				defer cancel()
+				if nerr := checkNamespace(cctx, s.nc, conn.namespace); errors.Is(nerr, coordinator.ErrNamespaceNotFound) {
+					return nerr
+				}
 				return s.explain(err)
 			}
 			if jsonOut {
