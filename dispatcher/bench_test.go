@@ -54,7 +54,7 @@ func benchmarkPublish(b *testing.B, keyed, memory bool) {
 		b.Fatal(err)
 	}
 	names, _ := wire.NewNames("bench")
-	if err := topology.Ensure(ctx, js, names, streams); err != nil {
+	if _, err := topology.Init(ctx, js, names, streams); err != nil {
 		b.Fatal(err)
 	}
 	d, err := dispatcher.New(nc, dispatcher.Config{Namespace: "bench"})
@@ -130,7 +130,7 @@ func newReference(ctx context.Context, b *testing.B, nc *nats.Conn, maxPending i
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := topology.Ensure(ctx, js, names, streams); err != nil {
+	if _, err := topology.Init(ctx, js, names, streams); err != nil {
 		b.Fatal(err)
 	}
 	return &reference{js: js, names: names}

@@ -63,7 +63,7 @@ func setupEmpty(t *testing.T, cfg dispatcher.Config) *env {
 // initNamespace creates the streams of the namespace names, accepting those that exist.
 func (e *env) initNamespace(t *testing.T, names wire.Names) {
 	t.Helper()
-	if err := topology.Ensure(testContext(t), e.js, names, topology.Options{}); err != nil {
+	if _, err := topology.Init(testContext(t), e.js, names, topology.Options{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -56,7 +56,7 @@ func setupWith(t testing.TB, opts topology.Options) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, srv: srv, nc: nc, js: js, names: names}
-	if err := topology.Ensure(f.ctx(), js, names, opts); err != nil {
+	if _, err := topology.Init(f.ctx(), js, names, opts); err != nil {
 		t.Fatal(err)
 	}
 	return f

@@ -607,7 +607,8 @@ func TestAckOnlyAfterReportsPersisted(t *testing.T) {
 		t.Fatalf("batch acked before its report was persisted: ack pending %d, work msgs %d", info.NumAckPending, f.workMsgs())
 	}
 
-	must(t, topology.Ensure(f.ctx(), f.js, f.names, streams))
+	_, err = topology.Init(f.ctx(), f.js, f.names, streams)
+	must(t, err)
 	rr := f.reports()
 	if rep := rr.next(); rep.ID != 1 || rep.Status != wire.StatusOK || string(rep.Data) != "kept" {
 		t.Errorf("report %+v", rep)

@@ -1,5 +1,5 @@
 // Package topology creates Weave's streams and consumers. Only the coordinator (at start) and
-// 'weave init' create a namespace's streams (Ensure, Init); workers and producers check that they
+// 'weave init' create a namespace's streams (Init); workers and producers check that they
 // exist (Check) and fail with ErrNamespaceNotFound when they do not, so a namespace typo cannot
 // create streams that accept jobs nothing will run, and those roles need no stream-create rights.
 package topology
@@ -182,12 +182,6 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names, o Options) 
 		out = append(out, StreamStatus{Name: cfg.Name, Differences: differences(s.CachedInfo().Config, cfg)})
 	}
 	return out, nil
-}
-
-// Ensure creates the namespace's streams that do not exist; it accepts existing ones as they are.
-func Ensure(ctx context.Context, js jetstream.JetStream, n wire.Names, o Options) error {
-	_, err := Init(ctx, js, n, o)
-	return err
 }
 
 // differences compares an existing stream's configuration with the one Weave would create, on the

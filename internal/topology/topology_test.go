@@ -15,9 +15,9 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// TestEnsureIsIdempotent: the first call creates the streams; later calls (even with other
+// TestInitIsIdempotent: the first call creates the streams; later calls (even with other
 // options) accept them as they are.
-func TestEnsureIsIdempotent(t *testing.T) {
+func TestInitIsIdempotent(t *testing.T) {
 	t.Parallel()
 	srv := jstest.New(t)
 	js, err := jetstream.New(jstest.NewConn(t, srv.ClientURL()))
@@ -27,11 +27,11 @@ func TestEnsureIsIdempotent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	names, _ := wire.NewNames("topo")
-	if err := topology.Ensure(ctx, js, names, topology.Options{}); err != nil {
+	if _, err := topology.Init(ctx, js, names, topology.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := topology.Ensure(ctx, js, names, topology.Options{DedupWindow: time.Minute}); err != nil {
-		t.Fatalf("second Ensure: %v", err)
+	if _, err := topology.Init(ctx, js, names, topology.Options{DedupWindow: time.Minute}); err != nil {
+		t.Fatalf("second Init: %v", err)
 	}
 	for _, cfg := range topology.Streams(names, topology.Options{}) {
 		s, err := js.Stream(ctx, cfg.Name)
