@@ -51,6 +51,7 @@ type engine struct {
 	replayReports map[uint64]reportAt      // latest report per job
 	replayRetries map[uint64]journal.Entry // latest retry decision per job
 	replayHistory map[uint64][]wire.Attempt
+	replayCancels []replayCancel // cancels read, applied once the state is rebuilt
 
 	stats   counters
 	out     effects
@@ -113,6 +114,12 @@ type job struct {
 	counted   bool           // counted in the scheduler's in-flight for its group
 	retryAt   time.Time
 	heapIdx   int
+}
+
+// replayCancel is a cancel read during replay: of the group, or of some of its jobs.
+type replayCancel struct {
+	g    *group
+	jobs []uint64
 }
 
 // reportAt is a report seen during replay, applied once the journal has been read.
@@ -250,6 +257,12 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl) {
 		}
 		if g.finished {
 			e.answerNotOpen(seq, c)
+			return
+		}
+		if e.replaying {
+			// The group's pending jobs are not in the scheduler yet, nor its running ones known:
+			// finishReplay applies the cancel to the rebuilt state.
+			e.replayCancels = append(e.replayCancels, replayCancel{g: g, jobs: c.Jobs})
 			return
 		}
 		canceled, stopping := g.canceled, len(e.out.cancels)
