@@ -12,8 +12,8 @@ import (
 	"github.com/weavejobs/weave/spreader"
 )
 
-// StreamOptions tunes the streams a component creates when they do not exist yet (replicas, dedup
-// window, result retention, storage). Every component of a namespace should use the same.
+// StreamOptions tunes the streams the coordinator (or InitNamespace) creates when they do not
+// exist yet (replicas, dedup window, storage), and the result retention.
 type StreamOptions = topology.Options
 
 // ErrInvalidConfig reports a Config that New cannot use.
@@ -120,8 +120,9 @@ type Config struct {
 	// finished more than Streams.ResultRetention ago. Default 10s.
 	TrimInterval time.Duration
 
-	// Streams tunes the streams (replicas, dedup window, result retention) if this coordinator
-	// creates them.
+	// Streams tunes the streams this coordinator creates when they do not exist (replicas,
+	// dedup window; workers and producers never create them), and ResultRetention, which the
+	// coordinator applies to finished groups whoever created the streams.
 	Streams StreamOptions
 
 	// now is the clock; tests replace it.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/weavejobs/weave/internal/directget"
 	"github.com/weavejobs/weave/internal/lease"
-	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -75,7 +74,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		c.mu.Unlock()
 	}()
 
-	if err := topology.Ensure(ctx, c.js, c.names, c.cfg.Streams); err != nil {
+	if err := c.prepare(ctx); err != nil {
 		return err
 	}
 	host, _ := os.Hostname()

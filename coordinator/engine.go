@@ -56,6 +56,7 @@ type engine struct {
 	replayReports map[uint64]reportAt      // latest report per job
 	replayRetries map[uint64]journal.Entry // latest retry decision per job
 	replayHistory map[uint64][]wire.Attempt
+	replayCancels []replayCancel // cancels read, applied once the state is rebuilt
 
 	stats   counters
 	out     effects
@@ -80,9 +81,11 @@ type group struct {
 	idxKey    string // the group's name in the job index: ID and incarnation
 	lastSeq   uint64 // the sequence of its last message in JOBS: a purge stops there
 	sealed    bool
-	abandoned bool      // sealed by the coordinator: the producer went silent (see abandon)
-	count     uint64    // jobs the producer says it published (seal); informational
-	openedAt  time.Time // when its open was stored (the server's clock)
+	abandoned bool // sealed by the coordinator: the producer went silent (see abandon)
+	// sealedByCancel: a cancel of the whole group sealed it before its producer did.
+	sealedByCancel bool
+	count          uint64    // jobs the producer says it published (seal); informational
+	openedAt       time.Time // when its open was stored (the server's clock)
 	// lastHeard is the coordinator's time of the group's latest job, open or keep-alive while
 	// unsealed; abandonAt is when the coordinator last asked for its seal (zero if never).
 	lastHeard, abandonAt time.Time
@@ -125,6 +128,12 @@ type job struct {
 	heapIdx   int
 }
 
+// replayCancel is a cancel read during replay: of the group, or of some of its jobs.
+type replayCancel struct {
+	g    *group
+	jobs []uint64
+}
+
 // reportAt is a report seen during replay, applied once the journal has been read.
 type reportAt struct {
 	worker string
@@ -144,10 +153,11 @@ type effects struct {
 	rejections      []rejection
 	cancels         []uint64 // running jobs whose handlers must be canceled
 	abandons        []*group // unsealed groups whose producer went silent: store a seal for them
+	answers         []answer // answers to control messages that asked for one (answers.go)
 }
 
 func (o *effects) empty() bool {
-	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.abandons) == 0
+	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.abandons)+len(o.answers) == 0
 }
 
 // release is a batch of jobs handed to a pool.
@@ -261,7 +271,7 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 		e.heard(g)
 	case wire.OpSeal:
 		switch {
-		case g != nil && g.sealed && g.cancelReq && !c.Abandoned:
+		case g != nil && g.sealedByCancel && !c.Abandoned:
 			// Canceled while open, which sealed it: the producer's own seal comes after.
 			g.lastSeq = seq
 			return
@@ -278,17 +288,33 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 	case wire.OpCancel:
 		if g == nil {
 			e.reject(subject, seq, "cancel of a group that is not open: "+c.Group)
+			e.answerNotOpen(seq, c)
 			return
 		}
+		if g.finished {
+			e.answerNotOpen(seq, c)
+			return
+		}
+		if len(c.Jobs) == 0 && !g.sealed {
+			// No job may join a canceled group, so it can finish without its producer. Sealed at
+			// the cancel's place in the stream, also while replaying, so a replay refuses the
+			// same later jobs.
+			e.seal(g, seq)
+			g.sealedByCancel = true
+		}
+		if e.replaying {
+			// The group's pending jobs are not in the scheduler yet, nor its running ones known:
+			// finishReplay applies the cancel to the rebuilt state.
+			e.replayCancels = append(e.replayCancels, replayCancel{g: g, jobs: c.Jobs})
+			return
+		}
+		canceled, stopping := g.canceled, len(e.out.cancels)
 		if len(c.Jobs) > 0 {
 			e.cancelJobs(g, c.Jobs)
-			return
+		} else {
+			e.cancelGroup(g)
 		}
-		if !g.sealed {
-			// No job may join a canceled group, so it can finish without its producer.
-			e.seal(g, seq)
-		}
-		e.cancelGroup(g)
+		e.answer(seq, c, wire.ControlAnswer{OK: true, Canceled: int(g.canceled - canceled), Stopping: len(e.out.cancels) - stopping})
 	}
 }
 
@@ -328,7 +354,7 @@ func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) bool {
 	case g == nil:
 		e.reject(subject, seq, "job for a group that is not open: "+m.Group)
 		return false
-	case g.sealed && g.cancelReq:
+	case g.sealedByCancel:
 		e.reject(subject, seq, "job for group "+m.Group+", which was canceled")
 		return false
 	case g.sealed:

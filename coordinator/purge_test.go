@@ -26,7 +26,7 @@ func TestPurgeGroupKeepsLaterIncarnation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	names, _ := wire.NewNames("purge")
-	if err := topology.Ensure(ctx, js, names, topology.Options{}); err != nil {
+	if _, err := topology.Init(ctx, js, names, topology.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	pub := func(subject string, h nats.Header) uint64 {

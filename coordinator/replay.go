@@ -159,6 +159,18 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	for _, ra := range undecided {
 		e.report(ra.worker, ra.seq, ra.r, now)
 	}
+	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
+	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
+	for _, c := range e.replayCancels {
+		switch {
+		case c.g.finished:
+		case len(c.jobs) > 0:
+			e.cancelJobs(c.g, c.jobs)
+		default:
+			e.cancelGroup(c.g)
+		}
+	}
+	e.replayCancels = nil
 	for _, g := range e.arrival {
 		e.checkFinished(g)
 	}

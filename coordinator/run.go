@@ -496,6 +496,7 @@ func (r *run) step(ctx context.Context) {
 	if len(out.cancels) > 0 {
 		r.publishCancels(out.cancels)
 	}
+	r.publishAnswers(out.answers) // after the cancels they report
 	for _, g := range out.abandons {
 		c := wire.GroupControl{Group: g.id, Op: wire.OpSeal, Count: g.admitted, Abandoned: true}
 		m := nats.NewMsg(r.names.GroupSubject(g.tok))

@@ -48,8 +48,16 @@ func benchmarkPublish(b *testing.B, keyed, memory bool) {
 	defer cancel()
 	srv := jstest.New(b)
 	nc := jstest.NewConn(b, srv.ClientURL())
-	streams := dispatcher.StreamOptions{MemoryStorage: memory}
-	d, err := dispatcher.New(nc, dispatcher.Config{Namespace: "bench", Streams: streams})
+	streams := topology.Options{MemoryStorage: memory}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	names, _ := wire.NewNames("bench")
+	if _, err := topology.Init(ctx, js, names, streams); err != nil {
+		b.Fatal(err)
+	}
+	d, err := dispatcher.New(nc, dispatcher.Config{Namespace: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -113,7 +121,7 @@ type reference struct {
 	names wire.Names
 }
 
-func newReference(ctx context.Context, b *testing.B, nc *nats.Conn, maxPending int, streams dispatcher.StreamOptions) *reference {
+func newReference(ctx context.Context, b *testing.B, nc *nats.Conn, maxPending int, streams topology.Options) *reference {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPending))
 	if err != nil {
 		b.Fatal(err)
@@ -122,7 +130,7 @@ func newReference(ctx context.Context, b *testing.B, nc *nats.Conn, maxPending i
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := topology.Ensure(ctx, js, names, streams); err != nil {
+	if _, err := topology.Init(ctx, js, names, streams); err != nil {
 		b.Fatal(err)
 	}
 	return &reference{js: js, names: names}

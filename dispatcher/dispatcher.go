@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/internal/natsver"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -42,13 +43,20 @@ var (
 	// ErrNotFailed reports that Redrive has nothing to publish: the group's latest finished
 	// incarnation has no failed job, a job ID given is not one of its failed jobs (it succeeded,
 	// was canceled, belongs to another group or incarnation, or does not exist), or no outcome
-	// of the group is stored (an unknown group, or one older than StreamOptions.ResultRetention).
+	// of the group is stored (an unknown group, or one older than the result retention).
 	ErrNotFailed = errors.New("weave: no such failed job")
 	// ErrJobGone reports failed jobs whose messages the JOBS stream no longer holds, so their
 	// payloads cannot be published again: the coordinator deletes them ResultRetention after
 	// the group finished (their outcomes go at the same time, so this is rare), or an operator
 	// deleted them.
 	ErrJobGone = errors.New("weave: failed job's message is gone")
+	// ErrNamespaceNotFound reports that the namespace's streams do not exist. A dispatcher does
+	// not create them: the coordinator does when it starts, or 'weave init'. The error names the
+	// namespace, so a misspelt one is plain to see.
+	ErrNamespaceNotFound = topology.ErrNamespaceNotFound
+	// ErrServerTooOld reports a NATS server older than Weave needs (2.11.0); the error names both
+	// versions. The first call that uses the streams checks it.
+	ErrServerTooOld = natsver.ErrServerTooOld
 )
 
 // Defaults of Config.
@@ -66,11 +74,6 @@ const (
 // a valid job can have (long group ID and key, 2×64 resources of 128 bytes) take about 18 KiB, so a
 // payload within MaxPayload always fits in one message.
 const headerRoom = 32 << 10
-
-// StreamOptions tune the streams the dispatcher creates when they do not exist yet. The zero value
-// gives the defaults documented on each field. Every Weave component of a namespace should use the
-// same options; whichever starts first creates the streams.
-type StreamOptions = topology.Options
 
 // Config configures a Dispatcher. The zero value is ready to use.
 type Config struct {
@@ -102,11 +105,6 @@ type Config struct {
 	// (the coordinator seals a group that hears nothing for its AbandonAfter, 5 minutes by
 	// default). Default 30s (DefaultKeepAlive).
 	KeepAlive time.Duration
-
-	// Streams are the options of the streams the dispatcher creates if they do not exist. Default:
-	// the zero StreamOptions (one replica, file storage, 2 minute dedup window, 24 hour result
-	// retention).
-	Streams StreamOptions
 }
 
 // Dispatcher publishes groups of jobs to Weave and waits for their outcomes. It is safe for
@@ -123,9 +121,10 @@ type Dispatcher struct {
 	// publish and takes one out after settling its acknowledgement.
 	slots chan struct{}
 
-	// ensureMu guards ensured; held while creating the streams so concurrent first calls wait.
-	ensureMu sync.Mutex
-	ensured  bool
+	// checkMu guards checked; held while checking that the streams exist, so concurrent first
+	// calls wait for one check.
+	checkMu sync.Mutex
+	checked bool
 
 	// sumMu guards the subscription WaitSummary calls share (see summary.go): sumSub, nil until
 	// the first one and after Close; sumWaiters, the waiters by group token; sumClosed, set by
@@ -142,7 +141,7 @@ type Dispatcher struct {
 }
 
 // New returns a Dispatcher publishing through nc. It validates cfg and fills in defaults; it does
-// no I/O (the streams are created, if needed, by the first call that uses them).
+// no I/O (the first call that uses the streams checks that they exist).
 func New(nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: nil NATS connection", ErrInvalidConfig)
@@ -173,9 +172,6 @@ func New(nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("%w: negative KeepAlive %v", ErrInvalidConfig, cfg.KeepAlive)
 	case cfg.KeepAlive == 0:
 		cfg.KeepAlive = DefaultKeepAlive
-	}
-	if r := cfg.Streams.Replicas; r < 0 || r > 5 {
-		return nil, fmt.Errorf("%w: Streams.Replicas %d outside 0..5", ErrInvalidConfig, r)
 	}
 
 	js, err := jetstream.New(nc,
@@ -228,17 +224,23 @@ func (d *Dispatcher) Namespace() string { return d.cfg.Namespace }
 // MaxPayload returns the largest job payload the dispatcher accepts, after defaults.
 func (d *Dispatcher) MaxPayload() int { return d.cfg.MaxPayload }
 
-// ensure creates the namespace's streams once; a failed attempt is retried by the next call.
+// ensure checks once the server's version (ErrServerTooOld) and that the namespace's streams a
+// producer uses exist, returning an error wrapping ErrNamespaceNotFound if not; a failed check is done again by the next call. The
+// dispatcher never creates streams: that would need stream-create rights, and a misspelt
+// namespace would get streams that accept jobs nothing runs.
 func (d *Dispatcher) ensure(ctx context.Context) error {
-	d.ensureMu.Lock()
-	defer d.ensureMu.Unlock()
-	if d.ensured {
+	d.checkMu.Lock()
+	defer d.checkMu.Unlock()
+	if d.checked {
 		return nil
 	}
-	if err := topology.Ensure(ctx, d.js, d.names, d.cfg.Streams); err != nil {
+	if err := natsver.CheckConn(d.nc); err != nil {
 		return err
 	}
-	d.ensured = true
+	if err := topology.Check(ctx, d.js, d.names, d.names.JobsStream(), d.names.ResultsStream()); err != nil {
+		return err
+	}
+	d.checked = true
 	return nil
 }
 
@@ -246,6 +248,12 @@ func (d *Dispatcher) ensure(ctx context.Context) error {
 // pending publishes and sealing. It keeps ctx's values and is bounded by RequestTimeout.
 func (d *Dispatcher) finishContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.RequestTimeout)
+}
+
+// requestContext bounds one request to the server (or a page of direct gets) by RequestTimeout,
+// so that a server that does not answer cannot hold a caller whose ctx has no deadline.
+func (d *Dispatcher) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.cfg.RequestTimeout)
 }
 
 // publishControl publishes a group control message and waits for its acknowledgement. It

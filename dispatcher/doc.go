@@ -22,8 +22,8 @@
 //
 // # Deduplication
 //
-// A job with a Key is stored at most once per group within the dedup window
-// (StreamOptions.DedupWindow, default 2 minutes): a repeat is dropped by JetStream and counted in
+// A job with a Key is stored at most once per group within the namespace's dedup window (set
+// when its streams are created, default 2 minutes): a repeat is dropped by JetStream and counted in
 // Handle.Duplicates. Publishing the same group again with the same keys (for example after the
 // producer crashed before sealing) therefore adds only the jobs that are missing, then seals.
 //
@@ -40,8 +40,8 @@
 //
 // # Failed jobs
 //
-// A job that failed (permanently, or out of attempts) stays inspectable for
-// StreamOptions.ResultRetention after its group finished: the coordinator keeps its outcome, with
+// A job that failed (permanently, or out of attempts) stays inspectable for the coordinator's
+// result retention (default 24 hours) after its group finished: the coordinator keeps its outcome, with
 // the history of its attempts, and its message with the payload. Dispatcher.Failed lists the
 // failed jobs still stored, of one group or of all. Dispatcher.Redrive publishes the failed jobs
 // of a group's latest finished incarnation again (all of them, or the IDs given), rebuilt from

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
 	"github.com/weavejobs/weave/internal/wire"
@@ -28,6 +29,11 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer nc.Close()
+	// The coordinator creates the namespace's streams when it starts; here, with no coordinator,
+	// as 'weave init' does. A dispatcher only checks that they exist.
+	if _, err := coordinator.InitNamespace(ctx, nc, "", coordinator.StreamOptions{}); err != nil {
+		log.Fatal(err)
+	}
 
 	d, err := dispatcher.New(nc, dispatcher.Config{})
 	if err != nil {
@@ -91,6 +97,11 @@ func ExampleDispatcher_Attach() {
 		log.Fatal(err)
 	}
 	defer nc.Close()
+	// The coordinator creates the namespace's streams when it starts; here, with no coordinator,
+	// as 'weave init' does. A dispatcher only checks that they exist.
+	if _, err := coordinator.InitNamespace(ctx, nc, "", coordinator.StreamOptions{}); err != nil {
+		log.Fatal(err)
+	}
 
 	d, err := dispatcher.New(nc, dispatcher.Config{})
 	if err != nil {
@@ -138,6 +149,11 @@ func ExampleHandle_WaitKey() {
 		log.Fatal(err)
 	}
 	defer nc.Close()
+	// The coordinator creates the namespace's streams when it starts; here, with no coordinator,
+	// as 'weave init' does. A dispatcher only checks that they exist.
+	if _, err := coordinator.InitNamespace(ctx, nc, "", coordinator.StreamOptions{}); err != nil {
+		log.Fatal(err)
+	}
 
 	d, err := dispatcher.New(nc, dispatcher.Config{})
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 
 // Dead letters. A job that failed (permanently, or out of attempts) stays inspectable after its
 // group finished: its outcome, with the history of its attempts, is in RESULTS and its message
-// (payload and options) in JOBS until StreamOptions.ResultRetention has passed. Failed lists
+// (payload and options) in JOBS until the result retention has passed. Failed lists
 // those outcomes; Redrive publishes the jobs again, rebuilt from their messages, as a new
 // incarnation of the group.
 //
@@ -96,7 +96,7 @@ func (d *Dispatcher) Failed(ctx context.Context, groupID string) iter.Seq2[JobOu
 // incarnation finished redrives the jobs that failed in it.
 //
 // Each job is rebuilt from its message in the JOBS stream, which the coordinator keeps for a
-// finished group with failed jobs until StreamOptions.ResultRetention has passed: the same
+// finished group with failed jobs until the result retention has passed: the same
 // payload, key, required and preferred resources, MaxAttempts and Timeout (other headers a
 // producer may have added are not copied), under a new ID. Its dedup ID is "redrive:<group
 // token>/<old ID>" instead of the key's: the key's own ID is still in the dedup window when a
@@ -265,7 +265,9 @@ func (r *redrive) newerOpen(ctx context.Context) (uint64, error) {
 		open   *directget.Msg // an open before any seal
 	)
 	for from := r.openSeq + 1; ; {
-		msgs, err := r.get.Next(ctx, subject, from, scanPage)
+		rctx, cancel := r.d.requestContext(ctx)
+		msgs, err := r.get.Next(rctx, subject, from, scanPage)
+		cancel()
 		if err != nil {
 			return 0, fmt.Errorf("weave: redrive group %q: read its control messages: %w", r.group, err)
 		}
@@ -488,7 +490,9 @@ func (r *redrive) jobs(ctx context.Context, gone *idList, errp *error) iter.Seq2
 
 // fetch reads the job messages with the given IDs; out[i] is nil when IDs[i] is not stored.
 func (r *redrive) fetch(ctx context.Context, ids []uint64) ([]*directget.Msg, error) {
-	msgs, err := r.get.Get(ctx, ids)
+	rctx, cancel := r.d.requestContext(ctx)
+	msgs, err := r.get.Get(rctx, ids)
+	cancel()
 	if err == nil {
 		return msgs, nil
 	}
@@ -545,7 +549,9 @@ func (d *Dispatcher) scanOutcomes(ctx context.Context, subject string, from, upT
 		defer get.Close()
 		prefix := d.names.OutcomeSubject("")
 		for from <= upTo {
-			msgs, err := get.Next(ctx, subject, from, scanPage)
+			rctx, cancel := d.requestContext(ctx)
+			msgs, err := get.Next(rctx, subject, from, scanPage)
+			cancel()
 			if err != nil {
 				yield(nil, fmt.Errorf("weave: read %s: %w", subject, err))
 				return
@@ -581,7 +587,7 @@ func (d *Dispatcher) scanOutcomes(ctx context.Context, subject string, from, upT
 	}
 }
 
-// stream returns a stream of the namespace, creating the streams first if needed.
+// stream returns a stream of the namespace, after checking that the namespace exists.
 func (d *Dispatcher) stream(ctx context.Context, name string) (jetstream.Stream, error) {
 	if err := d.ensure(ctx); err != nil {
 		return nil, err

@@ -484,7 +484,6 @@ func TestRedriveIgnoresResumingOpen(t *testing.T) {
 	t.Parallel()
 	e := setup(t, dispatcher.Config{})
 	ctx := testContext(t)
-	e.ensureStreams(ctx, t)
 	control := func(op wire.GroupOp) uint64 {
 		t.Helper()
 		c := wire.GroupControl{Group: "g", Op: op, Count: 1}

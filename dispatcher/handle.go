@@ -68,7 +68,7 @@ type Result struct {
 	Summary Summary
 	// Jobs holds one outcome per job ID in the order they were recorded. A job recorded twice
 	// (the coordinator may repeat a record after a crash) keeps its last record. Outcomes the
-	// RESULTS stream no longer retains (StreamOptions.ResultRetention) are missing, while
+	// RESULTS stream no longer retains (after the coordinator's result retention) are missing, while
 	// Summary counts every job.
 	Jobs []JobOutcome
 }
@@ -121,8 +121,14 @@ func (h *Handle) FirstID() uint64 { return h.firstID }
 func (h *Handle) LastID() uint64 { return h.lastID }
 
 // Cancel asks the coordinator to cancel the group: its jobs that have not finished end as
-// StateCanceled and the group's outcome is recorded as usual, so Wait still returns. Cancel
-// returns once the request is stored; the coordinator applies it.
+// StateCanceled and the group's outcome is recorded as usual, so Wait still returns.
+//
+// The request is stored in the JOBS stream, then Cancel waits for the coordinator's answer, at
+// most Config.RequestTimeout: it returns nil once the coordinator has applied it (pending jobs
+// are canceled, running ones told to stop), an error wrapping ErrGroupNotOpen if the group has no
+// open incarnation (an unknown ID, or a group that has finished), or one wrapping ErrNoAnswer if
+// no coordinator answered in time: the request stays stored and is applied when a coordinator
+// reads it.
 func (h *Handle) Cancel(ctx context.Context) error {
 	if h.err != nil {
 		return h.err
@@ -130,14 +136,13 @@ func (h *Handle) Cancel(ctx context.Context) error {
 	if err := h.d.ensure(ctx); err != nil {
 		return err
 	}
-	_, err := h.d.publishControl(ctx, wire.GroupControl{Group: h.group, Op: wire.OpCancel})
-	return err
+	return h.d.cancel(ctx, wire.GroupControl{Group: h.group, Op: wire.OpCancel})
 }
 
 // CancelJobs cancels some jobs of the group: those not started never start, running ones see
 // their context canceled (cause worker.ErrJobCanceled); each ends canceled. IDs that are not in
 // the group or have already ended are ignored; 0, never a job ID, is an error wrapping
-// ErrInvalidJob. It returns once the request is stored.
+// ErrInvalidJob. It waits for the coordinator's answer as Cancel does, with the same errors.
 func (h *Handle) CancelJobs(ctx context.Context, ids ...uint64) error {
 	if h.err != nil {
 		return h.err
@@ -153,13 +158,12 @@ func (h *Handle) CancelJobs(ctx context.Context, ids ...uint64) error {
 	if err := h.d.ensure(ctx); err != nil {
 		return err
 	}
-	_, err := h.d.publishControl(ctx, wire.GroupControl{Group: h.group, Op: wire.OpCancel, Jobs: ids})
-	return err
+	return h.d.cancel(ctx, wire.GroupControl{Group: h.group, Op: wire.OpCancel, Jobs: ids})
 }
 
 // Wait blocks until the group has finished (every job is in a final state) and returns its
 // outcome, or returns ctx's error. It reads the group's outcomes from the RESULTS stream from the
-// beginning, so it works for a group that finished long ago (within StreamOptions.ResultRetention)
+// beginning, so it works for a group that finished long ago (within the result retention)
 // and from any process. A message that cannot be decoded stops Wait with an error wrapping
 // ErrMalformedOutcome. Wait holds every outcome in memory; for very large groups use Outcomes or
 // WaitSummary.
@@ -266,7 +270,7 @@ func (h *Handle) WaitJob(ctx context.Context, id uint64) (JobOutcome, error) {
 }
 
 // WaitKey is WaitJob for the job published with the given Job.Key. Keys are unique within a group
-// only within the dedup window (StreamOptions.DedupWindow): if the group holds several jobs with
+// only within the namespace's dedup window: if the group holds several jobs with
 // the key, WaitKey returns the outcome recorded first. A job published without a key cannot be
 // waited for by key: an empty key returns an error wrapping ErrJobNotFound at once.
 func (h *Handle) WaitKey(ctx context.Context, key string) (JobOutcome, error) {

@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -33,7 +34,17 @@ type env struct {
 	d     *dispatcher.Dispatcher
 }
 
+// setup starts a server, creates the namespace's streams as the coordinator (or 'weave init')
+// would, since a dispatcher only checks that they exist, and returns a dispatcher.
 func setup(t *testing.T, cfg dispatcher.Config) *env {
+	t.Helper()
+	e := setupEmpty(t, cfg)
+	e.initNamespace(t, e.names)
+	return e
+}
+
+// setupEmpty is setup without the namespace's streams.
+func setupEmpty(t *testing.T, cfg dispatcher.Config) *env {
 	t.Helper()
 	srv := jstest.New(t)
 	nc := jstest.NewConn(t, srv.ClientURL())
@@ -49,9 +60,10 @@ func setup(t *testing.T, cfg dispatcher.Config) *env {
 	return &env{srv: srv, nc: nc, js: js, names: names, d: d}
 }
 
-func (e *env) ensureStreams(ctx context.Context, t *testing.T) {
+// initNamespace creates the streams of the namespace names, accepting those that exist.
+func (e *env) initNamespace(t *testing.T, names wire.Names) {
 	t.Helper()
-	if err := topology.Ensure(ctx, e.js, e.names, topology.Options{}); err != nil {
+	if _, err := topology.Init(testContext(t), e.js, names, topology.Options{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -201,4 +213,39 @@ func wantErrIs(t *testing.T, err error, targets ...error) {
 			t.Fatalf("error %v does not wrap %v", err, target)
 		}
 	}
+}
+
+// standInCoordinator plays the coordinator's part in cancels until the test ends: it follows the
+// group control messages of JOBS and answers each cancel that asks for an answer with what answer
+// returns.
+func (e *env) standInCoordinator(ctx context.Context, t *testing.T, answer func(wire.GroupControl) wire.ControlAnswer) {
+	t.Helper()
+	cons, err := e.js.OrderedConsumer(ctx, e.names.JobsStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{e.names.AllGroups()},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		c, err := wire.ParseGroupControl(m.Headers())
+		if err != nil || c.Op != wire.OpCancel || c.Reply == "" {
+			return
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		a := answer(c)
+		a.Seq, a.Op, a.Group = meta.Sequence.Stream, c.Op, c.Group
+		data, _ := json.Marshal(a)
+		if err := e.nc.Publish(e.names.ReplySubject(c.Reply), data); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
 }

@@ -16,8 +16,8 @@ import (
 // Job is one job of a group. Only Payload is needed; every other field is optional.
 type Job struct {
 	// Key identifies the job within its group. Jobs of a group with the same key are deduplicated
-	// by JetStream within the streams' dedup window (StreamOptions.DedupWindow, default 2
-	// minutes): the second is not stored and is counted as a duplicate. Empty: no deduplication.
+	// by JetStream within the namespace's dedup window (set when its streams are created, default
+	// 2 minutes): the second is not stored and is counted as a duplicate. Empty: no deduplication.
 	// At most 256 bytes of UTF-8 without control characters.
 	Key string
 

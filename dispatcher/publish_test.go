@@ -39,7 +39,6 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"negative MaxPayload", dispatcher.Config{MaxPayload: -1}},
 		{"MaxPayload above server limit", dispatcher.Config{MaxPayload: int(nc.MaxPayload())}},
 		{"negative RequestTimeout", dispatcher.Config{RequestTimeout: -time.Second}},
-		{"replicas", dispatcher.Config{Streams: dispatcher.StreamOptions{Replicas: 7}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := dispatcher.New(nc, tc.cfg)
@@ -387,9 +386,9 @@ func TestPublishRejectsInvalidGroupID(t *testing.T) {
 			t.Fatalf("group %q: handle %v, iterator pulled %v", id, h, pulled)
 		}
 	}
-	// Nothing was published: the dispatcher did not even create its streams.
-	if _, err := e.js.Stream(ctx, e.names.JobsStream()); !errors.Is(err, jetstream.ErrStreamNotFound) {
-		t.Fatalf("JOBS stream: %v, want ErrStreamNotFound", err)
+	// Nothing was published.
+	if n := len(e.readStream(ctx, t, e.names.JobsStream())); n != 0 {
+		t.Fatalf("JOBS holds %d messages, want none", n)
 	}
 }
 
@@ -410,7 +409,7 @@ func TestPublishWithDoneContextPublishesNothing(t *testing.T) {
 // rejected job and seals the group with the 3 accepted.
 func TestPublishSealsAfterRejectedPublish(t *testing.T) {
 	t.Parallel()
-	e := setup(t, dispatcher.Config{})
+	e := setupEmpty(t, dispatcher.Config{})
 	ctx := testContext(t)
 	cfg := topology.Streams(e.names, topology.Options{})[0]
 	cfg.MaxMsgsPerSubject = 3
@@ -419,6 +418,7 @@ func TestPublishSealsAfterRejectedPublish(t *testing.T) {
 	if _, err := e.js.CreateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
+	e.initNamespace(t, e.names) // the other streams
 
 	h, err := e.d.Publish(ctx, "full", slices.Values([]dispatcher.Job{{Key: "0"}, {Key: "1"}, {Key: "2"}, {Key: "3"}, {Key: "4"}}))
 	var apiErr *jetstream.APIError
@@ -458,6 +458,9 @@ func TestCancelPublishesCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.standInCoordinator(ctx, t, func(c wire.GroupControl) wire.ControlAnswer {
+		return wire.ControlAnswer{OK: true, Canceled: 1}
+	})
 	if err := h.Cancel(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +468,40 @@ func TestCancelPublishesCancel(t *testing.T) {
 	if fmt.Sprint(g.order) != "[open job seal cancel]" {
 		t.Fatalf("stream holds %v", g.order)
 	}
+	if g.controls[len(g.controls)-1].Reply == "" {
+		t.Fatal("the cancel asks for no answer")
+	}
 	wantErrIs(t, e.d.Attach("").Cancel(ctx), dispatcher.ErrInvalidGroup)
+}
+
+// The coordinator refuses the cancel of a group that is not open: Cancel returns ErrGroupNotOpen.
+func TestCancelRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	e.standInCoordinator(ctx, t, func(c wire.GroupControl) wire.ControlAnswer {
+		return wire.ControlAnswer{Code: wire.AnswerNotOpen, Reason: "group " + c.Group + " is not open"}
+	})
+	err := e.d.Attach("ghost").Cancel(ctx)
+	wantErrIs(t, err, dispatcher.ErrGroupNotOpen)
+	if !strings.Contains(err.Error(), "group ghost is not open") {
+		t.Errorf("error %q does not give the coordinator's reason", err)
+	}
+	err = e.d.Attach("ghost").CancelJobs(ctx, 7)
+	wantErrIs(t, err, dispatcher.ErrGroupNotOpen)
+}
+
+// With no coordinator to answer, the cancel stays stored and Cancel says so after RequestTimeout.
+func TestCancelWithoutCoordinator(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{RequestTimeout: 300 * time.Millisecond})
+	ctx := testContext(t)
+	err := e.d.Attach("later").Cancel(ctx)
+	wantErrIs(t, err, dispatcher.ErrNoAnswer)
+	g := parseGroup(t, e.names, "later", e.readStream(ctx, t, e.names.JobsStream()))
+	if fmt.Sprint(g.order) != "[cancel]" {
+		t.Fatalf("stream holds %v, want the cancel stored", g.order)
+	}
 }
 
 func TestCancelJobsPublishesCancelOfJobs(t *testing.T) {
@@ -476,6 +512,9 @@ func TestCancelJobsPublishesCancelOfJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.standInCoordinator(ctx, t, func(c wire.GroupControl) wire.ControlAnswer {
+		return wire.ControlAnswer{OK: true, Canceled: len(c.Jobs)}
+	})
 	if err := h.CancelJobs(ctx, h.FirstID(), h.LastID()); err != nil {
 		t.Fatal(err)
 	}
@@ -501,6 +540,8 @@ func TestNamespacesAreIsolated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	betaNames, _ := wire.NewNames("beta")
+	e.initNamespace(t, betaNames)
 	jobs := slices.Values([]dispatcher.Job{{Key: "k"}})
 	for _, d := range []*dispatcher.Dispatcher{e.d, beta} {
 		if h, err := d.Publish(ctx, "same", jobs); err != nil || h.Accepted() != 1 {
@@ -508,4 +549,35 @@ func TestNamespacesAreIsolated(t *testing.T) {
 		}
 	}
 	wantSealed(t, parseGroup(t, e.names, "same", e.readStream(ctx, t, e.names.JobsStream())), 1)
+}
+
+// A dispatcher does not create the namespace's streams: on a namespace nobody initialised (a typo,
+// say) Publish fails at once with an error naming the namespace and what to do, pulls no job and
+// creates no stream; so do Attach's waits and Failed.
+func TestUninitialisedNamespace(t *testing.T) {
+	t.Parallel()
+	e := setupEmpty(t, dispatcher.Config{Namespace: "acme"})
+	ctx := testContext(t)
+	pulled := false
+	h, err := e.d.Publish(ctx, "g", func(func(dispatcher.Job) bool) { pulled = true })
+	wantErrIs(t, err, dispatcher.ErrNamespaceNotFound)
+	if want := `namespace "acme" is not initialised (stream acme_JOBS not found): run 'weave init --namespace acme' or start 'weave coordinator --namespace acme'`; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
+	if h != nil || pulled {
+		t.Fatalf("handle %v, iterator pulled %v", h, pulled)
+	}
+	_, err = e.d.Attach("g").WaitSummary(ctx)
+	wantErrIs(t, err, dispatcher.ErrNamespaceNotFound)
+	wantErrIs(t, e.d.Attach("g").Cancel(ctx), dispatcher.ErrNamespaceNotFound)
+	for _, err := range e.d.Failed(ctx, "") {
+		wantErrIs(t, err, dispatcher.ErrNamespaceNotFound)
+	}
+	names := e.js.StreamNames(ctx)
+	for name := range names.Name() {
+		t.Errorf("stream %s created", name)
+	}
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
+	}
 }

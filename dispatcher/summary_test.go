@@ -235,7 +235,6 @@ func TestCloseStopsSharedSubscription(t *testing.T) {
 	e := setup(t, dispatcher.Config{})
 	ctx := testContext(t)
 	started := expectWaiting(e, 1)
-	e.ensureStreams(ctx, t)
 	base := e.nc.NumSubscriptions()
 
 	done := waitSummaryAsync(ctx, e.d.Attach("late"))

@@ -13,11 +13,9 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// record plays the coordinator: it appends messages to a group's outcome subject, creating the
-// streams first as the coordinator does when it starts.
+// record plays the coordinator: it appends messages to a group's outcome subject.
 func (e *env) record(ctx context.Context, t *testing.T, group string, msgs ...[]byte) {
 	t.Helper()
-	e.ensureStreams(ctx, t)
 	for _, m := range msgs {
 		if _, err := e.js.Publish(ctx, e.names.OutcomeSubject(wire.GroupToken(group)), m); err != nil {
 			t.Fatal(err)

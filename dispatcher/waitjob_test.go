@@ -50,7 +50,6 @@ func (e *env) waitForConsumers(ctx context.Context, t *testing.T, n int) {
 // recordIncarnation is record with the Weave-Group-Seq header the coordinator puts on outcomes.
 func (e *env) recordIncarnation(ctx context.Context, t *testing.T, group string, openSeq uint64, msgs ...[]byte) {
 	t.Helper()
-	e.ensureStreams(ctx, t)
 	for _, m := range msgs {
 		msg := &nats.Msg{Subject: e.names.OutcomeSubject(wire.GroupToken(group)), Header: nats.Header{}, Data: m}
 		msg.Header.Set(wire.HdrGroupSeq, strconv.FormatUint(openSeq, 10))
@@ -152,7 +151,6 @@ func TestWaitJobWaitsForTheOutcome(t *testing.T) {
 	t.Parallel()
 	e := setup(t, dispatcher.Config{})
 	ctx := testContext(t)
-	e.ensureStreams(ctx, t)
 	h := e.d.Attach("live")
 	waiting := expectWaiting(e, 2)
 
@@ -337,7 +335,6 @@ func TestWaitJobManyWaiters(t *testing.T) {
 	e := setup(t, dispatcher.Config{})
 	t.Cleanup(e.d.Close)
 	ctx := testContext(t)
-	e.ensureStreams(ctx, t)
 	h := e.d.Attach("big")
 	waiting := expectWaiting(e, n+1)
 
@@ -384,7 +381,6 @@ func TestWaitJobAfterClose(t *testing.T) {
 	t.Parallel()
 	e := setup(t, dispatcher.Config{})
 	ctx := testContext(t)
-	e.ensureStreams(ctx, t)
 	h := e.d.Attach("closing")
 	waiting := expectWaiting(e, 1)
 	done := make(chan jobAnswer, 1)
@@ -410,7 +406,6 @@ func TestWaitJobLiveMalformedOutcome(t *testing.T) {
 	t.Parallel()
 	e := setup(t, dispatcher.Config{})
 	ctx := testContext(t)
-	e.ensureStreams(ctx, t)
 	h := e.d.Attach("junk-live")
 	waiting := expectWaiting(e, 1)
 	done := make(chan jobAnswer, 1)

@@ -29,6 +29,9 @@ func BenchmarkGroupBehindUnsealed(b *testing.B) {
 			const ns = "bench"
 			ctx, cancel := context.WithCancel(b.Context())
 			defer cancel()
+			if _, err := coordinator.InitNamespace(ctx, nc, ns, coordinator.StreamOptions{}); err != nil {
+				b.Fatal(err)
+			}
 			c, err := coordinator.New(nc, coordinator.Config{Namespace: ns})
 			if err != nil {
 				b.Fatal(err)
@@ -53,7 +56,7 @@ func BenchmarkGroupBehindUnsealed(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer d.Close()
-			// A first group makes sure the streams exist and the worker has joined.
+			// A first group makes sure the worker has joined.
 			if h, err := d.Publish(ctx, "warm-up", jobs(1, nil)); err != nil {
 				b.Fatal(err)
 			} else if _, err := h.WaitSummary(ctx); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
@@ -43,7 +44,9 @@ type env struct {
 	ctx context.Context
 }
 
-// setup starts an embedded JetStream server and a namespace for one test.
+// setup starts an embedded JetStream server and a namespace for one test, initialised as an
+// operator does with 'weave init' before starting workers and producers (they do not create
+// streams), so components may start in any order.
 func setup(t *testing.T) *env {
 	t.Helper()
 	srv := jstest.New(t)
@@ -55,7 +58,36 @@ func setup(t *testing.T) *env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
+	initNamespace(ctx, t, nc, ns, coordinator.StreamOptions{})
 	return &env{t: t, srv: srv, nc: nc, ns: ns, d: d, ctx: ctx}
+}
+
+// jsClusterNoPeers is the server's error code for "no suitable peers for placement" (nats.go has
+// no constant for it).
+const jsClusterNoPeers = 10005
+
+// initNamespace creates the namespace's streams, as 'weave init' does. A cluster that has just
+// formed may not place replicated streams yet (its peers' state is still spreading): that answer
+// is waited out, within ctx.
+func initNamespace(ctx context.Context, t *testing.T, nc *nats.Conn, ns string, opts coordinator.StreamOptions) {
+	t.Helper()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := coordinator.InitNamespace(ctx, nc, ns, opts)
+		var apiErr *jetstream.APIError
+		if err == nil {
+			return
+		}
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsClusterNoPeers {
+			t.Fatalf("init namespace %s: %v", ns, err)
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("init namespace %s: %v", ns, err)
+		}
+	}
 }
 
 func randomHex(n int) string {

@@ -92,20 +92,21 @@ func TestEndToEndCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ns := "c" + randomHex(4)
-	streams := dispatcher.StreamOptions{Replicas: 3} // the same type as coordinator.StreamOptions and worker.StreamOptions
+	streams := coordinator.StreamOptions{Replicas: 3}
+	initNamespace(ctx, t, ncs[0], ns, streams) // workers and producers do not create streams
 	e := &env{t: t, nc: ncs[0], ns: ns, ctx: ctx}
 	co, err := coordinator.New(ncs[0], coordinator.Config{Namespace: ns, Streams: streams})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.background("coordinator", co.Run)
-	w, err := worker.New(ncs[1], worker.Config{Namespace: ns, Concurrency: 4, Streams: streams, HeartbeatInterval: 250 * time.Millisecond},
+	w, err := worker.New(ncs[1], worker.Config{Namespace: ns, Concurrency: 4, HeartbeatInterval: 250 * time.Millisecond},
 		worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.background("worker", w.Run)
-	d, err := dispatcher.New(ncs[2], dispatcher.Config{Namespace: ns, Streams: streams})
+	d, err := dispatcher.New(ncs[2], dispatcher.Config{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,16 +9,21 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/internal/natsver"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// StreamOptions tunes the streams a component creates when they do not exist yet (replicas, dedup
-// window, result retention, storage). Every component of a namespace should use the same.
-type StreamOptions = topology.Options
-
 // ErrInvalidConfig is wrapped by every error New returns for a bad Config.
 var ErrInvalidConfig = errors.New("weave: invalid worker config")
+
+// ErrNamespaceNotFound is wrapped by the error Run returns when the namespace's streams do not
+// exist. A worker does not create them: the coordinator does when it starts, or 'weave init'.
+var ErrNamespaceNotFound = topology.ErrNamespaceNotFound
+
+// ErrServerTooOld is wrapped by the error Run returns when the NATS server is older than Weave
+// needs (2.11.0); the error names both versions.
+var ErrServerTooOld = natsver.ErrServerTooOld
 
 // Defaults of Config. A zero field means its default.
 const (
@@ -111,10 +116,6 @@ type Config struct {
 	// fails the attempt permanently. Error texts longer than this are truncated. Default
 	// 64 KiB; at most the server's max payload less 1 KiB.
 	MaxResultSize int
-
-	// Streams tunes the streams the worker creates if they do not exist yet. It must match
-	// the other components' options.
-	Streams StreamOptions
 }
 
 // resolved is a validated Config with defaults filled in.
@@ -190,9 +191,6 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 	if maxPayload > 0 && int64(c.MaxResultSize) > maxPayload-reportOverhead {
 		return resolved{}, invalid("MaxResultSize %d does not fit the server's max payload %d less %d bytes of overhead",
 			c.MaxResultSize, maxPayload, reportOverhead)
-	}
-	if c.Streams.Replicas < 0 {
-		return resolved{}, invalid("Streams.Replicas %d is negative", c.Streams.Replicas)
 	}
 	return resolved{Config: c, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs}, nil
 }

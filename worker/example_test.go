@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/integration/jstest"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
@@ -30,6 +31,11 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer nc.Close()
+	// The coordinator creates the namespace's streams when it starts; here, with no coordinator,
+	// as 'weave init' does. A worker only checks that they exist.
+	if _, err := coordinator.InitNamespace(context.Background(), nc, "", coordinator.StreamOptions{}); err != nil {
+		log.Fatal(err)
+	}
 
 	ran := make(chan struct{})
 	w, err := worker.New(nc, worker.Config{Resources: []string{"shard-7"}, Concurrency: 4},

@@ -29,12 +29,11 @@ var streams = topology.Options{MemoryStorage: true}
 // fixture is one test's JetStream server and a connection that plays the coordinator: it
 // publishes work batches and reads report batches.
 type fixture struct {
-	t       testing.TB
-	srv     *jstest.Server
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	names   wire.Names
-	streams topology.Options
+	t     testing.TB
+	srv   *jstest.Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	names wire.Names
 }
 
 // connOpts reconnect fast, for tests that restart the server.
@@ -42,7 +41,8 @@ var connOpts = []nats.Option{nats.ReconnectWait(20 * time.Millisecond), nats.Max
 
 func setup(t testing.TB) *fixture { return setupWith(t, streams) }
 
-// setupWith starts a server and creates the streams with opts.
+// setupWith starts a server and creates the streams with opts, as the coordinator would: a
+// worker only checks that they exist.
 func setupWith(t testing.TB, opts topology.Options) *fixture {
 	t.Helper()
 	srv := jstest.New(t)
@@ -55,8 +55,8 @@ func setupWith(t testing.TB, opts topology.Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, srv: srv, nc: nc, js: js, names: names, streams: opts}
-	if err := topology.Ensure(f.ctx(), js, names, opts); err != nil {
+	f := &fixture{t: t, srv: srv, nc: nc, js: js, names: names}
+	if _, err := topology.Init(f.ctx(), js, names, opts); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -81,7 +81,6 @@ type running struct {
 // start runs a worker on its own connection until the test ends or stop is called.
 func (f *fixture) start(cfg worker.Config, h worker.Handler) *running {
 	f.t.Helper()
-	cfg.Streams = f.streams
 	nc := jstest.NewConn(f.t, f.srv.ClientURL(), connOpts...)
 	w, err := worker.New(nc, cfg, h)
 	if err != nil {

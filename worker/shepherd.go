@@ -500,7 +500,7 @@ func consumerGone(err error) bool {
 	return false
 }
 
-// repair re-creates the streams and the pool's consumer in the background (someone deleted them).
+// repair re-creates the pool's consumer in the background (someone deleted it).
 func (s *shepherd) repair() {
 	s.repairing = true
 	ctx := s.pullCtx
@@ -550,10 +550,10 @@ func (s *shepherd) gauges() {
 	s.stats.stuck.Store(int64(s.stuck))
 }
 
-// ensureConsumer creates the namespace's streams if needed and creates or updates the pool's
-// durable consumer.
+// ensureConsumer checks that the namespace's streams a worker uses exist (a worker does not create
+// them: see ErrNamespaceNotFound) and creates or updates the pool's durable consumer.
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolved) (jetstream.Consumer, error) {
-	if err := topology.Ensure(ctx, js, cfg.names, cfg.Streams); err != nil {
+	if err := topology.Check(ctx, js, cfg.names, cfg.names.WorkStream(), cfg.names.EventsStream()); err != nil {
 		return nil, err
 	}
 	cc := topology.WorkConsumer(cfg.names, cfg.pool, cfg.Lease)

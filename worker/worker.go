@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/internal/natsver"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -65,8 +66,10 @@ func (w *Worker) Pool() string { return w.cfg.pool }
 // Stats returns the worker's counters.
 func (w *Worker) Stats() Stats { return w.stats.snapshot(w.cfg.Concurrency) }
 
-// Run creates the streams and the pool's consumer if needed, then pulls and runs jobs until ctx
-// is done. It may be called once.
+// Run checks the server's version (an error wrapping ErrServerTooOld if it is older than Weave
+// needs) and that the namespace's streams exist (an error wrapping ErrNamespaceNotFound if not),
+// creates or updates the pool's consumer, then pulls and runs jobs until ctx is done. It may be
+// called once.
 //
 // When ctx is done Run drains: it stops pulling, gives back the jobs it holds but has not
 // started (reported released, which costs no attempt), and lets running jobs finish for up to
@@ -83,6 +86,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		return ErrAlreadyStarted
 	}
 	cfg := &w.cfg
+	if err := natsver.CheckConn(w.nc); err != nil {
+		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)
+	}
 	js, err := jetstream.New(w.nc, jetstream.WithPublishAsyncTimeout(reportAckTimeout))
 	if err != nil {
 		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)

@@ -49,7 +49,6 @@ func TestRunReportsResults(t *testing.T) {
 		return bytes.ToUpper(j.Payload), nil
 	})
 	cfg := worker.Config{ID: "w-results", Concurrency: 4}
-	cfg.Streams = streams
 	nc := jstest.NewConn(t, f.srv.ClientURL())
 	w, err := worker.New(nc, cfg, h)
 	must(t, err)
@@ -608,7 +607,8 @@ func TestAckOnlyAfterReportsPersisted(t *testing.T) {
 		t.Fatalf("batch acked before its report was persisted: ack pending %d, work msgs %d", info.NumAckPending, f.workMsgs())
 	}
 
-	must(t, topology.Ensure(f.ctx(), f.js, f.names, streams))
+	_, err = topology.Init(f.ctx(), f.js, f.names, streams)
+	must(t, err)
 	rr := f.reports()
 	if rep := rr.next(); rep.ID != 1 || rep.Status != wire.StatusOK || string(rep.Data) != "kept" {
 		t.Errorf("report %+v", rep)
@@ -783,21 +783,20 @@ func TestNewValidation(t *testing.T) {
 	f := setup(t)
 	h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) { return nil, nil })
 	cases := map[string]worker.Config{
-		"namespace":         {Namespace: "a.b"},
-		"ID":                {ID: "has space"},
-		"resource":          {Resources: []string{"a,b"}},
-		"concurrency":       {Concurrency: -1},
-		"huge concurrency":  {Concurrency: worker.MaxConcurrency + 1},
-		"lease":             {Lease: time.Millisecond},
-		"negative drain":    {DrainTimeout: -time.Second},
-		"negative timeout":  {DefaultTimeout: -time.Second},
-		"timeout too long":  {DefaultTimeout: wire.MaxTimeout + time.Hour},
-		"heartbeat":         {HeartbeatInterval: 2 * time.Hour},
-		"report batch":      {MaxReportBatch: worker.MaxReportBatchLimit + 1},
-		"negative result":   {MaxResultSize: -1},
-		"result > payload":  {MaxResultSize: 64 << 20},
-		"negative linger":   {ReportLinger: -time.Millisecond},
-		"negative replicas": {Streams: topology.Options{Replicas: -1}},
+		"namespace":        {Namespace: "a.b"},
+		"ID":               {ID: "has space"},
+		"resource":         {Resources: []string{"a,b"}},
+		"concurrency":      {Concurrency: -1},
+		"huge concurrency": {Concurrency: worker.MaxConcurrency + 1},
+		"lease":            {Lease: time.Millisecond},
+		"negative drain":   {DrainTimeout: -time.Second},
+		"negative timeout": {DefaultTimeout: -time.Second},
+		"timeout too long": {DefaultTimeout: wire.MaxTimeout + time.Hour},
+		"heartbeat":        {HeartbeatInterval: 2 * time.Hour},
+		"report batch":     {MaxReportBatch: worker.MaxReportBatchLimit + 1},
+		"negative result":  {MaxResultSize: -1},
+		"result > payload": {MaxResultSize: 64 << 20},
+		"negative linger":  {ReportLinger: -time.Millisecond},
 	}
 	for name, cfg := range cases {
 		if _, err := worker.New(f.nc, cfg, h); !errors.Is(err, worker.ErrInvalidConfig) {
@@ -889,4 +888,32 @@ func TestRedeliveredBatchReportedLost(t *testing.T) {
 	if st := r.w.Stats(); ran.Load() != 0 || st.Lost != 2 || st.JobsRun != 0 {
 		t.Errorf("%d handler calls, stats %+v; want none run and 2 lost", ran.Load(), st)
 	}
+}
+
+// A worker does not create the namespace's streams: on a namespace nobody initialised (a typo, say)
+// Run fails at once with an error naming the namespace and what to do, and creates no stream.
+func TestRunOnUninitialisedNamespace(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	nc := jstest.NewConn(t, f.srv.ClientURL())
+	w, err := worker.New(nc, worker.Config{Namespace: "acme"}, worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) {
+		return nil, nil
+	}))
+	must(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	err = w.Run(ctx)
+	if !errors.Is(err, worker.ErrNamespaceNotFound) {
+		t.Fatalf("Run returned %v, want ErrNamespaceNotFound", err)
+	}
+	if want := `namespace "acme" is not initialised (stream acme_WORK not found): run 'weave init --namespace acme'`; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
+	names := f.js.StreamNames(f.ctx())
+	for name := range names.Name() {
+		if strings.HasPrefix(name, "acme") {
+			t.Errorf("stream %s created", name)
+		}
+	}
+	must(t, names.Err())
 }

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -22,7 +27,11 @@ started never start, and the commands of running ones are stopped as on a timeou
 canceled, and the group finishes as usual. With --job, only those jobs are canceled; IDs that
 are not in the group or have already ended are ignored.
 
-Cancel returns once the request is stored; the coordinator applies it.`,
+The request is stored in the namespace's JOBS stream; cancel then waits up to --timeout for the
+coordinator's answer. Exit status 0: the coordinator applied it. 1: it refused it (the group is
+not open: no such group, or it has finished) or the request failed. 3: the request is stored
+but no coordinator answered in time (none is running, or it is starting): a coordinator
+applies it when it reads it.`,
 		Example: `  weave cancel --group site-1
   weave cancel --group site-1 --job 1042 --job 1077`,
 		Args: usageArgs(cobra.NoArgs),
@@ -36,34 +45,46 @@ Cancel returns once the request is stored; the coordinator applies it.`,
 			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
-			d, nc, err := newDispatcher(ctx, &conn, "cancel", g.log)
+			d, s, err := newDispatcher(ctx, &conn, "cancel", g.log)
 			if err != nil {
 				return err
 			}
-			defer closeConn(nc)
-			h := d.Attach(group)
-			if len(jobs) == 0 {
-				if err := h.Cancel(ctx); err != nil {
-					return fmt.Errorf("cancel group %q: %w", group, err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "group %q: cancel requested\n", group)
-				return nil
-			}
-			// One request names at most wire.MaxCancelJobs jobs.
-			for rest := jobs; len(rest) > 0; {
-				n := min(len(rest), wire.MaxCancelJobs)
-				if err := h.CancelJobs(ctx, rest[:n]...); err != nil {
-					return fmt.Errorf("cancel jobs of group %q: %w", group, err)
-				}
-				rest = rest[n:]
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "group %q: cancel of %d jobs requested\n", group, len(jobs))
-			return nil
+			defer s.close()
+			return s.explain(cancelGroup(s.ctx, cmd.OutOrStdout(), d.Attach(group), jobs, conn.timeout))
 		},
 	}
 	f := cmd.Flags()
 	conn.register(f)
+	conn.registerTimeout(f, defaultTimeout)
 	f.StringVarP(&group, "group", "g", "", "group ID (required)")
 	f.StringSliceVar(&jobArgs, "job", nil, "cancel only this job (repeat, or separate IDs with commas)")
 	return cmd
+}
+
+// cancelGroup cancels the group, or the given jobs of it, and says what the coordinator answered.
+func cancelGroup(ctx context.Context, stdout io.Writer, h *dispatcher.Handle, jobs []uint64, timeout time.Duration) error {
+	group := h.GroupID()
+	var err error
+	if len(jobs) == 0 {
+		err = h.Cancel(ctx)
+	}
+	// One request names at most wire.MaxCancelJobs jobs.
+	for rest := jobs; len(rest) > 0 && err == nil; {
+		n := min(len(rest), wire.MaxCancelJobs)
+		err = h.CancelJobs(ctx, rest[:n]...)
+		rest = rest[n:]
+	}
+	what := "cancel"
+	if len(jobs) > 0 {
+		what = fmt.Sprintf("cancel of %d jobs", len(jobs))
+	}
+	switch {
+	case errors.Is(err, dispatcher.ErrNoAnswer) && ctx.Err() == nil: // not interrupted, nor refused by the server
+		fmt.Fprintf(stdout, "group %q: %s stored; no coordinator answered within %v: it is applied when a coordinator runs\n", group, what, timeout)
+		return pendingError{err}
+	case err != nil:
+		return fmt.Errorf("cancel group %q: %w", group, err)
+	}
+	fmt.Fprintf(stdout, "group %q: %s applied by the coordinator\n", group, what)
+	return nil
 }

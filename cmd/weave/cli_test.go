@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/integration/jstest"
 )
@@ -41,6 +43,7 @@ func TestCLI(t *testing.T) {
 		cancel()
 		wg.Wait()
 	}()
+	initNamespace(t, conn) // workers and producers do not create streams
 	background("coordinator")
 	// Prints group:attempt:payload; the job with key "bad" fails permanently.
 	background("worker", "--id", "w1", "--resources", "eu", "--concurrency", "2", "--heartbeat-interval", "100ms", "--",
@@ -113,6 +116,7 @@ func TestStatusFlagsResourcesWithoutHolders(t *testing.T) {
 	t.Parallel()
 	srv := jstest.New(t)
 	conn := []string{"--nats", srv.ClientURL(), "--namespace", "unheld", "--log-level", "warn"}
+	initNamespace(t, conn)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
@@ -134,6 +138,14 @@ func TestStatusFlagsResourcesWithoutHolders(t *testing.T) {
 	})
 }
 
+// initNamespace runs 'weave init' with the connection flags conn.
+func initNamespace(t *testing.T, conn []string) {
+	t.Helper()
+	if code, out, errOut := runCLI(t, "", append([]string{"init"}, conn...)...); code != exitOK {
+		t.Fatalf("init: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
 // waitFor polls cond until it holds, failing the test after d.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -145,5 +157,58 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
 		<-tick.C
+	}
+}
+
+// TestCLIInit: init creates the streams once, then finds them; it reports streams that differ
+// from its flags and exits 1. Producers and workers do not create streams: on a namespace nobody
+// initialised they fail at once, naming it.
+func TestCLIInit(t *testing.T) {
+	t.Parallel()
+	srv := jstest.New(t)
+	conn := []string{"--nats", srv.ClientURL(), "--namespace", "acme", "--log-level", "warn"}
+	code, out, errOut := runCLI(t, "", append([]string{"init"}, conn...)...)
+	if code != exitOK || strings.Count(out, "created acme_") != 5 || !strings.Contains(out, `namespace "acme" is ready`) {
+		t.Fatalf("init: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "", append([]string{"init"}, conn...)...)
+	if code != exitOK || strings.Count(out, "found   acme_") != 5 || strings.Contains(out, "created") {
+		t.Fatalf("init again: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "", append([]string{"init", "--dedup-window", "5m"}, conn...)...)
+	if code != exitError || !strings.Contains(out, "found   acme_JOBS, different: dedup window 2m0s, want 5m0s") ||
+		!strings.Contains(errOut, "1 streams exist with another configuration") {
+		t.Fatalf("init with another dedup window: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+
+	typo := []string{"--nats", srv.ClientURL(), "--namespace", "acmee", "--log-level", "warn"}
+	want := `namespace "acmee" is not initialised (stream acmee_JOBS not found): run 'weave init --namespace acmee' or start 'weave coordinator --namespace acmee'`
+	code, out, errOut = runCLI(t, `{"key":"a"}`, append([]string{"submit", "-g", "g"}, typo...)...)
+	if code != exitError || !strings.Contains(errOut, want) {
+		t.Errorf("submit to a misspelt namespace: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	for _, args := range [][]string{{"failed", "list"}, {"cancel", "-g", "g"}, {"status", "--timeout", "200ms"}} {
+		code, out, errOut = runCLI(t, "", append(args, typo...)...)
+		if code != exitError || !strings.Contains(errOut, want) {
+			t.Errorf("%v on a misspelt namespace: exit %d\nstdout: %s\nstderr: %s", args, code, out, errOut)
+		}
+	}
+	code, out, errOut = runCLI(t, "", append(append([]string{"worker"}, typo...), "--", "true")...)
+	if code != exitError || !strings.Contains(errOut, `namespace "acmee" is not initialised (stream acmee_WORK not found)`) {
+		t.Errorf("worker on a misspelt namespace: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	nc := jstest.NewConn(t, srv.ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := js.StreamNames(t.Context())
+	for name := range streams.Name() {
+		if strings.HasPrefix(name, "acmee") {
+			t.Errorf("stream %s created", name)
+		}
+	}
+	if err := streams.Err(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,6 +32,19 @@ type connFlags struct {
 	tlsKey    string
 	tlsCA     string
 	namespace string
+	// timeout bounds each wait of a short-lived command on the server or the coordinator
+	// (connecting, a request, an acknowledgement, an answer); 0 for long-running commands.
+	timeout time.Duration
+}
+
+// defaultTimeout is --timeout of the commands that make a few requests: status, cancel, failed
+// list, init. Commands that publish many jobs (submit, failed retry) default to the dispatcher's
+// DefaultRequestTimeout.
+const defaultTimeout = 5 * time.Second
+
+// registerTimeout adds --timeout to a short-lived command's flags.
+func (f *connFlags) registerTimeout(fs *pflag.FlagSet, def time.Duration) {
+	fs.DurationVar(&f.timeout, "timeout", def, "how long to wait for each answer of the NATS server or the coordinator (connecting included)")
 }
 
 // register adds the connection flags to fs. The server URL and namespace default to $NATS_URL
@@ -74,6 +88,9 @@ func (f *connFlags) connect(ctx context.Context, name string, longRunning bool, 
 		return nil, err
 	}
 	opts := []nats.Option{nats.Name("weave " + name)}
+	if f.timeout > 0 {
+		opts = append(opts, nats.Timeout(f.timeout))
+	}
 	if f.creds != "" {
 		opts = append(opts, nats.UserCredentials(f.creds))
 	}
@@ -127,6 +144,47 @@ func (f *connFlags) connect(ctx context.Context, name string, longRunning bool, 
 		}
 	}
 	return nc, nil
+}
+
+// session is a short-lived command's connection. Its context ends, with the server's error as
+// its cause, as soon as the server refuses something the command did for lack of permission: the
+// server answers a refused publish or subscription only with an asynchronous error, and the
+// request behind it would otherwise wait for its timeout (or for ever) and then say nothing of
+// the reason.
+type session struct {
+	ctx    context.Context
+	nc     *nats.Conn
+	cancel context.CancelCauseFunc
+}
+
+// open connects a short-lived command (see session).
+func (f *connFlags) open(ctx context.Context, name string, log zerolog.Logger) (*session, error) {
+	nc, err := f.connect(ctx, name, false, log)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			cancel(err)
+		}
+	})
+	return &session{ctx: ctx, nc: nc, cancel: cancel}, nil
+}
+
+// close drains and closes the connection.
+func (s *session) close() {
+	closeConn(s.nc)
+	s.cancel(nil)
+}
+
+// explain returns err, adding the server's refusal if one ended the session's context.
+func (s *session) explain(err error) error {
+	cause := context.Cause(s.ctx)
+	if err == nil || cause == nil || !errors.Is(cause, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrPermissionViolation) {
+		return err
+	}
+	return fmt.Errorf("%w: refused by the NATS server: %w", err, cause)
 }
 
 func envOr(key, def string) string {

@@ -20,7 +20,8 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 		Short: "Run the coordinator of a namespace until SIGINT or SIGTERM",
 		Long: `Coordinator admits groups, schedules their jobs onto worker pools and tracks every job's
 state. Run one per namespace: a second one waits as a standby and takes over within
---lease-ttl when the first dies. It creates the namespace's streams if they do not exist.`,
+--lease-ttl when the first dies. It creates the namespace's streams that do not exist (see
+'weave init'), and the lease bucket.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := spreader.ParsePolicy(policy)
@@ -73,6 +74,6 @@ state. Run one per namespace: a second one waits as a standby and takes over wit
 	f.DurationVar(&cfg.AbandonAfter, "abandon-after", coordinator.DefaultAbandonAfter, "how long a group that is not sealed may go without a job or keep-alive before the coordinator seals it")
 	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "replicas of the streams, if this coordinator creates them (3 for a cluster)")
 	f.DurationVar(&cfg.Streams.DedupWindow, "dedup-window", 0, "how long job keys are remembered for deduplication, if this coordinator creates the streams (0: 2m)")
-	f.DurationVar(&cfg.Streams.ResultRetention, "result-retention", 0, "how long group outcomes are kept, if this coordinator creates the streams (0: 24h)")
+	f.DurationVar(&cfg.Streams.ResultRetention, "result-retention", 0, "how long a finished group's outcomes (and failed jobs' payloads) are kept (0: 24h)")
 	return cmd
 }

@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
@@ -68,16 +67,17 @@ one JSON object per line instead, with the whole history:
 			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
-			d, nc, err := newDispatcher(ctx, &conn, "failed list", g.log)
+			d, s, err := newDispatcher(ctx, &conn, "failed list", g.log)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			return listFailed(ctx, d, group, cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonOut, history)
+			defer s.close()
+			return s.explain(listFailed(s.ctx, d, group, cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonOut, history))
 		},
 	}
 	f := cmd.Flags()
 	conn.register(f)
+	conn.registerTimeout(f, defaultTimeout)
 	f.StringVarP(&group, "group", "g", "", "list only this group's failed jobs")
 	f.BoolVar(&jsonOut, "json", false, "print one JSON object per job (with its history)")
 	f.BoolVar(&history, "history", false, "show every failed attempt of each job")
@@ -209,6 +209,7 @@ status 1 if any job failed or was canceled again.`,
 	}
 	f := cmd.Flags()
 	r.conn.register(f)
+	r.conn.registerTimeout(f, dispatcher.DefaultRequestTimeout)
 	f.StringVarP(&r.group, "group", "g", "", "group ID (required)")
 	f.BoolVarP(&r.wait, "wait", "w", false, "wait for the new run to finish and print its counts")
 	f.DurationVar(&r.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
@@ -224,15 +225,17 @@ func (r *failedRetryCmd) run(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	stdout := cmd.OutOrStdout()
 	ctx, stop := signalContext(cmd.Context())
 	defer stop()
-	d, nc, err := newDispatcher(ctx, &r.conn, "failed retry", r.g.log)
+	d, s, err := newDispatcher(ctx, &r.conn, "failed retry", r.g.log)
 	if err != nil {
 		return err
 	}
-	defer closeConn(nc)
+	defer s.close()
+	return s.explain(r.retry(s.ctx, cmd.OutOrStdout(), d, ids))
+}
 
+func (r *failedRetryCmd) retry(ctx context.Context, stdout io.Writer, d *dispatcher.Dispatcher, ids []uint64) error {
 	h, err := d.Redrive(ctx, r.group, ids...)
 	if h == nil {
 		return fmt.Errorf("retry failed jobs of group %q: %w", r.group, err)
@@ -289,20 +292,20 @@ func parseJobIDs(args []string) ([]uint64, error) {
 	return ids, nil
 }
 
-// newDispatcher connects and returns a dispatcher of the namespace the flags name; the caller
-// closes the connection.
-func newDispatcher(ctx context.Context, conn *connFlags, name string, log zerolog.Logger) (*dispatcher.Dispatcher, *nats.Conn, error) {
-	nc, err := conn.connect(ctx, name, false, log)
+// newDispatcher connects and returns a dispatcher of the namespace the flags name, waiting at
+// most --timeout for each answer; the caller closes the session.
+func newDispatcher(ctx context.Context, conn *connFlags, name string, log zerolog.Logger) (*dispatcher.Dispatcher, *session, error) {
+	s, err := conn.open(ctx, name, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := dispatcher.New(nc, dispatcher.Config{Namespace: conn.namespace, Logger: log})
+	d, err := dispatcher.New(s.nc, dispatcher.Config{Namespace: conn.namespace, Logger: log, RequestTimeout: conn.timeout})
 	if err != nil {
-		nc.Close()
+		s.close()
 		if errors.Is(err, dispatcher.ErrInvalidConfig) {
 			return nil, nil, usageError{err}
 		}
 		return nil, nil, err
 	}
-	return d, nc, nil
+	return d, s, nil
 }

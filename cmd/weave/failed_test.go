@@ -19,8 +19,8 @@ import (
 	"github.com/weavejobs/weave/integration/jstest"
 )
 
-// startWeave runs a coordinator and a worker with the CLI in namespace ns of srv until the test
-// ends. The worker runs script with sh. It returns the connection flags.
+// startWeave initialises namespace ns of srv and runs a coordinator and a worker with the CLI in
+// it until the test ends. The worker runs script with sh. It returns the connection flags.
 func startWeave(t *testing.T, srv *jstest.Server, ns, script string) []string {
 	t.Helper()
 	conn := []string{"--nats", srv.ClientURL(), "--namespace", ns, "--log-level", "warn"}
@@ -39,6 +39,7 @@ func startWeave(t *testing.T, srv *jstest.Server, ns, script string) []string {
 		cancel()
 		wg.Wait()
 	})
+	initNamespace(t, conn)
 	background("coordinator")
 	background("worker", "--id", "w1", "--concurrency", "2", "--heartbeat-interval", "100ms", "--", "sh", "-c", script)
 	return conn
@@ -117,18 +118,39 @@ func TestCLIFailedJobs(t *testing.T) {
 	if code != exitOK || json.Unmarshal([]byte(out), &sub) != nil || sub.Accepted != 2 {
 		t.Fatalf("submit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	if code, out, errOut := cli("", "cancel", "-g", "parked", "--job", strconv.FormatUint(sub.FirstID, 10)); code != exitOK || !strings.Contains(out, "cancel of 1 jobs requested") {
+	if code, out, errOut := cli("", "cancel", "-g", "parked", "--job", strconv.FormatUint(sub.FirstID, 10)); code != exitOK || !strings.Contains(out, "cancel of 1 jobs applied by the coordinator") {
 		t.Fatalf("cancel --job: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	o, err := d.Attach("parked").WaitJob(ctx, sub.FirstID)
 	if err != nil || o.State != dispatcher.StateCanceled {
 		t.Fatalf("job %d after cancel --job: %+v, %v", sub.FirstID, o, err)
 	}
-	if code, out, errOut := cli("", "cancel", "-g", "parked"); code != exitOK || !strings.Contains(out, `group "parked": cancel requested`) {
+	if code, out, errOut := cli("", "cancel", "-g", "parked"); code != exitOK || !strings.Contains(out, `group "parked": cancel applied by the coordinator`) {
 		t.Fatalf("cancel: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	sum, err := d.Attach("parked").WaitSummary(ctx)
 	if err != nil || sum != (dispatcher.Summary{Jobs: 2, Canceled: 2}) {
 		t.Fatalf("summary after cancel: %+v, %v", sum, err)
+	}
+
+	// A group that is not open (finished, or never published): the coordinator refuses.
+	for _, g := range []string{"parked", "no-such-group"} {
+		code, out, errOut := cli("", "cancel", "-g", g)
+		if code != exitError || !strings.Contains(errOut, "group is not open") || !strings.Contains(errOut, "group "+g+" is not open") {
+			t.Errorf("cancel of %s: exit %d\nstdout: %s\nstderr: %s", g, code, out, errOut)
+		}
+	}
+}
+
+// TestCLICancelWithoutCoordinator: with no coordinator running, cancel stores the request, says
+// that nobody answered, and exits with status 3.
+func TestCLICancelWithoutCoordinator(t *testing.T) {
+	t.Parallel()
+	srv := jstest.New(t)
+	conn := []string{"--nats", srv.ClientURL(), "--namespace", "alone", "--log-level", "warn"}
+	initNamespace(t, conn)
+	code, out, errOut := runCLI(t, "", append([]string{"cancel", "-g", "g", "--timeout", "300ms"}, conn...)...)
+	if code != exitPending || !strings.Contains(out, `group "g": cancel stored; no coordinator answered within 300ms`) {
+		t.Fatalf("cancel: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }

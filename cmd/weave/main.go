@@ -2,7 +2,8 @@
 // job submission, status, cancellation, failed jobs (listing and retrying them), and a
 // self-contained demo.
 //
-// Exit codes: 0 success, 1 error, 2 usage error (bad flags or arguments).
+// Exit codes: 0 success, 1 error, 2 usage error (bad flags or arguments), 3 a request stored but
+// not confirmed by a coordinator (weave cancel with no coordinator answering).
 package main
 
 import (
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -21,6 +23,8 @@ const (
 	exitOK    = 0
 	exitError = 1
 	exitUsage = 2
+	// exitPending: the request is stored, but no coordinator confirmed it.
+	exitPending = 3
 )
 
 func main() {
@@ -40,12 +44,20 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case err == nil:
 		return exitOK
 	case errors.As(err, new(usageError)):
-		fmt.Fprintf(stderr, "weave: %v\nRun 'weave --help' for usage.\n", err)
+		fmt.Fprintf(stderr, "%s\nRun 'weave --help' for usage.\n", message(err))
 		return exitUsage
+	case errors.As(err, new(pendingError)):
+		fmt.Fprintln(stderr, message(err))
+		return exitPending
 	case errors.As(err, new(silentError)):
 		return exitError // the command has already said what went wrong
 	default:
-		fmt.Fprintf(stderr, "weave: %v\n", err)
+		fmt.Fprintln(stderr, message(err))
 		return exitError
 	}
+}
+
+// message is err's text for the user, prefixed "weave: " once (the library's errors start so).
+func message(err error) string {
+	return "weave: " + strings.TrimPrefix(err.Error(), "weave: ")
 }

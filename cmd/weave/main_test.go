@@ -54,6 +54,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"cancel"}, exitUsage, "--group is required"},
 		{[]string{"cancel", "-g", "g", "--job", "1,no"}, exitUsage, `job ID "no"`},
 		{[]string{"cancel", "-g", "g", "extra"}, exitUsage, "unknown command"},
+		{[]string{"init", "--replicas", "0"}, exitUsage, "--replicas"},
+		{[]string{"init", "--dedup-window", "-1s"}, exitUsage, "--dedup-window"},
 		// Nothing listens on port 1: a connection error, not a usage error.
 		{[]string{"status", "--nats", "nats://127.0.0.1:1"}, exitError, "connect to NATS"},
 	} {

@@ -43,6 +43,7 @@ Try it without any setup:  weave demo`,
 	root.AddCommand(
 		newDemoCmd(g),
 		newBenchCmd(g),
+		newInitCmd(g),
 		newCoordinatorCmd(g),
 		newWorkerCmd(g),
 		newSubmitCmd(g),
@@ -85,3 +86,10 @@ type silentError struct{ err error }
 
 func (e silentError) Error() string { return e.err.Error() }
 func (e silentError) Unwrap() error { return e.err }
+
+// pendingError is a request stored but not confirmed (no coordinator answered): exit code 3,
+// after the command said so on its output.
+type pendingError struct{ err error }
+
+func (e pendingError) Error() string { return e.err.Error() }
+func (e pendingError) Unwrap() error { return e.err }

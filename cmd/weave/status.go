@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -10,16 +12,33 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/wire"
 )
+
+// checkNamespace returns an error wrapping coordinator.ErrNamespaceNotFound if the namespace's
+// streams do not exist.
+func checkNamespace(ctx context.Context, nc *nats.Conn, namespace string) error {
+	names, err := wire.NewNames(namespace)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	return topology.Check(ctx, js, names, names.JobsStream())
+}
 
 func newStatusCmd(g *globals) *cobra.Command {
 	var (
 		conn    connFlags
 		jsonOut bool
-		timeout time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -30,16 +49,23 @@ the live slots holding it; pending jobs requiring a resource no live worker hold
 worker pools, and workers busy or sleeping.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, err := conn.connect(cmd.Context(), "status", false, g.log)
+			s, err := conn.open(cmd.Context(), "status", g.log)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			ctx, cancel := contextWithTimeout(cmd.Context(), timeout)
+			defer s.close()
+			ctx, cancel := contextWithTimeout(s.ctx, conn.timeout)
 			defer cancel()
-			st, err := coordinator.QueryStatus(ctx, nc, conn.namespace)
+			st, err := coordinator.QueryStatus(ctx, s.nc, conn.namespace)
 			if err != nil {
-				return err
+				// No coordinator answered: say so, unless the namespace does not even exist
+				// (a typo, say).
+				cctx, cancel := contextWithTimeout(s.ctx, conn.timeout)
+				defer cancel()
+				if nerr := checkNamespace(cctx, s.nc, conn.namespace); errors.Is(nerr, coordinator.ErrNamespaceNotFound) {
+					return nerr
+				}
+				return s.explain(err)
 			}
 			if jsonOut {
 				return writeJSON(cmd.OutOrStdout(), st, true)
@@ -50,7 +76,7 @@ worker pools, and workers busy or sleeping.`,
 	f := cmd.Flags()
 	conn.register(f)
 	f.BoolVar(&jsonOut, "json", false, "print the status as JSON")
-	f.DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for the coordinator's answer")
+	conn.registerTimeout(f, defaultTimeout)
 	return cmd
 }
 

@@ -27,7 +27,7 @@ type submitCmd struct {
 	jsonOut     bool
 	noProgress  bool
 	waitTimeout time.Duration
-	replicas    int
+	replicas    int // deprecated, ignored
 }
 
 func newSubmitCmd(g *globals) *cobra.Command {
@@ -70,7 +70,9 @@ a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b
 	f.BoolVar(&s.outcomes, "outcomes", false, "print each job's outcome as a JSON line (implies --wait)")
 	f.DurationVar(&s.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
 	f.BoolVar(&s.jsonOut, "json", false, "print the submission (and summary) as JSON")
-	f.IntVar(&s.replicas, "replicas", 1, "replicas of the streams, if this command creates them (3 for a cluster)")
+	s.conn.registerTimeout(f, dispatcher.DefaultRequestTimeout)
+	f.IntVar(&s.replicas, "replicas", 1, "ignored: submit does not create streams")
+	_ = f.MarkDeprecated("replicas", "submit no longer creates streams: 'weave init --replicas N' or the coordinator's --replicas does")
 	f.BoolVar(&s.noProgress, "no-progress", false, "do not show the progress bar (it shows only on a terminal)")
 	return cmd
 }
@@ -95,21 +97,16 @@ func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
 
 	ctx, stop := signalContext(cmd.Context())
 	defer stop()
-	nc, err := s.conn.connect(ctx, "submit", false, s.g.log)
+	d, sess, err := newDispatcher(ctx, &s.conn, "submit", s.g.log)
 	if err != nil {
 		return err
 	}
-	defer closeConn(nc)
-	d, err := dispatcher.New(nc, dispatcher.Config{
-		Namespace: s.conn.namespace,
-		Logger:    s.g.log,
-		Streams:   dispatcher.StreamOptions{Replicas: s.replicas},
-	})
-	if errors.Is(err, dispatcher.ErrInvalidConfig) {
-		return usageError{err}
-	} else if err != nil {
-		return err
-	}
+	defer sess.close()
+	return sess.explain(s.submit(sess.ctx, d, in, bar, size, stdout, stderr))
+}
+
+// submit publishes the jobs of in and, with --wait, waits for the group.
+func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.Reader, bar *progressbar.ProgressBar, size int64, stdout, stderr io.Writer) error {
 
 	jr := newJobReader(in)
 	h, err := d.Publish(ctx, s.group, readJobs(jr, bar, size > 0))

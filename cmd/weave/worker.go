@@ -97,7 +97,8 @@ On SIGINT or SIGTERM the worker stops taking jobs and lets the running ones fini
 	f.DurationVar(&h.killGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL of a command that timed out or was canceled")
 	f.IntVar(&cfg.MaxResultSize, "max-output", worker.DefaultMaxResultSize, "largest stdout a command may write, in bytes; more fails the job permanently")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", worker.DefaultHeartbeatInterval, "period of the heartbeats to the coordinator")
-	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "replicas of the streams, if this worker creates them (3 for a cluster)")
+	f.Int("replicas", 1, "ignored: a worker does not create streams")
+	_ = f.MarkDeprecated("replicas", "a worker no longer creates streams: 'weave init --replicas N' or the coordinator's --replicas does")
 	f.DurationVar(&cfg.Lease, "lease", worker.DefaultLease, "how long a crashed worker's jobs stay assigned to it before another worker gets them")
 	return cmd
 }

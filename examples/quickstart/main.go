@@ -61,6 +61,13 @@ func run(ctx context.Context, out io.Writer) (err error) {
 	}
 	defer nc.Close()
 
+	// The namespace's streams: the coordinator creates them when it starts, but the worker and
+	// the dispatcher only check that they exist, so create them first ('weave init' does this
+	// for a deployment).
+	if _, err := coordinator.InitNamespace(ctx, nc, "", coordinator.StreamOptions{}); err != nil {
+		return err
+	}
+
 	// The coordinator and the worker run until the end of run.
 	c, err := coordinator.New(nc, coordinator.Config{})
 	if err != nil {

@@ -1,11 +1,14 @@
-// Package topology creates Weave's streams and consumers. Every component calls Ensure at start,
-// so whichever starts first creates them and the others accept what exists.
+// Package topology creates Weave's streams and consumers. Only the coordinator (at start) and
+// 'weave init' create a namespace's streams (Init); workers and producers check that they
+// exist (Check) and fail with ErrNamespaceNotFound when they do not, so a namespace typo cannot
+// create streams that accept jobs nothing will run, and those roles need no stream-create rights.
 package topology
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -115,14 +118,105 @@ func Streams(n wire.Names, o Options) []jetstream.StreamConfig {
 	}
 }
 
-// Ensure creates the namespace's streams, accepting streams that already exist.
-func Ensure(ctx context.Context, js jetstream.JetStream, n wire.Names, o Options) error {
-	for _, cfg := range Streams(n, o) {
-		if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("weave: create stream %s: %w", cfg.Name, err)
+// ErrNamespaceNotFound reports that a namespace's streams do not exist: nobody initialised it
+// ('weave init', or a coordinator started once), or the namespace is misspelt.
+var ErrNamespaceNotFound = errors.New("weave: namespace not initialised")
+
+// Check returns an error wrapping ErrNamespaceNotFound, naming the namespace and what to do, if one
+// of the given streams of the namespace does not exist. It only reads the streams' info.
+func Check(ctx context.Context, js jetstream.JetStream, n wire.Names, streams ...string) error {
+	for _, name := range streams {
+		_, err := js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return &namespaceError{ns: n.Namespace(), stream: name}
+		}
+		if err != nil {
+			return fmt.Errorf("weave: stream %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// namespaceError is ErrNamespaceNotFound with the namespace, the stream found missing, and the
+// remedy.
+type namespaceError struct{ ns, stream string }
+
+func (e *namespaceError) Error() string {
+	return fmt.Sprintf("weave: namespace %q is not initialised (stream %s not found): run 'weave init --namespace %s' or start 'weave coordinator --namespace %s'",
+		e.ns, e.stream, e.ns, e.ns)
+}
+
+func (e *namespaceError) Is(target error) bool { return target == ErrNamespaceNotFound }
+
+// StreamStatus is what Init did with one stream.
+type StreamStatus struct {
+	Name string
+	// Created is true if Init created the stream, false if it existed.
+	Created bool
+	// Differences lists, for a stream that existed, how its configuration differs from the one
+	// asked for ("replicas 1, want 3"). Init changes nothing in an existing stream.
+	Differences []string
+}
+
+// Init creates the namespace's streams that do not exist and reports, for each stream, whether it
+// created it and how an existing one differs from the options. It is idempotent.
+func Init(ctx context.Context, js jetstream.JetStream, n wire.Names, o Options) ([]StreamStatus, error) {
+	var out []StreamStatus
+	for _, cfg := range Streams(n, o) {
+		// Look first: creating a stream that exists with the same configuration succeeds too.
+		s, err := js.Stream(ctx, cfg.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = js.CreateStream(ctx, cfg)
+			if err == nil {
+				out = append(out, StreamStatus{Name: cfg.Name, Created: true})
+				continue
+			}
+			if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				return out, fmt.Errorf("weave: create stream %s: %w", cfg.Name, err)
+			}
+			s, err = js.Stream(ctx, cfg.Name) // created by someone else meanwhile
+		}
+		if err != nil {
+			return out, fmt.Errorf("weave: stream %s: %w", cfg.Name, err)
+		}
+		out = append(out, StreamStatus{Name: cfg.Name, Differences: differences(s.CachedInfo().Config, cfg)})
+	}
+	return out, nil
+}
+
+// differences compares an existing stream's configuration with the one Weave would create, on the
+// settings Weave chooses. Settings left to the server's default in want are not compared.
+func differences(have, want jetstream.StreamConfig) []string {
+	var d []string
+	diff := func(what string, h, w any) { d = append(d, fmt.Sprintf("%s %v, want %v", what, h, w)) }
+	if have.Replicas != want.Replicas {
+		diff("replicas", have.Replicas, want.Replicas)
+	}
+	if have.Storage != want.Storage {
+		diff("storage", have.Storage, want.Storage)
+	}
+	if have.Retention != want.Retention {
+		diff("retention", have.Retention, want.Retention)
+	}
+	if want.Duplicates > 0 && have.Duplicates != want.Duplicates {
+		diff("dedup window", have.Duplicates, want.Duplicates)
+	}
+	if want.MaxAge > 0 && have.MaxAge != want.MaxAge {
+		diff("max age", have.MaxAge, want.MaxAge)
+	}
+	if want.MaxMsgs > 0 && have.MaxMsgs != want.MaxMsgs {
+		diff("max messages", have.MaxMsgs, want.MaxMsgs)
+	}
+	if want.AllowDirect && !have.AllowDirect {
+		diff("direct get", have.AllowDirect, want.AllowDirect)
+	}
+	hs, ws := slices.Clone(have.Subjects), slices.Clone(want.Subjects)
+	slices.Sort(hs)
+	slices.Sort(ws)
+	if !slices.Equal(hs, ws) {
+		diff("subjects", hs, ws)
+	}
+	return d
 }
 
 // DefaultLease is a pool consumer's AckWait unless its workers set another one.

@@ -2,6 +2,9 @@ package topology_test
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,9 +15,9 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// TestEnsureIsIdempotent: whoever starts first creates the streams; later calls (even with other
+// TestInitIsIdempotent: the first call creates the streams; later calls (even with other
 // options) accept them as they are.
-func TestEnsureIsIdempotent(t *testing.T) {
+func TestInitIsIdempotent(t *testing.T) {
 	t.Parallel()
 	srv := jstest.New(t)
 	js, err := jetstream.New(jstest.NewConn(t, srv.ClientURL()))
@@ -24,11 +27,11 @@ func TestEnsureIsIdempotent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	names, _ := wire.NewNames("topo")
-	if err := topology.Ensure(ctx, js, names, topology.Options{}); err != nil {
+	if _, err := topology.Init(ctx, js, names, topology.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := topology.Ensure(ctx, js, names, topology.Options{DedupWindow: time.Minute}); err != nil {
-		t.Fatalf("second Ensure: %v", err)
+	if _, err := topology.Init(ctx, js, names, topology.Options{DedupWindow: time.Minute}); err != nil {
+		t.Fatalf("second Init: %v", err)
 	}
 	for _, cfg := range topology.Streams(names, topology.Options{}) {
 		s, err := js.Stream(ctx, cfg.Name)
@@ -42,5 +45,55 @@ func TestEnsureIsIdempotent(t *testing.T) {
 	work, _ := js.Stream(ctx, names.WorkStream())
 	if _, err := work.CreateOrUpdateConsumer(ctx, topology.WorkConsumer(names, "any", time.Second)); err != nil {
 		t.Fatalf("work consumer: %v", err)
+	}
+}
+
+// TestCheckAndInit: Check names a namespace without streams; Init creates them, then finds them
+// and reports how an existing stream differs from the options, changing nothing.
+func TestCheckAndInit(t *testing.T) {
+	t.Parallel()
+	srv := jstest.New(t)
+	js, err := jetstream.New(jstest.NewConn(t, srv.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	names, _ := wire.NewNames("acme")
+	err = topology.Check(ctx, js, names, names.JobsStream())
+	if !errors.Is(err, topology.ErrNamespaceNotFound) || !strings.Contains(err.Error(), `namespace "acme" is not initialised (stream acme_JOBS not found)`) {
+		t.Fatalf("Check before Init: %v", err)
+	}
+	sts, err := topology.Init(ctx, js, names, topology.Options{})
+	if err != nil || len(sts) != 5 {
+		t.Fatalf("Init: %v %+v", err, sts)
+	}
+	for _, st := range sts {
+		if !st.Created || len(st.Differences) != 0 {
+			t.Errorf("first Init: %+v", st)
+		}
+	}
+	if err := topology.Check(ctx, js, names, names.JobsStream(), names.WorkStream()); err != nil {
+		t.Fatalf("Check after Init: %v", err)
+	}
+	sts, err = topology.Init(ctx, js, names, topology.Options{Replicas: 3, DedupWindow: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sts {
+		want := []string{"replicas 1, want 3"}
+		if st.Name == names.JobsStream() {
+			want = append(want, "dedup window 2m0s, want 1m0s")
+		}
+		if st.Created || !slices.Equal(st.Differences, want) {
+			t.Errorf("Init with other options: %+v, want differences %q", st, want)
+		}
+	}
+	s, err := js.Stream(ctx, names.JobsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := s.CachedInfo().Config; c.Replicas != 1 || c.Duplicates != topology.DefaultDedupWindow {
+		t.Errorf("Init changed an existing stream: %+v", c)
 	}
 }

@@ -28,6 +28,7 @@ const (
 	HdrSubject     = "Weave-Subject"   // on rejections: the refused message's subject
 	HdrSeq         = "Weave-Seq"       // on rejections: the refused message's stream sequence
 	HdrAbandoned   = "Weave-Abandoned" // on a seal the coordinator wrote for a group whose producer went silent: "1"
+	HdrReply       = "Weave-Reply"     // on cancel: the token of the subject NS.reply.<token> the coordinator answers on
 	HdrMsgID       = "Nats-Msg-Id"
 )
 
@@ -67,6 +68,9 @@ type GroupControl struct {
 	Jobs  []uint64 // on cancel: only these jobs of the group; nil = the whole group
 	// Abandoned marks a seal the coordinator wrote because the group's producer went silent.
 	Abandoned bool
+	// Reply, on cancel, is a subject token: the coordinator answers on NS.reply.<Reply> (core
+	// NATS, see ControlAnswer) when it applies or refuses the message. Empty: no answer.
+	Reply string
 }
 
 // MaxCancelJobs bounds the job IDs one cancel message names.
@@ -91,6 +95,9 @@ func (c GroupControl) Header() nats.Header {
 		}
 		h.Set(HdrJobs, strings.Join(ids, ","))
 	}
+	if c.Op == OpCancel && c.Reply != "" {
+		h.Set(HdrReply, c.Reply)
+	}
 	return h
 }
 
@@ -106,6 +113,11 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 	switch c.Op {
 	case OpOpen, OpKeepAlive:
 	case OpCancel:
+		if c.Reply = h.Get(HdrReply); c.Reply != "" {
+			if err := ValidateReplyToken(c.Reply); err != nil {
+				return GroupControl{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+			}
+		}
 		if v := h.Get(HdrJobs); v != "" {
 			parts := strings.Split(v, ",")
 			if len(parts) > MaxCancelJobs {

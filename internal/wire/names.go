@@ -109,6 +109,20 @@ func (n Names) AllReports() string    { return n.ns + ".ev.report.>" }
 func (n Names) AllEvents() string     { return n.ns + ".ev.>" }
 func (n Names) AllOutcomes() string   { return n.ns + ".out.>" }
 func (n Names) AllHeartbeats() string { return n.ns + ".hb.*" }
+func (n Names) AllReplies() string    { return n.ns + ".reply.>" }
+
+// ReplySubject is the core NATS subject the coordinator answers a control message on whose
+// Weave-Reply header holds token (see ControlAnswer). No stream captures it. Only a token travels
+// in the header, not a subject, so a producer cannot make the coordinator publish anywhere else.
+func (n Names) ReplySubject(token string) string { return n.ns + ".reply." + token }
+
+// ValidateReplyToken checks a Weave-Reply token: 1-64 characters of [A-Za-z0-9_-].
+func ValidateReplyToken(tok string) error {
+	if len(tok) > 64 || !isToken(tok) {
+		return fmt.Errorf("%w: %s %q must be 1-64 characters of [A-Za-z0-9_-]", ErrBadName, HdrReply, tok)
+	}
+	return nil
+}
 
 // GroupToken returns the subject token for a group ID: the ID itself when it is 1–64 characters
 // of [A-Za-z0-9_-], else "~" followed by the unpadded base64url encoding of the ID. The mapping is

@@ -157,7 +157,6 @@ func runWorker(ctx context.Context, args []string) error {
 		HeartbeatInterval: heartbeat,
 		ReportLinger:      reportMax,
 		Logger:            log.Level(zerolog.InfoLevel),
-		Streams:           worker.StreamOptions{Replicas: c.replicas},
 	}, handler)
 	if err != nil {
 		return err
@@ -205,7 +204,6 @@ func runProducer(ctx context.Context, args []string) error {
 	d, err := dispatcher.New(nc, dispatcher.Config{
 		Namespace: c.namespace,
 		Logger:    log.Level(zerolog.InfoLevel),
-		Streams:   dispatcher.StreamOptions{Replicas: c.replicas},
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,97 @@
+package coordinator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// answers takes the answers the engine recorded since the last call.
+func (te *testEngine) answers() []answer {
+	a := te.e.out.answers
+	te.e.out.answers = nil
+	return a
+}
+
+func TestCancelAnswers(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.open("g")
+	var ids []uint64
+	for range 5 {
+		ids = append(ids, te.job(wire.JobMeta{Group: "g"}))
+	}
+	te.seal("g")
+	te.worker("w1", 2)
+	if n := len(te.releases()["any"]); n != 2 {
+		t.Fatalf("released %d jobs to 2 slots", n)
+	}
+
+	// Without Weave-Reply, nothing is answered.
+	te.control(wire.GroupControl{Group: "g", Op: wire.OpCancel, Jobs: []uint64{ids[4]}})
+	if a := te.answers(); len(a) != 0 {
+		t.Fatalf("answered %+v without a reply token", a)
+	}
+
+	// Some jobs: one running (told to stop), one pending, one already canceled (ignored).
+	seq := te.control(wire.GroupControl{Group: "g", Op: wire.OpCancel, Jobs: []uint64{ids[0], ids[3], ids[4]}, Reply: "tok1"})
+	want := answer{subject: "weave.reply.tok1", a: wire.ControlAnswer{Seq: seq, Op: wire.OpCancel, Group: "g", OK: true, Canceled: 1, Stopping: 1}}
+	if a := te.answers(); len(a) != 1 || a[0] != want {
+		t.Fatalf("answers %+v, want %+v", a, want)
+	}
+
+	// The whole group: the other running job stops, the last pending one ends.
+	seq = te.control(wire.GroupControl{Group: "g", Op: wire.OpCancel, Reply: "tok2"})
+	want = answer{subject: "weave.reply.tok2", a: wire.ControlAnswer{Seq: seq, Op: wire.OpCancel, Group: "g", OK: true, Canceled: 1, Stopping: 2}}
+	if a := te.answers(); len(a) != 1 || a[0] != want {
+		t.Fatalf("answers %+v, want %+v", a, want)
+	}
+
+	// A group that was never opened: refused, and the rejection recorded as before.
+	rejected := len(te.e.out.rejections)
+	seq = te.control(wire.GroupControl{Group: "nope", Op: wire.OpCancel, Reply: "tok3"})
+	a := te.answers()
+	if len(a) != 1 || a[0].a.OK || a[0].a.Code != wire.AnswerNotOpen || a[0].a.Seq != seq || a[0].a.Group != "nope" || a[0].subject != "weave.reply.tok3" {
+		t.Fatalf("answers %+v, want a refusal of group nope", a)
+	}
+	if len(te.e.out.rejections) != rejected+1 {
+		t.Fatalf("the cancel of group nope was not recorded as rejected")
+	}
+}
+
+// A cancel read during replay is not answered: the counts are not final yet, and its producer
+// asked a coordinator that has stopped.
+func TestCancelNotAnsweredDuringReplay(t *testing.T) {
+	t.Parallel()
+	cfg, err := Config{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := wire.NewNames("")
+	e, err := newEngine(cfg, names, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
+	e.feed(names.GroupSubject("g"), 2, wire.GroupControl{Group: "g", Op: wire.OpCancel, Reply: "tok"}.Header(), time.Time{})
+	e.feed(names.GroupSubject("x"), 3, wire.GroupControl{Group: "x", Op: wire.OpCancel, Reply: "tok"}.Header(), time.Time{})
+	if len(e.out.answers) != 0 {
+		t.Fatalf("answered during replay: %+v", e.out.answers)
+	}
+}
+
+// A reply token that is not one subject token is malformed: the coordinator would otherwise
+// publish its answer on a subject the producer chose.
+func TestCancelWithBadReplyTokenRejected(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	te.open("g")
+	h := wire.GroupControl{Group: "g", Op: wire.OpCancel}.Header()
+	h.Set(wire.HdrReply, "weave.group.g")
+	te.seq++
+	te.e.feed(te.e.names.GroupSubject("g"), te.seq, h, time.Time{})
+	if len(te.answers()) != 0 || len(te.e.out.rejections) != 1 {
+		t.Fatalf("answers %+v, rejections %+v: want the message rejected", te.e.out.answers, te.e.out.rejections)
+	}
+}

@@ -1,0 +1,82 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/internal/natsver"
+	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// StreamStatus is what InitNamespace did with one stream: created it, or found it, and then how
+// its configuration differs from the options asked for.
+type StreamStatus = topology.StreamStatus
+
+// InitNamespace creates the namespace's streams that do not exist yet, as Run does when it starts
+// ('weave init' calls it). Like Run it first checks the server's version (ErrServerTooOld). Workers and producers do not create streams: they fail with an error
+// wrapping ErrNamespaceNotFound (worker.ErrNamespaceNotFound, dispatcher.ErrNamespaceNotFound are
+// the same error) until the namespace is initialised. It is idempotent: a stream that exists is
+// left as it is, and its StreamStatus lists how it differs from opts (replicas, say), since
+// changing a live stream is an operator's decision. The lease bucket is not created: its TTL is
+// the coordinator's Config.LeaseTTL, so Run creates it.
+func InitNamespace(ctx context.Context, nc *nats.Conn, namespace string, opts StreamOptions) ([]StreamStatus, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: nil NATS connection", ErrInvalidConfig)
+	}
+	names, err := wire.NewNames(namespace)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if opts.Replicas < 0 || opts.Replicas > 5 {
+		return nil, fmt.Errorf("%w: Streams.Replicas %d outside 0..5", ErrInvalidConfig, opts.Replicas)
+	}
+	if opts.DedupWindow < 0 || opts.ResultRetention < 0 {
+		return nil, fmt.Errorf("%w: durations must not be negative", ErrInvalidConfig)
+	}
+	if err := natsver.CheckConn(nc); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("weave: jetstream: %w", err)
+	}
+	return topology.Init(ctx, js, names, opts)
+}
+
+// ErrNamespaceNotFound is the error workers and producers wrap when the namespace's streams do
+// not exist (see InitNamespace).
+var ErrNamespaceNotFound = topology.ErrNamespaceNotFound
+
+// ErrServerTooOld is wrapped by the error Run and InitNamespace return when the NATS server is
+// older than the one Weave needs (MinServerVersion). worker.ErrServerTooOld and
+// dispatcher.ErrServerTooOld are the same error.
+var ErrServerTooOld = natsver.ErrServerTooOld
+
+// MinServerVersion is the oldest nats-server Weave runs on.
+const MinServerVersion = natsver.Minimum
+
+// prepare starts Run: it checks the server's version, creates the namespace's missing streams,
+// and warns about existing ones that differ from Config.Streams (they are used as they are).
+func (c *Coordinator) prepare(ctx context.Context) error {
+	if err := natsver.CheckConn(c.nc); err != nil {
+		return err
+	}
+	sts, err := topology.Init(ctx, c.js, c.names, c.cfg.Streams)
+	if err != nil {
+		return err
+	}
+	for _, st := range sts {
+		switch {
+		case st.Created:
+			c.cfg.Logger.Info().Str("stream", st.Name).Msg("stream created")
+		case len(st.Differences) > 0:
+			c.cfg.Logger.Warn().Str("stream", st.Name).Strs("differences", st.Differences).
+				Msg("stream exists with another configuration than this coordinator's; using it as it is")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,69 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nuid"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// Errors of Handle.Cancel and Handle.CancelJobs.
+var (
+	// ErrGroupNotOpen reports that the coordinator refused a cancel: no incarnation of the group
+	// is open (the ID is unknown, or its group has finished). Nothing was canceled.
+	ErrGroupNotOpen = errors.New("weave: group is not open")
+	// ErrNoAnswer reports that a cancel is stored in the JOBS stream but no coordinator answered
+	// within Config.RequestTimeout: none is running, or it is still replaying the streams after a
+	// start. The cancel is not lost: the coordinator applies it (or refuses it, if the group is not
+	// open) when it reads it.
+	ErrNoAnswer = errors.New("weave: stored, but no coordinator answered")
+)
+
+// cancel publishes the cancel c with a reply token and waits for the coordinator's answer, at
+// most RequestTimeout (and within ctx). The answer comes on core NATS (see wire.ControlAnswer):
+// the subscription is made before the publish, on the same connection, so the server has it when
+// the coordinator answers.
+func (d *Dispatcher) cancel(ctx context.Context, c wire.GroupControl) error {
+	c.Reply = nuid.Next()
+	subject := d.names.ReplySubject(c.Reply)
+	sub, err := d.nc.SubscribeSync(subject)
+	if err != nil {
+		return fmt.Errorf("weave: cancel of group %q: subscribe to %s: %w", c.Group, subject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	seq, err := d.publishControl(ctx, c)
+	if err != nil {
+		return err
+	}
+	wctx, stop := context.WithTimeout(ctx, d.cfg.RequestTimeout)
+	defer stop()
+	for {
+		msg, err := sub.NextMsgWithContext(wctx)
+		if err != nil {
+			why := err
+			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				why = fmt.Errorf("no answer on %s within %v: is a coordinator running, and may this connection subscribe to %s?",
+					subject, d.cfg.RequestTimeout, d.names.AllReplies())
+			}
+			return fmt.Errorf("%w: cancel of group %q (JOBS sequence %d): it is applied when a coordinator reads it: %w", ErrNoAnswer, c.Group, seq, why)
+		}
+		var a wire.ControlAnswer
+		if json.Unmarshal(msg.Data, &a) != nil || a.Seq != seq {
+			d.log.Debug().Str("subject", subject).Msg("ignored a message that is not the answer to our cancel")
+			continue
+		}
+		d.log.Debug().Str("group", c.Group).Bool("ok", a.OK).Int("canceled", a.Canceled).Int("stopping", a.Stopping).Msg("cancel answered")
+		switch {
+		case a.OK:
+			return nil
+		case a.Code == wire.AnswerNotOpen:
+			return fmt.Errorf("%w: cancel of group %q refused: %s", ErrGroupNotOpen, c.Group, a.Reason)
+		default:
+			return fmt.Errorf("weave: cancel of group %q refused by the coordinator: %s", c.Group, a.Reason)
+		}
+	}
+}

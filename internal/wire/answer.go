@@ -1,0 +1,29 @@
+package wire
+
+// ControlAnswer is the coordinator's answer to a group control message that asked for one with
+// the Weave-Reply header (a cancel): JSON on the core NATS subject Names.ReplySubject, published
+// when the coordinator applies or refuses the message. It is not stored: a producer that waits
+// for it subscribes before publishing the message, and a message applied while nobody listens
+// (read during the coordinator's replay, say) is not answered.
+type ControlAnswer struct {
+	// Seq is the control message's sequence in the JOBS stream.
+	Seq   uint64  `json:"seq"`
+	Op    GroupOp `json:"op"`
+	Group string  `json:"group"`
+	// OK is true if the coordinator applied the message.
+	OK bool `json:"ok"`
+	// Code names why the message was refused (AnswerNotOpen), with Reason in words.
+	Code   string `json:"code,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Canceled counts the jobs that ended canceled at once (pending, or waiting for a retry).
+	Canceled int `json:"canceled"`
+	// Stopping counts the running jobs told to stop; each ends canceled when its worker reports.
+	Stopping int `json:"stopping"`
+}
+
+// Codes of ControlAnswer.
+const (
+	// AnswerNotOpen: no incarnation of the group is open (the ID is unknown, or its group has
+	// finished).
+	AnswerNotOpen = "not-open"
+)
