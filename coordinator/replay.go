@@ -31,6 +31,10 @@ func (e *engine) journalRecord(r journal.Record) {
 		return
 	}
 	e.maxEpoch = r.Epoch
+	if e.replaying && r.Kind == journal.KindRefused {
+		e.skipRefused(r.Entries) // see reports.go
+		return
+	}
 	if !e.replaying || r.Kind != journal.KindRetry {
 		return // live: our own records, applied when decided
 	}
@@ -146,7 +150,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	e.replayGroupOf, e.replayReports, e.replayRetries, e.replayHistory = nil, nil, nil, nil
 	// Decide the reports no decision followed, as if they arrived now.
 	for _, ra := range undecided {
-		e.report(ra.worker, ra.seq, ra.r, now)
+		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
 	}
 	for _, g := range e.arrival {
 		if g.finished {

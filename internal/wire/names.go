@@ -77,8 +77,17 @@ func (n Names) WorkSubject(pool string) string { return n.ns + ".work." + pool }
 // WorkConsumer is the durable consumer shared by the workers of one pool.
 func (n Names) WorkConsumer(pool string) string { return "work-" + pool }
 
-// ReportSubject carries one worker's report batches.
-func (n Names) ReportSubject(worker string) string { return n.ns + ".ev.report." + worker }
+// ReportSubject carries the report batches of one worker of one pool. The pool and the worker
+// are in the subject so that a worker's NATS permissions can allow exactly its own subject (see
+// internal/auth); the coordinator accepts a report only for a job released to that pool.
+func (n Names) ReportSubject(pool, worker string) string {
+	return n.ns + ".ev.report." + pool + "." + worker
+}
+
+// ParseReportSubject returns the pool and worker of a report subject.
+func (n Names) ParseReportSubject(subject string) (pool, worker string, ok bool) {
+	return n.parsePoolWorker(subject, n.ns+".ev.report.")
+}
 
 // JournalSubject carries the coordinator's journal records.
 func (n Names) JournalSubject() string { return n.ns + ".ev.coord" }
@@ -95,8 +104,42 @@ func (n Names) RejectSubject() string { return n.ns + ".rejected" }
 // CancelSubject tells workers to cancel running jobs (core NATS; see CancelRequest).
 func (n Names) CancelSubject() string { return n.ns + ".cancel" }
 
-// HeartbeatSubject carries one worker's heartbeats (core NATS).
-func (n Names) HeartbeatSubject(worker string) string { return n.ns + ".hb." + worker }
+// HeartbeatSubject carries the heartbeats of one worker of one pool (core NATS). A heartbeat
+// with a reply subject asks the coordinator to answer a refusal there (see HeartbeatReply).
+func (n Names) HeartbeatSubject(pool, worker string) string {
+	return n.ns + ".hb." + pool + "." + worker
+}
+
+// ParseHeartbeatSubject returns the pool and worker of a heartbeat subject.
+func (n Names) ParseHeartbeatSubject(subject string) (pool, worker string, ok bool) {
+	return n.parsePoolWorker(subject, n.ns+".hb.")
+}
+
+// JoinSubject is where a starting worker asks the coordinator, with a heartbeat marked Join, whether
+// it may run under its ID (core NATS request/reply; see HeartbeatReply). It is not a heartbeat
+// subject, so that nothing but the coordinator answers it.
+func (n Names) JoinSubject(pool, worker string) string {
+	return n.ns + ".api.join." + pool + "." + worker
+}
+
+// ParseJoinSubject returns the pool and worker of a join subject.
+func (n Names) ParseJoinSubject(subject string) (pool, worker string, ok bool) {
+	return n.parsePoolWorker(subject, n.ns+".api.join.")
+}
+
+// parsePoolWorker splits prefix + "<pool>.<worker>". The pool must be a pool key's form (a
+// token) and the worker a valid worker ID or RescueWorker.
+func (n Names) parsePoolWorker(subject, prefix string) (pool, worker string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, prefix)
+	if !ok {
+		return "", "", false
+	}
+	pool, worker, ok = strings.Cut(rest, ".")
+	if !ok || !isToken(pool) || (worker != RescueWorker && ValidateWorkerID(worker) != nil) {
+		return "", "", false
+	}
+	return pool, worker, true
+}
 
 // StatusSubject answers status requests (core NATS request/reply).
 func (n Names) StatusSubject() string { return n.ns + ".api.status" }
@@ -108,7 +151,8 @@ func (n Names) AllWork() string       { return n.ns + ".work.>" }
 func (n Names) AllReports() string    { return n.ns + ".ev.report.>" }
 func (n Names) AllEvents() string     { return n.ns + ".ev.>" }
 func (n Names) AllOutcomes() string   { return n.ns + ".out.>" }
-func (n Names) AllHeartbeats() string { return n.ns + ".hb.*" }
+func (n Names) AllHeartbeats() string { return n.ns + ".hb.*.*" }
+func (n Names) AllJoins() string      { return n.ns + ".api.join.*.*" }
 
 // GroupToken returns the subject token for a group ID: the ID itself when it is 1–64 characters
 // of [A-Za-z0-9_-], else "~" followed by the unpadded base64url encoding of the ID. The mapping is
@@ -166,7 +210,8 @@ func ValidateResources(what string, rs []string) error {
 }
 
 // RescueWorker is the worker name on the reports by which the coordinator hands back the jobs
-// of a pool left without workers. It is not a valid worker ID, so no worker can use it.
+// of a pool left without workers, on NS.ev.report.<pool>.~coordinator. It is not a valid worker
+// ID, so no worker can use it, and only the coordinator role may publish on that subject.
 const RescueWorker = "~coordinator"
 
 // ValidateWorkerID checks a worker ID, which is used as a subject token.
