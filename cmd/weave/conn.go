@@ -30,6 +30,7 @@ type connFlags struct {
 	tlsCert   string
 	tlsKey    string
 	tlsCA     string
+	inbox     string
 	namespace string
 }
 
@@ -45,6 +46,7 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.tlsCert, "tlscert", "", "TLS client certificate file")
 	fs.StringVar(&f.tlsKey, "tlskey", "", "TLS client private key file")
 	fs.StringVar(&f.tlsCA, "tlsca", "", "TLS certificate authority file to verify the server")
+	fs.StringVar(&f.inbox, "inbox-prefix", "", "prefix of this client's reply subjects (default _INBOX); weave auth gives each role its own")
 	registerNamespace(fs, &f.namespace)
 }
 
@@ -95,6 +97,9 @@ func (f *connFlags) connect(ctx context.Context, name string, longRunning bool, 
 	}
 	if f.tlsCA != "" {
 		opts = append(opts, nats.RootCAs(f.tlsCA))
+	}
+	if f.inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(f.inbox))
 	}
 	connected := make(chan struct{})
 	if longRunning {

@@ -115,9 +115,14 @@ func Streams(n wire.Names, o Options) []jetstream.StreamConfig {
 	}
 }
 
-// Ensure creates the namespace's streams, accepting streams that already exist.
+// Ensure creates the namespace's streams, accepting streams that already exist. It looks a stream
+// up before creating it, so a client whose NATS permissions allow stream info but not stream
+// creation (a producer or worker; see internal/auth) works when the streams exist.
 func Ensure(ctx context.Context, js jetstream.JetStream, n wire.Names, o Options) error {
 	for _, cfg := range Streams(n, o) {
+		if _, err := js.Stream(ctx, cfg.Name); err == nil {
+			continue
+		}
 		if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("weave: create stream %s: %w", cfg.Name, err)
 		}
