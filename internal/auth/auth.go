@@ -147,6 +147,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 				api("CONSUMER.MSG.NEXT."+s+".*"), "$JS.ACK."+s+".>")
 		}
 		p.Publish = append(p.Publish,
+			api("INFO"), // account info: nats.go reads it when it creates the lease bucket
 			"$KV."+names.LeaseBucket()+".>",
 			names.AllWork(),                             // work batches
 			names.JournalSubject(),                      // the journal
