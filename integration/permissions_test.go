@@ -228,10 +228,10 @@ func TestPermissions(t *testing.T) {
 		"$JS.API.CONSUMER.MSG.NEXT." + names.WorkStream() + "." + names.WorkConsumer(poolA),
 		"$JS.ACK." + names.WorkStream() + "." + names.WorkConsumer(poolA) + ".1.1.1.1.1",
 		"$JS.API.STREAM.CREATE." + names.JobsStream(),
-		names.HeartbeatSubject(poolA, "wa"),     // another worker's heartbeats
-		names.HeartbeatSubject(poolA, "wb"),     // its own ID in another pool
-		names.ReportSubject(poolA, "wa"),        // another worker's reports
-		names.ReportSubject(poolB, "wz"),        // another ID in its pool
+		names.HeartbeatSubject(poolA, "wa"), // another worker's heartbeats
+		names.HeartbeatSubject(poolA, "wb"), // its own ID in another pool
+		names.ReportSubject(poolA, "wa"),    // another worker's reports
+		names.ReportSubject(poolB, "wz"),    // another ID in its pool
 		names.ReportSubject(poolB, wire.RescueWorker),
 		names.GroupSubject(gtok), // cancel (or open, seal) a group
 		names.OutcomeSubject(gtok),
