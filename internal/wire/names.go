@@ -4,7 +4,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 	"strconv"
 	"strings"
@@ -223,15 +224,16 @@ func ValidateWorkerID(id string) error {
 }
 
 // PoolKey names the pool of workers holding exactly the given resources: "any" for none, else
-// "p" and 16 hex digits of FNV-1a-64 over the sorted, de-duplicated names joined by "\n".
+// "p" and 16 hex digits of SHA-256 over the sorted, de-duplicated names joined by "\n". The
+// hash is cryptographic because a worker's permissions name its pool key: a worker must not be
+// able to find another resource set (one holding what others' jobs require) with its own key.
 func PoolKey(resources []string) string {
 	rs := NormalizeResources(resources)
 	if len(rs) == 0 {
 		return "any"
 	}
-	h := fnv.New64a()
-	h.Write([]byte(strings.Join(rs, "\n")))
-	return "p" + fmt.Sprintf("%016x", h.Sum64())
+	sum := sha256.Sum256([]byte(strings.Join(rs, "\n")))
+	return "p" + hex.EncodeToString(sum[:8])
 }
 
 // NormalizeResources returns the names sorted and de-duplicated (a new slice).
