@@ -106,9 +106,7 @@ func (r *run) heartbeat(in heartbeatIn) {
 	var ref refusal
 	switch {
 	case in.err != "":
-		r.e.stats.RejectedHeartbeats++
-		r.e.reject(in.subject, 0, in.err)
-		ref = refusal{reason: in.err}
+		ref = r.e.refuseHeartbeat(in.subject, in.err)
 	case in.join:
 		ref = r.e.checkHeartbeat(in.subject, in.hb, now)
 	default:
@@ -188,10 +186,16 @@ type refusal struct {
 func (e *engine) checkHeartbeat(subject string, hb wire.Heartbeat, now time.Time) refusal {
 	ref := e.heartbeatRefusal(subject, hb, now)
 	if ref.reason != "" {
-		e.stats.RejectedHeartbeats++
-		e.reject(subject, 0, ref.reason)
+		e.refuseHeartbeat(subject, ref.reason)
 	}
 	return ref
+}
+
+// refuseHeartbeat records a refused heartbeat (core NATS: no stream sequence) and counts it.
+func (e *engine) refuseHeartbeat(subject, reason string) refusal {
+	e.stats.RejectedHeartbeats++
+	e.reject(subject, 0, reason)
+	return refusal{reason: reason}
 }
 
 func (e *engine) heartbeatRefusal(subject string, hb wire.Heartbeat, now time.Time) refusal {

@@ -17,8 +17,7 @@ import (
 func (r *run) applyReports(subject string, evSeq uint64, data []byte) {
 	pool, worker, ok := r.names.ParseReportSubject(subject)
 	if !ok {
-		r.e.stats.RejectedReports++
-		r.e.reject(subject, evSeq, "not a report subject: reports go on "+r.names.ReportSubject("<pool>", "<worker>"))
+		r.e.rejectReports(subject, evSeq, "not a report subject: reports go on "+r.names.ReportSubject("<pool>", "<worker>"))
 		return
 	}
 	from, reports, err := wire.DecodeReports(data)
@@ -26,8 +25,7 @@ func (r *run) applyReports(subject string, evSeq uint64, data []byte) {
 		err = fmt.Errorf("%w: report from %q on the subject of worker %q", wire.ErrMalformed, from, worker)
 	}
 	if err != nil {
-		r.e.stats.RejectedReports++
-		r.e.reject(subject, evSeq, err.Error())
+		r.e.rejectReports(subject, evSeq, err.Error())
 		return
 	}
 	now := r.cfg.now()
@@ -200,9 +198,15 @@ func (e *engine) unreleasedReport(j *job, r wire.Report) string {
 // refuseReport records a refused report in NS_REJECTED, counts it, and journals it so that replay
 // skips it (journal.KindRefused).
 func (e *engine) refuseReport(pool, worker string, seq uint64, r wire.Report, reason string) {
-	e.stats.RejectedReports++
-	e.reject(e.names.ReportSubject(pool, worker), seq, reason)
+	e.rejectReports(e.names.ReportSubject(pool, worker), seq, reason)
 	e.out.refused = append(e.out.refused, journal.Entry{ID: r.ID, Attempt: r.Attempt, Seq: seq})
+}
+
+// rejectReports records a refused report message, or one report of it, and counts it. A message
+// refused whole needs no journal record: replay refuses it again.
+func (e *engine) rejectReports(subject string, seq uint64, reason string) {
+	e.stats.RejectedReports++
+	e.reject(subject, seq, reason)
 }
 
 // historyWorker is the worker an attempt's history names: the reporter, except for a lost
