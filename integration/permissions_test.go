@@ -221,6 +221,15 @@ func TestPermissions(t *testing.T) {
 		t.Fatalf("observer's failed list %q, want the one bad job", failed)
 	}
 
+	// The producer retries the failed job (a new incarnation of g1); it fails again.
+	rh, err := d.Redrive(pe.ctx, "g1")
+	if err != nil {
+		t.Fatalf("producer redrive: %v", err)
+	}
+	if rres, err := rh.Wait(pe.ctx); err != nil || rres.Summary.Jobs != 1 || rres.Summary.Failed != 1 {
+		t.Fatalf("redriven group: %+v, %v; want its one job failed again", rres, err)
+	}
+
 	// (b) What worker B's user may not do: the server refuses each, with a permission violation.
 	gtok := wire.GroupToken("g1")
 	for _, subject := range []string{
