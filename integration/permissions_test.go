@@ -107,7 +107,8 @@ func TestPermissions(t *testing.T) {
 
 	// The coordinator user creates the streams (workers and producers cannot).
 	coordNC, coordErrs := pe.connect("perm-coordinator")
-	c, err := coordinator.New(coordNC, coordinator.Config{Namespace: ns, Logger: testLogger("coordinator")})
+	c, err := coordinator.New(coordNC, coordinator.Config{Namespace: ns, Logger: testLogger("coordinator"),
+		RescueAfter: 500 * time.Millisecond, RetryBase: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +132,7 @@ func TestPermissions(t *testing.T) {
 	var mu sync.Mutex
 	var runs []ran
 	heldJob := make(chan *worker.Job, 1)
+	preferB := make(chan *worker.Job, 1)
 	releaseHeld := make(chan struct{})
 	handler := func(id string) worker.HandlerFunc {
 		return func(ctx context.Context, j *worker.Job) ([]byte, error) {
@@ -146,6 +148,12 @@ func TestPermissions(t *testing.T) {
 					return nil, ctx.Err()
 				}
 				return []byte("real"), nil
+			case "pref-b":
+				if id == "wb" { // held until worker B crashes, then rescued
+					preferB <- j
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
 			case "bad":
 				return nil, worker.Permanent(errors.New("bad input"))
 			}
@@ -163,11 +171,17 @@ func TestPermissions(t *testing.T) {
 			nc, _ = pe.connect("perm-worker-" + w.id)
 		}
 		wk, err := worker.New(nc, worker.Config{Namespace: ns, ID: w.id, Resources: w.rs, Concurrency: 2,
-			HeartbeatInterval: 250 * time.Millisecond, Logger: testLogger("worker " + w.id)}, handler(w.id))
+			HeartbeatInterval: 250 * time.Millisecond, Lease: time.Second, DrainTimeout: 100 * time.Millisecond,
+			TimeoutGrace: 100 * time.Millisecond, Logger: testLogger("worker " + w.id)}, handler(w.id))
 		if err != nil {
 			t.Fatal(err)
 		}
-		pe.run("worker "+w.id, wk.Run)
+		pe.run("worker "+w.id, func(ctx context.Context) error {
+			if err := wk.Run(ctx); !errors.Is(err, nats.ErrConnectionClosed) {
+				return err
+			}
+			return nil // worker B's crash, below
+		})
 	}
 	eventually(t, 30*time.Second, "both workers to join", func() bool { return len(status().Workers) == 2 })
 
@@ -341,6 +355,32 @@ func TestPermissions(t *testing.T) {
 	if !containsText(reasons, "heartbeat of worker \"wb\" of pool "+poolA+" on the subject of worker \"wb\" of pool "+poolB) {
 		t.Fatalf("NS_REJECTED holds %q, want the forged heartbeat", reasons)
 	}
+	// The coordinator's own permissions cover the rescue of an orphaned pool: worker B crashes
+	// (its connection closes) holding a job that prefers b; the coordinator takes it back from
+	// pool B's consumer once its lease runs out, and worker A runs it.
+	h3, err := d.Publish(pe.ctx, "g3", func(yield func(dispatcher.Job) bool) {
+		yield(dispatcher.Job{Key: "pref-b", Prefer: []string{"b"}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-preferB:
+	case <-pe.ctx.Done():
+		t.Fatal("worker B never got the job preferring b")
+	}
+	wbNC.Close()
+	out3, err := h3.WaitKey(pe.ctx, "pref-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out3.State != dispatcher.StateDone || string(out3.Result) != "ran on wa" || out3.Attempts != 2 {
+		t.Fatalf("the rescued job: %v %q after %d attempts, want done on worker A at attempt 2", out3.State, out3.Result, out3.Attempts)
+	}
+	if st := status(); st.Totals.Rescued != 1 {
+		t.Fatalf("rescued %d jobs, want 1", st.Totals.Rescued)
+	}
+
 	mu.Lock()
 	for _, r := range runs {
 		if r.worker == "wb" && strings.HasPrefix(r.key, "a") || r.worker == "wa" && (r.key == "b1" || r.key == "bad") {
