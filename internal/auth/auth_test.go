@@ -180,7 +180,7 @@ func TestRender(t *testing.T) {
 	for _, want := range []string{
 		"nsc add user --account 'ACC' --name 'ns-worker-w1'",
 		"--allow-sub 'ns.cancel,_INBOX_ns-worker-w1.>'",
-		"--allow-pub-response 1",
+		"--allow-pub-response=1",
 		"'$JS.API.STREAM.INFO.ns_JOBS,",
 	} {
 		if !strings.Contains(nsc.String(), want) {

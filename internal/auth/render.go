@@ -95,7 +95,7 @@ func WriteNSC(w io.Writer, names wire.Names, account string, entries []Entry) er
 		fmt.Fprintf(&b, "  --allow-pub %s \\\n", shellQuote(strings.Join(e.Publish, ",")))
 		fmt.Fprintf(&b, "  --allow-sub %s", shellQuote(strings.Join(e.Subscribe, ",")))
 		if e.AllowResponses {
-			b.WriteString(" \\\n  --allow-pub-response 1")
+			b.WriteString(" \\\n  --allow-pub-response=1")
 		}
 		b.WriteString("\n")
 	}
