@@ -49,9 +49,11 @@ func (r *run) applyReports(subject string, evSeq uint64, data []byte) {
 // report changes nothing; it is recorded in NS_REJECTED and counted.
 //
 // During replay the pool a job was released to is not known (releases are not journaled; see
-// replay.go) unless its batch is still in WORK, so reports are kept with their pool and checked
-// when replay ends, against the pool of the jobs whose batch is still in WORK. A report refused
-// before the restart was recorded in the journal (KindRefused) and is skipped at replay.
+// replay.go) unless its batch is still in WORK. Such a job is running again after replay, in
+// its batch's pool, and only later reports decide it, checked as above. A report refused before
+// the restart was journaled (KindRefused) and replay skips it. Not checked: a report stored but
+// not yet examined when the coordinator stopped, about a job whose batch was acknowledged;
+// replay applies it on its subject's word (ARCHITECTURE.md, Roles).
 //
 // seq is the report message's sequence in EVENTS: the job's state depends on it until the
 // decision it leads to is stored elsewhere (see lowWater).
