@@ -61,13 +61,19 @@ func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time
 	if e.replaying {
 		// Decisions are replayed from the journal; a report is applied after replay only if
 		// no decision followed it (see finishReplay).
-		if prev, ok := e.replayReports[r.ID]; !ok || r.Attempt >= prev.r.Attempt {
-			ra := reportAt{pool: pool, worker: worker, seq: seq, r: r}
-			if ok {
-				ra.prev = &prev // kept until replay ends, in case this one was refused
-			}
-			e.replayReports[r.ID] = ra
+		// As live, the first report of an attempt decides it and later ones are stale, unless
+		// it gave the job back unrun (released), which keeps the attempt number for the next
+		// release: a stale report (a forged one, or a lost report of a batch whose worker had
+		// reported it) must not decide the job at replay either.
+		prev, ok := e.replayReports[r.ID]
+		if ok && r.Attempt <= prev.r.Attempt && !(r.Attempt == prev.r.Attempt && prev.r.Status == wire.StatusReleased) {
+			return // stale, as it was live
 		}
+		ra := reportAt{pool: pool, worker: worker, seq: seq, r: r}
+		if ok {
+			ra.prev = &prev // kept until replay ends, in case this one was refused
+		}
+		e.replayReports[r.ID] = ra
 		if r.Status.Failed() {
 			// The history of the attempts whose reports are still in EVENTS (older ones may have
 			// been trimmed).

@@ -220,3 +220,41 @@ func TestReplaySkipsRefusedReport(t *testing.T) {
 		t.Fatalf("history %+v, want only the real failed attempt", j.history)
 	}
 }
+
+// TestReplayKeepsFirstReportOfAttempt: live, the first report of an attempt decides it and a
+// later one is stale (not journaled); replay decides from the first one too, unless it gave the
+// job back unrun (released), after which the attempt's next report decides.
+func TestReplayKeepsFirstReportOfAttempt(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	names, cfg, now := te.e.names, te.e.cfg, te.now
+	e2, err := newEngine(cfg, names, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header())
+	e2.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g"}.Header())
+	e2.feed(names.JobSubject("g"), 3, wire.JobMeta{Group: "g"}.Header())
+	e2.feed(names.GroupSubject("g"), 4, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 2}.Header())
+	e2.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
+	e2.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK, Data: []byte("real")}, now)
+	e2.report("gpu", "intruder", 11, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusPermanent, Data: []byte("forged")}, now)
+	e2.report("any", "w", 12, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusReleased}, now)
+	e2.report("any", "w2", 13, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusOK, Data: []byte("second release")}, now)
+	e2.finishReplay(nil, now)
+	for id, want := range map[uint64]string{2: "real", 3: "second release"} {
+		if st, _ := e2.idx.State(id); st != jobindex.Done {
+			t.Errorf("job %d is %v after replay, want done", id, st)
+		}
+		g := e2.groups["g"]
+		found := false
+		for _, o := range g.outcomes {
+			if o.ID == id {
+				found = string(o.Data) == want
+			}
+		}
+		if !found {
+			t.Errorf("job %d: outcomes %+v, want result %q", id, g.outcomes, want)
+		}
+	}
+}
