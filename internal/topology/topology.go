@@ -115,12 +115,20 @@ func Streams(n wire.Names, o Options) []jetstream.StreamConfig {
 	}
 }
 
+// lookupTimeout bounds Ensure's look-up of a stream: on a cluster a stream just created by
+// another client may have no leader yet and leave the request unanswered; creating it then
+// answers at once that it exists.
+const lookupTimeout = 2 * time.Second
+
 // Ensure creates the namespace's streams, accepting streams that already exist. It looks a stream
 // up before creating it, so a client whose NATS permissions allow stream info but not stream
 // creation (a producer or worker; see internal/auth) works when the streams exist.
 func Ensure(ctx context.Context, js jetstream.JetStream, n wire.Names, o Options) error {
 	for _, cfg := range Streams(n, o) {
-		if _, err := js.Stream(ctx, cfg.Name); err == nil {
+		lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+		_, err := js.Stream(lctx, cfg.Name)
+		cancel()
+		if err == nil {
 			continue
 		}
 		if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
