@@ -72,6 +72,7 @@ type engine struct {
 type counters struct {
 	Admitted, Released, Retried, Rejected, StaleReports, Requeued, LostJobs, LostAttempts, Rescued uint64
 	Done, Failed, Canceled                                                                         uint64 // jobs that ended so
+	RejectedReports, RejectedHeartbeats                                                            uint64 // of Rejected: see report and checkHeartbeat
 }
 
 // group is one open group.
@@ -136,9 +137,11 @@ type replayCancel struct {
 
 // reportAt is a report seen during replay, applied once the journal has been read.
 type reportAt struct {
+	pool   string // of the subject it came on
 	worker string
 	seq    uint64 // in EVENTS
 	r      wire.Report
+	prev   *reportAt // the job's report it replaced, the latest again if this one was refused (skipRefused)
 }
 
 // effects are the side effects the loop must carry out after a step, in this order.
@@ -151,13 +154,14 @@ type effects struct {
 	// retentionPurges are finished groups past their retention: delete their outcomes.
 	retentionPurges []purge
 	rejections      []rejection
-	cancels         []uint64 // running jobs whose handlers must be canceled
-	abandons        []*group // unsealed groups whose producer went silent: store a seal for them
-	answers         []answer // answers to control messages that asked for one (answers.go)
+	cancels         []uint64        // running jobs whose handlers must be canceled
+	abandons        []*group        // unsealed groups whose producer went silent: store a seal for them
+	answers         []answer        // answers to control messages that asked for one (answers.go)
+	refused         []journal.Entry // refused reports, to journal (journal.KindRefused)
 }
 
 func (o *effects) empty() bool {
-	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.abandons)+len(o.answers) == 0
+	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.abandons)+len(o.answers)+len(o.refused) == 0
 }
 
 // release is a batch of jobs handed to a pool.

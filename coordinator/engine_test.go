@@ -57,7 +57,11 @@ func (te *testEngine) job(m wire.JobMeta) uint64 {
 }
 
 func (te *testEngine) worker(id string, conc int, resources ...string) {
-	te.e.heartbeat(wire.Heartbeat{Version: wire.Version, Worker: id, Pool: wire.PoolKey(resources), Resources: resources, Concurrency: conc, Sleeping: conc, IntervalMS: 1000}, te.now)
+	pool := wire.PoolKey(resources)
+	hb := wire.Heartbeat{Version: wire.Version, Worker: id, Pool: pool, Resources: resources, Concurrency: conc, Sleeping: conc, IntervalMS: 1000, Run: "run-" + id}
+	if ref := te.e.heartbeat(te.e.names.HeartbeatSubject(pool, id), hb, te.now); ref.reason != "" {
+		te.t.Fatalf("heartbeat of %s refused: %s", id, ref.reason)
+	}
 }
 
 // releases runs a release decision and returns the released jobs per pool key.
@@ -74,9 +78,17 @@ func (te *testEngine) releases() map[string][]*job {
 	return got
 }
 
+// poolOf is the pool a running job was released to, as its worker's report subject names it.
+func poolOf(j *job) string {
+	if j.pool != nil {
+		return j.pool.key
+	}
+	return "any"
+}
+
 func (te *testEngine) report(j *job, st wire.Status, data string) {
 	te.evSeq++
-	te.e.report("w", te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: st, Data: []byte(data)}, te.now)
+	te.e.report(poolOf(j), "w", te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: st, Data: []byte(data)}, te.now)
 	te.e.noteEvent(te.evSeq)
 }
 
@@ -199,7 +211,7 @@ func TestRetryAfterRequested(t *testing.T) {
 	te.open("g")
 	te.job(wire.JobMeta{Group: "g"})
 	rel := te.releases()["any"]
-	te.e.report("w", 1, wire.Report{ID: rel[0].id, Attempt: 1, Status: wire.StatusError, RetryAfter: 42 * time.Second}, te.now)
+	te.e.report(poolOf(rel[0]), "w", 1, wire.Report{ID: rel[0].id, Attempt: 1, Status: wire.StatusError, RetryAfter: 42 * time.Second}, te.now)
 	if due := te.e.nextDue(); due != te.now.Add(42*time.Second) {
 		t.Fatalf("retry at %v, want now+42s", due)
 	}
@@ -351,10 +363,10 @@ func TestReplay(t *testing.T) {
 	}
 	e2.feed(names.GroupSubject("g"), 7, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 5}.Header(), time.Time{})
 	e2.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
-	e2.report("w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}, now)
-	e2.report("w", 11, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusError}, now)
+	e2.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}, now)
+	e2.report("any", "w", 11, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusError}, now)
 	e2.journalRecord(journal.Record{Kind: journal.KindRetry, Epoch: 1, Entries: []journal.Entry{{ID: 3, Attempt: 1, At: now.Add(time.Minute)}}})
-	e2.report("w", 13, wire.Report{ID: 5, Attempt: 1, Status: wire.StatusError}, now)
+	e2.report("any", "w", 13, wire.Report{ID: 5, Attempt: 1, Status: wire.StatusError}, now)
 	// A fenced-off epoch-0 coordinator's late retry decision for job 5 is ignored.
 	e2.journalRecord(journal.Record{Kind: journal.KindRetry, Epoch: 0, Entries: []journal.Entry{{ID: 5, Attempt: 1, At: now.Add(time.Hour)}}})
 	e2.finishReplay(map[uint64]aliveJob{4: {attempt: 1, pool: "any"}}, now)
@@ -393,7 +405,7 @@ func TestReplaySealedGroup(t *testing.T) {
 	e.feed(names.JobSubject("g"), 3, wire.JobMeta{Group: "g"}.Header(), time.Time{})
 	e.feed(names.GroupSubject("g"), 4, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 2}.Header(), time.Time{})
 	e.finishReplay(nil, time.Unix(0, 0))
-	e.heartbeat(wire.Heartbeat{Version: wire.Version, Worker: "w", Pool: "any", Concurrency: 4, IntervalMS: 1000}, time.Unix(0, 0))
+	e.heartbeat(names.HeartbeatSubject("any", "w"), wire.Heartbeat{Version: wire.Version, Worker: "w", Pool: "any", Concurrency: 4, IntervalMS: 1000}, time.Unix(0, 0))
 	e.releaseAll()
 	if len(e.out.releases) != 1 || len(e.out.releases[0].jobs) != 2 {
 		t.Fatalf("after replay of a sealed group, released %+v", e.out.releases)
@@ -675,7 +687,7 @@ func TestOrphanedPoolRescue(t *testing.T) {
 		t.Fatalf("orphans %v while the pool has a worker", got)
 	}
 
-	te.e.heartbeat(wire.Heartbeat{Version: wire.Version, Worker: "gpu-box", Pool: gpu, Stopped: true}, te.now)
+	te.e.heartbeat(te.e.names.HeartbeatSubject(gpu, "gpu-box"), wire.Heartbeat{Version: wire.Version, Worker: "gpu-box", Pool: gpu, Resources: []string{"gpu"}, Stopped: true, Run: "run-gpu-box"}, te.now)
 	te.now = te.now.Add(5*time.Second - time.Millisecond)
 	if got := te.e.orphans(te.now); len(got) != 0 {
 		t.Fatalf("orphans %v before RescueAfter", got)
@@ -688,7 +700,7 @@ func TestOrphanedPoolRescue(t *testing.T) {
 	te.worker("plain", 4)
 	for _, j := range held {
 		te.evSeq++
-		te.e.report(wire.RescueWorker, te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: wire.StatusReleased}, te.now)
+		te.e.report(gpu, wire.RescueWorker, te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: wire.StatusReleased}, te.now)
 		te.e.noteEvent(te.evSeq)
 	}
 	if got := te.e.orphans(te.now); len(got) != 0 {
@@ -728,7 +740,7 @@ func TestLostAttemptsCount(t *testing.T) {
 		if len(rel) != 1 || rel[0].attempt != attempt {
 			t.Fatalf("attempt %d: released %+v", attempt, rel)
 		}
-		te.e.report("w1", uint64(attempt), wire.LostReports([]wire.WorkJob{{ID: id, Attempt: attempt}}, 2)[0], te.now)
+		te.e.report("any", "w1", uint64(attempt), wire.LostReports([]wire.WorkJob{{ID: id, Attempt: attempt}}, 2)[0], te.now)
 		if attempt == 1 {
 			if te.state(id) != jobindex.RetryWait {
 				t.Fatalf("after a lost attempt the job is %v, want retry-waiting", te.state(id))

@@ -71,7 +71,7 @@ func TestReplayKeepsEveryIncarnation(t *testing.T) {
 			if tc.alive {
 				alive[6] = aliveJob{attempt: 1, pool: "any"}
 			} else {
-				r.e.report("w", 20, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK}, now)
+				r.e.report("any", "w", 20, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK}, now)
 			}
 			r.e.outcomeReplay("g", 1, []wire.Outcome{{ID: 2, Key: "a", State: wire.FinalDone, Attempts: 1}, {ID: 3, Key: "b", State: wire.FinalFailed, Attempts: 5}}, nil, 1, now)
 			r.e.outcomeReplay("g", 1, nil, &wire.GroupSummary{Jobs: 2, Done: 1, Failed: 1}, 2, now)
@@ -89,7 +89,7 @@ func TestReplayKeepsEveryIncarnation(t *testing.T) {
 					t.Fatalf("job 6 is %v after replay, want running", st)
 				}
 				r.e.released(6, "b", 0) // the next release would learn it; here the report follows
-				r.e.report("w", 21, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK}, now)
+				r.e.report("any", "w", 21, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK}, now)
 			}
 			if st, _ := r.e.idx.State(6); st != jobindex.Done {
 				t.Fatalf("job 6 is %v, want done", st)
@@ -114,7 +114,7 @@ func TestReplayOlderIncarnationUnfinished(t *testing.T) {
 	r.control(4, wire.GroupControl{Group: "g", Op: wire.OpOpen})
 	r.job(5, wire.JobMeta{Group: "g"})
 	r.control(6, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1})
-	r.e.report("w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}, now)
+	r.e.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}, now)
 	r.e.finishReplay(nil, now)
 	if len(r.e.out.summaries) != 1 || r.e.out.summaries[0].openSeq != 1 {
 		t.Fatalf("first incarnation not finished from its report: %+v", r.e.out.summaries)

@@ -1,8 +1,11 @@
 package coordinator
 
 import (
+	"fmt"
 	"slices"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/weavejobs/weave/spreader"
 
@@ -61,18 +64,78 @@ type workerInfo struct {
 	lastSeen time.Time
 }
 
-// heartbeat applies a worker heartbeat.
-func (e *engine) heartbeat(hb wire.Heartbeat, now time.Time) {
+// heartbeatIn is a heartbeat or a join as the loop receives it, with the subjects it came on.
+type heartbeatIn struct {
+	subject, reply string
+	hb             wire.Heartbeat
+	join           bool   // a join: answer whether the worker may start, apply nothing
+	err            string // the message is not a heartbeat: record the rejection
+}
+
+// subscribeHeartbeats hands heartbeats and joins to the loop (hbCh). Called by replay.
+func (r *run) subscribeHeartbeats() error {
+	for _, subject := range []string{r.names.AllHeartbeats(), r.names.AllJoins()} {
+		sub, err := r.c.nc.Subscribe(subject, func(m *nats.Msg) {
+			in := heartbeatIn{subject: m.Subject, reply: m.Reply}
+			hb, err := wire.ParseHeartbeat(m.Data)
+			if err != nil {
+				in.err = err.Error()
+			}
+			// The subject, not the body, says whether it is a join.
+			_, _, join := r.names.ParseJoinSubject(m.Subject)
+			in.hb, in.join = hb, join
+			select {
+			case r.hbCh <- in:
+			case <-r.done:
+			default: // the loop is behind; the next heartbeat carries the same news
+			}
+		})
+		if err != nil {
+			return err
+		}
+		r.stop = append(r.stop, func() { _ = sub.Unsubscribe() })
+	}
+	return nil
+}
+
+// heartbeat applies a heartbeat, or answers a join, and answers a refusal on the message's reply
+// subject. Workers send heartbeats with a reply subject to learn of a refusal (a coordinator
+// that started after them found another run of their ID). Called by the loop.
+func (r *run) heartbeat(in heartbeatIn) {
+	now := r.cfg.now()
+	var ref refusal
+	switch {
+	case in.err != "":
+		ref = r.e.refuseHeartbeat(in.subject, in.err)
+	case in.join:
+		ref = r.e.checkHeartbeat(in.subject, in.hb, now)
+	default:
+		ref = r.e.heartbeat(in.subject, in.hb, now)
+	}
+	if in.reply == "" || ref.reason == "" && !in.join {
+		return
+	}
+	reply := wire.HeartbeatReply{Refused: ref.reason}
+	if ref.reason != "" {
+		reply.RetryMS = ref.retry.Milliseconds()
+	}
+	if err := r.c.nc.Publish(in.reply, reply.Marshal()); err != nil {
+		r.log.Warn().Err(err).Str("subject", in.subject).Msg("answering a heartbeat failed")
+	}
+}
+
+// heartbeat applies a worker heartbeat received on subject, after checkHeartbeat. It returns a
+// refusal, empty if the heartbeat was applied (see checkHeartbeat).
+func (e *engine) heartbeat(subject string, hb wire.Heartbeat, now time.Time) refusal {
+	if ref := e.checkHeartbeat(subject, hb, now); ref.reason != "" {
+		return ref
+	}
 	w := e.workers[hb.Worker]
 	if hb.Stopped {
 		if w != nil {
 			e.dropWorker(w, now)
 		}
-		return
-	}
-	if w != nil && w.pool.key != hb.Pool {
-		e.dropWorker(w, now) // restarted with other resources under the same ID
-		w = nil
+		return refusal{}
 	}
 	if w == nil {
 		p := e.poolFor(hb.Pool, hb.Resources)
@@ -95,6 +158,72 @@ func (e *engine) heartbeat(hb wire.Heartbeat, now time.Time) {
 	w.pool.slots += w.slots
 	e.slots += w.slots
 	e.resizeFeeders()
+	return refusal{}
+}
+
+// refusal is why a heartbeat or a join was refused, and for a worker ID held by another live
+// run, how long that run may stay silent before it is forgotten (wire.HeartbeatReply.RetryMS).
+type refusal struct {
+	reason string
+	retry  time.Duration
+}
+
+// checkHeartbeat decides whether a heartbeat (or a join, which is a heartbeat asking for an
+// answer) may be applied. A worker's NATS permissions allow it to publish only on its own
+// subjects, NS.hb.<pool>.<worker> and NS.api.join.<pool>.<worker> (see internal/auth), so the
+// coordinator trusts a heartbeat only as far as its subject goes:
+//
+//   - the subject's pool and worker must be the body's, and the pool the key of the resources
+//     the body claims (wire.ParseHeartbeat checked that): a worker cannot claim resources, nor
+//     slots in a pool, that its permissions do not let it pull;
+//   - a known pool keeps the resources it was first seen with: another set with the same key
+//     (a crafted hash collision) is refused;
+//   - a worker ID has one live run at a time: a heartbeat of another run (a second process
+//     with the same ID) is refused, and tells how long the live run may stay silent before it
+//     is forgotten (a worker restarted after a crash asks again after that).
+//
+// A refused heartbeat changes nothing; it is recorded in NS_REJECTED and counted.
+func (e *engine) checkHeartbeat(subject string, hb wire.Heartbeat, now time.Time) refusal {
+	ref := e.heartbeatRefusal(subject, hb, now)
+	if ref.reason != "" {
+		e.refuseHeartbeat(subject, ref.reason)
+	}
+	return ref
+}
+
+// refuseHeartbeat records a refused heartbeat (core NATS: no stream sequence) and counts it.
+func (e *engine) refuseHeartbeat(subject, reason string) refusal {
+	e.stats.RejectedHeartbeats++
+	e.reject(subject, 0, reason)
+	return refusal{reason: reason}
+}
+
+func (e *engine) heartbeatRefusal(subject string, hb wire.Heartbeat, now time.Time) refusal {
+	pool, worker, ok := e.names.ParseHeartbeatSubject(subject)
+	if !ok {
+		pool, worker, ok = e.names.ParseJoinSubject(subject)
+	}
+	switch {
+	case !ok:
+		return refusal{reason: fmt.Sprintf("heartbeat on %s, not a worker's heartbeat or join subject", subject)}
+	case worker != hb.Worker || pool != hb.Pool:
+		return refusal{reason: fmt.Sprintf("heartbeat of worker %q of pool %s on the subject of worker %q of pool %s", hb.Worker, hb.Pool, worker, pool)}
+	}
+	if p := e.pools[hb.Pool]; p != nil && p.resources != nil && !slices.Equal(p.resources, wire.NormalizeResources(hb.Resources)) {
+		return refusal{reason: fmt.Sprintf("heartbeat of worker %q claims resources %v for pool %s, which holds %v", hb.Worker, hb.Resources, hb.Pool, p.resources)}
+	}
+	if w := e.workers[hb.Worker]; w != nil && w.hb.Run != hb.Run {
+		silent := time.Duration(e.cfg.HeartbeatMisses) * w.hb.Interval()
+		return refusal{
+			reason: fmt.Sprintf("worker ID %q is in use by another running worker (pool %s, last heartbeat %v ago); give each worker its own ID",
+				hb.Worker, w.pool.key, now.Sub(w.lastSeen).Round(time.Millisecond)),
+			retry: max(w.lastSeen.Add(silent).Sub(now), time.Millisecond),
+		}
+	}
+	if w := e.workers[hb.Worker]; w != nil && w.pool.key != hb.Pool {
+		return refusal{reason: fmt.Sprintf("heartbeat of worker %q for pool %s, but this run of it is in pool %s", hb.Worker, hb.Pool, w.pool.key)}
+	}
+	return refusal{}
 }
 
 func (e *engine) dropWorker(w *workerInfo, now time.Time) {

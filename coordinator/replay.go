@@ -31,6 +31,10 @@ func (e *engine) journalRecord(r journal.Record) {
 		return
 	}
 	e.maxEpoch = r.Epoch
+	if e.replaying && r.Kind == journal.KindRefused {
+		e.skipRefused(r.Entries) // see reports.go
+		return
+	}
 	if !e.replaying || r.Kind != journal.KindRetry {
 		return // live: our own records, applied when decided
 	}
@@ -157,7 +161,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	}
 	// Decide the reports no decision followed, as if they arrived now.
 	for _, ra := range undecided {
-		e.report(ra.worker, ra.seq, ra.r, now)
+		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
 	}
 	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
 	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"container/heap"
+	"fmt"
 	"slices"
 	"time"
 
@@ -10,17 +11,69 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// report applies one attempt outcome reported by a worker.
+// applyReports applies a report message stored in EVENTS on subject NS.ev.report.<pool>.<worker>
+// (see engine.report for what is checked). A message that is not a report batch of the worker its
+// subject names is rejected whole.
+func (r *run) applyReports(subject string, evSeq uint64, data []byte) {
+	pool, worker, ok := r.names.ParseReportSubject(subject)
+	if !ok {
+		r.e.rejectReports(subject, evSeq, "not a report subject: reports go on "+r.names.ReportSubject("<pool>", "<worker>"))
+		return
+	}
+	from, reports, err := wire.DecodeReports(data)
+	if err == nil && from != worker {
+		err = fmt.Errorf("%w: report from %q on the subject of worker %q", wire.ErrMalformed, from, worker)
+	}
+	if err != nil {
+		r.e.rejectReports(subject, evSeq, err.Error())
+		return
+	}
+	now := r.cfg.now()
+	for _, rp := range reports {
+		r.e.report(pool, worker, evSeq, rp, now)
+	}
+}
+
+// report applies one attempt outcome reported by a worker of a pool, both named by the subject
+// the report was published on (NS.ev.report.<pool>.<worker>), which a worker's NATS permissions
+// bind to its own pool and ID (see internal/auth).
+//
+// A report about a running job is accepted only if the job was released to that pool, and the
+// worker, if it is live, is a worker of that pool: a worker of another pool (or anyone able to
+// publish on another pool's report subjects) cannot decide a job it was not given. Reports the
+// coordinator hands back from an orphaned pool (rescue.go) come as wire.RescueWorker on the
+// rescued pool's subject, which only the coordinator role may publish on. A worker that is not
+// live any more (silent for HeartbeatMisses heartbeats, then heard again) is still a worker of
+// the pool its subject names: its reports are accepted, because it acks the job's batch once the
+// report is stored, and refusing the report would leave the job running for ever. A refused
+// report changes nothing; it is recorded in NS_REJECTED and counted.
+//
+// During replay the pool a job was released to is not known (releases are not journaled; see
+// replay.go) unless its batch is still in WORK. Such a job is running again after replay, in
+// its batch's pool, and only later reports decide it, checked as above. A report refused before
+// the restart was journaled (KindRefused) and replay skips it. Not checked: a report stored but
+// not yet examined when the coordinator stopped, about a job whose batch was acknowledged;
+// replay applies it on its subject's word (ARCHITECTURE.md, Roles).
 //
 // seq is the report message's sequence in EVENTS: the job's state depends on it until the
 // decision it leads to is stored elsewhere (see lowWater).
-func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time) {
+func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time.Time) {
 	if e.replaying {
 		// Decisions are replayed from the journal; a report is applied after replay only if
 		// no decision followed it (see finishReplay).
-		if prev, ok := e.replayReports[r.ID]; !ok || r.Attempt >= prev.r.Attempt {
-			e.replayReports[r.ID] = reportAt{worker: worker, seq: seq, r: r}
+		// As live, the first report of an attempt decides it and later ones are stale, unless
+		// it gave the job back unrun (released), which keeps the attempt number for the next
+		// release: a stale report (a forged one, or a lost report of a batch whose worker had
+		// reported it) must not decide the job at replay either.
+		prev, ok := e.replayReports[r.ID]
+		if ok && r.Attempt <= prev.r.Attempt && !(r.Attempt == prev.r.Attempt && prev.r.Status == wire.StatusReleased) {
+			return // stale, as it was live
 		}
+		ra := reportAt{pool: pool, worker: worker, seq: seq, r: r}
+		if ok {
+			ra.prev = &prev // kept until replay ends, in case this one was refused
+		}
+		e.replayReports[r.ID] = ra
 		if r.Status.Failed() {
 			// The history of the attempts whose reports are still in EVENTS (older ones may have
 			// been trimmed).
@@ -32,11 +85,19 @@ func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time)
 	}
 	j := e.jobs[r.ID]
 	if j == nil || j.attempt != r.Attempt {
+		if reason := e.unreleasedReport(j, r); reason != "" {
+			e.refuseReport(pool, worker, seq, r, reason)
+			return
+		}
 		e.stats.StaleReports++ // a duplicate run, or an attempt already decided
 		return
 	}
 	if st, _ := e.idx.State(j.id); st != jobindex.Running {
 		e.stats.StaleReports++
+		return
+	}
+	if reason := e.foreignReport(pool, worker, j); reason != "" {
+		e.refuseReport(pool, worker, seq, r, reason)
 		return
 	}
 	if worker == wire.RescueWorker {
@@ -73,6 +134,87 @@ func (e *engine) report(worker string, seq uint64, r wire.Report, now time.Time)
 		e.scheduleRetry(j, e.retryDelay(j, r.RetryAfter), now)
 		j.evSeq = seq // the attempt count and the retry record (written after it) live there
 	}
+}
+
+// foreignReport returns why a report from worker of pool about the running job j is refused, or
+// "" (see report).
+func (e *engine) foreignReport(pool, worker string, j *job) string {
+	if j.pool != nil && j.pool.key != pool {
+		return fmt.Sprintf("report from worker %q of pool %s about job %d, which was released to pool %s", worker, pool, j.id, j.pool.key)
+	}
+	if w := e.workers[worker]; w != nil && w.pool.key != pool {
+		return fmt.Sprintf("report about job %d on pool %s's subject from worker %q, which is live in pool %s", j.id, pool, worker, w.pool.key)
+	}
+	return ""
+}
+
+// skipRefused undoes, during replay, the reports a journal record says were refused before the
+// restart: the report before a refused one is the job's latest again, and a refused failed
+// attempt leaves the history.
+func (e *engine) skipRefused(entries []journal.Entry) {
+	for _, en := range entries {
+		head, ok := e.replayReports[en.ID]
+		if !ok {
+			continue
+		}
+		// Unlink the refused report from the job's chain of reports, latest first.
+		var refused *reportAt
+		if head.seq == en.Seq {
+			refused = &head
+			if head.prev != nil {
+				e.replayReports[en.ID] = *head.prev
+			} else {
+				delete(e.replayReports, en.ID)
+			}
+		} else {
+			for ra := &head; ra.prev != nil; ra = ra.prev {
+				if ra.prev.seq == en.Seq {
+					refused, ra.prev = ra.prev, ra.prev.prev
+					break
+				}
+			}
+			e.replayReports[en.ID] = head
+		}
+		if refused == nil || !refused.r.Status.Failed() {
+			continue
+		}
+		// Its failed attempt is in the history: take the latest entry it added out.
+		h := e.replayHistory[en.ID]
+		for i := len(h) - 1; i >= 0; i-- {
+			if h[i].Worker == historyWorker(refused.worker, refused.r.Status) && h[i].Error == string(refused.r.Data) {
+				e.replayHistory[en.ID] = append(h[:i], h[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// unreleasedReport returns why a report about an attempt that was never released is refused, or
+// "" for a stale report (an attempt already decided: a duplicate run, or a job that ended). No
+// honest worker reports an attempt later than the job's latest release, nor a job that was never
+// released; replay would otherwise take such a report for the job's latest.
+func (e *engine) unreleasedReport(j *job, r wire.Report) string {
+	if j != nil && r.Attempt > j.attempt {
+		return fmt.Sprintf("report about attempt %d of job %d, whose latest release is attempt %d", r.Attempt, r.ID, j.attempt)
+	}
+	if st, ok := e.idx.State(r.ID); j == nil && ok && st == jobindex.Pending {
+		return fmt.Sprintf("report about job %d, which was never released", r.ID)
+	}
+	return ""
+}
+
+// refuseReport records a refused report in NS_REJECTED, counts it, and journals it so that replay
+// skips it (journal.KindRefused).
+func (e *engine) refuseReport(pool, worker string, seq uint64, r wire.Report, reason string) {
+	e.rejectReports(e.names.ReportSubject(pool, worker), seq, reason)
+	e.out.refused = append(e.out.refused, journal.Entry{ID: r.ID, Attempt: r.Attempt, Seq: seq})
+}
+
+// rejectReports records a refused report message, or one report of it, and counts it. A message
+// refused whole needs no journal record: replay refuses it again.
+func (e *engine) rejectReports(subject string, seq uint64, reason string) {
+	e.stats.RejectedReports++
+	e.reject(subject, seq, reason)
 }
 
 // historyWorker is the worker an attempt's history names: the reporter, except for a lost

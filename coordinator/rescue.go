@@ -75,7 +75,7 @@ func (r *run) rescue(ctx context.Context, pool string) {
 			continue
 		}
 		for m := range batch.Messages() {
-			if err := r.handBack(ctx, m); err != nil && ctx.Err() == nil {
+			if err := r.handBack(ctx, pool, m); err != nil && ctx.Err() == nil {
 				r.log.Warn().Err(err).Str("pool", pool).Msg("rescue: hand back a batch")
 			}
 		}
@@ -94,10 +94,11 @@ func (r *run) rescueConsumer(ctx context.Context, pool string) (jetstream.Consum
 	return cons, err
 }
 
-// handBack stores a released report for every job of the batch m, then acks m. A batch that
+// handBack stores a released report for every job of the batch m of pool, on the pool's rescue
+// report subject (NS.ev.report.<pool>.~coordinator), then acks m. A batch that
 // does not decode can never run anywhere: it is terminated and recorded as rejected, as a worker
 // would.
-func (r *run) handBack(ctx context.Context, m jetstream.Msg) error {
+func (r *run) handBack(ctx context.Context, pool string, m jetstream.Msg) error {
 	jobs, err := wire.DecodeWork(m.Data())
 	if err == nil && len(jobs) == 0 {
 		err = fmt.Errorf("%w: work batch without jobs", wire.ErrMalformed)
@@ -120,7 +121,7 @@ func (r *run) handBack(ctx context.Context, m jetstream.Msg) error {
 			reports[i] = wire.Report{ID: j.ID, Attempt: j.Attempt, Status: wire.StatusReleased}
 		}
 	}
-	subject := r.names.ReportSubject(wire.RescueWorker)
+	subject := r.names.ReportSubject(pool, wire.RescueWorker)
 	if _, err := r.c.js.Publish(ctx, subject, wire.AppendReports(nil, wire.RescueWorker, reports)); err != nil {
 		// Not stored: the batch comes back after its AckWait and is rescued then.
 		return fmt.Errorf("store released report: %w", err)

@@ -31,7 +31,7 @@ type run struct {
 	// Written by consumer callbacks and subscriptions, read by the loop.
 	feedCh   chan jetstream.Msg // JOBS feed, headers only
 	eventsCh chan jetstream.Msg // EVENTS: reports and journal
-	hbCh     chan wire.Heartbeat
+	hbCh     chan heartbeatIn   // heartbeats and joins (see pools.go)
 	statusCh chan chan *Status
 
 	// Written by release pipelines (never blocking them), read by the loop.
@@ -80,7 +80,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64) (*run, error) {
 		payloads:  newPayloads(c.directGet(c.names.JobsStream()), c.cfg.PayloadCacheBytes),
 		feedCh:    make(chan jetstream.Msg, chanSize),
 		eventsCh:  make(chan jetstream.Msg, chanSize),
-		hbCh:      make(chan wire.Heartbeat, chanSize),
+		hbCh:      make(chan heartbeatIn, chanSize),
 		statusCh:  make(chan chan *Status),
 		relNotify: make(chan struct{}, 1),
 		forgetCh:  make(chan finishedGroup, chanSize),
@@ -103,21 +103,9 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64) (*run, error) {
 func (r *run) replay(ctx context.Context) error {
 	start := time.Now()
 	// Heartbeats first, so workers are known when scheduling starts.
-	sub, err := r.c.nc.Subscribe(r.names.AllHeartbeats(), func(m *nats.Msg) {
-		hb, err := wire.ParseHeartbeat(m.Data)
-		if err != nil {
-			r.log.Warn().Err(err).Str("subject", m.Subject).Msg("bad heartbeat")
-			return
-		}
-		select {
-		case r.hbCh <- hb:
-		default: // the loop is behind; the next heartbeat carries the same news
-		}
-	})
-	if err != nil {
+	if err := r.subscribeHeartbeats(); err != nil {
 		return err
 	}
-	r.stop = append(r.stop, func() { _ = sub.Unsubscribe() })
 	statusSub, err := r.c.nc.Subscribe(r.names.StatusSubject(), r.serveStatus)
 	if err != nil {
 		return err
@@ -251,19 +239,8 @@ func (r *run) applyEvent(m jetstream.Msg) {
 			return
 		}
 		r.e.journalRecord(rec)
-	case strings.HasPrefix(subj, r.names.ReportSubject("")):
-		worker, reports, err := wire.DecodeReports(m.Data())
-		if err == nil && subj != r.names.ReportSubject(worker) {
-			err = fmt.Errorf("%w: report from %q on %s", wire.ErrMalformed, worker, subj)
-		}
-		if err != nil {
-			r.e.reject(subj, seq(m), err.Error())
-			return
-		}
-		now, evSeq := r.cfg.now(), seq(m)
-		for _, rp := range reports {
-			r.e.report(worker, evSeq, rp, now)
-		}
+	default:
+		r.applyReports(subj, seq(m), m.Data()) // see reports.go
 	}
 }
 
@@ -357,7 +334,7 @@ func (r *run) loop(ctx context.Context) error {
 			r.drainReleased()
 			r.applyEvent(m)
 		case hb := <-r.hbCh:
-			r.e.heartbeat(hb, r.cfg.now())
+			r.heartbeat(hb)
 		case <-r.relNotify:
 			r.drainReleased()
 		case f := <-r.forgetCh:
@@ -398,7 +375,7 @@ func (r *run) drainInputs() {
 			r.drainReleased()
 			r.applyEvent(m)
 		case hb := <-r.hbCh:
-			r.e.heartbeat(hb, r.cfg.now())
+			r.heartbeat(hb)
 		case <-r.relNotify:
 			r.drainReleased()
 		default:
@@ -456,6 +433,10 @@ func (r *run) step(ctx context.Context) {
 	}
 	if len(out.retries) > 0 {
 		rec := journal.Record{Kind: journal.KindRetry, Epoch: r.e.epoch, Entries: out.retries}
+		r.enqueueWrite(ctx, writeOp{journal: &rec})
+	}
+	if len(out.refused) > 0 { // refused reports: replay skips them (see reports.go)
+		rec := journal.Record{Kind: journal.KindRefused, Epoch: r.e.epoch, Entries: out.refused}
 		r.enqueueWrite(ctx, writeOp{journal: &rec})
 	}
 	for _, rel := range out.releases {

@@ -47,6 +47,11 @@ type Totals struct {
 	Done         uint64 `json:"done"`          // jobs that ended done (finished groups included)
 	Failed       uint64 `json:"failed"`
 	Canceled     uint64 `json:"canceled"`
+	// Of Rejected: reports refused (about a job not released to the reporter's pool, an
+	// attempt never released, or on a subject that is not the reporter's) and heartbeats
+	// refused (on another worker's subject, or a second process with a live worker's ID).
+	RejectedReports    uint64 `json:"rejected_reports"`
+	RejectedHeartbeats uint64 `json:"rejected_heartbeats"`
 }
 
 // GroupStatus describes one open group.

@@ -57,7 +57,8 @@ type Config struct {
 	Namespace string
 
 	// ID names this worker in heartbeats and on its report subject: 1-64 characters of
-	// [A-Za-z0-9_-], unique among running workers. Default "w-" followed by a NUID.
+	// [A-Za-z0-9_-], unique among running workers: the coordinator refuses a second process
+	// with a live worker's ID (see ErrDuplicateID). Default "w-" followed by a NUID.
 	ID string
 
 	// Resources this worker holds. Workers holding the same set form a pool and share its

@@ -62,7 +62,17 @@
 // # Observability
 //
 // Every Config.HeartbeatInterval the worker publishes a heartbeat (core NATS, JSON, see
-// wire.Heartbeat) with its pool, resources and how many slots are busy and sleeping; the
-// coordinator uses it to route work and `weave status` shows it. Worker.Stats returns counters
-// for metrics and benchmarks.
+// wire.Heartbeat) on NS.hb.<pool>.<worker> with its pool, resources and how many slots are busy
+// and sleeping; the coordinator uses it to route work and `weave status` shows it. Worker.Stats
+// returns counters for metrics and benchmarks.
+//
+// # Identity and permissions
+//
+// A worker publishes only on subjects naming its pool and ID (heartbeats, its join request
+// NS.api.join.<pool>.<worker>, reports NS.ev.report.<pool>.<worker>) and uses only its pool's
+// consumer, so a NATS user can be limited to exactly one worker (see `weave auth`). Before it
+// pulls any work, Run asks the running coordinator whether its ID is free; if another process
+// runs with the ID, Run returns an error wrapping ErrDuplicateID (a worker restarted after a
+// crash first waits for the coordinator to forget its dead run). With no coordinator running it
+// starts, and stops with ErrDuplicateID if a coordinator that starts later finds it a duplicate.
 package worker

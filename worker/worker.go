@@ -32,6 +32,9 @@ type Worker struct {
 	log     zerolog.Logger
 	stats   counters
 	started atomic.Bool
+	// Set by Run before its goroutines start, read-only after.
+	runID   string // this process's run: in heartbeats and report message IDs
+	hbInbox string // where heartbeats ask the coordinator to answer a refusal (watchRefusals)
 }
 
 // New validates cfg and returns a worker that runs jobs with h over nc. Errors for a bad
@@ -80,7 +83,9 @@ func (w *Worker) Stats() Stats { return w.stats.snapshot(w.cfg.Concurrency) }
 //
 // Run returns nil after a clean drain, an error from setup, an error wrapping
 // ErrReportsNotPersisted if JetStream did not acknowledge the last reports within 5s more, or an
-// error wrapping nats.ErrConnectionClosed if nc was closed under it.
+// error wrapping nats.ErrConnectionClosed if nc was closed under it. It returns an error wrapping
+// ErrDuplicateID if the coordinator refuses the worker because another running worker has its
+// ID: before any work is pulled, or later (after a drain) if the coordinator started after both.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return ErrAlreadyStarted
@@ -89,6 +94,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := natsver.CheckConn(w.nc); err != nil {
 		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)
 	}
+	w.runID = nuid.Next()
+	ctx, refused := context.WithCancelCause(ctx)
+	defer refused(nil)
+	if err := w.join(ctx); err != nil {
+		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)
+	}
+	refusals, err := w.watchRefusals(refused)
+	if err != nil {
+		return fmt.Errorf("weave: worker %s: subscribe to heartbeat answers: %w", cfg.ID, err)
+	}
+	defer func() { _ = refusals.Unsubscribe() }()
 	js, err := jetstream.New(w.nc, jetstream.WithPublishAsyncTimeout(reportAckTimeout))
 	if err != nil {
 		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)
@@ -122,9 +138,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	comp := &completer{
 		cfg: cfg, nc: w.nc, js: js, log: w.log, stats: &w.stats,
-		subject:  cfg.names.ReportSubject(cfg.ID),
+		subject:  cfg.names.ReportSubject(cfg.pool, cfg.ID),
 		maxBytes: maxPayload - reportOverhead/2,
-		runID:    nuid.Next(),
+		runID:    w.runID,
 		in:       reports,
 	}
 	shep := &shepherd{
@@ -194,6 +210,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	st := w.Stats()
 	w.log.Info().Uint64("jobs", st.JobsRun).Uint64("ok", st.JobsOK).Uint64("failed", st.JobsFailed).
 		Uint64("released", st.Released).Int("stuck", st.Stuck).Msg("worker: stopped")
+	if cause := context.Cause(ctx); errors.Is(cause, ErrDuplicateID) {
+		return errors.Join(fmt.Errorf("weave: worker %s: %w", cfg.ID, cause), shepErr, compErr)
+	}
 	return errors.Join(shepErr, compErr)
 }
 
@@ -216,20 +235,10 @@ func (w *Worker) heartbeats(beat <-chan struct{}, stop <-chan struct{}) {
 }
 
 func (w *Worker) heartbeat(stopped bool) {
-	st := w.Stats()
-	hb := wire.Heartbeat{
-		Worker:      w.cfg.ID,
-		Pool:        w.cfg.pool,
-		Resources:   w.cfg.resources,
-		Concurrency: w.cfg.Concurrency,
-		Busy:        st.Busy,
-		Sleeping:    st.Sleeping,
-		Draining:    st.Draining,
-		Stopped:     stopped,
-		IntervalMS:  w.cfg.HeartbeatInterval.Milliseconds(),
-	}
-	// Core NATS: a lost heartbeat is replaced by the next one.
-	if err := w.nc.Publish(w.cfg.names.HeartbeatSubject(w.cfg.ID), hb.Marshal()); err != nil {
+	// Core NATS: a lost heartbeat is replaced by the next one. The reply subject is where the
+	// coordinator answers a refusal (watchRefusals); it answers nothing else.
+	subject := w.cfg.names.HeartbeatSubject(w.cfg.pool, w.cfg.ID)
+	if err := w.nc.PublishRequest(subject, w.hbInbox, w.heartbeatMsg(stopped).Marshal()); err != nil {
 		w.log.Debug().Err(err).Msg("worker: publish heartbeat")
 	}
 }

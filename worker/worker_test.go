@@ -64,8 +64,8 @@ func TestRunReportsResults(t *testing.T) {
 	f.publish(w.Pool(), jobs...)
 
 	m := rr.nextMsg()
-	if m.worker != "w-results" || m.subject != f.names.ReportSubject("w-results") {
-		t.Errorf("report batch from %q on %q, want w-results on %q", m.worker, m.subject, f.names.ReportSubject("w-results"))
+	if m.worker != "w-results" || m.subject != f.names.ReportSubject("any", "w-results") {
+		t.Errorf("report batch from %q on %q, want w-results on %q", m.worker, m.subject, f.names.ReportSubject("any", "w-results"))
 	}
 	rr.buf = m.reports
 	got := rr.collect(3)

@@ -31,6 +31,7 @@ type connFlags struct {
 	tlsCert   string
 	tlsKey    string
 	tlsCA     string
+	inbox     string
 	namespace string
 	// timeout bounds each wait of a short-lived command on the server or the coordinator
 	// (connecting, a request, an acknowledgement, an answer); 0 for long-running commands.
@@ -59,6 +60,7 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.tlsCert, "tlscert", "", "TLS client certificate file")
 	fs.StringVar(&f.tlsKey, "tlskey", "", "TLS client private key file")
 	fs.StringVar(&f.tlsCA, "tlsca", "", "TLS certificate authority file to verify the server")
+	fs.StringVar(&f.inbox, "inbox-prefix", "", "prefix of this client's reply subjects (default _INBOX); weave auth gives each role its own")
 	registerNamespace(fs, &f.namespace)
 }
 
@@ -112,6 +114,9 @@ func (f *connFlags) connect(ctx context.Context, name string, longRunning bool, 
 	}
 	if f.tlsCA != "" {
 		opts = append(opts, nats.RootCAs(f.tlsCA))
+	}
+	if f.inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(f.inbox))
 	}
 	connected := make(chan struct{})
 	if longRunning {

@@ -115,8 +115,8 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 	row(countCells(names, st.Jobs)...)
 	tw.Flush()
 	t := st.Totals
-	fmt.Fprintf(w, "since this coordinator took over: %d admitted, %d released, %d retried, %d rejected, %d lost (message gone), %d attempts lost with their worker, %d rescued, %d stale reports\n",
-		t.Admitted, t.Released, t.Retried, t.Rejected, t.LostJobs, t.LostAttempts, t.Rescued, t.StaleReports)
+	fmt.Fprintf(w, "since this coordinator took over: %d admitted, %d released, %d retried, %d rejected (%d reports, %d heartbeats), %d lost (message gone), %d attempts lost with their worker, %d rescued, %d stale reports\n",
+		t.Admitted, t.Released, t.Retried, t.Rejected, t.RejectedReports, t.RejectedHeartbeats, t.LostJobs, t.LostAttempts, t.Rescued, t.StaleReports)
 
 	section(fmt.Sprintf("GROUPS (%d open, %d not sealed%s)", len(st.Groups), st.Unsealed, more(len(st.Groups), 100)))
 	if len(st.Groups) > 0 {

@@ -24,6 +24,10 @@ const (
 	KindEpoch Kind = iota + 1
 	// KindRetry records failed attempts that will be retried at a given time.
 	KindRetry
+	// KindRefused records reports the coordinator refused (a worker reporting about a job that
+	// was not released to its pool, or an attempt that was never released): each entry names the
+	// job and the EVENTS sequence of the report message, which replay then skips.
+	KindRefused
 )
 
 // Entry is one job in a record.
@@ -32,6 +36,8 @@ type Entry struct {
 	Attempt uint32
 	// At is the retry time (KindRetry only).
 	At time.Time
+	// Seq is the EVENTS sequence of the refused report (KindRefused only).
+	Seq uint64
 }
 
 // Record is one journal record.
@@ -49,8 +55,11 @@ func Append(dst []byte, r Record) []byte {
 	for _, e := range r.Entries {
 		dst = binary.AppendUvarint(dst, e.ID)
 		dst = binary.AppendUvarint(dst, uint64(e.Attempt))
-		if r.Kind == KindRetry {
+		switch r.Kind {
+		case KindRetry:
 			dst = binary.AppendUvarint(dst, uint64(e.At.UnixMilli()))
+		case KindRefused:
+			dst = binary.AppendUvarint(dst, e.Seq)
 		}
 	}
 	return dst
@@ -62,7 +71,7 @@ func Decode(b []byte) (Record, error) {
 		return Record{}, fmt.Errorf("%w: bad header", ErrMalformed)
 	}
 	r := Record{Kind: Kind(b[1])}
-	if r.Kind < KindEpoch || r.Kind > KindRetry {
+	if r.Kind < KindEpoch || r.Kind > KindRefused {
 		return Record{}, fmt.Errorf("%w: unknown kind %d", ErrMalformed, b[1])
 	}
 	b = b[2:]
@@ -86,10 +95,18 @@ func Decode(b []byte) (Record, error) {
 	for range n {
 		id, ok1 := next()
 		att, ok2 := next()
-		if !ok1 || !ok2 || att == 0 || att > 1<<31 {
+		// A refused report may name any attempt; a retry is of an attempt that was released.
+		if !ok1 || !ok2 || att > 1<<32-1 || r.Kind != KindRefused && (att == 0 || att > 1<<31) {
 			return Record{}, fmt.Errorf("%w: entry", ErrMalformed)
 		}
 		e := Entry{ID: id, Attempt: uint32(att)}
+		if r.Kind == KindRefused {
+			seq, ok := next()
+			if !ok {
+				return Record{}, fmt.Errorf("%w: refused report sequence", ErrMalformed)
+			}
+			e.Seq = seq
+		}
 		if r.Kind == KindRetry {
 			ms, ok := next()
 			if !ok || ms > 1<<53 {

@@ -19,6 +19,43 @@ type Heartbeat struct {
 	Draining    bool     `json:"draining,omitempty"`
 	Stopped     bool     `json:"stopped,omitempty"` // last heartbeat: forget this worker now
 	IntervalMS  int64    `json:"interval_ms"`       // the sender's heartbeat period
+	// Run identifies the worker process (a NUID per Run): a heartbeat of another run of a live
+	// worker's ID is a second process with the same ID, and the coordinator refuses it.
+	Run string `json:"run"`
+	// Join marks the request a starting worker sends on its join subject (Names.JoinSubject),
+	// before it pulls any work: the coordinator answers whether it may run (HeartbeatReply).
+	Join bool `json:"join,omitempty"`
+}
+
+// HeartbeatReply is the coordinator's answer to a heartbeat with a reply subject: always to a
+// join, and to a later heartbeat only to refuse it.
+type HeartbeatReply struct {
+	Version int `json:"v"`
+	// Refused is why the worker may not run with this ID, or empty.
+	Refused string `json:"refused,omitempty"`
+	// RetryMS, on a refusal because another run of the ID is live, is how long that run may stay
+	// silent before the coordinator forgets it: a worker restarted after a crash asks again
+	// after it, and is refused again only if the other run is still alive.
+	RetryMS int64 `json:"retry_ms,omitempty"`
+}
+
+// Marshal encodes the reply.
+func (r HeartbeatReply) Marshal() []byte {
+	r.Version = Version
+	b, _ := json.Marshal(r) // cannot fail: plain fields only
+	return b
+}
+
+// ParseHeartbeatReply decodes a reply.
+func ParseHeartbeatReply(b []byte) (HeartbeatReply, error) {
+	var r HeartbeatReply
+	if err := json.Unmarshal(b, &r); err != nil {
+		return HeartbeatReply{}, fmt.Errorf("%w: heartbeat reply: %v", ErrMalformed, err)
+	}
+	if r.Version != Version {
+		return HeartbeatReply{}, fmt.Errorf("%w: heartbeat reply version %d", ErrVersion, r.Version)
+	}
+	return r, nil
 }
 
 // Interval returns the sender's heartbeat period.
@@ -51,6 +88,9 @@ func ParseHeartbeat(b []byte) (Heartbeat, error) {
 	}
 	if h.Concurrency < 1 || h.Concurrency > 1<<16 || h.Busy < 0 || h.Sleeping < 0 || h.Busy+h.Sleeping > h.Concurrency {
 		return Heartbeat{}, fmt.Errorf("%w: heartbeat slots busy=%d sleeping=%d concurrency=%d", ErrMalformed, h.Busy, h.Sleeping, h.Concurrency)
+	}
+	if len(h.Run) > 64 {
+		return Heartbeat{}, fmt.Errorf("%w: heartbeat run ID of %d bytes", ErrMalformed, len(h.Run))
 	}
 	if h.IntervalMS <= 0 || h.IntervalMS > 3600_000 {
 		return Heartbeat{}, fmt.Errorf("%w: heartbeat interval %d ms", ErrMalformed, h.IntervalMS)

@@ -1,10 +1,11 @@
 package wire
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,8 +78,17 @@ func (n Names) WorkSubject(pool string) string { return n.ns + ".work." + pool }
 // WorkConsumer is the durable consumer shared by the workers of one pool.
 func (n Names) WorkConsumer(pool string) string { return "work-" + pool }
 
-// ReportSubject carries one worker's report batches.
-func (n Names) ReportSubject(worker string) string { return n.ns + ".ev.report." + worker }
+// ReportSubject carries the report batches of one worker of one pool. The pool and the worker
+// are in the subject so that a worker's NATS permissions can allow exactly its own subject (see
+// internal/auth); the coordinator accepts a report only for a job released to that pool.
+func (n Names) ReportSubject(pool, worker string) string {
+	return n.ns + ".ev.report." + pool + "." + worker
+}
+
+// ParseReportSubject returns the pool and worker of a report subject.
+func (n Names) ParseReportSubject(subject string) (pool, worker string, ok bool) {
+	return n.parsePoolWorker(subject, n.ns+".ev.report.")
+}
 
 // JournalSubject carries the coordinator's journal records.
 func (n Names) JournalSubject() string { return n.ns + ".ev.coord" }
@@ -95,8 +105,42 @@ func (n Names) RejectSubject() string { return n.ns + ".rejected" }
 // CancelSubject tells workers to cancel running jobs (core NATS; see CancelRequest).
 func (n Names) CancelSubject() string { return n.ns + ".cancel" }
 
-// HeartbeatSubject carries one worker's heartbeats (core NATS).
-func (n Names) HeartbeatSubject(worker string) string { return n.ns + ".hb." + worker }
+// HeartbeatSubject carries the heartbeats of one worker of one pool (core NATS). A heartbeat
+// with a reply subject asks the coordinator to answer a refusal there (see HeartbeatReply).
+func (n Names) HeartbeatSubject(pool, worker string) string {
+	return n.ns + ".hb." + pool + "." + worker
+}
+
+// ParseHeartbeatSubject returns the pool and worker of a heartbeat subject.
+func (n Names) ParseHeartbeatSubject(subject string) (pool, worker string, ok bool) {
+	return n.parsePoolWorker(subject, n.ns+".hb.")
+}
+
+// JoinSubject is where a starting worker asks the coordinator, with a heartbeat marked Join, whether
+// it may run under its ID (core NATS request/reply; see HeartbeatReply). It is not a heartbeat
+// subject, so that nothing but the coordinator answers it.
+func (n Names) JoinSubject(pool, worker string) string {
+	return n.ns + ".api.join." + pool + "." + worker
+}
+
+// ParseJoinSubject returns the pool and worker of a join subject.
+func (n Names) ParseJoinSubject(subject string) (pool, worker string, ok bool) {
+	return n.parsePoolWorker(subject, n.ns+".api.join.")
+}
+
+// parsePoolWorker splits prefix + "<pool>.<worker>". The pool must be a pool key's form (a
+// token) and the worker a valid worker ID or RescueWorker.
+func (n Names) parsePoolWorker(subject, prefix string) (pool, worker string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, prefix)
+	if !ok {
+		return "", "", false
+	}
+	pool, worker, ok = strings.Cut(rest, ".")
+	if !ok || !isToken(pool) || (worker != RescueWorker && ValidateWorkerID(worker) != nil) {
+		return "", "", false
+	}
+	return pool, worker, true
+}
 
 // StatusSubject answers status requests (core NATS request/reply).
 func (n Names) StatusSubject() string { return n.ns + ".api.status" }
@@ -108,7 +152,8 @@ func (n Names) AllWork() string       { return n.ns + ".work.>" }
 func (n Names) AllReports() string    { return n.ns + ".ev.report.>" }
 func (n Names) AllEvents() string     { return n.ns + ".ev.>" }
 func (n Names) AllOutcomes() string   { return n.ns + ".out.>" }
-func (n Names) AllHeartbeats() string { return n.ns + ".hb.*" }
+func (n Names) AllHeartbeats() string { return n.ns + ".hb.*.*" }
+func (n Names) AllJoins() string      { return n.ns + ".api.join.*.*" }
 func (n Names) AllReplies() string    { return n.ns + ".reply.>" }
 
 // ReplySubject is the core NATS subject the coordinator answers a control message on whose
@@ -180,7 +225,8 @@ func ValidateResources(what string, rs []string) error {
 }
 
 // RescueWorker is the worker name on the reports by which the coordinator hands back the jobs
-// of a pool left without workers. It is not a valid worker ID, so no worker can use it.
+// of a pool left without workers, on NS.ev.report.<pool>.~coordinator. It is not a valid worker
+// ID, so no worker can use it, and only the coordinator role may publish on that subject.
 const RescueWorker = "~coordinator"
 
 // ValidateWorkerID checks a worker ID, which is used as a subject token.
@@ -192,15 +238,16 @@ func ValidateWorkerID(id string) error {
 }
 
 // PoolKey names the pool of workers holding exactly the given resources: "any" for none, else
-// "p" and 16 hex digits of FNV-1a-64 over the sorted, de-duplicated names joined by "\n".
+// "p" and 16 hex digits of SHA-256 over the sorted, de-duplicated names joined by "\n". The
+// hash is cryptographic because a worker's permissions name its pool key: a worker must not be
+// able to find another resource set (one holding what others' jobs require) with its own key.
 func PoolKey(resources []string) string {
 	rs := NormalizeResources(resources)
 	if len(rs) == 0 {
 		return "any"
 	}
-	h := fnv.New64a()
-	h.Write([]byte(strings.Join(rs, "\n")))
-	return "p" + fmt.Sprintf("%016x", h.Sum64())
+	sum := sha256.Sum256([]byte(strings.Join(rs, "\n")))
+	return "p" + hex.EncodeToString(sum[:8])
 }
 
 // NormalizeResources returns the names sorted and de-duplicated (a new slice).

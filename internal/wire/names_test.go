@@ -102,3 +102,38 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolWorkerSubjects: a worker's subjects carry its pool and ID, and parse back; subjects of
+// another shape, or with an invalid worker ID, do not parse.
+func TestPoolWorkerSubjects(t *testing.T) {
+	t.Parallel()
+	n, _ := NewNames("ns")
+	pool := PoolKey([]string{"gpu", "eu", "gpu"})
+	if pool != "pabdacf3fd6a8157e" {
+		t.Fatalf("PoolKey = %s: the wire format changed (want the first 8 bytes of SHA-256 of \"eu\\ngpu\", computed independently)", pool)
+	}
+	for _, tc := range []struct {
+		subject string
+		parse   func(string) (string, string, bool)
+	}{
+		{n.HeartbeatSubject(pool, "w-1"), n.ParseHeartbeatSubject},
+		{n.JoinSubject(pool, "w-1"), n.ParseJoinSubject},
+		{n.ReportSubject(pool, "w-1"), n.ParseReportSubject},
+	} {
+		p, w, ok := tc.parse(tc.subject)
+		if !ok || p != pool || w != "w-1" {
+			t.Errorf("%s parsed as %q %q %v", tc.subject, p, w, ok)
+		}
+	}
+	if p, w, ok := n.ParseReportSubject(n.ReportSubject(pool, RescueWorker)); !ok || p != pool || w != RescueWorker {
+		t.Errorf("rescue report subject parsed as %q %q %v", p, w, ok)
+	}
+	for _, bad := range []string{"ns.ev.report.w-1", "ns.ev.report.any.w.1", "ns.ev.report.any.", "ns.ev.report..w", "ns.ev.coord", "other.ev.report.any.w"} {
+		if _, _, ok := n.ParseReportSubject(bad); ok {
+			t.Errorf("%q parsed as a report subject", bad)
+		}
+	}
+	if _, _, ok := n.ParseHeartbeatSubject("ns.hb.w-1"); ok {
+		t.Error("an old-style heartbeat subject parsed")
+	}
+}

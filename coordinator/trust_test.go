@@ -1,0 +1,260 @@
+package coordinator
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/internal/jobindex"
+	"github.com/weavejobs/weave/internal/journal"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// reportAs applies a report about j from worker of pool, as it would arrive on that pool's and
+// worker's report subject.
+func (te *testEngine) reportAs(pool, worker string, j *job, attempt uint32, st wire.Status) {
+	te.evSeq++
+	te.e.report(pool, worker, te.evSeq, wire.Report{ID: j.id, Attempt: attempt, Status: st}, te.now)
+	te.e.noteEvent(te.evSeq)
+}
+
+// lastRejection returns the reason of the last rejection recorded, and clears them.
+func (te *testEngine) lastRejection() string {
+	te.t.Helper()
+	rj := te.e.out.rejections
+	te.e.out.rejections = nil
+	if len(rj) == 0 {
+		te.t.Fatal("nothing was rejected")
+	}
+	return rj[len(rj)-1].reason
+}
+
+// TestForeignReportRefused: a report from a worker of another pool, on its own (permitted) report
+// subject, about a job released to the gpu pool changes nothing: the job keeps running, the
+// report is recorded as rejected, counted, and journaled for replay; the real report decides.
+func TestForeignReportRefused(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	gpu := wire.PoolKey([]string{"gpu"})
+	te.worker("gpu-1", 1, "gpu")
+	te.worker("plain-1", 1)
+	te.open("g")
+	te.job(wire.JobMeta{Group: "g", Require: []string{"gpu"}})
+	te.seal("g")
+	rel := te.releases()[gpu]
+	if len(rel) != 1 {
+		t.Fatalf("released %v to the gpu pool, want 1 job", rel)
+	}
+	j := rel[0]
+
+	te.reportAs("any", "plain-1", j, j.attempt, wire.StatusOK)
+	if st := te.state(j.id); st != jobindex.Running {
+		t.Fatalf("after a foreign report the job is %v, want still running", st)
+	}
+	if r := te.lastRejection(); !strings.Contains(r, "released to pool "+gpu) {
+		t.Fatalf("rejection reason %q does not name the pool the job was released to", r)
+	}
+	if got := te.e.out.refused; len(got) != 1 || got[0].ID != j.id || got[0].Seq != te.evSeq {
+		t.Fatalf("refused reports to journal %+v, want job %d at EVENTS %d", got, j.id, te.evSeq)
+	}
+	st := te.e.status()
+	if st.Totals.RejectedReports != 1 || st.Totals.Rejected != 1 || st.Totals.Done != 0 {
+		t.Fatalf("totals %+v, want one rejected report and nothing done", st.Totals)
+	}
+
+	// A worker live in pool any publishing on the gpu pool's subject (possible only without
+	// permissions) is refused too.
+	te.reportAs(gpu, "plain-1", j, j.attempt, wire.StatusOK)
+	if r := te.lastRejection(); !strings.Contains(r, "live in pool any") {
+		t.Fatalf("rejection reason %q, want the worker's live pool named", r)
+	}
+
+	te.reportAs(gpu, "gpu-1", j, j.attempt, wire.StatusPermanent)
+	if st := te.state(j.id); st != jobindex.Failed {
+		t.Fatalf("after the real report the job is %v, want failed (the real outcome)", st)
+	}
+	if n := te.e.stats.RejectedReports; n != 2 {
+		t.Fatalf("RejectedReports = %d, want 2", n)
+	}
+}
+
+// TestUnreleasedAttemptRefused: reports about an attempt later than the job's latest release, or
+// about a job never released, are refused (no worker can have run them); an earlier attempt's
+// report is only stale.
+func TestUnreleasedAttemptRefused(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.worker("w", 1)
+	te.open("g")
+	te.job(wire.JobMeta{Group: "g"})
+	never := te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	j := te.releases()["any"][0]
+
+	te.reportAs("any", "w", j, j.attempt+1, wire.StatusOK)
+	if r := te.lastRejection(); !strings.Contains(r, "latest release is attempt 1") {
+		t.Fatalf("rejection %q", r)
+	}
+	te.reportAs("any", "w", &job{id: never}, 1, wire.StatusOK)
+	if r := te.lastRejection(); !strings.Contains(r, "never released") {
+		t.Fatalf("rejection %q", r)
+	}
+	te.reportAs("any", "w", j, 0, wire.StatusOK)
+	if len(te.e.out.rejections) != 0 || te.e.stats.StaleReports != 1 {
+		t.Fatalf("an earlier attempt's report: rejections %+v, stale %d; want stale only", te.e.out.rejections, te.e.stats.StaleReports)
+	}
+	if st := te.state(j.id); st != jobindex.Running {
+		t.Fatalf("job is %v, want running", st)
+	}
+	if st := te.state(never); st != jobindex.Pending {
+		t.Fatalf("never-released job is %v, want pending", st)
+	}
+}
+
+// TestSilentWorkerReportAccepted: a worker forgotten after missing its heartbeats is still a
+// worker of the pool its subject names; its report is accepted (refusing it would leave the job
+// running for ever, since the worker acks the batch once the report is stored).
+func TestSilentWorkerReportAccepted(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.worker("w", 1)
+	te.open("g")
+	te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	j := te.releases()["any"][0]
+	te.now = te.now.Add(10 * time.Second)
+	te.e.tick(te.now)
+	if len(te.e.workers) != 0 {
+		t.Fatalf("the silent worker is still live")
+	}
+	te.reportAs("any", "w", j, j.attempt, wire.StatusOK)
+	if st := te.state(j.id); st != jobindex.Done {
+		t.Fatalf("job is %v, want done", st)
+	}
+}
+
+// TestHeartbeatChecks: a heartbeat is applied only on its own worker's subject, for the pool its
+// resources hash to, with the resources the pool was first seen with, from the live run of its
+// ID; anything else is refused, recorded and counted, and changes nothing.
+func TestHeartbeatChecks(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	gpu := wire.PoolKey([]string{"gpu"})
+	te.worker("w1", 2, "gpu")
+	hb := func(worker, run string, conc int, resources ...string) wire.Heartbeat {
+		return wire.Heartbeat{Version: wire.Version, Worker: worker, Pool: wire.PoolKey(resources), Resources: resources,
+			Concurrency: conc, Sleeping: conc, IntervalMS: 1000, Run: run}
+	}
+	for _, tc := range []struct {
+		name, subject string
+		hb            wire.Heartbeat
+		want          string
+	}{
+		{"another worker's subject", te.e.names.HeartbeatSubject(gpu, "w1"), hb("w2", "r2", 1000, "gpu"), `on the subject of worker "w1"`},
+		{"another pool's subject", te.e.names.HeartbeatSubject("any", "w2"), hb("w2", "r2", 1000, "gpu"), "of pool " + gpu + " on the subject"},
+		{"not a heartbeat subject", "weave.hb.w2", hb("w2", "r2", 1, "gpu"), "not a worker's heartbeat"},
+		{"a second run of a live ID", te.e.names.HeartbeatSubject(gpu, "w1"), hb("w1", "other", 1000, "gpu"), `worker ID "w1" is in use by another running worker`},
+		{"a second run stopping", te.e.names.HeartbeatSubject(gpu, "w1"), func() wire.Heartbeat { h := hb("w1", "other", 1, "gpu"); h.Stopped = true; return h }(), "in use by another"},
+	} {
+		ref := te.e.heartbeat(tc.subject, tc.hb, te.now)
+		if !strings.Contains(ref.reason, tc.want) {
+			t.Errorf("%s: refusal %q, want it to contain %q", tc.name, ref.reason, tc.want)
+		}
+		if r := te.lastRejection(); r != ref.reason {
+			t.Errorf("%s: recorded %q, want %q", tc.name, r, ref.reason)
+		}
+	}
+	if te.e.slots != 2 || len(te.e.workers) != 1 || te.e.workers["w1"].hb.Run != "run-w1" {
+		t.Fatalf("refused heartbeats changed the fleet: slots %d, workers %d", te.e.slots, len(te.e.workers))
+	}
+	if n := te.e.stats.RejectedHeartbeats; n != 5 {
+		t.Fatalf("RejectedHeartbeats = %d, want 5", n)
+	}
+
+	// A crafted resource set whose key is gpu's is refused: the pool keeps the resources it
+	// was first seen with.
+	forged := hb("w3", "r3", 1000, "everything")
+	forged.Pool = gpu
+	if ref := te.e.checkHeartbeat(te.e.names.HeartbeatSubject(gpu, "w3"), forged, te.now); !strings.Contains(ref.reason, "which holds [gpu]") {
+		t.Fatalf("refusal %q, want the pool's resources named", ref.reason)
+	}
+
+	// The refusal of a second run says how long the live run may stay silent: after that, if it
+	// is dead, a new run is accepted.
+	ref := te.e.checkHeartbeat(te.e.names.JoinSubject(gpu, "w1"), hb("w1", "restarted", 1, "gpu"), te.now.Add(time.Second))
+	if ref.retry != 2*time.Second {
+		t.Fatalf("retry %v, want 2s (3 missed heartbeats of 1s, the last 1s ago)", ref.retry)
+	}
+	te.now = te.now.Add(3*time.Second + time.Millisecond)
+	te.e.tick(te.now)
+	if ref := te.e.heartbeat(te.e.names.HeartbeatSubject(gpu, "w1"), hb("w1", "restarted", 1, "gpu"), te.now); ref.reason != "" {
+		t.Fatalf("the restarted run was refused after the old one went silent: %s", ref.reason)
+	}
+}
+
+// TestReplaySkipsRefusedReport: a report refused before a restart is stored in EVENTS like any
+// other; replay skips it (journal.KindRefused) and the job is decided from its real report.
+func TestReplaySkipsRefusedReport(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	names, cfg, now := te.e.names, te.e.cfg, te.now
+	e2, err := newEngine(cfg, names, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
+	e2.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g"}.Header(), time.Time{})
+	e2.feed(names.GroupSubject("g"), 3, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1}.Header(), time.Time{})
+	e2.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
+	e2.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusError, Data: []byte("real")}, now)
+	e2.report("gpu", "intruder", 11, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusError, Data: []byte("forged")}, now)
+	e2.report("gpu", "intruder", 12, wire.Report{ID: 2, Attempt: 9, Status: wire.StatusOK}, now)
+	e2.journalRecord(journal.Record{Kind: journal.KindRefused, Epoch: 1, Entries: []journal.Entry{{ID: 2, Attempt: 1, Seq: 11}}})
+	e2.journalRecord(journal.Record{Kind: journal.KindRefused, Epoch: 1, Entries: []journal.Entry{{ID: 2, Attempt: 9, Seq: 12}}})
+	e2.finishReplay(nil, now)
+	j := e2.jobs[2]
+	if st, _ := e2.idx.State(2); st != jobindex.RetryWait || j == nil || j.attempt != 1 {
+		t.Fatalf("job 2 after replay: %v %+v, want waiting to retry after attempt 1", st, j)
+	}
+	if len(j.history) != 1 || j.history[0].Error != "real" {
+		t.Fatalf("history %+v, want only the real failed attempt", j.history)
+	}
+}
+
+// TestReplayKeepsFirstReportOfAttempt: live, the first report of an attempt decides it and a
+// later one is stale (not journaled); replay decides from the first one too, unless it gave the
+// job back unrun (released), after which the attempt's next report decides.
+func TestReplayKeepsFirstReportOfAttempt(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	names, cfg, now := te.e.names, te.e.cfg, te.now
+	e2, err := newEngine(cfg, names, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
+	e2.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g"}.Header(), time.Time{})
+	e2.feed(names.JobSubject("g"), 3, wire.JobMeta{Group: "g"}.Header(), time.Time{})
+	e2.feed(names.GroupSubject("g"), 4, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 2}.Header(), time.Time{})
+	e2.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
+	e2.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK, Data: []byte("real")}, now)
+	e2.report("gpu", "intruder", 11, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusPermanent, Data: []byte("forged")}, now)
+	e2.report("any", "w", 12, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusReleased}, now)
+	e2.report("any", "w2", 13, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusOK, Data: []byte("second release")}, now)
+	e2.finishReplay(nil, now)
+	for id, want := range map[uint64]string{2: "real", 3: "second release"} {
+		if st, _ := e2.idx.State(id); st != jobindex.Done {
+			t.Errorf("job %d is %v after replay, want done", id, st)
+		}
+		g := e2.groups["g"]
+		found := false
+		for _, o := range g.outcomes {
+			if o.ID == id {
+				found = string(o.Data) == want
+			}
+		}
+		if !found {
+			t.Errorf("job %d: outcomes %+v, want result %q", id, g.outcomes, want)
+		}
+	}
+}

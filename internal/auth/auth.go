@@ -1,0 +1,217 @@
+// Package auth defines the NATS permissions of each Weave role in one namespace, and renders
+// them as a nats-server authorization block and as nsc commands for JWT users. The CLI (weave
+// auth), the documentation and the permission integration test all use these functions, so they
+// cannot drift apart.
+//
+// Every role gets a private inbox prefix (Permissions.InboxPrefix): replies to its requests, pull
+// deliveries and publish acknowledgements come to subjects under it, and it may subscribe only
+// there, so no user can read another user's replies (with the default _INBOX.> any user could
+// read every pull delivery of every pool). Clients set it with nats.CustomInboxPrefix (the weave
+// CLI: --inbox-prefix).
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// Role is what a NATS user does in a namespace.
+type Role string
+
+// Roles.
+const (
+	// Coordinator schedules the namespace: it owns its streams and the lease, reads every
+	// stream, releases work, writes outcomes, hands back orphaned pools' work, answers status.
+	Coordinator Role = "coordinator"
+	// Producer publishes groups and jobs, cancels them, waits for their outcomes, lists and
+	// retries failed jobs.
+	Producer Role = "producer"
+	// Worker runs the jobs of one pool (one resource set), as one worker ID or any ID of the pool.
+	Worker Role = "worker"
+	// Observer reads: status and the failed list. It publishes nothing but status requests.
+	Observer Role = "observer"
+)
+
+// Roles lists every role, in the order weave auth prints them.
+var Roles = []Role{Coordinator, Producer, Worker, Observer}
+
+// AnyWorker as User.WorkerID gives one user to every worker of a pool: they can then act as each
+// other (within the pool, never for another pool).
+const AnyWorker = "*"
+
+// ErrBadUser reports a user that cannot be given permissions.
+var ErrBadUser = errors.New("weave: invalid auth user")
+
+// User is one NATS user of a role in a namespace.
+type User struct {
+	Role Role
+	// Name is the user name; default "<namespace>-<role>", for a worker
+	// "<namespace>-worker-<worker ID>" or "<namespace>-worker-<pool>" for AnyWorker.
+	Name string
+	// Resources a worker holds: they decide its pool. Worker only.
+	Resources []string
+	// WorkerID of a worker user: one ID, or AnyWorker. Worker only; required.
+	WorkerID string
+}
+
+// Permissions are what a user may publish and subscribe to.
+type Permissions struct {
+	Publish   []string
+	Subscribe []string
+	// AllowResponses lets the user publish one reply to the reply subject of each message it
+	// receives (nats-server allow_responses; nsc --allow-pub-response): the coordinator answers
+	// status requests and joins in other users' private inboxes.
+	AllowResponses bool
+	// InboxPrefix is the prefix the user's client must set (nats.CustomInboxPrefix).
+	InboxPrefix string
+}
+
+// Resolve validates u for namespace names and fills in its defaults.
+func Resolve(names wire.Names, u User) (User, error) {
+	switch u.Role {
+	case Coordinator, Producer, Observer:
+		if len(u.Resources) > 0 || u.WorkerID != "" {
+			return User{}, fmt.Errorf("%w: only a worker holds resources and has a worker ID", ErrBadUser)
+		}
+		if u.Name == "" {
+			u.Name = names.Namespace() + "-" + string(u.Role)
+		}
+	case Worker:
+		if err := wire.ValidateResources("held", u.Resources); err != nil {
+			return User{}, fmt.Errorf("%w: %v", ErrBadUser, err)
+		}
+		u.Resources = wire.NormalizeResources(u.Resources)
+		if u.WorkerID == "" {
+			return User{}, fmt.Errorf("%w: a worker user needs a worker ID, or %q for any worker of its pool", ErrBadUser, AnyWorker)
+		}
+		if u.WorkerID != AnyWorker {
+			if err := wire.ValidateWorkerID(u.WorkerID); err != nil {
+				return User{}, fmt.Errorf("%w: %v", ErrBadUser, err)
+			}
+		}
+		if u.Name == "" {
+			who := u.WorkerID
+			if who == AnyWorker {
+				who = wire.PoolKey(u.Resources)
+			}
+			u.Name = names.Namespace() + "-worker-" + who
+		}
+	default:
+		return User{}, fmt.Errorf("%w: unknown role %q (want coordinator, producer, worker or observer)", ErrBadUser, u.Role)
+	}
+	if !isSubjectToken(u.Name) {
+		return User{}, fmt.Errorf("%w: user name %q must be 1-128 characters of [A-Za-z0-9_-]", ErrBadUser, u.Name)
+	}
+	return u, nil
+}
+
+// InboxPrefix is the private inbox prefix of a user.
+func InboxPrefix(user string) string { return "_INBOX_" + user }
+
+// For returns the permissions of u (resolved with Resolve) in namespace names.
+//
+// The JetStream API subjects are those nats.go (jetstream package) uses: stream info
+// $JS.API.STREAM.INFO.<stream>; a consumer with one filter subject is created on
+// $JS.API.CONSUMER.CREATE.<stream>.<consumer>.<filter>, so a worker may create exactly its own
+// pool's consumer; pulls go to $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>, acks to
+// $JS.ACK.<stream>.<consumer>.>; direct gets to $JS.API.DIRECT.GET.<stream>[.<subject>].
+func For(names wire.Names, u User) (Permissions, error) {
+	u, err := Resolve(names, u)
+	if err != nil {
+		return Permissions{}, err
+	}
+	ns := names.Namespace()
+	streams := []string{names.JobsStream(), names.WorkStream(), names.EventsStream(), names.ResultsStream(), names.RejectedStream()}
+	p := Permissions{InboxPrefix: InboxPrefix(u.Name)}
+	inbox := p.InboxPrefix + ".>"
+	// Every client checks at start that the namespace's streams exist.
+	var info []string
+	for _, s := range streams {
+		info = append(info, api("STREAM.INFO."+s))
+	}
+	switch u.Role {
+	case Coordinator:
+		// The namespace's owner: its streams (created here or by weave init), consumers on them
+		// (the feed, replay, rescues of orphaned pools), the lease bucket.
+		lease := "KV_" + names.LeaseBucket()
+		for _, s := range append(slices.Clone(streams), lease) {
+			p.Publish = append(p.Publish,
+				api("STREAM.INFO."+s), api("STREAM.CREATE."+s), api("STREAM.UPDATE."+s),
+				api("STREAM.PURGE."+s), api("STREAM.MSG.GET."+s), api("STREAM.MSG.DELETE."+s),
+				api("DIRECT.GET."+s), api("DIRECT.GET."+s+".>"),
+				api("CONSUMER.CREATE."+s+".>"), api("CONSUMER.INFO."+s+".*"), api("CONSUMER.DELETE."+s+".*"),
+				api("CONSUMER.MSG.NEXT."+s+".*"), "$JS.ACK."+s+".>")
+		}
+		p.Publish = append(p.Publish,
+			api("INFO"), // account info: nats.go reads it when it creates the lease bucket
+			"$KV."+names.LeaseBucket()+".>",
+			names.AllWork(),                             // work batches
+			names.JournalSubject(),                      // the journal
+			names.ReportSubject("*", wire.RescueWorker), // orphaned pools' jobs handed back
+			names.AllOutcomes(),                         // outcomes and summaries
+			names.RejectSubject(),                       // rejection records
+			names.CancelSubject(),                       // running jobs to cancel
+			names.AllReplies(),                          // answers to cancels (Weave-Reply)
+		)
+		p.Subscribe = []string{names.AllHeartbeats(), names.AllJoins(), names.StatusSubject(), inbox}
+		p.AllowResponses = true // status replies, join answers, heartbeat refusals
+	case Producer:
+		results, jobs, rejected := names.ResultsStream(), names.JobsStream(), names.RejectedStream()
+		p.Publish = append(info,
+			names.AllGroups(), names.AllJobs(), // open, jobs, seal, cancel
+			names.StatusSubject(),
+			// Wait and Outcomes: an ordered consumer on one group's outcomes; WaitJob and
+			// WaitSummary: direct gets.
+			api("CONSUMER.CREATE."+results+".*."+ns+".out.*"), api("CONSUMER.MSG.NEXT."+results+".*"),
+			api("CONSUMER.INFO."+results+".*"), api("CONSUMER.DELETE."+results+".*"),
+			api("DIRECT.GET."+results), api("DIRECT.GET."+results+".>"),
+			// Redrive (weave failed retry): the failed jobs' stored messages and the group's
+			// last control message, and the rejections of the group's later opens.
+			api("DIRECT.GET."+jobs), api("DIRECT.GET."+jobs+".>"),
+			api("CONSUMER.CREATE."+rejected+".>"), api("CONSUMER.MSG.NEXT."+rejected+".*"),
+			api("CONSUMER.DELETE."+rejected+".*"), api("STREAM.MSG.GET."+rejected),
+		)
+		// Outcomes for the waits; replies for the answers to its cancels (a token it chose, on
+		// NS.reply.<token>).
+		p.Subscribe = []string{names.AllOutcomes(), names.AllReplies(), inbox}
+	case Observer:
+		results := names.ResultsStream()
+		p.Publish = append(info,
+			names.StatusSubject(),
+			// The failed list reads the outcomes.
+			api("CONSUMER.CREATE."+results+".>"), api("CONSUMER.MSG.NEXT."+results+".*"),
+			api("CONSUMER.INFO."+results+".*"), api("CONSUMER.DELETE."+results+".*"),
+			api("DIRECT.GET."+results), api("DIRECT.GET."+results+".>"),
+		)
+		p.Subscribe = []string{inbox}
+	case Worker:
+		pool := wire.PoolKey(u.Resources)
+		work, cons := names.WorkStream(), names.WorkConsumer(pool)
+		p.Publish = append(info,
+			names.HeartbeatSubject(pool, u.WorkerID),
+			names.JoinSubject(pool, u.WorkerID),
+			names.ReportSubject(pool, u.WorkerID),
+			// Its pool's consumer only: created with its filter, pulled, acked.
+			api("CONSUMER.CREATE."+work+"."+cons+"."+names.WorkSubject(pool)),
+			api("CONSUMER.MSG.NEXT."+work+"."+cons),
+			"$JS.ACK."+work+"."+cons+".>",
+		)
+		p.Subscribe = []string{names.CancelSubject(), inbox}
+	}
+	return p, nil
+}
+
+func api(s string) string { return "$JS.API." + s }
+
+func isSubjectToken(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	return strings.IndexFunc(s, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-')
+	}) < 0
+}
