@@ -7,6 +7,7 @@ import (
 	"iter"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -85,8 +86,13 @@ type Handle struct {
 	firstID, lastID      uint64
 	// openSeq is the stream sequence of the group's open message: its incarnation. A group ID
 	// may be published again after its group finished; outcomes carry the incarnation they
-	// belong to, and a Handle from Publish reads only its own. 0 (Attach) accepts any.
-	openSeq uint64
+	// belong to, and a Handle from Publish reads only its own. 0 (Attach) accepts any. An open
+	// that resumed a group left unsealed (a producer publishing it again after a crash) joined
+	// that group's incarnation: the first wait finds out (resolveIncarnation), under resolveMu,
+	// and every read of openSeq comes after it.
+	openSeq    uint64
+	resolveMu  sync.Mutex
+	resolvedAt uint64 // the open sequence resolved, or 0 while not yet
 }
 
 // Attach returns a Handle for a group published earlier, possibly by another process, for example
@@ -290,6 +296,9 @@ func (h *Handle) waitOne(ctx context.Context, what string, w *jobWaiter) (JobOut
 	if err := h.d.ensure(ctx); err != nil {
 		return JobOutcome{}, err
 	}
+	if err := h.resolveIncarnation(ctx); err != nil {
+		return JobOutcome{}, err
+	}
 	w.group, w.openSeq, w.ch = h.group, h.openSeq, make(chan jobNote, 1)
 	if out, ok, err := h.waitJob(ctx, what, w); ok || err != nil {
 		return out, err
@@ -344,6 +353,9 @@ func (h *Handle) follow(ctx context.Context, lastOnly bool, each func(JobOutcome
 		return nil, h.err
 	}
 	if err := h.d.ensure(ctx); err != nil {
+		return nil, err
+	}
+	if err := h.resolveIncarnation(ctx); err != nil {
 		return nil, err
 	}
 	policy := jetstream.DeliverAllPolicy

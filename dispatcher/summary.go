@@ -190,6 +190,9 @@ func sameIncarnation(openSeq uint64, hdr string) bool {
 // nothing more to wait, when the subscription is closed (Close); the caller then waits with a
 // consumer.
 func (h *Handle) waitSummary(ctx context.Context) (sum Summary, ok bool, err error) {
+	if err := h.resolveIncarnation(ctx); err != nil {
+		return Summary{}, false, err
+	}
 	w, err := h.d.watchSummary(h.gtok, h.openSeq)
 	if err != nil || w == nil {
 		return Summary{}, false, err

@@ -298,3 +298,33 @@ func TestKeepAliveHoldsSlowProducer(t *testing.T) {
 		t.Fatalf("slow producer's group: %+v", res.Summary)
 	}
 }
+
+// TestResumedPublishWaits: a producer that died mid-publish (its open and some jobs stored, no
+// seal) publishes the group again, as Publish's doc invites. The coordinator resumes the open
+// group, so its outcomes carry the first open's incarnation; the second Publish's Handle still
+// finds them, and Wait returns every job (the chaos run found it waiting for ever).
+func TestResumedPublishWaits(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	e.worker(worker.Config{Concurrency: 2}, func(_ context.Context, j *worker.Job) ([]byte, error) { return []byte(j.Key), nil })
+	e.openRaw("resumed")
+	e.jobRaw("resumed", "k0")
+	e.jobRaw("resumed", "k1")
+	h := e.publish("resumed", jobs(4, nil)) // k0..k3: k0 and k1 are duplicates
+	if h.Duplicates() != 2 || h.Accepted() != 2 {
+		t.Fatalf("second publish: %d accepted, %d duplicates; want 2 and 2", h.Accepted(), h.Duplicates())
+	}
+	res := e.waitFor(h)
+	if res.Summary.Done != 4 || len(res.Jobs) != 4 {
+		t.Fatalf("resumed group: %+v, %d outcomes", res.Summary, len(res.Jobs))
+	}
+	if o, err := h.WaitKey(e.ctx, "k0"); err != nil || string(o.Result) != "k0" {
+		t.Fatalf("WaitKey(k0) on the resumed handle: %+v, %v", o, err)
+	}
+	// A later incarnation of the ID is its own again.
+	h2 := e.publish("resumed", jobs(1, func(_ int, j *dispatcher.Job) { j.Key = "next" }))
+	if res := e.waitFor(h2); res.Summary.Jobs != 1 || res.Jobs[0].Key != "next" {
+		t.Fatalf("next incarnation: %+v", res)
+	}
+}
