@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
@@ -39,10 +40,17 @@ func setupCluster(t *testing.T) *clusterEnv {
 	return &clusterEnv{env: &env{t: t, nc: nc, ns: ns, d: d, ctx: ctx}, c: c, streams: streams}
 }
 
-// clusterConn connects to the whole cluster, reconnecting for as long as the test runs.
-func clusterConn(t *testing.T, c *jstest.Cluster) *nats.Conn {
+// clusterConn connects to the whole cluster, reconnecting for as long as the test runs. With
+// first set, it connects to that node first.
+func clusterConn(t *testing.T, c *jstest.Cluster, first ...*jstest.Server) *nats.Conn {
 	t.Helper()
-	nc, err := c.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}
+	url := c.ClientURL()
+	if len(first) > 0 {
+		url = first[0].ClientURL() + "," + url
+		opts = append(opts, nats.DontRandomize())
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,12 +58,12 @@ func clusterConn(t *testing.T, c *jstest.Cluster) *nats.Conn {
 	return nc
 }
 
-// clusterCoordinator runs a coordinator on its own connection until the test ends, or until the
-// returned stop is called.
-func (e *clusterEnv) clusterCoordinator(cfg coordinator.Config) (stop func()) {
+// clusterCoordinator runs a coordinator on its own connection (to node first, if given) until
+// the test ends, or until the returned stop is called.
+func (e *clusterEnv) clusterCoordinator(cfg coordinator.Config, first ...*jstest.Server) (stop func()) {
 	cfg.Namespace, cfg.Streams = e.ns, e.streams
 	cfg.Logger = testLogger("coordinator")
-	c, err := coordinator.New(clusterConn(e.t, e.c), cfg)
+	c, err := coordinator.New(clusterConn(e.t, e.c, first...), cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -114,16 +122,28 @@ func TestClusterReplayAfterTakeover(t *testing.T) {
 	}
 }
 
-// TestClusterNodeLoss: the node leading the RESULTS stream (where outcomes and summaries go)
-// is shut down while groups run. Every group still gets its summary with every job done, and
-// no job runs twice: writes that failed during the election are written again, releases that
-// failed go back to pending. (Before, outcome writes that failed were only written again after
-// a restart, so groups whose jobs were all done never got their summary.) It logs the longest
-// pause between job starts around the loss.
+// TestClusterNodeLoss: the node leading the RESULTS stream (where outcomes and summaries go),
+// which the coordinator is connected to, is shut down while groups run. Every group still gets
+// its summary with every job done: writes lost with the node or failed during the election
+// are written again, releases that failed go back to pending. (Before, outcome writes that
+// failed were only written again after a restart, so groups whose jobs were all done never got
+// their summary.) It logs the longest pause between job starts after the loss.
+const perGroupLoss = 100
+
 func TestClusterNodeLoss(t *testing.T) {
 	t.Parallel()
 	e := setupCluster(t)
-	e.clusterCoordinator(coordinator.Config{})
+	// Publishing creates the streams, so the coordinator can connect to RESULTS' leader.
+	hs := []*dispatcher.Handle{e.publish("g0", jobs(perGroupLoss, nil))}
+	results := e.ns + "_RESULTS"
+	if err := e.c.WaitStreamReady(e.ctx, results); err != nil {
+		t.Fatal(err)
+	}
+	leader := e.c.StreamLeader(results)
+	if leader == nil {
+		t.Fatal("RESULTS has no leader")
+	}
+	e.clusterCoordinator(coordinator.Config{}, leader)
 	var (
 		mu     sync.Mutex
 		starts []time.Time
@@ -141,9 +161,8 @@ func TestClusterNodeLoss(t *testing.T) {
 		}
 		return j.Payload, nil
 	})
-	const groups, perGroup = 60, 100
-	var hs []*dispatcher.Handle
-	for g := range groups {
+	const groups, perGroup = 60, perGroupLoss
+	for g := 1; g < groups; g++ {
 		hs = append(hs, e.publish(fmt.Sprint("g", g), jobs(perGroup, nil)))
 	}
 	started := func() int {
@@ -152,11 +171,6 @@ func TestClusterNodeLoss(t *testing.T) {
 		return len(starts)
 	}
 	eventually(t, time.Minute, "a quarter of the jobs to start", func() bool { return started() >= groups*perGroup/4 })
-	results := e.ns + "_RESULTS"
-	leader := e.c.StreamLeader(results)
-	if leader == nil {
-		t.Fatal("RESULTS has no leader")
-	}
 	lostAt := time.Now()
 	leader.Stop()
 	t.Logf("stopped %s (leader of %s) after %d job starts", leader.Name(), results, started())
@@ -191,4 +205,66 @@ func TestClusterNodeLoss(t *testing.T) {
 		}
 	}
 	t.Logf("longest pause between job starts after the node loss: %v; %d jobs ran twice", pause, dupes)
+}
+
+// TestWritesRetried: for a while the RESULTS stream refuses every write (a message limit with
+// discard-new), as a cluster does while it has no leader for it, while groups run. Every group
+// still gets its summary with every job done, and each job's outcome is stored once before it.
+// (Before, outcomes whose write failed were written again only after a coordinator restart:
+// groups whose jobs were all done never got their summary.)
+func TestWritesRetried(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	var started atomic.Int64
+	e.worker(worker.Config{Concurrency: 8}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		started.Add(1)
+		select {
+		case <-time.After(2 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return j.Payload, nil
+	})
+	const groups, perGroup = 20, 50
+	var hs []*dispatcher.Handle
+	for g := range groups {
+		hs = append(hs, e.publish(fmt.Sprint("g", g), jobs(perGroup, nil)))
+	}
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := js.Stream(e.ctx, e.ns+"_RESULTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "a tenth of the jobs to start", func() bool { return started.Load() >= groups*perGroup/10 })
+	info, err := results.Info(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := info.Config
+	closed := open
+	closed.MaxMsgs, closed.Discard = int64(info.State.Msgs), jetstream.DiscardNew
+	if _, err := js.UpdateStream(e.ctx, closed); err != nil {
+		t.Fatal(err)
+	}
+	// Refused until some job finished since: its outcome write failed.
+	doneAt := started.Load()
+	eventually(t, time.Minute, "more jobs to run while RESULTS refuses writes", func() bool { return started.Load() >= doneAt+2*8 })
+	if _, err := js.UpdateStream(e.ctx, open); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	for _, h := range hs {
+		res, err := h.Wait(wctx)
+		if err != nil {
+			t.Fatalf("group %s after RESULTS took writes again: %v", h.GroupID(), err)
+		}
+		if res.Summary.Done != perGroup || len(res.Jobs) != perGroup {
+			t.Fatalf("group %s after RESULTS took writes again: %d outcomes, summary %+v", h.GroupID(), len(res.Jobs), res.Summary)
+		}
+	}
 }
