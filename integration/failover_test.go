@@ -268,3 +268,58 @@ func TestWritesRetried(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterTakeover: on a 3-node cluster, the active coordinator vanishes without letting go
+// of its lease (its connection closes, as when its process is killed) while groups run. The
+// standby takes over once the lease expires, replays and finishes every group. It logs how long
+// the takeover took, from the loss to the standby answering status requests, against the lease
+// TTL (the default, 10s).
+func TestClusterTakeover(t *testing.T) {
+	t.Parallel()
+	e := setupCluster(t)
+	cfg := coordinator.Config{Namespace: e.ns, Streams: e.streams, Logger: testLogger("active")}
+	activeConn := clusterConn(t, e.c)
+	active, err := coordinator.New(activeConn, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	activeCtx, stopActive := context.WithCancel(context.Background())
+	defer stopActive()
+	activeDone := make(chan error, 1)
+	go func() { activeDone <- active.Run(activeCtx) }()
+	var started atomic.Int64
+	e.clusterWorker(8, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		started.Add(1)
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return j.Payload, nil
+	})
+	const groups, perGroup = 20, 100
+	var hs []*dispatcher.Handle
+	for g := range groups {
+		hs = append(hs, e.publish(fmt.Sprint("g", g), jobs(perGroup, nil)))
+	}
+	eventually(t, time.Minute, "the active coordinator to run jobs", func() bool { return started.Load() > 0 })
+	e.clusterCoordinator(coordinator.Config{Logger: testLogger("standby")}) // waits as a standby
+
+	lostAt := time.Now()
+	activeConn.Close()
+	eventually(t, time.Minute, "the standby to answer status", func() bool {
+		ctx, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
+		defer cancel()
+		_, err := coordinator.QueryStatus(ctx, e.nc, e.ns)
+		return err == nil
+	})
+	t.Logf("takeover took %v (lease TTL %v)", time.Since(lostAt), coordinator.DefaultLeaseTTL)
+	for _, h := range hs {
+		sum, err := h.WaitSummary(e.ctx)
+		if err != nil || sum.Done != perGroup {
+			t.Fatalf("group %s after the takeover: %+v %v", h.GroupID(), sum, err)
+		}
+	}
+	stopActive()
+	<-activeDone // an error: its connection is gone
+}
