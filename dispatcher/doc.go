@@ -54,6 +54,5 @@
 //
 // Errors wrap one of the package's sentinels (ErrInvalidConfig, ErrInvalidGroup, ErrInvalidJob,
 // ErrNotOpened, ErrNotSealed, ErrMalformedOutcome, ErrJobNotFound, ErrGroupRunning, ErrNotFailed,
-// ErrJobGone), a
-// context error or a NATS client error, and can be examined with errors.Is.
+// ErrJobGone), a context error or a NATS client error, and can be examined with errors.Is.
 package dispatcher
