@@ -115,11 +115,15 @@ type Config struct {
 	// Streams tunes the streams the worker creates if they do not exist yet. It must match
 	// the other components' options.
 	Streams StreamOptions
+
+	// clock replaces time.Now for lease lapses, in tests (export_test.go). Nil: time.Now.
+	clock func() time.Time
 }
 
 // resolved is a validated Config with defaults filled in.
 type resolved struct {
 	Config
+	now            func() time.Time // the clock of lease lapses: time.Now, or a test's
 	adaptiveLinger bool // ReportLinger was not set: it adapts to the handlers' run time
 	names          wire.Names
 	pool           string
@@ -194,7 +198,11 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 	if c.Streams.Replicas < 0 {
 		return resolved{}, invalid("Streams.Replicas %d is negative", c.Streams.Replicas)
 	}
-	return resolved{Config: c, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs}, nil
+	now := c.clock
+	if now == nil {
+		now = time.Now
+	}
+	return resolved{Config: c, now: now, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs}, nil
 }
 
 func invalid(format string, args ...any) error {

@@ -290,7 +290,8 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 		}
 		return
 	}
-	b := &batch{msg: ev.msg, jobs: len(jobs), received: time.Now()}
+	now := s.cfg.now()
+	b := &batch{msg: ev.msg, jobs: len(jobs), received: now, leaseFrom: now}
 	s.reports <- completerEvent{batch: b}
 	var deliveries uint64
 	if md, err := ev.msg.Metadata(); err == nil {
@@ -319,8 +320,11 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 		}
 	}
 	// Every job queued first, then the wakeups: one sleeper per job.
-	for s.sleepers > 0 && s.queue.len() > 0 {
-		t := s.queue.pop()
+	for s.sleepers > 0 {
+		t := s.next()
+		if t == nil {
+			break
+		}
 		s.sleepers--
 		s.start(t)
 		s.wake <- t
@@ -341,8 +345,7 @@ func (s *shepherd) onDone(c completion) {
 		delete(s.active, t)
 		s.report(t, c.out)
 	}
-	if s.queue.len() > 0 {
-		next := s.queue.pop()
+	if next := s.next(); next != nil {
 		s.start(next)
 		c.reply <- next
 	} else {
@@ -350,6 +353,29 @@ func (s *shepherd) onDone(c completion) {
 		c.reply <- nil
 	}
 	s.gauges()
+}
+
+// next takes the oldest queued task whose batch's lease has not lapsed, or returns nil. The
+// tasks of a lapsed batch are dropped without a report: the server redelivers their batch, and
+// the worker that receives it reports them lost (ARCHITECTURE.md, "Job state machine"). Running
+// them here as well would run them twice, after the coordinator has given up on them.
+func (s *shepherd) next() *task {
+	for s.queue.len() > 0 {
+		t := s.queue.pop()
+		if !t.batch.lapsed(s.cfg.now(), s.cfg.Lease) {
+			return t
+		}
+		s.drop(t)
+	}
+	return nil
+}
+
+// drop forgets a task of a lapsed batch.
+func (s *shepherd) drop(t *task) {
+	t.reported = true
+	s.stats.dropped.Add(1)
+	s.log.Warn().Uint64("job", t.job.ID).Int("attempt", t.job.Attempt).Dur("lease", s.cfg.Lease).
+		Msg("worker: job not started: its batch's lease lapsed (was the process stopped?), so it was redelivered")
 }
 
 // onExpired reports an attempt whose handler has ignored its deadline for TimeoutGrace. The
@@ -438,9 +464,10 @@ func (s *shepherd) startDrain(stopPulls context.CancelFunc) {
 		s.retry.Stop()
 		s.retry = nil
 	}
-	released := s.queue.len()
-	for s.queue.len() > 0 {
-		s.release(s.queue.pop())
+	released := 0
+	for t := s.next(); t != nil; t = s.next() {
+		s.release(t)
+		released++
 	}
 	s.gauges()
 	select {
