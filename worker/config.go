@@ -124,7 +124,7 @@ type Config struct {
 type resolved struct {
 	Config
 	now            func() time.Time // the clock of lease lapses: time.Now, or a test's
-	adaptiveLinger bool // ReportLinger was not set: it adapts to the handlers' run time
+	adaptiveLinger bool             // ReportLinger was not set: it adapts to the handlers' run time
 	names          wire.Names
 	pool           string
 	resources      []string // normalized
