@@ -20,6 +20,10 @@ const (
 	// an idle heartbeat every 5s on an open pull, so a lost connection is noticed; those are
 	// not requests.)
 	pullExpiry = 30 * time.Second
+	// pullHeartbeat is how often the server signals an open pull that it is alive; two missed
+	// end the pull, so a pull lost with a node (or a consumer leader that moved) is noticed
+	// within two seconds rather than ten (the default heartbeat, 5s).
+	pullHeartbeat = time.Second
 	// maxOpenPulls bounds this worker's pull requests open at once. A consumer holds 512 by
 	// default, shared by all workers of its pool.
 	maxOpenPulls = 2
@@ -228,7 +232,10 @@ func (s *shepherd) absorb() {
 // jobs, less messages open pulls may still bring. A message may hold several jobs; the extra ones
 // wait in the queue.
 func (s *shepherd) pull() {
-	if s.draining || s.repairing || s.retry != nil || len(s.openPulls) >= maxOpenPulls {
+	// Pulls go on while a repair runs: the error behind it ("no responders") also comes from a
+	// cluster electing the consumer's leader, and then the repair's own requests may wait out
+	// their timeout while the consumer is back already.
+	if s.draining || s.retry != nil || len(s.openPulls) >= maxOpenPulls {
 		return
 	}
 	want := s.sleepers - s.queue.len() - s.credits
@@ -236,7 +243,7 @@ func (s *shepherd) pull() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.pullCtx, pullExpiry)
-	mb, err := s.cons.Fetch(want, jetstream.FetchContext(ctx))
+	mb, err := s.cons.Fetch(want, jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(pullHeartbeat))
 	if err != nil {
 		cancel()
 		s.pullFailed(err)
