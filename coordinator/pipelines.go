@@ -59,7 +59,9 @@ func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
 	for i, j := range req.jobs {
 		reqs[i] = fetchReq{id: j.id, ahead: j.ahead}
 	}
-	msgs, errs := r.payloads.fetch(ctx, reqs)
+	fctx, cancel := context.WithTimeout(ctx, requestTimeout) // a read lost with a node must not hold the release
+	msgs, errs := r.payloads.fetch(fctx, reqs)
+	cancel()
 	if ctx.Err() != nil {
 		return nil // stopping: the jobs are not in WORK, so the next term releases them again
 	}
