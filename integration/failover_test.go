@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -341,4 +342,61 @@ func TestClusterTakeover(t *testing.T) {
 	}
 	stopActive()
 	<-activeDone // an error: its connection is gone
+}
+
+// TestStalledCoordinatorGivesUp: a coordinator whose writes keep failing for longer than its
+// lease TTL ends its term with an error wrapping ErrStalled instead of running on; run again
+// once the stream takes writes, it finishes the group.
+func TestStalledCoordinatorGivesUp(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c, err := coordinator.New(e.nc, coordinator.Config{Namespace: e.ns, LeaseTTL: time.Second, Logger: testLogger("coordinator")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(e.ctx) }()
+	e.worker(worker.Config{Concurrency: 2}, func(_ context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
+	e.waitWorkers(1)
+
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := js.Stream(e.ctx, e.ns+"_RESULTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := results.Info(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := info.Config
+	closed := open
+	closed.MaxBytes, closed.Discard = 1, jetstream.DiscardNew // refuses every message
+	if _, err := js.UpdateStream(e.ctx, closed); err != nil {
+		t.Fatal(err)
+	}
+	h := e.publish("g", jobs(5, nil))
+	select {
+	case err := <-ran:
+		if !errors.Is(err, coordinator.ErrStalled) {
+			t.Fatalf("Run = %v, want an error wrapping ErrStalled", err)
+		}
+	case <-e.ctx.Done():
+		t.Fatal("Run went on although it could not write")
+	}
+	if _, err := js.UpdateStream(e.ctx, open); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	go func() { ran <- c.Run(ctx) }()
+	if res := e.wait(h); res.Summary.Done != 5 || len(res.Jobs) != 5 {
+		t.Fatalf("after the stream took writes again: %d outcomes, summary %+v", len(res.Jobs), res.Summary)
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("second Run: %v", err)
+	}
 }
