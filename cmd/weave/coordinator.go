@@ -24,7 +24,10 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 		Short: "Run the coordinator of a namespace until SIGINT or SIGTERM",
 		Long: `Coordinator admits groups, schedules their jobs onto worker pools and tracks every job's
 state. Run one per namespace: a second one waits as a standby and takes over within
---lease-ttl when the first dies. It creates the namespace's streams if they do not exist.`,
+--lease-ttl (and about half a second) when the first dies. It creates the namespace's streams
+if they do not exist. It runs until SIGINT or SIGTERM: whatever ends a term of coordination
+(the lease lost, writes failing for longer than --lease-ttl, a failed replay), it logs the
+error and stands by again.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := spreader.ParsePolicy(policy)
