@@ -229,7 +229,7 @@ func (r *run) writer(ctx context.Context) {
 	var n uint64 // messages published, for their IDs
 	publish := func(w *written, m *nats.Msg) {
 		n++
-		m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.%d", r.e.epoch, n))
+		m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.%d", r.epoch, n))
 		f, err := r.c.js.PublishMsgAsync(m)
 		if err != nil {
 			f = nil // the acker publishes it again
@@ -279,7 +279,7 @@ func (r *run) acker(ctx context.Context) {
 		if op := w.summary; op != nil {
 			// Everything written before it is stored: the group's outcomes are.
 			m := r.outcomeMsg(*op, wire.AppendSummary(nil, *op.summary))
-			m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.s.%s.%d", r.e.epoch, op.gtok, op.openSeq))
+			m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.s.%s.%d", r.epoch, op.gtok, op.openSeq))
 			f, err := r.c.js.PublishMsgAsync(m)
 			if err != nil {
 				f = nil

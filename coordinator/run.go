@@ -23,6 +23,7 @@ import (
 type run struct {
 	c        *Coordinator
 	fail     context.CancelCauseFunc // ends the term with an error (see retry)
+	epoch    uint64                  // this term's lease epoch (immutable; the writers' message IDs)
 	cfg      Config
 	names    wire.Names
 	log      zerolog.Logger
@@ -79,7 +80,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 		return nil, err
 	}
 	r := &run{
-		c: c, fail: fail, cfg: c.cfg, names: c.names, log: c.cfg.Logger, e: e,
+		c: c, fail: fail, epoch: epoch, cfg: c.cfg, names: c.names, log: c.cfg.Logger, e: e,
 		payloads:  newPayloads(c.directGet(c.names.JobsStream()), c.cfg.PayloadCacheBytes),
 		feedCh:    make(chan jetstream.Msg, chanSize),
 		eventsCh:  make(chan jetstream.Msg, chanSize),
