@@ -38,7 +38,9 @@ func New(nc *nats.Conn, cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	names, _ := wire.NewNames(cfg.Namespace)
-	js, err := jetstream.New(nc)
+	// Every async publish resolves: a lost ack times out instead of leaving a release or a
+	// write waiting for ever.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(requestTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("weave: jetstream: %w", err)
 	}
@@ -58,8 +60,10 @@ var ErrRunning = errors.New("weave: coordinator already running")
 
 // Run acquires the namespace's lease (waiting as a standby while another coordinator holds it),
 // rebuilds the state from the streams and coordinates until ctx is done. It returns nil after a
-// clean stop, or an error that ended coordination (one wrapping ErrLeaseLost if the lease was
-// lost).
+// clean stop, or an error that ended coordination: one wrapping ErrLeaseLost if the lease was
+// lost, one wrapping ErrStalled if a request it depends on (a write, a read of the streams)
+// failed for longer than the lease TTL. Whatever the error, calling Run again makes it a
+// standby that takes the lease once it is free.
 func (c *Coordinator) Run(ctx context.Context) error {
 	c.mu.Lock()
 	if c.running {
@@ -95,7 +99,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			cancel(err)
 		}
 	})
-	r, err := newRun(ctx, c, l.Epoch())
+	r, err := newRun(ctx, c, l.Epoch(), cancel)
 	if err == nil {
 		err = r.loop(ctx)
 	}

@@ -45,9 +45,12 @@ func (p *payloads) has(id uint64) bool {
 	return p.m[id] != nil
 }
 
-// fetch returns the stored message of each job (nil if it is gone), in order.
-func (p *payloads) fetch(ctx context.Context, reqs []fetchReq) []*directget.Msg {
-	out := make([]*directget.Msg, len(reqs))
+// fetch returns the stored message of each job, in order. A nil entry is a job whose message
+// could not be read: errs says whether it is gone (wrapping directget.ErrNotFound) or the read
+// failed (the job is to be released again later).
+func (p *payloads) fetch(ctx context.Context, reqs []fetchReq) (out []*directget.Msg, errs []error) {
+	out = make([]*directget.Msg, len(reqs))
+	errs = make([]error, len(reqs))
 	var (
 		seqs  []uint64           // to read: the missing jobs, then what to read ahead
 		index = map[uint64]int{} // seq → its request's index in reqs, for the missing jobs
@@ -79,29 +82,29 @@ func (p *payloads) fetch(ctx context.Context, reqs []fetchReq) []*directget.Msg 
 	}
 	p.mu.Unlock()
 	if len(seqs) == 0 {
-		return out
+		return out, errs
 	}
 
-	msgs, _ := p.get.Get(ctx, seqs) // a missing message is a nil entry
+	msgs, getErrs := p.get.GetEach(ctx, seqs)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for k, m := range msgs {
 		switch i := index[seqs[k]]; {
 		case i >= 0:
-			out[i] = m
+			out[i], errs[i] = m, getErrs[k]
 		case m != nil:
 			p.addLocked(m)
 		}
 	}
 	// A request for the same job twice gets the same message.
 	for i, r := range reqs {
-		if out[i] == nil {
+		if out[i] == nil && errs[i] == nil {
 			if j := index[r.id]; j >= 0 {
-				out[i] = out[j]
+				out[i], errs[i] = out[j], errs[j]
 			}
 		}
 	}
-	return out
+	return out, errs
 }
 
 // add keeps a job's stored message, read from the JOBS feed, for its release.

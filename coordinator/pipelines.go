@@ -1,15 +1,19 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weavejobs/weave/internal/directget"
 	"github.com/weavejobs/weave/internal/journal"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -30,27 +34,50 @@ type releaseJob struct {
 // releaser carries out releases: fetch the payloads (usually from the read-ahead cache), tell the
 // loop what it learned, and publish the work batch. Several run at once. Nothing is journaled:
 // a batch stays in WORK until the report covering it is stored, which is what replay relies on.
+//
+// A release that cannot be carried out (its jobs cannot be read, or the batch is not stored, as
+// while the cluster elects a stream leader) gives its jobs back to the loop, which releases them
+// again: after a pause that doubles while releases keep failing, so a lost leader does not turn
+// into a busy loop of failing requests.
 func (r *run) releaser(ctx context.Context) {
+	pause := retryFirst
 	for req := range r.releaseQ {
-		r.release(ctx, req)
+		failed := r.release(ctx, req)
+		if len(failed) == 0 {
+			pause = retryFirst
+			continue
+		}
+		sleepCtx(ctx, pause)
+		pause = min(2*pause, retryMax)
+		r.notifyRequeue(failed)
 	}
 }
 
-func (r *run) release(ctx context.Context, req releaseReq) {
+// release carries out one release and returns the jobs that go back to pending.
+func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
 	reqs := make([]fetchReq, len(req.jobs))
 	for i, j := range req.jobs {
 		reqs[i] = fetchReq{id: j.id, ahead: j.ahead}
 	}
-	msgs := r.payloads.fetch(ctx, reqs)
+	fctx, cancel := context.WithTimeout(ctx, requestTimeout) // a read lost with a node must not hold the release
+	msgs, errs := r.payloads.fetch(fctx, reqs)
+	cancel()
 	if ctx.Err() != nil {
-		return // stopping: the jobs are not in WORK, so the next term releases them again
+		return nil // stopping: the jobs are not in WORK, so the next term releases them again
 	}
 	infos := make([]releasedInfo, 0, len(msgs))
 	work := make([]wire.WorkJob, 0, len(msgs))
 	for i, m := range msgs {
 		j := req.jobs[i]
-		if m == nil {
+		switch {
+		case m == nil && errors.Is(errs[i], directget.ErrNotFound):
 			infos = append(infos, releasedInfo{id: j.id, err: fmt.Errorf("job message %d is missing from the %s stream", j.id, r.names.JobsStream())})
+			continue
+		case m == nil:
+			// The read failed (no stream leader for a moment, say): the job is still stored,
+			// so it goes back to pending and is released again.
+			r.log.Warn().Err(errs[i]).Uint64("job", j.id).Msg("reading a job to release failed; it goes back to pending")
+			failed = append(failed, j.id)
 			continue
 		}
 		meta, err := wire.ParseJobMeta(m.Header)
@@ -63,19 +90,26 @@ func (r *run) release(ctx context.Context, req releaseReq) {
 	}
 	// The loop learns keys and limits before any worker can report on these jobs.
 	r.notify(infos...)
-	if err := r.publishWork(ctx, req.pool, work); err != nil && ctx.Err() == nil {
-		r.log.Error().Err(err).Str("pool", req.pool).Msg("publishing work failed; jobs go back to pending")
-		failed := make([]uint64, len(work))
-		for i, w := range work {
-			failed[i] = w.ID
-		}
-		r.notifyRequeue(failed)
+	unstored, err := r.publishWork(ctx, req.pool, work)
+	if ctx.Err() != nil {
+		return nil
 	}
+	if err != nil {
+		r.log.Error().Err(err).Str("pool", req.pool).Int("jobs", len(unstored)).Msg("publishing work failed; jobs go back to pending")
+	}
+	return append(failed, unstored...)
 }
 
-// publishWork publishes jobs as batches of at most MaxBatchBytes and waits for the acks.
-func (r *run) publishWork(ctx context.Context, pool string, work []wire.WorkJob) error {
-	var futures []jetstream.PubAckFuture
+// publishWork publishes jobs as batches of at most MaxBatchBytes, waits for the acks, and
+// returns the IDs of the jobs whose batch was not stored (with the first error), or ctx's error.
+// A batch whose ack was lost may still be stored: its jobs are released twice, and the second
+// report of the same attempt is ignored.
+func (r *run) publishWork(ctx context.Context, pool string, work []wire.WorkJob) (failed []uint64, err error) {
+	type batch struct {
+		jobs []wire.WorkJob
+		f    jetstream.PubAckFuture
+	}
+	var batches []batch
 	for len(work) > 0 {
 		n, size := 0, 0
 		for n < len(work) && (n == 0 || size+len(work[n].Payload)+64 <= r.cfg.MaxBatchBytes) {
@@ -84,28 +118,31 @@ func (r *run) publishWork(ctx context.Context, pool string, work []wire.WorkJob)
 		}
 		m := nats.NewMsg(r.names.WorkSubject(pool))
 		m.Data = wire.AppendWork(nil, work[:n])
-		f, err := r.c.js.PublishMsgAsync(m)
-		if err != nil {
-			return err
+		f, perr := r.c.js.PublishMsgAsync(m)
+		if perr != nil {
+			for _, j := range work[:n] {
+				failed = append(failed, j.ID)
+			}
+			err = cmp.Or(err, perr)
+		} else {
+			batches = append(batches, batch{work[:n], f})
 		}
-		futures = append(futures, f)
 		work = work[n:]
 	}
-	return waitAcks(ctx, futures)
-}
-
-func waitAcks(ctx context.Context, futures []jetstream.PubAckFuture) error {
-	var errs []error
-	for _, f := range futures {
+	for _, b := range batches {
 		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			errs = append(errs, err)
+		case <-b.f.Ok():
+			continue
+		case perr := <-b.f.Err():
+			err = cmp.Or(err, perr)
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
+		}
+		for _, j := range b.jobs {
+			failed = append(failed, j.ID)
 		}
 	}
-	return errors.Join(errs...)
+	return failed, err
 }
 
 // notify hands release notices to the loop without ever blocking the pipeline.
@@ -127,7 +164,7 @@ func (r *run) notifyRequeue(ids []uint64) {
 	r.notify(infos...)
 }
 
-// writeOp is one write to the RESULTS or EVENTS stream, done in order by the writer.
+// writeOp is one write to the RESULTS, EVENTS or REJECTED stream, done in order by the writer.
 type writeOp struct {
 	g        *group
 	gtok     string
@@ -138,8 +175,9 @@ type writeOp struct {
 	lastSeq  uint64 // purge only up to here: a later incarnation of the group ID shares its subjects
 	journal  *journal.Record
 
-	evSeqs    []uint64 // with outcomes: the EVENTS sequence of the report behind each, or 0
-	retention *purge   // a finished group past its retention
+	evSeqs     []uint64    // with outcomes: the EVENTS sequence of the report behind each, or 0
+	retention  *purge      // a finished group past its retention
+	rejections []rejection // messages refused
 }
 
 // finishedGroup tells the loop a group's summary is stored (summarySeq > 0 when written now) and
@@ -150,60 +188,165 @@ type finishedGroup struct {
 	at         time.Time
 }
 
-// pendingAcks are outcome writes whose acknowledgement the acker waits for, to tell the loop
-// which reports are no longer needed.
-type pendingAcks struct {
-	futures []jetstream.PubAckFuture
-	evSeqs  []uint64 // the reports behind the outcomes written
-	summary *writeOp // set for a group's summary (the only future)
+// written is what the writer published for one writeOp, handed to the acker in order.
+type written struct {
+	msgs    []*nats.Msg
+	futures []jetstream.PubAckFuture // futures[i] answers msgs[i]; nil if the publish failed at once
+	evSeqs  []uint64                 // outcomes: the reports behind them
+	refused []uint64                 // rejections: JOBS messages to delete once they are recorded
+	summary *writeOp                 // a group's summary, published by the acker (see there)
+}
+
+// storedSummary is a summary the acker published, whose acknowledgement the summarizer waits for.
+type storedSummary struct {
+	op     writeOp
+	msg    *nats.Msg
+	future jetstream.PubAckFuture
 }
 
 // maxOutcomesPerMsg bounds one outcome message (results are size-limited by workers).
 const maxOutcomesPerMsg = 256
 
-// writer appends outcomes, summaries and retry records in the order the loop decided them, and
-// hands every outcome and summary write to the acker, in the same order.
+// The writes behind the state (outcomes, summaries, journal records, rejections) go through
+// three stages, each one goroutine, so that none waits for a round trip per write yet every
+// write is stored, in order:
+//
+//   - the writer publishes them asynchronously in the order the loop decided them, except
+//     summaries, which it hands on unpublished;
+//   - the acker waits for each acknowledgement in that order, publishes again (until it is
+//     stored, or the term ends) what failed, tells the loop which reports are no longer needed,
+//     and publishes a summary once everything before it is stored: so a group's outcomes are
+//     always stored before its summary, which readers take for the end of the group;
+//   - the summarizer waits for each summary's acknowledgement (publishing again what failed),
+//     then purges the group and tells the loop.
+//
+// Each message carries a Nats-Msg-Id unique to the term, so publishing again a message whose
+// first acknowledgement was lost stores it once.
+
+// writer publishes what the loop hands it, in order (see above).
 func (r *run) writer(ctx context.Context) {
 	defer close(r.acks)
+	var n uint64 // messages published, for their IDs
+	publish := func(w *written, m *nats.Msg) {
+		n++
+		m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.%d", r.epoch, n))
+		f, err := r.c.js.PublishMsgAsync(m)
+		if err != nil {
+			f = nil // the acker publishes it again
+		}
+		w.msgs, w.futures = append(w.msgs, m), append(w.futures, f)
+	}
 	for op := range r.writeQ {
+		var w written
 		switch {
 		case op.journal != nil:
-			if _, err := r.c.js.PublishMsgAsync(r.journalMsg(*op.journal)); err != nil {
-				r.log.Error().Err(err).Msg("journal write failed")
+			publish(&w, r.journalMsg(*op.journal))
+		case op.rejections != nil:
+			for _, rj := range op.rejections {
+				publish(&w, r.names.RejectionMsg(rj.subject, rj.seq, rj.reason))
+				if strings.HasPrefix(rj.subject, r.names.GroupSubject("")) || strings.HasPrefix(rj.subject, r.names.JobSubject("")) {
+					w.refused = append(w.refused, rj.seq)
+				}
 			}
 		case op.outcomes != nil:
 			r.fillKeys(ctx, op.outcomes)
-			pa := pendingAcks{evSeqs: op.evSeqs}
+			w.evSeqs = op.evSeqs
 			for outs := op.outcomes; len(outs) > 0; {
-				n := min(len(outs), maxOutcomesPerMsg)
-				f, err := r.c.js.PublishMsgAsync(r.outcomeMsg(op, wire.AppendOutcomes(nil, outs[:n])))
-				if err != nil {
-					// Their reports stay needed, so a restart writes them again.
-					r.log.Error().Err(err).Str("group", op.g.id).Msg("writing outcomes failed")
-					pa.evSeqs = nil
-				} else {
-					pa.futures = append(pa.futures, f)
-				}
-				outs = outs[n:]
+				k := min(len(outs), maxOutcomesPerMsg)
+				publish(&w, r.outcomeMsg(op, wire.AppendOutcomes(nil, outs[:k])))
+				outs = outs[k:]
 			}
-			r.acks <- pa
 		case op.summary != nil:
-			f, err := r.c.js.PublishMsgAsync(r.outcomeMsg(op, wire.AppendSummary(nil, *op.summary)))
-			if err != nil {
-				r.log.Error().Err(err).Str("group", op.g.id).Msg("writing summary failed; will retry after restart")
-				continue
-			}
-			r.acks <- pendingAcks{futures: []jetstream.PubAckFuture{f}, summary: &op}
+			w.summary = &op
 		case op.retention != nil:
 			r.wg.Go(func() { r.expire(ctx, *op.retention) })
+			continue
 		case op.g != nil:
 			r.wg.Go(func() { r.finish(ctx, op, 0) })
+			continue
+		default:
+			continue
+		}
+		r.acks <- w
+	}
+}
+
+// acker makes sure the writer's messages are stored, in order, and publishes summaries (see
+// above).
+func (r *run) acker(ctx context.Context) {
+	defer close(r.summaries)
+	for w := range r.acks {
+		if op := w.summary; op != nil {
+			// Everything written before it is stored: the group's outcomes are.
+			m := r.outcomeMsg(*op, wire.AppendSummary(nil, *op.summary))
+			m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.s.%s.%d", r.epoch, op.gtok, op.openSeq))
+			f, err := r.c.js.PublishMsgAsync(m)
+			if err != nil {
+				f = nil
+			}
+			r.summaries <- storedSummary{op: *op, msg: m, future: f}
+			continue
+		}
+		stored := true
+		for i, m := range w.msgs {
+			if _, err := r.stored(ctx, m, w.futures[i]); err != nil {
+				stored = false // the term is ending: what is not stored is written again by the next
+			}
+		}
+		if !stored {
+			continue
+		}
+		if len(w.evSeqs) > 0 {
+			select {
+			case r.storedCh <- w.evSeqs:
+			case <-r.done:
+			}
+		}
+		if len(w.refused) > 0 {
+			r.wg.Go(func() { r.deleteRefused(ctx, w.refused) })
 		}
 	}
 }
 
+// summarizer waits until each summary is stored, then finishes its group (see above).
+func (r *run) summarizer(ctx context.Context) {
+	for s := range r.summaries {
+		ack, err := r.stored(ctx, s.msg, s.future)
+		if err != nil {
+			continue // the term is ending; the next writes the summary again
+		}
+		r.wg.Go(func() { r.finish(ctx, s.op, ack.Sequence) })
+	}
+}
+
+// stored waits for the acknowledgement of m's asynchronous publish (f, nil if that failed at
+// once) and, if it did not come, publishes m again until it is stored or the term ends.
+func (r *run) stored(ctx context.Context, m *nats.Msg, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+	if f != nil {
+		// The JetStream context times out every async publish (WithPublishAsyncTimeout); the
+		// timer only guards against a future that never resolves.
+		t := time.NewTimer(requestTimeout + time.Second)
+		defer t.Stop()
+		select {
+		case ack := <-f.Ok():
+			return ack, nil
+		case err := <-f.Err():
+			r.log.Warn().Err(err).Str("subject", m.Subject).Msg("write not acknowledged; publishing it again")
+		case <-t.C:
+		}
+	}
+	var ack *jetstream.PubAck
+	err := r.retry(ctx, "write to "+m.Subject, func(ctx context.Context) error {
+		var err error
+		ack, err = r.c.js.PublishMsg(ctx, m)
+		return err
+	})
+	return ack, err
+}
+
 // fillKeys sets the keys of outcomes of jobs that never ran (canceled while pending): the
 // coordinator keeps no key for pending jobs, so they are read from the jobs' stored headers.
+// (Jobs released before a restart learn theirs at replay: see learnKeys.)
 func (r *run) fillKeys(ctx context.Context, outs []wire.Outcome) {
 	var ids []uint64
 	var at []int
@@ -215,7 +358,7 @@ func (r *run) fillKeys(ctx context.Context, outs []wire.Outcome) {
 	if len(ids) == 0 {
 		return
 	}
-	msgs, _ := r.payloads.get.Get(ctx, ids)
+	msgs := r.readJobs(ctx, ids)
 	for k, m := range msgs {
 		if m != nil {
 			outs[at[k]].Key = m.Header.Get(wire.HdrKey)
@@ -223,45 +366,33 @@ func (r *run) fillKeys(ctx context.Context, outs []wire.Outcome) {
 	}
 }
 
-// acker waits for the acknowledgements of outcome and summary writes, in the order they were
-// written: once a summary is acknowledged, every outcome of its group written before it is too.
-func (r *run) acker(ctx context.Context) {
-	for pa := range r.acks {
-		// At shutdown, give writes on their way a moment rather than abandoning them.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		acks, err := collectAcks(wctx, pa.futures)
-		cancel()
-		if err != nil {
-			r.log.Error().Err(err).Msg("outcomes not stored; they are written again after a restart")
-			continue
-		}
-		if len(pa.evSeqs) > 0 {
-			select {
-			case r.storedCh <- pa.evSeqs:
-			case <-r.done:
+// readJobs reads the stored messages of jobs, trying again the reads that failed (not the
+// messages that are gone) until they succeed or the term ends. out[i] answers ids[i], nil if
+// the message is not there.
+func (r *run) readJobs(ctx context.Context, ids []uint64) []*directget.Msg {
+	out := make([]*directget.Msg, len(ids))
+	todo := slices.Clone(ids)
+	at := make([]int, len(ids))
+	for i := range at {
+		at[i] = i
+	}
+	_ = r.retry(ctx, "read jobs", func(ctx context.Context) error {
+		msgs, errs := r.payloads.get.GetEach(ctx, todo)
+		var failed error
+		nextTodo, nextAt := todo[:0], at[:0]
+		for k, m := range msgs {
+			switch {
+			case m != nil:
+				out[at[k]] = m
+			case !errors.Is(errs[k], directget.ErrNotFound):
+				failed = errs[k]
+				nextTodo, nextAt = append(nextTodo, todo[k]), append(nextAt, at[k])
 			}
 		}
-		if pa.summary != nil {
-			op, seq := *pa.summary, acks[len(acks)-1].Sequence
-			r.wg.Go(func() { r.finish(ctx, op, seq) })
-		}
-	}
-}
-
-// collectAcks waits for every future and returns their acknowledgements.
-func collectAcks(ctx context.Context, futures []jetstream.PubAckFuture) ([]*jetstream.PubAck, error) {
-	acks := make([]*jetstream.PubAck, 0, len(futures))
-	for _, f := range futures {
-		select {
-		case a := <-f.Ok():
-			acks = append(acks, a)
-		case err := <-f.Err():
-			return nil, err
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return acks, nil
+		todo, at = nextTodo, nextAt
+		return failed
+	})
+	return out
 }
 
 func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
@@ -276,10 +407,11 @@ func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
 // summary's sequence in RESULTS when it was written now, 0 when it was written before a restart.
 func (r *run) finish(ctx context.Context, op writeOp, summarySeq uint64) {
 	if op.purge {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if err := purgeGroup(pctx, r.c.js, r.names, op.gtok, op.lastSeq); err != nil {
-			r.log.Error().Err(err).Str("group", op.g.id).Msg("purging a finished group failed")
+		err := r.retry(ctx, "purge group "+op.g.id, func(ctx context.Context) error {
+			return purgeGroup(ctx, r.c.js, r.names, op.gtok, op.lastSeq)
+		})
+		if err != nil {
+			return // the term is ending: the next purges the group
 		}
 	}
 	select {
@@ -291,18 +423,17 @@ func (r *run) finish(ctx context.Context, op writeOp, summarySeq uint64) {
 // expire deletes a finished group's outcomes, and its job messages if they were kept, once its
 // retention has passed.
 func (r *run) expire(ctx context.Context, p purge) {
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	res, err := r.c.js.Stream(pctx, r.names.ResultsStream())
-	if err == nil {
-		err = res.Purge(pctx, jetstream.WithPurgeSubject(r.names.OutcomeSubject(p.tok)), jetstream.WithPurgeSequence(p.summarySeq+1))
-	}
-	if err == nil && p.jobsSeq > 0 {
-		err = purgeGroup(pctx, r.c.js, r.names, p.tok, p.jobsSeq)
-	}
-	if err != nil {
-		r.log.Error().Err(err).Str("group_token", p.tok).Msg("deleting a group's outcomes after its retention failed")
-	}
+	// Not deleted in this term, they are deleted in the next (replay finds them past retention).
+	_ = r.retry(ctx, "delete outcomes of "+p.tok, func(ctx context.Context) error {
+		res, err := r.c.js.Stream(ctx, r.names.ResultsStream())
+		if err == nil {
+			err = res.Purge(ctx, jetstream.WithPurgeSubject(r.names.OutcomeSubject(p.tok)), jetstream.WithPurgeSequence(p.summarySeq+1))
+		}
+		if err == nil && p.jobsSeq > 0 {
+			err = purgeGroup(ctx, r.c.js, r.names, p.tok, p.jobsSeq)
+		}
+		return err
+	})
 }
 
 // purgeGroup deletes a finished group's messages from the JOBS stream, up to lastSeq: a later

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/internal/topology"
@@ -66,20 +67,23 @@ func (r *run) rescue(ctx context.Context, pool string) {
 		}
 		fctx, cancel := context.WithTimeout(ctx, rescueFetch)
 		batch, err := cons.Fetch(r.cfg.MaxBatch, jetstream.FetchContext(fctx))
-		if err != nil {
-			cancel()
-			if ctx.Err() == nil {
-				r.log.Warn().Err(err).Str("pool", pool).Msg("rescue: fetch")
-				sleepCtx(ctx, rescueFetch)
+		if err == nil {
+			for m := range batch.Messages() {
+				if err := r.handBack(ctx, pool, m); err != nil && ctx.Err() == nil {
+					r.log.Warn().Err(err).Str("pool", pool).Msg("rescue: hand back a batch")
+				}
 			}
-			continue
-		}
-		for m := range batch.Messages() {
-			if err := r.handBack(ctx, pool, m); err != nil && ctx.Err() == nil {
-				r.log.Warn().Err(err).Str("pool", pool).Msg("rescue: hand back a batch")
-			}
+			err = batch.Error()
 		}
 		cancel()
+		// A fetch that failed (the consumer's leader gone during an election, say) is tried
+		// again a moment later, binding the consumer afresh: the rescue goes on for as long
+		// as the pool needs it.
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			r.log.Warn().Err(err).Str("pool", pool).Msg("rescue: fetch")
+			cons = nil
+			sleepCtx(ctx, rescueFetch)
+		}
 	}
 }
 
@@ -108,7 +112,11 @@ func (r *run) handBack(ctx context.Context, pool string, m jetstream.Msg) error 
 		if md, merr := m.Metadata(); merr == nil {
 			seq = md.Sequence.Stream
 		}
-		r.publishRejection(rejection{subject: m.Subject(), seq: seq, reason: err.Error()})
+		rec := r.names.RejectionMsg(m.Subject(), seq, err.Error())
+		if _, err := r.c.js.PublishMsg(ctx, rec); err != nil {
+			// Not recorded: the batch comes back after its AckWait and is rejected then.
+			return fmt.Errorf("record rejection: %w", err)
+		}
 		return m.TermWithReason("weave: " + err.Error())
 	}
 	var reports []wire.Report

@@ -22,6 +22,8 @@ import (
 // every other goroutine talks to it through the channels below.
 type run struct {
 	c        *Coordinator
+	fail     context.CancelCauseFunc // ends the term with an error (see retry)
+	epoch    uint64                  // this term's lease epoch (immutable; the writers' message IDs)
 	cfg      Config
 	names    wire.Names
 	log      zerolog.Logger
@@ -50,7 +52,9 @@ type run struct {
 	releaseQ chan releaseReq
 	writeQ   chan writeOp
 	// Written (and closed) by the writer, read by the acker.
-	acks chan pendingAcks
+	acks chan written
+	// Written (and closed) by the acker, read by the summarizer.
+	summaries chan storedSummary
 
 	rescues map[string]context.CancelFunc // running rescues by pool (owned by the loop; see rescue.go)
 
@@ -70,13 +74,13 @@ type releasedInfo struct {
 
 const chanSize = 4096
 
-func newRun(ctx context.Context, c *Coordinator, epoch uint64) (*run, error) {
+func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.CancelCauseFunc) (*run, error) {
 	e, err := newEngine(c.cfg, c.names, epoch)
 	if err != nil {
 		return nil, err
 	}
 	r := &run{
-		c: c, cfg: c.cfg, names: c.names, log: c.cfg.Logger, e: e,
+		c: c, fail: fail, epoch: epoch, cfg: c.cfg, names: c.names, log: c.cfg.Logger, e: e,
 		payloads:  newPayloads(c.directGet(c.names.JobsStream()), c.cfg.PayloadCacheBytes),
 		feedCh:    make(chan jetstream.Msg, chanSize),
 		eventsCh:  make(chan jetstream.Msg, chanSize),
@@ -86,7 +90,8 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64) (*run, error) {
 		forgetCh:  make(chan finishedGroup, chanSize),
 		storedCh:  make(chan []uint64, chanSize),
 		trimmedCh: make(chan uint64, 1),
-		acks:      make(chan pendingAcks, chanSize),
+		acks:      make(chan written, chanSize),
+		summaries: make(chan storedSummary, chanSize),
 		releaseQ:  make(chan releaseReq, chanSize),
 		done:      make(chan struct{}),
 		writeQ:    make(chan writeOp, chanSize),
@@ -141,10 +146,14 @@ func (r *run) replay(ctx context.Context) error {
 		return err
 	}
 	r.e.finishReplay(alive, r.cfg.now())
+	r.learnKeys(ctx)
 	r.log.Info().Dur("took", time.Since(start)).Int("groups", len(r.e.groups)).Int("in_flight", len(r.e.jobs)).Msg("replay done")
 
 	// Mark the new epoch in the journal: later records of older epochs are ignored.
-	if err := r.appendJournal(ctx, journal.Record{Kind: journal.KindEpoch, Epoch: r.e.epoch}); err != nil {
+	err = r.retry(ctx, "journal epoch", func(ctx context.Context) error {
+		return r.appendJournal(ctx, journal.Record{Kind: journal.KindEpoch, Epoch: r.e.epoch})
+	})
+	if err != nil {
 		return err
 	}
 	for range r.cfg.ReleaseParallelism {
@@ -152,21 +161,71 @@ func (r *run) replay(ctx context.Context) error {
 	}
 	r.wg.Go(func() { r.writer(ctx) })
 	r.wg.Go(func() { r.acker(ctx) })
+	r.wg.Go(func() { r.summarizer(ctx) })
 	return nil
+}
+
+// learnKeys reads the key and attempt limit of every job replay rebuilt (released before the
+// restart: running, waiting for a retry, or decided just now), as the release pipeline tells
+// the loop for the jobs it releases: without it their outcomes would carry no key (WaitKey
+// could not find them) and a job's own MaxAttempts would give way to the default.
+func (r *run) learnKeys(ctx context.Context) {
+	var ids []uint64
+	for id, j := range r.e.jobs {
+		if j.key == "" && j.maxAtt == 0 {
+			ids = append(ids, id)
+		}
+	}
+	for _, g := range r.e.out.outcomes {
+		for _, o := range g.outcomes {
+			if o.Key == "" {
+				ids = append(ids, o.ID)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	msgs := r.readJobs(ctx, ids)
+	keys := make(map[uint64]string, len(ids))
+	for _, m := range msgs {
+		if m == nil {
+			continue // gone: the job fails when it is next released, as any other
+		}
+		meta, err := wire.ParseJobMeta(m.Header)
+		if err != nil {
+			continue
+		}
+		keys[m.Seq] = meta.Key
+		r.e.released(m.Seq, meta.Key, meta.MaxAttempts)
+	}
+	for _, g := range r.e.out.outcomes {
+		for i := range g.outcomes {
+			if o := &g.outcomes[i]; o.Key == "" {
+				o.Key = keys[o.ID]
+			}
+		}
+	}
 }
 
 // follow starts an ordered consumer over a whole stream from its first message, delivering into
 // ch, and returns the stream's last sequence at the start: replay reads up to it.
 func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg, opts ...jetstream.PullConsumeOpt) (uint64, error) {
-	s, err := r.c.js.Stream(ctx, stream)
-	if err != nil {
-		return 0, err
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	var (
+		info *jetstream.StreamInfo
+		cons jetstream.Consumer
+	)
+	err := r.retry(ctx, "follow "+stream, func(ctx context.Context) error {
+		s, err := r.c.js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		if info, err = s.Info(ctx); err != nil {
+			return err
+		}
+		cons, err = s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -244,26 +303,14 @@ func (r *run) applyEvent(m jetstream.Msg) {
 	}
 }
 
-// replayOutcomes reads the outcomes already written for the open groups.
+// replayOutcomes reads the outcomes already written for the open groups, up to the RESULTS
+// stream's last sequence when it starts. It reads with one ordered consumer's Consume, which
+// pulls ahead and recreates the consumer itself after a failure; calling Next one message at a
+// time recreates the consumer per call, and on a cluster that failed with "no responders"
+// after a few messages.
 func (r *run) replayOutcomes(ctx context.Context) error {
-	s, err := r.c.js.Stream(ctx, r.names.ResultsStream())
-	if err != nil {
-		return err
-	}
-	info, err := s.Info(ctx)
-	if err != nil || info.State.Msgs == 0 {
-		return err
-	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return err
-	}
 	prefix := r.names.OutcomeSubject("")
-	for {
-		m, err := cons.Next(jetstream.FetchContext(ctx))
-		if err != nil {
-			return fmt.Errorf("weave: replay outcomes: %w", err)
-		}
+	err := r.readStream(ctx, r.names.ResultsStream(), func(m jetstream.Msg) {
 		openSeq, _ := strconv.ParseUint(m.Headers().Get(wire.HdrGroupSeq), 10, 64)
 		if outs, sum, err := wire.DecodeOutcomeMsg(m.Data()); err == nil {
 			var at time.Time
@@ -272,29 +319,71 @@ func (r *run) replayOutcomes(ctx context.Context) error {
 			}
 			r.e.outcomeReplay(strings.TrimPrefix(m.Subject(), prefix), openSeq, outs, sum, seq(m), at)
 		}
-		if seq(m) >= info.State.LastSeq {
-			return nil
-		}
+	})
+	if err != nil {
+		return fmt.Errorf("weave: replay outcomes: %w", err)
 	}
+	return nil
+}
+
+// readStream applies every message of a stream, up to its last sequence when the read starts,
+// in order, then stops reading.
+func (r *run) readStream(ctx context.Context, stream string, apply func(jetstream.Msg)) error {
+	var (
+		s    jetstream.Stream
+		info *jetstream.StreamInfo
+		cons jetstream.Consumer
+	)
+	err := r.retry(ctx, "read "+stream, func(ctx context.Context) error {
+		var err error
+		if s, err = r.c.js.Stream(ctx, stream); err != nil {
+			return err
+		}
+		if info, err = s.Info(ctx); err != nil || info.State.Msgs == 0 {
+			return err
+		}
+		cons, err = s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		return err
+	})
+	if err != nil || info.State.Msgs == 0 {
+		return err
+	}
+	ch := make(chan jetstream.Msg, 1024)
+	done := make(chan struct{})
+	defer close(done)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case ch <- m:
+		case <-done:
+		}
+	}, jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return err
+	}
+	defer cc.Stop()
+	return drainUntil(ctx, ch, info.State.LastSeq, apply)
 }
 
 // aliveWork lists the jobs present in the WORK stream: released and not yet acknowledged.
 func (r *run) aliveWork(ctx context.Context) (map[uint64]aliveJob, error) {
-	alive := map[uint64]aliveJob{}
+	var alive map[uint64]aliveJob
 	prefix := r.names.WorkSubject("")
 	work := r.c.directGet(r.names.WorkStream())
 	defer work.Close()
-	err := work.Scan(ctx, 1, 256, func(m *directget.Msg) error {
-		jobs, err := wire.DecodeWork(m.Data)
-		if err != nil {
-			return nil // a malformed batch is the worker's to reject
-		}
-		for _, j := range jobs {
-			if j.Attempt >= alive[j.ID].attempt {
-				alive[j.ID] = aliveJob{attempt: j.Attempt, pool: strings.TrimPrefix(m.Subject, prefix)}
+	err := r.retry(ctx, "scan work", func(ctx context.Context) error {
+		alive = map[uint64]aliveJob{}
+		return work.Scan(ctx, 1, 256, func(m *directget.Msg) error {
+			jobs, err := wire.DecodeWork(m.Data)
+			if err != nil {
+				return nil // a malformed batch is the worker's to reject
 			}
-		}
-		return nil
+			for _, j := range jobs {
+				if j.Attempt >= alive[j.ID].attempt {
+					alive[j.ID] = aliveJob{attempt: j.Attempt, pool: strings.TrimPrefix(m.Subject, prefix)}
+				}
+			}
+			return nil
+		})
 	})
 	return alive, err
 }
@@ -421,15 +510,8 @@ func (r *run) step(ctx context.Context) {
 	if out.empty() {
 		return
 	}
-	var refused []uint64
-	for _, rj := range out.rejections {
-		r.publishRejection(rj)
-		if strings.HasPrefix(rj.subject, r.names.GroupSubject("")) || strings.HasPrefix(rj.subject, r.names.JobSubject("")) {
-			refused = append(refused, rj.seq)
-		}
-	}
-	if len(refused) > 0 {
-		r.wg.Go(func() { r.deleteRefused(ctx, refused) })
+	if len(out.rejections) > 0 {
+		r.enqueueWrite(ctx, writeOp{rejections: out.rejections})
 	}
 	if len(out.retries) > 0 {
 		rec := journal.Record{Kind: journal.KindRetry, Epoch: r.e.epoch, Entries: out.retries}
@@ -496,12 +578,6 @@ func (r *run) enqueueWrite(ctx context.Context, op writeOp) {
 	select {
 	case r.writeQ <- op:
 	case <-ctx.Done():
-	}
-}
-
-func (r *run) publishRejection(rj rejection) {
-	if _, err := r.c.js.PublishMsgAsync(r.names.RejectionMsg(rj.subject, rj.seq, rj.reason)); err != nil {
-		r.log.Error().Err(err).Msg("recording a rejection failed")
 	}
 }
 
@@ -575,18 +651,21 @@ func (r *run) trimEvents(ctx context.Context) {
 
 // deleteRefused deletes messages refused from the JOBS stream once their rejection is recorded:
 // they can never run, and would otherwise stay (and be refused again by every replay).
+// Deleted in a later term if this one ends first: replay refuses them again.
 func (r *run) deleteRefused(ctx context.Context, seqs []uint64) {
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	s, err := r.c.js.Stream(dctx, r.names.JobsStream())
 	for _, seq := range seqs {
-		if err == nil {
-			err = s.DeleteMsg(dctx, seq)
-		}
-		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-			r.log.Warn().Err(err).Uint64("seq", seq).Msg("deleting a refused message failed")
+		err := r.retry(ctx, "delete a refused message", func(ctx context.Context) error {
+			s, err := r.c.js.Stream(ctx, r.names.JobsStream())
+			if err == nil {
+				err = s.DeleteMsg(ctx, seq)
+			}
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
 			return
 		}
-		err = nil
 	}
 }

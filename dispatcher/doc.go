@@ -53,6 +53,6 @@
 // # Errors
 //
 // Errors wrap one of the package's sentinels (ErrInvalidConfig, ErrInvalidGroup, ErrInvalidJob,
-// ErrNotSealed, ErrMalformedOutcome, ErrJobNotFound, ErrGroupRunning, ErrNotFailed, ErrJobGone), a
-// context error or a NATS client error, and can be examined with errors.Is.
+// ErrNotOpened, ErrNotSealed, ErrMalformedOutcome, ErrJobNotFound, ErrGroupRunning, ErrNotFailed,
+// ErrJobGone), a context error or a NATS client error, and can be examined with errors.Is.
 package dispatcher

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -55,7 +56,12 @@ type Job struct {
 // when the group was opened but not every job was published; the Handle's Accepted tells how many
 // were. If the seal itself fails, the error also wraps ErrNotSealed. Publish returns a nil Handle
 // only when it published nothing: for an invalid group ID (ErrInvalidGroup), a ctx already done,
-// or streams that cannot be created or reached.
+// streams that cannot be created or reached, or an open that was not stored (ErrNotOpened): then
+// it publishes no job and no seal.
+//
+// The open is tried again while the JOBS stream cannot answer (no leader, as during a cluster's
+// leader election, or no answer in time), for up to Config.RequestTimeout and within ctx; the
+// tries carry one Nats-Msg-Id, so an open stored although its answer was lost is stored once.
 //
 // Publishing a group ID again is allowed, typically to finish a group after the producer crashed:
 // the dispatcher does not detect it, jobs whose keys were already accepted within the dedup window
@@ -89,7 +95,13 @@ func (d *Dispatcher) publish(ctx context.Context, groupID string, jobs iter.Seq2
 	if err := d.ensure(ctx); err != nil {
 		return nil, err
 	}
+	openSeq, err := d.open(ctx, groupID)
+	if err != nil {
+		// A seal of a group that is not open is refused, and jobs of it would be: publish none.
+		return nil, fmt.Errorf("%w: %w", ErrNotOpened, err)
+	}
 	h := d.Attach(groupID)
+	h.openSeq = openSeq
 	p := &publication{
 		d:       d,
 		h:       h,
@@ -104,15 +116,52 @@ func (d *Dispatcher) publish(ctx context.Context, groupID string, jobs iter.Seq2
 			panic(v)
 		}
 	}()
-	openSeq, err := d.publishControl(ctx, wire.GroupControl{Group: groupID, Op: wire.OpOpen})
-	h.openSeq = openSeq
-	if err == nil {
-		p.stopKeepAlive = d.keepAlive(groupID)
-	}
-	if err == nil && jobs != nil {
+	p.stopKeepAlive = d.keepAlive(groupID)
+	if jobs != nil {
 		err = p.publishJobs(ctx, jobs)
 	}
 	return h, p.finish(ctx, err)
+}
+
+// ErrNotOpened reports that Publish could not store the group's open. It published nothing else
+// and returned no Handle; publishing the group again is safe.
+var ErrNotOpened = errors.New("weave: group not opened")
+
+// open publishes the group's open, trying again while the stream cannot answer (see Publish),
+// and returns its stream sequence.
+func (d *Dispatcher) open(ctx context.Context, groupID string) (uint64, error) {
+	c := wire.GroupControl{Group: groupID, Op: wire.OpOpen}
+	msg := &nats.Msg{Subject: d.names.GroupSubject(wire.GroupToken(c.Group)), Header: c.Header()}
+	msg.Header.Set(wire.HdrMsgID, "open:"+nuid.Next())
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		// Each try gets a share of the window, so a request lost with a node leaves time to
+		// try again.
+		tctx, tcancel := context.WithTimeout(ctx, d.cfg.RequestTimeout/4)
+		ack, err := d.js.PublishMsg(tctx, msg, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
+		tcancel()
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		if ctx.Err() != nil || !unanswered(err) {
+			return 0, fmt.Errorf("weave: publish open of group %q: %w", groupID, err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("weave: publish open of group %q: %w", groupID, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// unanswered reports whether err says the stream did not answer (no leader, no response, a
+// timeout), as opposed to refusing the message: trying again may succeed.
+func unanswered(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // noLeaderRetries bounds the retries of a publish that finds no stream leader: 50ms apart,

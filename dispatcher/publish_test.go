@@ -431,6 +431,34 @@ func TestPublishSealsAfterRejectedPublish(t *testing.T) {
 	wantSealed(t, parseGroup(t, e.names, "full", e.readStream(ctx, t, e.names.JobsStream())), 3)
 }
 
+// TestPublishWithoutOpenPublishesNothing makes the server refuse the group's open: the JOBS
+// stream keeps one message per subject and refuses more, and the group's control subject holds
+// one already. Publish publishes no job and no seal (a seal of a group that is not open is
+// refused), and returns a nil Handle with an error wrapping ErrNotOpened.
+func TestPublishWithoutOpenPublishesNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	cfg := topology.Streams(e.names, topology.Options{})[0]
+	cfg.MaxMsgsPerSubject = 1
+	cfg.Discard = jetstream.DiscardNew
+	cfg.DiscardNewPerSubject = true
+	if _, err := e.js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.Publish(ctx, e.names.GroupSubject("g"), nil); err != nil {
+		t.Fatal(err)
+	}
+
+	h, err := e.d.Publish(ctx, "g", slices.Values([]dispatcher.Job{{Key: "0"}, {Key: "1"}}))
+	if h != nil || !errors.Is(err, dispatcher.ErrNotOpened) {
+		t.Fatalf("Publish = %v, %v: want no handle and an error wrapping ErrNotOpened", h, err)
+	}
+	if n, err := e.storedJobs(ctx); err != nil || n != 0 {
+		t.Fatalf("%d jobs stored (%v), want none", n, err)
+	}
+}
+
 func TestPublishSealsWhenIteratorPanics(t *testing.T) {
 	t.Parallel()
 	e := setup(t, dispatcher.Config{})

@@ -221,3 +221,76 @@ func TestCoordinatorLeaseLost(t *testing.T) {
 		t.Fatalf("second Run: %v", err)
 	}
 }
+
+// TestKeyAfterRestart: jobs released before a coordinator restart and finished after it get
+// their key in their outcome (WaitKey finds them) and keep their own attempt limit. (The new
+// coordinator never learned the keys of jobs released before it started: their outcomes had
+// none, and a job's MaxAttempts gave way to the default.)
+func TestKeyAfterRestart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	first, err := coordinator.New(e.nc, coordinator.Config{Namespace: e.ns, Logger: testLogger("first")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstCtx, stopFirst := context.WithCancel(e.ctx)
+	defer stopFirst()
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- first.Run(firstCtx) }()
+
+	started := make(chan string, 2)
+	finish := make(chan struct{})
+	e.worker(worker.Config{Concurrency: 2}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		started <- j.Key
+		select {
+		case <-finish:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if j.Key == "fails" {
+			return nil, errors.New("boom")
+		}
+		return []byte("ok"), nil
+	})
+	h := e.publish("g", func(yield func(dispatcher.Job) bool) {
+		_ = yield(dispatcher.Job{Key: "slow", Payload: []byte("1")}) &&
+			yield(dispatcher.Job{Key: "fails", Payload: []byte("2"), MaxAttempts: 1})
+	})
+	for range 2 {
+		select {
+		case <-started:
+		case <-e.ctx.Done():
+			t.Fatal("jobs did not start")
+		}
+	}
+	stopFirst()
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	e.coordinator(coordinator.Config{})
+	// Let the jobs finish once the new coordinator has replayed (it answers status then).
+	eventually(t, 30*time.Second, "the new coordinator to answer status", func() bool {
+		_, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
+		return err == nil
+	})
+	close(finish)
+
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	o, err := h.WaitKey(ctx, "slow")
+	if err != nil || o.State != dispatcher.StateDone || o.Key != "slow" {
+		t.Fatalf("WaitKey(slow) = %+v, %v", o, err)
+	}
+	res, err := h.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range res.Jobs {
+		if o.Key == "" {
+			t.Errorf("job %d has no key in its outcome: %+v", o.ID, o)
+		}
+		if o.Key == "fails" && (o.State != dispatcher.StateFailed || o.Attempts != 1) {
+			t.Errorf("job with MaxAttempts 1: %+v, want failed after 1 attempt", o)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,8 +42,40 @@ type batch struct {
 	received time.Time // when the worker got it; a job's wait is from here to its start
 
 	// Owned by the completer.
-	persisted int       // reports persisted by JetStream
-	refreshed time.Time // last lease extension, or receipt
+	persisted int // reports persisted by JetStream
+
+	// The batch's lease as this worker last extended it: set by the shepherd at receipt, then
+	// by the completer at each extension, read by both (see lapsed).
+	mu        sync.Mutex
+	leaseFrom time.Time // receipt or last extension, with the monotonic clock reading
+	gone      bool      // the lease lapsed: the batch is redelivered, never extended or acked here
+}
+
+// extend records an extension of the batch's lease at now and reports whether to send it: not
+// once the lease has lapsed, since the batch then belongs to whichever worker the server
+// redelivers it to.
+func (b *batch) extend(now time.Time, lease time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.gone || now.Sub(b.leaseFrom) >= lease {
+		b.gone = true
+		return false
+	}
+	b.leaseFrom = now
+	return true
+}
+
+// lapsed reports whether the batch's lease ran out: no extension for a whole lease, as when the
+// process was stopped (SIGSTOP, a long GC or VM pause) for longer than its lease. Its jobs not
+// started must not start: the server redelivers the batch, and the worker that gets it reports
+// them lost. The clock is monotonic, so a wall clock change neither triggers nor hides it.
+func (b *batch) lapsed(now time.Time, lease time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.gone && now.Sub(b.leaseFrom) >= lease {
+		b.gone = true
+	}
+	return b.gone
 }
 
 // completerEvent is the shepherd's message to the completer: a new batch to keep leased or, if
@@ -172,7 +205,6 @@ func (c *completer) run(ctx context.Context) error {
 
 func (c *completer) add(ev completerEvent) {
 	if !ev.isReport {
-		ev.batch.refreshed = time.Now()
 		c.live[ev.batch] = struct{}{}
 		if c.refresh == nil {
 			c.refresh = time.NewTicker(c.cfg.Lease / 6)
@@ -262,7 +294,12 @@ func (c *completer) persisted() {
 	c.stats.reportBatches.Add(1)
 	for _, b := range p.batches {
 		b.persisted++
-		if b.persisted == b.jobs {
+		switch {
+		case b.lapsed(c.cfg.now(), c.cfg.Lease):
+			// Redelivered: acking would end the lease of the worker that holds it now. Its
+			// jobs not started here were dropped (see shepherd.next), so it never completes.
+			c.forget(b)
+		case b.persisted == b.jobs:
 			c.ack(b)
 		}
 	}
@@ -273,6 +310,11 @@ func (c *completer) ack(b *batch) {
 	if err := b.msg.Ack(); err != nil {
 		c.log.Warn().Err(err).Msg("worker: ack work batch; it will run again after its lease")
 	}
+	c.forget(b)
+}
+
+// forget stops keeping b leased.
+func (c *completer) forget(b *batch) {
 	delete(c.live, b)
 	if len(c.live) == 0 && c.refresh != nil {
 		c.refresh.Stop()
@@ -289,17 +331,25 @@ func (c *completer) failed(err error) {
 
 // extendLeases sends InProgress for every batch not acked whose lease was last extended (or
 // which arrived) at least Lease/4 ago. It runs every Lease/6, so a lease is extended every
-// second tick: every Lease/3, with half a lease to spare for a late tick.
+// second tick: every Lease/3, with half a lease to spare for a late tick. A batch whose lease
+// lapsed meanwhile (the process was stopped) is not extended: it is the server's to redeliver.
 func (c *completer) extendLeases() {
-	now := time.Now()
+	now := c.cfg.now()
 	for b := range c.live {
-		if now.Sub(b.refreshed) < c.cfg.Lease/4 {
+		b.mu.Lock()
+		recent := now.Sub(b.leaseFrom) < c.cfg.Lease/4
+		b.mu.Unlock()
+		if recent {
+			continue
+		}
+		if !b.extend(now, c.cfg.Lease) {
+			c.log.Warn().Dur("lease", c.cfg.Lease).Msg("worker: a work batch's lease lapsed (was the process stopped?); its jobs not started are left to the worker it is redelivered to")
+			c.forget(b)
 			continue
 		}
 		if err := b.msg.InProgress(); err != nil {
 			c.log.Warn().Err(err).Msg("worker: extend work batch lease")
 		}
-		b.refreshed = now
 	}
 }
 

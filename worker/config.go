@@ -117,12 +117,16 @@ type Config struct {
 	// fails the attempt permanently. Error texts longer than this are truncated. Default
 	// 64 KiB; at most the server's max payload less 1 KiB.
 	MaxResultSize int
+
+	// clock replaces time.Now for lease lapses, in tests (export_test.go). Nil: time.Now.
+	clock func() time.Time
 }
 
 // resolved is a validated Config with defaults filled in.
 type resolved struct {
 	Config
-	adaptiveLinger bool // ReportLinger was not set: it adapts to the handlers' run time
+	now            func() time.Time // the clock of lease lapses: time.Now, or a test's
+	adaptiveLinger bool             // ReportLinger was not set: it adapts to the handlers' run time
 	names          wire.Names
 	pool           string
 	resources      []string // normalized
@@ -193,7 +197,11 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 		return resolved{}, invalid("MaxResultSize %d does not fit the server's max payload %d less %d bytes of overhead",
 			c.MaxResultSize, maxPayload, reportOverhead)
 	}
-	return resolved{Config: c, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs}, nil
+	now := c.clock
+	if now == nil {
+		now = time.Now
+	}
+	return resolved{Config: c, now: now, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs}, nil
 }
 
 func invalid(format string, args ...any) error {

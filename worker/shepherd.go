@@ -20,6 +20,10 @@ const (
 	// an idle heartbeat every 5s on an open pull, so a lost connection is noticed; those are
 	// not requests.)
 	pullExpiry = 30 * time.Second
+	// pullHeartbeat is how often the server signals an open pull that it is alive; two missed
+	// end the pull, so a pull lost with a node (or a consumer leader that moved) is noticed
+	// within two seconds rather than ten (the default heartbeat, 5s).
+	pullHeartbeat = time.Second
 	// maxOpenPulls bounds this worker's pull requests open at once. A consumer holds 512 by
 	// default, shared by all workers of its pool.
 	maxOpenPulls = 2
@@ -228,7 +232,10 @@ func (s *shepherd) absorb() {
 // jobs, less messages open pulls may still bring. A message may hold several jobs; the extra ones
 // wait in the queue.
 func (s *shepherd) pull() {
-	if s.draining || s.repairing || s.retry != nil || len(s.openPulls) >= maxOpenPulls {
+	// Pulls go on while a repair runs: the error behind it ("no responders") also comes from a
+	// cluster electing the consumer's leader, and then the repair's own requests may wait out
+	// their timeout while the consumer is back already.
+	if s.draining || s.retry != nil || len(s.openPulls) >= maxOpenPulls {
 		return
 	}
 	want := s.sleepers - s.queue.len() - s.credits
@@ -236,7 +243,7 @@ func (s *shepherd) pull() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.pullCtx, pullExpiry)
-	mb, err := s.cons.Fetch(want, jetstream.FetchContext(ctx))
+	mb, err := s.cons.Fetch(want, jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(pullHeartbeat))
 	if err != nil {
 		cancel()
 		s.pullFailed(err)
@@ -290,7 +297,8 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 		}
 		return
 	}
-	b := &batch{msg: ev.msg, jobs: len(jobs), received: time.Now()}
+	now := s.cfg.now()
+	b := &batch{msg: ev.msg, jobs: len(jobs), received: now, leaseFrom: now}
 	s.reports <- completerEvent{batch: b}
 	var deliveries uint64
 	if md, err := ev.msg.Metadata(); err == nil {
@@ -319,8 +327,11 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 		}
 	}
 	// Every job queued first, then the wakeups: one sleeper per job.
-	for s.sleepers > 0 && s.queue.len() > 0 {
-		t := s.queue.pop()
+	for s.sleepers > 0 {
+		t := s.next()
+		if t == nil {
+			break
+		}
 		s.sleepers--
 		s.start(t)
 		s.wake <- t
@@ -341,8 +352,7 @@ func (s *shepherd) onDone(c completion) {
 		delete(s.active, t)
 		s.report(t, c.out)
 	}
-	if s.queue.len() > 0 {
-		next := s.queue.pop()
+	if next := s.next(); next != nil {
 		s.start(next)
 		c.reply <- next
 	} else {
@@ -350,6 +360,29 @@ func (s *shepherd) onDone(c completion) {
 		c.reply <- nil
 	}
 	s.gauges()
+}
+
+// next takes the oldest queued task whose batch's lease has not lapsed, or returns nil. The
+// tasks of a lapsed batch are dropped without a report: the server redelivers their batch, and
+// the worker that receives it reports them lost (ARCHITECTURE.md, "Job state machine"). Running
+// them here as well would run them twice, after the coordinator has given up on them.
+func (s *shepherd) next() *task {
+	for s.queue.len() > 0 {
+		t := s.queue.pop()
+		if !t.batch.lapsed(s.cfg.now(), s.cfg.Lease) {
+			return t
+		}
+		s.drop(t)
+	}
+	return nil
+}
+
+// drop forgets a task of a lapsed batch.
+func (s *shepherd) drop(t *task) {
+	t.reported = true
+	s.stats.dropped.Add(1)
+	s.log.Warn().Uint64("job", t.job.ID).Int("attempt", t.job.Attempt).Dur("lease", s.cfg.Lease).
+		Msg("worker: job not started: its batch's lease lapsed (was the process stopped?), so it was redelivered")
 }
 
 // onExpired reports an attempt whose handler has ignored its deadline for TimeoutGrace. The
@@ -438,9 +471,10 @@ func (s *shepherd) startDrain(stopPulls context.CancelFunc) {
 		s.retry.Stop()
 		s.retry = nil
 	}
-	released := s.queue.len()
-	for s.queue.len() > 0 {
-		s.release(s.queue.pop())
+	released := 0
+	for t := s.next(); t != nil; t = s.next() {
+		s.release(t)
+		released++
 	}
 	s.gauges()
 	select {

@@ -25,6 +25,7 @@ type Stats struct {
 	Abandoned  uint64 // attempts reported without waiting for their handler to return
 	Released   uint64 // jobs given back unrun at shutdown (not attempts)
 	Lost       uint64 // attempts reported lost: found in a batch redelivered after its lease ran out
+	Dropped    uint64 // jobs not started because their batch's lease lapsed here (the process was stopped)
 	Canceled   uint64 // attempts ended because their job was canceled
 
 	ReportBatches uint64 // report messages persisted by JetStream
@@ -42,7 +43,7 @@ type counters struct {
 	jobsOK, jobsFailed            atomic.Uint64
 	canceled                      atomic.Uint64
 	timeouts, abandoned, released atomic.Uint64
-	lost                          atomic.Uint64
+	lost, dropped                 atomic.Uint64
 
 	// Written by pool goroutines (any of them).
 	panics, spurious atomic.Uint64
@@ -73,6 +74,7 @@ func (c *counters) snapshot(concurrency int) Stats {
 		Abandoned:        c.abandoned.Load(),
 		Released:         c.released.Load(),
 		Lost:             c.lost.Load(),
+		Dropped:          c.dropped.Load(),
 		ReportBatches:    c.reportBatches.Load(),
 		ReportRetries:    c.reportRetries.Load(),
 	}

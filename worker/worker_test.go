@@ -917,3 +917,50 @@ func TestRunOnUninitialisedNamespace(t *testing.T) {
 	}
 	must(t, names.Err())
 }
+
+// TestLapsedLeaseDropsQueuedJobs: a worker that finds its batch's lease lapsed since it last
+// extended it (as after a SIGSTOP longer than the lease; here its clock jumps instead) does
+// not start the batch's queued jobs: the server redelivers the batch, and whoever receives it
+// (this worker, here) reports them lost. Before, the woken worker ran them too.
+func TestLapsedLeaseDropsQueuedJobs(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	rr := f.reports()
+	const lease = time.Second
+	var skew atomic.Int64 // added to the worker's clock
+	clock := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	started := make(chan uint64, 8)
+	hold := make(gate)
+	r := f.start(worker.WithClock(worker.Config{Concurrency: 1, Lease: lease}, clock),
+		worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+			started <- j.ID
+			if j.ID == 1 {
+				<-hold
+			}
+			return []byte("ran"), nil
+		}))
+	f.publish(r.w.Pool(), job(1, "a"), job(2, "b")) // one slot: job 2 waits in the queue
+	if id := recv(t, "handler start", started); id != 1 {
+		t.Fatalf("job %d started first", id)
+	}
+	skew.Store(int64(2 * lease)) // the process "wakes up" two leases later
+	hold.open()
+	for {
+		rep := rr.next()
+		if rep.ID != 2 {
+			continue
+		}
+		if rep.Status != wire.StatusLost {
+			t.Fatalf("job 2 reported %v, want lost: it ran after its batch's lease lapsed", rep.Status)
+		}
+		break
+	}
+	select {
+	case id := <-started:
+		t.Fatalf("job %d started after its batch's lease lapsed", id)
+	default:
+	}
+	if st := r.w.Stats(); st.Dropped != 1 {
+		t.Errorf("Stats.Dropped = %d, want 1", st.Dropped)
+	}
+}

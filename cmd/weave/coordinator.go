@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/spf13/cobra"
 
@@ -20,8 +24,10 @@ func newCoordinatorCmd(g *globals) *cobra.Command {
 		Short: "Run the coordinator of a namespace until SIGINT or SIGTERM",
 		Long: `Coordinator admits groups, schedules their jobs onto worker pools and tracks every job's
 state. Run one per namespace: a second one waits as a standby and takes over within
---lease-ttl when the first dies. It creates the namespace's streams that do not exist (see
-'weave init'), and the lease bucket.`,
+--lease-ttl (and about half a second) when the first dies. It creates the namespace's streams
+that do not exist (see 'weave init'), and the lease bucket. It runs until SIGINT or SIGTERM:
+whatever ends a term of coordination (the lease lost, writes failing for longer than
+--lease-ttl, a failed replay), it logs the error and stands by again.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := spreader.ParsePolicy(policy)
@@ -45,17 +51,9 @@ state. Run one per namespace: a second one waits as a standby and takes over wit
 				return err
 			}
 			g.log.Info().Str("namespace", conn.namespace).Str("policy", p.String()).Str("nats", nc.ConnectedUrlRedacted()).Msg("coordinator starting")
-			// A lost lease (a partition longer than the lease TTL, say) ends one term; the
-			// process stays up and stands by to take the lease back.
-			for {
-				err = c.Run(ctx)
-				if !errors.Is(err, coordinator.ErrLeaseLost) || ctx.Err() != nil {
-					break
-				}
-				g.log.Warn().Err(err).Msg("coordinator lease lost; standing by to take it back")
-			}
+			standBy(ctx, c.Run, g.log)
 			g.log.Info().Msg("coordinator stopped")
-			return err
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -76,4 +74,41 @@ state. Run one per namespace: a second one waits as a standby and takes over wit
 	f.DurationVar(&cfg.Streams.DedupWindow, "dedup-window", 0, "how long job keys are remembered for deduplication, if this coordinator creates the streams (0: 2m)")
 	f.DurationVar(&cfg.Streams.ResultRetention, "result-retention", 0, "how long a finished group's outcomes (and failed jobs' payloads) are kept (0: 24h)")
 	return cmd
+}
+
+// Pauses between terms of a coordinator that keep failing.
+const (
+	termRetryFirst = 100 * time.Millisecond
+	termRetryMax   = 5 * time.Second
+)
+
+// standBy runs terms of coordination until ctx ends (SIGINT or SIGTERM). Whatever ends a term
+// (a lost lease, a cluster that could not take the coordinator's writes, a failed replay, the
+// streams unreachable at start), the process stays up: it logs the error, pauses (doubling the
+// pause while terms keep failing at once, up to termRetryMax) and runs again, as a standby that
+// takes the lease once it is free.
+func standBy(ctx context.Context, run func(context.Context) error, log zerolog.Logger) {
+	pause := termRetryFirst
+	for {
+		began := time.Now()
+		err := run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("coordinator stopped by itself")
+		}
+		if time.Since(began) > termRetryMax {
+			pause = termRetryFirst // a term that lasted: start backing off afresh
+		}
+		log.Error().Err(err).Dur("retry_in", pause).Msg("coordinator term ended; standing by to take the lease again")
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		pause = min(2*pause, termRetryMax)
+	}
 }

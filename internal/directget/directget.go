@@ -100,8 +100,16 @@ const maxParallelGets = 64
 // out[i] answers seqs[i]; a missing message gives a nil entry and an error wrapping ErrNotFound
 // for the first such sequence (the other entries are still filled in).
 func (c *Client) Get(ctx context.Context, seqs []uint64) ([]*Msg, error) {
-	out := make([]*Msg, len(seqs))
-	errs := make([]error, len(seqs))
+	out, errs := c.GetEach(ctx, seqs)
+	return out, errors.Join(errs...)
+}
+
+// GetEach is Get with an error per sequence: errs[i] is nil when out[i] was read, wraps
+// ErrNotFound when the message is not in the stream, and is another error when the request
+// failed (no stream leader answering, a timeout): then the message may well be there.
+func (c *Client) GetEach(ctx context.Context, seqs []uint64) (out []*Msg, errs []error) {
+	out = make([]*Msg, len(seqs))
+	errs = make([]error, len(seqs))
 	var (
 		wg   sync.WaitGroup
 		next atomic.Int64
@@ -114,7 +122,7 @@ func (c *Client) Get(ctx context.Context, seqs []uint64) ([]*Msg, error) {
 		})
 	}
 	wg.Wait()
-	return out, errors.Join(errs...)
+	return out, errs
 }
 
 func (c *Client) get(ctx context.Context, seq uint64) (*Msg, error) {

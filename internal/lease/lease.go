@@ -7,10 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
 // ErrLost reports that the lease was taken over or expired while held.
@@ -20,10 +23,11 @@ const key = "coordinator"
 
 // Lease is a held lease. It is renewed by Keep until its context ends or the lease is lost.
 type Lease struct {
-	kv    jetstream.KeyValue
-	ttl   time.Duration
-	rev   uint64
-	epoch uint64
+	kv     jetstream.KeyValue
+	ttl    time.Duration
+	holder string
+	rev    uint64
+	epoch  uint64
 }
 
 // Epoch is the fencing token of this holder.
@@ -34,8 +38,8 @@ func (l *Lease) Epoch() uint64 { return l.epoch }
 // (standby) and takes over once the key expires. Errors that pass by themselves (the bucket's
 // stream has no leader yet, as in a cluster that is still electing one) are waited out too.
 func Acquire(ctx context.Context, js jetstream.JetStream, bucket, holder string, ttl time.Duration, replicas int) (*Lease, error) {
-	// Poll at a fraction of the TTL: a standby takes over at most ttl/4 after expiry.
-	tick := time.NewTicker(max(ttl/4, 10*time.Millisecond))
+	// Poll often enough that a standby takes over within pollMax of the key's expiry.
+	tick := time.NewTicker(min(max(ttl/4, 10*time.Millisecond), pollMax))
 	defer tick.Stop()
 	wait := func() error {
 		select {
@@ -72,7 +76,7 @@ func Acquire(ctx context.Context, js jetstream.JetStream, bucket, holder string,
 	for {
 		rev, err := kv.Create(ctx, key, []byte(holder))
 		if err == nil {
-			return &Lease{kv: kv, ttl: ttl, rev: rev, epoch: rev}, nil
+			return &Lease{kv: kv, ttl: ttl, holder: holder, rev: rev, epoch: rev}, nil
 		}
 		if !taken(err) && (!transient(err) || ctx.Err() != nil) {
 			return nil, fmt.Errorf("weave: acquire lease: %w", err)
@@ -100,15 +104,24 @@ func transient(err error) bool {
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
 }
 
+// pollMax bounds the pause between a standby's attempts to take the lease, and between a
+// holder's attempts to renew it after a renewal that failed for a reason that may pass.
+const pollMax = 500 * time.Millisecond
+
 // Keep renews the lease every ttl/3 until ctx ends (then it releases the lease and returns nil)
-// or a renewal fails (then it returns an error wrapping ErrLost). A renewal that fails for a
-// reason that passes by itself (no stream leader for a moment) is tried again at the next tick,
-// as long as the lease would still be alive then; a renewal refused because someone else holds
-// the key is lost at once.
+// or the lease is lost (then it returns an error wrapping ErrLost). A renewal that fails for a
+// reason that passes by itself (no stream leader while a cluster elects one, no response from
+// the stream, a timeout) is tried again every pollMax for as long as the lease is still alive;
+// a renewal refused because someone else holds the key is lost at once. Each renewal writes a
+// value of its own, so a renewal that was stored although its answer was lost is recognised
+// (the next one finds its own value there) instead of being taken for another holder's.
 func (l *Lease) Keep(ctx context.Context) error {
 	tick := time.NewTicker(l.ttl / 3)
 	defer tick.Stop()
 	renewed := time.Now()
+	var n uint64                                // renewals tried
+	ours := l.holder + " " + nuid.Next() + " #" // every value this Keep writes starts so
+	doubt := false                              // a renewal's answer was lost since the last one stored
 	for {
 		select {
 		case <-ctx.Done():
@@ -118,19 +131,39 @@ func (l *Lease) Keep(ctx context.Context) error {
 			_ = l.kv.Delete(rctx, key, jetstream.LastRevision(l.rev))
 			return nil
 		case <-tick.C:
-			rctx, cancel := context.WithTimeout(ctx, l.ttl/3)
-			rev, err := l.kv.Update(rctx, key, []byte("renewed"), l.rev)
+		}
+		for {
+			// The lease lives until renewed+ttl: a request may take until shortly before.
+			left := time.Until(renewed.Add(l.ttl))
+			if left <= 0 {
+				return fmt.Errorf("%w: not renewed within %v", ErrLost, l.ttl)
+			}
+			n++
+			value := ours + strconv.FormatUint(n, 10)
+			rctx, cancel := context.WithTimeout(ctx, min(l.ttl/3, left))
+			rev, err := l.kv.Update(rctx, key, []byte(value), l.rev)
+			if err != nil && taken(err) && doubt {
+				// Perhaps an earlier renewal was stored after all: then the key holds it.
+				if e, gerr := l.kv.Get(rctx, key); gerr == nil && strings.HasPrefix(string(e.Value()), ours) {
+					rev, err = e.Revision(), nil
+				}
+			}
 			cancel()
-			if err != nil {
-				if ctx.Err() != nil {
-					continue
-				}
-				if transient(err) && time.Since(renewed)+l.ttl/3 < l.ttl {
-					continue // the next tick is still within the TTL
-				}
+			if err == nil {
+				l.rev, renewed, doubt = rev, time.Now(), false
+				break
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			if !transient(err) {
 				return fmt.Errorf("%w: %v", ErrLost, err)
 			}
-			l.rev, renewed = rev, time.Now()
+			doubt = true
+			select {
+			case <-ctx.Done():
+			case <-time.After(min(pollMax, time.Until(renewed.Add(l.ttl)))):
+			}
 		}
 	}
 }

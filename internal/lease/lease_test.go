@@ -108,3 +108,73 @@ func TestAcquireWaitsOutLostQuorum(t *testing.T) {
 		t.Fatal(ctx.Err())
 	}
 }
+
+// TestKeepOutlastsLeaderLoss: the node leading the lease bucket's stream goes down while the
+// lease is kept. Renewals fail until the cluster elects a new leader ("no response from
+// stream", timeouts); Keep tries again until one goes through, so the holder keeps its lease and
+// its epoch, and a standby cannot take it.
+func TestKeepOutlastsLeaderLoss(t *testing.T) {
+	t.Parallel()
+	c := jstest.NewCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	js, err := jetstream.New(jstest.NewConn(t, c.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 3 * time.Second
+	l, err := lease.Acquire(ctx, js, "N", "a", ttl, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitStreamReady(ctx, "KV_N"); err != nil {
+		t.Fatal(err)
+	}
+	keepCtx, stopKeeping := context.WithCancel(ctx)
+	kept := make(chan error, 1)
+	go func() { kept <- l.Keep(keepCtx) }()
+
+	leader := c.StreamLeader("KV_N")
+	var others []*jstest.Server
+	for _, s := range c.Servers() {
+		if s != leader {
+			others = append(others, s)
+		}
+	}
+	// Watch the key from a node that stays up.
+	kv, err := jetstream.New(jstest.NewConn(t, others[0].ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := kv.KeyValue(ctx, "N")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := bucket.Get(ctx, "coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.Stop()
+	// Two renewals after the loss: the holder renewed through the election and went on.
+	for renewals := 0; renewals < 2; {
+		select {
+		case err := <-kept:
+			t.Fatalf("Keep returned after the leader's loss: %v", err)
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if e, err := bucket.Get(ctx, "coordinator"); err == nil && e.Revision() > before.Revision() {
+			before, renewals = e, renewals+1
+		}
+	}
+	short, cancelShort := context.WithTimeout(ctx, ttl)
+	defer cancelShort()
+	if _, err := lease.Acquire(short, kv, "N", "b", ttl, 3); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("standby acquired a kept lease: %v", err)
+	}
+	stopKeeping()
+	if err := <-kept; err != nil {
+		t.Fatalf("Keep: %v", err)
+	}
+}
