@@ -415,6 +415,9 @@ func TestPublishSealsAfterRejectedPublish(t *testing.T) {
 	cfg.MaxMsgsPerSubject = 3
 	cfg.Discard = jetstream.DiscardNew
 	cfg.DiscardNewPerSubject = true
+	if err := e.js.DeleteStream(ctx, cfg.Name); err != nil { // as the namespace's setup created it
+		t.Fatal(err)
+	}
 	if _, err := e.js.CreateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -443,6 +446,9 @@ func TestPublishWithoutOpenPublishesNothing(t *testing.T) {
 	cfg.MaxMsgsPerSubject = 1
 	cfg.Discard = jetstream.DiscardNew
 	cfg.DiscardNewPerSubject = true
+	if err := e.js.DeleteStream(ctx, cfg.Name); err != nil { // as the namespace's setup created it
+		t.Fatal(err)
+	}
 	if _, err := e.js.CreateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}

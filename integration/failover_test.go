@@ -15,6 +15,7 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -399,5 +400,59 @@ func TestStalledCoordinatorGivesUp(t *testing.T) {
 	cancel()
 	if err := <-ran; err != nil {
 		t.Fatalf("second Run: %v", err)
+	}
+}
+
+// TestWorkerStartsThroughLostQuorum: a worker (re)started while the cluster cannot answer for
+// the namespace's streams (two of three nodes down) waits for them instead of exiting, and runs
+// jobs once a node is back. The chaos run saw a worker restarted during a node loss exit with
+// "stream ..._WORK: context deadline exceeded".
+func TestWorkerStartsThroughLostQuorum(t *testing.T) {
+	t.Parallel()
+	e := setupCluster(t)
+	servers := e.c.Servers()
+	e.clusterCoordinator(coordinator.Config{}, servers[0])
+	eventually(t, time.Minute, "the coordinator to answer status", func() bool {
+		_, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
+		return err == nil
+	})
+	for _, s := range servers[1:] {
+		s.Stop()
+	}
+	w, err := worker.New(clusterConn(e.t, e.c, servers[0]), worker.Config{Namespace: e.ns, Concurrency: 2,
+		HeartbeatInterval: 250 * time.Millisecond, Logger: testLogger("worker")},
+		worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) { return []byte("ok"), nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}()
+	go func() { ran <- w.Run(ctx) }()
+	// The worker keeps trying while the streams cannot answer: it has not returned.
+	select {
+	case err := <-ran:
+		t.Fatalf("worker returned while the cluster had no quorum: %v", err)
+	case <-time.After(3 * time.Second): // the fault lasts this long: the worker's start spans it
+	}
+	for _, s := range servers[1:] {
+		if err := s.Restart(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names, _ := wire.NewNames(e.ns)
+	for _, stream := range []string{names.JobsStream(), names.WorkStream(), names.EventsStream(), names.ResultsStream()} {
+		if err := e.c.WaitStreamReady(e.ctx, stream); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := e.publish("after", jobs(5, nil))
+	if res := e.waitRetrying(h); res.Summary.Done != 5 {
+		t.Fatalf("summary %+v", res.Summary)
 	}
 }

@@ -541,7 +541,7 @@ func (s *shepherd) repair() {
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, repairTimeout)
 		defer cancel()
-		cons, err := ensureConsumer(ctx, s.js, s.cfg)
+		cons, err := tryEnsureConsumer(ctx, s.js, s.cfg)
 		s.repaired <- repairResult{cons: cons, err: err} // the shepherd waits for it before returning
 	}()
 }
@@ -585,8 +585,36 @@ func (s *shepherd) gauges() {
 }
 
 // ensureConsumer checks that the namespace's streams a worker uses exist (a worker does not create
-// them: see ErrNamespaceNotFound) and creates or updates the pool's durable consumer.
-func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolved) (jetstream.Consumer, error) {
+// them: see ErrNamespaceNotFound) and creates or updates the pool's durable consumer. A worker
+// (re)started while a cluster elects leaders waits that out rather than exit: errors that pass by
+// themselves are tried again, pausing up to 2s, until ctx ends.
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolved, log zerolog.Logger) (jetstream.Consumer, error) {
+	wait := 100 * time.Millisecond
+	for {
+		// Each try has its own deadline: a request lost with a node would otherwise wait for
+		// ctx's, however far it is.
+		tctx, cancel := context.WithTimeout(ctx, ensureTimeout)
+		cons, err := tryEnsureConsumer(tctx, js, cfg)
+		cancel()
+		if err == nil || !topology.Transient(err) || ctx.Err() != nil {
+			return cons, err
+		}
+		log.Warn().Err(err).Dur("retry_in", wait).Msg("worker: streams not reachable yet; trying again")
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// ensureTimeout bounds one try of ensureConsumer.
+const ensureTimeout = 5 * time.Second
+
+func tryEnsureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolved) (jetstream.Consumer, error) {
 	if err := topology.Check(ctx, js, cfg.names, cfg.names.WorkStream(), cfg.names.EventsStream()); err != nil {
 		return nil, err
 	}

@@ -109,7 +109,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)
 	}
-	cons, err := ensureConsumer(ctx, js, cfg)
+	cons, err := ensureConsumer(ctx, js, cfg, w.log)
 	if err != nil {
 		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)
 	}

@@ -51,7 +51,9 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 				return err
 			}
 			g.log.Info().Str("namespace", conn.namespace).Str("policy", p.String()).Str("nats", nc.ConnectedUrlRedacted()).Msg("coordinator starting")
-			standBy(ctx, c.Run, g.log)
+			if err := standBy(ctx, c.Run, g.log); err != nil {
+				return err
+			}
 			g.log.Info().Msg("coordinator stopped")
 			return nil
 		},
@@ -86,14 +88,18 @@ const (
 // (a lost lease, a cluster that could not take the coordinator's writes, a failed replay, the
 // streams unreachable at start), the process stays up: it logs the error, pauses (doubling the
 // pause while terms keep failing at once, up to termRetryMax) and runs again, as a standby that
-// takes the lease once it is free.
-func standBy(ctx context.Context, run func(context.Context) error, log zerolog.Logger) {
+// takes the lease once it is free. It returns an error only for what no retry can mend: a server
+// too old for Weave; nil once ctx ends.
+func standBy(ctx context.Context, run func(context.Context) error, log zerolog.Logger) error {
 	pause := termRetryFirst
 	for {
 		began := time.Now()
 		err := run(ctx)
 		if ctx.Err() != nil {
-			return
+			return nil
+		}
+		if errors.Is(err, coordinator.ErrServerTooOld) {
+			return err
 		}
 		if err == nil {
 			err = errors.New("coordinator stopped by itself")
@@ -106,7 +112,7 @@ func standBy(ctx context.Context, run func(context.Context) error, log zerolog.L
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return nil
 		case <-t.C:
 		}
 		pause = min(2*pause, termRetryMax)

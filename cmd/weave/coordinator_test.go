@@ -35,7 +35,9 @@ func TestStandByAfterAnyFailure(t *testing.T) {
 		}
 		done := make(chan struct{})
 		go func() {
-			standBy(ctx, run, zerolog.Nop())
+			if err := standBy(ctx, run, zerolog.Nop()); err != nil {
+				t.Errorf("standBy = %v, want nil once its context ended", err)
+			}
 			close(done)
 		}()
 		time.Sleep(time.Minute) // the bubble's clock: every pause passes at once

@@ -11,9 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/weavejobs/weave/internal/topology"
 )
 
 // ErrLost reports that the lease was taken over or expired while held.
@@ -99,10 +100,7 @@ func taken(err error) bool {
 
 // transient reports whether err may pass by itself: no stream leader to answer (a cluster
 // electing one, a server restarting), or a request that timed out.
-func transient(err error) bool {
-	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
-}
+func transient(err error) bool { return topology.Transient(err) }
 
 // pollMax bounds the pause between a standby's attempts to take the lease, and between a
 // holder's attempts to renew it after a renewal that failed for a reason that may pass.

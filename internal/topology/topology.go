@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/internal/wire"
@@ -237,4 +238,12 @@ func WorkConsumer(n wire.Names, pool string, lease time.Duration) jetstream.Cons
 		// idle request traffic (see worker's fetch loop).
 		MaxRequestExpires: 0,
 	}
+}
+
+// Transient reports whether err may pass by itself: no stream leader to answer (a cluster
+// electing one, a server restarting), or a request that timed out. Callers that must get
+// through (the lease, a worker starting) try again; others report it.
+func Transient(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
 }
