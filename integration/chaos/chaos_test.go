@@ -47,7 +47,7 @@ type config struct {
 
 var shortForm = config{
 	name:   "short",
-	groups: 70, minJobs: 10, maxJobs: 90, jobGap: time.Millisecond, pending: 12,
+	groups: 140, minJobs: 10, maxJobs: 90, jobGap: time.Millisecond, pending: 12,
 	workers: 3, slots: 4, minJob: 5 * time.Millisecond, maxJob: 45 * time.Millisecond,
 	workerLease: 2 * time.Second, leaseTTL: 3 * time.Second,
 	rounds: 2, progress: 300, stopFor: 4 * time.Second,
