@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -130,9 +131,18 @@ var ErrNotOpened = errors.New("weave: group not opened")
 // open publishes the group's open, trying again while the stream cannot answer (see Publish),
 // and returns its stream sequence.
 func (d *Dispatcher) open(ctx context.Context, groupID string) (uint64, error) {
-	c := wire.GroupControl{Group: groupID, Op: wire.OpOpen}
+	return d.storeControl(ctx, wire.GroupControl{Group: groupID, Op: wire.OpOpen})
+}
+
+// storeControl publishes a group control message (the open, the seal) and returns its stream
+// sequence, trying again within RequestTimeout while the stream does not answer (no leader, no
+// response, a timeout) as opposed to refusing it. Every try carries the same Nats-Msg-Id, so a
+// message stored although its acknowledgement was lost is stored once, and the next try learns
+// that it was: a seal reported failed while it was stored would have the producer publish the
+// group again, and the coordinator refuse those jobs (the chaos run saw it).
+func (d *Dispatcher) storeControl(ctx context.Context, c wire.GroupControl) (uint64, error) {
 	msg := &nats.Msg{Subject: d.names.GroupSubject(wire.GroupToken(c.Group)), Header: c.Header()}
-	msg.Header.Set(wire.HdrMsgID, "open:"+nuid.Next())
+	msg.Header.Set(wire.HdrMsgID, string(c.Op)+":"+nuid.Next())
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
 	defer cancel()
 	wait := 50 * time.Millisecond
@@ -145,23 +155,16 @@ func (d *Dispatcher) open(ctx context.Context, groupID string) (uint64, error) {
 		if err == nil {
 			return ack.Sequence, nil
 		}
-		if ctx.Err() != nil || !unanswered(err) {
-			return 0, fmt.Errorf("weave: publish open of group %q: %w", groupID, err)
+		if ctx.Err() != nil || !topology.Transient(err) {
+			return 0, fmt.Errorf("weave: publish %s of group %q: %w", c.Op, c.Group, err)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("weave: publish open of group %q: %w", groupID, err)
+			return 0, fmt.Errorf("weave: publish %s of group %q: %w", c.Op, c.Group, err)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)
 	}
-}
-
-// unanswered reports whether err says the stream did not answer (no leader, no response, a
-// timeout), as opposed to refusing the message: trying again may succeed.
-func unanswered(err error) bool {
-	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // noLeaderRetries bounds the retries of a publish that finds no stream leader: 50ms apart,
@@ -345,7 +348,7 @@ func (p *publication) finish(ctx context.Context, err error) error {
 		err = p.failed
 	}
 	seal := wire.GroupControl{Group: p.h.group, Op: wire.OpSeal, Count: uint64(p.h.accepted)}
-	if _, serr := p.d.publishControl(fctx, seal); serr != nil {
+	if _, serr := p.d.storeControl(fctx, seal); serr != nil {
 		err = errors.Join(err, fmt.Errorf("%w: %w", ErrNotSealed, serr))
 	}
 	p.d.log.Debug().Str("group", p.h.group).Int("accepted", p.h.accepted).Int("duplicates", p.h.duplicates).

@@ -48,9 +48,10 @@ type outcome struct {
 
 // completion is what a pool goroutine sends the shepherd after a handler returns.
 type completion struct {
-	task  *task
-	out   outcome
-	reply chan<- *task // the goroutine's own: the shepherd answers with its next task, or nil to sleep
+	task    *task
+	out     outcome
+	dropped bool         // not run: its batch's lease had lapsed when the slot got to it (see slot)
+	reply   chan<- *task // the goroutine's own: the shepherd answers with its next task, or nil to sleep
 }
 
 // pool runs handlers on exactly Concurrency goroutines ("slots"). A slot sleeps on wake until
@@ -65,6 +66,7 @@ type pool struct {
 	maxResult int
 	log       zerolog.Logger
 	stats     *counters
+	lapsed    func(*task) bool // whether the task's batch's lease has lapsed (batch.lapsed)
 
 	wake    <-chan *task      // written by the shepherd; read by sleeping slots
 	done    chan<- completion // read by the shepherd
@@ -136,6 +138,13 @@ func (p *pool) slot(carry *completion) {
 				p.stats.spurious.Add(1)
 				continue
 			}
+		}
+		// The shepherd checked the lease when it handed the task over; check again right before
+		// the handler runs: a process stopped in between (SIGSTOP, a VM pause) must not start a
+		// job its lease no longer covers, which the server has redelivered.
+		if p.lapsed(t) {
+			out, pending = completion{task: t, dropped: true}, true
+			continue
 		}
 		cur, start = t, time.Now()
 		out = completion{task: t, out: p.execute(t, start)}

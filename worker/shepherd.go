@@ -344,11 +344,15 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 // run by this already awake goroutine, or nil to sleep.
 func (s *shepherd) onDone(c completion) {
 	t := c.task
-	if t.reported {
+	switch {
+	case c.dropped:
+		delete(s.active, t)
+		s.drop(t)
+	case t.reported:
 		s.stuck--
 		s.log.Warn().Uint64("job", t.job.ID).Int("attempt", t.job.Attempt).
 			Msg("worker: handler returned after its attempt was reported; outcome discarded, slot back in use")
-	} else {
+	default:
 		delete(s.active, t)
 		s.report(t, c.out)
 	}

@@ -166,7 +166,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	slots := &pool{
 		handler: w.handler, base: handlerCtx, cancels: cancels, grace: cfg.TimeoutGrace, maxResult: cfg.MaxResultSize,
 		log: w.log, stats: &w.stats,
-		wake: wake, done: done, expired: expired, quit: quit, exited: exited,
+		lapsed: func(t *task) bool { return t.batch.lapsed(cfg.now(), cfg.Lease) },
+		wake:   wake, done: done, expired: expired, quit: quit, exited: exited,
 	}
 
 	w.log.Info().Int("concurrency", n).Strs("resources", cfg.resources).Msg("worker: running")
