@@ -415,9 +415,6 @@ func TestPublishSealsAfterRejectedPublish(t *testing.T) {
 	cfg.MaxMsgsPerSubject = 3
 	cfg.Discard = jetstream.DiscardNew
 	cfg.DiscardNewPerSubject = true
-	if err := e.js.DeleteStream(ctx, cfg.Name); err != nil { // as the namespace's setup created it
-		t.Fatal(err)
-	}
 	if _, err := e.js.CreateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
