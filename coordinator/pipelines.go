@@ -275,7 +275,14 @@ func (r *run) writer(ctx context.Context) {
 // above).
 func (r *run) acker(ctx context.Context) {
 	defer close(r.summaries)
+	// broken is set once a write could not be stored: the term is ending, and nothing written
+	// after it may be published any more, since a group's summary must never be stored without
+	// every outcome before it (a replay would take the group for finished and purge its jobs).
+	broken := false
 	for w := range r.acks {
+		if broken {
+			continue // drained: the next term writes all of it again
+		}
 		if op := w.summary; op != nil {
 			// Everything written before it is stored: the group's outcomes are.
 			m := r.outcomeMsg(*op, wire.AppendSummary(nil, *op.summary))
@@ -294,6 +301,7 @@ func (r *run) acker(ctx context.Context) {
 			}
 		}
 		if !stored {
+			broken = true
 			continue
 		}
 		if len(w.evSeqs) > 0 {
