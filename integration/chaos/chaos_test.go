@@ -51,7 +51,7 @@ var shortForm = config{
 	workers: 3, slots: 4, minJob: 5 * time.Millisecond, maxJob: 45 * time.Millisecond,
 	workerLease: 2 * time.Second, leaseTTL: 3 * time.Second,
 	rounds: 2, progress: 300, stopFor: 4 * time.Second,
-	stall: 30 * time.Second, drain: 60 * time.Second, deadline: 200 * time.Second,
+	stall: 90 * time.Second, drain: 120 * time.Second, deadline: 300 * time.Second,
 }
 
 var longForm = config{
@@ -60,7 +60,7 @@ var longForm = config{
 	workers: 4, slots: 4, minJob: 5 * time.Millisecond, maxJob: 45 * time.Millisecond,
 	workerLease: 2 * time.Second, leaseTTL: 3 * time.Second,
 	rounds: 8, progress: 1500, stopFor: 4 * time.Second,
-	stall: 60 * time.Second, drain: 120 * time.Second, deadline: 25 * time.Minute,
+	stall: 90 * time.Second, drain: 120 * time.Second, deadline: 25 * time.Minute,
 }
 
 // namespace is the Weave namespace of the run.
