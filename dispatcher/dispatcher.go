@@ -35,10 +35,11 @@ var (
 	// dropped as a duplicate, a job of another incarnation of the group ID), or its outcome is
 	// older than the RESULTS stream retains. Waiting longer cannot change the answer.
 	ErrJobNotFound = errors.New("weave: job not found in group")
-	// ErrGroupRunning reports that Redrive found the group running: an incarnation of the group
-	// ID has not finished yet. Redrive again once it has (Attach and WaitSummary wait for it);
-	// publishing into a running incarnation would mix the redriven jobs into it, or have the
-	// coordinator reject them.
+	// ErrGroupRunning reports that Publish or Redrive found the group running: an incarnation of
+	// the group ID is sealed and has not finished yet, so the coordinator would refuse a new one
+	// and every job published with it. Publish returns it with a Handle for that incarnation (a
+	// producer publishing a group again after a crash, unaware that its seal was stored, can wait
+	// on it). Publish or Redrive again once it has finished.
 	ErrGroupRunning = errors.New("weave: group is running")
 	// ErrNotFailed reports that Redrive has nothing to publish: the group's latest finished
 	// incarnation has no failed job, a job ID given is not one of its failed jobs (it succeeded,
@@ -134,6 +135,10 @@ type Dispatcher struct {
 	sumWaiters map[string]map[*summaryWaiter]struct{}
 	jobWaiters map[string]*groupJobWaiters // WaitJob and WaitKey calls by group token (see jobwait.go)
 	sumClosed  bool
+
+	// skipRunningCheck, set by tests that stand in for a coordinator which accepted a second
+	// incarnation of a group, lets Publish skip its check for a sealed running one (running).
+	skipRunningCheck bool
 
 	// waitHook, if set (by tests), is called by each WaitSummary, WaitJob and WaitKey that found
 	// nothing stored yet once it waits on the shared subscription.

@@ -64,6 +64,10 @@ type Job struct {
 // leader election, or no answer in time), for up to Config.RequestTimeout and within ctx; the
 // tries carry one Nats-Msg-Id, so an open stored although its answer was lost is stored once.
 //
+// Before the open, Publish reads the group ID's control messages: if its latest incarnation is
+// sealed and still running, it publishes nothing and returns an error wrapping ErrGroupRunning
+// with a Handle for that incarnation.
+//
 // Publishing a group ID again is allowed, typically to finish a group after the producer crashed:
 // the dispatcher does not detect it, jobs whose keys were already accepted within the dedup window
 // count as duplicates, and the second call publishes another open (which the coordinator ignores
@@ -95,6 +99,18 @@ func (d *Dispatcher) publish(ctx context.Context, groupID string, jobs iter.Seq2
 	}
 	if err := d.ensure(ctx); err != nil {
 		return nil, err
+	}
+	if !d.skipRunningCheck {
+		inc, err := d.running(ctx, groupID)
+		if err != nil {
+			return nil, err
+		}
+		if inc != 0 {
+			h := d.Attach(groupID)
+			h.openSeq, h.resolvedAt = inc, inc
+			return h, fmt.Errorf("%w: group %q is sealed and still running (its incarnation opened at %s sequence %d); "+
+				"the Handle waits for it; publish the group again once it has finished", ErrGroupRunning, groupID, d.names.JobsStream(), inc)
+		}
 	}
 	openSeq, err := d.open(ctx, groupID)
 	if err != nil {

@@ -235,6 +235,7 @@ func TestPublishPendingBoundIsShared(t *testing.T) {
 func TestPublishDeduplicatesKeys(t *testing.T) {
 	t.Parallel()
 	e := setup(t, dispatcher.Config{})
+	dispatcher.SkipRunningCheck(e.d) // stands in for a coordinator that accepted the group again
 	ctx := testContext(t)
 
 	h, err := e.d.Publish(ctx, "dedup", slices.Values([]dispatcher.Job{
@@ -352,6 +353,7 @@ func TestPublishRejectsInvalidJobs(t *testing.T) {
 func TestPublishEmptyGroup(t *testing.T) {
 	t.Parallel()
 	e := setup(t, dispatcher.Config{})
+	dispatcher.SkipRunningCheck(e.d) // stands in for a coordinator that accepted the group again
 	ctx := testContext(t)
 	for _, jobs := range []iter.Seq[dispatcher.Job]{nil, slices.Values([]dispatcher.Job(nil))} {
 		h, err := e.d.Publish(ctx, "empty", jobs)
@@ -610,5 +612,44 @@ func TestUninitialisedNamespace(t *testing.T) {
 	}
 	if err := names.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPublishIntoRunningGroup: publishing a group ID whose latest incarnation is sealed and has
+// no summary yet would have the coordinator refuse the open and every job (and the Handle wait
+// for ever, as the fault-injection test found with a producer restarted after its seal was
+// stored). Publish publishes nothing and returns ErrGroupRunning with a Handle for the running
+// incarnation; once that has finished, the ID starts a new incarnation.
+func TestPublishIntoRunningGroup(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	first, err := e.d.Publish(ctx, "g", slices.Values([]dispatcher.Job{{Key: "a"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := e.storedJobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.d.Publish(ctx, "g", slices.Values([]dispatcher.Job{{Key: "b"}}))
+	wantErrIs(t, err, dispatcher.ErrGroupRunning)
+	if h == nil {
+		t.Fatal("no Handle for the running incarnation")
+	}
+	if n, err := e.storedJobs(ctx); err != nil || n != before {
+		t.Fatalf("%d jobs stored after the refused Publish (%v), want %d", n, err, before)
+	}
+	opens := e.openSeqs(ctx, t, "g")
+	if len(opens) != 1 {
+		t.Fatalf("opens %v: the refused Publish stored an open", opens)
+	}
+	e.recordIncarnation(ctx, t, "g", opens[0],
+		outcomes(wire.Outcome{ID: first.FirstID(), Key: "a", State: wire.FinalDone, Attempts: 1}), summary(1, 1, 0, 0))
+	if sum, err := h.WaitSummary(ctx); err != nil || sum.Done != 1 {
+		t.Fatalf("the returned Handle's WaitSummary = %+v, %v; want the running incarnation's", sum, err)
+	}
+	if _, err := e.d.Publish(ctx, "g", slices.Values([]dispatcher.Job{{Key: "b"}})); err != nil {
+		t.Fatalf("Publish after the incarnation finished: %v", err)
 	}
 }
