@@ -64,15 +64,8 @@ func TestCancelAnswers(t *testing.T) {
 // asked a coordinator that has stopped.
 func TestCancelNotAnsweredDuringReplay(t *testing.T) {
 	t.Parallel()
-	cfg, err := Config{}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, _ := wire.NewNames("")
-	e, err := newEngine(cfg, names, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newReplayEngine(t, 1)
+	e, names := r.e, r.names
 	e.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
 	e.feed(names.GroupSubject("g"), 2, wire.GroupControl{Group: "g", Op: wire.OpCancel, Reply: "tok"}.Header(), time.Time{})
 	e.feed(names.GroupSubject("x"), 3, wire.GroupControl{Group: "x", Op: wire.OpCancel, Reply: "tok"}.Header(), time.Time{})

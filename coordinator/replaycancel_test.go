@@ -13,15 +13,8 @@ import (
 // scheduled again as if the cancel had never been.
 func TestCancelReadDuringReplayApplies(t *testing.T) {
 	t.Parallel()
-	cfg, err := Config{}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, _ := wire.NewNames("")
-	e, err := newEngine(cfg, names, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newReplayEngine(t, 1)
+	e, names := r.e, r.names
 	seq := uint64(0)
 	feed := func(subject string, h map[string][]string) uint64 {
 		seq++
