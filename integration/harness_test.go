@@ -20,6 +20,7 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -67,19 +68,22 @@ func setup(t *testing.T) *env {
 const jsClusterNoPeers = 10005
 
 // initNamespace creates the namespace's streams, as 'weave init' does. A cluster that has just
-// formed may not place replicated streams yet (its peers' state is still spreading): that answer
-// is waited out, within ctx.
+// formed may not place replicated streams yet (its peers' state is still spreading), or not
+// answer at all (no meta leader yet): those are waited out, within ctx, each try with its own
+// deadline so that a request lost while the cluster forms does not wait for ctx's.
 func initNamespace(ctx context.Context, t *testing.T, nc *nats.Conn, ns string, opts coordinator.StreamOptions) {
 	t.Helper()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		_, err := coordinator.InitNamespace(ctx, nc, ns, opts)
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := coordinator.InitNamespace(tctx, nc, ns, opts)
+		cancel()
 		var apiErr *jetstream.APIError
 		if err == nil {
 			return
 		}
-		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jsClusterNoPeers {
+		if ctx.Err() != nil || !(errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNoPeers || topology.Transient(err)) {
 			t.Fatalf("init namespace %s: %v", ns, err)
 		}
 		select {
