@@ -437,6 +437,7 @@ func TestWorkerStartsThroughLostQuorum(t *testing.T) {
 	// The worker keeps trying while the streams cannot answer: it has not returned.
 	select {
 	case err := <-ran:
+		ran <- err // for the deferred wait
 		t.Fatalf("worker returned while the cluster had no quorum: %v", err)
 	case <-time.After(3 * time.Second): // the fault lasts this long: the worker's start spans it
 	}

@@ -244,6 +244,12 @@ func WorkConsumer(n wire.Names, pool string, lease time.Duration) jetstream.Cons
 // electing one, a server restarting), or a request that timed out. Callers that must get
 // through (the lease, a worker starting) try again; others report it.
 func Transient(err error) bool {
+	var apiErr *jetstream.APIError
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNotAvailable
 }
+
+// jsClusterNotAvailable is the server's "JetStream system temporarily unavailable" (a cluster
+// without a meta leader); nats.go has no constant for it.
+const jsClusterNotAvailable jetstream.ErrorCode = 10008
