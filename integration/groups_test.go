@@ -19,19 +19,22 @@ import (
 	"github.com/weavejobs/weave/worker"
 )
 
-// gate holds the jobs whose payload it names until it is opened.
+// gate holds the handlers that wait on it until it is released; later waits hold again.
 type gate struct {
 	mu      sync.Mutex
-	open    chan struct{}
+	open    chan struct{} // guarded by mu: release replaces it
 	started atomic.Int64
 }
 
 func newGate() *gate { return &gate{open: make(chan struct{})} }
 
 func (g *gate) wait(ctx context.Context) error {
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
 	g.started.Add(1)
 	select {
-	case <-g.open:
+	case <-open:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
