@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -35,6 +36,9 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 				return usageError{err}
 			}
 			cfg.Policy = p
+			if cfg.RetryBase > cfg.RetryMax {
+				return usageErrorf("--retry-base %v is above --retry-max %v: the first retry would wait longer than the longest", cfg.RetryBase, cfg.RetryMax)
+			}
 			cfg.Namespace = conn.namespace
 			cfg.Logger = g.log.With().Str("component", "coordinator").Logger()
 			ctx, stop := signalContext(cmd.Context())
@@ -46,7 +50,7 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 			defer closeConn(nc)
 			c, err := coordinator.New(nc, cfg)
 			if errors.Is(err, coordinator.ErrInvalidConfig) {
-				return usageError{err}
+				return usageError{errors.New(inFlagWords(err.Error()))}
 			} else if err != nil {
 				return err
 			}
@@ -107,7 +111,7 @@ func standBy(ctx context.Context, run func(context.Context) error, log zerolog.L
 		if time.Since(began) > termRetryMax {
 			pause = termRetryFirst // a term that lasted: start backing off afresh
 		}
-		log.Error().Err(err).Dur("retry_in", pause).Msg("coordinator term ended; standing by to take the lease again")
+		log.Error().Err(err).Stringer("retry_in", pause).Msg("coordinator term ended; standing by to take the lease again")
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
@@ -117,4 +121,25 @@ func standBy(ctx context.Context, run func(context.Context) error, log zerolog.L
 		}
 		pause = min(2*pause, termRetryMax)
 	}
+}
+
+// configFlags names the coordinator.Config fields that a flag of weave coordinator sets, so that
+// a validation error speaks of the flag the user typed rather than the Go field.
+var configFlags = map[string]string{
+	"Feeders": "--feeders", "MaxInFlightPerGroup": "--max-in-flight-per-group", "Prefetch": "--prefetch",
+	"MaxAttempts": "--max-attempts", "RetryBase": "--retry-base", "RetryMax": "--retry-max",
+	"MaxBatch": "--max-batch", "LeaseTTL": "--lease-ttl", "HeartbeatMisses": "--heartbeat-misses",
+	"RescueAfter": "--rescue-after", "AbandonAfter": "--abandon-after",
+}
+
+// inFlagWords rewrites a coordinator config error in flag names: "RetryBase 10s above
+// RetryMax 1s" becomes "--retry-base 10s above --retry-max 1s".
+func inFlagWords(msg string) string {
+	words := strings.Fields(msg)
+	for i, w := range words {
+		if f, ok := configFlags[w]; ok {
+			words[i] = f
+		}
+	}
+	return strings.Join(words, " ")
 }
