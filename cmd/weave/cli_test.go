@@ -82,10 +82,16 @@ func TestCLI(t *testing.T) {
 		t.Errorf("no summary in %s", out)
 	}
 
-	// Submitting the same keys again adds nothing: they are duplicates.
+	// Submitting the same keys again adds nothing: they are duplicates, which is an error unless
+	// --allow-duplicates says it is expected.
 	code, out, errOut = runCLI(t, jobs, append([]string{"submit", "-g", "g1"}, conn...)...)
-	if code != exitOK || !strings.Contains(out, `group "g1": 0 jobs submitted, 3 duplicates dropped`) {
+	if code != exitError || !strings.Contains(out, `group "g1": 0 jobs submitted, 3 duplicates dropped`) ||
+		!strings.Contains(errOut, "every job (3) was a duplicate") {
 		t.Errorf("resubmit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, jobs, append([]string{"submit", "-g", "g1", "--allow-duplicates"}, conn...)...)
+	if code != exitOK || !strings.Contains(out, "3 duplicates dropped") {
+		t.Errorf("resubmit --allow-duplicates: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	// A bad line stops the submission; the jobs before it are sealed in the group.
 	code, out, errOut = runCLI(t, "{\"key\":\"c\"}\n{\"nope\":1}\n", append([]string{"submit", "-g", "g2", "--wait"}, conn...)...)

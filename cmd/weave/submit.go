@@ -27,7 +27,9 @@ type submitCmd struct {
 	jsonOut     bool
 	noProgress  bool
 	waitTimeout time.Duration
-	replicas    int // deprecated, ignored
+	// allowDuplicates: a submission whose every job was a duplicate is not an error.
+	allowDuplicates bool
+	replicas        int // deprecated, ignored
 }
 
 func newSubmitCmd(g *globals) *cobra.Command {
@@ -69,6 +71,7 @@ a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b
 	f.BoolVarP(&s.wait, "wait", "w", false, "wait for the group to finish and print its counts")
 	f.BoolVar(&s.outcomes, "outcomes", false, "print each job's outcome as a JSON line (implies --wait)")
 	f.DurationVar(&s.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
+	f.BoolVar(&s.allowDuplicates, "allow-duplicates", false, "exit 0 even if every job was a duplicate (re-submitted within the dedup window)")
 	f.BoolVar(&s.jsonOut, "json", false, "print the submission (and summary) as JSON")
 	s.conn.registerTimeout(f, dispatcher.DefaultRequestTimeout)
 	f.IntVar(&s.replicas, "replicas", 1, "ignored: submit does not create streams")
@@ -139,6 +142,16 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 			err = fmt.Errorf("%w (the group was sealed with the %d jobs submitted before)", err, res.Accepted)
 		}
 		return err
+	}
+	if res.Accepted == 0 && res.Duplicates > 0 && !s.allowDuplicates {
+		// A re-submission within the dedup window: nothing new will run, which is most often a
+		// mistake (a group name reused) rather than the intent.
+		if s.jsonOut {
+			if err := writeJSON(stdout, res, !s.outcomes); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("group %q: every job (%d) was a duplicate of one submitted within the dedup window, so none will run; pass --allow-duplicates if that is expected", s.group, res.Duplicates)
 	}
 	if s.wait || s.outcomes {
 		ctx, cancel := contextWithTimeout(ctx, s.waitTimeout)
