@@ -93,6 +93,11 @@ func TestCLI(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "3 duplicates dropped") {
 		t.Errorf("resubmit --allow-duplicates: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
+	// A job Publish would refuse is refused with its line number and field name.
+	code, out, errOut = runCLI(t, "\n\n{\"key\":\"d\",\"max_attempts\":-3}\n", append([]string{"submit", "-g", "g3"}, conn...)...)
+	if code != exitError || !strings.Contains(errOut, "line 3: bad job line: max_attempts -3 outside") {
+		t.Errorf("max_attempts -3: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
 	// A bad line stops the submission; the jobs before it are sealed in the group.
 	code, out, errOut = runCLI(t, "{\"key\":\"c\"}\n{\"nope\":1}\n", append([]string{"submit", "-g", "g2", "--wait"}, conn...)...)
 	if code != exitError || !strings.Contains(errOut, "line 2") || !strings.Contains(out, "1 jobs submitted") {
