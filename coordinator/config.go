@@ -137,7 +137,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: unknown policy %d", ErrInvalidConfig, c.Policy)
 	}
 	for name, v := range map[string]int{
-		"Feeders": c.Feeders, "MaxInFlightPerGroup": c.MaxInFlightPerGroup, "Prefetch": c.Prefetch + 1,
+		"Feeders": c.Feeders, "MaxInFlightPerGroup": c.MaxInFlightPerGroup,
 		"MaxAttempts": c.MaxAttempts, "MaxBatch": c.MaxBatch, "MaxBatchBytes": c.MaxBatchBytes,
 		"HeartbeatMisses": c.HeartbeatMisses, "ReleaseParallelism": c.ReleaseParallelism,
 		"ReadAhead": c.ReadAhead, "PayloadCacheBytes": c.PayloadCacheBytes,
@@ -145,6 +145,9 @@ func (c Config) withDefaults() (Config, error) {
 		if v < 0 {
 			return c, fmt.Errorf("%w: %s is %d, must not be negative", ErrInvalidConfig, name, v)
 		}
+	}
+	if c.Prefetch < -1 {
+		return c, fmt.Errorf("%w: Prefetch is %d, must be -1 (only into free slots) or more", ErrInvalidConfig, c.Prefetch)
 	}
 	if c.MaxAttempts > wire.MaxAttemptsLimit {
 		return c, fmt.Errorf("%w: MaxAttempts %d above %d", ErrInvalidConfig, c.MaxAttempts, wire.MaxAttemptsLimit)

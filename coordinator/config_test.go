@@ -17,6 +17,7 @@ func TestConfigRejects(t *testing.T) {
 		{Config{Namespace: "ns", RetryBase: 10 * time.Second, RetryMax: time.Second}, "RetryBase 10s above RetryMax 1s"},
 		{Config{Namespace: "ns", LeaseTTL: -time.Second}, "LeaseTTL is -1s, must not be negative"},
 		{Config{Namespace: "ns", AbandonAfter: -time.Second}, "AbandonAfter is -1s"},
+		{Config{Namespace: "ns", Prefetch: -2}, "Prefetch is -2, must be -1"},
 	} {
 		_, err := tc.cfg.withDefaults()
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {

@@ -64,10 +64,10 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 	}
 	f := cmd.Flags()
 	conn.register(f)
-	f.IntVar(&cfg.Feeders, "feeders", 0, "groups scheduled at once (0: live worker slots + 1)")
+	f.IntVar(&cfg.Feeders, "feeders", 0, "groups scheduled at once (0: live worker slots + the prefetch window)")
 	f.StringVar(&policy, "policy", spreader.LeastInFlight.String(), "scheduling policy: least-in-flight or round-robin")
 	f.IntVar(&cfg.MaxInFlightPerGroup, "max-in-flight-per-group", 0, "cap on the jobs of one group running at once (0: none)")
-	f.IntVar(&cfg.Prefetch, "prefetch", 0, "jobs released to a pool beyond its free slots (raise for very short jobs)")
+	f.IntVar(&cfg.Prefetch, "prefetch", 0, "jobs released beyond the free slots, fleet-wide (0: adapts to the jobs' durations; -1: only into free slots)")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", coordinator.DefaultMaxAttempts, "attempts of jobs that do not set their own")
 	f.DurationVar(&cfg.RetryBase, "retry-base", coordinator.DefaultRetryBase, "retry delay of the first retry (exponential backoff with full jitter)")
 	f.DurationVar(&cfg.RetryMax, "retry-max", coordinator.DefaultRetryMax, "longest retry delay")
