@@ -11,9 +11,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 )
 
@@ -27,6 +29,8 @@ type submitCmd struct {
 	jsonOut     bool
 	noProgress  bool
 	waitTimeout time.Duration
+	nc          *nats.Conn // the session's connection, for asking the coordinator's status
+	showWait    bool       // show the progress of --wait on stderr (a terminal)
 	// allowDuplicates: a submission whose every job was a duplicate is not an error.
 	allowDuplicates bool
 	replicas        int // deprecated, ignored
@@ -105,6 +109,8 @@ func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	defer sess.close()
+	s.nc = sess.nc
+	s.showWait = !s.noProgress && isTerminal(stderr)
 	return sess.explain(s.submit(sess.ctx, d, in, bar, size, stdout, stderr))
 }
 
@@ -156,7 +162,8 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 	if s.wait || s.outcomes {
 		ctx, cancel := contextWithTimeout(ctx, s.waitTimeout)
 		defer cancel()
-		sum, err := s.waitFor(ctx, h, stdout)
+		s.checkCoordinator(ctx, stderr)
+		sum, err := s.waitFor(ctx, h, stdout, stderr)
 		if err != nil {
 			return err
 		}
@@ -179,7 +186,12 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 }
 
 // waitFor waits for the group to finish, printing each job's outcome on out with --outcomes.
-func (s *submitCmd) waitFor(ctx context.Context, h *dispatcher.Handle, out io.Writer) (summaryJSON, error) {
+func (s *submitCmd) waitFor(ctx context.Context, h *dispatcher.Handle, out, stderr io.Writer) (summaryJSON, error) {
+	if !s.outcomes && s.showWait {
+		if err := s.showProgress(ctx, h, stderr); err != nil {
+			return summaryJSON{}, fmt.Errorf("wait for group %q: %w", s.group, err)
+		}
+	}
 	if s.outcomes {
 		enc := json.NewEncoder(out)
 		for o, err := range h.Outcomes(ctx) {
@@ -301,4 +313,55 @@ func writeJSON(w io.Writer, v any, indent bool) error {
 		enc.SetIndent("", "  ")
 	}
 	return enc.Encode(v)
+}
+
+// checkCoordinator says on stderr when no coordinator answers on the namespace: the jobs are
+// stored and wait for one, and without this the wait would be silent for ever.
+func (s *submitCmd) checkCoordinator(ctx context.Context, stderr io.Writer) {
+	qctx, cancel := contextWithTimeout(ctx, s.conn.timeout)
+	defer cancel()
+	if _, err := coordinator.QueryStatus(qctx, s.nc, s.conn.namespace); err != nil && ctx.Err() == nil {
+		fmt.Fprintf(stderr, "weave: no coordinator answers on namespace %q (%v); the jobs are stored and run once one starts: 'weave coordinator --namespace %s'. Waiting...\n",
+			s.conn.namespace, err, s.conn.namespace)
+	}
+}
+
+// showProgress follows the group's outcomes until it has finished, redrawing one line of counts
+// on stderr (a terminal) at most every 200ms.
+func (s *submitCmd) showProgress(ctx context.Context, h *dispatcher.Handle, stderr io.Writer) error {
+	seen := make(map[uint64]bool) // a job may be recorded twice after a coordinator's crash
+	var done, failed, canceled int
+	var drawn time.Time
+	draw := func() {
+		pending := h.Accepted() - done - failed - canceled
+		fmt.Fprintf(stderr, "\rwaiting: %d done, %d failed, %d canceled, %d pending  ", done, failed, canceled, pending)
+		drawn = time.Now()
+	}
+	draw()
+	for o, err := range h.Outcomes(ctx) {
+		if errors.Is(err, dispatcher.ErrMalformedOutcome) {
+			continue
+		} else if err != nil {
+			fmt.Fprintln(stderr)
+			return err
+		}
+		if seen[o.ID] {
+			continue
+		}
+		seen[o.ID] = true
+		switch o.State {
+		case dispatcher.StateDone:
+			done++
+		case dispatcher.StateFailed:
+			failed++
+		case dispatcher.StateCanceled:
+			canceled++
+		}
+		if time.Since(drawn) >= 200*time.Millisecond {
+			draw()
+		}
+	}
+	draw()
+	fmt.Fprintln(stderr)
+	return nil
 }
