@@ -259,7 +259,8 @@ func TestSubmitWaitWithoutCoordinator(t *testing.T) {
 	initNamespace(t, conn)
 	code, out, errOut := runCLI(t, `{"key":"a"}`+"\n", append([]string{"submit", "-g", "g", "--wait", "--wait-timeout", "1s", "--timeout", "300ms"}, conn...)...)
 	if code != exitError || !strings.Contains(errOut, `no coordinator answers on namespace "lonely"`) ||
-		!strings.Contains(errOut, "'weave coordinator --namespace lonely'") {
+		!strings.Contains(errOut, "'weave coordinator --namespace lonely'") ||
+		!strings.Contains(errOut, `group "g" did not finish within --wait-timeout 1s`) {
 		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }

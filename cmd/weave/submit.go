@@ -139,7 +139,11 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 			fmt.Fprintf(info, ", %d duplicates dropped", res.Duplicates)
 		}
 		if res.Accepted > 0 {
-			fmt.Fprintf(info, ", IDs %d-%d", res.FirstID, res.LastID)
+			if res.FirstID == res.LastID {
+				fmt.Fprintf(info, ", ID %d", res.FirstID)
+			} else {
+				fmt.Fprintf(info, ", IDs %d-%d", res.FirstID, res.LastID)
+			}
 		}
 		fmt.Fprintln(info)
 	}
@@ -189,14 +193,14 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 func (s *submitCmd) waitFor(ctx context.Context, h *dispatcher.Handle, out, stderr io.Writer) (summaryJSON, error) {
 	if !s.outcomes && s.showWait {
 		if err := s.showProgress(ctx, h, stderr); err != nil {
-			return summaryJSON{}, fmt.Errorf("wait for group %q: %w", s.group, err)
+			return summaryJSON{}, s.waitError(err)
 		}
 	}
 	if s.outcomes {
 		enc := json.NewEncoder(out)
 		for o, err := range h.Outcomes(ctx) {
 			if err != nil {
-				return summaryJSON{}, fmt.Errorf("wait for group %q: %w", s.group, err)
+				return summaryJSON{}, s.waitError(err)
 			}
 			if err := enc.Encode(outcomeLine(o)); err != nil {
 				return summaryJSON{}, err
@@ -205,7 +209,7 @@ func (s *submitCmd) waitFor(ctx context.Context, h *dispatcher.Handle, out, stde
 	}
 	sum, err := h.WaitSummary(ctx)
 	if err != nil {
-		return summaryJSON{}, fmt.Errorf("wait for group %q: %w", s.group, err)
+		return summaryJSON{}, s.waitError(err)
 	}
 	return summaryJSON{Jobs: sum.Jobs, Done: sum.Done, Failed: sum.Failed, Canceled: sum.Canceled}, nil
 }
@@ -321,8 +325,8 @@ func (s *submitCmd) checkCoordinator(ctx context.Context, stderr io.Writer) {
 	qctx, cancel := contextWithTimeout(ctx, s.conn.timeout)
 	defer cancel()
 	if _, err := coordinator.QueryStatus(qctx, s.nc, s.conn.namespace); err != nil && ctx.Err() == nil {
-		fmt.Fprintf(stderr, "weave: no coordinator answers on namespace %q (%v); the jobs are stored and run once one starts: 'weave coordinator --namespace %s'. Waiting...\n",
-			s.conn.namespace, err, s.conn.namespace)
+		fmt.Fprintf(stderr, "weave: no coordinator answers on namespace %q; the jobs are stored and run once one starts ('weave coordinator --namespace %s'). Waiting...\n",
+			s.conn.namespace, s.conn.namespace)
 	}
 }
 
@@ -364,4 +368,12 @@ func (s *submitCmd) showProgress(ctx context.Context, h *dispatcher.Handle, stde
 	draw()
 	fmt.Fprintln(stderr)
 	return nil
+}
+
+// waitError is err of waiting for the group, saying which limit ended the wait.
+func (s *submitCmd) waitError(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && s.waitTimeout > 0 {
+		return fmt.Errorf("group %q did not finish within --wait-timeout %v (its jobs go on; 'weave status' shows them)", s.group, s.waitTimeout)
+	}
+	return fmt.Errorf("wait for group %q: %w", s.group, err)
 }
