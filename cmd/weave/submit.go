@@ -139,11 +139,7 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 			fmt.Fprintf(info, ", %d duplicates dropped", res.Duplicates)
 		}
 		if res.Accepted > 0 {
-			if res.FirstID == res.LastID {
-				fmt.Fprintf(info, ", ID %d", res.FirstID)
-			} else {
-				fmt.Fprintf(info, ", IDs %d-%d", res.FirstID, res.LastID)
-			}
+			fmt.Fprint(info, idRange(res.FirstID, res.LastID))
 		}
 		fmt.Fprintln(info)
 	}
@@ -376,4 +372,12 @@ func (s *submitCmd) waitError(err error) error {
 		return fmt.Errorf("group %q did not finish within --wait-timeout %v (its jobs go on; 'weave status' shows them)", s.group, s.waitTimeout)
 	}
 	return fmt.Errorf("wait for group %q: %w", s.group, err)
+}
+
+// idRange is ", ID n" or ", IDs first-last": the IDs a submission was given.
+func idRange(first, last uint64) string {
+	if first == last {
+		return fmt.Sprintf(", ID %d", first)
+	}
+	return fmt.Sprintf(", IDs %d-%d", first, last)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"time"
 
@@ -79,7 +80,11 @@ On SIGINT or SIGTERM the worker stops taking jobs and lets the running ones fini
 			} else if err != nil {
 				return err
 			}
-			g.log.Info().Str("id", cfg.ID).Strs("resources", cfg.Resources).Int("concurrency", cfg.Concurrency).
+			concurrency := cfg.Concurrency
+			if concurrency == 0 {
+				concurrency = runtime.GOMAXPROCS(0) // the worker's default; logging 0 would mislead
+			}
+			g.log.Info().Str("id", cfg.ID).Strs("resources", cfg.Resources).Int("concurrency", concurrency).
 				Str("command", strings.Join(args, " ")).Str("nats", nc.ConnectedUrlRedacted()).Msg("worker starting")
 			err = w.Run(ctx)
 			st := w.Stats()
