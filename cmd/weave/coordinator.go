@@ -50,7 +50,7 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 			defer closeConn(nc)
 			c, err := coordinator.New(nc, cfg)
 			if errors.Is(err, coordinator.ErrInvalidConfig) {
-				return usageError{errors.New(inFlagWords(err.Error()))}
+				return usageError{errors.New(inFlagWords(err.Error(), coordinatorFlags))}
 			} else if err != nil {
 				return err
 			}
@@ -123,9 +123,9 @@ func standBy(ctx context.Context, run func(context.Context) error, log zerolog.L
 	}
 }
 
-// configFlags names the coordinator.Config fields that a flag of weave coordinator sets, so that
-// a validation error speaks of the flag the user typed rather than the Go field.
-var configFlags = map[string]string{
+// coordinatorFlags names the coordinator.Config fields that a flag of weave coordinator sets, so
+// that a validation error speaks of the flag the user typed rather than the Go field.
+var coordinatorFlags = map[string]string{
 	"Feeders": "--feeders", "MaxInFlightPerGroup": "--max-in-flight-per-group", "Prefetch": "--prefetch",
 	"MaxAttempts": "--max-attempts", "RetryBase": "--retry-base", "RetryMax": "--retry-max",
 	"MaxBatch": "--max-batch", "LeaseTTL": "--lease-ttl", "HeartbeatMisses": "--heartbeat-misses",
@@ -134,10 +134,10 @@ var configFlags = map[string]string{
 
 // inFlagWords rewrites a coordinator config error in flag names: "RetryBase 10s above
 // RetryMax 1s" becomes "--retry-base 10s above --retry-max 1s".
-func inFlagWords(msg string) string {
+func inFlagWords(msg string, flags map[string]string) string {
 	words := strings.Fields(msg)
 	for i, w := range words {
-		if f, ok := configFlags[w]; ok {
+		if f, ok := flags[w]; ok {
 			words[i] = f
 		}
 	}

@@ -76,7 +76,7 @@ On SIGINT or SIGTERM the worker stops taking jobs and lets the running ones fini
 			defer closeConn(nc)
 			w, err := worker.New(nc, cfg, &h)
 			if errors.Is(err, worker.ErrInvalidConfig) {
-				return usageError{err}
+				return usageError{errors.New(inFlagWords(err.Error(), workerFlags))}
 			} else if err != nil {
 				return err
 			}
@@ -130,4 +130,11 @@ func defaultWorkerID() string {
 		host = "worker"
 	}
 	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// workerFlags names the worker.Config fields that a flag of weave worker sets (see inFlagWords).
+var workerFlags = map[string]string{
+	"ID": "--id", "Resources": "--resources", "Concurrency": "--concurrency", "DefaultTimeout": "--timeout",
+	"DrainTimeout": "--drain-timeout", "MaxResultSize": "--max-output", "HeartbeatInterval": "--heartbeat-interval",
+	"Lease": "--lease",
 }
