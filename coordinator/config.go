@@ -137,7 +137,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: unknown policy %d", ErrInvalidConfig, c.Policy)
 	}
 	for name, v := range map[string]int{
-		"Feeders": c.Feeders, "MaxInFlightPerGroup": c.MaxInFlightPerGroup, "Prefetch": c.Prefetch + 1,
+		"Feeders": c.Feeders, "MaxInFlightPerGroup": c.MaxInFlightPerGroup,
 		"MaxAttempts": c.MaxAttempts, "MaxBatch": c.MaxBatch, "MaxBatchBytes": c.MaxBatchBytes,
 		"HeartbeatMisses": c.HeartbeatMisses, "ReleaseParallelism": c.ReleaseParallelism,
 		"ReadAhead": c.ReadAhead, "PayloadCacheBytes": c.PayloadCacheBytes,
@@ -146,11 +146,25 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%w: %s is %d, must not be negative", ErrInvalidConfig, name, v)
 		}
 	}
+	if c.Prefetch < -1 {
+		return c, fmt.Errorf("%w: Prefetch is %d, must be -1 (only into free slots) or more", ErrInvalidConfig, c.Prefetch)
+	}
 	if c.MaxAttempts > wire.MaxAttemptsLimit {
 		return c, fmt.Errorf("%w: MaxAttempts %d above %d", ErrInvalidConfig, c.MaxAttempts, wire.MaxAttemptsLimit)
 	}
-	if c.RetryBase < 0 || c.RetryMax < 0 || c.LeaseTTL < 0 || c.TrimInterval < 0 || c.RescueAfter < 0 || c.AbandonAfter < 0 {
-		return c, fmt.Errorf("%w: durations must not be negative", ErrInvalidConfig)
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"RetryBase", c.RetryBase}, {"RetryMax", c.RetryMax}, {"LeaseTTL", c.LeaseTTL},
+		{"TrimInterval", c.TrimInterval}, {"RescueAfter", c.RescueAfter}, {"AbandonAfter", c.AbandonAfter},
+	} {
+		if d.v < 0 {
+			return c, fmt.Errorf("%w: %s is %v, must not be negative", ErrInvalidConfig, d.name, d.v)
+		}
+	}
+	if c.RetryBase != 0 && c.RetryMax != 0 && c.RetryBase > c.RetryMax {
+		return c, fmt.Errorf("%w: RetryBase %v above RetryMax %v (the first retry would wait longer than the longest)", ErrInvalidConfig, c.RetryBase, c.RetryMax)
 	}
 	if c.LeaseTTL != 0 && c.LeaseTTL < time.Second {
 		return c, fmt.Errorf("%w: LeaseTTL %v below 1s (the server's minimum for KV expiry markers)", ErrInvalidConfig, c.LeaseTTL)

@@ -40,7 +40,7 @@ func (r *run) retry(ctx context.Context, what string, try func(context.Context) 
 		cancel()
 		if err == nil {
 			if !failingSince.IsZero() {
-				r.log.Info().Str("op", what).Dur("after", time.Since(failingSince)).Msg("request went through again")
+				r.log.Info().Str("op", what).Stringer("after", time.Since(failingSince)).Msg("request went through again")
 			}
 			return nil
 		}
@@ -55,7 +55,7 @@ func (r *run) retry(ctx context.Context, what string, try func(context.Context) 
 			r.fail(err)
 			return err
 		}
-		r.log.Warn().Err(err).Str("op", what).Dur("retry_in", wait).Msg("request failed; trying again")
+		r.log.Warn().Err(err).Str("op", what).Stringer("retry_in", wait).Msg("request failed; trying again")
 		sleepCtx(ctx, wait)
 		wait = min(2*wait, retryMax)
 	}

@@ -326,7 +326,7 @@ func (c *completer) forget(b *batch) {
 func (c *completer) failed(err error) {
 	c.backoff = min(max(2*c.backoff, minReportBackoff), maxReportBackoff)
 	c.retry = time.NewTimer(c.backoff)
-	c.log.Warn().Err(err).Dur("backoff", c.backoff).Str("msg_id", c.inflight[0].id).Msg("worker: publish reports failed")
+	c.log.Warn().Err(err).Stringer("backoff", c.backoff).Str("msg_id", c.inflight[0].id).Msg("worker: publish reports failed")
 }
 
 // extendLeases sends InProgress for every batch not acked whose lease was last extended (or
@@ -343,7 +343,7 @@ func (c *completer) extendLeases() {
 			continue
 		}
 		if !b.extend(now, c.cfg.Lease) {
-			c.log.Warn().Dur("lease", c.cfg.Lease).Msg("worker: a work batch's lease lapsed (was the process stopped?); its jobs not started are left to the worker it is redelivered to")
+			c.log.Warn().Stringer("lease", c.cfg.Lease).Msg("worker: a work batch's lease lapsed (was the process stopped?); its jobs not started are left to the worker it is redelivered to")
 			c.forget(b)
 			continue
 		}

@@ -61,7 +61,7 @@ func (w *Worker) join(ctx context.Context) error {
 			return fmt.Errorf("%w: %s", ErrDuplicateID, rep.Refused)
 		}
 		wait := min(time.Duration(rep.RetryMS)*time.Millisecond+w.cfg.HeartbeatInterval, maxJoinWait)
-		w.log.Info().Str("reason", rep.Refused).Dur("wait", wait).Msg("worker: ID in use; asking again in case its run has died")
+		w.log.Info().Str("reason", rep.Refused).Stringer("wait", wait).Msg("worker: ID in use; asking again in case its run has died")
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:

@@ -198,7 +198,7 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 		case <-drainC:
 			drainTimer = nil
 			if len(s.active) > 0 {
-				s.log.Warn().Int("running", len(s.active)).Dur("drain_timeout", s.cfg.DrainTimeout).
+				s.log.Warn().Int("running", len(s.active)).Stringer("drain_timeout", s.cfg.DrainTimeout).
 					Msg("worker: drain timeout, canceling running jobs")
 			}
 			force()
@@ -386,7 +386,7 @@ func (s *shepherd) next() *task {
 func (s *shepherd) drop(t *task) {
 	t.reported = true
 	s.stats.dropped.Add(1)
-	s.log.Warn().Uint64("job", t.job.ID).Int("attempt", t.job.Attempt).Dur("lease", s.cfg.Lease).
+	s.log.Warn().Uint64("job", t.job.ID).Int("attempt", t.job.Attempt).Stringer("lease", s.cfg.Lease).
 		Msg("worker: job not started: its batch's lease lapsed (was the process stopped?), so it was redelivered")
 }
 
@@ -521,7 +521,7 @@ func (s *shepherd) pullFailed(err error) {
 	if errors.Is(err, context.Canceled) {
 		return // a pull canceled by a drain or shutdown is not a failure
 	}
-	s.log.Warn().Err(err).Dur("backoff", s.backoff).Msg("worker: pull failed")
+	s.log.Warn().Err(err).Stringer("backoff", s.backoff).Msg("worker: pull failed")
 	if !s.repairing && consumerGone(err) {
 		s.repair()
 	}
@@ -604,7 +604,7 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolved, 
 		if err == nil || !topology.Transient(err) || ctx.Err() != nil {
 			return cons, err
 		}
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("worker: streams not reachable yet; trying again")
+		log.Warn().Err(err).Stringer("retry_in", wait).Msg("worker: streams not reachable yet; trying again")
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

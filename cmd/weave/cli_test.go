@@ -6,15 +6,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
 )
 
@@ -82,10 +86,43 @@ func TestCLI(t *testing.T) {
 		t.Errorf("no summary in %s", out)
 	}
 
-	// Submitting the same keys again adds nothing: they are duplicates.
+	// Submitting the same keys again adds nothing: they are duplicates, which is an error unless
+	// --allow-duplicates says it is expected.
 	code, out, errOut = runCLI(t, jobs, append([]string{"submit", "-g", "g1"}, conn...)...)
-	if code != exitOK || !strings.Contains(out, `group "g1": 0 jobs submitted, 3 duplicates dropped`) {
+	if code != exitError || !strings.Contains(out, `group "g1": 0 jobs submitted, 3 duplicates dropped`) ||
+		!strings.Contains(errOut, "every job (3) was a duplicate") {
 		t.Errorf("resubmit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, jobs, append([]string{"submit", "-g", "g1", "--allow-duplicates"}, conn...)...)
+	if code != exitOK || !strings.Contains(out, "3 duplicates dropped") {
+		t.Errorf("resubmit --allow-duplicates: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	// --wait on a terminal redraws the counts until the group has finished.
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	d, err := dispatcher.New(nc, dispatcher.Config{Namespace: "cli"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	h, err := d.Publish(ctx, "g4", slices.Values([]dispatcher.Job{{Key: "p1"}, {Key: "p2"}, {Key: "p3"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress bytes.Buffer
+	s := &submitCmd{group: "g4", showWait: true}
+	sum, err := s.waitFor(ctx, h, io.Discard, &progress)
+	if err != nil || sum.Done != 3 || !strings.HasSuffix(progress.String(), "\rwaiting: 3 done, 0 failed, 0 canceled, 0 pending  \n") ||
+		!strings.HasPrefix(progress.String(), "\rwaiting: ") {
+		t.Errorf("progress: %+v, %v; stderr %q", sum, err, progress.String())
+	}
+	// A job Publish would refuse is refused with its line number and field name.
+	code, out, errOut = runCLI(t, "\n\n{\"key\":\"d\",\"max_attempts\":-3}\n", append([]string{"submit", "-g", "g3"}, conn...)...)
+	if code != exitError || !strings.Contains(errOut, "line 3: bad job line: max_attempts -3 outside") {
+		t.Errorf("max_attempts -3: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	// A bad line stops the submission; the jobs before it are sealed in the group.
 	code, out, errOut = runCLI(t, "{\"key\":\"c\"}\n{\"nope\":1}\n", append([]string{"submit", "-g", "g2", "--wait"}, conn...)...)
@@ -99,7 +136,7 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("status --json: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	// Finished groups leave the coordinator's index, so only the totals remember the jobs.
-	if len(st.Workers) != 1 || st.Workers[0].ID != "w1" || st.Totals.Admitted != 4 || st.Totals.Released != 4 {
+	if len(st.Workers) != 1 || st.Workers[0].ID != "w1" || st.Totals.Admitted != 7 || st.Totals.Released != 7 {
 		t.Errorf("status: %+v", st)
 	}
 	code, out, _ = runCLI(t, "", append([]string{"status"}, conn...)...)
@@ -210,5 +247,20 @@ func TestCLIInit(t *testing.T) {
 	}
 	if err := streams.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSubmitWaitWithoutCoordinator checks that submit --wait on a namespace no coordinator
+// serves says so instead of waiting in silence.
+func TestSubmitWaitWithoutCoordinator(t *testing.T) {
+	t.Parallel()
+	srv := jstest.New(t)
+	conn := []string{"--nats", srv.ClientURL(), "--namespace", "lonely", "--log-level", "warn"}
+	initNamespace(t, conn)
+	code, out, errOut := runCLI(t, `{"key":"a"}`+"\n", append([]string{"submit", "-g", "g", "--wait", "--wait-timeout", "1s", "--timeout", "300ms"}, conn...)...)
+	if code != exitError || !strings.Contains(errOut, `no coordinator answers on namespace "lonely"`) ||
+		!strings.Contains(errOut, "'weave coordinator --namespace lonely'") ||
+		!strings.Contains(errOut, `group "g" did not finish within --wait-timeout 1s`) {
+		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -35,6 +36,9 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 				return usageError{err}
 			}
 			cfg.Policy = p
+			if cfg.RetryBase > cfg.RetryMax {
+				return usageErrorf("--retry-base %v is above --retry-max %v: the first retry would wait longer than the longest", cfg.RetryBase, cfg.RetryMax)
+			}
 			cfg.Namespace = conn.namespace
 			cfg.Logger = g.log.With().Str("component", "coordinator").Logger()
 			ctx, stop := signalContext(cmd.Context())
@@ -46,7 +50,7 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 			defer closeConn(nc)
 			c, err := coordinator.New(nc, cfg)
 			if errors.Is(err, coordinator.ErrInvalidConfig) {
-				return usageError{err}
+				return usageError{errors.New(inFlagWords(err.Error(), coordinatorFlags))}
 			} else if err != nil {
 				return err
 			}
@@ -60,10 +64,10 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 	}
 	f := cmd.Flags()
 	conn.register(f)
-	f.IntVar(&cfg.Feeders, "feeders", 0, "groups scheduled at once (0: live worker slots + 1)")
+	f.IntVar(&cfg.Feeders, "feeders", 0, "groups scheduled at once (0: live worker slots + the prefetch window)")
 	f.StringVar(&policy, "policy", spreader.LeastInFlight.String(), "scheduling policy: least-in-flight or round-robin")
 	f.IntVar(&cfg.MaxInFlightPerGroup, "max-in-flight-per-group", 0, "cap on the jobs of one group running at once (0: none)")
-	f.IntVar(&cfg.Prefetch, "prefetch", 0, "jobs released to a pool beyond its free slots (raise for very short jobs)")
+	f.IntVar(&cfg.Prefetch, "prefetch", 0, "jobs released beyond the free slots, fleet-wide (0: adapts to the jobs' durations; -1: only into free slots)")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", coordinator.DefaultMaxAttempts, "attempts of jobs that do not set their own")
 	f.DurationVar(&cfg.RetryBase, "retry-base", coordinator.DefaultRetryBase, "retry delay of the first retry (exponential backoff with full jitter)")
 	f.DurationVar(&cfg.RetryMax, "retry-max", coordinator.DefaultRetryMax, "longest retry delay")
@@ -107,7 +111,7 @@ func standBy(ctx context.Context, run func(context.Context) error, log zerolog.L
 		if time.Since(began) > termRetryMax {
 			pause = termRetryFirst // a term that lasted: start backing off afresh
 		}
-		log.Error().Err(err).Dur("retry_in", pause).Msg("coordinator term ended; standing by to take the lease again")
+		log.Error().Err(err).Stringer("retry_in", pause).Msg("coordinator term ended; standing by to take the lease again")
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
@@ -117,4 +121,25 @@ func standBy(ctx context.Context, run func(context.Context) error, log zerolog.L
 		}
 		pause = min(2*pause, termRetryMax)
 	}
+}
+
+// coordinatorFlags names the coordinator.Config fields that a flag of weave coordinator sets, so
+// that a validation error speaks of the flag the user typed rather than the Go field.
+var coordinatorFlags = map[string]string{
+	"Feeders": "--feeders", "MaxInFlightPerGroup": "--max-in-flight-per-group", "Prefetch": "--prefetch",
+	"MaxAttempts": "--max-attempts", "RetryBase": "--retry-base", "RetryMax": "--retry-max",
+	"MaxBatch": "--max-batch", "LeaseTTL": "--lease-ttl", "HeartbeatMisses": "--heartbeat-misses",
+	"RescueAfter": "--rescue-after", "AbandonAfter": "--abandon-after",
+}
+
+// inFlagWords rewrites a coordinator config error in flag names: "RetryBase 10s above
+// RetryMax 1s" becomes "--retry-base 10s above --retry-max 1s".
+func inFlagWords(msg string, flags map[string]string) string {
+	words := strings.Fields(msg)
+	for i, w := range words {
+		if f, ok := flags[w]; ok {
+			words[i] = f
+		}
+	}
+	return strings.Join(words, " ")
 }

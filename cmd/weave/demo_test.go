@@ -17,6 +17,9 @@ func TestDemo(t *testing.T) {
 		"0 outside their region",
 		"site000.example",
 		"30 other sites",
+		// The table says what to conclude, not only a footnote.
+		"crowded*  overall",
+		"So: while other sites waited, Weave let no site have more than ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

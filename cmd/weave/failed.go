@@ -247,7 +247,7 @@ func (r *failedRetryCmd) retry(ctx context.Context, stdout io.Writer, d *dispatc
 			fmt.Fprintf(stdout, ", %d duplicates dropped", res.Duplicates)
 		}
 		if res.Accepted > 0 {
-			fmt.Fprintf(stdout, ", IDs %d-%d", res.FirstID, res.LastID)
+			fmt.Fprint(stdout, idRange(res.FirstID, res.LastID))
 		}
 		fmt.Fprintln(stdout)
 	}

@@ -39,12 +39,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, new(usageError)):
-		fmt.Fprintf(stderr, "%s\nRun 'weave --help' for usage.\n", message(err))
+		// The hint names the subcommand that failed: its help lists the flags it takes.
+		fmt.Fprintf(stderr, "%s\nRun '%s --help' for usage.\n", message(err), cmd.CommandPath())
 		return exitUsage
 	case errors.As(err, new(pendingError)):
 		fmt.Fprintln(stderr, message(err))

@@ -45,6 +45,10 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"status", "--namespace", "bad.name"}, exitUsage, "namespace"},
 		{[]string{"status", "--log-level", "loud"}, exitUsage, "--log-level"},
 		{[]string{"coordinator", "--policy", "lifo"}, exitUsage, "lifo"},
+		{[]string{"coordinator", "--retry-base", "10s", "--retry-max", "1s"}, exitUsage, "--retry-base 10s is above --retry-max 1s"},
+		// The hint names the subcommand whose help lists the flag.
+		{[]string{"submit", "--no-such-flag"}, exitUsage, "Run 'weave submit --help' for usage."},
+		{[]string{"failed", "retry"}, exitUsage, "Run 'weave failed retry --help' for usage."},
 		{[]string{"failed"}, exitUsage, "no subcommand"},
 		{[]string{"failed", "frob"}, exitUsage, `unknown command "frob"`},
 		{[]string{"failed", "list", "--group", "g\x01"}, exitUsage, "--group"},

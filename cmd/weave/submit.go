@@ -11,9 +11,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 )
 
@@ -27,7 +29,11 @@ type submitCmd struct {
 	jsonOut     bool
 	noProgress  bool
 	waitTimeout time.Duration
-	replicas    int // deprecated, ignored
+	nc          *nats.Conn // the session's connection, for asking the coordinator's status
+	showWait    bool       // show the progress of --wait on stderr (a terminal)
+	// allowDuplicates: a submission whose every job was a duplicate is not an error.
+	allowDuplicates bool
+	replicas        int // deprecated, ignored
 }
 
 func newSubmitCmd(g *globals) *cobra.Command {
@@ -69,6 +75,7 @@ a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b
 	f.BoolVarP(&s.wait, "wait", "w", false, "wait for the group to finish and print its counts")
 	f.BoolVar(&s.outcomes, "outcomes", false, "print each job's outcome as a JSON line (implies --wait)")
 	f.DurationVar(&s.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
+	f.BoolVar(&s.allowDuplicates, "allow-duplicates", false, "exit 0 even if every job was a duplicate (re-submitted within the dedup window)")
 	f.BoolVar(&s.jsonOut, "json", false, "print the submission (and summary) as JSON")
 	s.conn.registerTimeout(f, dispatcher.DefaultRequestTimeout)
 	f.IntVar(&s.replicas, "replicas", 1, "ignored: submit does not create streams")
@@ -102,6 +109,8 @@ func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	defer sess.close()
+	s.nc = sess.nc
+	s.showWait = !s.noProgress && isTerminal(stderr)
 	return sess.explain(s.submit(sess.ctx, d, in, bar, size, stdout, stderr))
 }
 
@@ -130,7 +139,7 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 			fmt.Fprintf(info, ", %d duplicates dropped", res.Duplicates)
 		}
 		if res.Accepted > 0 {
-			fmt.Fprintf(info, ", IDs %d-%d", res.FirstID, res.LastID)
+			fmt.Fprint(info, idRange(res.FirstID, res.LastID))
 		}
 		fmt.Fprintln(info)
 	}
@@ -140,10 +149,21 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 		}
 		return err
 	}
+	if res.Accepted == 0 && res.Duplicates > 0 && !s.allowDuplicates {
+		// A re-submission within the dedup window: nothing new will run, which is most often a
+		// mistake (a group name reused) rather than the intent.
+		if s.jsonOut {
+			if err := writeJSON(stdout, res, !s.outcomes); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("group %q: every job (%d) was a duplicate of one submitted within the dedup window, so none will run; pass --allow-duplicates if that is expected", s.group, res.Duplicates)
+	}
 	if s.wait || s.outcomes {
 		ctx, cancel := contextWithTimeout(ctx, s.waitTimeout)
 		defer cancel()
-		sum, err := s.waitFor(ctx, h, stdout)
+		s.checkCoordinator(ctx, stderr)
+		sum, err := s.waitFor(ctx, h, stdout, stderr)
 		if err != nil {
 			return err
 		}
@@ -166,12 +186,17 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 }
 
 // waitFor waits for the group to finish, printing each job's outcome on out with --outcomes.
-func (s *submitCmd) waitFor(ctx context.Context, h *dispatcher.Handle, out io.Writer) (summaryJSON, error) {
+func (s *submitCmd) waitFor(ctx context.Context, h *dispatcher.Handle, out, stderr io.Writer) (summaryJSON, error) {
+	if !s.outcomes && s.showWait {
+		if err := s.showProgress(ctx, h, stderr); err != nil {
+			return summaryJSON{}, s.waitError(err)
+		}
+	}
 	if s.outcomes {
 		enc := json.NewEncoder(out)
 		for o, err := range h.Outcomes(ctx) {
 			if err != nil {
-				return summaryJSON{}, fmt.Errorf("wait for group %q: %w", s.group, err)
+				return summaryJSON{}, s.waitError(err)
 			}
 			if err := enc.Encode(outcomeLine(o)); err != nil {
 				return summaryJSON{}, err
@@ -180,7 +205,7 @@ func (s *submitCmd) waitFor(ctx context.Context, h *dispatcher.Handle, out io.Wr
 	}
 	sum, err := h.WaitSummary(ctx)
 	if err != nil {
-		return summaryJSON{}, fmt.Errorf("wait for group %q: %w", s.group, err)
+		return summaryJSON{}, s.waitError(err)
 	}
 	return summaryJSON{Jobs: sum.Jobs, Done: sum.Done, Failed: sum.Failed, Canceled: sum.Canceled}, nil
 }
@@ -288,4 +313,71 @@ func writeJSON(w io.Writer, v any, indent bool) error {
 		enc.SetIndent("", "  ")
 	}
 	return enc.Encode(v)
+}
+
+// checkCoordinator says on stderr when no coordinator answers on the namespace: the jobs are
+// stored and wait for one, and without this the wait would be silent for ever.
+func (s *submitCmd) checkCoordinator(ctx context.Context, stderr io.Writer) {
+	qctx, cancel := contextWithTimeout(ctx, s.conn.timeout)
+	defer cancel()
+	if _, err := coordinator.QueryStatus(qctx, s.nc, s.conn.namespace); err != nil && ctx.Err() == nil {
+		fmt.Fprintf(stderr, "weave: no coordinator answers on namespace %q; the jobs are stored and run once one starts ('weave coordinator --namespace %s'). Waiting...\n",
+			s.conn.namespace, s.conn.namespace)
+	}
+}
+
+// showProgress follows the group's outcomes until it has finished, redrawing one line of counts
+// on stderr (a terminal) at most every 200ms.
+func (s *submitCmd) showProgress(ctx context.Context, h *dispatcher.Handle, stderr io.Writer) error {
+	seen := make(map[uint64]bool) // a job may be recorded twice after a coordinator's crash
+	var done, failed, canceled int
+	var drawn time.Time
+	draw := func() {
+		pending := h.Accepted() - done - failed - canceled
+		fmt.Fprintf(stderr, "\rwaiting: %d done, %d failed, %d canceled, %d pending  ", done, failed, canceled, pending)
+		drawn = time.Now()
+	}
+	draw()
+	for o, err := range h.Outcomes(ctx) {
+		if errors.Is(err, dispatcher.ErrMalformedOutcome) {
+			continue
+		} else if err != nil {
+			fmt.Fprintln(stderr)
+			return err
+		}
+		if seen[o.ID] {
+			continue
+		}
+		seen[o.ID] = true
+		switch o.State {
+		case dispatcher.StateDone:
+			done++
+		case dispatcher.StateFailed:
+			failed++
+		case dispatcher.StateCanceled:
+			canceled++
+		}
+		if time.Since(drawn) >= 200*time.Millisecond {
+			draw()
+		}
+	}
+	draw()
+	fmt.Fprintln(stderr)
+	return nil
+}
+
+// waitError is err of waiting for the group, saying which limit ended the wait.
+func (s *submitCmd) waitError(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && s.waitTimeout > 0 {
+		return fmt.Errorf("group %q did not finish within --wait-timeout %v (its jobs go on; 'weave status' shows them)", s.group, s.waitTimeout)
+	}
+	return fmt.Errorf("wait for group %q: %w", s.group, err)
+}
+
+// idRange is ", ID n" or ", IDs first-last": the IDs a submission was given.
+func idRange(first, last uint64) string {
+	if first == last {
+		return fmt.Sprintf(", ID %d", first)
+	}
+	return fmt.Sprintf(", IDs %d-%d", first, last)
 }

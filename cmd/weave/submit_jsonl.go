@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/wire"
 )
 
 // jobLine is one line of a jobs file (JSON lines). Every field is optional:
@@ -75,6 +77,25 @@ func parseJobLine(line []byte) (dispatcher.Job, error) {
 		}
 		j.Timeout = d
 	}
+	// The checks Publish makes, here so that the error names the line and the file's field
+	// rather than the job's index and the Go field.
+	if err := wire.ValidateKey(l.Key); err != nil {
+		return j, fmt.Errorf("%w: key: %s", errJobLine, plainReason(err))
+	}
+	for _, f := range []struct {
+		name string
+		v    []string
+	}{{"require", l.Require}, {"prefer", l.Prefer}} {
+		if err := wire.ValidateResources(f.name, f.v); err != nil {
+			return j, fmt.Errorf("%w: %s", errJobLine, plainReason(err))
+		}
+	}
+	if l.MaxAttempts < 0 || l.MaxAttempts > wire.MaxAttemptsLimit {
+		return j, fmt.Errorf("%w: max_attempts %d outside 0..%d (0: the coordinator's --max-attempts)", errJobLine, l.MaxAttempts, wire.MaxAttemptsLimit)
+	}
+	if j.Timeout > wire.MaxTimeout {
+		return j, fmt.Errorf("%w: timeout %v above %v", errJobLine, j.Timeout, wire.MaxTimeout)
+	}
 	return j, nil
 }
 
@@ -118,3 +139,9 @@ func (jr *jobReader) next() (j dispatcher.Job, ok bool) {
 
 // Err returns the error that ended the jobs, nil at a clean end of input.
 func (jr *jobReader) Err() error { return jr.err }
+
+// plainReason is a wire validation error without its sentinel's words ("weave: invalid name: "),
+// which the line's own context replaces.
+func plainReason(err error) string {
+	return strings.TrimPrefix(strings.TrimPrefix(err.Error(), "weave: "), "invalid name: ")
+}

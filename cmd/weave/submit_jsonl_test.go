@@ -36,6 +36,11 @@ func TestParseJobLine(t *testing.T) {
 		{`{"key":"a"} {"key":"b"}`, dispatcher.Job{}, "more than one"},
 		{`[1,2]`, dispatcher.Job{}, "cannot unmarshal"},
 		{`{"key":`, dispatcher.Job{}, "unexpected EOF"},
+		// What Publish would refuse, in the file's field names.
+		{`{"max_attempts":-3}`, dispatcher.Job{}, "max_attempts -3 outside 0..1000"},
+		{`{"timeout":"200h"}`, dispatcher.Job{}, "timeout 200h0m0s above 168h0m0s"},
+		{`{"require":["a b"]}`, dispatcher.Job{}, `require resource "a b" must be`},
+		{`{"key":"a\u0001"}`, dispatcher.Job{}, "key: "},
 	} {
 		got, err := parseJobLine([]byte(tc.line))
 		if tc.err != "" {

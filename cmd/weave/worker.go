@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"time"
 
@@ -32,7 +33,7 @@ The command gets the job's payload on stdin, and these environment variables:
   WEAVE_NAMESPACE, WEAVE_WORKER_ID
 
 Its stdout, at most --max-output bytes, is the job's result. Its stderr goes to the worker's
-stderr, and its end becomes the error of a failed attempt. The exit status decides the outcome:
+stderr, each line prefixed "[job ID key "K" attempt N] ", and its end becomes the error of a failed attempt. The exit status decides the outcome:
   0          success
   65         permanent failure (EX_DATAERR): the job fails at once, without retries
   other      retryable failure (75, EX_TEMPFAIL, is the conventional one): the coordinator
@@ -75,11 +76,15 @@ On SIGINT or SIGTERM the worker stops taking jobs and lets the running ones fini
 			defer closeConn(nc)
 			w, err := worker.New(nc, cfg, &h)
 			if errors.Is(err, worker.ErrInvalidConfig) {
-				return usageError{err}
+				return usageError{errors.New(inFlagWords(err.Error(), workerFlags))}
 			} else if err != nil {
 				return err
 			}
-			g.log.Info().Str("id", cfg.ID).Strs("resources", cfg.Resources).Int("concurrency", cfg.Concurrency).
+			concurrency := cfg.Concurrency
+			if concurrency == 0 {
+				concurrency = runtime.GOMAXPROCS(0) // the worker's default; logging 0 would mislead
+			}
+			g.log.Info().Str("id", cfg.ID).Strs("resources", cfg.Resources).Int("concurrency", concurrency).
 				Str("command", strings.Join(args, " ")).Str("nats", nc.ConnectedUrlRedacted()).Msg("worker starting")
 			err = w.Run(ctx)
 			st := w.Stats()
@@ -125,4 +130,11 @@ func defaultWorkerID() string {
 		host = "worker"
 	}
 	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// workerFlags names the worker.Config fields that a flag of weave worker sets (see inFlagWords).
+var workerFlags = map[string]string{
+	"ID": "--id", "Resources": "--resources", "Concurrency": "--concurrency", "DefaultTimeout": "--timeout",
+	"DrainTimeout": "--drain-timeout", "MaxResultSize": "--max-output", "HeartbeatInterval": "--heartbeat-interval",
+	"Lease": "--lease",
 }

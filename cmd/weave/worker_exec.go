@@ -50,7 +50,10 @@ func (h *execHandler) run(ctx context.Context, j *worker.Job) (out []byte, perma
 	cmd.Stdout = stdout
 	tail := &tailBuffer{max: stderrTail}
 	if h.stderr != nil {
-		cmd.Stderr = io.MultiWriter(h.stderr, tail)
+		// Jobs run side by side on one stderr: each line says which job (and attempt) wrote it.
+		lines := &linePrefixer{out: h.stderr, prefix: fmt.Sprintf("[job %d key %q attempt %d] ", j.ID, j.Key, j.Attempt)}
+		defer lines.flush()
+		cmd.Stderr = io.MultiWriter(lines, tail)
 	} else {
 		cmd.Stderr = tail
 	}
@@ -144,4 +147,43 @@ func (b *tailBuffer) suffix() string {
 		return ""
 	}
 	return ": " + s
+}
+
+// stderrMu serialises whole lines onto the worker's stderr, so that lines of jobs running at
+// once do not interleave mid-line.
+var stderrMu sync.Mutex
+
+// linePrefixer writes each line written to it to out with prefix in front. It holds a line until
+// its newline (or flush) arrives. One command's stderr writes to it from one goroutine.
+type linePrefixer struct {
+	out     io.Writer
+	prefix  string
+	pending []byte // a line not yet ended
+}
+
+func (w *linePrefixer) Write(p []byte) (int, error) {
+	w.pending = append(w.pending, p...)
+	for {
+		i := bytes.IndexByte(w.pending, '\n')
+		if i < 0 {
+			break
+		}
+		w.emit(w.pending[:i+1])
+		w.pending = w.pending[i+1:]
+	}
+	return len(p), nil
+}
+
+// flush writes a last line that did not end in a newline.
+func (w *linePrefixer) flush() {
+	if len(w.pending) > 0 {
+		w.emit(append(w.pending, '\n'))
+		w.pending = nil
+	}
+}
+
+func (w *linePrefixer) emit(line []byte) {
+	stderrMu.Lock()
+	defer stderrMu.Unlock()
+	_, _ = io.WriteString(w.out, w.prefix+string(line)) // the worker's stderr failing must not fail the job
 }

@@ -84,3 +84,19 @@ func TestHandleWrapsPermanent(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// TestExecHandlerStderrPrefixed checks that every line a command writes to stderr reaches the
+// worker's stderr saying which job and attempt wrote it, the last line too if it has no newline.
+func TestExecHandlerStderrPrefixed(t *testing.T) {
+	t.Parallel()
+	h := shHandler(t, `printf 'one\ntwo\nthree' >&2`)
+	var errOut strings.Builder
+	h.stderr = &errOut
+	if _, _, err := h.run(context.Background(), &worker.Job{ID: 7, Key: "k", Attempt: 2}); err != nil {
+		t.Fatal(err)
+	}
+	want := "[job 7 key \"k\" attempt 2] one\n[job 7 key \"k\" attempt 2] two\n[job 7 key \"k\" attempt 2] three\n"
+	if errOut.String() != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", errOut.String(), want)
+	}
+}

@@ -106,12 +106,12 @@ func (r *Result) Print(out io.Writer) {
 	for _, st := range ranked[:min(topSites, len(ranked))] {
 		width = max(width, len(st.Name))
 	}
-	header := fmt.Sprintf("  %-*s %6s %-10s   %-28s   %-28s", width, "", "", "", center("Weave", 28), center("FIFO queue", 28))
+	header := fmt.Sprintf("  %-*s %6s %-10s   %-32s   %-32s", width, "", "", "", center("Weave", 32), center("FIFO queue", 32))
 	p("%s\n", strings.TrimRight(header, " "))
-	p("  %-*s %6s %-10s   %6s %6s %14s   %6s %6s %14s\n", width, "site", "pages", "region", "peak*", "peak", "avg in flight", "peak*", "peak", "avg in flight")
+	p("  %-*s %6s %-10s   %8s %8s %14s   %8s %8s %14s\n", width, "site", "pages", "region", "crowded*", "overall", "avg in flight", "crowded*", "overall", "avg in flight")
 	for _, st := range ranked[:min(topSites, len(ranked))] {
 		ws, fs := r.Weave.Sites[st.Rank], r.FIFO.Sites[st.Rank]
-		p("  %-*s %6d %-10s   %6d %6d %14.2f   %6d %6d %14.2f\n", width, st.Name, len(st.Pages), regionLabel(st),
+		p("  %-*s %6d %-10s   %8d %8d %14.2f   %8d %8d %14.2f\n", width, st.Name, len(st.Pages), regionLabel(st),
 			ws.CrowdedPeak, ws.Peak, ws.AvgInFlight(), fs.CrowdedPeak, fs.Peak, fs.AvgInFlight())
 	}
 	if len(ranked) > topSites {
@@ -124,11 +124,18 @@ func (r *Result) Print(out io.Writer) {
 			lo, hi = min(lo, len(st.Pages)), max(hi, len(st.Pages))
 		}
 		name := fmt.Sprintf("%d other sites", len(ranked)-topSites)
-		p("  %-*s %6s %-10s   %6d %6d %14s   %6d %6d %14s\n", width, name, fmt.Sprintf("%d-%d", lo, hi), "", wc, wp, "(max)", fc, fp, "(max)")
+		p("  %-*s %6s %-10s   %8d %8d %14s   %8d %8d %14s\n", width, name, fmt.Sprintf("%d-%d", lo, hi), "", wc, wp, "(max)", fc, fp, "(max)")
 	}
-	p("\n  * peak while at least %d published sites (slots + 1) had pages never fetched: other sites\n", r.Slots+1)
-	p("    were waiting, so a site holding several slots was hammered for nothing. Once fewer sites\n")
-	p("    are left, their pages may take the free slots (cap it with --max-per-site).\n")
+	p("\n  crowded*: the peak of a site's fetches in flight while at least %d published sites (slots + 1)\n", r.Slots+1)
+	p("    had pages never fetched, so other sites were waiting: 1 is the polite share; each fetch\n")
+	p("    above it was taken from a waiting site. overall: the peak over the whole run, including the tail, when fewer sites than\n")
+	p("    slots are left and their pages may take the free slots (cap it with --max-per-site).\n")
+	var wc, fc int
+	for i := range r.Weave.Sites {
+		wc, fc = max(wc, r.Weave.Sites[i].CrowdedPeak), max(fc, r.FIFO.Sites[i].CrowdedPeak)
+	}
+	p("\n  So: while other sites waited, Weave let no site have more than %d fetches in flight; the\n", wc)
+	p("  FIFO queue let one have %d. Higher overall peaks under Weave come from the tail only.\n", fc)
 }
 
 // problems lists what went wrong in the crawl; empty means all pages were fetched as they should.

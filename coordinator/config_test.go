@@ -1,0 +1,30 @@
+package coordinator
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestConfigRejects checks that a Config that cannot work is refused with an error naming the
+// field, not accepted and misbehaving later.
+func TestConfigRejects(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Namespace: "ns", RetryBase: 10 * time.Second, RetryMax: time.Second}, "RetryBase 10s above RetryMax 1s"},
+		{Config{Namespace: "ns", LeaseTTL: -time.Second}, "LeaseTTL is -1s, must not be negative"},
+		{Config{Namespace: "ns", AbandonAfter: -time.Second}, "AbandonAfter is -1s"},
+		{Config{Namespace: "ns", Prefetch: -2}, "Prefetch is -2, must be -1"},
+	} {
+		_, err := tc.cfg.withDefaults()
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: got %v, want ErrInvalidConfig with %q", tc.cfg, err, tc.want)
+		}
+	}
+	if _, err := (Config{Namespace: "ns", RetryBase: time.Second, RetryMax: time.Second}).withDefaults(); err != nil {
+		t.Errorf("RetryBase == RetryMax: %v", err)
+	}
+}
