@@ -653,3 +653,17 @@ func TestPublishIntoRunningGroup(t *testing.T) {
 		t.Fatalf("Publish after the incarnation finished: %v", err)
 	}
 }
+
+// TestInvalidJobErrorReadsOnce: an invalid option reads as one sentence with one "weave:" prefix
+// and the option's field name (issue 15: it said "weave: ... weave: invalid name: MaxAttempts").
+func TestInvalidJobErrorReadsOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	_, err := e.d.Publish(ctx, "opts", slices.Values([]dispatcher.Job{{Key: "a"}, {Key: "b", MaxAttempts: -3}}))
+	wantErrIs(t, err, dispatcher.ErrInvalidJob)
+	msg := err.Error()
+	if !strings.Contains(msg, `invalid job 1 (key "b") of group "opts": invalid job option: MaxAttempts -3 outside 0..1000`) || strings.Count(msg, "weave:") != 1 {
+		t.Fatalf("error %q: want one weave: prefix and the option named", msg)
+	}
+}

@@ -76,7 +76,7 @@ func cancelGroup(ctx context.Context, stdout io.Writer, h *dispatcher.Handle, jo
 	}
 	what := "cancel"
 	if len(jobs) > 0 {
-		what = fmt.Sprintf("cancel of %d jobs", len(jobs))
+		what = "cancel of " + count(len(jobs), "job")
 	}
 	switch {
 	case errors.Is(err, dispatcher.ErrNoAnswer) && ctx.Err() == nil: // not interrupted, nor refused by the server

@@ -242,7 +242,7 @@ func (r *failedRetryCmd) retry(ctx context.Context, stdout io.Writer, d *dispatc
 	}
 	res := submitResult{Group: r.group, Accepted: h.Accepted(), Duplicates: h.Duplicates(), FirstID: h.FirstID(), LastID: h.LastID()}
 	if !r.jsonOut {
-		fmt.Fprintf(stdout, "group %q: %d failed jobs published again", r.group, res.Accepted)
+		fmt.Fprintf(stdout, "group %q: %s published again", r.group, count(res.Accepted, "failed job"))
 		if res.Duplicates > 0 {
 			fmt.Fprintf(stdout, ", %d duplicates dropped", res.Duplicates)
 		}
@@ -263,7 +263,7 @@ func (r *failedRetryCmd) retry(ctx context.Context, stdout io.Writer, d *dispatc
 		}
 		res.Summary = &summaryJSON{Jobs: sum.Jobs, Done: sum.Done, Failed: sum.Failed, Canceled: sum.Canceled}
 		if !r.jsonOut {
-			fmt.Fprintf(stdout, "group %q finished: %d jobs, %d done, %d failed, %d canceled\n", r.group, sum.Jobs, sum.Done, sum.Failed, sum.Canceled)
+			fmt.Fprintf(stdout, "group %q finished: %s, %d done, %d failed, %d canceled\n", r.group, count(sum.Jobs, "job"), sum.Done, sum.Failed, sum.Canceled)
 		}
 	}
 	if r.jsonOut {

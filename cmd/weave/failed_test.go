@@ -94,7 +94,7 @@ func TestCLIFailedJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut = cli("", "failed", "retry", "-g", "g", id, "--wait", "--wait-timeout", "30s")
-	if code != exitOK || !strings.Contains(out, `group "g": 1 failed jobs published again`) || !strings.Contains(out, `group "g" finished: 1 jobs, 1 done, 0 failed, 0 canceled`) {
+	if code != exitOK || !strings.Contains(out, `group "g": 1 failed job published again`) || !strings.Contains(out, `group "g" finished: 1 job, 1 done, 0 failed, 0 canceled`) {
 		t.Fatalf("failed retry --wait: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	// The new run succeeded: nothing is left to retry, though the old failure stays listed.
@@ -118,7 +118,7 @@ func TestCLIFailedJobs(t *testing.T) {
 	if code != exitOK || json.Unmarshal([]byte(out), &sub) != nil || sub.Accepted != 2 {
 		t.Fatalf("submit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	if code, out, errOut := cli("", "cancel", "-g", "parked", "--job", strconv.FormatUint(sub.FirstID, 10)); code != exitOK || !strings.Contains(out, "cancel of 1 jobs applied by the coordinator") {
+	if code, out, errOut := cli("", "cancel", "-g", "parked", "--job", strconv.FormatUint(sub.FirstID, 10)); code != exitOK || !strings.Contains(out, "cancel of 1 job applied by the coordinator") {
 		t.Fatalf("cancel --job: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	o, err := d.Attach("parked").WaitJob(ctx, sub.FirstID)
@@ -152,5 +152,8 @@ func TestCLICancelWithoutCoordinator(t *testing.T) {
 	code, out, errOut := runCLI(t, "", append([]string{"cancel", "-g", "g", "--timeout", "300ms"}, conn...)...)
 	if code != exitPending || !strings.Contains(out, `group "g": cancel stored; no coordinator answered within 300ms`) {
 		t.Fatalf("cancel: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if errOut != "" {
+		t.Fatalf("cancel said it twice; stderr: %s", errOut)
 	}
 }

@@ -48,8 +48,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "%s\nRun '%s --help' for usage.\n", message(err), cmd.CommandPath())
 		return exitUsage
 	case errors.As(err, new(pendingError)):
-		fmt.Fprintln(stderr, message(err))
-		return exitPending
+		return exitPending // the command has said so on its output
 	case errors.As(err, new(silentError)):
 		return exitError // the command has already said what went wrong
 	default:

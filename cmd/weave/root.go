@@ -94,3 +94,11 @@ type pendingError struct{ err error }
 
 func (e pendingError) Error() string { return e.err.Error() }
 func (e pendingError) Unwrap() error { return e.err }
+
+// count says n things, in the singular for one: "1 job", "3 jobs".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}

@@ -134,7 +134,7 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 		info = stderr
 	}
 	if !s.jsonOut {
-		fmt.Fprintf(info, "group %q: %d jobs submitted", s.group, res.Accepted)
+		fmt.Fprintf(info, "group %q: %s submitted", s.group, count(res.Accepted, "job"))
 		if res.Duplicates > 0 {
 			fmt.Fprintf(info, ", %d duplicates dropped", res.Duplicates)
 		}
@@ -169,7 +169,7 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 		}
 		res.Summary = &sum
 		if !s.jsonOut {
-			fmt.Fprintf(info, "group %q finished: %d jobs, %d done, %d failed, %d canceled\n", s.group, sum.Jobs, sum.Done, sum.Failed, sum.Canceled)
+			fmt.Fprintf(info, "group %q finished: %s, %d done, %d failed, %d canceled\n", s.group, count(sum.Jobs, "job"), sum.Done, sum.Failed, sum.Canceled)
 		}
 	}
 	if s.jsonOut {

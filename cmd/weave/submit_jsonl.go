@@ -140,8 +140,12 @@ func (jr *jobReader) next() (j dispatcher.Job, ok bool) {
 // Err returns the error that ended the jobs, nil at a clean end of input.
 func (jr *jobReader) Err() error { return jr.err }
 
-// plainReason is a wire validation error without its sentinel's words ("weave: invalid name: "),
-// which the line's own context replaces.
+// plainReason is a wire validation error without its sentinel's words ("invalid name: ",
+// "invalid job option: "), which the line's own context replaces.
 func plainReason(err error) string {
-	return strings.TrimPrefix(strings.TrimPrefix(err.Error(), "weave: "), "invalid name: ")
+	reason := err.Error()
+	for _, sentinel := range []error{wire.ErrBadName, wire.ErrBadOption} {
+		reason = strings.TrimPrefix(reason, sentinel.Error()+": ")
+	}
+	return reason
 }

@@ -169,10 +169,10 @@ func (m JobMeta) Validate() error {
 		return err
 	}
 	if m.MaxAttempts < 0 || m.MaxAttempts > MaxAttemptsLimit {
-		return fmt.Errorf("%w: MaxAttempts %d outside 0..%d", ErrBadName, m.MaxAttempts, MaxAttemptsLimit)
+		return fmt.Errorf("%w: MaxAttempts %d outside 0..%d", ErrBadOption, m.MaxAttempts, MaxAttemptsLimit)
 	}
 	if m.Timeout < 0 || m.Timeout > MaxTimeout {
-		return fmt.Errorf("%w: Timeout %v outside 0..%v", ErrBadName, m.Timeout, MaxTimeout)
+		return fmt.Errorf("%w: Timeout %v outside 0..%v", ErrBadOption, m.Timeout, MaxTimeout)
 	}
 	return nil
 }

@@ -19,7 +19,11 @@ const Version = 1
 const DefaultNamespace = "weave"
 
 // ErrBadName reports a namespace, group ID, job key or resource name that cannot be used.
-var ErrBadName = errors.New("weave: invalid name")
+var ErrBadName = errors.New("invalid name")
+
+// ErrBadOption reports a job option outside its limits (MaxAttempts, Timeout). Like ErrBadName it
+// carries no "weave:" prefix: callers put it after their own.
+var ErrBadOption = errors.New("invalid job option")
 
 const (
 	maxNamespaceLen = 32
