@@ -113,6 +113,9 @@ func (r *run) analyse(ctx context.Context) *report {
 	for id, ex := range byJob {
 		duplicates += len(ex) - 1
 		for _, e := range ex {
+			if r.startedAtStop(e) {
+				continue // in flight at the fault: counted against the bound
+			}
 			for _, o := range ex {
 				if o.Attempt > e.Attempt && o.At.Before(e.At) {
 					stale = append(stale, fmt.Sprintf("job %d attempt %d on %s at %s, after attempt %d had started on %s",
@@ -373,4 +376,22 @@ func countSummaries(st storedGroups) int {
 		n += len(s)
 	}
 	return n
+}
+
+// resumeGrace is how soon after a stopped worker's SIGCONT a handler's start record may come and
+// still be a start from before the SIGSTOP: the worker checks a job's lease right before its
+// handler runs, and a stop that lands between that check and the handler's first write (its start
+// record) shows the start only once the process runs again.
+const resumeGrace = 100 * time.Millisecond
+
+// startedAtStop reports whether e's start record came on a worker right after it was resumed from
+// a SIGSTOP: it passed the worker's lease check before the stop, so it was in flight at the fault
+// rather than a queued job run after its lease lapsed.
+func (r *run) startedAtStop(e execution) bool {
+	for _, f := range r.faults {
+		if f.kind == faultStop && slices.Contains(f.affected, e.Worker) && !e.At.Before(f.end) && e.At.Sub(f.end) <= resumeGrace {
+			return true
+		}
+	}
+	return false
 }

@@ -47,7 +47,10 @@
 //     start their jobs until it runs out. Jobs only queued on a worker never started, so they are
 //     not in the bound, and running them twice is a failure;
 //   - no superseded attempt runs: no execution of an attempt starts after a later attempt of the
-//     same job started (a worker waking after its lease ran out must not run what it held);
+//     same job started (a worker waking after its lease ran out must not run what it held). A
+//     start record within 100 ms of a stopped worker's SIGCONT is a start from before the stop
+//     (the stop landed between the worker's lease check and the handler's first write): it was
+//     in flight at the fault, and counts against the bound above;
 //   - every incarnation summarised in NS_RESULTS and seen finish by the producer's Handle.Wait;
 //   - no stall: after every fault cfg.progress executions start within cfg.stall, and once the
 //     faults end the producer finishes within cfg.drain;
