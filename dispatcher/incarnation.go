@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/weavejobs/weave/internal/directget"
+	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -27,9 +29,7 @@ func (d *Dispatcher) controlState(ctx context.Context, gtok string, upTo uint64)
 	subject := d.names.GroupSubject(gtok)
 	var st groupState
 	for from := uint64(1); from < upTo; {
-		rctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
-		msgs, err := get.Next(rctx, subject, from, 256)
-		cancel()
+		msgs, err := d.nextControls(ctx, get, subject, from)
 		if err != nil {
 			return st, fmt.Errorf("weave: read the control messages of group token %q: %w", gtok, err)
 		}
@@ -54,6 +54,29 @@ func (d *Dispatcher) controlState(ctx context.Context, gtok string, upTo uint64)
 		from = msgs[len(msgs)-1].Seq + 1
 	}
 	return st, nil
+}
+
+// nextControls reads up to 256 control messages from sequence from, trying again within
+// RequestTimeout while the stream cannot answer (a new or re-elected stream leader), as the
+// dispatcher's other requests do.
+func (d *Dispatcher) nextControls(ctx context.Context, get *directget.Client, subject string, from uint64) ([]*directget.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		tctx, tcancel := context.WithTimeout(ctx, d.cfg.RequestTimeout/4)
+		msgs, err := get.Next(tctx, subject, from, 256)
+		tcancel()
+		if err == nil || ctx.Err() != nil || !topology.Transient(err) {
+			return msgs, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // running returns the open sequence of the group's incarnation that is sealed and still

@@ -207,6 +207,8 @@ func (c *Client) readBatch(ctx context.Context, ch <-chan *nats.Msg, from uint64
 			return got, nil
 		case "204": // end of batch
 			return got, nil
+		case "503": // no responders: the stream has no leader able to answer yet
+			return got, fmt.Errorf("weave: direct get batch from %d: %w", from, nats.ErrNoResponders)
 		default:
 			return got, fmt.Errorf("weave: direct get batch from %d: status %s %s", from, resp.Header.Get("Status"), resp.Header.Get("Description"))
 		}
