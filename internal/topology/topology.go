@@ -247,9 +247,10 @@ func Transient(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNotAvailable
+		errors.As(err, &apiErr) && apiErr.Code == 503
 }
 
-// jsClusterNotAvailable is the server's "JetStream system temporarily unavailable" (a cluster
-// without a meta leader); nats.go has no constant for it.
-const jsClusterNotAvailable jetstream.ErrorCode = 10008
+// An API error with code 503 is the server's "service unavailable" class: "JetStream system
+// temporarily unavailable" (10008: no meta leader), or "insufficient resources" (10023) when a
+// replicated consumer cannot be placed because peers are down. Both pass once the cluster has its
+// nodes back; a worker retrying logs the error each time, so a real resource limit shows.
