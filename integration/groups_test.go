@@ -216,7 +216,9 @@ func TestUnsealedGroupsDoNotBlock(t *testing.T) {
 	eventually(t, 30*time.Second, "status to show the unsealed groups", func() bool {
 		var err error
 		st, err = coordinator.QueryStatus(e.ctx, e.nc, e.ns)
-		return err == nil && st.Unsealed == stalled && st.Jobs["done"] == 51
+		// (Finished groups leave the index, so "done" counts here would race with the normal
+		// group being forgotten: only the unsealed groups are checked.)
+		return err == nil && st.Unsealed == stalled
 	})
 	if len(st.Groups) == 0 || st.Groups[0].Sealed || st.Groups[0].OpenedAt.IsZero() || st.Groups[0].LastHeard.IsZero() {
 		t.Fatalf("first listed group %+v: want an unsealed group with its open and last-heard times", st.Groups[0])
