@@ -82,6 +82,9 @@ func cancelGroup(ctx context.Context, stdout io.Writer, h *dispatcher.Handle, jo
 	case errors.Is(err, dispatcher.ErrNoAnswer) && ctx.Err() == nil: // not interrupted, nor refused by the server
 		fmt.Fprintf(stdout, "group %q: %s stored; no coordinator answered within %v: it is applied when a coordinator runs\n", group, what, timeout)
 		return pendingError{err}
+	case errors.Is(err, dispatcher.ErrGroupNotOpen):
+		// The coordinator's reason repeats what the sentinel says: one sentence is enough.
+		return fmt.Errorf("cancel group %q refused by the coordinator: no such group, or it has finished", group)
 	case err != nil:
 		return fmt.Errorf("cancel group %q: %w", group, err)
 	}

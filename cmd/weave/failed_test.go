@@ -136,7 +136,8 @@ func TestCLIFailedJobs(t *testing.T) {
 	// A group that is not open (finished, or never published): the coordinator refuses.
 	for _, g := range []string{"parked", "no-such-group"} {
 		code, out, errOut := cli("", "cancel", "-g", g)
-		if code != exitError || !strings.Contains(errOut, "group is not open") || !strings.Contains(errOut, "group "+g+" is not open") {
+		want := `cancel group "` + g + `" refused by the coordinator: no such group, or it has finished`
+		if code != exitError || !strings.Contains(errOut, want) || strings.Count(errOut, "weave:") != 1 {
 			t.Errorf("cancel of %s: exit %d\nstdout: %s\nstderr: %s", g, code, out, errOut)
 		}
 	}
