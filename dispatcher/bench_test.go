@@ -3,7 +3,9 @@ package dispatcher_test
 import (
 	"context"
 	"iter"
+	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,4 +164,81 @@ func (r *reference) publish(ctx context.Context, b *testing.B, group string, job
 		b.Fatal(ctx.Err())
 	}
 	control(wire.GroupControl{Group: group, Op: wire.OpSeal, Count: uint64(n)})
+}
+
+// BenchmarkWaiters measures what waiting costs: 10,000 callers each Wait on a group of their own
+// (Handles from Attach, the groups running), all at once on one Dispatcher. It reports the
+// memory each waiter adds (Go heap and goroutine stacks, the caller's goroutine included), the
+// RESULTS consumers while they wait (0: Wait needs none), and how long it takes from the last
+// group's summary being recorded to every Wait returning.
+//
+//	go test -run='^$' -bench=Waiters -benchtime=1x ./dispatcher/
+func BenchmarkWaiters(b *testing.B) {
+	const n = 10_000
+	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Minute)
+	defer cancel()
+	srv := jstest.New(b)
+	nc := jstest.NewConn(b, srv.ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	names, _ := wire.NewNames("bench")
+	if _, err := topology.Init(ctx, js, names, topology.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		d, err := dispatcher.New(nc, dispatcher.Config{Namespace: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var waiting sync.WaitGroup
+		waiting.Add(n)
+		dispatcher.SetWaitHook(d, waiting.Done)
+		before := inUse()
+		done := make(chan error, n)
+		for i := range n {
+			h := d.Attach("waiter-" + strconv.Itoa(i))
+			go func() {
+				_, err := h.Wait(ctx)
+				done <- err
+			}()
+		}
+		waiting.Wait()
+		perWaiter := float64(inUse()-before) / n
+		info, err := js.Stream(ctx, names.ResultsStream())
+		if err != nil {
+			b.Fatal(err)
+		}
+		consumers := info.CachedInfo().State.Consumers
+		sum := wire.AppendSummary(nil, wire.GroupSummary{})
+		for i := range n {
+			if _, err := js.PublishAsync(names.OutcomeSubject(wire.GroupToken("waiter-"+strconv.Itoa(i))), sum); err != nil {
+				b.Fatal(err)
+			}
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		}
+		start := time.Now()
+		for range n {
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(perWaiter, "B/waiter")
+		b.ReportMetric(float64(consumers), "consumers")
+		b.ReportMetric(time.Since(start).Seconds()*1e3, "ms-to-release-all")
+		d.Close()
+	}
+}
+
+// inUse is the process's Go heap and goroutine stacks in use after a collection.
+func inUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse + m.StackInuse
 }

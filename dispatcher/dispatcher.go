@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/internal/directget"
 	"github.com/weavejobs/weave/internal/natsver"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
@@ -133,8 +134,13 @@ type Dispatcher struct {
 	sumMu      sync.Mutex
 	sumSub     *nats.Subscription
 	sumWaiters map[string]map[*summaryWaiter]struct{}
-	jobWaiters map[string]*groupJobWaiters // WaitJob and WaitKey calls by group token (see jobwait.go)
+	jobWaiters map[string]*groupJobWaiters           // WaitJob and WaitKey calls by group token (see jobwait.go)
+	followers  map[string]map[chan struct{}]struct{} // Wait and Outcomes calls by group token (see follow)
 	sumClosed  bool
+
+	// results reads the RESULTS stream with direct gets for every wait and scan of this
+	// Dispatcher, so they share one reply subscription instead of opening one per read.
+	results *directget.Client
 
 	// skipRunningCheck, set by tests that stand in for a coordinator which accepted a second
 	// incarnation of a group, lets Publish skip its check for a sealed running one (running).
@@ -188,12 +194,13 @@ func New(nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return &Dispatcher{
-		nc:    nc,
-		js:    js,
-		names: names,
-		cfg:   cfg,
-		log:   cfg.Logger.With().Str("component", "dispatcher").Str("namespace", cfg.Namespace).Logger(),
-		slots: make(chan struct{}, cfg.MaxPending),
+		nc:      nc,
+		js:      js,
+		names:   names,
+		cfg:     cfg,
+		log:     cfg.Logger.With().Str("component", "dispatcher").Str("namespace", cfg.Namespace).Logger(),
+		slots:   make(chan struct{}, cfg.MaxPending),
+		results: directget.New(nc, names.ResultsStream()),
 	}, nil
 }
 

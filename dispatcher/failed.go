@@ -540,17 +540,15 @@ type outcomeMsg struct {
 // scanOutcomes yields the messages stored on subject (wildcards allowed) from sequence from up to
 // sequence upTo, in stream order, reading scanPage messages per request. With keep set, it skips the messages
 // whose Weave-Group-Seq header keep refuses, before decoding them. A message that cannot be
-// decoded yields an error wrapping ErrMalformedOutcome, and the sequence continues; a read error
-// is yielded last.
+// decoded yields an error wrapping ErrMalformedOutcome beside a message holding only its
+// sequence, and the sequence continues; a read error is yielded last, beside nil.
 func (d *Dispatcher) scanOutcomes(ctx context.Context, subject string, from, upTo uint64, keep func(groupSeq string) bool) iter.Seq2[*outcomeMsg, error] {
 	return func(yield func(*outcomeMsg, error) bool) {
 		stream := d.names.ResultsStream()
-		get := directget.New(d.nc, stream)
-		defer get.Close()
 		prefix := d.names.OutcomeSubject("")
 		for from <= upTo {
 			rctx, cancel := d.requestContext(ctx)
-			msgs, err := get.Next(rctx, subject, from, scanPage)
+			msgs, err := d.results.Next(rctx, subject, from, scanPage)
 			cancel()
 			if err != nil {
 				yield(nil, fmt.Errorf("weave: read %s: %w", subject, err))
@@ -574,7 +572,7 @@ func (d *Dispatcher) scanOutcomes(ctx context.Context, subject string, from, upT
 				}
 				if err != nil {
 					err = fmt.Errorf("%w: %s sequence %d (%s): %w", ErrMalformedOutcome, stream, m.Seq, m.Subject, err)
-					if !yield(nil, err) {
+					if !yield(&outcomeMsg{seq: m.Seq}, err) {
 						return
 					}
 					continue

@@ -3,14 +3,15 @@ package dispatcher
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -170,7 +171,8 @@ func (h *Handle) CancelJobs(ctx context.Context, ids ...uint64) error {
 // Wait blocks until the group has finished (every job is in a final state) and returns its
 // outcome, or returns ctx's error. It reads the group's outcomes from the RESULTS stream from the
 // beginning, so it works for a group that finished long ago (within the result retention)
-// and from any process. A message that cannot be decoded stops Wait with an error wrapping
+// and from any process. Like WaitJob it creates no consumer, so any number of Wait calls may run
+// at once (see follow). A message that cannot be decoded stops Wait with an error wrapping
 // ErrMalformedOutcome. Wait holds every outcome in memory; for very large groups use Outcomes or
 // WaitSummary.
 func (h *Handle) Wait(ctx context.Context) (*Result, error) {
@@ -179,7 +181,7 @@ func (h *Handle) Wait(ctx context.Context) (*Result, error) {
 		index = map[uint64]int{}
 		bad   error
 	)
-	sum, err := h.follow(ctx, false, func(o JobOutcome) bool {
+	sum, err := h.follow(ctx, func(o JobOutcome) bool {
 		if i, ok := index[o.ID]; ok {
 			jobs[i] = o
 			return true
@@ -202,15 +204,15 @@ func (h *Handle) Wait(ctx context.Context) (*Result, error) {
 
 // Outcomes streams the group's job outcomes in the order they were recorded, from the beginning,
 // waiting for new ones until the group has finished; then the sequence ends. Memory use does not
-// depend on the group's size. A job may appear more than once if the coordinator repeated a
-// record after a crash.
+// depend on the group's size, and it creates no consumer (see follow). A job may appear more
+// than once if the coordinator repeated a record after a crash.
 //
 // A message that cannot be decoded yields an error wrapping ErrMalformedOutcome and the sequence
 // continues, so the caller may skip it; any other error (ctx's end included) is yielded last.
 func (h *Handle) Outcomes(ctx context.Context) iter.Seq2[JobOutcome, error] {
 	return func(yield func(JobOutcome, error) bool) {
 		stopped := false
-		_, err := h.follow(ctx, false, func(o JobOutcome) bool {
+		_, err := h.follow(ctx, func(o JobOutcome) bool {
 			stopped = !yield(o, nil)
 			return !stopped
 		}, func(err error) bool {
@@ -236,19 +238,20 @@ func (h *Handle) WaitSummary(ctx context.Context) (Summary, error) {
 	if sum, ok, err := h.waitSummary(ctx); ok || err != nil {
 		return sum, err
 	}
-	// The Dispatcher was closed: wait with a consumer of our own.
-	var bad error
-	sum, err := h.follow(ctx, true, func(JobOutcome) bool { return true }, func(err error) bool {
-		bad = err
-		return false
+	// The Dispatcher was closed: read the stored summary on a growing interval.
+	var (
+		sum    Summary
+		found  bool
+		stored error
+	)
+	_, _, err := waitShared[struct{}](ctx, h.d, nil, func() bool {
+		sum, found, stored = h.storedSummary(ctx)
+		return found || errors.Is(stored, ErrMalformedOutcome) || errors.Is(stored, nats.ErrConnectionClosed)
 	})
-	if bad != nil {
-		return Summary{}, bad
-	}
 	if err != nil {
-		return Summary{}, err
+		return Summary{}, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, err)
 	}
-	return *sum, nil
+	return sum, stored
 }
 
 // WaitJob blocks until the outcome of the job with the given ID is recorded and returns it, or
@@ -288,7 +291,8 @@ func (h *Handle) WaitKey(ctx context.Context, key string) (JobOutcome, error) {
 }
 
 // waitOne waits for the job w names, on the shared subscription (see jobwait.go), or once the
-// Dispatcher is closed, with a consumer of its own; what names the job in errors.
+// Dispatcher is closed, by reading the group's outcomes on a growing interval (follow); what
+// names the job in errors.
 func (h *Handle) waitOne(ctx context.Context, what string, w *jobWaiter) (JobOutcome, error) {
 	if h.err != nil {
 		return JobOutcome{}, h.err
@@ -312,14 +316,14 @@ func (h *Handle) waitOne(ctx context.Context, what string, w *jobWaiter) (JobOut
 }
 
 // followOne follows the group's outcomes until one matches and returns it; what names the job in
-// errors. It stops reading at the match: follow deletes its consumer when each returns false.
+// errors. It stops reading at the match.
 func (h *Handle) followOne(ctx context.Context, what string, match func(*JobOutcome) bool) (JobOutcome, error) {
 	var (
 		found JobOutcome
 		ok    bool
 		bad   error // the first undecodable message
 	)
-	sum, err := h.follow(ctx, false, func(o JobOutcome) bool {
+	sum, err := h.follow(ctx, func(o JobOutcome) bool {
 		if match(&o) {
 			found, ok = o, true
 			return false
@@ -344,11 +348,17 @@ func (h *Handle) followOne(ctx context.Context, what string, match func(*JobOutc
 	}
 }
 
-// follow reads the group's outcome subject in stream order with an ordered consumer, passing every
-// outcome to each and every undecodable message to bad, until the group's summary arrives, which
-// it returns. It starts at the subject's first message, or with lastOnly at its last one. It
+// follow reads the group's outcome subject in stream order, passing every outcome to each and
+// every undecodable message to bad, until the group's summary arrives, which it returns. It
 // returns nil, nil when each or bad returns false.
-func (h *Handle) follow(ctx context.Context, lastOnly bool, each func(JobOutcome) bool, bad func(error) bool) (*Summary, error) {
+//
+// It needs no consumer, so any number of Wait and Outcomes calls cost the server nothing but
+// reads: it reads what is stored with batch direct gets, then waits on the Dispatcher's shared
+// outcome subscription, which signals each message of the group, and reads again from where it
+// stopped. Rechecks on a growing interval are the backstop for signals the subscription missed
+// (written while the connection was down, or not yet served by the stream when signalled), and
+// the only way after Close.
+func (h *Handle) follow(ctx context.Context, each func(JobOutcome) bool, bad func(error) bool) (*Summary, error) {
 	if h.err != nil {
 		return nil, h.err
 	}
@@ -358,67 +368,70 @@ func (h *Handle) follow(ctx context.Context, lastOnly bool, each func(JobOutcome
 	if err := h.resolveIncarnation(ctx); err != nil {
 		return nil, err
 	}
-	policy := jetstream.DeliverAllPolicy
-	if lastOnly {
-		policy = jetstream.DeliverLastPerSubjectPolicy
-	}
-	stream := h.d.names.ResultsStream()
-	cons, err := h.d.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{h.d.names.OutcomeSubject(h.gtok)},
-		DeliverPolicy:  policy,
-		// A backstop: follow deletes its consumer when it returns, unless the server is gone.
-		InactiveThreshold: time.Minute,
-	})
+	sig := make(chan struct{}, 1)
+	registered, err := h.d.watchGroup(h.gtok, sig)
 	if err != nil {
-		return nil, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, err)
+		return nil, err
 	}
-	msgs, err := cons.Messages()
-	if err != nil {
-		return nil, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, err)
+	if registered {
+		defer h.d.unwatchGroup(h.gtok, sig)
 	}
-	defer h.stop(ctx, stream, cons, msgs)
 
+	keep := func(groupSeq string) bool { return sameIncarnation(h.openSeq, groupSeq) }
+	subject := h.d.names.OutcomeSubject(h.gtok)
+	from := uint64(1)
+	interval := firstRecheck
+	waited := false // the test hook has been called
 	for {
-		msg, err := msgs.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return nil, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, err)
-		}
-		if v := msg.Headers().Get(wire.HdrGroupSeq); h.openSeq != 0 && v != "" && v != strconv.FormatUint(h.openSeq, 10) {
-			continue // another incarnation of the group ID
-		}
-		outs, sum, err := wire.DecodeOutcomeMsg(msg.Data())
-		if err != nil {
-			seq := uint64(0)
-			if meta, merr := msg.Metadata(); merr == nil {
-				seq = meta.Sequence.Stream
+		read := from
+		for m, err := range h.d.scanOutcomes(ctx, subject, from, math.MaxUint64, keep) {
+			switch {
+			case errors.Is(err, ErrMalformedOutcome):
+				from = m.seq + 1
+				if !bad(fmt.Errorf("%w: group %q: %w", ErrMalformedOutcome, h.group, err)) {
+					return nil, nil
+				}
+				continue
+			case ctx.Err() != nil:
+				return nil, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, ctx.Err())
+			case errors.Is(err, nats.ErrConnectionClosed):
+				return nil, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, err)
+			case err != nil:
+				// A stream without a leader for a moment, a timeout: read again at the next recheck.
+				h.d.log.Debug().Err(err).Str("group", h.group).Msg("read a group's outcomes")
+				continue
 			}
-			if !bad(fmt.Errorf("%w: group %q, %s sequence %d: %w", ErrMalformedOutcome, h.group, stream, seq, err)) {
-				return nil, nil
+			from = m.seq + 1
+			if m.sum != nil {
+				s := summaryOf(m.sum)
+				return &s, nil
 			}
-			continue
-		}
-		if sum != nil {
-			s := summaryOf(sum)
-			return &s, nil
-		}
-		for i := range outs {
-			if !each(jobOutcome(h.group, &outs[i])) {
-				return nil, nil
+			for i := range m.outs {
+				if !each(jobOutcome(h.group, &m.outs[i])) {
+					return nil, nil
+				}
 			}
 		}
-	}
-}
-
-// stop ends a follow: it stops the message iterator and deletes the server's consumer, bounded by
-// a fresh context since ctx may be done.
-func (h *Handle) stop(ctx context.Context, stream string, cons jetstream.Consumer, msgs jetstream.MessagesContext) {
-	fctx, cancel := h.d.finishContext(ctx)
-	defer cancel()
-	msgs.Stop()
-	if info := cons.CachedInfo(); info != nil {
-		if err := h.d.js.DeleteConsumer(fctx, stream, info.Name); err != nil {
-			// The server removes it after InactiveThreshold anyway.
-			h.d.log.Debug().Err(err).Str("consumer", info.Name).Msg("delete outcome consumer")
+		if hook := h.d.waitHook; hook != nil && !waited {
+			hook()
+		}
+		waited = true
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("weave: read outcomes of group %q: %w", h.group, ctx.Err())
+		case <-sig:
+			t.Stop()
+			if from > read {
+				interval = firstRecheck
+			} else {
+				// Signalled, yet the last read found nothing new: the stream may serve the message
+				// a moment after the subscription delivered it, so read again soon.
+				interval = recheckSoon
+			}
+		case <-t.C:
+			interval = min(2*interval, maxRecheck)
 		}
 	}
 }

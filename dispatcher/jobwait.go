@@ -212,8 +212,8 @@ func (s *jobScan) next(ctx context.Context) (out JobOutcome, found, finished boo
 }
 
 // waitJob is WaitJob and WaitKey on the shared subscription. It returns ok false, having done
-// nothing more to wait, when the subscription is closed (Close); the caller then waits with a
-// consumer.
+// nothing more to wait, when the subscription is closed (Close); the caller then reads the
+// stored outcomes on a growing interval.
 func (h *Handle) waitJob(ctx context.Context, what string, w *jobWaiter) (out JobOutcome, ok bool, err error) {
 	registered, err := h.d.watchJob(h.gtok, w)
 	if err != nil || !registered {

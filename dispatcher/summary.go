@@ -32,6 +32,9 @@ const directGetAPI = "$JS.API.DIRECT.GET."
 const (
 	firstRecheck = 2 * time.Second
 	maxRecheck   = 30 * time.Second
+	// recheckSoon is the first recheck of a follower signalled of a message it could not read
+	// yet; it doubles from there.
+	recheckSoon = 10 * time.Millisecond
 )
 
 // Message prefixes (format version and kind) of a summary and of an outcome batch.
@@ -53,11 +56,13 @@ type summaryNote struct {
 	closed bool  // Close ended the subscription: wait some other way
 }
 
-// Close stops the subscription the Dispatcher shares between its WaitSummary, WaitJob and WaitKey
-// calls (started by the first one). It does not close the NATS connection, and the Dispatcher
-// remains usable: calls waiting at that moment, or made afterwards, fall back to a RESULTS
-// consumer of their own. Call Close when done with the Dispatcher; a Dispatcher that never waited
-// that way has nothing to stop. Close may be called more than once.
+// Close stops the subscriptions the Dispatcher shares between its waits (Wait, Outcomes,
+// WaitSummary, WaitJob and WaitKey; started by the first one) and its reads of the RESULTS
+// stream. It does not close the NATS connection, and the Dispatcher remains usable: calls
+// waiting at that moment, or made afterwards, read the stored outcomes on a growing interval
+// (firstRecheck up to maxRecheck) instead of being told of new ones. Call Close when done with
+// the Dispatcher; a Dispatcher that never waited has nothing to stop. Close may be called more
+// than once.
 func (d *Dispatcher) Close() {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
@@ -78,6 +83,56 @@ func (d *Dispatcher) Close() {
 	}
 	d.sumWaiters = nil
 	d.closeJobWaiters()
+	// Followers read once more and go on with rechecks alone (see follow).
+	for _, sigs := range d.followers {
+		for sig := range sigs {
+			wake(sig)
+		}
+	}
+	d.followers = nil
+	d.results.Close()
+}
+
+// wake signals a follower without blocking: one pending signal is all it needs, as it reads
+// everything stored since its last read.
+func wake(sig chan struct{}) {
+	select {
+	case sig <- struct{}{}:
+	default:
+	}
+}
+
+// watchGroup registers a follower of the group with token gtok (see follow), starting the shared
+// subscription if needed; each message on the group's outcome subject then signals sig. It
+// reports false, registering nothing, after Close.
+func (d *Dispatcher) watchGroup(gtok string, sig chan struct{}) (bool, error) {
+	d.sumMu.Lock()
+	defer d.sumMu.Unlock()
+	if d.sumClosed {
+		return false, nil
+	}
+	if err := d.subscribeOutcomes(); err != nil {
+		return false, err
+	}
+	sigs := d.followers[gtok]
+	if sigs == nil {
+		sigs = map[chan struct{}]struct{}{}
+		d.followers[gtok] = sigs
+	}
+	sigs[sig] = struct{}{}
+	return true, nil
+}
+
+// unwatchGroup removes a follower registered by watchGroup.
+func (d *Dispatcher) unwatchGroup(gtok string, sig chan struct{}) {
+	d.sumMu.Lock()
+	defer d.sumMu.Unlock()
+	if sigs := d.followers[gtok]; sigs != nil {
+		delete(sigs, sig)
+		if len(sigs) == 0 {
+			delete(d.followers, gtok)
+		}
+	}
 }
 
 // watchSummary registers a waiter for the summary of the group with token gtok, starting the
@@ -119,6 +174,7 @@ func (d *Dispatcher) subscribeOutcomes() error {
 	d.sumSub = sub
 	d.sumWaiters = map[string]map[*summaryWaiter]struct{}{}
 	d.jobWaiters = map[string]*groupJobWaiters{}
+	d.followers = map[string]map[chan struct{}]struct{}{}
 	return nil
 }
 
@@ -145,6 +201,9 @@ func (d *Dispatcher) routeOutcomes(m *nats.Msg) {
 	d.sumMu.Lock()
 	waiting := len(d.sumWaiters[gtok]) > 0
 	jobWaiting := d.jobWaiters[gtok] != nil
+	for sig := range d.followers[gtok] {
+		wake(sig)
+	}
 	d.sumMu.Unlock()
 	isBatch := bytes.HasPrefix(m.Data, outcomesPrefix)
 	if !jobWaiting && (!waiting || isBatch) {
@@ -187,8 +246,8 @@ func sameIncarnation(openSeq uint64, hdr string) bool {
 }
 
 // waitSummary is WaitSummary on the shared subscription. It returns ok false, having done
-// nothing more to wait, when the subscription is closed (Close); the caller then waits with a
-// consumer.
+// nothing more to wait, when the subscription is closed (Close); the caller then reads the
+// stored outcomes on a growing interval.
 func (h *Handle) waitSummary(ctx context.Context) (sum Summary, ok bool, err error) {
 	if err := h.resolveIncarnation(ctx); err != nil {
 		return Summary{}, false, err

@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"context"
+	"fmt"
 	"iter"
 	"reflect"
 	"slices"
@@ -286,5 +287,82 @@ func TestAttachInvalidGroup(t *testing.T) {
 	wantErrIs(t, err, dispatcher.ErrInvalidGroup)
 	for _, err := range h.Outcomes(ctx) {
 		wantErrIs(t, err, dispatcher.ErrInvalidGroup)
+	}
+}
+
+// TestWaitManyWaiters: a thousand Wait calls and a thousand Outcomes loops on one running group
+// wait without a consumer; each sees every outcome, in order, once the batches and the summary
+// are recorded.
+func TestWaitManyWaiters(t *testing.T) {
+	t.Parallel()
+	const n, jobs, perBatch = 1000, 300, 30
+	e := setup(t, dispatcher.Config{})
+	t.Cleanup(e.d.Close)
+	ctx := testContext(t)
+	h := e.d.Attach("crowd")
+	// The first batch is stored before anyone waits: it is read, the rest comes live.
+	first := make([]wire.Outcome, perBatch)
+	for i := range first {
+		first[i] = wire.Outcome{ID: uint64(i + 1), State: wire.FinalDone, Attempts: 1}
+	}
+	e.record(ctx, t, "crowd", outcomes(first...))
+	waiting := expectWaiting(e, 2*n)
+
+	type answer struct {
+		ids []uint64
+		sum dispatcher.Summary
+		err error
+	}
+	answers := make(chan answer, 2*n)
+	for range n {
+		go func() {
+			r, err := h.Wait(ctx)
+			var a answer
+			if a.err = err; err == nil {
+				a.sum = r.Summary
+				for _, o := range r.Jobs {
+					a.ids = append(a.ids, o.ID)
+				}
+			}
+			answers <- a
+		}()
+		go func() {
+			var a answer
+			for o, err := range h.Outcomes(ctx) {
+				if err != nil {
+					a.err = err
+					break
+				}
+				a.ids = append(a.ids, o.ID)
+			}
+			a.sum.Jobs = jobs // Outcomes does not return the summary
+			answers <- a
+		}()
+	}
+	awaitSignal(ctx, t, "every call to wait", waiting)
+	if c := e.resultsConsumers(ctx, t); c != 0 {
+		t.Fatalf("RESULTS has %d consumers while %d Wait and Outcomes calls wait", c, 2*n)
+	}
+	for from := perBatch + 1; from <= jobs; from += perBatch {
+		var outs []wire.Outcome
+		for id := from; id < from+perBatch; id++ {
+			outs = append(outs, wire.Outcome{ID: uint64(id), State: wire.FinalDone, Attempts: 1})
+		}
+		e.record(ctx, t, "crowd", outcomes(outs...))
+	}
+	e.record(ctx, t, "crowd", summary(jobs, jobs, 0, 0))
+	for i := range 2 * n {
+		a := receive(ctx, t, fmt.Sprintf("waiter %d", i), answers)
+		if a.err != nil || a.sum.Jobs != jobs || len(a.ids) != jobs {
+			t.Fatalf("waiter %d: %d outcomes, summary %+v, %v; want %d", i, len(a.ids), a.sum, a.err, jobs)
+		}
+		for j, id := range a.ids {
+			if id != uint64(j+1) {
+				t.Fatalf("waiter %d: outcome %d is job %d, want %d", i, j, id, j+1)
+			}
+		}
+	}
+	if c := e.resultsConsumers(ctx, t); c != 0 {
+		t.Fatalf("RESULTS has %d consumers after the waits", c)
 	}
 }
