@@ -183,7 +183,7 @@ func (p *pool) execute(t *task, start time.Time) outcome {
 	result, err, panicked := p.call(ctx, t)
 	out := p.outcome(ctx, t, time.Since(start), result, err, panicked)
 	if traced != nil {
-		traced(&out)
+		out = traced(out) // by value: a pointer to out would move it to the heap for every job
 	}
 	return out
 }

@@ -26,8 +26,9 @@ var kindNames = [...]string{
 }
 
 // traceRun starts the spans of one attempt and returns the handler's context, and the function
-// that ends the run span and starts the outcome span (nil when nothing is traced).
-func (p *pool) traceRun(ctx context.Context, t *task, start time.Time) (context.Context, func(*outcome)) {
+// that ends the run span and returns the outcome with its outcome span (nil when nothing is
+// recorded).
+func (p *pool) traceRun(ctx context.Context, t *task, start time.Time) (context.Context, func(outcome) outcome) {
 	tracer, on := p.tracer.Get()
 	if t.trace == "" && !on {
 		return ctx, nil
@@ -54,7 +55,7 @@ func (p *pool) traceRun(ctx context.Context, t *task, start time.Time) (context.
 	_, queue := tracer.Start(ctx, tracing.SpanQueue, trace.WithTimestamp(published), trace.WithAttributes(attrs...))
 	queue.End(trace.WithTimestamp(start))
 	runCtx, run := tracer.Start(ctx, tracing.SpanRun, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(start), trace.WithAttributes(attrs...))
-	return runCtx, func(out *outcome) {
+	return runCtx, func(out outcome) outcome {
 		kind := kindNames[out.kind]
 		run.SetAttributes(attribute.String("weave.outcome", kind))
 		if out.report.Status != wire.StatusOK {
@@ -63,6 +64,7 @@ func (p *pool) traceRun(ctx context.Context, t *task, start time.Time) (context.
 		run.End()
 		// A sibling of the run, in the job's trace: it starts when the run has ended.
 		_, out.span = tracer.Start(ctx, tracing.SpanOutcome, trace.WithAttributes(append(attrs, attribute.String("weave.outcome", kind))...))
+		return out
 	}
 }
 

@@ -47,8 +47,7 @@ func BenchmarkTraceRun(b *testing.B) {
 		p := &pool{tracer: tracing.New(tp), workerID: "w"}
 		for b.Loop() {
 			_, end := p.traceRun(b.Context(), tk, time.Now())
-			out := outcome{kind: kindOK}
-			end(&out)
+			out := end(outcome{kind: kindOK})
 			out.span.End()
 		}
 	})
