@@ -112,7 +112,7 @@ func (e *engine) inspectJob(id uint64, hint string) wire.InspectReply {
 	st, ok := e.idx.State(id)
 	if !ok {
 		// Not tracked: its group is complete and forgotten (or it never existed). The retained
-		// incarnations opened before it may hold its outcome.
+		// incarnations opened before it may hold its outcome, nearest first.
 		var rep wire.InspectReply
 		for i := len(e.retained) - 1; i >= 0 && len(rep.Candidates) < wire.MaxInspectGroups; i-- {
 			r := &e.retained[i]
@@ -120,6 +120,8 @@ func (e *engine) inspectJob(id uint64, hint string) wire.InspectReply {
 				rep.Candidates = append(rep.Candidates, retainedLive(r))
 			}
 		}
+		// The incarnation opened last before the job is the likeliest to hold it: read first.
+		slices.SortFunc(rep.Candidates, func(a, b wire.GroupLive) int { return cmp.Compare(b.Incarnation, a.Incarnation) })
 		return rep
 	}
 	jl := &wire.JobLive{ID: id, State: st.String()}

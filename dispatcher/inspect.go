@@ -178,6 +178,22 @@ func (d *Dispatcher) job(ctx context.Context, id uint64, hint string) (*JobInfo,
 	if err != nil {
 		return nil, err
 	}
+	if msg == nil {
+		// Not stored: beyond the stream's end, it never existed (no need to read outcomes).
+		s, err := d.stream(ctx, d.names.JobsStream())
+		if err != nil {
+			return nil, err
+		}
+		rctx, cancel := d.requestContext(ctx)
+		si, err := s.Info(rctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("weave: job %d: %w", id, err)
+		}
+		if id > si.State.LastSeq {
+			return nil, fmt.Errorf("%w: no job %d: the %s stream ends at %d", ErrJobNotFound, id, d.names.JobsStream(), si.State.LastSeq)
+		}
+	}
 	if msg != nil {
 		if meta, err := wire.ParseJobMeta(msg.Header); err == nil {
 			info.Group, info.Key, info.MaxAttempts = meta.Group, meta.Key, meta.MaxAttempts

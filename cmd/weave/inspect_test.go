@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
 )
@@ -136,4 +138,31 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestWatchStatusOnTerminal: on a terminal each status clears the screen and is written whole;
+// an error is shown and the status asked for again.
+func TestWatchStatusOnTerminal(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var w syncBuffer
+	calls := 0
+	query := func() (*coordinator.Status, error) {
+		calls++
+		switch calls {
+		case 2:
+			return nil, errors.New("no coordinator answered")
+		case 3:
+			cancel()
+		}
+		return &coordinator.Status{Namespace: "ns", Jobs: map[string]uint64{"pending": uint64(calls)}}, nil
+	}
+	if err := watchStatus(ctx, &w, true, false, time.Millisecond, query); err != nil {
+		t.Fatal(err)
+	}
+	out := w.String()
+	if strings.Count(out, clearScreen) != 2 || !strings.Contains(out, "no coordinator answered (asking again every 1ms)") ||
+		strings.Count(out, "namespace ns") != 1 || !strings.Contains(out, "Ctrl-C to stop") {
+		t.Fatalf("watch output:\n%q", out)
+	}
 }
