@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -481,6 +482,10 @@ func (d *Dispatcher) Groups(ctx context.Context) ([]GroupInfo, error) {
 	if err := d.fillSummaries(ctx, retained, seqs); err != nil {
 		return nil, err
 	}
+	// The coordinator lists the retained ones roughly in completion order (the order their
+	// messages were purged); by their summaries' times they are exact.
+	first := len(out) - len(retained)
+	slices.SortStableFunc(out[first:], func(a, b GroupInfo) int { return b.CompletedAt.Compare(a.CompletedAt) })
 	return out, nil
 }
 
@@ -505,6 +510,9 @@ func (d *Dispatcher) fillSummaries(ctx context.Context, gis []*GroupInfo, seqs [
 		if _, sum, err := wire.DecodeOutcomeMsg(m.Data); err == nil && sum != nil {
 			s := summaryOf(sum)
 			gis[i].Summary, gis[i].Admitted, gis[i].Abandoned = &s, s.Jobs, s.Abandoned
+			if at := storedTime(m.Header); !at.IsZero() {
+				gis[i].CompletedAt = at // when the summary was stored
+			}
 		}
 	}
 	return nil
