@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -61,16 +62,19 @@ type JobInfo struct {
 	Result []byte `json:"result,omitempty"`
 	Err    string `json:"error,omitempty"`
 	// Pool is the pool a running attempt was released to, and Workers that pool's live
-	// workers. The coordinator releases a batch to a pool, any of whose workers takes it, so
-	// Worker (the one running it) is known only when the pool has a single worker.
+	// workers. The coordinator releases a batch to a pool, any of whose workers takes it:
+	// Worker, the one running it, is the one that says so when asked (or the pool's only
+	// worker while the job waits in its queue).
 	Pool    string   `json:"pool,omitempty"`
 	Workers []string `json:"workers,omitempty"`
 	Worker  string   `json:"worker,omitempty"`
 	// PublishedAt is when its message was stored (zero once JOBS no longer holds it);
-	// ReleasedAt when its current attempt was released to a pool (live only); RetryAt when a
-	// job in StateRetryWait is released again; EndedAt when its outcome was stored.
+	// ReleasedAt when its current attempt was released to a pool (live only); StartedAt when
+	// the running attempt's handler started (as its worker says); RetryAt when a job in
+	// StateRetryWait is released again; EndedAt when its outcome was stored.
 	PublishedAt time.Time `json:"published_at,omitzero"`
 	ReleasedAt  time.Time `json:"released_at,omitzero"`
+	StartedAt   time.Time `json:"started_at,omitzero"`
 	RetryAt     time.Time `json:"retry_at,omitzero"`
 	EndedAt     time.Time `json:"ended_at,omitzero"`
 }
@@ -218,6 +222,9 @@ func (d *Dispatcher) job(ctx context.Context, id uint64, hint string) (*JobInfo,
 		}
 		info.Pool, info.Workers, info.Worker = j.Pool, j.Workers, j.Worker
 		info.ReleasedAt, info.RetryAt = j.Released, j.RetryAt
+		if info.State == StateRunning && info.Pool != "" {
+			d.askHolder(ctx, info)
+		}
 		for _, a := range j.History {
 			info.History = append(info.History, Attempt{At: a.At, Worker: a.Worker, Err: a.Error})
 		}
@@ -253,6 +260,27 @@ func (d *Dispatcher) job(ctx context.Context, id uint64, hint string) (*JobInfo,
 		return nil, fmt.Errorf("weave: job %d of group %q has not ended, and its live state is unknown: %w", id, info.Group, ErrNoCoordinator)
 	}
 	return nil, fmt.Errorf("%w: no job %d is stored, and no outcome of it within the result retention", ErrJobNotFound, id)
+}
+
+// heldTimeout bounds the wait for the worker running a job to answer.
+const heldTimeout = 500 * time.Millisecond
+
+// askHolder asks the workers of a running job's pool which of them runs it: the one that does
+// answers with its ID and when its handler started. Without an answer (the batch is still queued
+// on a worker, or that worker is older than this protocol) Worker stays as the coordinator said.
+func (d *Dispatcher) askHolder(ctx context.Context, info *JobInfo) {
+	ctx, cancel := context.WithTimeout(ctx, min(heldTimeout, d.cfg.RequestTimeout))
+	defer cancel()
+	req, _ := json.Marshal(wire.HeldRequest{Version: wire.Version, Job: info.ID}) // plain fields only
+	m, err := d.nc.RequestWithContext(ctx, d.names.HeldSubject(info.Pool), req)
+	if err != nil {
+		return
+	}
+	var rep wire.HeldReply
+	if json.Unmarshal(m.Data, &rep) != nil || rep.Version != wire.Version || rep.Worker == "" {
+		return
+	}
+	info.Worker, info.StartedAt = rep.Worker, rep.Started
 }
 
 func cmpOr(a, b string) string {

@@ -261,8 +261,9 @@ func TestPermissions(t *testing.T) {
 		names.CancelSubject(),
 		names.WorkSubject(poolB),
 		names.JournalSubject(),
-		names.InspectSubject(), // inspection is for producers and observers
-		names.StandbySubject(), // only a coordinator stands by
+		names.InspectSubject(),   // inspection is for producers and observers
+		names.StandbySubject(),   // only a coordinator stands by
+		names.HeldSubject(poolA), // workers answer held-job requests, they do not ask
 	} {
 		if err := wbNC.Publish(subject, []byte("x")); err != nil {
 			t.Fatal(err)
@@ -310,7 +311,7 @@ func TestPermissions(t *testing.T) {
 	}
 	// The observer inspects the running job: its live state and worker from the coordinator,
 	// its key and publish time from its stored message.
-	if info, err := od.Job(pe.ctx, held.ID); err != nil || info.State != dispatcher.StateRunning || info.Worker != "wa" || info.Key != "held" || info.PublishedAt.IsZero() {
+	if info, err := od.Job(pe.ctx, held.ID); err != nil || info.State != dispatcher.StateRunning || info.Worker != "wa" || info.Key != "held" || info.PublishedAt.IsZero() || info.StartedAt.IsZero() {
 		t.Fatalf("observer inspecting the running job: %+v, %v", info, err)
 	}
 	if g, err := od.Group(pe.ctx, "g1"); err != nil || g.State != dispatcher.GroupComplete {

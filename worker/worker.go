@@ -163,6 +163,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("weave: worker %s: subscribe to cancellations: %w", cfg.ID, err)
 	}
 	defer func() { _ = cancelSub.Unsubscribe() }()
+	heldSub, err := w.answerHeld(cancels) // see held.go
+	if err != nil {
+		return fmt.Errorf("weave: worker %s: subscribe to held-job requests: %w", cfg.ID, err)
+	}
+	defer func() { _ = heldSub.Unsubscribe() }()
 
 	slots := &pool{
 		handler: w.handler, base: handlerCtx, cancels: cancels, grace: cfg.TimeoutGrace, maxResult: cfg.MaxResultSize,

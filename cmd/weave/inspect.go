@@ -121,6 +121,7 @@ func printJob(w io.Writer, j *dispatcher.JobInfo, now time.Time) error {
 	}
 	field("PUBLISHED", when(now, j.PublishedAt))
 	field("RELEASED", when(now, j.ReleasedAt))
+	field("STARTED", when(now, j.StartedAt))
 	if !j.RetryAt.IsZero() {
 		field("RETRY AT", j.RetryAt.Local().Format("2006-01-02 15:04:05.000")+" (in "+j.RetryAt.Sub(now).Round(time.Second).String()+")")
 	}

@@ -166,7 +166,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 		results, jobs, rejected := names.ResultsStream(), names.JobsStream(), names.RejectedStream()
 		p.Publish = append(info,
 			names.AllGroups(), names.AllJobs(), // open, jobs, seal, cancel
-			names.StatusSubject(), names.InspectSubject(),
+			names.StatusSubject(), names.InspectSubject(), names.HeldSubject("*"),
 			// Wait and Outcomes: an ordered consumer on one group's outcomes; WaitJob and
 			// WaitSummary: direct gets.
 			api("CONSUMER.CREATE."+results+".*."+ns+".out.*"), api("CONSUMER.MSG.NEXT."+results+".*"),
@@ -184,7 +184,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 	case Observer:
 		results, jobs := names.ResultsStream(), names.JobsStream()
 		p.Publish = append(info,
-			names.StatusSubject(), names.InspectSubject(),
+			names.StatusSubject(), names.InspectSubject(), names.HeldSubject("*"),
 			// The failed list reads the outcomes.
 			api("CONSUMER.CREATE."+results+".>"), api("CONSUMER.MSG.NEXT."+results+".*"),
 			api("CONSUMER.INFO."+results+".*"), api("CONSUMER.DELETE."+results+".*"),
@@ -205,7 +205,9 @@ func For(names wire.Names, u User) (Permissions, error) {
 			api("CONSUMER.MSG.NEXT."+work+"."+cons),
 			"$JS.ACK."+work+"."+cons+".>",
 		)
-		p.Subscribe = []string{names.CancelSubject(), inbox}
+		// Inspection asks the pool's workers which one runs a job; that one answers.
+		p.Subscribe = []string{names.CancelSubject(), names.HeldSubject(pool), inbox}
+		p.AllowResponses = true
 	}
 	return p, nil
 }

@@ -41,10 +41,10 @@ func TestWorkerPermissions(t *testing.T) {
 	if !slices.Equal(p.Publish, want) {
 		t.Errorf("publish\n got %q\nwant %q", p.Publish, want)
 	}
-	if wantSub := []string{"ns.cancel", "_INBOX_ns-worker-w1.>"}; !slices.Equal(p.Subscribe, wantSub) {
+	if wantSub := []string{"ns.cancel", "ns.api.held." + pool, "_INBOX_ns-worker-w1.>"}; !slices.Equal(p.Subscribe, wantSub) {
 		t.Errorf("subscribe %q, want %q", p.Subscribe, wantSub)
 	}
-	if p.AllowResponses || p.InboxPrefix != "_INBOX_ns-worker-w1" {
+	if !p.AllowResponses || p.InboxPrefix != "_INBOX_ns-worker-w1" {
 		t.Errorf("allow responses %v, inbox %q", p.AllowResponses, p.InboxPrefix)
 	}
 
@@ -78,13 +78,13 @@ func TestRolePermissions(t *testing.T) {
 		},
 		{
 			role:   Producer,
-			pub:    []string{"ns.group.>", "ns.jobs.>", "ns.api.status", "ns.api.inspect", "$JS.API.CONSUMER.CREATE.ns_RESULTS.*.ns.out.*", "$JS.API.DIRECT.GET.ns_RESULTS.>", "$JS.API.DIRECT.GET.ns_JOBS"},
+			pub:    []string{"ns.group.>", "ns.jobs.>", "ns.api.status", "ns.api.inspect", "ns.api.held.*", "$JS.API.CONSUMER.CREATE.ns_RESULTS.*.ns.out.*", "$JS.API.DIRECT.GET.ns_RESULTS.>", "$JS.API.DIRECT.GET.ns_JOBS"},
 			notPub: []string{"$JS.API.STREAM.CREATE.ns_JOBS", "ns.out.>", "ns.work.>", "ns.ev.>", "ns.cancel"},
 			sub:    []string{"ns.out.>", "ns.reply.>", "_INBOX_ns-producer.>"},
 		},
 		{
 			role:   Observer,
-			pub:    []string{"ns.api.status", "ns.api.inspect", "$JS.API.CONSUMER.CREATE.ns_RESULTS.>", "$JS.API.DIRECT.GET.ns_JOBS"},
+			pub:    []string{"ns.api.status", "ns.api.inspect", "ns.api.held.*", "$JS.API.CONSUMER.CREATE.ns_RESULTS.>", "$JS.API.DIRECT.GET.ns_JOBS"},
 			notPub: []string{"ns.group.>", "ns.jobs.>", "$JS.API.STREAM.CREATE.ns_RESULTS", "ns.api.standby"},
 			sub:    []string{"_INBOX_ns-observer.>"},
 		},
@@ -179,7 +179,7 @@ func TestRender(t *testing.T) {
 	}
 	for _, want := range []string{
 		"nsc add user --account 'ACC' --name 'ns-worker-w1'",
-		"--allow-sub 'ns.cancel,_INBOX_ns-worker-w1.>'",
+		"--allow-sub 'ns.cancel,ns.api.held." + wire.PoolKey([]string{"eu"}) + ",_INBOX_ns-worker-w1.>'",
 		"--allow-pub-response=1",
 		"'$JS.API.STREAM.INFO.ns_JOBS,",
 	} {
@@ -187,7 +187,7 @@ func TestRender(t *testing.T) {
 			t.Errorf("nsc commands lack %q:\n%s", want, nsc.String())
 		}
 	}
-	if strings.Count(nsc.String(), "--allow-pub-response") != 1 {
-		t.Errorf("only the coordinator answers requests:\n%s", nsc.String())
+	if strings.Count(nsc.String(), "--allow-pub-response") != 2 {
+		t.Errorf("the coordinator and the worker (held-job requests) answer requests:\n%s", nsc.String())
 	}
 }

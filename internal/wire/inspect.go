@@ -12,6 +12,24 @@ import (
 // may not.
 func (n Names) InspectSubject() string { return n.ns + ".api.inspect" }
 
+// HeldSubject is where the workers of a pool answer whether they run a job (core NATS
+// request/reply, JSON HeldRequest and HeldReply): the coordinator releases a batch to a pool, and
+// only the worker that took it knows it runs the job. Only that worker answers.
+func (n Names) HeldSubject(pool string) string { return n.ns + ".api.held." + pool }
+
+// HeldRequest asks the workers of a pool which of them runs a job.
+type HeldRequest struct {
+	Version int    `json:"v"`
+	Job     uint64 `json:"job"`
+}
+
+// HeldReply is the answer of the worker running the job.
+type HeldReply struct {
+	Version int       `json:"v"`
+	Worker  string    `json:"worker"`
+	Started time.Time `json:"started"` // when its handler started
+}
+
 // StandbySubject carries the announcements of standby coordinators (core NATS, JSON
 // StandbyAnnounce): the active one lists those it heard recently in its status.
 func (n Names) StandbySubject() string { return n.ns + ".api.standby" }
