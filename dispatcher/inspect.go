@@ -113,9 +113,13 @@ type GroupInfo struct {
 }
 
 // Job looks up a job by ID. A job that has not ended is described by the running coordinator
-// (ErrNoCoordinator without one); one that ended, from its stored outcome. It returns an error
-// wrapping ErrJobNotFound when no job has the ID, or its outcome is older than the result
-// retention.
+// (ErrNoCoordinator without one), and a running one by the worker running it; one that ended,
+// from its stored outcome. It returns an error wrapping ErrJobNotFound when no job has the ID, or
+// its outcome is older than the result retention.
+//
+// Cost: a few requests for a job that has not ended, or whose stored message names its group;
+// otherwise it reads the outcomes of the retained groups that may hold it (the coordinator names
+// them, nearest first), and without a coordinator every stored outcome.
 func (d *Dispatcher) Job(ctx context.Context, id uint64) (*JobInfo, error) {
 	if id == 0 {
 		return nil, fmt.Errorf("%w: job IDs start at 1", ErrJobNotFound)
@@ -124,7 +128,8 @@ func (d *Dispatcher) Job(ctx context.Context, id uint64) (*JobInfo, error) {
 }
 
 // JobByKey looks up the job of a group with a key, as Job does. When the group ID was published
-// more than once, the latest job with the key wins. It returns an error wrapping ErrInvalidGroup
+// more than once, the latest job with the key wins. It reads the group's stored job messages and
+// outcomes (a batch direct get per 32), so its cost grows with the group's size. It returns an error wrapping ErrInvalidGroup
 // or ErrInvalidJob for a bad group ID or key, and ErrJobNotFound when no stored job or outcome
 // of the group has the key.
 func (d *Dispatcher) JobByKey(ctx context.Context, groupID, key string) (*JobInfo, error) {
