@@ -49,3 +49,23 @@ func TestWorkTracesRoundTrip(t *testing.T) {
 		t.Errorf("untraced jobs: %v allocations, header %v", allocs, bare.Header)
 	}
 }
+
+// FuzzWorkTraces: whatever a work batch's Weave-Trace values hold (the worker cannot trust
+// them), reading them never panics and gives a job only a trace text of bounded size that
+// ParseTrace splits without panicking.
+func FuzzWorkTraces(f *testing.F) {
+	f.Add("5 1700000000123456 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01 a=1")
+	f.Add("5")
+	f.Add("x y z")
+	f.Add("5  ")
+	f.Fuzz(func(t *testing.T, v string) {
+		jobs := []WorkJob{{ID: 5}, {ID: 6}}
+		WorkTraces(nats.Header{HdrTrace: {v, v}}, jobs)
+		for _, j := range jobs {
+			if len(j.Trace) > maxTraceLen {
+				t.Fatalf("trace of %d bytes", len(j.Trace))
+			}
+			ParseTrace(j.Trace)
+		}
+	})
+}
