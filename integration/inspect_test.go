@@ -164,6 +164,18 @@ func TestInspectJobsAndGroups(t *testing.T) {
 		t.Errorf("groups after both completed (latest first): %+v, %v", gs, err)
 	}
 
+	// A second incarnation of "ins" (its failed job run again): the job with the key in the
+	// latest incarnation wins.
+	old := byKey("ins", "bad")
+	rh, err := e.d.Redrive(e.ctx, "ins")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.wait(rh)
+	if again := byKey("ins", "bad"); again.ID <= old.ID || again.Incarnation <= old.Incarnation || again.State != dispatcher.StateFailed {
+		t.Errorf("key of a group run again: %+v, the first incarnation's %+v", again, old)
+	}
+
 	// Unknown jobs and groups; bad arguments.
 	if _, err := e.d.Job(e.ctx, 1_000_000); !errors.Is(err, dispatcher.ErrJobNotFound) {
 		t.Errorf("unknown job: %v", err)
