@@ -82,7 +82,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		return err
 	}
 	host, _ := os.Hostname()
+	stopAnnounce := c.announceStandby(ctx, host+"/"+strconv.Itoa(os.Getpid())) // see inspect.go
 	l, err := lease.Acquire(ctx, c.js, c.names.LeaseBucket(), host+"/"+strconv.Itoa(os.Getpid()), c.cfg.LeaseTTL, c.cfg.Streams.Replicas)
+	stopAnnounce()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -86,7 +86,8 @@ func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
 			continue
 		}
 		infos = append(infos, releasedInfo{id: j.id, key: meta.Key, maxAttempts: meta.MaxAttempts})
-		work = append(work, wire.WorkJob{ID: j.id, Attempt: j.attempt, Timeout: meta.Timeout, Group: meta.Group, Key: meta.Key, Payload: m.Data})
+		work = append(work, wire.WorkJob{ID: j.id, Attempt: j.attempt, Timeout: meta.Timeout, Group: meta.Group, Key: meta.Key, Payload: m.Data,
+			Trace: wire.JobTrace(m.Header)}) // the producer's trace context travels in the batch's header
 	}
 	// The loop learns keys and limits before any worker can report on these jobs.
 	r.notify(infos...)
@@ -118,6 +119,7 @@ func (r *run) publishWork(ctx context.Context, pool string, work []wire.WorkJob)
 		}
 		m := nats.NewMsg(r.names.WorkSubject(pool))
 		m.Data = wire.AppendWork(nil, work[:n])
+		wire.SetWorkTraces(m, work[:n])
 		f, perr := r.c.js.PublishMsgAsync(m)
 		if perr != nil {
 			for _, j := range work[:n] {

@@ -35,6 +35,7 @@ type run struct {
 	eventsCh chan jetstream.Msg // EVENTS: reports and journal
 	hbCh     chan heartbeatIn   // heartbeats and joins (see pools.go)
 	statusCh chan chan *Status
+	insp     *inspector // inspection requests and standbys heard (inspect.go)
 
 	// Written by release pipelines (never blocking them), read by the loop.
 	relMu      sync.Mutex
@@ -86,6 +87,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 		eventsCh:  make(chan jetstream.Msg, chanSize),
 		hbCh:      make(chan heartbeatIn, chanSize),
 		statusCh:  make(chan chan *Status),
+		insp:      newInspector(),
 		relNotify: make(chan struct{}, 1),
 		forgetCh:  make(chan finishedGroup, chanSize),
 		storedCh:  make(chan []uint64, chanSize),
@@ -116,6 +118,9 @@ func (r *run) replay(ctx context.Context) error {
 		return err
 	}
 	r.stop = append(r.stop, func() { _ = statusSub.Unsubscribe() })
+	if err := r.subscribeInspect(); err != nil {
+		return err
+	}
 
 	r.log.Debug().Msg("replaying jobs")
 	// The feed carries payloads: the jobs about to be released are usually recent, so their
@@ -443,6 +448,8 @@ func (r *run) loop(ctx context.Context) error {
 			}
 		case reply := <-r.statusCh:
 			reply <- r.e.status()
+		case q := <-r.insp.ch:
+			q.reply <- r.e.inspect(q.req)
 		case <-retry.C:
 			r.e.tick(r.cfg.now())
 		case <-expiry.C:
@@ -611,7 +618,9 @@ func (r *run) serveStatus(m *nats.Msg) {
 	case <-time.After(2 * time.Second):
 		return
 	}
-	if err := m.Respond((<-reply).Marshal()); err != nil && !errors.Is(err, nats.ErrMsgNoReply) {
+	st := <-reply
+	st.Standbys = r.insp.standbys.list(time.Now())
+	if err := m.Respond(st.Marshal()); err != nil && !errors.Is(err, nats.ErrMsgNoReply) {
 		r.log.Warn().Err(err).Msg("status reply failed")
 	}
 }

@@ -31,6 +31,7 @@ type Status struct {
 	Resources []ResourceStatus  `json:"resources"`
 	Pools     []PoolStatus      `json:"pools"`
 	Workers   []WorkerStatus    `json:"workers"`
+	Standbys  []StandbyStatus   `json:"standbys,omitempty"` // standby coordinators heard lately (inspect.go)
 }
 
 // Totals are counters since this coordinator took over.

@@ -10,10 +10,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weavejobs/weave/internal/directget"
 	"github.com/weavejobs/weave/internal/natsver"
 	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/tracing"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -107,6 +109,12 @@ type Config struct {
 	// (the coordinator seals a group that hears nothing for its AbandonAfter, 5 minutes by
 	// default). Default 30s (DefaultKeepAlive).
 	KeepAlive time.Duration
+
+	// TracerProvider records the weave.publish span of each Publish. Default: OpenTelemetry's
+	// global provider (otel.GetTracerProvider), read at each Publish; no span is recorded while
+	// none is installed. Each job carries the trace context of Publish's ctx either way (W3C
+	// traceparent header), so a handler's ctx continues the producer's trace.
+	TracerProvider trace.TracerProvider
 }
 
 // Dispatcher publishes groups of jobs to Weave and waits for their outcomes. It is safe for
@@ -145,6 +153,8 @@ type Dispatcher struct {
 	// skipRunningCheck, set by tests that stand in for a coordinator which accepted a second
 	// incarnation of a group, lets Publish skip its check for a sealed running one (running).
 	skipRunningCheck bool
+
+	tracer *tracing.Tracer // see trace.go
 
 	// waitHook, if set (by tests), is called by each WaitSummary, WaitJob and WaitKey that found
 	// nothing stored yet once it waits on the shared subscription.
@@ -201,6 +211,7 @@ func New(nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 		log:     cfg.Logger.With().Str("component", "dispatcher").Str("namespace", cfg.Namespace).Logger(),
 		slots:   make(chan struct{}, cfg.MaxPending),
 		results: directget.New(nc, names.ResultsStream()),
+		tracer:  tracing.New(cfg.TracerProvider),
 	}, nil
 }
 

@@ -50,9 +50,25 @@
 // there is nothing to redrive, and with ErrJobGone when a job's message is no longer stored; in
 // each case it publishes nothing.
 //
+// # Inspection
+//
+// Dispatcher.Job and Dispatcher.JobByKey describe one job (its state, attempts with their errors,
+// result or error, the pool and worker running it, when it was published, released and ended);
+// Dispatcher.Group a group (its progress while it runs, its summary after); Dispatcher.Groups the
+// active groups and those complete within the result retention. What has not ended comes from the
+// running coordinator (ErrNoCoordinator without one), what ended from the streams.
+//
+// # Traces
+//
+// Each job carries the W3C trace context of the ctx given to Publish, so a worker's handler
+// continues the producer's trace. With a tracer provider (Config.TracerProvider, or
+// OpenTelemetry's global one) Publish records a weave.publish span; with none nothing is
+// recorded.
+//
 // # Errors
 //
 // Errors wrap one of the package's sentinels (ErrInvalidConfig, ErrInvalidGroup, ErrInvalidJob,
 // ErrNotOpened, ErrNotSealed, ErrMalformedOutcome, ErrJobNotFound, ErrGroupRunning, ErrNotFailed,
-// ErrJobGone), a context error or a NATS client error, and can be examined with errors.Is.
+// ErrJobGone, ErrNoCoordinator, ErrGroupNotFound), a context error or a NATS client error, and
+// can be examined with errors.Is.
 package dispatcher

@@ -47,18 +47,21 @@ type JobOutcome struct {
 
 // Attempt is one failed attempt of a job.
 type Attempt struct {
-	At     time.Time
-	Worker string
-	Err    string
+	At     time.Time `json:"at"`
+	Worker string    `json:"worker,omitempty"`
+	Err    string    `json:"error"`
 }
 
 // Summary counts a finished group's jobs by final state; Jobs = Done + Failed + Canceled.
 type Summary struct {
-	Jobs, Done, Failed, Canceled int
+	Jobs     int `json:"jobs"`
+	Done     int `json:"done"`
+	Failed   int `json:"failed"`
+	Canceled int `json:"canceled"`
 	// Abandoned says the group was never sealed by its producer: it published no job and no
 	// keep-alive for the coordinator's AbandonAfter (the producer died, or a raw client never
 	// sealed), so the coordinator sealed it with the jobs it had.
-	Abandoned bool
+	Abandoned bool `json:"abandoned,omitempty"`
 }
 
 func summaryOf(s *wire.GroupSummary) Summary {

@@ -90,7 +90,9 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 // job's key would give it. Redrive uses it to publish a job again under the key it had, which the
 // key's own dedup ID would have JetStream drop within the dedup window. It is not a Job field
 // because no producer needs it: Key already gives a job a dedup ID.
-func (d *Dispatcher) publish(ctx context.Context, groupID string, jobs iter.Seq2[Job, string]) (*Handle, error) {
+func (d *Dispatcher) publish(ctx context.Context, groupID string, jobs iter.Seq2[Job, string]) (h *Handle, err error) {
+	ctx, endSpan := d.tracePublish(ctx, groupID) // see trace.go
+	defer func() { endSpan(h, err) }()
 	if err := validateGroupID(groupID); err != nil {
 		return nil, err
 	}
@@ -117,13 +119,14 @@ func (d *Dispatcher) publish(ctx context.Context, groupID string, jobs iter.Seq2
 		// A seal of a group that is not open is refused, and jobs of it would be: publish none.
 		return nil, fmt.Errorf("%w: %w", ErrNotOpened, err)
 	}
-	h := d.Attach(groupID)
+	h = d.Attach(groupID)
 	h.openSeq = openSeq
 	p := &publication{
 		d:       d,
 		h:       h,
 		subject: d.names.JobSubject(h.gtok),
 		queue:   make([]inflight, d.cfg.MaxPending),
+		trace:   newJobTrace(ctx),
 	}
 	defer func() {
 		// Seal also when the iterator panics, so the coordinator does not wait for the group
@@ -210,6 +213,8 @@ type publication struct {
 
 	// stopKeepAlive stops the group's keep-alives (see keepAlive); nil until the open is stored.
 	stopKeepAlive func()
+
+	trace jobTrace // the trace context each job carries (trace.go)
 }
 
 // publishJobs streams the jobs until the iterator ends or an error stops it.
@@ -244,6 +249,7 @@ func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq2[Job, strin
 		if msgID != "" {
 			header.Set(wire.HdrMsgID, msgID)
 		}
+		p.trace.set(header)
 		// Like the open, retry a while if the stream has no leader (a cluster's leader change).
 		ack, err := p.d.js.PublishMsgAsync(&nats.Msg{Subject: p.subject, Header: header, Data: job.Payload},
 			jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))

@@ -261,6 +261,9 @@ func TestPermissions(t *testing.T) {
 		names.CancelSubject(),
 		names.WorkSubject(poolB),
 		names.JournalSubject(),
+		names.InspectSubject(),   // inspection is for producers and observers
+		names.StandbySubject(),   // only a coordinator stands by
+		names.HeldSubject(poolA), // workers answer held-job requests, they do not ask
 	} {
 		if err := wbNC.Publish(subject, []byte("x")); err != nil {
 			t.Fatal(err)
@@ -305,6 +308,14 @@ func TestPermissions(t *testing.T) {
 	case held = <-heldJob:
 	case <-pe.ctx.Done():
 		t.Fatal("the held job never ran")
+	}
+	// The observer inspects the running job: its live state and worker from the coordinator,
+	// its key and publish time from its stored message.
+	if info, err := od.Job(pe.ctx, held.ID); err != nil || info.State != dispatcher.StateRunning || info.Worker != "wa" || info.Key != "held" || info.PublishedAt.IsZero() || info.StartedAt.IsZero() {
+		t.Fatalf("observer inspecting the running job: %+v, %v", info, err)
+	}
+	if g, err := od.Group(pe.ctx, "g1"); err != nil || g.State != dispatcher.GroupComplete {
+		t.Fatalf("observer inspecting a complete group: %+v, %v", g, err)
 	}
 	wbJS, err := jetstream.New(wbNC)
 	if err != nil {

@@ -20,11 +20,12 @@ const canceledMemory = 10 * time.Minute
 type cancelRegistry struct {
 	mu      sync.Mutex
 	running map[uint64]context.CancelCauseFunc
+	started map[uint64]time.Time // when each running job's handler started (held.go)
 	early   map[uint64]time.Time // canceled before starting here, by when it was canceled
 }
 
 func newCancelRegistry() *cancelRegistry {
-	return &cancelRegistry{running: map[uint64]context.CancelCauseFunc{}, early: map[uint64]time.Time{}}
+	return &cancelRegistry{running: map[uint64]context.CancelCauseFunc{}, started: map[uint64]time.Time{}, early: map[uint64]time.Time{}}
 }
 
 // start registers a job about to run and returns its context; canceled reports a job canceled
@@ -39,6 +40,7 @@ func (r *cancelRegistry) start(parent context.Context, id uint64) (ctx context.C
 		return ctx, cancel, true
 	}
 	r.running[id] = cancel
+	r.started[id] = time.Now()
 	return ctx, cancel, false
 }
 
@@ -46,6 +48,7 @@ func (r *cancelRegistry) start(parent context.Context, id uint64) (ctx context.C
 func (r *cancelRegistry) end(id uint64) {
 	r.mu.Lock()
 	delete(r.running, id)
+	delete(r.started, id)
 	r.mu.Unlock()
 }
 

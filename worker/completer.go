@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -84,13 +85,15 @@ type completerEvent struct {
 	batch    *batch
 	report   wire.Report
 	isReport bool
+	span     trace.Span // the report's weave.outcome span, or nil (trace.go)
 }
 
 // publication is one report message on its way to JetStream.
 type publication struct {
 	msg     *nats.Msg
-	id      string   // Nats-Msg-Id, so a retry after a lost acknowledgement is deduplicated
-	batches []*batch // the batch of each report in the message
+	id      string       // Nats-Msg-Id, so a retry after a lost acknowledgement is deduplicated
+	batches []*batch     // the batch of each report in the message
+	spans   []trace.Span // weave.outcome spans to end once stored
 	fut     jetstream.PubAckFuture
 	err     error // set when the last publish failed; fut is then nil
 }
@@ -114,6 +117,7 @@ type completer struct {
 	pending        []wire.Report
 	pendingBatches []*batch
 	pendingBytes   int
+	pendingSpans   []trace.Span
 	linger         *time.Timer
 	lingering      bool
 	lastFlush      time.Time      // when the last report message was sent
@@ -217,6 +221,9 @@ func (c *completer) add(ev completerEvent) {
 	}
 	c.pending = append(c.pending, ev.report)
 	c.pendingBatches = append(c.pendingBatches, ev.batch)
+	if ev.span != nil {
+		c.pendingSpans = append(c.pendingSpans, ev.span)
+	}
 	c.pendingBytes += size
 	// Group commit, at most one message per ReportLinger: with no report message on its way and
 	// none sent for ReportLinger, send at once (a lone report is never delayed); otherwise gather
@@ -272,7 +279,9 @@ func (c *completer) flush() {
 		msg:     &nats.Msg{Subject: c.subject, Data: data},
 		id:      fmt.Sprintf("%s.%d", c.runID, c.seq),
 		batches: c.pendingBatches,
+		spans:   c.pendingSpans,
 	}
+	c.pendingSpans = nil
 	clear(c.pending) // drop references to results: data holds a copy
 	c.pending, c.pendingBatches, c.pendingBytes = c.pending[:0], nil, 0
 	c.inflight = append(c.inflight, p)
@@ -292,6 +301,7 @@ func (c *completer) persisted() {
 	c.inflight = c.inflight[1:]
 	c.backoff = 0
 	c.stats.reportBatches.Add(1)
+	endOutcomes(p.spans)
 	for _, b := range p.batches {
 		b.persisted++
 		switch {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weavejobs/weave/internal/natsver"
 	"github.com/weavejobs/weave/internal/topology"
@@ -117,6 +118,12 @@ type Config struct {
 	// fails the attempt permanently. Error texts longer than this are truncated. Default
 	// 64 KiB; at most the server's max payload less 1 KiB.
 	MaxResultSize int
+
+	// TracerProvider records each attempt's spans (weave.queue, weave.run, weave.outcome; see
+	// README, "Operating Weave"). Default: OpenTelemetry's global provider
+	// (otel.GetTracerProvider), read at each job; nothing is recorded while none is installed.
+	// Either way a handler's ctx continues the trace of the job's producer.
+	TracerProvider trace.TracerProvider
 
 	// clock replaces time.Now for lease lapses, in tests (export_test.go). Nil: time.Now.
 	clock func() time.Time

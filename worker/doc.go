@@ -66,6 +66,11 @@
 // and sleeping; the coordinator uses it to route work and `weave status` shows it. Worker.Stats
 // returns counters for metrics and benchmarks.
 //
+// A job published with a trace context (OpenTelemetry, W3C traceparent) gives its handler a ctx
+// that continues the producer's trace. With a tracer provider (Config.TracerProvider, or the
+// global one) each attempt records the spans weave.queue, weave.run and weave.outcome; with none,
+// tracing costs an untraced job nothing.
+//
 // # Identity and permissions
 //
 // A worker publishes only on subjects naming its pool and ID (heartbeats, its join request

@@ -9,7 +9,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/weavejobs/weave/internal/tracing"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -18,6 +20,7 @@ type task struct {
 	job     Job
 	timeout time.Duration // deadline in force: the job's timeout, else DefaultTimeout; 0 = none
 	batch   *batch
+	trace   string // the job's trace context (wire.JobTrace), or ""
 
 	// Owned by the shepherd. started is when the task was handed to a slot; reported is set
 	// once the attempt's outcome went to the completer, so that an outcome arriving later
@@ -44,6 +47,7 @@ const (
 type outcome struct {
 	report wire.Report
 	kind   kind
+	span   trace.Span // weave.outcome, ended once the report is stored (trace.go); nil if untraced
 }
 
 // completion is what a pool goroutine sends the shepherd after a handler returns.
@@ -67,6 +71,8 @@ type pool struct {
 	log       zerolog.Logger
 	stats     *counters
 	lapsed    func(*task) bool // whether the task's batch's lease has lapsed (batch.lapsed)
+	tracer    *tracing.Tracer  // see trace.go
+	workerID  string
 
 	wake    <-chan *task      // written by the shepherd; read by sleeping slots
 	done    chan<- completion // read by the shepherd
@@ -173,8 +179,13 @@ func (p *pool) execute(t *task, start time.Time) outcome {
 		})
 		defer watchdog.Stop()
 	}
+	ctx, traced := p.traceRun(ctx, t, start)
 	result, err, panicked := p.call(ctx, t)
-	return p.outcome(ctx, t, time.Since(start), result, err, panicked)
+	out := p.outcome(ctx, t, time.Since(start), result, err, panicked)
+	if traced != nil {
+		out = traced(out) // by value: a pointer to out would move it to the heap for every job
+	}
+	return out
 }
 
 // call runs the handler, turning a panic into an error.

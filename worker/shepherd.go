@@ -278,6 +278,7 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 	s.stats.batches.Add(1)
 	data := ev.msg.Data()
 	jobs, err := wire.DecodeWork(data)
+	wire.WorkTraces(ev.msg.Headers(), jobs)
 	if err == nil && len(jobs) == 0 {
 		err = fmt.Errorf("%w: work batch without jobs", wire.ErrMalformed)
 	}
@@ -313,6 +314,7 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 			},
 			timeout: s.cfg.timeoutOf(wj),
 			batch:   b,
+			trace:   wj.Trace,
 		}
 		switch {
 		case deliveries > 1:
@@ -461,7 +463,7 @@ func (s *shepherd) report(t *task, out outcome) {
 	default:
 		s.stats.jobsFailed.Add(1)
 	}
-	s.reports <- completerEvent{batch: t.batch, report: out.report, isReport: true}
+	s.reports <- completerEvent{batch: t.batch, report: out.report, isReport: true, span: out.span}
 }
 
 // startDrain stops pulling and gives back every job not started.

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/weavejobs/weave/internal/natsver"
+	"github.com/weavejobs/weave/internal/tracing"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -162,12 +163,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("weave: worker %s: subscribe to cancellations: %w", cfg.ID, err)
 	}
 	defer func() { _ = cancelSub.Unsubscribe() }()
+	heldSub, err := w.answerHeld(cancels) // see held.go
+	if err != nil {
+		return fmt.Errorf("weave: worker %s: subscribe to held-job requests: %w", cfg.ID, err)
+	}
+	defer func() { _ = heldSub.Unsubscribe() }()
 
 	slots := &pool{
 		handler: w.handler, base: handlerCtx, cancels: cancels, grace: cfg.TimeoutGrace, maxResult: cfg.MaxResultSize,
 		log: w.log, stats: &w.stats,
 		lapsed: func(t *task) bool { return t.batch.lapsed(cfg.now(), cfg.Lease) },
-		wake:   wake, done: done, expired: expired, quit: quit, exited: exited,
+		tracer: tracing.New(cfg.TracerProvider), workerID: cfg.ID,
+		wake: wake, done: done, expired: expired, quit: quit, exited: exited,
 	}
 
 	w.log.Info().Int("concurrency", n).Strs("resources", cfg.resources).Msg("worker: running")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -37,8 +38,10 @@ func checkNamespace(ctx context.Context, nc *nats.Conn, namespace string) error 
 
 func newStatusCmd(g *globals) *cobra.Command {
 	var (
-		conn    connFlags
-		jsonOut bool
+		conn     connFlags
+		jsonOut  bool
+		watch    bool
+		interval time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -46,38 +49,106 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Long: `Status asks the namespace's running coordinator for its current view: job counts per state,
 open groups (the first 100 in arrival order), resources (jobs requiring or preferring each, and
 the live slots holding it; pending jobs requiring a resource no live worker holds are flagged),
-worker pools, and workers busy or sleeping.`,
+worker pools, workers busy or sleeping, and the standby coordinators waiting for the lease.
+Groups that completed are listed by 'weave groups'.
+
+With --watch it asks again every --interval until interrupted: on a terminal it redraws the
+screen in place; otherwise it prints each status after the last (with --json, one object per
+line). A status that cannot be read is reported and asked for again.`,
+		Example: `  weave status
+  weave status --watch --interval 1s`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := conn.open(cmd.Context(), "status", g.log)
+			if interval <= 0 {
+				return usageErrorf("--interval %v: want a positive duration", interval)
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			s, err := conn.open(ctx, "status", g.log)
 			if err != nil {
 				return err
 			}
 			defer s.close()
-			ctx, cancel := contextWithTimeout(s.ctx, conn.timeout)
-			defer cancel()
-			st, err := coordinator.QueryStatus(ctx, s.nc, conn.namespace)
-			if err != nil {
-				// No coordinator answered: say so, unless the namespace does not even exist
-				// (a typo, say).
-				cctx, cancel := contextWithTimeout(s.ctx, conn.timeout)
+			query := func() (*coordinator.Status, error) {
+				ctx, cancel := contextWithTimeout(s.ctx, conn.timeout)
 				defer cancel()
-				if nerr := checkNamespace(cctx, s.nc, conn.namespace); errors.Is(nerr, coordinator.ErrNamespaceNotFound) {
-					return nerr
+				st, err := coordinator.QueryStatus(ctx, s.nc, conn.namespace)
+				if err != nil {
+					// No coordinator answered: say so, unless the namespace does not even exist
+					// (a typo, say).
+					cctx, cancel := contextWithTimeout(s.ctx, conn.timeout)
+					defer cancel()
+					if nerr := checkNamespace(cctx, s.nc, conn.namespace); errors.Is(nerr, coordinator.ErrNamespaceNotFound) {
+						return nil, nerr
+					}
+					return nil, s.explain(err)
 				}
-				return s.explain(err)
+				return st, nil
 			}
-			if jsonOut {
-				return writeJSON(cmd.OutOrStdout(), st, true)
+			if !watch {
+				st, err := query()
+				if err != nil {
+					return err
+				}
+				if jsonOut {
+					return writeJSON(cmd.OutOrStdout(), st, true)
+				}
+				return printStatus(cmd.OutOrStdout(), st)
 			}
-			return printStatus(cmd.OutOrStdout(), st)
+			return watchStatus(s.ctx, cmd.OutOrStdout(), isTerminal(cmd.OutOrStdout()), jsonOut, interval, query)
 		},
 	}
 	f := cmd.Flags()
 	conn.register(f)
 	f.BoolVar(&jsonOut, "json", false, "print the status as JSON")
+	f.BoolVarP(&watch, "watch", "w", false, "ask again every --interval until interrupted (redrawn in place on a terminal)")
+	f.DurationVar(&interval, "interval", 2*time.Second, "how often --watch asks")
 	conn.registerTimeout(f, defaultTimeout)
 	return cmd
+}
+
+// clearScreen moves the cursor home and clears the terminal (ANSI).
+const clearScreen = "\x1b[H\x1b[2J"
+
+// watchStatus prints the status every interval until ctx ends (then it returns nil). On a
+// terminal each status replaces the previous one, drawn at once from a buffer so it does not
+// flicker; elsewhere each follows the last. A namespace that does not exist ends it; any other
+// error is shown and the status asked for again.
+func watchStatus(ctx context.Context, w io.Writer, terminal, jsonOut bool, interval time.Duration, query func() (*coordinator.Status, error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for first := true; ; first = false {
+		var buf bytes.Buffer
+		if terminal {
+			buf.WriteString(clearScreen)
+		} else if !first && !jsonOut {
+			buf.WriteString("\n")
+		}
+		st, err := query()
+		switch {
+		case errors.Is(err, coordinator.ErrNamespaceNotFound):
+			return err
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			fmt.Fprintf(&buf, "%s  weave: %v (asking again every %v)\n", time.Now().Format(time.DateTime), err, interval)
+		case jsonOut:
+			_ = writeJSON(&buf, st, terminal) // a bytes.Buffer does not fail
+		default:
+			_ = printStatus(&buf, st)
+		}
+		if terminal && !jsonOut {
+			fmt.Fprintf(&buf, "\nevery %v; Ctrl-C to stop\n", interval)
+		}
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // stateOrder is the order of job states in tables; states not listed follow, sorted.
@@ -182,12 +253,26 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 			return err
 		}
 	}
+	if len(st.Standbys) > 0 {
+		if _, err := fmt.Fprintf(w, "\nSTANDBY COORDINATORS: %s\n", standbyList(st)); err != nil {
+			return err
+		}
+	}
 	if st.Unsealed > 0 {
 		_, err := fmt.Fprintf(w, "\n! %d groups are not sealed yet: they finish when their producer seals them, or when the\n"+
 			"  coordinator seals them after --abandon-after without a job or keep-alive (weave cancel ends one now)\n", st.Unsealed)
 		return err
 	}
 	return nil
+}
+
+// standbyList names the standby coordinators and how long each has waited.
+func standbyList(st *coordinator.Status) string {
+	parts := make([]string, len(st.Standbys))
+	for i, sb := range st.Standbys {
+		parts[i] = sb.Holder + " (waiting " + age(st.Time, sb.Since) + ")"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // ago formats how long before now t was, e.g. "3.2s ago".

@@ -25,14 +25,16 @@ type Role string
 // Roles.
 const (
 	// Coordinator schedules the namespace: it owns its streams and the lease, reads every
-	// stream, releases work, writes outcomes, hands back orphaned pools' work, answers status.
+	// stream, releases work, writes outcomes, hands back orphaned pools' work, answers status and
+	// inspection requests, and announces itself while it stands by.
 	Coordinator Role = "coordinator"
 	// Producer publishes groups and jobs, cancels them, waits for their outcomes, lists and
 	// retries failed jobs.
 	Producer Role = "producer"
 	// Worker runs the jobs of one pool (one resource set), as one worker ID or any ID of the pool.
 	Worker Role = "worker"
-	// Observer reads: status and the failed list. It publishes nothing but status requests.
+	// Observer reads: status, inspection and the failed list. It publishes nothing but status
+	// and inspection requests (and reads of the streams).
 	Observer Role = "observer"
 )
 
@@ -156,14 +158,15 @@ func For(names wire.Names, u User) (Permissions, error) {
 			names.RejectSubject(),                       // rejection records
 			names.CancelSubject(),                       // running jobs to cancel
 			names.AllReplies(),                          // answers to cancels (Weave-Reply)
+			names.StandbySubject(),                      // a standby announcing itself
 		)
-		p.Subscribe = []string{names.AllHeartbeats(), names.AllJoins(), names.StatusSubject(), inbox}
+		p.Subscribe = []string{names.AllHeartbeats(), names.AllJoins(), names.StatusSubject(), names.InspectSubject(), names.StandbySubject(), inbox}
 		p.AllowResponses = true // status replies, join answers, heartbeat refusals
 	case Producer:
 		results, jobs, rejected := names.ResultsStream(), names.JobsStream(), names.RejectedStream()
 		p.Publish = append(info,
 			names.AllGroups(), names.AllJobs(), // open, jobs, seal, cancel
-			names.StatusSubject(),
+			names.StatusSubject(), names.InspectSubject(), names.HeldSubject("*"),
 			// Wait and Outcomes: an ordered consumer on one group's outcomes; WaitJob and
 			// WaitSummary: direct gets.
 			api("CONSUMER.CREATE."+results+".*."+ns+".out.*"), api("CONSUMER.MSG.NEXT."+results+".*"),
@@ -179,13 +182,15 @@ func For(names wire.Names, u User) (Permissions, error) {
 		// NS.reply.<token>).
 		p.Subscribe = []string{names.AllOutcomes(), names.AllReplies(), inbox}
 	case Observer:
-		results := names.ResultsStream()
+		results, jobs := names.ResultsStream(), names.JobsStream()
 		p.Publish = append(info,
-			names.StatusSubject(),
+			names.StatusSubject(), names.InspectSubject(), names.HeldSubject("*"),
 			// The failed list reads the outcomes.
 			api("CONSUMER.CREATE."+results+".>"), api("CONSUMER.MSG.NEXT."+results+".*"),
 			api("CONSUMER.INFO."+results+".*"), api("CONSUMER.DELETE."+results+".*"),
 			api("DIRECT.GET."+results), api("DIRECT.GET."+results+".>"),
+			// Job inspection reads a job's stored message (group, key, when published).
+			api("DIRECT.GET."+jobs), api("DIRECT.GET."+jobs+".>"),
 		)
 		p.Subscribe = []string{inbox}
 	case Worker:
@@ -200,7 +205,9 @@ func For(names wire.Names, u User) (Permissions, error) {
 			api("CONSUMER.MSG.NEXT."+work+"."+cons),
 			"$JS.ACK."+work+"."+cons+".>",
 		)
-		p.Subscribe = []string{names.CancelSubject(), inbox}
+		// Inspection asks the pool's workers which one runs a job; that one answers.
+		p.Subscribe = []string{names.CancelSubject(), names.HeldSubject(pool), inbox}
+		p.AllowResponses = true
 	}
 	return p, nil
 }

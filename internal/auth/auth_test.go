@@ -41,10 +41,10 @@ func TestWorkerPermissions(t *testing.T) {
 	if !slices.Equal(p.Publish, want) {
 		t.Errorf("publish\n got %q\nwant %q", p.Publish, want)
 	}
-	if wantSub := []string{"ns.cancel", "_INBOX_ns-worker-w1.>"}; !slices.Equal(p.Subscribe, wantSub) {
+	if wantSub := []string{"ns.cancel", "ns.api.held." + pool, "_INBOX_ns-worker-w1.>"}; !slices.Equal(p.Subscribe, wantSub) {
 		t.Errorf("subscribe %q, want %q", p.Subscribe, wantSub)
 	}
-	if p.AllowResponses || p.InboxPrefix != "_INBOX_ns-worker-w1" {
+	if !p.AllowResponses || p.InboxPrefix != "_INBOX_ns-worker-w1" {
 		t.Errorf("allow responses %v, inbox %q", p.AllowResponses, p.InboxPrefix)
 	}
 
@@ -60,7 +60,7 @@ func TestWorkerPermissions(t *testing.T) {
 // TestRolePermissions checks, per role, subjects it must and must not be allowed: only the
 // coordinator creates streams, releases work, writes outcomes or rescue reports; only the
 // producer (and the coordinator's own streams access) publishes groups; the observer publishes
-// nothing but status requests and consumer reads.
+// nothing but status and inspection requests, consumer reads and direct gets.
 func TestRolePermissions(t *testing.T) {
 	t.Parallel()
 	n := mustNames(t, "ns")
@@ -71,21 +71,21 @@ func TestRolePermissions(t *testing.T) {
 	}{
 		{
 			role:      Coordinator,
-			pub:       []string{"$JS.API.STREAM.CREATE.ns_JOBS", "$JS.API.STREAM.CREATE.KV_ns_LEASE", "$KV.ns_LEASE.>", "$JS.API.INFO", "ns.work.>", "ns.out.>", "ns.ev.coord", "ns.ev.report.*.~coordinator", "ns.rejected", "ns.cancel", "ns.reply.>", "$JS.API.STREAM.PURGE.ns_EVENTS"},
+			pub:       []string{"$JS.API.STREAM.CREATE.ns_JOBS", "$JS.API.STREAM.CREATE.KV_ns_LEASE", "$KV.ns_LEASE.>", "$JS.API.INFO", "ns.work.>", "ns.out.>", "ns.ev.coord", "ns.ev.report.*.~coordinator", "ns.rejected", "ns.cancel", "ns.reply.>", "$JS.API.STREAM.PURGE.ns_EVENTS", "ns.api.standby"},
 			notPub:    []string{"ns.group.>", "ns.jobs.>", "ns.ev.report.>", "ns.hb.*.*", "$JS.API.STREAM.DELETE.ns_JOBS"},
-			sub:       []string{"ns.hb.*.*", "ns.api.join.*.*", "ns.api.status", "_INBOX_ns-coordinator.>"},
+			sub:       []string{"ns.hb.*.*", "ns.api.join.*.*", "ns.api.status", "ns.api.inspect", "ns.api.standby", "_INBOX_ns-coordinator.>"},
 			responses: true,
 		},
 		{
 			role:   Producer,
-			pub:    []string{"ns.group.>", "ns.jobs.>", "ns.api.status", "$JS.API.CONSUMER.CREATE.ns_RESULTS.*.ns.out.*", "$JS.API.DIRECT.GET.ns_RESULTS.>", "$JS.API.DIRECT.GET.ns_JOBS"},
+			pub:    []string{"ns.group.>", "ns.jobs.>", "ns.api.status", "ns.api.inspect", "ns.api.held.*", "$JS.API.CONSUMER.CREATE.ns_RESULTS.*.ns.out.*", "$JS.API.DIRECT.GET.ns_RESULTS.>", "$JS.API.DIRECT.GET.ns_JOBS"},
 			notPub: []string{"$JS.API.STREAM.CREATE.ns_JOBS", "ns.out.>", "ns.work.>", "ns.ev.>", "ns.cancel"},
 			sub:    []string{"ns.out.>", "ns.reply.>", "_INBOX_ns-producer.>"},
 		},
 		{
 			role:   Observer,
-			pub:    []string{"ns.api.status", "$JS.API.CONSUMER.CREATE.ns_RESULTS.>"},
-			notPub: []string{"ns.group.>", "ns.jobs.>", "$JS.API.STREAM.CREATE.ns_RESULTS", "$JS.API.DIRECT.GET.ns_JOBS"},
+			pub:    []string{"ns.api.status", "ns.api.inspect", "ns.api.held.*", "$JS.API.CONSUMER.CREATE.ns_RESULTS.>", "$JS.API.DIRECT.GET.ns_JOBS"},
+			notPub: []string{"ns.group.>", "ns.jobs.>", "$JS.API.STREAM.CREATE.ns_RESULTS", "ns.api.standby"},
 			sub:    []string{"_INBOX_ns-observer.>"},
 		},
 	} {
@@ -179,7 +179,7 @@ func TestRender(t *testing.T) {
 	}
 	for _, want := range []string{
 		"nsc add user --account 'ACC' --name 'ns-worker-w1'",
-		"--allow-sub 'ns.cancel,_INBOX_ns-worker-w1.>'",
+		"--allow-sub 'ns.cancel,ns.api.held." + wire.PoolKey([]string{"eu"}) + ",_INBOX_ns-worker-w1.>'",
 		"--allow-pub-response=1",
 		"'$JS.API.STREAM.INFO.ns_JOBS,",
 	} {
@@ -187,7 +187,7 @@ func TestRender(t *testing.T) {
 			t.Errorf("nsc commands lack %q:\n%s", want, nsc.String())
 		}
 	}
-	if strings.Count(nsc.String(), "--allow-pub-response") != 1 {
-		t.Errorf("only the coordinator answers requests:\n%s", nsc.String())
+	if strings.Count(nsc.String(), "--allow-pub-response") != 2 {
+		t.Errorf("the coordinator and the worker (held-job requests) answer requests:\n%s", nsc.String())
 	}
 }

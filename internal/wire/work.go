@@ -10,6 +10,9 @@ type WorkJob struct {
 	Group   string
 	Key     string
 	Payload []byte
+	// Trace is the job's trace context (see JobTrace), or "". It is not part of the batch's
+	// encoding: it travels in the batch's Weave-Trace header (SetWorkTraces, WorkTraces).
+	Trace string
 }
 
 // AppendWork encodes a work batch onto dst.
