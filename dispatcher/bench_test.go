@@ -12,6 +12,7 @@ import (
 
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -48,7 +49,7 @@ func benchmarkPublish(b *testing.B, keyed, memory bool) {
 	defer cancel()
 	srv := jstest.New(b)
 	nc := jstest.NewConn(b, srv.ClientURL())
-	streams := topology.Options{MemoryStorage: memory}
+	streams := config.StreamOptions{MemoryStorage: memory}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)
@@ -121,7 +122,7 @@ type reference struct {
 	names wire.Names
 }
 
-func newReference(ctx context.Context, b *testing.B, nc *nats.Conn, maxPending int, streams topology.Options) *reference {
+func newReference(ctx context.Context, b *testing.B, nc *nats.Conn, maxPending int, streams config.StreamOptions) *reference {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPending))
 	if err != nil {
 		b.Fatal(err)

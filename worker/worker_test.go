@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
@@ -735,7 +736,7 @@ func TestConsumerRecreated(t *testing.T) {
 // and runs new work without waiting for a missed heartbeat.
 func TestServerRestart(t *testing.T) {
 	t.Parallel()
-	f := setupWith(t, topology.Options{}) // file storage: streams and consumer survive the restart
+	f := setupWith(t, config.StreamOptions{}) // file storage: streams and consumer survive the restart
 	rr := f.reports()
 	r := f.start(worker.Config{Concurrency: 2}, worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
 		return j.Payload, nil
