@@ -101,7 +101,7 @@ type shepherd struct {
 	// Channels. The shepherd reads fetched, done, expired and repaired, and writes wake and
 	// reports. Writers of the channels it reads select on quit, which it closes on return.
 	fetched  chan fetchEvent   // written by pull forwarders, one goroutine per open pull
-	done     chan completion   // written by pool slots
+	done     chan completion   // written by slot goroutines
 	expired  chan *task        // written by watchdog timers of attempts with a deadline
 	repaired chan repairResult // written by the repair goroutine
 	// wake is read by sleeping slots. It has capacity Concurrency and the shepherd sends only
@@ -123,7 +123,7 @@ type shepherd struct {
 	stuck     int                // reported without their handler, which has not returned
 	credits   int                // messages that open pulls may still bring
 	openPulls map[*openPull]struct{}
-	backoff   time.Duration
+	backoff   backoff
 	retry     *time.Timer // pull back-off timer; nil when not backing off
 	repairing bool
 	draining  bool
@@ -143,6 +143,7 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 	s.stats.sleeping.Store(int64(s.sleepers))
 	s.active = make(map[*task]struct{}, s.cfg.Concurrency)
 	s.openPulls = make(map[*openPull]struct{}, maxOpenPulls)
+	s.backoff = backoff{lo: minPullBackoff, hi: maxPullBackoff}
 	// A reconnect loses the server's side of open pulls: renew them at once rather than wait
 	// for their missing heartbeats. A closed connection ends the worker.
 	status := s.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
@@ -322,7 +323,7 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 			// killing workers past its MaxAttempts.
 			s.lose(t, deliveries)
 		case s.draining:
-			s.release(t)
+			s.returnJob(t)
 		default:
 			s.queue.push(t)
 		}
@@ -427,8 +428,10 @@ func (s *shepherd) start(t *task) {
 	s.stats.jobsRun.Add(1)
 }
 
-func (s *shepherd) release(t *task) {
-	s.report(t, outcome{kind: kindReleased, report: wire.Report{
+// returnJob gives back a job that was not started: the coordinator releases it again, and the
+// attempt does not count.
+func (s *shepherd) returnJob(t *task) {
+	s.report(t, outcome{kind: kindReturned, report: wire.Report{
 		ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: wire.StatusReleased,
 	}})
 }
@@ -449,8 +452,8 @@ func (s *shepherd) report(t *task, out outcome) {
 	switch out.kind {
 	case kindOK:
 		s.stats.jobsOK.Add(1)
-	case kindReleased:
-		s.stats.released.Add(1)
+	case kindReturned:
+		s.stats.returned.Add(1)
 	case kindLost:
 		s.stats.lost.Add(1)
 	case kindCanceled:
@@ -464,7 +467,7 @@ func (s *shepherd) report(t *task, out outcome) {
 	s.reports <- completerEvent{batch: t.batch, report: out.report, isReport: true}
 }
 
-// startDrain stops pulling and gives back every job not started.
+// startDrain stops pulling and returns every job not started.
 func (s *shepherd) startDrain(stopPulls context.CancelFunc) {
 	s.draining = true
 	s.stats.draining.Store(true)
@@ -476,19 +479,19 @@ func (s *shepherd) startDrain(stopPulls context.CancelFunc) {
 		s.retry.Stop()
 		s.retry = nil
 	}
-	released := 0
+	returned := 0
 	for t := s.next(); t != nil; t = s.next() {
-		s.release(t)
-		released++
+		s.returnJob(t)
+		returned++
 	}
 	s.gauges()
 	select {
 	case s.beat <- struct{}{}:
 	default:
 	}
-	ev := s.log.Info().Int("running", len(s.active)).Int("released", released)
+	ev := s.log.Info().Int("running", len(s.active)).Int("returned", returned)
 	if s.fatal != nil {
-		ev = s.log.Error().Err(s.fatal).Int("running", len(s.active)).Int("released", released)
+		ev = s.log.Error().Err(s.fatal).Int("running", len(s.active)).Int("returned", returned)
 	}
 	ev.Msg("worker: draining")
 }
@@ -500,7 +503,7 @@ func (s *shepherd) onPullEnd(e pullEnd) {
 	case s.draining || e.pull.renewed:
 		return // ended on purpose
 	case e.received > 0 || (e.err == nil && e.took >= pullExpiry/2):
-		s.backoff = 0
+		s.backoff.reset()
 		return
 	}
 	err := e.err
@@ -516,12 +519,12 @@ func (s *shepherd) pullFailed(err error) {
 		s.fatal = fmt.Errorf("weave: worker %s: %w", s.cfg.ID, nats.ErrConnectionClosed)
 		return
 	}
-	s.backoff = min(max(2*s.backoff, minPullBackoff), maxPullBackoff)
-	s.retry = time.NewTimer(s.backoff)
+	pause := s.backoff.next()
+	s.retry = time.NewTimer(pause)
 	if errors.Is(err, context.Canceled) {
 		return // a pull canceled by a drain or shutdown is not a failure
 	}
-	s.log.Warn().Err(err).Stringer("backoff", s.backoff).Msg("worker: pull failed")
+	s.log.Warn().Err(err).Stringer("backoff", pause).Msg("worker: pull failed")
 	if !s.repairing && consumerGone(err) {
 		s.repair()
 	}
@@ -566,7 +569,7 @@ func (s *shepherd) onStatus(st nats.Status) {
 			s.retry.Stop()
 			s.retry = nil
 		}
-		s.backoff = 0
+		s.backoff.reset()
 	}
 }
 
