@@ -149,12 +149,11 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 	status := s.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
 	defer s.nc.RemoveStatusListener(status)
 
-	var drainTimer, graceTimer *time.Timer
+	drain := drainSchedule{drainTimeout: s.cfg.DrainTimeout, grace: s.cfg.TimeoutGrace}
 	defer func() {
-		for _, t := range []*time.Timer{drainTimer, graceTimer, s.retry} {
-			if t != nil {
-				t.Stop()
-			}
+		drain.stop()
+		if s.retry != nil {
+			s.retry.Stop()
 		}
 	}()
 	ctxDone := ctx.Done()
@@ -162,20 +161,14 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 	for {
 		if !s.draining && (ctxDone == nil || s.fatal != nil) {
 			s.startDrain(stopPulls)
-			drainTimer = time.NewTimer(s.cfg.DrainTimeout)
+			drain.begin()
 		}
 		if s.draining && len(s.active) == 0 && len(s.openPulls) == 0 && !s.repairing {
 			break
 		}
-		var retryC, drainC, graceC <-chan time.Time
+		var retryC <-chan time.Time
 		if s.retry != nil {
 			retryC = s.retry.C
-		}
-		if drainTimer != nil {
-			drainC = drainTimer.C
-		}
-		if graceTimer != nil {
-			graceC = graceTimer.C
 		}
 		select {
 		case ev := <-s.fetched:
@@ -196,17 +189,17 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 			s.retry = nil
 		case <-ctxDone:
 			ctxDone = nil
-		case <-drainC:
-			drainTimer = nil
-			if len(s.active) > 0 {
-				s.log.Warn().Int("running", len(s.active)).Stringer("drain_timeout", s.cfg.DrainTimeout).
-					Msg("worker: drain timeout, canceling running jobs")
+		case <-drain.C():
+			switch drain.fired() {
+			case drainForce:
+				if len(s.active) > 0 {
+					s.log.Warn().Int("running", len(s.active)).Stringer("drain_timeout", s.cfg.DrainTimeout).
+						Msg("worker: drain timeout, canceling running jobs")
+				}
+				force()
+			case drainAbandon:
+				s.abandonAll()
 			}
-			force()
-			graceTimer = time.NewTimer(s.cfg.TimeoutGrace)
-		case <-graceC:
-			graceTimer = nil
-			s.abandonAll()
 		}
 		s.absorb()
 		s.pull()

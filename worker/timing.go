@@ -162,3 +162,54 @@ func heartbeatLoop(interval time.Duration, beat, stop <-chan struct{}, send func
 		}
 	}
 }
+
+// drainSchedule holds the drain's two deadlines: DrainTimeout after the drain began, the running
+// handlers' contexts are canceled (force); TimeoutGrace after that, the attempts still running
+// are reported without their handlers (abandon). Owned by the shepherd.
+type drainSchedule struct {
+	drainTimeout, grace time.Duration
+	timer               *time.Timer
+	next                drainStep // what the timer's tick means
+}
+
+type drainStep uint8
+
+const (
+	drainIdle    drainStep = iota // not draining, or both deadlines passed
+	drainForce                    // the tick cancels the handlers' contexts
+	drainAbandon                  // the tick reports the attempts still running
+)
+
+// begin starts the schedule when the drain begins.
+func (d *drainSchedule) begin() {
+	d.timer = time.NewTimer(d.drainTimeout)
+	d.next = drainForce
+}
+
+// C ticks at the next deadline; nil when none is ahead.
+func (d *drainSchedule) C() <-chan time.Time {
+	if d.next == drainIdle {
+		return nil
+	}
+	return d.timer.C
+}
+
+// fired is called on a tick of C and returns what is due now, arming the next deadline.
+func (d *drainSchedule) fired() drainStep {
+	step := d.next
+	switch step {
+	case drainForce:
+		d.timer.Reset(d.grace)
+		d.next = drainAbandon
+	case drainAbandon:
+		d.next = drainIdle
+	}
+	return step
+}
+
+func (d *drainSchedule) stop() {
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	d.next = drainIdle
+}

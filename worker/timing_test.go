@@ -208,6 +208,33 @@ func TestHeartbeatLoopSchedule(t *testing.T) {
 	})
 }
 
+// TestDrainSchedule: the handlers' contexts are canceled exactly DrainTimeout after the drain
+// began, and the attempts still running are reported exactly TimeoutGrace after that; then
+// nothing more is due.
+func TestDrainSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const drainTimeout, grace = 10 * time.Second, time.Second
+		d := drainSchedule{drainTimeout: drainTimeout, grace: grace}
+		if d.C() != nil {
+			t.Fatal("a deadline before the drain began")
+		}
+		start := time.Now()
+		d.begin()
+		<-d.C()
+		if step, at := d.fired(), time.Since(start); step != drainForce || at != drainTimeout {
+			t.Fatalf("first deadline: step %d at %v, want force at %v", step, at, drainTimeout)
+		}
+		<-d.C()
+		if step, at := d.fired(), time.Since(start); step != drainAbandon || at != drainTimeout+grace {
+			t.Fatalf("second deadline: step %d at %v, want abandon at %v", step, at, drainTimeout+grace)
+		}
+		if d.C() != nil {
+			t.Fatal("a third deadline")
+		}
+		d.stop()
+	})
+}
+
 // testSlots returns slots that run h, for one attempt at a time called through execute.
 func testSlots(h HandlerFunc, grace time.Duration) (*slots, chan *task, chan struct{}) {
 	expired, quit := make(chan *task, 1), make(chan struct{})

@@ -525,11 +525,7 @@ func TestDrainTimeoutCancelsJobs(t *testing.T) {
 	f.publish(r.w.Pool(), job(1, "a"), job(2, "b"))
 	recv(t, "handler start", started)
 	recv(t, "handler start", started)
-	begin := time.Now()
-	must(t, r.stop())
-	if took := time.Since(begin); took < 50*time.Millisecond {
-		t.Errorf("Run returned after %v, before DrainTimeout", took)
-	}
+	must(t, r.stop()) // when, exactly, is TestDrainSchedule's (synctest)
 	got := rr.collect(2)
 	for id, rep := range got {
 		if rep.Status != wire.StatusError || string(rep.Data) != "canceled at worker shutdown: context canceled" {
