@@ -1,28 +1,29 @@
 package coordinator
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/rs/zerolog"
 
-	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/spreader"
 )
 
 // StreamOptions tunes the streams the coordinator (or InitNamespace) creates when they do not
-// exist yet (replicas, dedup window, storage), and the result retention.
-type StreamOptions = topology.Options
+// exist yet (replicas, dedup window, storage), and the result retention. Replicas is 0 or 1 for
+// a single server, 3 for a cluster, at most 5; anything else is refused with ErrInvalidConfig.
+type StreamOptions = config.StreamOptions
 
-// ErrInvalidConfig reports a Config that New cannot use.
-var ErrInvalidConfig = errors.New("weave: invalid coordinator config")
+// ErrInvalidConfig is wrapped by every error New and InitNamespace return for settings they
+// cannot use. It is one value shared by every Weave package: worker.ErrInvalidConfig,
+// dispatcher.ErrInvalidConfig and spreader.ErrInvalidConfig are the same error.
+var ErrInvalidConfig = config.ErrInvalid
 
 // Defaults of Config.
 const (
 	DefaultMaxAttempts        = 5
-	DefaultPrefetch           = 1
 	DefaultRetryBase          = time.Second
 	DefaultRetryMax           = 5 * time.Minute
 	DefaultMaxBatch           = 64
@@ -36,6 +37,12 @@ const (
 	DefaultPayloadCache       = 32 << 20
 	DefaultAbandonAfter       = 5 * time.Minute
 )
+
+// DefaultPrefetch is Config.Prefetch's default: 0, a window that adapts to the jobs. The fleet
+// may then hold about slots·(1/b − 1) released jobs beyond its slots, where b is the measured
+// share of a release's round trip that the handler runs: one job for long jobs, up to 4 per slot
+// for very short ones (and within Feeders − slots when Feeders is set).
+const DefaultPrefetch = 0
 
 // Config configures a Coordinator. The zero value is valid and gives the documented defaults.
 type Config struct {
@@ -168,6 +175,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LeaseTTL != 0 && c.LeaseTTL < time.Second {
 		return c, fmt.Errorf("%w: LeaseTTL %v below 1s (the server's minimum for KV expiry markers)", ErrInvalidConfig, c.LeaseTTL)
+	}
+	if err := c.Streams.Validate("Streams."); err != nil {
+		return c, err
 	}
 	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
 	setDefault(&c.MaxBatch, DefaultMaxBatch)

@@ -18,6 +18,10 @@ func TestConfigRejects(t *testing.T) {
 		{Config{Namespace: "ns", LeaseTTL: -time.Second}, "LeaseTTL is -1s, must not be negative"},
 		{Config{Namespace: "ns", AbandonAfter: -time.Second}, "AbandonAfter is -1s"},
 		{Config{Namespace: "ns", Prefetch: -2}, "Prefetch is -2, must be -1"},
+		// One rule for replicas (internal/config), refused rather than clamped.
+		{Config{Namespace: "ns", Streams: StreamOptions{Replicas: -1}}, "Streams.Replicas is -1, must be 1 to 5"},
+		{Config{Namespace: "ns", Streams: StreamOptions{Replicas: 6}}, "Streams.Replicas is 6, must be 1 to 5"},
+		{Config{Namespace: "ns", Streams: StreamOptions{DedupWindow: -time.Second}}, "Streams.DedupWindow is -1s"},
 	} {
 		_, err := tc.cfg.withDefaults()
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
@@ -26,5 +30,17 @@ func TestConfigRejects(t *testing.T) {
 	}
 	if _, err := (Config{Namespace: "ns", RetryBase: time.Second, RetryMax: time.Second}).withDefaults(); err != nil {
 		t.Errorf("RetryBase == RetryMax: %v", err)
+	}
+}
+
+// TestDefaultPrefetchIsTheDefault: DefaultPrefetch is what a zero Config runs with (the adaptive
+// window), not a fixed window of one.
+func TestDefaultPrefetchIsTheDefault(t *testing.T) {
+	cfg, err := Config{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Prefetch != DefaultPrefetch {
+		t.Fatalf("zero Config runs with Prefetch %d, DefaultPrefetch says %d", cfg.Prefetch, DefaultPrefetch)
 	}
 }

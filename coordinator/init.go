@@ -31,11 +31,8 @@ func InitNamespace(ctx context.Context, nc *nats.Conn, namespace string, opts St
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if opts.Replicas < 0 || opts.Replicas > 5 {
-		return nil, fmt.Errorf("%w: Streams.Replicas %d outside 0..5", ErrInvalidConfig, opts.Replicas)
-	}
-	if opts.DedupWindow < 0 || opts.ResultRetention < 0 {
-		return nil, fmt.Errorf("%w: durations must not be negative", ErrInvalidConfig)
+	if err := opts.Validate(""); err != nil {
+		return nil, err
 	}
 	if err := natsver.CheckConn(nc); err != nil {
 		return nil, err

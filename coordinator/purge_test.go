@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -26,7 +27,7 @@ func TestPurgeGroupKeepsLaterIncarnation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	names, _ := wire.NewNames("purge")
-	if _, err := topology.Init(ctx, js, names, topology.Options{}); err != nil {
+	if _, err := topology.Init(ctx, js, names, config.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pub := func(subject string, h nats.Header) uint64 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -50,7 +51,7 @@ func benchmarkPublish(b *testing.B, keyed, memory bool) {
 	defer cancel()
 	srv := jstest.New(b)
 	nc := jstest.NewConn(b, srv.ClientURL())
-	streams := topology.Options{MemoryStorage: memory}
+	streams := config.StreamOptions{MemoryStorage: memory}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)
@@ -123,7 +124,7 @@ type reference struct {
 	names wire.Names
 }
 
-func newReference(ctx context.Context, b *testing.B, nc *nats.Conn, maxPending int, streams topology.Options) *reference {
+func newReference(ctx context.Context, b *testing.B, nc *nats.Conn, maxPending int, streams config.StreamOptions) *reference {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxPending))
 	if err != nil {
 		b.Fatal(err)
@@ -184,7 +185,7 @@ func BenchmarkWaiters(b *testing.B) {
 		b.Fatal(err)
 	}
 	names, _ := wire.NewNames("bench")
-	if _, err := topology.Init(ctx, js, names, topology.Options{}); err != nil {
+	if _, err := topology.Init(ctx, js, names, config.StreamOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	for range b.N {

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/directget"
 	"github.com/weavejobs/weave/internal/natsver"
 	"github.com/weavejobs/weave/internal/topology"
@@ -22,8 +23,10 @@ import (
 // Errors callers can branch on with errors.Is. Errors returned by this package wrap one of these,
 // a context error, or an error from the NATS client (nats.go and its jetstream package).
 var (
-	// ErrInvalidConfig reports a Config that New cannot use.
-	ErrInvalidConfig = errors.New("weave: invalid dispatcher config")
+	// ErrInvalidConfig reports a Config that New cannot use. It is one value shared by every
+	// Weave package: coordinator.ErrInvalidConfig, worker.ErrInvalidConfig and
+	// spreader.ErrInvalidConfig are the same error.
+	ErrInvalidConfig = config.ErrInvalid
 	// ErrInvalidGroup reports a group ID that cannot be used (empty, too long, control characters).
 	ErrInvalidGroup = errors.New("weave: invalid group ID")
 	// ErrInvalidJob reports a job that fails validation; Publish stops at the first one.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -63,7 +64,7 @@ func setupEmpty(t *testing.T, cfg dispatcher.Config) *env {
 // initNamespace creates the streams of the namespace names, accepting those that exist.
 func (e *env) initNamespace(t *testing.T, names wire.Names) {
 	t.Helper()
-	if _, err := topology.Init(testContext(t), e.js, names, topology.Options{}); err != nil {
+	if _, err := topology.Init(testContext(t), e.js, names, config.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

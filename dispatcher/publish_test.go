@@ -19,6 +19,7 @@ import (
 
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -413,7 +414,7 @@ func TestPublishSealsAfterRejectedPublish(t *testing.T) {
 	t.Parallel()
 	e := setupEmpty(t, dispatcher.Config{})
 	ctx := testContext(t)
-	cfg := topology.Streams(e.names, topology.Options{})[0]
+	cfg := topology.Streams(e.names, config.StreamOptions{})[0]
 	cfg.MaxMsgsPerSubject = 3
 	cfg.Discard = jetstream.DiscardNew
 	cfg.DiscardNewPerSubject = true
@@ -441,7 +442,7 @@ func TestPublishWithoutOpenPublishesNothing(t *testing.T) {
 	t.Parallel()
 	e := setup(t, dispatcher.Config{})
 	ctx := testContext(t)
-	cfg := topology.Streams(e.names, topology.Options{})[0]
+	cfg := topology.Streams(e.names, config.StreamOptions{})[0]
 	cfg.MaxMsgsPerSubject = 1
 	cfg.Discard = jetstream.DiscardNew
 	cfg.DiscardNewPerSubject = true

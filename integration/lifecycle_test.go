@@ -637,7 +637,7 @@ func TestGracefulWorkerDrain(t *testing.T) {
 	go func() { stopped <- stopA() }()
 	eventually(t, 30*time.Second, "worker a to release its queued jobs", func() bool {
 		st := a.Stats()
-		return st.Draining && st.Released == uint64(queued)
+		return st.Draining && st.Returned == uint64(queued)
 	})
 
 	// Another worker of the same pool takes the released jobs and the rest while a's running jobs
@@ -689,8 +689,8 @@ func TestGracefulWorkerDrain(t *testing.T) {
 		t.Errorf("%d running jobs had their context canceled during the drain", c)
 	}
 	st := a.Stats()
-	t.Logf("worker a: %d queued jobs released at its drain, %d run, %d ok", st.Released, st.JobsRun, st.JobsOK)
-	if st.JobsRun != slots || st.JobsOK != slots || st.Released != uint64(queued) {
+	t.Logf("worker a: %d queued jobs returned at its drain, %d run, %d ok", st.Returned, st.JobsRun, st.JobsOK)
+	if st.JobsRun != slots || st.JobsOK != slots || st.Returned != uint64(queued) {
 		t.Errorf("worker a stats %+v: want %d run and ok, %d released", st, slots, queued)
 	}
 }

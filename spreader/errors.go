@@ -1,12 +1,18 @@
 package spreader
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/weavejobs/weave/internal/config"
+)
 
 // Errors returned by the Scheduler and by policy parsing, wrapped with context.
 // Test for them with errors.Is.
 var (
-	// ErrInvalidConfig means a Config field is out of range.
-	ErrInvalidConfig = errors.New("spreader: invalid config")
+	// ErrInvalidConfig means a Config field is out of range. It is one value shared by every
+	// Weave package (coordinator.ErrInvalidConfig, worker.ErrInvalidConfig and
+	// dispatcher.ErrInvalidConfig are the same error).
+	ErrInvalidConfig = config.ErrInvalid
 	// ErrUnknownPolicy means a policy name is neither "least-in-flight" nor
 	// "round-robin".
 	ErrUnknownPolicy = errors.New("spreader: unknown policy")

@@ -118,15 +118,12 @@ type completer struct {
 	pendingBatches []*batch
 	pendingBytes   int
 	pendingSpans   []trace.Span
-	linger         *time.Timer
-	lingering      bool
-	lastFlush      time.Time      // when the last report message was sent
+	pace           *pacer         // when the pending reports go
 	avgRun         time.Duration  // recent average handler run time, for the adaptive linger
 	inflight       []*publication // publish order; only the head's outcome is awaited
 	retry          *time.Timer    // set while waiting to publish the head again
-	backoff        time.Duration
-	live           map[*batch]struct{} // batches not acked yet
-	refresh        *time.Ticker        // runs while live is not empty
+	backoff        backoff
+	leases         *leaseKeeper // the batches not acked yet
 	seq            uint64
 }
 
@@ -134,17 +131,15 @@ type completer struct {
 // canceled (Run gives up waiting): then it discards what is left and returns an error wrapping
 // ErrReportsNotPersisted.
 func (c *completer) run(ctx context.Context) error {
-	c.live = make(map[*batch]struct{})
-	c.linger = time.NewTimer(time.Hour)
-	c.linger.Stop()
+	c.pace = newPacer()
+	c.leases = newLeaseKeeper(c.cfg.Lease, c.cfg.now)
+	c.backoff = backoff{lo: minReportBackoff, hi: maxReportBackoff}
 	defer func() {
-		c.linger.Stop()
+		c.pace.disarm()
 		if c.retry != nil {
 			c.retry.Stop()
 		}
-		if c.refresh != nil {
-			c.refresh.Stop()
-		}
+		c.leases.stop()
 	}()
 
 	in := c.in
@@ -158,12 +153,7 @@ func (c *completer) run(ctx context.Context) error {
 		if in != nil && len(c.inflight) < maxInflightReports {
 			inC = in
 		}
-		if c.lingering {
-			lingerC = c.linger.C
-		}
-		if c.refresh != nil {
-			refreshC = c.refresh.C
-		}
+		lingerC, refreshC = c.pace.C(), c.leases.C()
 		if len(c.inflight) > 0 {
 			head := c.inflight[0]
 			switch {
@@ -187,7 +177,7 @@ func (c *completer) run(ctx context.Context) error {
 			}
 			c.add(ev)
 		case <-lingerC:
-			c.lingering = false
+			c.pace.disarm()
 			c.flush()
 		case <-okC:
 			c.persisted()
@@ -209,10 +199,7 @@ func (c *completer) run(ctx context.Context) error {
 
 func (c *completer) add(ev completerEvent) {
 	if !ev.isReport {
-		c.live[ev.batch] = struct{}{}
-		if c.refresh == nil {
-			c.refresh = time.NewTicker(c.cfg.Lease / 6)
-		}
+		c.leases.add(ev.batch)
 		return
 	}
 	size := len(ev.report.Data) + reportFieldsSize
@@ -234,14 +221,8 @@ func (c *completer) add(ev completerEvent) {
 		return
 	}
 	c.noteRun(ev.report.Duration)
-	wait := c.lingerTime() - time.Since(c.lastFlush)
-	if len(c.inflight) == 0 && wait <= 0 {
+	if c.pace.added(c.lingerTime(), len(c.inflight) > 0) {
 		c.flush()
-		return
-	}
-	if !c.lingering {
-		c.linger.Reset(max(wait, 0))
-		c.lingering = true
 	}
 }
 
@@ -265,15 +246,12 @@ func (c *completer) lingerTime() time.Duration {
 
 // flush publishes the pending reports as one message.
 func (c *completer) flush() {
-	if c.lingering {
-		c.linger.Stop()
-		c.lingering = false
-	}
 	if len(c.pending) == 0 {
+		c.pace.disarm()
 		return
 	}
+	c.pace.sending()
 	c.seq++
-	c.lastFlush = time.Now()
 	data := wire.AppendReports(make([]byte, 0, c.pendingBytes+64), c.cfg.ID, c.pending)
 	p := &publication{
 		msg:     &nats.Msg{Subject: c.subject, Data: data},
@@ -299,7 +277,7 @@ func (c *completer) persisted() {
 	p := c.inflight[0]
 	c.inflight[0] = nil
 	c.inflight = c.inflight[1:]
-	c.backoff = 0
+	c.backoff.reset()
 	c.stats.reportBatches.Add(1)
 	endOutcomes(p.spans)
 	for _, b := range p.batches {
@@ -324,39 +302,24 @@ func (c *completer) ack(b *batch) {
 }
 
 // forget stops keeping b leased.
-func (c *completer) forget(b *batch) {
-	delete(c.live, b)
-	if len(c.live) == 0 && c.refresh != nil {
-		c.refresh.Stop()
-		c.refresh = nil
-	}
-}
+func (c *completer) forget(b *batch) { c.leases.forget(b) }
 
 // failed schedules the head publication to be published again.
 func (c *completer) failed(err error) {
-	c.backoff = min(max(2*c.backoff, minReportBackoff), maxReportBackoff)
-	c.retry = time.NewTimer(c.backoff)
-	c.log.Warn().Err(err).Stringer("backoff", c.backoff).Str("msg_id", c.inflight[0].id).Msg("worker: publish reports failed")
+	pause := c.backoff.next()
+	c.retry = time.NewTimer(pause)
+	c.log.Warn().Err(err).Stringer("backoff", pause).Str("msg_id", c.inflight[0].id).Msg("worker: publish reports failed")
 }
 
-// extendLeases sends InProgress for every batch not acked whose lease was last extended (or
-// which arrived) at least Lease/4 ago. It runs every Lease/6, so a lease is extended every
-// second tick: every Lease/3, with half a lease to spare for a late tick. A batch whose lease
-// lapsed meanwhile (the process was stopped) is not extended: it is the server's to redeliver.
+// extendLeases sends InProgress for the batches whose lease is due for an extension (see
+// leaseKeeper). A batch whose lease lapsed meanwhile (the process was stopped) is not extended:
+// it is the server's to redeliver.
 func (c *completer) extendLeases() {
-	now := c.cfg.now()
-	for b := range c.live {
-		b.mu.Lock()
-		recent := now.Sub(b.leaseFrom) < c.cfg.Lease/4
-		b.mu.Unlock()
-		if recent {
-			continue
-		}
-		if !b.extend(now, c.cfg.Lease) {
-			c.log.Warn().Stringer("lease", c.cfg.Lease).Msg("worker: a work batch's lease lapsed (was the process stopped?); its jobs not started are left to the worker it is redelivered to")
-			c.forget(b)
-			continue
-		}
+	extend, lapsed := c.leases.due()
+	for range lapsed {
+		c.log.Warn().Stringer("lease", c.cfg.Lease).Msg("worker: a work batch's lease lapsed (was the process stopped?); its jobs not started are left to the worker it is redelivered to")
+	}
+	for _, b := range extend {
 		if err := b.msg.InProgress(); err != nil {
 			c.log.Warn().Err(err).Msg("worker: extend work batch lease")
 		}
@@ -366,7 +329,7 @@ func (c *completer) extendLeases() {
 // giveUp abandons the reports not persisted: their batches are not acked and run again after
 // their lease. It consumes in until the shepherd closes it.
 func (c *completer) giveUp(in <-chan completerEvent, cause error) error {
-	lost, batches := len(c.pending), len(c.live)
+	lost, batches := len(c.pending), len(c.leases.live)
 	for _, p := range c.inflight {
 		lost += len(p.batches)
 	}

@@ -1,8 +1,6 @@
 package worker
 
 import (
-	"errors"
-	"fmt"
 	"runtime"
 	"time"
 
@@ -10,13 +8,16 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/natsver"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// ErrInvalidConfig is wrapped by every error New returns for a bad Config.
-var ErrInvalidConfig = errors.New("weave: invalid worker config")
+// ErrInvalidConfig is wrapped by every error New returns for a bad Config. It is one value
+// shared by every Weave package: coordinator.ErrInvalidConfig, dispatcher.ErrInvalidConfig and
+// spreader.ErrInvalidConfig are the same error.
+var ErrInvalidConfig = config.ErrInvalid
 
 // ErrNamespaceNotFound is wrapped by the error Run returns when the namespace's streams do not
 // exist. A worker does not create them: the coordinator does when it starts, or 'weave init'.
@@ -211,9 +212,7 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 	return resolved{Config: c, now: now, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs}, nil
 }
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
-}
+func invalid(format string, args ...any) error { return config.Errorf(format, args...) }
 
 // timeoutOf returns the attempt's deadline length: the job's own timeout, else DefaultTimeout.
 func (c *resolved) timeoutOf(j wire.WorkJob) time.Duration {

@@ -1,6 +1,6 @@
 // Package worker runs Weave jobs: it pulls work batches released by the coordinator from
-// NATS JetStream, runs them on a bounded pool of goroutines, and reports every attempt's
-// outcome.
+// NATS JetStream, runs them on a fixed number of goroutines (its slots, Config.Concurrency), and
+// reports every attempt's outcome.
 //
 // # Usage
 //
@@ -53,8 +53,9 @@
 //
 // # Shutdown
 //
-// When Run's context is done the worker drains: it stops pulling, reports the jobs it holds but
-// has not started as released (no attempt is counted), and lets running jobs finish for up to
+// When Run's context is done the worker drains: it stops pulling, returns the jobs it holds but
+// has not started (reported with the wire status "released"; no attempt is counted, and the
+// coordinator releases them again), and lets running jobs finish for up to
 // Config.DrainTimeout. Then it cancels their contexts, waits Config.TimeoutGrace more, reports
 // what is still running as failed, flushes its reports, acks its batches and sends a last
 // heartbeat saying it has stopped. Run returns nil after such a drain.

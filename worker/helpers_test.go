@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) {
 const waitTimeout = 15 * time.Second
 
 // streams keeps test streams in memory.
-var streams = topology.Options{MemoryStorage: true}
+var streams = config.StreamOptions{MemoryStorage: true}
 
 // fixture is one test's JetStream server and a connection that plays the coordinator: it
 // publishes work batches and reads report batches.
@@ -43,7 +44,7 @@ func setup(t testing.TB) *fixture { return setupWith(t, streams) }
 
 // setupWith starts a server and creates the streams with opts, as the coordinator would: a
 // worker only checks that they exist.
-func setupWith(t testing.TB, opts topology.Options) *fixture {
+func setupWith(t testing.TB, opts config.StreamOptions) *fixture {
 	t.Helper()
 	srv := jstest.New(t)
 	nc := jstest.NewConn(t, srv.ClientURL(), connOpts...)

@@ -101,7 +101,7 @@ type shepherd struct {
 	// Channels. The shepherd reads fetched, done, expired and repaired, and writes wake and
 	// reports. Writers of the channels it reads select on quit, which it closes on return.
 	fetched  chan fetchEvent   // written by pull forwarders, one goroutine per open pull
-	done     chan completion   // written by pool slots
+	done     chan completion   // written by slot goroutines
 	expired  chan *task        // written by watchdog timers of attempts with a deadline
 	repaired chan repairResult // written by the repair goroutine
 	// wake is read by sleeping slots. It has capacity Concurrency and the shepherd sends only
@@ -123,7 +123,7 @@ type shepherd struct {
 	stuck     int                // reported without their handler, which has not returned
 	credits   int                // messages that open pulls may still bring
 	openPulls map[*openPull]struct{}
-	backoff   time.Duration
+	backoff   backoff
 	retry     *time.Timer // pull back-off timer; nil when not backing off
 	repairing bool
 	draining  bool
@@ -143,17 +143,17 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 	s.stats.sleeping.Store(int64(s.sleepers))
 	s.active = make(map[*task]struct{}, s.cfg.Concurrency)
 	s.openPulls = make(map[*openPull]struct{}, maxOpenPulls)
+	s.backoff = backoff{lo: minPullBackoff, hi: maxPullBackoff}
 	// A reconnect loses the server's side of open pulls: renew them at once rather than wait
 	// for their missing heartbeats. A closed connection ends the worker.
 	status := s.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
 	defer s.nc.RemoveStatusListener(status)
 
-	var drainTimer, graceTimer *time.Timer
+	drain := drainSchedule{drainTimeout: s.cfg.DrainTimeout, grace: s.cfg.TimeoutGrace}
 	defer func() {
-		for _, t := range []*time.Timer{drainTimer, graceTimer, s.retry} {
-			if t != nil {
-				t.Stop()
-			}
+		drain.stop()
+		if s.retry != nil {
+			s.retry.Stop()
 		}
 	}()
 	ctxDone := ctx.Done()
@@ -161,20 +161,14 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 	for {
 		if !s.draining && (ctxDone == nil || s.fatal != nil) {
 			s.startDrain(stopPulls)
-			drainTimer = time.NewTimer(s.cfg.DrainTimeout)
+			drain.begin()
 		}
 		if s.draining && len(s.active) == 0 && len(s.openPulls) == 0 && !s.repairing {
 			break
 		}
-		var retryC, drainC, graceC <-chan time.Time
+		var retryC <-chan time.Time
 		if s.retry != nil {
 			retryC = s.retry.C
-		}
-		if drainTimer != nil {
-			drainC = drainTimer.C
-		}
-		if graceTimer != nil {
-			graceC = graceTimer.C
 		}
 		select {
 		case ev := <-s.fetched:
@@ -195,17 +189,17 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 			s.retry = nil
 		case <-ctxDone:
 			ctxDone = nil
-		case <-drainC:
-			drainTimer = nil
-			if len(s.active) > 0 {
-				s.log.Warn().Int("running", len(s.active)).Stringer("drain_timeout", s.cfg.DrainTimeout).
-					Msg("worker: drain timeout, canceling running jobs")
+		case <-drain.C():
+			switch drain.fired() {
+			case drainForce:
+				if len(s.active) > 0 {
+					s.log.Warn().Int("running", len(s.active)).Stringer("drain_timeout", s.cfg.DrainTimeout).
+						Msg("worker: drain timeout, canceling running jobs")
+				}
+				force()
+			case drainAbandon:
+				s.abandonAll()
 			}
-			force()
-			graceTimer = time.NewTimer(s.cfg.TimeoutGrace)
-		case <-graceC:
-			graceTimer = nil
-			s.abandonAll()
 		}
 		s.absorb()
 		s.pull()
@@ -324,7 +318,7 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 			// killing workers past its MaxAttempts.
 			s.lose(t, deliveries)
 		case s.draining:
-			s.release(t)
+			s.returnJob(t)
 		default:
 			s.queue.push(t)
 		}
@@ -429,8 +423,10 @@ func (s *shepherd) start(t *task) {
 	s.stats.jobsRun.Add(1)
 }
 
-func (s *shepherd) release(t *task) {
-	s.report(t, outcome{kind: kindReleased, report: wire.Report{
+// returnJob gives back a job that was not started: the coordinator releases it again, and the
+// attempt does not count.
+func (s *shepherd) returnJob(t *task) {
+	s.report(t, outcome{kind: kindReturned, report: wire.Report{
 		ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: wire.StatusReleased,
 	}})
 }
@@ -451,8 +447,8 @@ func (s *shepherd) report(t *task, out outcome) {
 	switch out.kind {
 	case kindOK:
 		s.stats.jobsOK.Add(1)
-	case kindReleased:
-		s.stats.released.Add(1)
+	case kindReturned:
+		s.stats.returned.Add(1)
 	case kindLost:
 		s.stats.lost.Add(1)
 	case kindCanceled:
@@ -466,7 +462,7 @@ func (s *shepherd) report(t *task, out outcome) {
 	s.reports <- completerEvent{batch: t.batch, report: out.report, isReport: true, span: out.span}
 }
 
-// startDrain stops pulling and gives back every job not started.
+// startDrain stops pulling and returns every job not started.
 func (s *shepherd) startDrain(stopPulls context.CancelFunc) {
 	s.draining = true
 	s.stats.draining.Store(true)
@@ -478,19 +474,19 @@ func (s *shepherd) startDrain(stopPulls context.CancelFunc) {
 		s.retry.Stop()
 		s.retry = nil
 	}
-	released := 0
+	returned := 0
 	for t := s.next(); t != nil; t = s.next() {
-		s.release(t)
-		released++
+		s.returnJob(t)
+		returned++
 	}
 	s.gauges()
 	select {
 	case s.beat <- struct{}{}:
 	default:
 	}
-	ev := s.log.Info().Int("running", len(s.active)).Int("released", released)
+	ev := s.log.Info().Int("running", len(s.active)).Int("returned", returned)
 	if s.fatal != nil {
-		ev = s.log.Error().Err(s.fatal).Int("running", len(s.active)).Int("released", released)
+		ev = s.log.Error().Err(s.fatal).Int("running", len(s.active)).Int("returned", returned)
 	}
 	ev.Msg("worker: draining")
 }
@@ -502,7 +498,7 @@ func (s *shepherd) onPullEnd(e pullEnd) {
 	case s.draining || e.pull.renewed:
 		return // ended on purpose
 	case e.received > 0 || (e.err == nil && e.took >= pullExpiry/2):
-		s.backoff = 0
+		s.backoff.reset()
 		return
 	}
 	err := e.err
@@ -518,12 +514,12 @@ func (s *shepherd) pullFailed(err error) {
 		s.fatal = fmt.Errorf("weave: worker %s: %w", s.cfg.ID, nats.ErrConnectionClosed)
 		return
 	}
-	s.backoff = min(max(2*s.backoff, minPullBackoff), maxPullBackoff)
-	s.retry = time.NewTimer(s.backoff)
+	pause := s.backoff.next()
+	s.retry = time.NewTimer(pause)
 	if errors.Is(err, context.Canceled) {
 		return // a pull canceled by a drain or shutdown is not a failure
 	}
-	s.log.Warn().Err(err).Stringer("backoff", s.backoff).Msg("worker: pull failed")
+	s.log.Warn().Err(err).Stringer("backoff", pause).Msg("worker: pull failed")
 	if !s.repairing && consumerGone(err) {
 		s.repair()
 	}
@@ -568,7 +564,7 @@ func (s *shepherd) onStatus(st nats.Status) {
 			s.retry.Stop()
 			s.retry = nil
 		}
-		s.backoff = 0
+		s.backoff.reset()
 	}
 }
 

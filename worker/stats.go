@@ -23,7 +23,7 @@ type Stats struct {
 	Panics     uint64 // handler panics (each also counts in JobsFailed once reported)
 	Timeouts   uint64 // attempts failed because their deadline passed
 	Abandoned  uint64 // attempts reported without waiting for their handler to return
-	Released   uint64 // jobs given back unrun at shutdown (not attempts)
+	Returned   uint64 // jobs given back unrun at shutdown (not attempts)
 	Lost       uint64 // attempts reported lost: found in a batch redelivered after its lease ran out
 	Dropped    uint64 // jobs not started because their batch's lease lapsed here (the process was stopped)
 	Canceled   uint64 // attempts ended because their job was canceled
@@ -42,10 +42,10 @@ type counters struct {
 	wakeups, jobsRun              atomic.Uint64
 	jobsOK, jobsFailed            atomic.Uint64
 	canceled                      atomic.Uint64
-	timeouts, abandoned, released atomic.Uint64
+	timeouts, abandoned, returned atomic.Uint64
 	lost, dropped                 atomic.Uint64
 
-	// Written by pool goroutines (any of them).
+	// Written by slot goroutines (any of them).
 	panics, spurious atomic.Uint64
 
 	// Written by the completer.
@@ -72,7 +72,7 @@ func (c *counters) snapshot(concurrency int) Stats {
 		Panics:           c.panics.Load(),
 		Timeouts:         c.timeouts.Load(),
 		Abandoned:        c.abandoned.Load(),
-		Released:         c.released.Load(),
+		Returned:         c.returned.Load(),
 		Lost:             c.lost.Load(),
 		Dropped:          c.dropped.Load(),
 		ReportBatches:    c.reportBatches.Load(),

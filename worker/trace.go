@@ -22,14 +22,14 @@ import (
 
 var kindNames = [...]string{
 	kindOK: "ok", kindError: "error", kindPermanent: "permanent", kindPanic: "panic", kindTimeout: "timeout",
-	kindShutdown: "shutdown", kindCanceled: "canceled", kindReleased: "returned", kindLost: "lost",
+	kindShutdown: "shutdown", kindCanceled: "canceled", kindReturned: "returned", kindLost: "lost",
 }
 
 // traceRun starts the spans of one attempt and returns the handler's context, and the function
 // that ends the run span and returns the outcome with its outcome span (nil when nothing is
 // recorded).
-func (p *pool) traceRun(ctx context.Context, t *task, start time.Time) (context.Context, func(outcome) outcome) {
-	tracer, on := p.tracer.Get()
+func (sl *slots) traceRun(ctx context.Context, t *task, start time.Time) (context.Context, func(outcome) outcome) {
+	tracer, on := sl.tracer.Get()
 	if t.trace == "" && !on {
 		return ctx, nil
 	}
@@ -47,7 +47,7 @@ func (p *pool) traceRun(ctx context.Context, t *task, start time.Time) (context.
 	attrs := []attribute.KeyValue{
 		attribute.Int64("weave.job.id", int64(t.job.ID)), attribute.String("weave.group", t.job.Group),
 		attribute.String("weave.job.key", t.job.Key), attribute.Int("weave.job.attempt", t.job.Attempt),
-		attribute.String("weave.worker", p.workerID),
+		attribute.String("weave.worker", sl.workerID),
 	}
 	if published.IsZero() {
 		published = t.batch.received

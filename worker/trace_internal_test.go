@@ -14,7 +14,7 @@ import (
 // TestTraceRunOffAllocatesNothing: an untraced job on a worker with no tracer provider costs no
 // allocation (the default: OpenTelemetry's global provider with nothing installed).
 func TestTraceRunOffAllocatesNothing(t *testing.T) {
-	p := &pool{tracer: tracing.New(nil), workerID: "w"}
+	p := &slots{tracer: tracing.New(nil), workerID: "w"}
 	tk := &task{job: Job{ID: 1, Group: "g", Attempt: 1}, batch: &batch{}}
 	ctx := context.Background()
 	allocs := testing.AllocsPerRun(1000, func() {
@@ -36,7 +36,7 @@ func BenchmarkTraceRun(b *testing.B) {
 	tk := &task{job: Job{ID: 1, Group: "g", Key: "k", Attempt: 1}, batch: &batch{received: time.Now()},
 		trace: "1700000000000000 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 	b.Run("off", func(b *testing.B) {
-		p := &pool{tracer: tracing.New(nil), workerID: "w"}
+		p := &slots{tracer: tracing.New(nil), workerID: "w"}
 		untraced := &task{job: tk.job, batch: tk.batch}
 		for b.Loop() {
 			p.traceRun(b.Context(), untraced, time.Now())
@@ -44,7 +44,7 @@ func BenchmarkTraceRun(b *testing.B) {
 	})
 	b.Run("on", func(b *testing.B) {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewNoopExporter()))
-		p := &pool{tracer: tracing.New(tp), workerID: "w"}
+		p := &slots{tracer: tracing.New(tp), workerID: "w"}
 		for b.Loop() {
 			_, end := p.traceRun(b.Context(), tk, time.Now())
 			out := end(outcome{kind: kindOK})

@@ -75,9 +75,9 @@ func (w *Worker) Stats() Stats { return w.stats.snapshot(w.cfg.Concurrency) }
 // creates or updates the pool's consumer, then pulls and runs jobs until ctx is done. It may be
 // called once.
 //
-// When ctx is done Run drains: it stops pulling, gives back the jobs it holds but has not
-// started (reported released, which costs no attempt), and lets running jobs finish for up to
-// DrainTimeout. Then it cancels their contexts; handlers still running TimeoutGrace later are
+// When ctx is done Run drains: it stops pulling, returns the jobs it holds but has not started
+// (reported with the wire status "released", which costs no attempt), and lets running jobs
+// finish for up to DrainTimeout. Then it cancels their contexts; handlers still running TimeoutGrace later are
 // reported failed and left behind (their goroutines end when they return). Run returns once every
 // report is persisted and its batches acked, after a last heartbeat that tells the coordinator
 // this worker has stopped.
@@ -169,7 +169,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	defer func() { _ = heldSub.Unsubscribe() }()
 
-	slots := &pool{
+	sl := &slots{
 		handler: w.handler, base: handlerCtx, cancels: cancels, grace: cfg.TimeoutGrace, maxResult: cfg.MaxResultSize,
 		log: w.log, stats: &w.stats,
 		lapsed: func(t *task) bool { return t.batch.lapsed(cfg.now(), cfg.Lease) },
@@ -183,7 +183,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// a handler that ignores its context).
 	compDone := make(chan error, 1)
 	go func() { compDone <- comp.run(giveUpCtx) }()
-	slots.start(n)
+	sl.start(n)
 	shepDone := make(chan error, 1)
 	go func() { shepDone <- shep.run(ctx, force) }()
 	hbStop, hbDone := make(chan struct{}), make(chan struct{})
@@ -217,7 +217,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	st := w.Stats()
 	w.log.Info().Uint64("jobs", st.JobsRun).Uint64("ok", st.JobsOK).Uint64("failed", st.JobsFailed).
-		Uint64("released", st.Released).Int("stuck", st.Stuck).Msg("worker: stopped")
+		Uint64("returned", st.Returned).Int("stuck", st.Stuck).Msg("worker: stopped")
 	if cause := context.Cause(ctx); errors.Is(cause, ErrDuplicateID) {
 		return errors.Join(fmt.Errorf("weave: worker %s: %w", cfg.ID, cause), shepErr, compErr)
 	}
@@ -227,19 +227,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // heartbeats publishes a heartbeat every HeartbeatInterval, and at once on a signal from beat,
 // until stop is closed.
 func (w *Worker) heartbeats(beat <-chan struct{}, stop <-chan struct{}) {
-	t := time.NewTicker(w.cfg.HeartbeatInterval)
-	defer t.Stop()
-	w.heartbeat(false)
-	for {
-		select {
-		case <-t.C:
-			w.heartbeat(false)
-		case <-beat:
-			w.heartbeat(false)
-		case <-stop:
-			return
-		}
-	}
+	heartbeatLoop(w.cfg.HeartbeatInterval, beat, stop, func() { w.heartbeat(false) })
 }
 
 func (w *Worker) heartbeat(stopped bool) {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
@@ -281,24 +282,17 @@ func TestErrorMapping(t *testing.T) {
 }
 
 // An attempt that runs past its deadline fails with "timeout after X"; the handler's context
-// carries the deadline (the job's timeout, else DefaultTimeout).
+// carries the deadline (the job's timeout, else DefaultTimeout). End to end only: when the
+// deadline and the report come, exactly, is TestAttemptDeadline's (synctest).
 func TestTimeout(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	rr := f.reports()
-	type seen struct{ start, deadline time.Time }
-	var mu sync.Mutex
-	saw := map[uint64]seen{}
 	r := f.start(worker.Config{Concurrency: 2, DefaultTimeout: 150 * time.Millisecond, TimeoutGrace: 10 * time.Second},
 		worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
-			start := time.Now()
-			d, ok := ctx.Deadline()
-			if !ok {
+			if _, ok := ctx.Deadline(); !ok {
 				return nil, errors.New("no deadline")
 			}
-			mu.Lock()
-			saw[j.ID] = seen{start, d}
-			mu.Unlock()
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}))
@@ -314,12 +308,6 @@ func TestTimeout(t *testing.T) {
 		}
 		if rep.Duration < timeout {
 			t.Errorf("job %d: duration %v < timeout %v", id, rep.Duration, timeout)
-		}
-		mu.Lock()
-		s := saw[id]
-		mu.Unlock()
-		if left := s.deadline.Sub(s.start); left > timeout || left < timeout/2 {
-			t.Errorf("job %d: handler saw a deadline %v ahead, want about %v", id, left, timeout)
 		}
 	}
 	st := r.w.Stats()
@@ -434,7 +422,7 @@ func TestMalformedBatch(t *testing.T) {
 }
 
 // Heartbeats carry the pool, resources, busy and sleeping slots and the draining flag; the last
-// one says the worker stopped.
+// one says the worker stopped. Their schedule is TestHeartbeatLoopSchedule's.
 func TestHeartbeats(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -472,8 +460,8 @@ func TestHeartbeats(t *testing.T) {
 }
 
 // Graceful drain: the running job finishes within DrainTimeout with its context intact and is
-// reported ok; jobs not started are reported released at once; the batch is acked; Run returns
-// nil.
+// reported ok; jobs not started are returned at once (status released on the wire); the batch
+// is acked; Run returns nil.
 func TestGracefulDrain(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -493,14 +481,14 @@ func TestGracefulDrain(t *testing.T) {
 	recv(t, "handler start", started)
 	r.cancel()
 
-	released := rr.collect(2)
+	returned := rr.collect(2)
 	for _, id := range []uint64{2, 3} {
-		if rep := released[id]; rep.Status != wire.StatusReleased {
-			t.Errorf("job %d: %v, want released", id, rep.Status)
+		if rep := returned[id]; rep.Status != wire.StatusReleased {
+			t.Errorf("job %d: %v, want released (returned)", id, rep.Status)
 		}
 	}
-	if released[2].Attempt != 4 {
-		t.Errorf("released attempt %d, want 4", released[2].Attempt)
+	if returned[2].Attempt != 4 {
+		t.Errorf("returned attempt %d, want 4", returned[2].Attempt)
 	}
 	select {
 	case err := <-r.done:
@@ -516,7 +504,7 @@ func TestGracefulDrain(t *testing.T) {
 	}
 	must(t, r.wait())
 	f.waitWorkEmpty() // acks are fire and forget: the server applies them a moment later
-	if st := r.w.Stats(); st.Released != 2 || st.JobsRun != 1 || st.JobsOK != 1 || !st.Draining {
+	if st := r.w.Stats(); st.Returned != 2 || st.JobsRun != 1 || st.JobsOK != 1 || !st.Draining {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -537,11 +525,7 @@ func TestDrainTimeoutCancelsJobs(t *testing.T) {
 	f.publish(r.w.Pool(), job(1, "a"), job(2, "b"))
 	recv(t, "handler start", started)
 	recv(t, "handler start", started)
-	begin := time.Now()
-	must(t, r.stop())
-	if took := time.Since(begin); took < 50*time.Millisecond {
-		t.Errorf("Run returned after %v, before DrainTimeout", took)
-	}
+	must(t, r.stop()) // when, exactly, is TestDrainSchedule's (synctest)
 	got := rr.collect(2)
 	for id, rep := range got {
 		if rep.Status != wire.StatusError || string(rep.Data) != "canceled at worker shutdown: context canceled" {
@@ -619,6 +603,7 @@ func TestAckOnlyAfterReportsPersisted(t *testing.T) {
 
 // A job running longer than the lease keeps its batch: the worker extends the lease with
 // InProgress while the job runs, so the batch is not redelivered, and acks it after the report.
+// End to end against the server; the exact schedule of extensions is TestLeaseKeeperSchedule's.
 func TestLongJobKeepsLease(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -735,7 +720,7 @@ func TestConsumerRecreated(t *testing.T) {
 // and runs new work without waiting for a missed heartbeat.
 func TestServerRestart(t *testing.T) {
 	t.Parallel()
-	f := setupWith(t, topology.Options{}) // file storage: streams and consumer survive the restart
+	f := setupWith(t, config.StreamOptions{}) // file storage: streams and consumer survive the restart
 	rr := f.reports()
 	r := f.start(worker.Config{Concurrency: 2}, worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
 		return j.Payload, nil

@@ -39,6 +39,10 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 			if cfg.RetryBase > cfg.RetryMax {
 				return usageErrorf("--retry-base %v is above --retry-max %v: the first retry would wait longer than the longest", cfg.RetryBase, cfg.RetryMax)
 			}
+			// The rule coordinator.New applies to the stream flags, checked before connecting.
+			if err := cfg.Streams.Validate("Streams."); err != nil {
+				return usageError{errors.New(inFlagWords(err.Error(), coordinatorFlags))}
+			}
 			cfg.Namespace = conn.namespace
 			cfg.Logger = g.log.With().Str("component", "coordinator").Logger()
 			ctx, stop := signalContext(cmd.Context())
@@ -67,7 +71,7 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 	f.IntVar(&cfg.Feeders, "feeders", 0, "groups scheduled at once (0: live worker slots + the prefetch window)")
 	f.StringVar(&policy, "policy", spreader.LeastInFlight.String(), "scheduling policy: least-in-flight or round-robin")
 	f.IntVar(&cfg.MaxInFlightPerGroup, "max-in-flight-per-group", 0, "cap on the jobs of one group running at once (0: none)")
-	f.IntVar(&cfg.Prefetch, "prefetch", 0, "jobs released beyond the free slots, fleet-wide (0: adapts to the jobs' durations; -1: only into free slots)")
+	f.IntVar(&cfg.Prefetch, "prefetch", coordinator.DefaultPrefetch, "jobs released beyond the free slots, fleet-wide (0: adapts to the jobs' durations; -1: only into free slots)")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", coordinator.DefaultMaxAttempts, "attempts of jobs that do not set their own")
 	f.DurationVar(&cfg.RetryBase, "retry-base", coordinator.DefaultRetryBase, "retry delay of the first retry (exponential backoff with full jitter)")
 	f.DurationVar(&cfg.RetryMax, "retry-max", coordinator.DefaultRetryMax, "longest retry delay")
@@ -76,7 +80,7 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 	f.IntVar(&cfg.HeartbeatMisses, "heartbeat-misses", coordinator.DefaultHeartbeatMisses, "missed worker heartbeats after which a worker is dead")
 	f.DurationVar(&cfg.RescueAfter, "rescue-after", coordinator.DefaultRescueAfter, "how long a pool may have no live worker before its jobs go to other pools")
 	f.DurationVar(&cfg.AbandonAfter, "abandon-after", coordinator.DefaultAbandonAfter, "how long a group that is not sealed may go without a job or keep-alive before the coordinator seals it")
-	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "replicas of the streams, if this coordinator creates them (3 for a cluster)")
+	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "replicas of the streams and the lease bucket, if this coordinator creates them (3 for a cluster; 1 to 5)")
 	f.DurationVar(&cfg.Streams.DedupWindow, "dedup-window", 0, "how long job keys are remembered for deduplication, if this coordinator creates the streams (0: 2m)")
 	f.DurationVar(&cfg.Streams.ResultRetention, "result-retention", 0, "how long a finished group's outcomes (and failed jobs' payloads) are kept (0: 24h)")
 	return cmd
@@ -130,6 +134,8 @@ var coordinatorFlags = map[string]string{
 	"MaxAttempts": "--max-attempts", "RetryBase": "--retry-base", "RetryMax": "--retry-max",
 	"MaxBatch": "--max-batch", "LeaseTTL": "--lease-ttl", "HeartbeatMisses": "--heartbeat-misses",
 	"RescueAfter": "--rescue-after", "AbandonAfter": "--abandon-after",
+	"Streams.Replicas": "--replicas", "Streams.DedupWindow": "--dedup-window",
+	"Streams.ResultRetention": "--result-retention",
 }
 
 // inFlagWords rewrites a coordinator config error in flag names: "RetryBase 10s above

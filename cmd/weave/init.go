@@ -33,11 +33,9 @@ is the coordinator's --result-retention, not a property of the streams.`,
   weave init --namespace acme --replicas 3`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if opts.Replicas < 1 || opts.Replicas > 5 {
-				return usageErrorf("--replicas %d: want 1 to 5", opts.Replicas)
-			}
-			if opts.DedupWindow < 0 {
-				return usageErrorf("--dedup-window %v is negative", opts.DedupWindow)
+			// The rule InitNamespace applies, checked before connecting.
+			if err := opts.Validate(""); err != nil {
+				return usageError{errors.New(inFlagWords(err.Error(), initFlags))}
 			}
 			opts.MemoryStorage = memory
 			ctx, stop := signalContext(cmd.Context())
@@ -63,7 +61,7 @@ is the coordinator's --result-retention, not a property of the streams.`,
 			}
 			if err != nil {
 				if errors.Is(err, coordinator.ErrInvalidConfig) {
-					return usageError{err}
+					return usageError{errors.New(inFlagWords(err.Error(), initFlags))}
 				}
 				return s.explain(fmt.Errorf("init namespace %q: %w", conn.namespace, err))
 			}
@@ -77,8 +75,12 @@ is the coordinator's --result-retention, not a property of the streams.`,
 	f := cmd.Flags()
 	conn.register(f)
 	conn.registerTimeout(f, defaultTimeout)
-	f.IntVar(&opts.Replicas, "replicas", 1, "replicas of every stream (3 on a cluster)")
+	f.IntVar(&opts.Replicas, "replicas", 1, "replicas of every stream (3 on a cluster; 1 to 5)")
 	f.DurationVar(&opts.DedupWindow, "dedup-window", 0, "how long job keys are remembered for deduplication (0: 2m)")
 	f.BoolVar(&memory, "memory", false, "keep the streams in memory: for tests and benchmarks, nothing survives a server restart")
 	return cmd
 }
+
+// initFlags names the coordinator.StreamOptions fields that a flag of weave init sets, so that a
+// validation error speaks of the flag the user typed.
+var initFlags = map[string]string{"Replicas": "--replicas", "DedupWindow": "--dedup-window"}

@@ -42,8 +42,8 @@ func TestLogDurationsCarryUnits(t *testing.T) {
 }
 
 func TestInFlagWords(t *testing.T) {
-	got := inFlagWords("weave: invalid coordinator config: RetryBase 10s above RetryMax 1s", coordinatorFlags)
-	if want := "weave: invalid coordinator config: --retry-base 10s above --retry-max 1s"; got != want {
+	got := inFlagWords("weave: invalid config: RetryBase 10s above RetryMax 1s", coordinatorFlags)
+	if want := "weave: invalid config: --retry-base 10s above --retry-max 1s"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }

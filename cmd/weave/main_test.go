@@ -58,7 +58,11 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"cancel"}, exitUsage, "--group is required"},
 		{[]string{"cancel", "-g", "g", "--job", "1,no"}, exitUsage, `job ID "no"`},
 		{[]string{"cancel", "-g", "g", "extra"}, exitUsage, "unknown command"},
-		{[]string{"init", "--replicas", "0"}, exitUsage, "--replicas"},
+		// One rule for replicas everywhere: 0 (the default, 1) to 5.
+		{[]string{"init", "--replicas", "6"}, exitUsage, "--replicas is 6, must be 1 to 5"},
+		{[]string{"init", "--replicas", "-1"}, exitUsage, "--replicas is -1"},
+		{[]string{"coordinator", "--replicas", "7"}, exitUsage, "--replicas is 7, must be 1 to 5"},
+		{[]string{"coordinator", "--result-retention", "-1h"}, exitUsage, "--result-retention is -1h0m0s"},
 		{[]string{"init", "--dedup-window", "-1s"}, exitUsage, "--dedup-window"},
 		// Nothing listens on port 1: a connection error, not a usage error.
 		{[]string{"status", "--nats", "nats://127.0.0.1:1"}, exitError, "connect to NATS"},

@@ -88,7 +88,7 @@ On SIGINT or SIGTERM the worker stops taking jobs and lets the running ones fini
 				Str("command", strings.Join(args, " ")).Str("nats", nc.ConnectedUrlRedacted()).Msg("worker starting")
 			err = w.Run(ctx)
 			st := w.Stats()
-			g.log.Info().Uint64("ok", st.JobsOK).Uint64("failed", st.JobsFailed).Uint64("released", st.Released).Msg("worker stopped")
+			g.log.Info().Uint64("ok", st.JobsOK).Uint64("failed", st.JobsFailed).Uint64("returned", st.Returned).Msg("worker stopped")
 			if errors.Is(err, worker.ErrDuplicateID) {
 				return fmt.Errorf("worker ID %q is in use by another running worker of namespace %q: give each worker its own --id", cfg.ID, cfg.Namespace)
 			}

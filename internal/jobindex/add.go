@@ -21,8 +21,6 @@ func (x *Index) AddState(id uint64, group string, require, prefer []string, st S
 	if !st.valid() {
 		return fmt.Errorf("%w %d for job %d", ErrInvalidState, st, id)
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
 	if _, _, ok := x.catalog.lookup(id); ok {
 		return fmt.Errorf("%w %d", ErrDuplicateJob, id)
 	}

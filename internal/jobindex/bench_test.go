@@ -1,7 +1,6 @@
 package jobindex
 
 import (
-	"bytes"
 	"runtime"
 	"slices"
 	"strconv"
@@ -11,8 +10,7 @@ import (
 )
 
 // BenchmarkIndexBuild10M builds the 10-million-job workload (see workload) by replay, as a
-// restarting coordinator would, and reports the heap the index holds per job and the
-// snapshot size per job.
+// restarting coordinator would, and reports the heap the index holds per job.
 func BenchmarkIndexBuild10M(b *testing.B) {
 	w := defaultWorkload(100_000)
 	var x *Index
@@ -25,7 +23,6 @@ func BenchmarkIndexBuild10M(b *testing.B) {
 		b.StopTimer()
 		jobs := float64(x.Len())
 		b.ReportMetric(float64(heapAlloc()-before)/jobs, "heap-B/job")
-		b.ReportMetric(float64(len(mustSnapshot(b, x)))/jobs, "snapshot-B/job")
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(x.Len()), "ns/job")
@@ -39,7 +36,6 @@ var fixture = sync.OnceValue(func() (f struct {
 	heads   []uint64 // the lowest pending job of each group that has one: scheduler offers
 }) {
 	f.x = defaultWorkload(100_000).build()
-	f.x.mu.RLock()
 	it := f.x.states[Pending].Iterator()
 	for i := 0; it.HasNext(); i++ {
 		id := it.Next()
@@ -47,7 +43,6 @@ var fixture = sync.OnceValue(func() (f struct {
 			f.pending = append(f.pending, id)
 		}
 	}
-	f.x.mu.RUnlock()
 	for g, c := range f.x.Groups() {
 		if c.Pending > 0 {
 			for id := range f.x.GroupJobs(g, Pending) {
@@ -93,7 +88,7 @@ func reportP99(b *testing.B, samples []time.Duration) {
 //     per-profile pending bitmaps on both sides.
 //   - release-complete: the coordinator's steady state. Pending jobs are released in ID order
 //     and each completes (running to done) 1,000 releases later, so done fills in behind the
-//     frontier. When the backlog runs out the index is restored from a snapshot, untimed.
+//     frontier. When the backlog runs out the index is built again, untimed.
 func BenchmarkMove(b *testing.B) {
 	f := fixture()
 	b.Run("cycle", func(b *testing.B) {
@@ -113,23 +108,17 @@ func BenchmarkMove(b *testing.B) {
 		}
 	})
 	b.Run("release-complete", func(b *testing.B) {
-		snap := mustSnapshot(b, f.x)
 		const lag = 1000
 		var x *Index
 		var queue []uint64 // pending jobs in ID order
 		released, completed := 0, 0
 		reset := func() {
 			b.StopTimer()
-			var err error
-			if x, err = Restore(bytes.NewReader(snap)); err != nil {
-				b.Fatal(err)
-			}
-			x.mu.RLock()
+			x = defaultWorkload(100_000).build()
 			queue = queue[:0]
 			for it := x.states[Pending].Iterator(); it.HasNext(); {
 				queue = append(queue, it.Next())
 			}
-			x.mu.RUnlock()
 			released, completed = 0, 0
 			b.StartTimer()
 		}
@@ -241,27 +230,5 @@ func BenchmarkGroupCounts(b *testing.B) {
 	for b.Loop() {
 		x.GroupCounts("group-" + strconv.Itoa(i%100_000))
 		i++
-	}
-}
-
-// BenchmarkSnapshot encodes the 10M-job index and reports the size per job.
-func BenchmarkSnapshot(b *testing.B) {
-	x := fixture().x
-	var n int
-	for b.Loop() {
-		n = len(mustSnapshot(b, x))
-	}
-	b.ReportMetric(float64(n)/float64(x.Len()), "B/job")
-	b.SetBytes(int64(n))
-}
-
-// BenchmarkRestore decodes and verifies the 10M-job snapshot.
-func BenchmarkRestore(b *testing.B) {
-	snap := mustSnapshot(b, fixture().x)
-	b.SetBytes(int64(len(snap)))
-	for b.Loop() {
-		if _, err := Restore(bytes.NewReader(snap)); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

@@ -26,7 +26,7 @@ type span struct {
 type catalog struct {
 	keys  []uint64 // block keys (ID >> blockBits), ascending
 	spans [][]span // spans[i] cover block keys[i]: ascending, disjoint, never empty
-	n     int      // number of spans, for stats and snapshots
+	n     int      // number of spans, for stats and the invariant checks
 }
 
 // findBlock returns the position of block key, or where it would be inserted.
@@ -116,35 +116,6 @@ func (c *catalog) insert(id uint64, group, profile uint32) {
 	c.spans[b] = ss
 }
 
-// appendRange records the jobs lo..hi (inclusive), all above every ID in the catalog. Restore
-// uses it to rebuild the catalog in one pass.
-func (c *catalog) appendRange(lo, hi uint64, group, profile uint32) {
-	for {
-		key := lo >> blockBits
-		end := min(hi, key<<blockBits|blockMask)
-		s := span{uint16(lo & blockMask), uint16(end & blockMask), group, profile}
-		n := len(c.keys)
-		switch {
-		case n == 0 || c.keys[n-1] != key:
-			c.keys = append(c.keys, key)
-			c.spans = append(c.spans, []span{s})
-			c.n++
-		default:
-			ss := c.spans[n-1]
-			if t := &ss[len(ss)-1]; int(t.hi)+1 == int(s.lo) && t.group == group && t.profile == profile {
-				t.hi = s.hi
-			} else {
-				c.spans[n-1] = append(ss, s)
-				c.n++
-			}
-		}
-		if end == hi {
-			return
-		}
-		lo = end + 1
-	}
-}
-
 // removeGroup deletes every span of group between the IDs first and last, calling fn with the
 // absolute ID range and profile of each.
 func (c *catalog) removeGroup(group uint32, first, last uint64, fn func(lo, hi uint64, profile uint32)) {
@@ -185,18 +156,6 @@ func (c *catalog) scan(group uint32, from, last uint64, fn func(lo, hi uint64) b
 		for _, s := range c.spans[b] {
 			lo, hi := base|uint64(s.lo), base|uint64(s.hi)
 			if s.group == group && hi >= from && !fn(lo, hi) {
-				return
-			}
-		}
-	}
-}
-
-// each calls fn for every span in ascending ID order until fn returns false.
-func (c *catalog) each(fn func(lo, hi uint64, group, profile uint32) bool) {
-	for b, key := range c.keys {
-		base := key << blockBits
-		for _, s := range c.spans[b] {
-			if !fn(base|uint64(s.lo), base|uint64(s.hi), s.group, s.profile) {
 				return
 			}
 		}

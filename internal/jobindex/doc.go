@@ -56,14 +56,13 @@
 // prefer one, and its lowest ID is a minimum over those profiles' minimums.
 //
 // Measured on the benchmark workload (10 million jobs, 100,000 groups, 1,000 resources; see
-// BenchmarkIndexBuild10M): about 2.4 bytes of heap per job, 0.4 bytes per job in a snapshot,
-// 0.1 to 0.2 µs per transition.
+// BenchmarkIndexBuild10M): about 2.4 bytes of heap per job, 0.1 to 0.2 µs per transition.
 //
 // Run containers are used at rest, not in memory. Roaring's Add and Remove on a run container
 // recompute the container's cardinality, O(runs), and every transition adds and removes: on
 // the benchmark index, run-optimizing the state bitmaps saved 0.3 bytes per job and made
 // transitions ten times slower (about 1.5 µs instead of 0.15 µs). So the index never calls
-// RunOptimize on its live bitmaps; snapshots run-optimize a copy, and [Restore] expands them.
+// RunOptimize on its live bitmaps.
 //
 // # Selection
 //
@@ -74,19 +73,11 @@
 // offers in their priority order; [Index.SelectAny] applies it to every pending job, lowest ID
 // first, in time proportional to the number of profiles that fit W, not to the backlog.
 //
-// # Concurrency
+// # One owner
 //
-// An [Index] is guarded by one sync.RWMutex. Mutations take it exclusively; status queries,
-// selection and snapshots share it, so many readers proceed in parallel and each answer is
-// consistent. The iterators ([Index.Groups], [Index.Resources], [Index.GroupJobs]) read in
-// chunks and release the lock while the loop body runs.
-//
-// # Snapshots
-//
-// [Index.MarshalBinary] and [Index.WriteTo] write a versioned snapshot: a header, the resource,
-// profile and group dictionaries, the six state bitmaps in the portable 64-bit roaring format,
-// the catalog spans, and a CRC-32C. Counters and per-profile bitmaps are left out and rebuilt
-// by [Restore], which checks the parts against each other, so a restored index satisfies the
-// same invariants as one built by [Index.Add]. Restore rejects damaged input with
-// [ErrCorruptSnapshot] and never trusts a declared length for an allocation.
+// An [Index] (and the [ResourceSet] values used with it) belongs to one goroutine and has no
+// lock: in Weave, the coordinator's loop goroutine, which applies every change and also answers
+// status requests, so no other goroutine ever reads it. The iterators ([Index.Groups],
+// [Index.Resources], [Index.GroupJobs]) read the index directly as they yield; the loop body
+// of Groups and Resources may change the index, that of GroupJobs must not.
 package jobindex

@@ -24,8 +24,6 @@ var (
 	// ErrGroupActive: the group still has pending, running or retrying jobs, so it cannot be
 	// forgotten.
 	ErrGroupActive = errors.New("jobindex: group has active jobs")
-	// ErrCorruptSnapshot: the snapshot is truncated, damaged or not a snapshot.
-	ErrCorruptSnapshot = errors.New("jobindex: corrupt snapshot")
 )
 
 // TransitionError reports a move the state machine does not allow. It wraps

@@ -35,8 +35,6 @@ func (x *Index) internGroup(name string) uint32 {
 // GroupCounts returns the number of jobs of group in each state, in O(1), and false if the
 // index holds no job of group.
 func (x *Index) GroupCounts(group string) (Counts, bool) {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
 	gid, ok := x.groupIDs[group]
 	if !ok {
 		return Counts{}, false
@@ -44,101 +42,42 @@ func (x *Index) GroupCounts(group string) (Counts, bool) {
 	return x.groups[gid].counts.export(), true
 }
 
-// iterChunk is how many entries the iterators copy per read lock. The lock is released while
-// the caller's loop body runs, so the body may call back into the index, and writers wait for
-// at most one chunk.
-const iterChunk = 256
-
-// Groups yields every group with its counts, in no particular order. Each chunk of groups is
-// read under one read lock; groups added or forgotten during the iteration may or may not be
-// seen.
+// Groups yields every group with its counts, in no particular order. The loop body may read and
+// change the index; a group added or forgotten by the body may or may not be yielded.
 func (x *Index) Groups() iter.Seq2[string, Counts] {
-	return chunked(x, func() int { return len(x.groups) }, func(i int) (string, Counts, bool) {
-		g := &x.groups[i]
-		return g.name, g.counts.export(), g.name != ""
-	})
-}
-
-// chunked yields (name, value) for the slots 0..n()-1 of an index table that at(i) reports as
-// used, reading iterChunk slots at a time under one read lock, and calling yield with no lock
-// held, so the loop body may call back into the index.
-func chunked[V any](x *Index, n func() int, at func(i int) (string, V, bool)) iter.Seq2[string, V] {
-	return func(yield func(string, V) bool) {
-		type entry struct {
-			name string
-			v    V
-		}
-		buf := make([]entry, 0, iterChunk)
-		for next := 0; ; {
-			buf = buf[:0]
-			x.mu.RLock()
-			for ; next < n() && len(buf) < iterChunk; next++ {
-				if name, v, ok := at(next); ok {
-					buf = append(buf, entry{name, v})
-				}
-			}
-			done := next >= n()
-			x.mu.RUnlock()
-			for _, e := range buf {
-				if !yield(e.name, e.v) {
-					return
-				}
-			}
-			if done {
+	return func(yield func(string, Counts) bool) {
+		for i := 0; i < len(x.groups); i++ { // len read each time: the body may add groups
+			if g := &x.groups[i]; g.name != "" && !yield(g.name, g.counts.export()) {
 				return
 			}
 		}
 	}
 }
 
-// GroupJobs yields the IDs of group's jobs in state s, in ascending order. Like [Index.Groups]
-// it reads in chunks; a job that changes state during the iteration may be missed or seen.
-// The cost is proportional to the catalog spans between the group's first and last job.
+// GroupJobs yields the IDs of group's jobs in state s, in ascending order. The cost is
+// proportional to the catalog spans between the group's first and last job. The loop body must
+// not change the index (collect the IDs first to move them, as with slices.Collect).
 func (x *Index) GroupJobs(group string, s State) iter.Seq[uint64] {
 	return func(yield func(uint64) bool) {
 		if !s.valid() {
 			return
 		}
-		buf := make([]uint64, 0, iterChunk)
-		for from := uint64(0); ; {
-			buf = buf[:0]
-			more := x.groupJobs(group, s, from, &buf)
-			for _, id := range buf {
-				if !yield(id) {
-					return
+		gid, ok := x.groupIDs[group]
+		if !ok || x.groups[gid].counts[s] == 0 {
+			return
+		}
+		g := &x.groups[gid]
+		it := x.states[s].Iterator()
+		x.catalog.scan(gid, g.first, g.last, func(lo, hi uint64) bool {
+			it.AdvanceIfNeeded(lo)
+			for it.HasNext() && it.PeekNext() <= hi {
+				if !yield(it.Next()) {
+					return false
 				}
 			}
-			if !more {
-				return
-			}
-			from = buf[len(buf)-1] + 1
-		}
+			return true
+		})
 	}
-}
-
-// groupJobs appends to buf, up to its capacity, the jobs of group in state s from ID from on,
-// and reports whether there may be more.
-func (x *Index) groupJobs(group string, s State, from uint64, buf *[]uint64) (more bool) {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	gid, ok := x.groupIDs[group]
-	if !ok || x.groups[gid].counts[s] == 0 {
-		return false
-	}
-	g := &x.groups[gid]
-	it := x.states[s].Iterator()
-	x.catalog.scan(gid, max(from, g.first), g.last, func(lo, hi uint64) bool {
-		it.AdvanceIfNeeded(max(lo, from))
-		for it.HasNext() && it.PeekNext() <= hi {
-			if len(*buf) == cap(*buf) {
-				more = true
-				return false
-			}
-			*buf = append(*buf, it.Next())
-		}
-		return true
-	})
-	return more
 }
 
 // Forget drops every job of group name from the index, for retention clean-up once the group has
@@ -146,8 +85,6 @@ func (x *Index) groupJobs(group string, s State, from uint64, buf *[]uint64) (mo
 // refused with [ErrGroupActive]: cancel them first. Resource and profile entries used only by
 // the group are released too.
 func (x *Index) Forget(name string) (uint64, error) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
 	gid, ok := x.groupIDs[name]
 	if !ok {
 		return 0, fmt.Errorf("%w %q", ErrUnknownGroup, name)

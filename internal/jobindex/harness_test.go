@@ -1,7 +1,6 @@
 package jobindex
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -219,50 +218,22 @@ func (r *opRunner) step() error {
 		r.log("SelectAny(%v)", w.Names())
 		return sameSelection(r.x.SelectAny(w))(r.m.selectAny(held))
 	case 9:
-		switch r.next() % 2 {
-		case 0:
-			r.log("Restore(Snapshot)")
-			return r.roundTrip()
-		case 1:
-			_, held := r.held()
-			cands := r.jobIDs()
-			names := make([]string, 0, len(held))
-			for n := range held {
-				names = append(names, n)
-			}
-			w := r.x.Compile(names)
-			r.log("Compile(%v).Select(%v)", w.Names(), cands)
-			return sameSelection(r.x.Select(w, cands))(r.m.selectFrom(held, cands))
+		_, held := r.held()
+		cands := r.jobIDs()
+		names := make([]string, 0, len(held))
+		for n := range held {
+			names = append(names, n)
 		}
+		w := r.x.Compile(names)
+		r.log("Compile(%v).Select(%v)", w.Names(), cands)
+		return sameSelection(r.x.Select(w, cands))(r.m.selectFrom(held, cands))
 	}
 	return nil
 }
 
-// roundTrip replaces the index with one restored from its snapshot, and checks that the
-// restored index snapshots to the same bytes.
-func (r *opRunner) roundTrip() error {
-	snap, err := r.x.MarshalBinary()
-	if err != nil {
-		return err
-	}
-	y, err := Restore(bytes.NewReader(snap))
-	if err != nil {
-		return fmt.Errorf("Restore: %w", err)
-	}
-	again, err := y.MarshalBinary()
-	if err != nil {
-		return err
-	}
-	if !bytes.Equal(again, snap) {
-		return fmt.Errorf("snapshot of restored index differs (%d vs %d bytes)", len(again), len(snap))
-	}
-	r.x = y
-	return r.check()
-}
-
 var sentinels = []error{
 	ErrIllegalTransition, ErrUnknownJob, ErrDuplicateJob, ErrInvalidJob, ErrInvalidState,
-	ErrUnknownGroup, ErrGroupActive, ErrCorruptSnapshot,
+	ErrUnknownGroup, ErrGroupActive,
 }
 
 // sameErr checks that got is the error the model expects: nil, or wrapping the same sentinels,

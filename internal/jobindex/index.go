@@ -2,7 +2,6 @@ package jobindex
 
 import (
 	"math"
-	"sync"
 	"sync/atomic"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
@@ -22,13 +21,11 @@ var indexIDs atomic.Uint64
 // Index is the coordinator's job index: the state of every job, per-state, per-group and
 // per-resource counts, and resource-aware selection of pending jobs.
 //
-// An Index is safe for concurrent use. Writers (Add, Move, Forget) take an exclusive lock;
-// readers (State, counts, Select, snapshots) share a read lock, so status queries proceed in
-// parallel and never see a half-applied change. Create one with [New] or [Restore].
+// An Index has one owner and is not safe for concurrent use: the goroutine that creates it
+// reads and changes it, and nothing else. In Weave that is the coordinator's loop goroutine,
+// which also answers status requests, so the index needs no lock. Create one with [New].
 type Index struct {
 	id uint64 // identity for compiled ResourceSets; never changes
-
-	mu sync.RWMutex // guards everything below
 
 	states  [numStates]*roaring64.Bitmap // states[s] holds the jobs in state s; disjoint
 	counts  counts                       // counts[s] == states[s].GetCardinality(), kept O(1)
@@ -51,7 +48,7 @@ type Index struct {
 	// ResourceSet is valid for one epoch.
 	epoch uint64
 
-	w writerScratch // used only with mu held for writing
+	w writerScratch // reused by Add and Forget
 }
 
 // writerScratch is memory writers reuse between calls to keep Add allocation-free in the
@@ -91,8 +88,6 @@ func New() *Index {
 
 // Len returns the number of jobs in the index.
 func (x *Index) Len() uint64 {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
 	return x.counts.total()
 }
 
@@ -101,22 +96,16 @@ func (x *Index) Count(s State) uint64 {
 	if !s.valid() {
 		return 0
 	}
-	x.mu.RLock()
-	defer x.mu.RUnlock()
 	return x.counts[s]
 }
 
 // Counts returns the number of jobs in every state, read at one instant.
 func (x *Index) Counts() Counts {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
 	return x.counts.export()
 }
 
 // State returns the state of job id, and false if the job is not in the index.
 func (x *Index) State(id uint64) (State, bool) {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
 	return x.stateOf(id)
 }
 

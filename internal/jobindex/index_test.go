@@ -140,12 +140,13 @@ func TestForget(t *testing.T) {
 	}
 }
 
-// TestIteratorsChunk runs the iterators over more entries than one chunk, breaks out early,
-// and calls back into the index from the loop body (the lock is not held there).
-func TestIteratorsChunk(t *testing.T) {
+// TestIterators runs the iterators over many entries, breaks out early, and calls back into the
+// index from the loop body: reads from every iterator, changes from Groups' (a group forgotten
+// while Groups runs).
+func TestIterators(t *testing.T) {
 	t.Parallel()
 	x := New()
-	const n = 3*iterChunk + 7
+	const n = 775
 	for id := range uint64(n) {
 		group := "big"
 		if id%2 == 1 {
@@ -173,15 +174,15 @@ func TestIteratorsChunk(t *testing.T) {
 	if want := len(x.resourceIDs); resources != want {
 		t.Fatalf("Resources yielded %d, want %d", resources, want)
 	}
-	var big []uint64
-	for id := range x.GroupJobs("big", Pending) {
-		if _, err := x.Move(id, Running); err != nil { // moving the job being visited is allowed
-			t.Fatal(err)
-		}
-		big = append(big, id)
-	}
+	big := slices.Collect(x.GroupJobs("big", Pending)) // collected first: the moves below change the index
 	if len(big) != (n+1)/2 || !slices.IsSorted(big) {
 		t.Fatalf("GroupJobs yielded %d jobs (sorted %v), want %d", len(big), slices.IsSorted(big), (n+1)/2)
+	}
+	if err := x.MoveMany(big, Running); err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Collect(x.GroupJobs("big", Running)); !slices.Equal(got, big) {
+		t.Fatalf("GroupJobs(big, Running) yielded %d jobs, want the %d moved", len(got), len(big))
 	}
 	for range x.Groups() {
 		break
@@ -191,6 +192,29 @@ func TestIteratorsChunk(t *testing.T) {
 	}
 	for range x.GroupJobs("big", Running) {
 		break
+	}
+	// Forgetting groups from Groups' loop body: every other group is still yielded once.
+	for id := range uint64(n) {
+		if id%2 == 1 {
+			if _, err := x.Move(id*3, Canceled); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	seen := map[string]int{}
+	for g := range x.Groups() {
+		seen[g]++
+		if g != "big" {
+			if _, err := x.Forget(g); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(seen) != groups || seen["big"] != 1 {
+		t.Fatalf("Groups with forgetting body yielded %d groups (big %d times), want %d", len(seen), seen["big"], groups)
+	}
+	if got := slices.Collect(maps.Keys(maps.Collect(x.Groups()))); !slices.Equal(got, []string{"big"}) {
+		t.Fatalf("groups left %v, want [big]", got)
 	}
 	if slices.Collect(x.GroupJobs("big", State(numStates))) != nil || slices.Collect(x.GroupJobs("none", Running)) != nil {
 		t.Fatal("GroupJobs yielded jobs for an invalid state or unknown group")

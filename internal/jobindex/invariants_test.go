@@ -11,9 +11,6 @@ import (
 // structures (counters, pending bitmaps, minimums, dictionaries) must agree with the states
 // and the catalog. Property and fuzz tests call it after every operation.
 func (x *Index) checkInvariants() error {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-
 	var total uint64
 	for s, bm := range x.states {
 		if c := bm.GetCardinality(); c != x.counts[s] {
@@ -239,4 +236,16 @@ func sameSet(a, b []uint32) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// each calls fn for every span in ascending ID order until fn returns false.
+func (c *catalog) each(fn func(lo, hi uint64, group, profile uint32) bool) {
+	for b, key := range c.keys {
+		base := key << blockBits
+		for _, s := range c.spans[b] {
+			if !fn(base|uint64(s.lo), base|uint64(s.hi), s.group, s.profile) {
+				return
+			}
+		}
+	}
 }

@@ -180,8 +180,6 @@ type ResourceCounts struct {
 // requiring a resource no live worker holds are the ones waiting for capacity. The cost is
 // O(profiles naming the resource), usually one or two.
 func (x *Index) ResourceCounts(resource string) ResourceCounts {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
 	rid, ok := x.resourceIDs[resource]
 	if !ok {
 		return ResourceCounts{}
@@ -202,13 +200,13 @@ func (x *Index) resourceCounts(rid uint32) ResourceCounts {
 }
 
 // Resources yields every resource named by an indexed job, with its counts, in no particular
-// order. It reads in chunks like [Index.Groups].
+// order. The loop body may read and change the index, as with [Index.Groups].
 func (x *Index) Resources() iter.Seq2[string, ResourceCounts] {
-	return chunked(x, func() int { return len(x.resources) }, func(i int) (string, ResourceCounts, bool) {
-		r := &x.resources[i]
-		if r.name == "" {
-			return "", ResourceCounts{}, false
+	return func(yield func(string, ResourceCounts) bool) {
+		for i := 0; i < len(x.resources); i++ {
+			if r := &x.resources[i]; r.name != "" && !yield(r.name, x.resourceCounts(uint32(i))) {
+				return
+			}
 		}
-		return r.name, x.resourceCounts(uint32(i)), true
-	})
+	}
 }

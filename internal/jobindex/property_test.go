@@ -6,7 +6,7 @@ import (
 )
 
 // TestPropertyModel runs random operation sequences (add, move, batch move, forget, select,
-// snapshot and restore) against the index and the naive model, and checks that
+// compile) against the index and the naive model, and checks that
 // states, counts, group and resource counts, group members and selections agree, and that
 // every internal invariant holds.
 func TestPropertyModel(t *testing.T) {

@@ -3,7 +3,6 @@ package jobindex
 import (
 	"slices"
 	"strconv"
-	"sync/atomic"
 )
 
 // Match says why a selected job suits a worker pool.
@@ -36,11 +35,11 @@ func (m Match) String() string {
 //
 // It stores names, so it may name resources no job mentions yet, and it stays valid as jobs
 // come and go: the first selection after the index's resource or profile tables change
-// recompiles it (O(held + profiles)); selections in between reuse the compiled form. A
-// ResourceSet is safe for concurrent use and may be used with several indexes.
+// recompiles it (O(held + profiles)); selections in between reuse the compiled form. It may be
+// used with several indexes, and like an [Index] it belongs to one goroutine: the index's owner.
 type ResourceSet struct {
 	names    []string // sorted, no duplicates
-	compiled atomic.Pointer[compiledSet]
+	compiled *compiledSet
 }
 
 // compiledSet is a ResourceSet resolved against one index at one epoch.
@@ -70,15 +69,13 @@ func (w *ResourceSet) Names() []string { return slices.Clone(w.names) }
 // is as cheap as the rest. It is [NewResourceSet] plus a warm-up.
 func (x *Index) Compile(held []string) *ResourceSet {
 	w := NewResourceSet(held...)
-	x.mu.RLock()
-	defer x.mu.RUnlock()
 	w.compile(x)
 	return w
 }
 
-// compile returns w resolved against x, which the caller has locked (for reading suffices).
+// compile returns w resolved against x, compiling it again if x's tables changed since.
 func (w *ResourceSet) compile(x *Index) *compiledSet {
-	if c := w.compiled.Load(); c != nil && c.index == x.id && c.epoch == x.epoch {
+	if c := w.compiled; c != nil && c.index == x.id && c.epoch == x.epoch {
 		return c
 	}
 	held := make([]bool, len(x.resources))
@@ -102,8 +99,7 @@ func (w *ResourceSet) compile(x *Index) *compiledSet {
 			c.fitting = append(c.fitting, uint32(pid))
 		}
 	}
-	// Concurrent readers may compile at once; they compute the same value, the last store wins.
-	w.compiled.Store(c)
+	w.compiled = c
 	return c
 }
 
@@ -133,8 +129,6 @@ func verdict(p *profile, held []bool) Match {
 // Select does not change the job's state: the caller moves it to [Running] when it releases it.
 // The cost is O(len(candidates) × log spans per block).
 func (x *Index) Select(w *ResourceSet, candidates []uint64) (id uint64, m Match, ok bool) {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
 	c := w.compile(x)
 	for _, cand := range candidates {
 		_, pid, known := x.catalog.lookup(cand)
@@ -160,8 +154,6 @@ func (x *Index) Select(w *ResourceSet, candidates []uint64) (id uint64, m Match,
 // resource in w (and whose requirements w meets), else the lowest-ID pending job whose
 // requirements w meets. The cost is O(profiles fitting w), independent of the backlog.
 func (x *Index) SelectAny(w *ResourceSet) (id uint64, m Match, ok bool) {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
 	c := w.compile(x)
 	best := uint64(noJob)
 	for _, pid := range c.preferred {

@@ -9,7 +9,7 @@ import (
 // starts in.
 type State uint8
 
-// The job states. The order is part of the snapshot format: do not reorder.
+// The job states. Their order is the order of Counts and of the state bitmaps.
 const (
 	// Pending jobs wait to be released to a worker pool.
 	Pending State = iota

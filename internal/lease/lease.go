@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/topology"
 )
 
@@ -38,7 +39,15 @@ func (l *Lease) Epoch() uint64 { return l.epoch }
 // written as the value, for operators. While another holder keeps the lease, Acquire waits
 // (standby) and takes over once the key expires. Errors that pass by themselves (the bucket's
 // stream has no leader yet, as in a cluster that is still electing one) are waited out too.
+// replicas follows config.Replicas (0: one); a count out of range is an error wrapping
+// config.ErrInvalid.
 func Acquire(ctx context.Context, js jetstream.JetStream, bucket, holder string, ttl time.Duration, replicas int) (*Lease, error) {
+	if err := config.Replicas("lease replicas", replicas); err != nil {
+		return nil, err
+	}
+	if replicas == 0 {
+		replicas = config.DefaultReplicas
+	}
 	// Poll often enough that a standby takes over within pollMax of the key's expiry.
 	tick := time.NewTicker(min(max(ttl/4, 10*time.Millisecond), pollMax))
 	defer tick.Stop()
@@ -58,7 +67,7 @@ func Acquire(ctx context.Context, js jetstream.JetStream, bucket, holder string,
 			Description:    "Weave coordinator lease",
 			TTL:            ttl,
 			LimitMarkerTTL: max(ttl, time.Second), // the server's minimum
-			Replicas:       max(replicas, 1),
+			Replicas:       replicas,
 			History:        1,
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) {

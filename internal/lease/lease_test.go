@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/lease"
 )
 
@@ -176,5 +177,16 @@ func TestKeepOutlastsLeaderLoss(t *testing.T) {
 	stopKeeping()
 	if err := <-kept; err != nil {
 		t.Fatalf("Keep: %v", err)
+	}
+}
+
+// TestAcquireRefusesBadReplicas: the lease follows the one rule for replica counts
+// (config.Replicas) instead of clamping a bad one; it refuses before any I/O.
+func TestAcquireRefusesBadReplicas(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{-1, 6} {
+		if _, err := lease.Acquire(context.Background(), nil, "L", "a", time.Second, n); !errors.Is(err, config.ErrInvalid) {
+			t.Errorf("Acquire with %d replicas: %v, want an error wrapping config.ErrInvalid", n, err)
+		}
 	}
 }

@@ -14,51 +14,20 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// Options tune the streams. The zero value gives the documented defaults.
-type Options struct {
-	// Replicas of every stream: 1 (default) for a single server, 3 for a cluster.
-	Replicas int
-	// DedupWindow is how long a job key is remembered for deduplication. Default 2 minutes.
-	DedupWindow time.Duration
-	// ResultRetention is how long a finished group's outcomes are kept (and the messages of its
-	// failed jobs, for inspection and redrive). The coordinator deletes them this long after the
-	// group finished; a group that runs longer keeps all of its outcomes. Default 24 hours.
-	ResultRetention time.Duration
-	// MemoryStorage keeps streams in memory (tests and benchmarks only; nothing survives a restart).
-	MemoryStorage bool
-}
-
-// Defaults.
+// Rejection records are for operators: the newest are kept, within these bounds.
 const (
-	DefaultDedupWindow     = 2 * time.Minute
-	DefaultResultRetention = 24 * time.Hour
-	// Rejection records are for operators: the newest are kept, within these bounds.
 	rejectedMaxAge  = 7 * 24 * time.Hour
 	rejectedMaxMsgs = 100_000
 )
 
-// WithDefaults returns o with every zero field set to its default.
-func (o Options) WithDefaults() Options { return o.withDefaults() }
-
-func (o Options) withDefaults() Options {
-	if o.Replicas <= 0 {
-		o.Replicas = 1
-	}
-	if o.DedupWindow <= 0 {
-		o.DedupWindow = DefaultDedupWindow
-	}
-	if o.ResultRetention <= 0 {
-		o.ResultRetention = DefaultResultRetention
-	}
-	return o
-}
-
 // Streams returns the configuration of every stream of the namespace.
-func Streams(n wire.Names, o Options) []jetstream.StreamConfig {
-	o = o.withDefaults()
+// o must be valid (config.StreamOptions.Validate); its zero fields take their defaults.
+func Streams(n wire.Names, o config.StreamOptions) []jetstream.StreamConfig {
+	o = o.WithDefaults()
 	storage := jetstream.FileStorage
 	if o.MemoryStorage {
 		storage = jetstream.MemoryStorage
@@ -160,8 +129,12 @@ type StreamStatus struct {
 }
 
 // Init creates the namespace's streams that do not exist and reports, for each stream, whether it
-// created it and how an existing one differs from the options. It is idempotent.
-func Init(ctx context.Context, js jetstream.JetStream, n wire.Names, o Options) ([]StreamStatus, error) {
+// created it and how an existing one differs from the options. It is idempotent. Options out of
+// range are refused with an error wrapping config.ErrInvalid before anything is created.
+func Init(ctx context.Context, js jetstream.JetStream, n wire.Names, o config.StreamOptions) ([]StreamStatus, error) {
+	if err := o.Validate(""); err != nil {
+		return nil, err
+	}
 	var out []StreamStatus
 	for _, cfg := range Streams(n, o) {
 		// Look first: creating a stream that exists with the same configuration succeeds too.

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -27,13 +28,13 @@ func TestInitIsIdempotent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	names, _ := wire.NewNames("topo")
-	if _, err := topology.Init(ctx, js, names, topology.Options{}); err != nil {
+	if _, err := topology.Init(ctx, js, names, config.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := topology.Init(ctx, js, names, topology.Options{DedupWindow: time.Minute}); err != nil {
+	if _, err := topology.Init(ctx, js, names, config.StreamOptions{DedupWindow: time.Minute}); err != nil {
 		t.Fatalf("second Init: %v", err)
 	}
-	for _, cfg := range topology.Streams(names, topology.Options{}) {
+	for _, cfg := range topology.Streams(names, config.StreamOptions{}) {
 		s, err := js.Stream(ctx, cfg.Name)
 		if err != nil {
 			t.Fatalf("stream %s: %v", cfg.Name, err)
@@ -64,7 +65,7 @@ func TestCheckAndInit(t *testing.T) {
 	if !errors.Is(err, topology.ErrNamespaceNotFound) || !strings.Contains(err.Error(), `namespace "acme" is not initialised (stream acme_JOBS not found)`) {
 		t.Fatalf("Check before Init: %v", err)
 	}
-	sts, err := topology.Init(ctx, js, names, topology.Options{})
+	sts, err := topology.Init(ctx, js, names, config.StreamOptions{})
 	if err != nil || len(sts) != 5 {
 		t.Fatalf("Init: %v %+v", err, sts)
 	}
@@ -76,7 +77,7 @@ func TestCheckAndInit(t *testing.T) {
 	if err := topology.Check(ctx, js, names, names.JobsStream(), names.WorkStream()); err != nil {
 		t.Fatalf("Check after Init: %v", err)
 	}
-	sts, err = topology.Init(ctx, js, names, topology.Options{Replicas: 3, DedupWindow: time.Minute})
+	sts, err = topology.Init(ctx, js, names, config.StreamOptions{Replicas: 3, DedupWindow: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestCheckAndInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := s.CachedInfo().Config; c.Replicas != 1 || c.Duplicates != topology.DefaultDedupWindow {
+	if c := s.CachedInfo().Config; c.Replicas != 1 || c.Duplicates != config.DefaultDedupWindow {
 		t.Errorf("Init changed an existing stream: %+v", c)
 	}
 }

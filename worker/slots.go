@@ -40,7 +40,7 @@ const (
 	kindTimeout
 	kindShutdown
 	kindCanceled
-	kindReleased
+	kindReturned // given back unrun at a drain (wire.StatusReleased)
 	kindLost
 )
 
@@ -50,7 +50,7 @@ type outcome struct {
 	span   trace.Span // weave.outcome, ended once the report is stored (trace.go); nil if untraced
 }
 
-// completion is what a pool goroutine sends the shepherd after a handler returns.
+// completion is what a slot goroutine sends the shepherd after a handler returns.
 type completion struct {
 	task    *task
 	out     outcome
@@ -58,11 +58,12 @@ type completion struct {
 	reply   chan<- *task // the goroutine's own: the shepherd answers with its next task, or nil to sleep
 }
 
-// pool runs handlers on exactly Concurrency goroutines ("slots"). A slot sleeps on wake until
+// slots runs handlers on exactly Concurrency goroutines, the slots. A slot sleeps on wake until
 // the shepherd hands it a task; after running it, it sends the outcome to the shepherd and runs
 // whatever task the shepherd answers with. An awake slot thus takes queued work without any
-// wakeup; only the shepherd decides to wake a sleeper, once per job.
-type pool struct {
+// wakeup; only the shepherd decides to wake a sleeper, once per job. (The worker's pool is
+// something else: the workers holding the same resources, cfg.pool.)
+type slots struct {
 	handler   Handler
 	base      context.Context // parent of every handler's context; canceled to force shutdown
 	cancels   *cancelRegistry // running jobs' contexts, for cancellation requests
@@ -82,15 +83,15 @@ type pool struct {
 }
 
 // start launches n slot goroutines.
-func (p *pool) start(n int) {
+func (sl *slots) start(n int) {
 	for range n {
-		go p.slot(nil)
+		go sl.slot(nil)
 	}
 }
 
 // slot is one slot's goroutine. If carry is set, the goroutine starts by reporting it: it
 // replaces a goroutine that a handler ended with runtime.Goexit.
-func (p *pool) slot(carry *completion) {
+func (sl *slots) slot(carry *completion) {
 	var (
 		cur   *task // the task whose handler is running, for the Goexit case
 		start time.Time
@@ -98,15 +99,15 @@ func (p *pool) slot(carry *completion) {
 	)
 	defer func() {
 		if clean {
-			p.exited <- struct{}{}
+			sl.exited <- struct{}{}
 			return
 		}
 		// Panics are recovered in call, so only runtime.Goexit (t.FailNow in a handler, for
 		// example) ends the goroutine here. Fail the attempt and put a new goroutine in the slot.
-		p.log.Error().Uint64("job", cur.job.ID).Msg("worker: handler called runtime.Goexit")
-		c := completion{task: cur, out: p.failure(cur, time.Since(start), kindError, wire.StatusError,
+		sl.log.Error().Uint64("job", cur.job.ID).Msg("worker: handler called runtime.Goexit")
+		c := completion{task: cur, out: sl.failure(cur, time.Since(start), kindError, wire.StatusError,
 			"handler called runtime.Goexit")}
-		go p.slot(&c)
+		go sl.slot(&c)
 	}()
 
 	reply := make(chan *task, 1)
@@ -120,14 +121,14 @@ func (p *pool) slot(carry *completion) {
 		if pending {
 			out.reply = reply
 			select {
-			case p.done <- out:
-			case <-p.quit:
+			case sl.done <- out:
+			case <-sl.quit:
 				clean = true
 				return
 			}
 			select {
 			case t = <-reply:
-			case <-p.quit:
+			case <-sl.quit:
 				clean = true
 				return
 			}
@@ -135,53 +136,53 @@ func (p *pool) slot(carry *completion) {
 		}
 		if t == nil {
 			select {
-			case t = <-p.wake:
-			case <-p.quit:
+			case t = <-sl.wake:
+			case <-sl.quit:
 				clean = true
 				return
 			}
 			if t == nil {
-				p.stats.spurious.Add(1)
+				sl.stats.spurious.Add(1)
 				continue
 			}
 		}
 		// The shepherd checked the lease when it handed the task over; check again right before
 		// the handler runs: a process stopped in between (SIGSTOP, a VM pause) must not start a
 		// job its lease no longer covers, which the server has redelivered.
-		if p.lapsed(t) {
+		if sl.lapsed(t) {
 			out, pending = completion{task: t, dropped: true}, true
 			continue
 		}
 		cur, start = t, time.Now()
-		out = completion{task: t, out: p.execute(t, start)}
+		out = completion{task: t, out: sl.execute(t, start)}
 		pending = true
 	}
 }
 
 // execute runs one attempt and maps its result to an outcome.
-func (p *pool) execute(t *task, start time.Time) outcome {
-	ctx, cancel, canceled := p.cancels.start(p.base, t.job.ID)
-	defer p.cancels.end(t.job.ID)
+func (sl *slots) execute(t *task, start time.Time) outcome {
+	ctx, cancel, canceled := sl.cancels.start(sl.base, t.job.ID)
+	defer sl.cancels.end(t.job.ID)
 	defer cancel(nil)
 	if canceled {
-		return p.failure(t, 0, kindCanceled, wire.StatusCanceled, "job canceled before it started")
+		return sl.failure(t, 0, kindCanceled, wire.StatusCanceled, "job canceled before it started")
 	}
 	if t.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.timeout)
 		defer cancel()
 		// The watchdog reports the attempt if the handler ignores its deadline.
-		watchdog := time.AfterFunc(t.timeout+p.grace, func() {
+		watchdog := time.AfterFunc(t.timeout+sl.grace, func() {
 			select {
-			case p.expired <- t:
-			case <-p.quit:
+			case sl.expired <- t:
+			case <-sl.quit:
 			}
 		})
 		defer watchdog.Stop()
 	}
-	ctx, traced := p.traceRun(ctx, t, start)
-	result, err, panicked := p.call(ctx, t)
-	out := p.outcome(ctx, t, time.Since(start), result, err, panicked)
+	ctx, traced := sl.traceRun(ctx, t, start)
+	result, err, panicked := sl.call(ctx, t)
+	out := sl.outcome(ctx, t, time.Since(start), result, err, panicked)
 	if traced != nil {
 		out = traced(out) // by value: a pointer to out would move it to the heap for every job
 	}
@@ -189,33 +190,33 @@ func (p *pool) execute(t *task, start time.Time) outcome {
 }
 
 // call runs the handler, turning a panic into an error.
-func (p *pool) call(ctx context.Context, t *task) (result []byte, err error, panicked bool) {
+func (sl *slots) call(ctx context.Context, t *task) (result []byte, err error, panicked bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			panicked = true
 			err = fmt.Errorf("panic: %v", v)
-			p.stats.panics.Add(1)
-			p.log.Error().Uint64("job", t.job.ID).Str("group", t.job.Group).Int("attempt", t.job.Attempt).
+			sl.stats.panics.Add(1)
+			sl.log.Error().Uint64("job", t.job.ID).Str("group", t.job.Group).Int("attempt", t.job.Attempt).
 				Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Msg("worker: handler panicked")
 		}
 	}()
 	j := t.job // a copy: the handler cannot change what is reported
-	result, err = p.handler.Handle(ctx, &j)
+	result, err = sl.handler.Handle(ctx, &j)
 	return result, err, false
 }
 
 // outcome maps what a handler returned to the attempt's report.
-func (p *pool) outcome(ctx context.Context, t *task, took time.Duration, result []byte, err error, panicked bool) outcome {
+func (sl *slots) outcome(ctx context.Context, t *task, took time.Duration, result []byte, err error, panicked bool) outcome {
 	switch {
 	case panicked:
-		return p.failure(t, took, kindPanic, wire.StatusError, err.Error())
+		return sl.failure(t, took, kindPanic, wire.StatusError, err.Error())
 	case errors.Is(context.Cause(ctx), ErrJobCanceled):
 		// The job was canceled while it ran: whatever the handler returned, the job ends canceled.
 		text := "job canceled while running"
 		if err != nil {
 			text += ": " + err.Error()
 		}
-		return p.failure(t, took, kindCanceled, wire.StatusCanceled, text)
+		return sl.failure(t, took, kindCanceled, wire.StatusCanceled, text)
 	case t.timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		// A result that comes after the deadline is discarded: the deadline is a contract the
 		// coordinator also relies on.
@@ -223,10 +224,10 @@ func (p *pool) outcome(ctx context.Context, t *task, took time.Duration, result 
 		if err != nil {
 			text += ": " + err.Error()
 		}
-		return p.failure(t, took, kindTimeout, wire.StatusError, text)
-	case err == nil && len(result) > p.maxResult:
-		return p.failure(t, took, kindPermanent, wire.StatusPermanent,
-			fmt.Sprintf("result of %d bytes exceeds MaxResultSize (%d bytes)", len(result), p.maxResult))
+		return sl.failure(t, took, kindTimeout, wire.StatusError, text)
+	case err == nil && len(result) > sl.maxResult:
+		return sl.failure(t, took, kindPermanent, wire.StatusPermanent,
+			fmt.Sprintf("result of %d bytes exceeds MaxResultSize (%d bytes)", len(result), sl.maxResult))
 	case err == nil:
 		return outcome{kind: kindOK, report: wire.Report{
 			ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: wire.StatusOK, Duration: clampDuration(took), Data: result,
@@ -234,13 +235,13 @@ func (p *pool) outcome(ctx context.Context, t *task, took time.Duration, result 
 	}
 	var perm *permanentError
 	if errors.As(err, &perm) {
-		return p.failure(t, took, kindPermanent, wire.StatusPermanent, err.Error())
+		return sl.failure(t, took, kindPermanent, wire.StatusPermanent, err.Error())
 	}
 	k, text := kindError, err.Error()
-	if p.base.Err() != nil {
+	if sl.base.Err() != nil {
 		k, text = kindShutdown, "canceled at worker shutdown: "+text
 	}
-	out := p.failure(t, took, k, wire.StatusError, text)
+	out := sl.failure(t, took, k, wire.StatusError, text)
 	var retry *retryAfterError
 	if errors.As(err, &retry) {
 		out.report.RetryAfter = retryDelay(retry.after)
@@ -249,10 +250,10 @@ func (p *pool) outcome(ctx context.Context, t *task, took time.Duration, result 
 }
 
 // failure builds a failed attempt's outcome.
-func (p *pool) failure(t *task, took time.Duration, k kind, st wire.Status, text string) outcome {
+func (sl *slots) failure(t *task, took time.Duration, k kind, st wire.Status, text string) outcome {
 	return outcome{kind: k, report: wire.Report{
 		ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: st, Duration: clampDuration(took),
-		Data: []byte(truncate(text, p.maxResult)),
+		Data: []byte(truncate(text, sl.maxResult)),
 	}}
 }
 

@@ -1,0 +1,215 @@
+package worker
+
+import "time"
+
+// The worker's timing decisions, each in a small unit that owns its timer and reads the clock
+// through time.Now, so it is tested exactly with testing/synctest (timing_test.go) and used
+// unchanged by the goroutines below. Each unit belongs to the one goroutine named in its
+// comment; none is safe for concurrent use.
+
+// backoff is a pause that doubles after each failure, from lo up to hi, and starts again from lo
+// after a success. The shepherd backs off pulls with one, the completer report publishes.
+type backoff struct {
+	lo, hi time.Duration
+	cur    time.Duration // the last pause; 0 after a success
+}
+
+// next returns the pause before the next try after one more failure.
+func (b *backoff) next() time.Duration {
+	b.cur = min(max(2*b.cur, b.lo), b.hi)
+	return b.cur
+}
+
+// reset starts again from lo: the last try succeeded.
+func (b *backoff) reset() { b.cur = 0 }
+
+// pacer paces report messages (Config.ReportLinger): a report goes at once when no report
+// message is on its way and none was sent within the linger; otherwise reports gather and go
+// together when the linger since the last message has passed. Owned by the completer.
+type pacer struct {
+	timer *time.Timer
+	armed bool      // timer runs; its tick means "send what gathered"
+	last  time.Time // when the last message was sent
+}
+
+func newPacer() *pacer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &pacer{timer: t}
+}
+
+// added decides for a report just added: send now (true), or wait for C. linger is the pause
+// in force; inflight tells whether a report message is on its way.
+func (p *pacer) added(linger time.Duration, inflight bool) (sendNow bool) {
+	wait := linger - time.Since(p.last)
+	if !inflight && wait <= 0 {
+		return true
+	}
+	if !p.armed {
+		p.timer.Reset(max(wait, 0))
+		p.armed = true
+	}
+	return false
+}
+
+// C ticks when the reports that gathered are due; nil when none wait.
+func (p *pacer) C() <-chan time.Time {
+	if p.armed {
+		return p.timer.C
+	}
+	return nil
+}
+
+// sending is called before every send, whatever caused it (C, a full message, the drain): the
+// linger starts again from now.
+func (p *pacer) sending() {
+	p.disarm()
+	p.last = time.Now()
+}
+
+// disarm stops the timer: nothing waits any more (the tick was received, or the reports went).
+func (p *pacer) disarm() {
+	if p.armed {
+		p.timer.Stop()
+		p.armed = false
+	}
+}
+
+// leaseKeeper keeps the leases of the work batches this worker holds: every Lease/6 it picks
+// the batches whose lease was last extended (or which arrived) at least Lease/4 ago, so each
+// lease is extended every second tick, every Lease/3, with half a lease to spare for a late
+// tick; and it gives up the batches whose lease lapsed meanwhile (the process was stopped for
+// longer than the lease), which are the server's to redeliver. Owned by the completer.
+type leaseKeeper struct {
+	lease time.Duration
+	now   func() time.Time // cfg.now: time.Now, or a test's clock
+	live  map[*batch]struct{}
+	tick  *time.Ticker // runs while live is not empty
+}
+
+func newLeaseKeeper(lease time.Duration, now func() time.Time) *leaseKeeper {
+	return &leaseKeeper{lease: lease, now: now, live: make(map[*batch]struct{})}
+}
+
+// add starts keeping b's lease (b.leaseFrom is its receipt).
+func (k *leaseKeeper) add(b *batch) {
+	k.live[b] = struct{}{}
+	if k.tick == nil {
+		k.tick = time.NewTicker(k.lease / 6)
+	}
+}
+
+// forget stops keeping b's lease: it was acked, or its lease lapsed.
+func (k *leaseKeeper) forget(b *batch) {
+	delete(k.live, b)
+	if len(k.live) == 0 {
+		k.stop()
+	}
+}
+
+// C ticks every Lease/6 while a batch is kept; nil otherwise.
+func (k *leaseKeeper) C() <-chan time.Time {
+	if k.tick == nil {
+		return nil
+	}
+	return k.tick.C
+}
+
+// due is called on each tick. It records an extension of every batch that needs one and returns
+// them (the caller sends InProgress for each), and returns the batches whose lease lapsed, which
+// it forgets.
+func (k *leaseKeeper) due() (extend, lapsed []*batch) {
+	now := k.now()
+	for b := range k.live {
+		b.mu.Lock()
+		recent := now.Sub(b.leaseFrom) < k.lease/4
+		b.mu.Unlock()
+		switch {
+		case recent:
+		case b.extend(now, k.lease):
+			extend = append(extend, b)
+		default:
+			lapsed = append(lapsed, b)
+		}
+	}
+	for _, b := range lapsed {
+		k.forget(b)
+	}
+	return extend, lapsed
+}
+
+func (k *leaseKeeper) stop() {
+	if k.tick != nil {
+		k.tick.Stop()
+		k.tick = nil
+	}
+}
+
+// heartbeatLoop calls send at once, then every interval, and at once on each signal from beat,
+// until stop is closed. It is the heartbeat goroutine's whole schedule.
+func heartbeatLoop(interval time.Duration, beat, stop <-chan struct{}, send func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	send()
+	for {
+		select {
+		case <-t.C:
+			send()
+		case <-beat:
+			send()
+		case <-stop:
+			return
+		}
+	}
+}
+
+// drainSchedule holds the drain's two deadlines: DrainTimeout after the drain began, the running
+// handlers' contexts are canceled (force); TimeoutGrace after that, the attempts still running
+// are reported without their handlers (abandon). Owned by the shepherd.
+type drainSchedule struct {
+	drainTimeout, grace time.Duration
+	timer               *time.Timer
+	next                drainStep // what the timer's tick means
+}
+
+type drainStep uint8
+
+const (
+	drainIdle    drainStep = iota // not draining, or both deadlines passed
+	drainForce                    // the tick cancels the handlers' contexts
+	drainAbandon                  // the tick reports the attempts still running
+)
+
+// begin starts the schedule when the drain begins.
+func (d *drainSchedule) begin() {
+	d.timer = time.NewTimer(d.drainTimeout)
+	d.next = drainForce
+}
+
+// C ticks at the next deadline; nil when none is ahead.
+func (d *drainSchedule) C() <-chan time.Time {
+	if d.next == drainIdle {
+		return nil
+	}
+	return d.timer.C
+}
+
+// fired is called on a tick of C and returns what is due now, arming the next deadline.
+func (d *drainSchedule) fired() drainStep {
+	step := d.next
+	switch step {
+	case drainForce:
+		d.timer.Reset(d.grace)
+		d.next = drainAbandon
+	case drainAbandon:
+		d.next = drainIdle
+	}
+	return step
+}
+
+func (d *drainSchedule) stop() {
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	d.next = drainIdle
+}
