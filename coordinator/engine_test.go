@@ -700,7 +700,7 @@ func TestOrphanedPoolRescue(t *testing.T) {
 	te.worker("plain", 4)
 	for _, j := range held {
 		te.evSeq++
-		te.e.report(gpu, wire.RescueWorker, te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: wire.StatusReleased}, te.now)
+		te.e.report(gpu, wire.RescueWorker, te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: wire.StatusReturned}, te.now)
 		te.e.noteEvent(te.evSeq)
 	}
 	if got := te.e.orphans(te.now); len(got) != 0 {
@@ -740,7 +740,7 @@ func TestLostAttemptsCount(t *testing.T) {
 		if len(rel) != 1 || rel[0].attempt != attempt {
 			t.Fatalf("attempt %d: released %+v", attempt, rel)
 		}
-		te.e.report("any", "w1", uint64(attempt), wire.LostReports([]wire.WorkJob{{ID: id, Attempt: attempt}}, 2)[0], te.now)
+		te.e.report("any", "w1", uint64(attempt), wire.LapsedReports([]wire.WorkJob{{ID: id, Attempt: attempt}}, 2)[0], te.now)
 		if attempt == 1 {
 			if te.state(id) != jobindex.RetryWait {
 				t.Fatalf("after a lost attempt the job is %v, want retry-waiting", te.state(id))

@@ -66,7 +66,7 @@ func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time
 		// release: a stale report (a forged one, or a lost report of a batch whose worker had
 		// reported it) must not decide the job at replay either.
 		prev, ok := e.replayReports[r.ID]
-		if ok && r.Attempt <= prev.r.Attempt && !(r.Attempt == prev.r.Attempt && prev.r.Status == wire.StatusReleased) {
+		if ok && r.Attempt <= prev.r.Attempt && !(r.Attempt == prev.r.Attempt && prev.r.Status == wire.StatusReturned) {
 			return // stale, as it was live
 		}
 		ra := reportAt{pool: pool, worker: worker, seq: seq, r: r}
@@ -104,7 +104,7 @@ func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time
 		e.stats.Rescued++
 	}
 	e.stopRunning(j)
-	if r.Status != wire.StatusReleased && r.Status != wire.StatusLost {
+	if r.Status != wire.StatusReturned && r.Status != wire.StatusLapsed {
 		e.learnBusy(j, r.Duration, r.Waited, now) // the others say nothing about the job's time
 	}
 	switch r.Status {
@@ -115,11 +115,11 @@ func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time
 		e.finish(j, jobindex.Failed, r.Data, seq)
 	case wire.StatusCanceled:
 		e.finish(j, jobindex.Canceled, r.Data, seq)
-	case wire.StatusReleased:
+	case wire.StatusReturned:
 		e.requeue(j)
 		j.evSeq = seq
-	case wire.StatusError, wire.StatusLost:
-		if r.Status == wire.StatusLost {
+	case wire.StatusError, wire.StatusLapsed:
+		if r.Status == wire.StatusLapsed {
 			e.stats.LostAttempts++
 		}
 		j.addHistory(historyWorker(worker, r.Status), r.Data, now)
@@ -220,7 +220,7 @@ func (e *engine) rejectReports(subject string, seq uint64, reason string) {
 // historyWorker is the worker an attempt's history names: the reporter, except for a lost
 // attempt, whose reporter only found the batch back after the worker that held it was gone.
 func historyWorker(reporter string, st wire.Status) string {
-	if st == wire.StatusLost {
+	if st == wire.StatusLapsed {
 		return ""
 	}
 	return reporter

@@ -122,11 +122,11 @@ func (r *run) handBack(ctx context.Context, pool string, m jetstream.Msg) error 
 	var reports []wire.Report
 	if md, err := m.Metadata(); err == nil && md.NumDelivered > 1 {
 		// The dead worker had taken the batch: its attempts are lost, as a worker would report.
-		reports = wire.LostReports(jobs, md.NumDelivered)
+		reports = wire.LapsedReports(jobs, md.NumDelivered)
 	} else {
 		reports = make([]wire.Report, len(jobs))
 		for i, j := range jobs {
-			reports[i] = wire.Report{ID: j.ID, Attempt: j.Attempt, Status: wire.StatusReleased}
+			reports[i] = wire.Report{ID: j.ID, Attempt: j.Attempt, Status: wire.StatusReturned}
 		}
 	}
 	subject := r.names.ReportSubject(pool, wire.RescueWorker)

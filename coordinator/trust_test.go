@@ -239,7 +239,7 @@ func TestReplayKeepsFirstReportOfAttempt(t *testing.T) {
 	e2.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
 	e2.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK, Data: []byte("real")}, now)
 	e2.report("gpu", "intruder", 11, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusPermanent, Data: []byte("forged")}, now)
-	e2.report("any", "w", 12, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusReleased}, now)
+	e2.report("any", "w", 12, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusReturned}, now)
 	e2.report("any", "w2", 13, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusOK, Data: []byte("second release")}, now)
 	e2.finishReplay(nil, now)
 	for id, want := range map[uint64]string{2: "real", 3: "second release"} {

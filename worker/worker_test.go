@@ -495,7 +495,7 @@ func TestGracefulDrain(t *testing.T) {
 
 	released := rr.collect(2)
 	for _, id := range []uint64{2, 3} {
-		if rep := released[id]; rep.Status != wire.StatusReleased {
+		if rep := released[id]; rep.Status != wire.StatusReturned {
 			t.Errorf("job %d: %v, want released", id, rep.Status)
 		}
 	}
@@ -879,7 +879,7 @@ func TestRedeliveredBatchReportedLost(t *testing.T) {
 	got := rr.collect(2)
 	for id := uint64(1); id <= 2; id++ {
 		rep := got[id]
-		if rep.Status != wire.StatusLost || rep.Attempt != 1 || !strings.Contains(string(rep.Data), "delivery 2") {
+		if rep.Status != wire.StatusLapsed || rep.Attempt != 1 || !strings.Contains(string(rep.Data), "delivery 2") {
 			t.Errorf("job %d: %+v, want lost on delivery 2, attempt 1", id, rep)
 		}
 	}
@@ -950,7 +950,7 @@ func TestLapsedLeaseDropsQueuedJobs(t *testing.T) {
 		if rep.ID != 2 {
 			continue
 		}
-		if rep.Status != wire.StatusLost {
+		if rep.Status != wire.StatusLapsed {
 			t.Fatalf("job 2 reported %v, want lost: it ran after its batch's lease lapsed", rep.Status)
 		}
 		break
