@@ -18,7 +18,7 @@ type answer struct {
 // stopped and gave up waiting (or a former coordinator answered), and the counts the state would
 // give before replay ends are not final.
 func (e *engine) answer(seq uint64, c wire.GroupControl, a wire.ControlAnswer) {
-	if c.Reply == "" || e.replaying {
+	if c.Reply == "" || e.replaying() {
 		return
 	}
 	a.Seq, a.Op, a.Group = seq, c.Op, c.Group

@@ -17,55 +17,86 @@ import (
 )
 
 // engine is the coordinator's state machine. It does no I/O: the loop feeds it the streams'
-// messages, heartbeats and the clock, and carries out the effects it records in e.out. One
-// goroutine (the loop) owns it; only the job index inside is shared with status readers.
+// messages, heartbeats and the clock, and carries out the effects it records in out. One
+// goroutine, the loop, owns the engine and every part of it; nothing in it is shared.
+//
+// The engine holds what ties its parts together (the job index, the scheduler, the jobs in
+// flight, the counters and the effects of the current step); each part owns one kind of state:
+// groups (groups.go), the fleet (fleet.go), retries (retries.go), retention (retention.go) and,
+// until replay ends, replay (replay.go). The release decision (release.go) reads them all.
 type engine struct {
 	cfg   Config
 	names wire.Names
 	log   zerolog.Logger
-	rng   *rand.Rand
+	rng   *rand.Rand // retry jitter
 
-	epoch     uint64 // this coordinator's fencing token
-	maxEpoch  uint64 // highest epoch seen in the journal; records of lower epochs after it are fenced off
-	replaying bool   // true until the streams have been read up to their state at start
+	epoch    uint64 // this coordinator's fencing token
+	maxEpoch uint64 // highest epoch seen in the journal; records of lower epochs after it are fenced off
 
-	idx   *jobindex.Index
-	sched *spreader.Scheduler[*group, uint64]
+	idx   *jobindex.Index                      // every admitted job's state, by group and resource
+	sched *spreader.Scheduler[*group, uint64] // the groups' pending jobs and feeder slots
+	jobs  map[uint64]*job                      // jobs released at least once and not ended yet
 
-	groups       map[string]*group // the latest incarnation of each group ID (finished ones are removed once persisted)
-	incarnations map[uint64]*group // every tracked incarnation by its open's JOBS sequence
-	arrival      []*group          // tracked incarnations in arrival order, for the scheduler rebuild after replay
-	unsealed     map[*group]bool   // open incarnations not sealed yet: AbandonAfter watches them
-	jobs         map[uint64]*job   // jobs released at least once and not yet terminal
+	groups    groupSet
+	fleet     fleet
+	retries   retries
+	retention retention
+	replay    *replayState // nil once replay has ended
 
-	nextAbandonCheck time.Time // abandon looks for silent producers no more often than this
+	stats   counters
+	out     effects
+	tierBuf []uint64 // scratch for leastLoaded
+}
 
-	retryReady []*job    // jobs due for another release, ahead of new offers
-	parked     []*job    // pending jobs no live pool can run (a hard requirement nobody holds)
-	retryWait  retryHeap // jobs waiting for their retry time
+// replaying reports whether replay is still reading the streams.
+func (e *engine) replaying() bool { return e.replay != nil }
 
+// groupSet is the engine's part that owns the groups: every incarnation still tracked, which are
+// unsealed, and the busy share a new group starts from. Owned by the loop.
+type groupSet struct {
+	byID             map[string]*group // the latest incarnation of each group ID (complete ones are removed once forgotten)
+	incarnations     map[uint64]*group // every tracked incarnation by its open's JOBS sequence
+	arrival          []*group          // tracked incarnations in arrival order, for the scheduler rebuild after replay
+	unsealed         map[*group]bool   // open incarnations not sealed yet: AbandonAfter watches them
+	nextAbandonCheck time.Time         // abandon looks for silent producers no more often than this
+	busy             float64           // the average of the groups' busy shares: a new group starts from it
+}
+
+// fleet is the engine's part that owns the workers and their pools, as heartbeats tell them,
+// and the fleet's busy share, which sizes the prefetch window. Owned by the loop.
+type fleet struct {
 	pools     map[string]*pool
 	poolOrder []*pool // stable iteration order; rotated for fairness between pools
 	workers   map[string]*workerInfo
 	slots     int     // total slots of live workers
 	busy      float64 // the fleet's busy share without waiting (see learnBusy); sizes the prefetch window
-	groupBusy float64 // the average of the groups' busy shares: a new group starts from it
+}
 
-	// replay-only state, dropped when replay ends.
-	replayGroupOf map[uint64]*group
-	replayReports map[uint64]reportAt      // latest report per job
-	replayRetries map[uint64]journal.Entry // latest retry decision per job
-	replayHistory map[uint64][]wire.Attempt
-	replayCancels []replayCancel // cancels read, applied once the state is rebuilt
+// retries is the engine's part that owns the jobs waiting to be released again. Owned by the loop.
+type retries struct {
+	wait   retryHeap // jobs waiting for their retry time
+	ready  []*job    // jobs due for another release (retries, returned jobs), ahead of new offers
+	parked []*job    // pending jobs no live pool can run (a hard requirement nobody holds)
+}
 
-	stats   counters
-	out     effects
-	tierBuf []uint64 // scratch for leastLoaded
-
-	retained      []retained     // finished groups, in finishing order, whose outcomes are kept
+// retention is the engine's part that owns what keeps the streams bounded: the complete groups
+// whose outcomes are retained, and the positions the EVENTS low-water mark is computed from.
+// Owned by the loop.
+type retention struct {
+	retained      []retained     // complete groups, in completion order, whose outcomes are kept
 	eventsApplied uint64         // the last EVENTS sequence applied
 	jobsApplied   uint64         // the last JOBS sequence applied
 	unstored      map[uint64]int // EVENTS sequences of reports whose outcomes are not stored yet
+}
+
+// replayState is the engine's part that holds what replay collects before the state is rebuilt
+// (see endReplay); dropped when replay ends. Owned by the loop.
+type replayState struct {
+	groupOf map[uint64]*group
+	reports map[uint64]reportAt      // latest report per job
+	retries map[uint64]journal.Entry // latest retry decision per job
+	history map[uint64][]wire.Attempt
+	cancels []replayCancel // cancels read, applied once the state is rebuilt
 }
 
 // counters are monotonic totals shown by status.
@@ -187,27 +218,28 @@ func newEngine(cfg Config, names wire.Names, epoch uint64) (*engine, error) {
 		return nil, err
 	}
 	return &engine{
-		cfg:           cfg,
-		names:         names,
-		log:           cfg.Logger,
-		rng:           rand.New(rand.NewPCG(epoch, uint64(cfg.now().UnixNano()))),
-		epoch:         epoch,
-		busy:          1,
-		groupBusy:     1,
-		replaying:     true,
-		idx:           jobindex.New(),
-		sched:         sched,
-		groups:        map[string]*group{},
-		incarnations:  map[uint64]*group{},
-		unsealed:      map[*group]bool{},
-		jobs:          map[uint64]*job{},
-		pools:         map[string]*pool{},
-		workers:       map[string]*workerInfo{},
-		replayGroupOf: map[uint64]*group{},
-		replayReports: map[uint64]reportAt{},
-		replayRetries: map[uint64]journal.Entry{},
-		replayHistory: map[uint64][]wire.Attempt{},
-		unstored:      map[uint64]int{},
+		cfg:   cfg,
+		names: names,
+		log:   cfg.Logger,
+		rng:   rand.New(rand.NewPCG(epoch, uint64(cfg.now().UnixNano()))),
+		epoch: epoch,
+		idx:   jobindex.New(),
+		sched: sched,
+		jobs:  map[uint64]*job{},
+		groups: groupSet{
+			byID:         map[string]*group{},
+			incarnations: map[uint64]*group{},
+			unsealed:     map[*group]bool{},
+			busy:         1,
+		},
+		fleet:     fleet{pools: map[string]*pool{}, workers: map[string]*workerInfo{}, busy: 1},
+		retention: retention{unstored: map[uint64]int{}},
+		replay: &replayState{
+			groupOf: map[uint64]*group{},
+			reports: map[uint64]reportAt{},
+			retries: map[uint64]journal.Entry{},
+			history: map[uint64][]wire.Attempt{},
+		},
 	}, nil
 }
 
@@ -220,7 +252,7 @@ func (e *engine) reject(subject string, seq uint64, reason string) {
 // feed applies one message of the JOBS stream, stored at the server's time stored, and reports
 // whether it admitted a job.
 func (e *engine) feed(subject string, seq uint64, h nats.Header, stored time.Time) bool {
-	e.jobsApplied = max(e.jobsApplied, seq)
+	e.retention.jobsApplied = max(e.retention.jobsApplied, seq)
 	if strings.HasPrefix(subject, e.names.GroupSubject("")) {
 		c, err := wire.ParseGroupControl(h)
 		if err != nil {
@@ -239,7 +271,7 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header, stored time.Tim
 }
 
 func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored time.Time) {
-	g := e.groups[c.Group]
+	g := e.groups.byID[c.Group]
 	switch c.Op {
 	case wire.OpOpen:
 		switch {
@@ -249,7 +281,7 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 			e.log.Info().Str("group", c.Group).Msg("group opened again while open: resuming")
 			e.heard(g)
 			return
-		case g != nil && !g.finished && !e.replaying:
+		case g != nil && !g.finished && !e.replaying():
 			e.reject(subject, seq, "group "+c.Group+" is sealed and still running; publish it again once it has finished")
 			return
 		}
@@ -258,13 +290,13 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 		// yet; but an open still in the stream after a sealed incarnation is one the live
 		// coordinator accepted (it deletes those it refuses), so replay accepts it too and
 		// tracks both incarnations until the outcomes tell how far the older one got.
-		g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groupBusy, openedAt: stored}
-		e.groups[c.Group] = g
-		e.incarnations[seq] = g
-		e.arrival = append(e.arrival, g)
-		e.unsealed[g] = true
+		g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored}
+		e.groups.byID[c.Group] = g
+		e.groups.incarnations[seq] = g
+		e.groups.arrival = append(e.groups.arrival, g)
+		e.groups.unsealed[g] = true
 		e.heard(g)
-		if !e.replaying {
+		if !e.replaying() {
 			e.schedule(g, nil)
 		}
 	case wire.OpKeepAlive:
@@ -306,10 +338,10 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 			e.seal(g, seq)
 			g.sealedByCancel = true
 		}
-		if e.replaying {
+		if e.replaying() {
 			// The group's pending jobs are not in the scheduler yet, nor its running ones known:
 			// finishReplay applies the cancel to the rebuilt state.
-			e.replayCancels = append(e.replayCancels, replayCancel{g: g, jobs: c.Jobs})
+			e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, jobs: c.Jobs})
 			return
 		}
 		canceled, stopping := g.canceled, len(e.out.cancels)
@@ -325,7 +357,7 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 // seal marks g sealed by the message at seq: no more jobs join it.
 func (e *engine) seal(g *group, seq uint64) {
 	g.sealed, g.lastSeq = true, seq
-	delete(e.unsealed, g)
+	delete(e.groups.unsealed, g)
 	if g.inSched {
 		_ = e.sched.Seal(g)
 	}
@@ -340,11 +372,11 @@ func (e *engine) heard(g *group) { g.lastHeard = e.cfg.now() }
 // producer's, marked abandoned, so a replay reaches the same decision; jobs stored after it are
 // refused. A seal whose write failed is asked for again after another AbandonAfter.
 func (e *engine) abandon(now time.Time) {
-	if now.Before(e.nextAbandonCheck) || e.replaying {
+	if now.Before(e.groups.nextAbandonCheck) || e.replaying() {
 		return
 	}
-	e.nextAbandonCheck = now.Add(min(time.Second, e.cfg.AbandonAfter/4))
-	for g := range e.unsealed {
+	e.groups.nextAbandonCheck = now.Add(min(time.Second, e.cfg.AbandonAfter/4))
+	for g := range e.groups.unsealed {
 		if now.Sub(g.lastHeard) >= e.cfg.AbandonAfter && now.Sub(g.abandonAt) >= e.cfg.AbandonAfter {
 			g.abandonAt = now
 			e.out.abandons = append(e.out.abandons, g)
@@ -353,7 +385,7 @@ func (e *engine) abandon(now time.Time) {
 }
 
 func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) bool {
-	g := e.groups[m.Group]
+	g := e.groups.byID[m.Group]
 	switch {
 	case g == nil:
 		e.reject(subject, seq, "job for a group that is not open: "+m.Group)
@@ -381,8 +413,8 @@ func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) bool {
 		e.moveTerminal(seq, jobindex.Canceled)
 		e.recordOutcome(g, wire.Outcome{ID: seq, Key: m.Key, State: wire.FinalCanceled, Data: []byte("group canceled")}, 0)
 		return false
-	case e.replaying:
-		e.replayGroupOf[seq] = g
+	case e.replaying():
+		e.replay.groupOf[seq] = g
 	case g.inSched:
 		_ = e.sched.Push(g, seq)
 	}
@@ -483,13 +515,13 @@ func (e *engine) recordOutcome(g *group, o wire.Outcome, evSeq uint64) {
 	g.outcomes = append(g.outcomes, o)
 	g.outcomeSeqs = append(g.outcomeSeqs, evSeq)
 	if evSeq > 0 {
-		e.unstored[evSeq]++
+		e.retention.unstored[evSeq]++
 	}
 	e.checkFinished(g)
 }
 
 func (e *engine) checkFinished(g *group) {
-	if g.finished || !g.sealed || g.terminal() != g.admitted || e.replaying {
+	if g.finished || !g.sealed || g.terminal() != g.admitted || e.replaying() {
 		return
 	}
 	g.finished = true
@@ -502,18 +534,18 @@ func (e *engine) checkFinished(g *group) {
 
 // forget drops a finished group whose summary is persisted.
 func (e *engine) forget(g *group) {
-	if e.groups[g.id] == g {
-		delete(e.groups, g.id)
+	if e.groups.byID[g.id] == g {
+		delete(e.groups.byID, g.id)
 	}
-	delete(e.incarnations, g.openSeq)
-	delete(e.unsealed, g)
+	delete(e.groups.incarnations, g.openSeq)
+	delete(e.groups.unsealed, g)
 	// A group that admitted no job was never in the index: nothing to forget there.
 	if _, err := e.idx.Forget(g.idxKey); err != nil && (g.admitted > 0 || !errors.Is(err, jobindex.ErrUnknownGroup)) {
 		e.log.Error().Err(err).Str("group", g.id).Uint64("incarnation", g.openSeq).Msg("forgetting a finished group")
 	}
-	for i, a := range e.arrival {
+	for i, a := range e.groups.arrival {
 		if a == g {
-			e.arrival = append(e.arrival[:i], e.arrival[i+1:]...)
+			e.groups.arrival = append(e.groups.arrival[:i], e.groups.arrival[i+1:]...)
 			break
 		}
 	}

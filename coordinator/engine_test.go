@@ -278,10 +278,10 @@ func TestSpreadOneJobPerGroup(t *testing.T) {
 		for j := range running {
 			perGroup[j.g]++
 		}
-		if len(te.e.groups) >= 5 {
+		if len(te.e.groups.byID) >= 5 {
 			for g, n := range perGroup {
 				if n > 1 {
-					t.Fatalf("step %d: group %s has %d jobs in flight with %d groups left", step, g.id, n, len(te.e.groups))
+					t.Fatalf("step %d: group %s has %d jobs in flight with %d groups left", step, g.id, n, len(te.e.groups.byID))
 				}
 			}
 		}
@@ -299,8 +299,8 @@ func TestSpreadOneJobPerGroup(t *testing.T) {
 		}
 		te.e.out.summaries = nil
 	}
-	if te.e.idx.Count(jobindex.Done) != 0 && len(te.e.groups) != 0 {
-		t.Fatalf("%d groups left unfinished", len(te.e.groups))
+	if te.e.idx.Count(jobindex.Done) != 0 && len(te.e.groups.byID) != 0 {
+		t.Fatalf("%d groups left unfinished", len(te.e.groups.byID))
 	}
 }
 
@@ -382,7 +382,7 @@ func TestReplay(t *testing.T) {
 	if e2.jobs[5].retryAt.After(now.Add(time.Hour - time.Second)) {
 		t.Errorf("job 5 took the fenced-off decision (retry at %v)", e2.jobs[5].retryAt)
 	}
-	if p := e2.pools["any"]; p == nil || p.outstanding != 1 {
+	if p := e2.fleet.pools["any"]; p == nil || p.outstanding != 1 {
 		t.Errorf("the pool of the running job does not count it outstanding: %+v", p)
 	}
 	if len(e2.out.outcomes) != 1 || e2.out.outcomes[0].done != 1 {
@@ -426,8 +426,8 @@ func TestUnplaceableJobDoesNotBlockItsGroup(t *testing.T) {
 	if n := len(te.releases()["any"]); n != 2 {
 		t.Fatalf("released %d of the 2 jobs without requirement", n)
 	}
-	if te.state(gpu) != jobindex.Pending || len(te.e.parked) != 1 {
-		t.Fatalf("gpu job %v, parked %d", te.state(gpu), len(te.e.parked))
+	if te.state(gpu) != jobindex.Pending || len(te.e.retries.parked) != 1 {
+		t.Fatalf("gpu job %v, parked %d", te.state(gpu), len(te.e.retries.parked))
 	}
 	te.worker("gpu-box", 1, "gpu")
 	got := te.releases()[wire.PoolKey([]string{"gpu"})]
@@ -471,7 +471,7 @@ func TestGroupIncarnations(t *testing.T) {
 	te.open("g") // finished: a new incarnation, before the old one is forgotten
 	c := te.job(wire.JobMeta{Group: "g"})
 	te.e.forget(old)
-	if g := te.e.groups["g"]; g == nil || g == old || g.admitted != 1 {
+	if g := te.e.groups.byID["g"]; g == nil || g == old || g.admitted != 1 {
 		t.Fatalf("new incarnation %+v", g)
 	}
 	if te.state(c) != jobindex.Pending {
@@ -581,7 +581,7 @@ func TestRetentionExpiry(t *testing.T) {
 	te.e.finished("a", 1, 10, false, 0, t0)
 	te.e.finished("b c", 5, 12, true, 0, t0.Add(time.Minute))   // bound unknown (as after a restart)
 	te.e.finished("b c", 60, 14, true, 70, t0.Add(2*time.Hour)) // a later incarnation of the ID
-	te.e.jobsApplied = 99
+	te.e.retention.jobsApplied = 99
 	te.e.expireRetained(t0.Add(time.Hour - time.Nanosecond))
 	if len(te.e.out.retentionPurges) != 0 {
 		t.Fatalf("purged before the retention: %+v", te.e.out.retentionPurges)
@@ -592,8 +592,8 @@ func TestRetentionExpiry(t *testing.T) {
 	if fmt.Sprint(te.e.out.retentionPurges) != fmt.Sprint(want) {
 		t.Fatalf("purges %+v, want %+v", te.e.out.retentionPurges, want)
 	}
-	if len(te.e.retained) != 1 {
-		t.Fatalf("%d groups still retained, want the later one", len(te.e.retained))
+	if len(te.e.retention.retained) != 1 {
+		t.Fatalf("%d groups still retained, want the later one", len(te.e.retention.retained))
 	}
 }
 
@@ -617,7 +617,7 @@ func TestHistoryAndJobCancel(t *testing.T) {
 	te.e.tick(te.now)
 	rel = te.releases()["any"]
 	te.report(rel[0], wire.StatusError, "second")
-	g := te.e.groups["g"]
+	g := te.e.groups.byID["g"]
 	if len(g.outcomes) != 1 || g.outcomes[0].State != wire.FinalFailed {
 		t.Fatalf("outcomes %+v", g.outcomes)
 	}
@@ -656,7 +656,7 @@ func TestAdaptivePrefetch(t *testing.T) {
 	} {
 		te := newTestEngine(t, Config{Feeders: tc.feeders})
 		te.worker("w", 8)
-		te.e.busy = tc.busy
+		te.e.fleet.busy = tc.busy
 		if got := te.e.prefetch(); got != tc.want {
 			t.Errorf("busy %.2f feeders %d: prefetch %d, want %d", tc.busy, tc.feeders, got, tc.want)
 		}
@@ -752,7 +752,7 @@ func TestLostAttemptsCount(t *testing.T) {
 	if te.state(id) != jobindex.Failed || te.e.stats.LostAttempts != 2 {
 		t.Fatalf("job %v with %d lost attempts, want failed after 2", te.state(id), te.e.stats.LostAttempts)
 	}
-	outs := te.e.groups["g"].outcomes
+	outs := te.e.groups.byID["g"].outcomes
 	if len(outs) != 1 || len(outs[0].History) != 2 || outs[0].History[1].Worker != "" || !strings.Contains(outs[0].History[1].Error, "worker lost") {
 		t.Fatalf("outcome %+v, want 2 lost attempts in the history, without a worker", outs)
 	}
@@ -764,7 +764,7 @@ func TestLostAttemptsCount(t *testing.T) {
 func TestBusyShareIsARatioOfAverages(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{})
-	g := &group{busy: te.e.groupBusy}
+	g := &group{busy: te.e.groups.busy}
 	for i := range 200 {
 		cycle := 2 * time.Millisecond
 		if i%2 == 1 {

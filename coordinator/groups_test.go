@@ -80,7 +80,7 @@ func TestReplayKeepsEveryIncarnation(t *testing.T) {
 			if len(r.e.out.purges) != 1 || r.e.out.purges[0].openSeq != 1 {
 				t.Fatalf("the finished first incarnation is not purged: %+v", r.e.out.purges)
 			}
-			second := r.e.groups["g"]
+			second := r.e.groups.byID["g"]
 			if second == nil || second.openSeq != 5 || second.admitted != 1 {
 				t.Fatalf("second incarnation after replay: %+v", second)
 			}
@@ -122,7 +122,7 @@ func TestReplayOlderIncarnationUnfinished(t *testing.T) {
 	if st, _ := r.e.idx.State(5); st != jobindex.Pending {
 		t.Fatalf("second incarnation's job is %v, want pending", st)
 	}
-	if g := r.e.groups["g"]; g == nil || g.openSeq != 4 || !g.inSched {
+	if g := r.e.groups.byID["g"]; g == nil || g.openSeq != 4 || !g.inSched {
 		t.Fatalf("second incarnation not scheduled: %+v", g)
 	}
 }

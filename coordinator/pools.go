@@ -130,7 +130,7 @@ func (e *engine) heartbeat(subject string, hb wire.Heartbeat, now time.Time) ref
 	if ref := e.checkHeartbeat(subject, hb, now); ref.reason != "" {
 		return ref
 	}
-	w := e.workers[hb.Worker]
+	w := e.fleet.workers[hb.Worker]
 	if hb.Stopped {
 		if w != nil {
 			e.dropWorker(w, now)
@@ -140,7 +140,7 @@ func (e *engine) heartbeat(subject string, hb wire.Heartbeat, now time.Time) ref
 	if w == nil {
 		p := e.poolFor(hb.Pool, hb.Resources)
 		w = &workerInfo{pool: p}
-		e.workers[hb.Worker] = w
+		e.fleet.workers[hb.Worker] = w
 		p.workers++
 		if p.workers == 1 {
 			p.orphanSince = time.Time{}
@@ -149,14 +149,14 @@ func (e *engine) heartbeat(subject string, hb wire.Heartbeat, now time.Time) ref
 		e.log.Info().Str("worker", hb.Worker).Str("pool", p.key).Strs("resources", hb.Resources).Int("concurrency", hb.Concurrency).Msg("worker joined")
 	} else {
 		w.pool.slots -= w.slots
-		e.slots -= w.slots
+		e.fleet.slots -= w.slots
 	}
 	w.hb, w.lastSeen, w.slots = hb, now, hb.Concurrency
 	if hb.Draining {
 		w.slots = 0 // it takes no more work: release nothing more to it
 	}
 	w.pool.slots += w.slots
-	e.slots += w.slots
+	e.fleet.slots += w.slots
 	e.resizeFeeders()
 	return refusal{}
 }
@@ -209,10 +209,10 @@ func (e *engine) heartbeatRefusal(subject string, hb wire.Heartbeat, now time.Ti
 	case worker != hb.Worker || pool != hb.Pool:
 		return refusal{reason: fmt.Sprintf("heartbeat of worker %q of pool %s on the subject of worker %q of pool %s", hb.Worker, hb.Pool, worker, pool)}
 	}
-	if p := e.pools[hb.Pool]; p != nil && p.resources != nil && !slices.Equal(p.resources, wire.NormalizeResources(hb.Resources)) {
+	if p := e.fleet.pools[hb.Pool]; p != nil && p.resources != nil && !slices.Equal(p.resources, wire.NormalizeResources(hb.Resources)) {
 		return refusal{reason: fmt.Sprintf("heartbeat of worker %q claims resources %v for pool %s, which holds %v", hb.Worker, hb.Resources, hb.Pool, p.resources)}
 	}
-	if w := e.workers[hb.Worker]; w != nil && w.hb.Run != hb.Run {
+	if w := e.fleet.workers[hb.Worker]; w != nil && w.hb.Run != hb.Run {
 		silent := time.Duration(e.cfg.HeartbeatMisses) * w.hb.Interval()
 		return refusal{
 			reason: fmt.Sprintf("worker ID %q is in use by another running worker (pool %s, last heartbeat %v ago); give each worker its own ID",
@@ -220,27 +220,27 @@ func (e *engine) heartbeatRefusal(subject string, hb wire.Heartbeat, now time.Ti
 			retry: max(w.lastSeen.Add(silent).Sub(now), time.Millisecond),
 		}
 	}
-	if w := e.workers[hb.Worker]; w != nil && w.pool.key != hb.Pool {
+	if w := e.fleet.workers[hb.Worker]; w != nil && w.pool.key != hb.Pool {
 		return refusal{reason: fmt.Sprintf("heartbeat of worker %q for pool %s, but this run of it is in pool %s", hb.Worker, hb.Pool, w.pool.key)}
 	}
 	return refusal{}
 }
 
 func (e *engine) dropWorker(w *workerInfo, now time.Time) {
-	delete(e.workers, w.hb.Worker)
+	delete(e.fleet.workers, w.hb.Worker)
 	w.pool.workers--
 	if w.pool.workers == 0 {
 		w.pool.orphanSince = now
 	}
 	w.pool.slots -= w.slots
-	e.slots -= w.slots
+	e.fleet.slots -= w.slots
 	e.log.Info().Str("worker", w.hb.Worker).Str("pool", w.pool.key).Msg("worker left")
 	e.resizeFeeders()
 }
 
 // expireWorkers forgets workers silent for HeartbeatMisses periods.
 func (e *engine) expireWorkers(now time.Time) {
-	for _, w := range e.workers {
+	for _, w := range e.fleet.workers {
 		if now.Sub(w.lastSeen) > time.Duration(e.cfg.HeartbeatMisses)*w.hb.Interval() {
 			e.dropWorker(w, now)
 		}
@@ -255,7 +255,7 @@ func (e *engine) expireWorkers(now time.Time) {
 // (or is parked until a holder of what it requires joins). See rescue.go.
 func (e *engine) orphans(now time.Time) []string {
 	var keys []string
-	for _, p := range e.poolOrder {
+	for _, p := range e.fleet.poolOrder {
 		if p.workers == 0 && p.outstanding > 0 && now.Sub(p.orphanSince) >= e.cfg.RescueAfter {
 			keys = append(keys, p.key)
 		}
@@ -264,7 +264,7 @@ func (e *engine) orphans(now time.Time) []string {
 }
 
 func (e *engine) poolFor(key string, resources []string) *pool {
-	if p := e.pools[key]; p != nil {
+	if p := e.fleet.pools[key]; p != nil {
 		if p.resources == nil && len(resources) > 0 {
 			// First seen in the journal during replay, before any heartbeat told its resources.
 			p.resources = wire.NormalizeResources(resources)
@@ -274,8 +274,8 @@ func (e *engine) poolFor(key string, resources []string) *pool {
 	}
 	rs := wire.NormalizeResources(resources)
 	p := &pool{key: key, resources: rs, held: e.idx.Compile(rs), orphanSince: e.cfg.now()}
-	e.pools[key] = p
-	e.poolOrder = append(e.poolOrder, p)
+	e.fleet.pools[key] = p
+	e.fleet.poolOrder = append(e.fleet.poolOrder, p)
 	return p
 }
 
@@ -302,15 +302,15 @@ func (e *engine) prefetch() int {
 	case e.cfg.Prefetch < 0:
 		return 0
 	}
-	limit := max(1, maxPrefetchPerSlot*e.slots)
+	limit := max(1, maxPrefetchPerSlot*e.fleet.slots)
 	p := 1
-	if e.busy < 1 {
+	if e.fleet.busy < 1 {
 		// Computed in floats and capped before the conversion: busy may be tiny.
-		p = int(min(float64(e.slots)*(1/max(e.busy, 1e-9)-1)+0.5, float64(limit)))
+		p = int(min(float64(e.fleet.slots)*(1/max(e.fleet.busy, 1e-9)-1)+0.5, float64(limit)))
 	}
 	p = min(max(p, 1), limit)
 	if e.cfg.Feeders > 0 {
-		p = min(p, max(e.cfg.Feeders-e.slots, 0))
+		p = min(p, max(e.cfg.Feeders-e.fleet.slots, 0))
 	}
 	return p
 }
@@ -320,7 +320,7 @@ func (e *engine) prefetch() int {
 // (at least one), so released jobs fit in F and groups stay spread.
 func (e *engine) feeders() int {
 	if e.cfg.Feeders == 0 {
-		return max(e.slots+max(e.prefetch(), 1), 1)
+		return max(e.fleet.slots+max(e.prefetch(), 1), 1)
 	}
 	return e.cfg.Feeders
 }
@@ -337,16 +337,16 @@ type candidate struct {
 
 // releaseAll releases jobs to every pool with free capacity, in the passes of releasePasses.
 func (e *engine) releaseAll() {
-	if e.replaying || len(e.poolOrder) == 0 {
+	if e.replaying() || len(e.fleet.poolOrder) == 0 {
 		return
 	}
 	// Rotate the pool order so no pool always gets first pick.
-	e.poolOrder = append(e.poolOrder[1:], e.poolOrder[0])
+	e.fleet.poolOrder = append(e.fleet.poolOrder[1:], e.fleet.poolOrder[0])
 	batches := make(map[*pool][]*job)
 	var cands []candidate
 	var ids []uint64
 	outstanding := 0
-	for _, p := range e.poolOrder {
+	for _, p := range e.fleet.poolOrder {
 		outstanding += p.outstanding
 	}
 	e.resizeFeeders()
@@ -357,10 +357,10 @@ func (e *engine) releaseAll() {
 			prefetch = window
 		}
 		affinityOnly := pass.affinityOnly
-		for _, p := range e.poolOrder {
+		for _, p := range e.fleet.poolOrder {
 			// Prefetch places are a budget for the whole fleet, not per pool: released jobs stay
 			// within slots + Prefetch, which is F by default, so groups stay spread.
-			for p.free(prefetch) > 0 && len(batches[p]) < p.batchCap(e.cfg.MaxBatch) && (!pass.prefetch || outstanding < e.slots+window) {
+			for p.free(prefetch) > 0 && len(batches[p]) < p.batchCap(e.cfg.MaxBatch) && (!pass.prefetch || outstanding < e.fleet.slots+window) {
 				cands, ids = e.candidates(cands[:0], ids[:0])
 				if len(cands) == 0 {
 					break
@@ -386,7 +386,7 @@ func (e *engine) releaseAll() {
 			}
 		}
 	}
-	for _, p := range e.poolOrder {
+	for _, p := range e.fleet.poolOrder {
 		e.flushBatch(p, batches)
 	}
 }
@@ -439,7 +439,7 @@ const minBusy = 1e-3
 // candidates lists the jobs on offer: retries first (oldest first), then the scheduler's offers
 // in policy order.
 func (e *engine) candidates(cands []candidate, ids []uint64) ([]candidate, []uint64) {
-	for _, j := range e.retryReady {
+	for _, j := range e.retries.ready {
 		if len(cands) == maxCandidates {
 			return cands, ids
 		}
@@ -487,7 +487,7 @@ func (e *engine) preferLeastRunning(cands []candidate, ids []uint64) {
 func (e *engine) take(c candidate, p *pool) *job {
 	j := c.retry
 	if j != nil {
-		e.retryReady = slices.DeleteFunc(e.retryReady, func(r *job) bool { return r == j })
+		e.retries.ready = slices.DeleteFunc(e.retries.ready, func(r *job) bool { return r == j })
 		j.counted = e.sched.Begin(j.g)
 	} else {
 		got, _ := e.sched.Take(c.g)
@@ -526,9 +526,9 @@ func (e *engine) parkUnplaceable(cands []candidate) bool {
 			j = &job{id: c.id, g: c.g, heapIdx: -1}
 			e.jobs[j.id] = j
 		} else {
-			e.retryReady = slices.DeleteFunc(e.retryReady, func(r *job) bool { return r == j })
+			e.retries.ready = slices.DeleteFunc(e.retries.ready, func(r *job) bool { return r == j })
 		}
-		e.parked = append(e.parked, j)
+		e.retries.parked = append(e.retries.parked, j)
 		parked = true
 	}
 	return parked
@@ -537,7 +537,7 @@ func (e *engine) parkUnplaceable(cands []candidate) bool {
 // placeable reports whether some live pool holds every resource the job requires.
 func (e *engine) placeable(id uint64) bool {
 	one := []uint64{id}
-	for _, p := range e.poolOrder {
+	for _, p := range e.fleet.poolOrder {
 		if p.workers > 0 {
 			if _, _, ok := e.idx.Select(p.held, one); ok {
 				return true
@@ -550,6 +550,6 @@ func (e *engine) placeable(id uint64) bool {
 // unpark offers the parked jobs again, ahead of new work; those still unplaceable are parked
 // again by the next release decision.
 func (e *engine) unpark() {
-	e.retryReady = append(e.retryReady, e.parked...)
-	e.parked = nil
+	e.retries.ready = append(e.retries.ready, e.retries.parked...)
+	e.retries.parked = nil
 }

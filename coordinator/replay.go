@@ -31,16 +31,16 @@ func (e *engine) journalRecord(r journal.Record) {
 		return
 	}
 	e.maxEpoch = r.Epoch
-	if e.replaying && r.Kind == journal.KindRefused {
+	if e.replaying() && r.Kind == journal.KindRefused {
 		e.skipRefused(r.Entries) // see reports.go
 		return
 	}
-	if !e.replaying || r.Kind != journal.KindRetry {
+	if !e.replaying() || r.Kind != journal.KindRetry {
 		return // live: our own records, applied when decided
 	}
 	for _, en := range r.Entries {
-		if prev, ok := e.replayRetries[en.ID]; !ok || en.Attempt >= prev.Attempt {
-			e.replayRetries[en.ID] = en
+		if prev, ok := e.replay.retries[en.ID]; !ok || en.Attempt >= prev.Attempt {
+			e.replay.retries[en.ID] = en
 		}
 	}
 }
@@ -54,7 +54,7 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 	}
 	// The incarnation the outcomes belong to, if its messages are still in JOBS: several
 	// incarnations of one group ID can be, when a later one opened after an earlier one ended.
-	g := e.incarnations[openSeq]
+	g := e.groups.incarnations[openSeq]
 	if g != nil && g.id != id {
 		g = nil
 	}
@@ -98,22 +98,22 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	for id := range alive {
 		ids[id] = true
 	}
-	for id := range e.replayReports {
+	for id := range e.replay.reports {
 		ids[id] = true
 	}
-	for id := range e.replayRetries {
+	for id := range e.replay.retries {
 		ids[id] = true
 	}
 	var undecided []reportAt
 	for _, id := range sortedIDs(ids) {
-		g := e.replayGroupOf[id]
+		g := e.replay.groupOf[id]
 		if st, ok := e.idx.State(id); g == nil || g.finished || !ok || st.Terminal() {
 			continue // finished, or its group was purged
 		}
 		a, isAlive := alive[id]
-		rp, reported := e.replayReports[id]
-		rt, retried := e.replayRetries[id]
-		j := &job{id: id, g: g, heapIdx: -1, attempt: max(a.attempt, rp.r.Attempt, rt.Attempt), history: e.replayHistory[id]}
+		rp, reported := e.replay.reports[id]
+		rt, retried := e.replay.retries[id]
+		j := &job{id: id, g: g, heapIdx: -1, attempt: max(a.attempt, rp.r.Attempt, rt.Attempt), history: e.replay.history[id]}
 		e.jobs[id] = j
 		e.mustMove(id, jobindex.Running)
 		switch {
@@ -123,7 +123,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 		case retried && rt.Attempt == j.attempt:
 			e.mustMove(id, jobindex.RetryWait)
 			j.retryAt, j.evSeq = rt.At, rp.seq
-			e.retryWait.Push(j)
+			e.retries.wait.Push(j)
 		case reported:
 			undecided = append(undecided, rp)
 			if h := j.history; len(h) > 0 && rp.r.Status.Failed() {
@@ -131,30 +131,30 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 			}
 		}
 	}
-	heap.Init(&e.retryWait)
+	heap.Init(&e.retries.wait)
 
 	// Rebuild the scheduler: open groups in arrival order, each with its never-released pending
 	// jobs in ID order, sealed after the push.
 	pending := map[*group][]uint64{}
-	for id, g := range e.replayGroupOf {
+	for id, g := range e.replay.groupOf {
 		if st, _ := e.idx.State(id); st == jobindex.Pending && e.jobs[id] == nil {
 			pending[g] = append(pending[g], id)
 		}
 	}
-	e.replaying = false
+	rp := e.replay
+	e.replay = nil // live from here on
 	e.maxEpoch = max(e.maxEpoch, e.epoch)
 	e.boundRetained()
-	for _, g := range e.arrival {
+	for _, g := range e.groups.arrival {
 		if !g.finished {
 			ids := pending[g]
 			slices.Sort(ids)
 			e.schedule(g, ids)
 		}
 	}
-	e.replayGroupOf, e.replayReports, e.replayRetries, e.replayHistory = nil, nil, nil, nil
 	// The incarnations whose summary is stored: purge them if not yet done. Taken before the
 	// undecided reports are decided, since those can finish more (whose summary is written first).
-	for _, g := range e.arrival {
+	for _, g := range e.groups.arrival {
 		if g.finished {
 			e.out.purges = append(e.out.purges, g)
 		}
@@ -165,7 +165,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	}
 	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
 	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
-	for _, c := range e.replayCancels {
+	for _, c := range rp.cancels {
 		switch {
 		case c.g.finished:
 		case len(c.jobs) > 0:
@@ -174,8 +174,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 			e.cancelGroup(c.g)
 		}
 	}
-	e.replayCancels = nil
-	for _, g := range e.arrival {
+	for _, g := range e.groups.arrival {
 		e.checkFinished(g)
 	}
 }

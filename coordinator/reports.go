@@ -58,14 +58,14 @@ func (r *run) applyReports(subject string, evSeq uint64, data []byte) {
 // seq is the report message's sequence in EVENTS: the job's state depends on it until the
 // decision it leads to is stored elsewhere (see lowWater).
 func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time.Time) {
-	if e.replaying {
+	if e.replaying() {
 		// Decisions are replayed from the journal; a report is applied after replay only if
 		// no decision followed it (see finishReplay).
 		// As live, the first report of an attempt decides it and later ones are stale, unless
 		// it gave the job back unrun (released), which keeps the attempt number for the next
 		// release: a stale report (a forged one, or a lost report of a batch whose worker had
 		// reported it) must not decide the job at replay either.
-		prev, ok := e.replayReports[r.ID]
+		prev, ok := e.replay.reports[r.ID]
 		if ok && r.Attempt <= prev.r.Attempt && !(r.Attempt == prev.r.Attempt && prev.r.Status == wire.StatusReturned) {
 			return // stale, as it was live
 		}
@@ -73,13 +73,13 @@ func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time
 		if ok {
 			ra.prev = &prev // kept until replay ends, in case this one was refused
 		}
-		e.replayReports[r.ID] = ra
+		e.replay.reports[r.ID] = ra
 		if r.Status.Failed() {
 			// The history of the attempts whose reports are still in EVENTS (older ones may have
 			// been trimmed).
-			j := &job{history: e.replayHistory[r.ID]}
+			j := &job{history: e.replay.history[r.ID]}
 			j.addHistory(historyWorker(worker, r.Status), r.Data, now)
-			e.replayHistory[r.ID] = j.history
+			e.replay.history[r.ID] = j.history
 		}
 		return
 	}
@@ -142,7 +142,7 @@ func (e *engine) foreignReport(pool, worker string, j *job) string {
 	if j.pool != nil && j.pool.key != pool {
 		return fmt.Sprintf("report from worker %q of pool %s about job %d, which was released to pool %s", worker, pool, j.id, j.pool.key)
 	}
-	if w := e.workers[worker]; w != nil && w.pool.key != pool {
+	if w := e.fleet.workers[worker]; w != nil && w.pool.key != pool {
 		return fmt.Sprintf("report about job %d on pool %s's subject from worker %q, which is live in pool %s", j.id, pool, worker, w.pool.key)
 	}
 	return ""
@@ -153,7 +153,7 @@ func (e *engine) foreignReport(pool, worker string, j *job) string {
 // attempt leaves the history.
 func (e *engine) skipRefused(entries []journal.Entry) {
 	for _, en := range entries {
-		head, ok := e.replayReports[en.ID]
+		head, ok := e.replay.reports[en.ID]
 		if !ok {
 			continue
 		}
@@ -162,9 +162,9 @@ func (e *engine) skipRefused(entries []journal.Entry) {
 		if head.seq == en.Seq {
 			refused = &head
 			if head.prev != nil {
-				e.replayReports[en.ID] = *head.prev
+				e.replay.reports[en.ID] = *head.prev
 			} else {
-				delete(e.replayReports, en.ID)
+				delete(e.replay.reports, en.ID)
 			}
 		} else {
 			for ra := &head; ra.prev != nil; ra = ra.prev {
@@ -173,16 +173,16 @@ func (e *engine) skipRefused(entries []journal.Entry) {
 					break
 				}
 			}
-			e.replayReports[en.ID] = head
+			e.replay.reports[en.ID] = head
 		}
 		if refused == nil || !refused.r.Status.Failed() {
 			continue
 		}
 		// Its failed attempt is in the history: take the latest entry it added out.
-		h := e.replayHistory[en.ID]
+		h := e.replay.history[en.ID]
 		for i := len(h) - 1; i >= 0; i-- {
 			if h[i].Worker == historyWorker(refused.worker, refused.r.Status) && h[i].Error == string(refused.r.Data) {
-				e.replayHistory[en.ID] = append(h[:i], h[i+1:]...)
+				e.replay.history[en.ID] = append(h[:i], h[i+1:]...)
 				break
 			}
 		}
@@ -258,9 +258,9 @@ func (e *engine) learnBusy(j *job, ran, waited time.Duration, now time.Time) {
 	g.busy = g.ranAvg / g.cycleAvg
 	// A group not measured yet starts from the others' share: starting from 1 would make a new
 	// group with one job look busier than a large group with several, and break the spread.
-	e.groupBusy += busyWeight * (share - e.groupBusy)
+	e.groups.busy += busyWeight * (share - e.groups.busy)
 	if trip := cycle - min(waited, cycle); trip > 0 {
-		e.busy += busyWeight * (min(float64(ran)/float64(trip), 1) - e.busy)
+		e.fleet.busy += busyWeight * (min(float64(ran)/float64(trip), 1) - e.fleet.busy)
 	}
 }
 
@@ -299,7 +299,7 @@ func (e *engine) maxAttempts(j *job) int {
 func (e *engine) requeue(j *job) {
 	e.mustMove(j.id, jobindex.Pending)
 	j.reuse = true
-	e.retryReady = append(e.retryReady, j)
+	e.retries.ready = append(e.retries.ready, j)
 }
 
 // retryDelay is the wait before attempt j.attempt+1: the handler's request, else exponential
@@ -318,18 +318,18 @@ func (e *engine) retryDelay(j *job, requested time.Duration) time.Duration {
 func (e *engine) scheduleRetry(j *job, delay time.Duration, now time.Time) {
 	e.mustMove(j.id, jobindex.RetryWait)
 	j.retryAt = now.Add(delay)
-	heap.Push(&e.retryWait, j)
+	heap.Push(&e.retries.wait, j)
 	e.stats.Retried++
 	e.out.retries = append(e.out.retries, journal.Entry{ID: j.id, Attempt: j.attempt, At: j.retryAt})
 }
 
 func (e *engine) dropRetry(j *job) {
-	if j.heapIdx >= 0 && j.heapIdx < len(e.retryWait) && e.retryWait[j.heapIdx] == j {
-		heap.Remove(&e.retryWait, j.heapIdx)
+	if j.heapIdx >= 0 && j.heapIdx < len(e.retries.wait) && e.retries.wait[j.heapIdx] == j {
+		heap.Remove(&e.retries.wait, j.heapIdx)
 	}
 	isJ := func(r *job) bool { return r == j }
-	e.retryReady = slices.DeleteFunc(e.retryReady, isJ)
-	e.parked = slices.DeleteFunc(e.parked, isJ)
+	e.retries.ready = slices.DeleteFunc(e.retries.ready, isJ)
+	e.retries.parked = slices.DeleteFunc(e.retries.parked, isJ)
 }
 
 // finish moves a job to a terminal state and records its outcome. evSeq is the EVENTS
@@ -349,10 +349,10 @@ func (e *engine) finish(j *job, to jobindex.State, data []byte, evSeq uint64) {
 
 // tick moves due retries back to pending and forgets silent workers.
 func (e *engine) tick(now time.Time) {
-	for len(e.retryWait) > 0 && !e.retryWait[0].retryAt.After(now) {
-		j := heap.Pop(&e.retryWait).(*job)
+	for len(e.retries.wait) > 0 && !e.retries.wait[0].retryAt.After(now) {
+		j := heap.Pop(&e.retries.wait).(*job)
 		e.mustMove(j.id, jobindex.Pending)
-		e.retryReady = append(e.retryReady, j)
+		e.retries.ready = append(e.retries.ready, j)
 	}
 	e.expireWorkers(now)
 	e.abandon(now)
@@ -360,10 +360,10 @@ func (e *engine) tick(now time.Time) {
 
 // nextDue is when tick next has work: the earliest retry, or zero.
 func (e *engine) nextDue() time.Time {
-	if len(e.retryWait) == 0 {
+	if len(e.retries.wait) == 0 {
 		return time.Time{}
 	}
-	return e.retryWait[0].retryAt
+	return e.retries.wait[0].retryAt
 }
 
 // released records what the release pipeline learned from a job's stored message.

@@ -37,24 +37,24 @@ type purge struct {
 // when not known: after a restart, the next incarnation's open, or the feed's end, bounds it).
 func (e *engine) finished(id string, openSeq, summarySeq uint64, keepJobs bool, jobsSeq uint64, at time.Time) {
 	tok := wire.GroupToken(id)
-	for i := range e.retained {
-		if r := &e.retained[i]; r.tok == tok && r.keepJobs && r.jobsSeq == 0 && r.openSeq < openSeq {
+	for i := range e.retention.retained {
+		if r := &e.retention.retained[i]; r.tok == tok && r.keepJobs && r.jobsSeq == 0 && r.openSeq < openSeq {
 			r.jobsSeq = openSeq - 1 // an earlier incarnation ends before this one's open
 		}
 	}
-	e.retained = append(e.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at})
+	e.retention.retained = append(e.retention.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at})
 }
 
 // boundRetained gives the retained incarnations whose last JOBS sequence is still unknown after
 // replay a bound: the open of the current incarnation of their ID, or the end of the feed.
 func (e *engine) boundRetained() {
-	for i := range e.retained {
-		r := &e.retained[i]
+	for i := range e.retention.retained {
+		r := &e.retention.retained[i]
 		if !r.keepJobs || r.jobsSeq != 0 {
 			continue
 		}
-		r.jobsSeq = e.jobsApplied
-		if g := e.groups[r.id]; g != nil && g.openSeq > r.openSeq {
+		r.jobsSeq = e.retention.jobsApplied
+		if g := e.groups.byID[r.id]; g != nil && g.openSeq > r.openSeq {
 			r.jobsSeq = g.openSeq - 1
 		}
 	}
@@ -65,8 +65,8 @@ func (e *engine) boundRetained() {
 // before it, a delay of at most the spread of finishing times.
 func (e *engine) expireRetained(now time.Time) {
 	n := 0
-	for n < len(e.retained) && now.Sub(e.retained[n].at) >= e.cfg.Streams.ResultRetention {
-		r := e.retained[n]
+	for n < len(e.retention.retained) && now.Sub(e.retention.retained[n].at) >= e.cfg.Streams.ResultRetention {
+		r := e.retention.retained[n]
 		p := purge{tok: r.tok, summarySeq: r.summarySeq}
 		if r.keepJobs {
 			p.jobsSeq = r.jobsSeq
@@ -75,21 +75,21 @@ func (e *engine) expireRetained(now time.Time) {
 		n++
 	}
 	if n > 0 {
-		e.retained = append(e.retained[:0], e.retained[n:]...)
+		e.retention.retained = append(e.retention.retained[:0], e.retention.retained[n:]...)
 	}
 }
 
 // noteEvent records that the EVENTS message at seq has been applied.
 func (e *engine) noteEvent(seq uint64) {
-	e.eventsApplied = max(e.eventsApplied, seq)
+	e.retention.eventsApplied = max(e.retention.eventsApplied, seq)
 }
 
 // outcomeStored is told that the outcomes decided from the reports at these EVENTS sequences
 // are stored in RESULTS: those reports are no longer needed.
 func (e *engine) outcomeStored(seqs []uint64) {
 	for _, s := range seqs {
-		if e.unstored[s]--; e.unstored[s] <= 0 {
-			delete(e.unstored, s)
+		if e.retention.unstored[s]--; e.retention.unstored[s] <= 0 {
+			delete(e.retention.unstored, s)
 		}
 	}
 }
@@ -100,18 +100,18 @@ func (e *engine) outcomeStored(seqs []uint64) {
 // a job whose latest attempt is in WORK needs no report, and a terminal job's outcome is in
 // RESULTS. 0 means nothing has been applied yet.
 func (e *engine) lowWater() uint64 {
-	low := e.eventsApplied + 1
+	low := e.retention.eventsApplied + 1
 	for _, j := range e.jobs {
 		if j.evSeq > 0 && j.evSeq < low {
 			low = j.evSeq
 		}
 	}
-	for s := range e.unstored {
+	for s := range e.retention.unstored {
 		if s < low {
 			low = s
 		}
 	}
-	if e.eventsApplied == 0 {
+	if e.retention.eventsApplied == 0 {
 		return 0
 	}
 	return low

@@ -123,14 +123,14 @@ func (e *engine) status() *Status {
 		Time:      e.cfg.now(),
 		Policy:    e.cfg.Policy.String(),
 		Feeders:   e.feeders(),
-		Unsealed:  len(e.unsealed),
+		Unsealed:  len(e.groups.unsealed),
 		Jobs:      map[string]uint64{},
 		Totals:    Totals(e.stats),
 	}
 	for _, st := range jobindex.AllStates() {
 		s.Jobs[st.String()] = e.idx.Count(st)
 	}
-	for _, g := range e.arrival {
+	for _, g := range e.groups.arrival {
 		if len(s.Groups) == maxGroupsInStatus {
 			break
 		}
@@ -142,7 +142,7 @@ func (e *engine) status() *Status {
 		s.Groups = append(s.Groups, gs)
 	}
 	holders := map[string]int{}
-	for _, p := range e.poolOrder {
+	for _, p := range e.fleet.poolOrder {
 		s.Pools = append(s.Pools, PoolStatus{Key: p.key, Resources: p.resources, Workers: p.workers, Slots: p.slots, Outstanding: p.outstanding})
 		for _, r := range p.resources {
 			holders[r] += p.slots
@@ -152,7 +152,7 @@ func (e *engine) status() *Status {
 		s.Resources = append(s.Resources, ResourceStatus{Name: name, Holders: holders[name], Required: counts(rc.Required), Preferred: counts(rc.Preferred)})
 	}
 	slices.SortFunc(s.Resources, func(a, b ResourceStatus) int { return cmp.Compare(a.Name, b.Name) })
-	for id, w := range e.workers {
+	for id, w := range e.fleet.workers {
 		s.Workers = append(s.Workers, WorkerStatus{ID: id, Pool: w.pool.key, Resources: w.hb.Resources, Concurrency: w.hb.Concurrency, Busy: w.hb.Busy, Sleeping: w.hb.Sleeping, Draining: w.hb.Draining, LastSeen: w.lastSeen})
 	}
 	slices.SortFunc(s.Workers, func(a, b WorkerStatus) int { return cmp.Compare(a.ID, b.ID) })

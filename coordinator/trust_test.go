@@ -124,7 +124,7 @@ func TestSilentWorkerReportAccepted(t *testing.T) {
 	j := te.releases()["any"][0]
 	te.now = te.now.Add(10 * time.Second)
 	te.e.tick(te.now)
-	if len(te.e.workers) != 0 {
+	if len(te.e.fleet.workers) != 0 {
 		t.Fatalf("the silent worker is still live")
 	}
 	te.reportAs("any", "w", j, j.attempt, wire.StatusOK)
@@ -164,8 +164,8 @@ func TestHeartbeatChecks(t *testing.T) {
 			t.Errorf("%s: recorded %q, want %q", tc.name, r, ref.reason)
 		}
 	}
-	if te.e.slots != 2 || len(te.e.workers) != 1 || te.e.workers["w1"].hb.Run != "run-w1" {
-		t.Fatalf("refused heartbeats changed the fleet: slots %d, workers %d", te.e.slots, len(te.e.workers))
+	if te.e.fleet.slots != 2 || len(te.e.fleet.workers) != 1 || te.e.fleet.workers["w1"].hb.Run != "run-w1" {
+		t.Fatalf("refused heartbeats changed the fleet: slots %d, workers %d", te.e.fleet.slots, len(te.e.fleet.workers))
 	}
 	if n := te.e.stats.RejectedHeartbeats; n != 5 {
 		t.Fatalf("RejectedHeartbeats = %d, want 5", n)
@@ -246,7 +246,7 @@ func TestReplayKeepsFirstReportOfAttempt(t *testing.T) {
 		if st, _ := e2.idx.State(id); st != jobindex.Done {
 			t.Errorf("job %d is %v after replay, want done", id, st)
 		}
-		g := e2.groups["g"]
+		g := e2.groups.byID["g"]
 		found := false
 		for _, o := range g.outcomes {
 			if o.ID == id {
