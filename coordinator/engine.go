@@ -33,9 +33,9 @@ type engine struct {
 	epoch    uint64 // this coordinator's fencing token
 	maxEpoch uint64 // highest epoch seen in the journal; records of lower epochs after it are fenced off
 
-	idx   *jobindex.Index                      // every admitted job's state, by group and resource
+	idx   *jobindex.Index                     // every admitted job's state, by group and resource
 	sched *spreader.Scheduler[*group, uint64] // the groups' pending jobs and feeder slots
-	jobs  map[uint64]*job                      // jobs released at least once and not ended yet
+	jobs  map[uint64]*job                     // jobs released at least once and not ended yet
 
 	groups    groupSet
 	fleet     fleet
