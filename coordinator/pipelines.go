@@ -145,6 +145,15 @@ func (r *run) publishWork(ctx context.Context, pool string, work []wire.WorkJob)
 	return failed, err
 }
 
+// releasedInfo is what a release pipeline tells the loop about one job.
+type releasedInfo struct {
+	id          uint64
+	key         string
+	maxAttempts int
+	err         error // the job's stored message is gone: the job fails
+	requeue     bool  // the release did not happen: the job goes back to pending
+}
+
 // notify hands release notices to the loop without ever blocking the pipeline.
 func (r *run) notify(infos ...releasedInfo) {
 	r.relMu.Lock()
@@ -312,6 +321,27 @@ func (r *run) acker(ctx context.Context) {
 		}
 		if len(w.refused) > 0 {
 			r.wg.Go(func() { r.deleteRefused(ctx, w.refused) })
+		}
+	}
+}
+
+// deleteRefused deletes messages refused from the JOBS stream once their rejection is recorded:
+// they can never run, and would otherwise stay (and be refused again by every replay).
+// Deleted in a later term if this one ends first: replay refuses them again.
+func (r *run) deleteRefused(ctx context.Context, seqs []uint64) {
+	for _, seq := range seqs {
+		err := r.retry(ctx, "delete a refused message", func(ctx context.Context) error {
+			s, err := r.c.js.Stream(ctx, r.names.JobsStream())
+			if err == nil {
+				err = s.DeleteMsg(ctx, seq)
+			}
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return
 		}
 	}
 }

@@ -24,6 +24,31 @@ type aliveJob struct {
 	pool    string
 }
 
+// replayState is the engine's part that holds what replay collects before the state is rebuilt
+// (see endReplay); dropped when replay ends. Owned by the loop.
+type replayState struct {
+	groupOf map[uint64]*group
+	reports map[uint64]reportAt      // latest report per job
+	retries map[uint64]journal.Entry // latest retry decision per job
+	history map[uint64][]wire.Attempt
+	cancels []replayCancel // cancels read, applied once the state is rebuilt
+}
+
+// replayCancel is a cancel read during replay: of the group, or of some of its jobs.
+type replayCancel struct {
+	g    *group
+	jobs []uint64
+}
+
+// reportAt is a report seen during replay, applied once the journal has been read.
+type reportAt struct {
+	pool   string // of the subject it came on
+	worker string
+	seq    uint64 // in EVENTS
+	r      wire.Report
+	prev   *reportAt // the job's report it replaced, the latest again if this one was refused (skipRefused)
+}
+
 // journalRecord applies one journal record.
 func (e *engine) journalRecord(r journal.Record) {
 	if r.Epoch < e.maxEpoch {
@@ -41,6 +66,47 @@ func (e *engine) journalRecord(r journal.Record) {
 	for _, en := range r.Entries {
 		if prev, ok := e.replay.retries[en.ID]; !ok || en.Attempt >= prev.Attempt {
 			e.replay.retries[en.ID] = en
+		}
+	}
+}
+
+// skipRefused undoes, during replay, the reports a journal record says were refused before the
+// restart: the report before a refused one is the job's latest again, and a refused failed
+// attempt leaves the history.
+func (e *engine) skipRefused(entries []journal.Entry) {
+	for _, en := range entries {
+		head, ok := e.replay.reports[en.ID]
+		if !ok {
+			continue
+		}
+		// Unlink the refused report from the job's chain of reports, latest first.
+		var refused *reportAt
+		if head.seq == en.Seq {
+			refused = &head
+			if head.prev != nil {
+				e.replay.reports[en.ID] = *head.prev
+			} else {
+				delete(e.replay.reports, en.ID)
+			}
+		} else {
+			for ra := &head; ra.prev != nil; ra = ra.prev {
+				if ra.prev.seq == en.Seq {
+					refused, ra.prev = ra.prev, ra.prev.prev
+					break
+				}
+			}
+			e.replay.reports[en.ID] = head
+		}
+		if refused == nil || !refused.r.Status.Failed() {
+			continue
+		}
+		// Its failed attempt is in the history: take the latest entry it added out.
+		h := e.replay.history[en.ID]
+		for i := len(h) - 1; i >= 0; i-- {
+			if h[i].Worker == historyWorker(refused.worker, refused.r.Status) && h[i].Error == string(refused.r.Data) {
+				e.replay.history[en.ID] = append(h[:i], h[i+1:]...)
+				break
+			}
 		}
 	}
 }

@@ -1,9 +1,7 @@
 package coordinator
 
 import (
-	"container/heap"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/weavejobs/weave/internal/jobindex"
@@ -148,47 +146,6 @@ func (e *engine) foreignReport(pool, worker string, j *job) string {
 	return ""
 }
 
-// skipRefused undoes, during replay, the reports a journal record says were refused before the
-// restart: the report before a refused one is the job's latest again, and a refused failed
-// attempt leaves the history.
-func (e *engine) skipRefused(entries []journal.Entry) {
-	for _, en := range entries {
-		head, ok := e.replay.reports[en.ID]
-		if !ok {
-			continue
-		}
-		// Unlink the refused report from the job's chain of reports, latest first.
-		var refused *reportAt
-		if head.seq == en.Seq {
-			refused = &head
-			if head.prev != nil {
-				e.replay.reports[en.ID] = *head.prev
-			} else {
-				delete(e.replay.reports, en.ID)
-			}
-		} else {
-			for ra := &head; ra.prev != nil; ra = ra.prev {
-				if ra.prev.seq == en.Seq {
-					refused, ra.prev = ra.prev, ra.prev.prev
-					break
-				}
-			}
-			e.replay.reports[en.ID] = head
-		}
-		if refused == nil || !refused.r.Status.Failed() {
-			continue
-		}
-		// Its failed attempt is in the history: take the latest entry it added out.
-		h := e.replay.history[en.ID]
-		for i := len(h) - 1; i >= 0; i-- {
-			if h[i].Worker == historyWorker(refused.worker, refused.r.Status) && h[i].Error == string(refused.r.Data) {
-				e.replay.history[en.ID] = append(h[:i], h[i+1:]...)
-				break
-			}
-		}
-	}
-}
-
 // unreleasedReport returns why a report about an attempt that was never released is refused, or
 // "" for a stale report (an attempt already decided: a duplicate run, or a job that ended). No
 // honest worker reports an attempt later than the job's latest release, nor a job that was never
@@ -224,6 +181,14 @@ func historyWorker(reporter string, st wire.Status) string {
 		return ""
 	}
 	return reporter
+}
+
+// addHistory records a failed attempt, keeping the first one and the latest ones.
+func (j *job) addHistory(worker string, errText []byte, now time.Time) {
+	if len(j.history) >= wire.MaxHistory {
+		j.history = append(j.history[:1], j.history[2:]...)
+	}
+	j.history = append(j.history, wire.Attempt{At: now.Truncate(time.Millisecond), Worker: worker, Error: string(errText)})
 }
 
 // busyWeight is the weight of one report in a group's busy share.
@@ -264,14 +229,6 @@ func (e *engine) learnBusy(j *job, ran, waited time.Duration, now time.Time) {
 	}
 }
 
-// addHistory records a failed attempt, keeping the first one and the latest ones.
-func (j *job) addHistory(worker string, errText []byte, now time.Time) {
-	if len(j.history) >= wire.MaxHistory {
-		j.history = append(j.history[:1], j.history[2:]...)
-	}
-	j.history = append(j.history, wire.Attempt{At: now.Truncate(time.Millisecond), Worker: worker, Error: string(errText)})
-}
-
 // stopRunning releases the capacity a running job held.
 func (e *engine) stopRunning(j *job) {
 	if j.pool != nil {
@@ -293,45 +250,6 @@ func (e *engine) maxAttempts(j *job) int {
 	return e.cfg.MaxAttempts
 }
 
-// requeue puts a job that did not run back in front of new work. Its next release keeps the
-// attempt number: the report that gave it back is before that release in EVENTS, so a report
-// about the attempt is never ambiguous.
-func (e *engine) requeue(j *job) {
-	e.mustMove(j.id, jobindex.Pending)
-	j.reuse = true
-	e.retries.ready = append(e.retries.ready, j)
-}
-
-// retryDelay is the wait before attempt j.attempt+1: the handler's request, else exponential
-// backoff with full jitter.
-func (e *engine) retryDelay(j *job, requested time.Duration) time.Duration {
-	if requested > 0 {
-		return requested
-	}
-	ceiling := e.cfg.RetryBase << min(j.attempt-1, 32)
-	if ceiling <= 0 || ceiling > e.cfg.RetryMax {
-		ceiling = e.cfg.RetryMax
-	}
-	return time.Duration(e.rng.Int64N(int64(ceiling) + 1))
-}
-
-func (e *engine) scheduleRetry(j *job, delay time.Duration, now time.Time) {
-	e.mustMove(j.id, jobindex.RetryWait)
-	j.retryAt = now.Add(delay)
-	heap.Push(&e.retries.wait, j)
-	e.stats.Retried++
-	e.out.retries = append(e.out.retries, journal.Entry{ID: j.id, Attempt: j.attempt, At: j.retryAt})
-}
-
-func (e *engine) dropRetry(j *job) {
-	if j.heapIdx >= 0 && j.heapIdx < len(e.retries.wait) && e.retries.wait[j.heapIdx] == j {
-		heap.Remove(&e.retries.wait, j.heapIdx)
-	}
-	isJ := func(r *job) bool { return r == j }
-	e.retries.ready = slices.DeleteFunc(e.retries.ready, isJ)
-	e.retries.parked = slices.DeleteFunc(e.retries.parked, isJ)
-}
-
 // finish moves a job to a terminal state and records its outcome. evSeq is the EVENTS
 // sequence of the report that decided it, or 0.
 func (e *engine) finish(j *job, to jobindex.State, data []byte, evSeq uint64) {
@@ -345,25 +263,6 @@ func (e *engine) finish(j *job, to jobindex.State, data []byte, evSeq uint64) {
 		state = wire.FinalCanceled
 	}
 	e.recordOutcome(j.g, wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempt, Data: data, History: j.history}, evSeq)
-}
-
-// tick moves due retries back to pending and forgets silent workers.
-func (e *engine) tick(now time.Time) {
-	for len(e.retries.wait) > 0 && !e.retries.wait[0].retryAt.After(now) {
-		j := heap.Pop(&e.retries.wait).(*job)
-		e.mustMove(j.id, jobindex.Pending)
-		e.retries.ready = append(e.retries.ready, j)
-	}
-	e.expireWorkers(now)
-	e.abandon(now)
-}
-
-// nextDue is when tick next has work: the earliest retry, or zero.
-func (e *engine) nextDue() time.Time {
-	if len(e.retries.wait) == 0 {
-		return time.Time{}
-	}
-	return e.retries.wait[0].retryAt
 }
 
 // released records what the release pipeline learned from a job's stored message.
@@ -401,26 +300,4 @@ func (e *engine) unreleased(id uint64) {
 	}
 	e.stopRunning(j)
 	e.requeue(j)
-}
-
-// retryHeap orders retry-waiting jobs by due time.
-type retryHeap []*job
-
-func (h retryHeap) Len() int           { return len(h) }
-func (h retryHeap) Less(a, b int) bool { return h[a].retryAt.Before(h[b].retryAt) }
-func (h retryHeap) Swap(a, b int) {
-	h[a], h[b] = h[b], h[a]
-	h[a].heapIdx, h[b].heapIdx = a, b
-}
-func (h *retryHeap) Push(x any) {
-	j := x.(*job)
-	j.heapIdx = len(*h)
-	*h = append(*h, j)
-}
-func (h *retryHeap) Pop() any {
-	old := *h
-	j := old[len(old)-1]
-	*h = old[:len(old)-1]
-	j.heapIdx = -1
-	return j
 }

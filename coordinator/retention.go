@@ -6,6 +6,16 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
+// retention is the engine's part that owns what keeps the streams bounded: the complete groups
+// whose outcomes are retained, and the positions the EVENTS low-water mark is computed from.
+// Owned by the loop.
+type retention struct {
+	retained      []retained     // complete groups, in completion order, whose outcomes are kept
+	eventsApplied uint64         // the last EVENTS sequence applied
+	jobsApplied   uint64         // the last JOBS sequence applied
+	unstored      map[uint64]int // EVENTS sequences of reports whose outcomes are not stored yet
+}
+
 // Bounded growth. Every stream shrinks back once its contents are no longer needed:
 //
 //   - NS_JOBS: a finished group's messages are purged when its summary is stored, or, if some

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -157,6 +158,19 @@ func (e *engine) status() *Status {
 	}
 	slices.SortFunc(s.Workers, func(a, b WorkerStatus) int { return cmp.Compare(a.ID, b.ID) })
 	return s
+}
+
+// serveStatus answers a status request from the loop's state (core NATS request/reply).
+func (r *run) serveStatus(m *nats.Msg) {
+	reply := make(chan *Status, 1)
+	select {
+	case r.statusCh <- reply:
+	case <-time.After(2 * time.Second):
+		return
+	}
+	if err := m.Respond((<-reply).Marshal()); err != nil && !errors.Is(err, nats.ErrMsgNoReply) {
+		r.log.Warn().Err(err).Msg("status reply failed")
+	}
 }
 
 // QueryStatus asks the namespace's running coordinator for its status.

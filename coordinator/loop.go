@@ -1,0 +1,221 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/internal/directget"
+	"github.com/weavejobs/weave/internal/journal"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// loop is the coordinator's single owner of state.
+func (r *run) loop(ctx context.Context) error {
+	defer r.shutdown()
+	expiry := time.NewTicker(250 * time.Millisecond)
+	defer expiry.Stop()
+	trim := time.NewTicker(r.cfg.TrimInterval)
+	defer trim.Stop()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	r.step(ctx)
+	for {
+		r.armRetry(retry)
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-r.feedCh:
+			r.applyFeed(m)
+		case m := <-r.eventsCh:
+			r.drainReleased()
+			r.applyEvent(m)
+		case hb := <-r.hbCh:
+			r.heartbeat(hb)
+		case <-r.relNotify:
+			r.drainReleased()
+		case f := <-r.forgetCh:
+			if f.summarySeq > 0 {
+				r.e.finished(f.g.id, f.g.openSeq, f.summarySeq, f.g.failed > 0, f.g.lastSeq, f.at)
+			}
+			r.e.forget(f.g)
+		case seqs := <-r.storedCh:
+			r.e.outcomeStored(seqs)
+		case <-trim.C:
+			r.e.expireRetained(r.cfg.now())
+			r.trimEvents(ctx)
+		case low := <-r.trimmedCh:
+			r.trimming = false
+			if low > 0 {
+				r.trimmedTo = low - 1
+			}
+		case reply := <-r.statusCh:
+			reply <- r.e.status()
+		case <-retry.C:
+			r.e.tick(r.cfg.now())
+		case <-expiry.C:
+			r.e.tick(r.cfg.now())
+			r.reconcileRescues(ctx)
+		}
+		r.drainInputs()
+		r.step(ctx)
+	}
+}
+
+// drainInputs applies whatever else is already waiting, so one release decision covers a burst.
+func (r *run) drainInputs() {
+	for range 1024 {
+		select {
+		case m := <-r.feedCh:
+			r.applyFeed(m)
+		case m := <-r.eventsCh:
+			r.drainReleased()
+			r.applyEvent(m)
+		case hb := <-r.hbCh:
+			r.heartbeat(hb)
+		case <-r.relNotify:
+			r.drainReleased()
+		default:
+			return
+		}
+	}
+}
+
+func (r *run) applyFeed(m jetstream.Msg) {
+	s, at := storedAt(m)
+	if r.e.feed(m.Subject(), s, m.Headers(), at) {
+		r.payloads.add(&directget.Msg{Seq: s, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	}
+}
+
+func (r *run) applyEvent(m jetstream.Msg) {
+	defer r.e.noteEvent(seq(m))
+	subj := m.Subject()
+	switch {
+	case subj == r.names.JournalSubject():
+		rec, err := journal.Decode(m.Data())
+		if err != nil {
+			r.log.Error().Err(err).Uint64("seq", seq(m)).Msg("bad journal record")
+			return
+		}
+		r.e.journalRecord(rec)
+	default:
+		r.applyReports(subj, seq(m), m.Data()) // see reports.go
+	}
+}
+
+// drainReleased applies every pending release notice. Called before applying events: a job's
+// release notice is sent before its batch is published, so it is always applied before a report
+// about the job.
+func (r *run) drainReleased() {
+	r.relMu.Lock()
+	infos := r.relPending
+	r.relPending = nil
+	r.relMu.Unlock()
+	for _, info := range infos {
+		switch {
+		case info.requeue:
+			r.e.unreleased(info.id)
+		case info.err != nil:
+			r.e.lost(info.id, info.err.Error())
+		default:
+			r.e.released(info.id, info.key, info.maxAttempts)
+		}
+	}
+}
+
+func (r *run) armRetry(t *time.Timer) {
+	due := r.e.nextDue()
+	if due.IsZero() {
+		t.Reset(time.Hour)
+		return
+	}
+	t.Reset(max(due.Sub(r.cfg.now()), 0))
+}
+
+// step makes release decisions and carries out the engine's effects.
+func (r *run) step(ctx context.Context) {
+	r.e.releaseAll()
+	out := r.e.out
+	r.e.out = effects{}
+	if out.empty() {
+		return
+	}
+	if len(out.rejections) > 0 {
+		r.enqueueWrite(ctx, writeOp{rejections: out.rejections})
+	}
+	if len(out.retries) > 0 {
+		rec := journal.Record{Kind: journal.KindRetry, Epoch: r.e.epoch, Entries: out.retries}
+		r.enqueueWrite(ctx, writeOp{journal: &rec})
+	}
+	if len(out.refused) > 0 { // refused reports: replay skips them (see reports.go)
+		rec := journal.Record{Kind: journal.KindRefused, Epoch: r.e.epoch, Entries: out.refused}
+		r.enqueueWrite(ctx, writeOp{journal: &rec})
+	}
+	for _, rel := range out.releases {
+		req := releaseReq{pool: rel.pool.key, jobs: make([]releaseJob, len(rel.jobs))}
+		var readAhead map[*group]bool // groups whose next jobs this batch reads ahead
+		for i, j := range rel.jobs {
+			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, gtok: j.g.tok}
+			if !readAhead[j.g] && !r.payloads.has(j.id) {
+				if readAhead == nil {
+					readAhead = map[*group]bool{}
+				}
+				readAhead[j.g] = true
+				req.jobs[i].ahead = r.e.sched.Upcoming(nil, j.g, r.cfg.ReadAhead)
+			}
+		}
+		select {
+		case r.releaseQ <- req:
+		case <-ctx.Done():
+			return
+		}
+	}
+	for _, g := range out.outcomes {
+		if len(g.outcomes) > 0 {
+			r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, outcomes: g.outcomes, evSeqs: g.outcomeSeqs})
+			g.outcomes, g.outcomeSeqs = nil, nil
+		}
+	}
+	for _, p := range out.retentionPurges {
+		r.enqueueWrite(ctx, writeOp{retention: &p})
+	}
+	for _, g := range out.summaries {
+		sum := wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled, Abandoned: g.abandoned}
+		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, summary: &sum, purge: g.failed == 0, lastSeq: g.lastSeq})
+	}
+	for _, g := range out.purges {
+		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, purge: g.failed == 0, lastSeq: g.lastSeq})
+	}
+	if len(out.cancels) > 0 {
+		r.publishCancels(out.cancels)
+	}
+	r.publishAnswers(out.answers) // after the cancels they report
+	for _, g := range out.abandons {
+		c := wire.GroupControl{Group: g.id, Op: wire.OpSeal, Count: g.admitted, Abandoned: true}
+		m := nats.NewMsg(r.names.GroupSubject(g.tok))
+		m.Header = c.Header()
+		r.wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if _, err := r.c.js.PublishMsg(pctx, m); err != nil && ctx.Err() == nil {
+				r.log.Warn().Err(err).Str("group", c.Group).Msg("sealing an abandoned group failed; trying again after AbandonAfter")
+			}
+		})
+	}
+}
+
+func (r *run) enqueueWrite(ctx context.Context, op writeOp) {
+	select {
+	case r.writeQ <- op:
+	case <-ctx.Done():
+	}
+}
+
+func (r *run) publishCancels(ids []uint64) {
+	if err := r.c.nc.Publish(r.names.CancelSubject(), wire.AppendCancel(nil, ids)); err != nil {
+		r.log.Error().Err(err).Msg("publishing cancellations failed")
+	}
+}
