@@ -36,7 +36,7 @@ func newTestEngine(t *testing.T, cfg Config) *testEngine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.finishReplay(nil, te.now)
+	e.endReplay(nil, te.now)
 	te.e = e
 	return te
 }
@@ -71,7 +71,7 @@ func (te *testEngine) releases() map[string][]*job {
 	for _, r := range te.e.out.releases {
 		got[r.pool.key] = append(got[r.pool.key], r.jobs...)
 		for _, j := range r.jobs {
-			te.e.released(j.id, fmt.Sprint("key-", j.id), 0)
+			te.e.learn(j.id, fmt.Sprint("key-", j.id), 0)
 		}
 	}
 	te.e.out.releases = nil
@@ -369,7 +369,7 @@ func TestReplay(t *testing.T) {
 	e2.report("any", "w", 13, wire.Report{ID: 5, Attempt: 1, Status: wire.StatusError}, now)
 	// A fenced-off epoch-0 coordinator's late retry decision for job 5 is ignored.
 	e2.journalRecord(journal.Record{Kind: journal.KindRetry, Epoch: 0, Entries: []journal.Entry{{ID: 5, Attempt: 1, At: now.Add(time.Hour)}}})
-	e2.finishReplay(map[uint64]aliveJob{4: {attempt: 1, pool: "any"}}, now)
+	e2.endReplay(map[uint64]aliveJob{4: {attempt: 1, pool: "any"}}, now)
 	want := map[uint64]jobindex.State{2: jobindex.Done, 3: jobindex.RetryWait, 4: jobindex.Running, 5: jobindex.RetryWait, 6: jobindex.Pending}
 	for id, st := range want {
 		if got, _ := e2.idx.State(id); got != st {
@@ -404,7 +404,7 @@ func TestReplaySealedGroup(t *testing.T) {
 	e.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g"}.Header(), time.Time{})
 	e.feed(names.JobSubject("g"), 3, wire.JobMeta{Group: "g"}.Header(), time.Time{})
 	e.feed(names.GroupSubject("g"), 4, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 2}.Header(), time.Time{})
-	e.finishReplay(nil, time.Unix(0, 0))
+	e.endReplay(nil, time.Unix(0, 0))
 	e.heartbeat(names.HeartbeatSubject("any", "w"), wire.Heartbeat{Version: wire.Version, Worker: "w", Pool: "any", Concurrency: 4, IntervalMS: 1000}, time.Unix(0, 0))
 	e.releaseAll()
 	if len(e.out.releases) != 1 || len(e.out.releases[0].jobs) != 2 {
@@ -578,9 +578,9 @@ func TestRetentionExpiry(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{Streams: StreamOptions{ResultRetention: time.Hour}})
 	t0 := te.now
-	te.e.finished("a", 1, 10, false, 0, t0)
-	te.e.finished("b c", 5, 12, true, 0, t0.Add(time.Minute))   // bound unknown (as after a restart)
-	te.e.finished("b c", 60, 14, true, 70, t0.Add(2*time.Hour)) // a later incarnation of the ID
+	te.e.retain("a", 1, 10, false, 0, t0)
+	te.e.retain("b c", 5, 12, true, 0, t0.Add(time.Minute))   // bound unknown (as after a restart)
+	te.e.retain("b c", 60, 14, true, 70, t0.Add(2*time.Hour)) // a later incarnation of the ID
 	te.e.retention.jobsApplied = 99
 	te.e.expireRetained(t0.Add(time.Hour - time.Nanosecond))
 	if len(te.e.out.retentionPurges) != 0 {

@@ -48,7 +48,7 @@ type group struct {
 	// handlers see them.
 	busy             float64
 	ranAvg, cycleAvg float64
-	finished         bool // every job terminal and the summary is being written
+	complete         bool // every job terminal and the summary is being written
 
 	outcomes    []wire.Outcome // terminal outcomes not yet handed to the writer
 	outcomeSeqs []uint64       // the EVENTS sequence of the report behind each, or 0
@@ -61,13 +61,13 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 	switch c.Op {
 	case wire.OpOpen:
 		switch {
-		case g != nil && !g.finished && !g.sealed:
+		case g != nil && !g.complete && !g.sealed:
 			// A producer publishing the group again, e.g. after a crash: its jobs join the
 			// open group (dedup by key drops those stored already).
 			e.log.Info().Str("group", c.Group).Msg("group opened again while open: resuming")
 			e.heard(g)
 			return
-		case g != nil && !g.finished && !e.replaying():
+		case g != nil && !g.complete && !e.replaying():
 			e.reject(subject, seq, "group "+c.Group+" is sealed and still running; publish it again once it has finished")
 			return
 		}
@@ -106,14 +106,14 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 		if g.abandoned {
 			e.log.Warn().Str("group", g.id).Uint64("jobs", g.admitted).Msg("group abandoned by its producer: sealed with the jobs it has")
 		}
-		e.checkFinished(g)
+		e.checkComplete(g)
 	case wire.OpCancel:
 		if g == nil {
 			e.reject(subject, seq, "cancel of a group that is not open: "+c.Group)
 			e.answerNotOpen(seq, c)
 			return
 		}
-		if g.finished {
+		if g.complete {
 			e.answerNotOpen(seq, c)
 			return
 		}
@@ -126,7 +126,7 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 		}
 		if e.replaying() {
 			// The group's pending jobs are not in the scheduler yet, nor its running ones known:
-			// finishReplay applies the cancel to the rebuilt state.
+			// endReplay applies the cancel to the rebuilt state.
 			e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, jobs: c.Jobs})
 			return
 		}
@@ -245,10 +245,10 @@ func (e *engine) cancelGroup(g *group) {
 			e.out.cancels = append(e.out.cancels, j.id)
 		case jobindex.RetryWait, jobindex.Pending:
 			e.dropRetry(j)
-			e.finish(j, jobindex.Canceled, []byte(reason), 0)
+			e.end(j, jobindex.Canceled, []byte(reason), 0)
 		}
 	}
-	e.checkFinished(g)
+	e.checkComplete(g)
 }
 
 // cancelJobs cancels some jobs of a group: pending ones end canceled at once, running ones are
@@ -271,7 +271,7 @@ func (e *engine) cancelJobs(g *group, ids []uint64) {
 				continue
 			}
 			e.dropRetry(j)
-			e.finish(j, jobindex.Canceled, []byte(reason), 0)
+			e.end(j, jobindex.Canceled, []byte(reason), 0)
 			continue
 		}
 		if st == jobindex.Pending && g.inSched && e.sched.Remove(g, id, func(a, b uint64) bool { return a == b }) {
@@ -303,14 +303,14 @@ func (e *engine) recordOutcome(g *group, o wire.Outcome, evSeq uint64) {
 	if evSeq > 0 {
 		e.retention.unstored[evSeq]++
 	}
-	e.checkFinished(g)
+	e.checkComplete(g)
 }
 
-func (e *engine) checkFinished(g *group) {
-	if g.finished || !g.sealed || g.terminal() != g.admitted || e.replaying() {
+func (e *engine) checkComplete(g *group) {
+	if g.complete || !g.sealed || g.terminal() != g.admitted || e.replaying() {
 		return
 	}
-	g.finished = true
+	g.complete = true
 	if g.inSched {
 		e.sched.Cancel(g) // frees its slot if it still holds one; its queue is empty
 		g.inSched = false

@@ -75,7 +75,7 @@ func TestReplayKeepsEveryIncarnation(t *testing.T) {
 			}
 			r.e.outcomeReplay("g", 1, []wire.Outcome{{ID: 2, Key: "a", State: wire.FinalDone, Attempts: 1}, {ID: 3, Key: "b", State: wire.FinalFailed, Attempts: 5}}, nil, 1, now)
 			r.e.outcomeReplay("g", 1, nil, &wire.GroupSummary{Jobs: 2, Done: 1, Failed: 1}, 2, now)
-			r.e.finishReplay(alive, now)
+			r.e.endReplay(alive, now)
 
 			if len(r.e.out.purges) != 1 || r.e.out.purges[0].openSeq != 1 {
 				t.Fatalf("the finished first incarnation is not purged: %+v", r.e.out.purges)
@@ -88,7 +88,7 @@ func TestReplayKeepsEveryIncarnation(t *testing.T) {
 				if st, _ := r.e.idx.State(6); st != jobindex.Running {
 					t.Fatalf("job 6 is %v after replay, want running", st)
 				}
-				r.e.released(6, "b", 0) // the next release would learn it; here the report follows
+				r.e.learn(6, "b", 0) // the next release would learn it; here the report follows
 				r.e.report("any", "w", 21, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK}, now)
 			}
 			if st, _ := r.e.idx.State(6); st != jobindex.Done {
@@ -115,7 +115,7 @@ func TestReplayOlderIncarnationUnfinished(t *testing.T) {
 	r.job(5, wire.JobMeta{Group: "g"})
 	r.control(6, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1})
 	r.e.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}, now)
-	r.e.finishReplay(nil, now)
+	r.e.endReplay(nil, now)
 	if len(r.e.out.summaries) != 1 || r.e.out.summaries[0].openSeq != 1 {
 		t.Fatalf("first incarnation not finished from its report: %+v", r.e.out.summaries)
 	}

@@ -30,15 +30,15 @@ func (r *run) loop(ctx context.Context) error {
 		case m := <-r.feedCh:
 			r.applyFeed(m)
 		case m := <-r.eventsCh:
-			r.drainReleased()
+			r.drainLearned()
 			r.applyEvent(m)
 		case hb := <-r.hbCh:
 			r.heartbeat(hb)
-		case <-r.relNotify:
-			r.drainReleased()
+		case <-r.learnNotify:
+			r.drainLearned()
 		case f := <-r.forgetCh:
 			if f.summarySeq > 0 {
-				r.e.finished(f.g.id, f.g.openSeq, f.summarySeq, f.g.failed > 0, f.g.lastSeq, f.at)
+				r.e.retain(f.g.id, f.g.openSeq, f.summarySeq, f.g.failed > 0, f.g.lastSeq, f.at)
 			}
 			r.e.forget(f.g)
 		case seqs := <-r.storedCh:
@@ -71,12 +71,12 @@ func (r *run) drainInputs() {
 		case m := <-r.feedCh:
 			r.applyFeed(m)
 		case m := <-r.eventsCh:
-			r.drainReleased()
+			r.drainLearned()
 			r.applyEvent(m)
 		case hb := <-r.hbCh:
 			r.heartbeat(hb)
-		case <-r.relNotify:
-			r.drainReleased()
+		case <-r.learnNotify:
+			r.drainLearned()
 		default:
 			return
 		}
@@ -106,22 +106,22 @@ func (r *run) applyEvent(m jetstream.Msg) {
 	}
 }
 
-// drainReleased applies every pending release notice. Called before applying events: a job's
+// drainLearned applies every pending release notice. Called before applying events: a job's
 // release notice is sent before its batch is published, so it is always applied before a report
 // about the job.
-func (r *run) drainReleased() {
-	r.relMu.Lock()
-	infos := r.relPending
-	r.relPending = nil
-	r.relMu.Unlock()
+func (r *run) drainLearned() {
+	r.learnMu.Lock()
+	infos := r.learnPending
+	r.learnPending = nil
+	r.learnMu.Unlock()
 	for _, info := range infos {
 		switch {
 		case info.requeue:
-			r.e.unreleased(info.id)
+			r.e.releaseFailed(info.id)
 		case info.err != nil:
-			r.e.lost(info.id, info.err.Error())
+			r.e.vanished(info.id, info.err.Error())
 		default:
-			r.e.released(info.id, info.key, info.maxAttempts)
+			r.e.learn(info.id, info.key, info.maxAttempts)
 		}
 	}
 }

@@ -65,13 +65,13 @@ func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
 	if ctx.Err() != nil {
 		return nil // stopping: the jobs are not in WORK, so the next term releases them again
 	}
-	infos := make([]releasedInfo, 0, len(msgs))
+	infos := make([]learned, 0, len(msgs))
 	work := make([]wire.WorkJob, 0, len(msgs))
 	for i, m := range msgs {
 		j := req.jobs[i]
 		switch {
 		case m == nil && errors.Is(errs[i], directget.ErrNotFound):
-			infos = append(infos, releasedInfo{id: j.id, err: fmt.Errorf("job message %d is missing from the %s stream", j.id, r.names.JobsStream())})
+			infos = append(infos, learned{id: j.id, err: fmt.Errorf("job message %d is missing from the %s stream", j.id, r.names.JobsStream())})
 			continue
 		case m == nil:
 			// The read failed (no stream leader for a moment, say): the job is still stored,
@@ -82,10 +82,10 @@ func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
 		}
 		meta, err := wire.ParseJobMeta(m.Header)
 		if err != nil {
-			infos = append(infos, releasedInfo{id: j.id, err: err})
+			infos = append(infos, learned{id: j.id, err: err})
 			continue
 		}
-		infos = append(infos, releasedInfo{id: j.id, key: meta.Key, maxAttempts: meta.MaxAttempts})
+		infos = append(infos, learned{id: j.id, key: meta.Key, maxAttempts: meta.MaxAttempts})
 		work = append(work, wire.WorkJob{ID: j.id, Attempt: j.attempt, Timeout: meta.Timeout, Group: meta.Group, Key: meta.Key, Payload: m.Data})
 	}
 	// The loop learns keys and limits before any worker can report on these jobs.
@@ -145,8 +145,8 @@ func (r *run) publishWork(ctx context.Context, pool string, work []wire.WorkJob)
 	return failed, err
 }
 
-// releasedInfo is what a release pipeline tells the loop about one job.
-type releasedInfo struct {
+// learned is what a release pipeline tells the loop about one job.
+type learned struct {
 	id          uint64
 	key         string
 	maxAttempts int
@@ -155,20 +155,20 @@ type releasedInfo struct {
 }
 
 // notify hands release notices to the loop without ever blocking the pipeline.
-func (r *run) notify(infos ...releasedInfo) {
-	r.relMu.Lock()
-	r.relPending = append(r.relPending, infos...)
-	r.relMu.Unlock()
+func (r *run) notify(infos ...learned) {
+	r.learnMu.Lock()
+	r.learnPending = append(r.learnPending, infos...)
+	r.learnMu.Unlock()
 	select {
-	case r.relNotify <- struct{}{}:
+	case r.learnNotify <- struct{}{}:
 	default:
 	}
 }
 
 func (r *run) notifyRequeue(ids []uint64) {
-	infos := make([]releasedInfo, len(ids))
+	infos := make([]learned, len(ids))
 	for i, id := range ids {
-		infos[i] = releasedInfo{id: id, requeue: true}
+		infos[i] = learned{id: id, requeue: true}
 	}
 	r.notify(infos...)
 }
@@ -189,9 +189,9 @@ type writeOp struct {
 	rejections []rejection // messages refused
 }
 
-// finishedGroup tells the loop a group's summary is stored (summarySeq > 0 when written now) and
+// completedGroup tells the loop a group's summary is stored (summarySeq > 0 when written now) and
 // its job messages purged if they were to be.
-type finishedGroup struct {
+type completedGroup struct {
 	g          *group
 	summarySeq uint64
 	at         time.Time
@@ -271,7 +271,7 @@ func (r *run) writer(ctx context.Context) {
 			r.wg.Go(func() { r.expire(ctx, *op.retention) })
 			continue
 		case op.g != nil:
-			r.wg.Go(func() { r.finish(ctx, op, 0) })
+			r.wg.Go(func() { r.purgeComplete(ctx, op, 0) })
 			continue
 		default:
 			continue
@@ -353,7 +353,7 @@ func (r *run) summarizer(ctx context.Context) {
 		if err != nil {
 			continue // the term is ending; the next writes the summary again
 		}
-		r.wg.Go(func() { r.finish(ctx, s.op, ack.Sequence) })
+		r.wg.Go(func() { r.purgeComplete(ctx, s.op, ack.Sequence) })
 	}
 }
 
@@ -443,7 +443,7 @@ func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
 // finish purges a finished group's job messages (unless some failed: dead letters keep their
 // payload until the retention passes) and tells the loop to forget the group. summarySeq is the
 // summary's sequence in RESULTS when it was written now, 0 when it was written before a restart.
-func (r *run) finish(ctx context.Context, op writeOp, summarySeq uint64) {
+func (r *run) purgeComplete(ctx context.Context, op writeOp, summarySeq uint64) {
 	if op.purge {
 		err := r.retry(ctx, "purge group "+op.g.id, func(ctx context.Context) error {
 			return purgeGroup(ctx, r.c.js, r.names, op.gtok, op.lastSeq)
@@ -453,7 +453,7 @@ func (r *run) finish(ctx context.Context, op writeOp, summarySeq uint64) {
 		}
 	}
 	select {
-	case r.forgetCh <- finishedGroup{g: op.g, summarySeq: summarySeq, at: time.Now()}:
+	case r.forgetCh <- completedGroup{g: op.g, summarySeq: summarySeq, at: time.Now()}:
 	case <-r.done:
 	}
 }

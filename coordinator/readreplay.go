@@ -55,7 +55,7 @@ func (r *run) replay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.e.finishReplay(alive, r.cfg.now())
+	r.e.endReplay(alive, r.cfg.now())
 	r.learnKeys(ctx)
 	r.log.Info().Stringer("took", time.Since(start)).Int("groups", len(r.e.groups.byID)).Int("in_flight", len(r.e.jobs)).Msg("replay done")
 
@@ -107,7 +107,7 @@ func (r *run) learnKeys(ctx context.Context) {
 			continue
 		}
 		keys[m.Seq] = meta.Key
-		r.e.released(m.Seq, meta.Key, meta.MaxAttempts)
+		r.e.learn(m.Seq, meta.Key, meta.MaxAttempts)
 	}
 	for _, g := range r.e.out.outcomes {
 		for i := range g.outcomes {

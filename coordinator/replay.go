@@ -13,7 +13,7 @@ import (
 // Replay rebuilds the state from the streams. The JOBS feed gives the groups and their jobs
 // (through feed); the EVENTS stream gives the reports and the retry decisions (through report and
 // journalRecord); the RESULTS stream gives the outcomes already written (outcomeReplay); the WORK
-// stream gives the batches released and not yet acknowledged (finishReplay's alive).
+// stream gives the batches released and not yet acknowledged (endReplay's alive).
 //
 // No release is journaled: a worker acknowledges a batch only after the report covering it is
 // stored, so every job ever released is still in WORK or has a report in EVENTS.
@@ -129,10 +129,10 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 		// messages too while they are in JOBS (some failed, or it was not purged yet).
 		var jobsSeq uint64
 		if g != nil {
-			g.finished = true
+			g.complete = true
 			jobsSeq = g.lastSeq
 		}
-		e.finished(id, openSeq, msgSeq, sum.Failed > 0, jobsSeq, at)
+		e.retain(id, openSeq, msgSeq, sum.Failed > 0, jobsSeq, at)
 		return
 	}
 	if g == nil {
@@ -156,10 +156,10 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 	}
 }
 
-// finishReplay ends replay and reconciles every job that was ever released: running if its
+// endReplay ends replay and reconciles every job that was ever released: running if its
 // latest attempt is still in WORK, waiting if a retry was decided for its latest report, and
 // otherwise decided now from its latest report.
-func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
+func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	ids := map[uint64]bool{}
 	for id := range alive {
 		ids[id] = true
@@ -173,7 +173,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	var undecided []reportAt
 	for _, id := range sortedIDs(ids) {
 		g := e.replay.groupOf[id]
-		if st, ok := e.idx.State(id); g == nil || g.finished || !ok || st.Terminal() {
+		if st, ok := e.idx.State(id); g == nil || g.complete || !ok || st.Terminal() {
 			continue // finished, or its group was purged
 		}
 		a, isAlive := alive[id]
@@ -212,7 +212,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	e.maxEpoch = max(e.maxEpoch, e.epoch)
 	e.boundRetained()
 	for _, g := range e.groups.arrival {
-		if !g.finished {
+		if !g.complete {
 			ids := pending[g]
 			slices.Sort(ids)
 			e.schedule(g, ids)
@@ -221,7 +221,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	// The incarnations whose summary is stored: purge them if not yet done. Taken before the
 	// undecided reports are decided, since those can finish more (whose summary is written first).
 	for _, g := range e.groups.arrival {
-		if g.finished {
+		if g.complete {
 			e.out.purges = append(e.out.purges, g)
 		}
 	}
@@ -233,7 +233,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
 	for _, c := range rp.cancels {
 		switch {
-		case c.g.finished:
+		case c.g.complete:
 		case len(c.jobs) > 0:
 			e.cancelJobs(c.g, c.jobs)
 		default:
@@ -241,7 +241,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 		}
 	}
 	for _, g := range e.groups.arrival {
-		e.checkFinished(g)
+		e.checkComplete(g)
 	}
 }
 

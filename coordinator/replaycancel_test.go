@@ -45,7 +45,7 @@ func TestCancelReadDuringReplayApplies(t *testing.T) {
 		t.Errorf("rejections %+v, want only the job after the cancel (%d)", e.out.rejections, late)
 	}
 
-	e.finishReplay(nil, time.Unix(1_700_000_000, 0))
+	e.endReplay(nil, time.Unix(1_700_000_000, 0))
 	for _, tc := range []struct {
 		id   uint64
 		want jobindex.State

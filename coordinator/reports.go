@@ -58,7 +58,7 @@ func (r *run) applyReports(subject string, evSeq uint64, data []byte) {
 func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time.Time) {
 	if e.replaying() {
 		// Decisions are replayed from the journal; a report is applied after replay only if
-		// no decision followed it (see finishReplay).
+		// no decision followed it (see endReplay).
 		// As live, the first report of an attempt decides it and later ones are stale, unless
 		// it gave the job back unrun (released), which keeps the attempt number for the next
 		// release: a stale report (a forged one, or a lost report of a batch whose worker had
@@ -107,12 +107,12 @@ func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time
 	}
 	switch r.Status {
 	case wire.StatusOK:
-		e.finish(j, jobindex.Done, r.Data, seq)
+		e.end(j, jobindex.Done, r.Data, seq)
 	case wire.StatusPermanent:
 		j.addHistory(worker, r.Data, now)
-		e.finish(j, jobindex.Failed, r.Data, seq)
+		e.end(j, jobindex.Failed, r.Data, seq)
 	case wire.StatusCanceled:
-		e.finish(j, jobindex.Canceled, r.Data, seq)
+		e.end(j, jobindex.Canceled, r.Data, seq)
 	case wire.StatusReturned:
 		e.requeue(j)
 		j.evSeq = seq
@@ -123,10 +123,10 @@ func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time
 		j.addHistory(historyWorker(worker, r.Status), r.Data, now)
 		switch {
 		case j.cancelReq || j.g.cancelReq:
-			e.finish(j, jobindex.Canceled, r.Data, seq) // canceled while running: no retry
+			e.end(j, jobindex.Canceled, r.Data, seq) // canceled while running: no retry
 			return
 		case int(j.attempt) >= e.maxAttempts(j):
-			e.finish(j, jobindex.Failed, r.Data, seq)
+			e.end(j, jobindex.Failed, r.Data, seq)
 			return
 		}
 		e.scheduleRetry(j, e.retryDelay(j, r.RetryAfter), now)
@@ -252,7 +252,7 @@ func (e *engine) maxAttempts(j *job) int {
 
 // finish moves a job to a terminal state and records its outcome. evSeq is the EVENTS
 // sequence of the report that decided it, or 0.
-func (e *engine) finish(j *job, to jobindex.State, data []byte, evSeq uint64) {
+func (e *engine) end(j *job, to jobindex.State, data []byte, evSeq uint64) {
 	e.moveTerminal(j.id, to)
 	delete(e.jobs, j.id)
 	state := wire.FinalDone
@@ -266,7 +266,7 @@ func (e *engine) finish(j *job, to jobindex.State, data []byte, evSeq uint64) {
 }
 
 // released records what the release pipeline learned from a job's stored message.
-func (e *engine) released(id uint64, key string, maxAttempts int) {
+func (e *engine) learn(id uint64, key string, maxAttempts int) {
 	j := e.jobs[id]
 	if j == nil {
 		return
@@ -275,7 +275,7 @@ func (e *engine) released(id uint64, key string, maxAttempts int) {
 }
 
 // lost handles jobs whose release failed (their message vanished from the JOBS stream).
-func (e *engine) lost(id uint64, reason string) {
+func (e *engine) vanished(id uint64, reason string) {
 	j := e.jobs[id]
 	if j == nil {
 		return
@@ -285,11 +285,11 @@ func (e *engine) lost(id uint64, reason string) {
 	}
 	e.stats.LostJobs++
 	e.stopRunning(j)
-	e.finish(j, jobindex.Failed, []byte(reason), 0)
+	e.end(j, jobindex.Failed, []byte(reason), 0)
 }
 
 // unreleased puts back a job whose release could not be carried out.
-func (e *engine) unreleased(id uint64) {
+func (e *engine) releaseFailed(id uint64) {
 	e.stats.Requeued++
 	j := e.jobs[id]
 	if j == nil {

@@ -45,7 +45,7 @@ type purge struct {
 // finished records that a finished incarnation's summary is stored, at RESULTS sequence
 // summarySeq. keepJobs says its job messages are still in JOBS (some failed), up to jobsSeq (0
 // when not known: after a restart, the next incarnation's open, or the feed's end, bounds it).
-func (e *engine) finished(id string, openSeq, summarySeq uint64, keepJobs bool, jobsSeq uint64, at time.Time) {
+func (e *engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jobsSeq uint64, at time.Time) {
 	tok := wire.GroupToken(id)
 	for i := range e.retention.retained {
 		if r := &e.retention.retained[i]; r.tok == tok && r.keepJobs && r.jobsSeq == 0 && r.openSeq < openSeq {

@@ -29,12 +29,12 @@ type run struct {
 	statusCh chan chan *Status
 
 	// Written by release pipelines (never blocking them), read by the loop.
-	relMu      sync.Mutex
-	relPending []releasedInfo
-	relNotify  chan struct{} // capacity 1: "relPending is not empty"
+	learnMu      sync.Mutex
+	learnPending []learned
+	learnNotify  chan struct{} // capacity 1: "learnPending is not empty"
 
 	// Written by finishers and the outcome acker, read by the loop.
-	forgetCh  chan finishedGroup
+	forgetCh  chan completedGroup
 	storedCh  chan []uint64 // EVENTS sequences of reports whose outcomes are now stored
 	trimming  bool          // a trim of EVENTS is on its way (owned by the loop)
 	trimmedTo uint64        // EVENTS is trimmed below this (owned by the loop)
@@ -69,8 +69,8 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 		eventsCh:  make(chan jetstream.Msg, chanSize),
 		hbCh:      make(chan heartbeatIn, chanSize),
 		statusCh:  make(chan chan *Status),
-		relNotify: make(chan struct{}, 1),
-		forgetCh:  make(chan finishedGroup, chanSize),
+		learnNotify: make(chan struct{}, 1),
+		forgetCh:  make(chan completedGroup, chanSize),
 		storedCh:  make(chan []uint64, chanSize),
 		trimmedCh: make(chan uint64, 1),
 		acks:      make(chan written, chanSize),

@@ -211,7 +211,7 @@ func TestReplaySkipsRefusedReport(t *testing.T) {
 	e2.report("gpu", "intruder", 12, wire.Report{ID: 2, Attempt: 9, Status: wire.StatusOK}, now)
 	e2.journalRecord(journal.Record{Kind: journal.KindRefused, Epoch: 1, Entries: []journal.Entry{{ID: 2, Attempt: 1, Seq: 11}}})
 	e2.journalRecord(journal.Record{Kind: journal.KindRefused, Epoch: 1, Entries: []journal.Entry{{ID: 2, Attempt: 9, Seq: 12}}})
-	e2.finishReplay(nil, now)
+	e2.endReplay(nil, now)
 	j := e2.jobs[2]
 	if st, _ := e2.idx.State(2); st != jobindex.RetryWait || j == nil || j.attempt != 1 {
 		t.Fatalf("job 2 after replay: %v %+v, want waiting to retry after attempt 1", st, j)
@@ -241,7 +241,7 @@ func TestReplayKeepsFirstReportOfAttempt(t *testing.T) {
 	e2.report("gpu", "intruder", 11, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusPermanent, Data: []byte("forged")}, now)
 	e2.report("any", "w", 12, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusReturned}, now)
 	e2.report("any", "w2", 13, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusOK, Data: []byte("second release")}, now)
-	e2.finishReplay(nil, now)
+	e2.endReplay(nil, now)
 	for id, want := range map[uint64]string{2: "real", 3: "second release"} {
 		if st, _ := e2.idx.State(id); st != jobindex.Done {
 			t.Errorf("job %d is %v after replay, want done", id, st)
