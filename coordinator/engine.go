@@ -80,9 +80,9 @@ type effects struct {
 	releases  []release
 	retries   []journal.Entry
 	outcomes  []*group // groups with outcomes to write
-	summaries []*group // finished groups whose summary to write (after their outcomes)
-	purges    []*group // finished groups whose summary exists: purge their jobs, forget them
-	// retentionPurges are finished groups past their retention: delete their outcomes.
+	summaries []*group // complete groups whose summary to write (after their outcomes)
+	purges    []*group // complete groups whose summary is stored: purge their jobs, forget them
+	// retentionPurges are retained groups whose retention expired: delete their outcomes.
 	retentionPurges []purge
 	rejections      []rejection
 	cancels         []uint64        // running jobs whose handlers must be canceled

@@ -168,8 +168,8 @@ func (e *engine) expireWorkers(now time.Time) {
 // orphans returns the keys of the pools whose jobs the coordinator must take back: pools that
 // have had no live worker for at least Config.RescueAfter and still hold released jobs. Nobody
 // consumes their work subject, so without a rescue those jobs would wait for a worker with the
-// very same resources. The rescuer hands each job back with a released report, as a draining
-// worker does (or a lost one, if a dead worker had taken it), and the job goes to another pool
+// very same resources. The rescue returns each job with a returned report, as a draining
+// worker does (or a lapsed one, if a dead worker had taken it), and the job goes to another pool
 // (or is parked until a holder of what it requires joins). See rescue.go.
 func (e *engine) orphans(now time.Time) []string {
 	var keys []string

@@ -71,8 +71,8 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 			e.reject(subject, seq, "group "+c.Group+" is sealed and still running; publish it again once it has finished")
 			return
 		}
-		// New, or a new incarnation of a finished group's ID. During replay the feed is read
-		// before the outcomes, so whether the previous incarnation had finished is not known
+		// New, or a new incarnation of a complete group's ID. During replay the feed is read
+		// before the outcomes, so whether the previous incarnation was complete is not known
 		// yet; but an open still in the stream after a sealed incarnation is one the live
 		// coordinator accepted (it deletes those it refuses), so replay accepts it too and
 		// tracks both incarnations until the outcomes tell how far the older one got.
@@ -118,7 +118,7 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 			return
 		}
 		if len(c.Jobs) == 0 && !g.sealed {
-			// No job may join a canceled group, so it can finish without its producer. Sealed at
+			// No job may join a canceled group, so it can complete without its producer. Sealed at
 			// the cancel's place in the stream, also while replaying, so a replay refuses the
 			// same later jobs.
 			e.seal(g, seq)
@@ -154,7 +154,7 @@ func (e *engine) heard(g *group) { g.lastHeard = e.cfg.now() }
 
 // abandon asks for a seal of every unsealed group whose producer has published nothing (no job,
 // no keep-alive) for AbandonAfter: a producer that died after its open, or a client that never
-// seals, would otherwise keep the group from ever finishing. The seal is stored in JOBS like a
+// seals, would otherwise keep the group from ever completing. The seal is stored in JOBS like a
 // producer's, marked abandoned, so a replay reaches the same decision; jobs stored after it are
 // refused. A seal whose write failed is asked for again after another AbandonAfter.
 func (e *engine) abandon(now time.Time) {
@@ -318,7 +318,7 @@ func (e *engine) checkComplete(g *group) {
 	e.out.summaries = append(e.out.summaries, g)
 }
 
-// forget drops a finished group whose summary is persisted.
+// forget drops a complete group whose summary is stored.
 func (e *engine) forget(g *group) {
 	if e.groups.byID[g.id] == g {
 		delete(e.groups.byID, g.id)
@@ -327,7 +327,7 @@ func (e *engine) forget(g *group) {
 	delete(e.groups.unsealed, g)
 	// A group that admitted no job was never in the index: nothing to forget there.
 	if _, err := e.idx.Forget(g.idxKey); err != nil && (g.admitted > 0 || !errors.Is(err, jobindex.ErrUnknownGroup)) {
-		e.log.Error().Err(err).Str("group", g.id).Uint64("incarnation", g.openSeq).Msg("forgetting a finished group")
+		e.log.Error().Err(err).Str("group", g.id).Uint64("incarnation", g.openSeq).Msg("forgetting a complete group")
 	}
 	for i, a := range e.groups.arrival {
 		if a == g {

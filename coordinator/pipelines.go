@@ -36,8 +36,8 @@ type releaseJob struct {
 // a batch stays in WORK until the report covering it is stored, which is what replay relies on.
 //
 // A release that cannot be carried out (its jobs cannot be read, or the batch is not stored, as
-// while the cluster elects a stream leader) gives its jobs back to the loop, which releases them
-// again: after a pause that doubles while releases keep failing, so a lost leader does not turn
+// while the cluster elects a stream leader) hands its jobs to the loop again, which releases them
+// again: after a pause that doubles while releases keep failing, so a missing leader does not turn
 // into a busy loop of failing requests.
 func (r *run) releaser(ctx context.Context) {
 	pause := retryFirst
@@ -59,7 +59,7 @@ func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
 	for i, j := range req.jobs {
 		reqs[i] = fetchReq{id: j.id, ahead: j.ahead}
 	}
-	fctx, cancel := context.WithTimeout(ctx, requestTimeout) // a read lost with a node must not hold the release
+	fctx, cancel := context.WithTimeout(ctx, requestTimeout) // a read that a lost node never answers must not hold the release
 	msgs, errs := r.payloads.fetch(fctx, reqs)
 	cancel()
 	if ctx.Err() != nil {
@@ -185,7 +185,7 @@ type writeOp struct {
 	journal  *journal.Record
 
 	evSeqs     []uint64    // with outcomes: the EVENTS sequence of the report behind each, or 0
-	retention  *purge      // a finished group past its retention
+	retention  *purge      // a retained group whose retention expired
 	rejections []rejection // messages refused
 }
 
@@ -286,7 +286,7 @@ func (r *run) acker(ctx context.Context) {
 	defer close(r.summaries)
 	// broken is set once a write could not be stored: the term is ending, and nothing written
 	// after it may be published any more, since a group's summary must never be stored without
-	// every outcome before it (a replay would take the group for finished and purge its jobs).
+	// every outcome before it (a replay would take the group for complete and purge its jobs).
 	broken := false
 	for w := range r.acks {
 		if broken {
@@ -346,7 +346,7 @@ func (r *run) deleteRefused(ctx context.Context, seqs []uint64) {
 	}
 }
 
-// summarizer waits until each summary is stored, then finishes its group (see above).
+// summarizer waits until each summary is stored, then completes its group (see above).
 func (r *run) summarizer(ctx context.Context) {
 	for s := range r.summaries {
 		ack, err := r.stored(ctx, s.msg, s.future)
@@ -440,7 +440,7 @@ func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
 	return m
 }
 
-// finish purges a finished group's job messages (unless some failed: dead letters keep their
+// purgeComplete purges a complete group's job messages (unless some failed: dead letters keep their
 // payload until the retention passes) and tells the loop to forget the group. summarySeq is the
 // summary's sequence in RESULTS when it was written now, 0 when it was written before a restart.
 func (r *run) purgeComplete(ctx context.Context, op writeOp, summarySeq uint64) {
@@ -458,8 +458,8 @@ func (r *run) purgeComplete(ctx context.Context, op writeOp, summarySeq uint64) 
 	}
 }
 
-// expire deletes a finished group's outcomes, and its job messages if they were kept, once its
-// retention has passed.
+// expire deletes a retained group's outcomes, and its job messages if they were kept, once its
+// retention expires.
 func (r *run) expire(ctx context.Context, p purge) {
 	// Not deleted in this term, they are deleted in the next (replay finds them past retention).
 	_ = r.retry(ctx, "delete outcomes of "+p.tok, func(ctx context.Context) error {
@@ -474,7 +474,7 @@ func (r *run) expire(ctx context.Context, p purge) {
 	})
 }
 
-// purgeGroup deletes a finished group's messages from the JOBS stream, up to lastSeq: a later
+// purgeGroup deletes a complete group's messages from the JOBS stream, up to lastSeq: a later
 // incarnation of the same group ID shares the subjects and must keep its messages.
 func purgeGroup(ctx context.Context, js jetstream.JetStream, names wire.Names, gtok string, lastSeq uint64) error {
 	s, err := js.Stream(ctx, names.JobsStream())

@@ -125,7 +125,7 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 		g = nil
 	}
 	if sum != nil {
-		// A finished incarnation: its outcomes are kept until the retention passes, and its job
+		// A complete incarnation: its outcomes are retained until its retention expires, and its job
 		// messages too while they are in JOBS (some failed, or it was not purged yet).
 		var jobsSeq uint64
 		if g != nil {
@@ -174,7 +174,7 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	for _, id := range sortedIDs(ids) {
 		g := e.replay.groupOf[id]
 		if st, ok := e.idx.State(id); g == nil || g.complete || !ok || st.Terminal() {
-			continue // finished, or its group was purged
+			continue // ended, or its group was purged
 		}
 		a, isAlive := alive[id]
 		rp, reported := e.replay.reports[id]
@@ -219,7 +219,7 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 		}
 	}
 	// The incarnations whose summary is stored: purge them if not yet done. Taken before the
-	// undecided reports are decided, since those can finish more (whose summary is written first).
+	// undecided reports are decided, since those can complete more groups (whose summary is written first).
 	for _, g := range e.groups.arrival {
 		if g.complete {
 			e.out.purges = append(e.out.purges, g)

@@ -39,7 +39,7 @@ func (r *run) applyReports(subject string, evSeq uint64, data []byte) {
 // A report about a running job is accepted only if the job was released to that pool, and the
 // worker, if it is live, is a worker of that pool: a worker of another pool (or anyone able to
 // publish on another pool's report subjects) cannot decide a job it was not given. Reports the
-// coordinator hands back from an orphaned pool (rescue.go) come as wire.RescueWorker on the
+// coordinator's rescue returns from an orphaned pool (rescue.go) come as wire.RescueWorker on the
 // rescued pool's subject, which only the coordinator role may publish on. A worker that is not
 // live any more (silent for HeartbeatMisses heartbeats, then heard again) is still a worker of
 // the pool its subject names: its reports are accepted, because it acks the job's batch once the
@@ -60,8 +60,8 @@ func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time
 		// Decisions are replayed from the journal; a report is applied after replay only if
 		// no decision followed it (see endReplay).
 		// As live, the first report of an attempt decides it and later ones are stale, unless
-		// it gave the job back unrun (released), which keeps the attempt number for the next
-		// release: a stale report (a forged one, or a lost report of a batch whose worker had
+		// it returned the job unrun (StatusReturned), which keeps the attempt number for the next
+		// release: a stale report (a forged one, or a lapsed report of a redelivered batch whose worker had
 		// reported it) must not decide the job at replay either.
 		prev, ok := e.replay.reports[r.ID]
 		if ok && r.Attempt <= prev.r.Attempt && !(r.Attempt == prev.r.Attempt && prev.r.Status == wire.StatusReturned) {
@@ -174,7 +174,7 @@ func (e *engine) rejectReports(subject string, seq uint64, reason string) {
 	e.reject(subject, seq, reason)
 }
 
-// historyWorker is the worker an attempt's history names: the reporter, except for a lost
+// historyWorker is the worker an attempt's history names: the reporter, except for a lapsed
 // attempt, whose reporter only found the batch back after the worker that held it was gone.
 func historyWorker(reporter string, st wire.Status) string {
 	if st == wire.StatusLapsed {
@@ -250,7 +250,7 @@ func (e *engine) maxAttempts(j *job) int {
 	return e.cfg.MaxAttempts
 }
 
-// finish moves a job to a terminal state and records its outcome. evSeq is the EVENTS
+// end moves a job to a terminal state and records its outcome. evSeq is the EVENTS
 // sequence of the report that decided it, or 0.
 func (e *engine) end(j *job, to jobindex.State, data []byte, evSeq uint64) {
 	e.moveTerminal(j.id, to)
@@ -265,7 +265,8 @@ func (e *engine) end(j *job, to jobindex.State, data []byte, evSeq uint64) {
 	e.recordOutcome(j.g, wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempt, Data: data, History: j.history}, evSeq)
 }
 
-// released records what the release pipeline learned from a job's stored message.
+// learn records what the release pipeline learned from a job's stored message: its key and
+// its own attempt limit.
 func (e *engine) learn(id uint64, key string, maxAttempts int) {
 	j := e.jobs[id]
 	if j == nil {
@@ -274,7 +275,8 @@ func (e *engine) learn(id uint64, key string, maxAttempts int) {
 	j.key, j.maxAtt = key, maxAttempts
 }
 
-// lost handles jobs whose release failed (their message vanished from the JOBS stream).
+// vanished ends, failed, a job whose release found its stored message gone from the JOBS
+// stream (counted in Totals.LostJobs).
 func (e *engine) vanished(id uint64, reason string) {
 	j := e.jobs[id]
 	if j == nil {
@@ -288,7 +290,8 @@ func (e *engine) vanished(id uint64, reason string) {
 	e.end(j, jobindex.Failed, []byte(reason), 0)
 }
 
-// unreleased puts back a job whose release could not be carried out.
+// releaseFailed puts back a job whose release could not be carried out (counted in
+// Totals.Requeued).
 func (e *engine) releaseFailed(id uint64) {
 	e.stats.Requeued++
 	j := e.jobs[id]

@@ -18,14 +18,15 @@ type retention struct {
 
 // Bounded growth. Every stream shrinks back once its contents are no longer needed:
 //
-//   - NS_JOBS: a finished group's messages are purged when its summary is stored, or, if some
+//   - NS_JOBS: a complete group's messages are purged when its summary is stored, or, if some
 //     of its jobs failed (their payloads are kept for inspection), ResultRetention later;
-//   - NS_RESULTS: a finished group's outcomes are purged ResultRetention after it finished;
+//   - NS_RESULTS: a complete group's outcomes are retained, then purged when its retention
+//     expires, ResultRetention after it completed;
 //   - NS_EVENTS: reports and journal records are purged below the low-water mark, the oldest
 //     sequence the state still depends on (see lowWater);
 //   - NS_WORK is a work queue: acked batches are gone. NS_REJECTED is bounded by age and count.
 
-// retained is a finished group whose outcomes (and perhaps job messages) are still kept.
+// retained is a complete group whose outcomes (and perhaps job messages) are still kept.
 type retained struct {
 	id, tok    string
 	openSeq    uint64 // its incarnation
@@ -35,14 +36,14 @@ type retained struct {
 	at         time.Time
 }
 
-// purge is an effect: delete a finished group's outcomes up to summarySeq and, if jobsSeq > 0,
+// purge is an effect: delete a retained group's outcomes up to summarySeq and, if jobsSeq > 0,
 // its job messages up to jobsSeq.
 type purge struct {
 	tok                 string
 	summarySeq, jobsSeq uint64
 }
 
-// finished records that a finished incarnation's summary is stored, at RESULTS sequence
+// retain records that a complete incarnation's summary is stored, at RESULTS sequence
 // summarySeq. keepJobs says its job messages are still in JOBS (some failed), up to jobsSeq (0
 // when not known: after a restart, the next incarnation's open, or the feed's end, bounds it).
 func (e *engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jobsSeq uint64, at time.Time) {
@@ -70,9 +71,9 @@ func (e *engine) boundRetained() {
 	}
 }
 
-// expireRetained emits the purges of the groups finished more than ResultRetention ago. Groups
-// are appended roughly in finishing order; a group finished out of order waits for the ones
-// before it, a delay of at most the spread of finishing times.
+// expireRetained emits the purges of the groups whose retention expired: complete more than
+// ResultRetention ago. Groups are appended roughly in completion order; a group complete out of
+// order waits for the ones before it, a delay of at most the spread of completion times.
 func (e *engine) expireRetained(now time.Time) {
 	n := 0
 	for n < len(e.retention.retained) && now.Sub(e.retention.retained[n].at) >= e.cfg.Streams.ResultRetention {

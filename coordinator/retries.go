@@ -17,7 +17,7 @@ type retries struct {
 }
 
 // requeue puts a job that did not run back in front of new work. Its next release keeps the
-// attempt number: the report that gave it back is before that release in EVENTS, so a report
+// attempt number: the report that returned it is before that release in EVENTS, so a report
 // about the attempt is never ambiguous.
 func (e *engine) requeue(j *job) {
 	e.mustMove(j.id, jobindex.Pending)

@@ -33,7 +33,7 @@ type run struct {
 	learnPending []learned
 	learnNotify  chan struct{} // capacity 1: "learnPending is not empty"
 
-	// Written by finishers and the outcome acker, read by the loop.
+	// Written by purgeComplete and the outcome acker, read by the loop.
 	forgetCh  chan completedGroup
 	storedCh  chan []uint64 // EVENTS sequences of reports whose outcomes are now stored
 	trimming  bool          // a trim of EVENTS is on its way (owned by the loop)
@@ -87,7 +87,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 	return r, nil
 }
 
-// shutdown stops the inputs, then lets the pipelines finish what the loop handed them.
+// shutdown stops the inputs, then lets the pipelines carry out what the loop handed them.
 func (r *run) shutdown() {
 	defer r.payloads.get.Close()
 	close(r.done)

@@ -42,10 +42,10 @@ type Totals struct {
 	Rejected     uint64 `json:"rejected"`
 	StaleReports uint64 `json:"stale_reports"`
 	Requeued     uint64 `json:"requeued"`      // releases that failed and went back to pending
-	LostJobs     uint64 `json:"lost_jobs"`     // jobs failed because their stored message vanished
-	LostAttempts uint64 `json:"lost_attempts"` // attempts lost with their worker (lease ran out), counted as failed
+	LostJobs     uint64 `json:"lost_jobs"`     // vanished jobs: failed because their stored message is gone
+	LostAttempts uint64 `json:"lost_attempts"` // lapsed attempts: lost with their worker's lease, counted as failed
 	Rescued      uint64 `json:"rescued"`       // jobs taken back from a pool left without workers
-	Done         uint64 `json:"done"`          // jobs that ended done (finished groups included)
+	Done         uint64 `json:"done"`          // jobs that ended done (complete groups included)
 	Failed       uint64 `json:"failed"`
 	Canceled     uint64 `json:"canceled"`
 	// Of Rejected: reports refused (about a job not released to the reporter's pool, an
