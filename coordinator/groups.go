@@ -56,88 +56,111 @@ type group struct {
 
 func (g *group) terminal() uint64 { return g.done + g.failed + g.canceled }
 
+// control applies a group's control message stored at seq in JOBS (at the server's time stored).
+// One case per operation: a new operation on the control subject is one more case and method.
 func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored time.Time) {
 	g := e.groups.byID[c.Group]
 	switch c.Op {
 	case wire.OpOpen:
-		switch {
-		case g != nil && !g.complete && !g.sealed:
-			// A producer publishing the group again, e.g. after a crash: its jobs join the
-			// open group (dedup by key drops those stored already).
-			e.log.Info().Str("group", c.Group).Msg("group opened again while open: resuming")
-			e.heard(g)
-			return
-		case g != nil && !g.complete && !e.replaying():
-			e.reject(subject, seq, "group "+c.Group+" is sealed and still running; publish it again once it has finished")
-			return
-		}
-		// New, or a new incarnation of a complete group's ID. During replay the feed is read
-		// before the outcomes, so whether the previous incarnation was complete is not known
-		// yet; but an open still in the stream after a sealed incarnation is one the live
-		// coordinator accepted (it deletes those it refuses), so replay accepts it too and
-		// tracks both incarnations until the outcomes tell how far the older one got.
-		g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored}
-		e.groups.byID[c.Group] = g
-		e.groups.incarnations[seq] = g
-		e.groups.arrival = append(e.groups.arrival, g)
-		e.groups.unsealed[g] = true
-		e.heard(g)
-		if !e.replaying() {
-			e.schedule(g, nil)
-		}
+		e.applyOpen(subject, seq, c, g, stored)
 	case wire.OpKeepAlive:
-		if g == nil || g.sealed {
-			e.reject(subject, seq, "keep-alive of a group that is not open: "+c.Group)
-			return
-		}
-		e.heard(g)
+		e.applyKeepAlive(subject, seq, c, g)
 	case wire.OpSeal:
-		switch {
-		case g != nil && g.sealedByCancel && !c.Abandoned:
-			// Canceled while open, which sealed it: the producer's own seal comes after.
-			g.lastSeq = seq
-			return
-		case g == nil || g.sealed:
-			e.reject(subject, seq, "seal of a group that is not open: "+c.Group)
-			return
-		}
-		e.seal(g, seq)
-		g.count, g.abandoned = c.Count, c.Abandoned
-		if g.abandoned {
-			e.log.Warn().Str("group", g.id).Uint64("jobs", g.admitted).Msg("group abandoned by its producer: sealed with the jobs it has")
-		}
-		e.checkComplete(g)
+		e.applySeal(subject, seq, c, g)
 	case wire.OpCancel:
-		if g == nil {
-			e.reject(subject, seq, "cancel of a group that is not open: "+c.Group)
-			e.answerNotOpen(seq, c)
-			return
-		}
-		if g.complete {
-			e.answerNotOpen(seq, c)
-			return
-		}
-		if len(c.Jobs) == 0 && !g.sealed {
-			// No job may join a canceled group, so it can complete without its producer. Sealed at
-			// the cancel's place in the stream, also while replaying, so a replay refuses the
-			// same later jobs.
-			e.seal(g, seq)
-			g.sealedByCancel = true
-		}
-		if e.replaying() {
-			// The group's pending jobs are not in the scheduler yet, nor its running ones known:
-			// endReplay applies the cancel to the rebuilt state.
-			e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, jobs: c.Jobs})
-			return
-		}
-		canceled, stopping := g.canceled, len(e.out.cancels)
-		if len(c.Jobs) > 0 {
-			e.cancelJobs(g, c.Jobs)
-		} else {
-			e.cancelGroup(g)
-		}
-		e.answer(seq, c, wire.ControlAnswer{OK: true, Canceled: int(g.canceled - canceled), Stopping: len(e.out.cancels) - stopping})
+		e.applyCancel(subject, seq, c, g)
 	}
+}
+
+// applyOpen opens a group, or a new incarnation of a complete group's ID; stored is when the
+// open was stored (the server's clock).
+func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *group, stored time.Time) {
+	switch {
+	case g != nil && !g.complete && !g.sealed:
+		// A producer publishing the group again, e.g. after a crash: its jobs join the
+		// open group (dedup by key drops those stored already).
+		e.log.Info().Str("group", c.Group).Msg("group opened again while open: resuming")
+		e.heard(g)
+		return
+	case g != nil && !g.complete && !e.replaying():
+		e.reject(subject, seq, "group "+c.Group+" is sealed and still running; publish it again once it has finished")
+		return
+	}
+	// New, or a new incarnation of a complete group's ID. During replay the feed is read
+	// before the outcomes, so whether the previous incarnation was complete is not known
+	// yet; but an open still in the stream after a sealed incarnation is one the live
+	// coordinator accepted (it deletes those it refuses), so replay accepts it too and
+	// tracks both incarnations until the outcomes tell how far the older one got.
+	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored}
+	e.groups.byID[c.Group] = g
+	e.groups.incarnations[seq] = g
+	e.groups.arrival = append(e.groups.arrival, g)
+	e.groups.unsealed[g] = true
+	e.heard(g)
+	if !e.replaying() {
+		e.schedule(g, nil)
+	}
+}
+
+// applyKeepAlive records a sign of life from an unsealed group's producer.
+func (e *engine) applyKeepAlive(subject string, seq uint64, c wire.GroupControl, g *group) {
+	if g == nil || g.sealed {
+		e.reject(subject, seq, "keep-alive of a group that is not open: "+c.Group)
+		return
+	}
+	e.heard(g)
+}
+
+// applySeal seals a group: its producer's seal, or the coordinator's for an abandoned group.
+func (e *engine) applySeal(subject string, seq uint64, c wire.GroupControl, g *group) {
+	switch {
+	case g != nil && g.sealedByCancel && !c.Abandoned:
+		// Canceled while open, which sealed it: the producer's own seal comes after.
+		g.lastSeq = seq
+		return
+	case g == nil || g.sealed:
+		e.reject(subject, seq, "seal of a group that is not open: "+c.Group)
+		return
+	}
+	e.seal(g, seq)
+	g.count, g.abandoned = c.Count, c.Abandoned
+	if g.abandoned {
+		e.log.Warn().Str("group", g.id).Uint64("jobs", g.admitted).Msg("group abandoned by its producer: sealed with the jobs it has")
+	}
+	e.checkComplete(g)
+}
+
+// applyCancel cancels a whole group or some of its jobs, and answers if asked to.
+func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g *group) {
+	if g == nil {
+		e.reject(subject, seq, "cancel of a group that is not open: "+c.Group)
+		e.answerNotOpen(seq, c)
+		return
+	}
+	if g.complete {
+		e.answerNotOpen(seq, c)
+		return
+	}
+	if len(c.Jobs) == 0 && !g.sealed {
+		// No job may join a canceled group, so it can complete without its producer. Sealed at
+		// the cancel's place in the stream, also while replaying, so a replay refuses the
+		// same later jobs.
+		e.seal(g, seq)
+		g.sealedByCancel = true
+	}
+	if e.replaying() {
+		// The group's pending jobs are not in the scheduler yet, nor its running ones known:
+		// endReplay applies the cancel to the rebuilt state.
+		e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, jobs: c.Jobs})
+		return
+	}
+	canceled, stopping := g.canceled, len(e.out.cancels)
+	if len(c.Jobs) > 0 {
+		e.cancelJobs(g, c.Jobs)
+	} else {
+		e.cancelGroup(g)
+	}
+	e.answer(seq, c, wire.ControlAnswer{OK: true, Canceled: int(g.canceled - canceled), Stopping: len(e.out.cancels) - stopping})
 }
 
 // seal marks g sealed by the message at seq: no more jobs join it.
