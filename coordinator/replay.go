@@ -49,6 +49,31 @@ type reportAt struct {
 	prev   *reportAt // the job's report it replaced, the latest again if this one was refused (skipRefused)
 }
 
+// report records a report read during replay: decisions are replayed from the journal, and a
+// report is applied after replay only if no decision followed it (see endReplay).
+func (rp *replayState) report(pool, worker string, seq uint64, r wire.Report, now time.Time) {
+	// As live, the first report of an attempt decides it and later ones are stale, unless it
+	// returned the job unrun (StatusReturned), which keeps the attempt number for the next
+	// release: a stale report (a forged one, or a lapsed report of a redelivered batch whose
+	// worker had reported it) must not decide the job at replay either.
+	prev, ok := rp.reports[r.ID]
+	if ok && r.Attempt <= prev.r.Attempt && !(r.Attempt == prev.r.Attempt && prev.r.Status == wire.StatusReturned) {
+		return // stale, as it was live
+	}
+	ra := reportAt{pool: pool, worker: worker, seq: seq, r: r}
+	if ok {
+		ra.prev = &prev // kept until replay ends, in case this one was refused
+	}
+	rp.reports[r.ID] = ra
+	if r.Status.Failed() {
+		// The history of the attempts whose reports are still in EVENTS (older ones may have
+		// been trimmed).
+		j := &job{history: rp.history[r.ID]}
+		j.addHistory(historyWorker(worker, r.Status), r.Data, now)
+		rp.history[r.ID] = j.history
+	}
+}
+
 // journalRecord applies one journal record.
 func (e *engine) journalRecord(r journal.Record) {
 	if r.Epoch < e.maxEpoch {

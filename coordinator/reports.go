@@ -57,28 +57,7 @@ func (r *run) applyReports(subject string, evSeq uint64, data []byte) {
 // decision it leads to is stored elsewhere (see lowWater).
 func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time.Time) {
 	if e.replaying() {
-		// Decisions are replayed from the journal; a report is applied after replay only if
-		// no decision followed it (see endReplay).
-		// As live, the first report of an attempt decides it and later ones are stale, unless
-		// it returned the job unrun (StatusReturned), which keeps the attempt number for the next
-		// release: a stale report (a forged one, or a lapsed report of a redelivered batch whose worker had
-		// reported it) must not decide the job at replay either.
-		prev, ok := e.replay.reports[r.ID]
-		if ok && r.Attempt <= prev.r.Attempt && !(r.Attempt == prev.r.Attempt && prev.r.Status == wire.StatusReturned) {
-			return // stale, as it was live
-		}
-		ra := reportAt{pool: pool, worker: worker, seq: seq, r: r}
-		if ok {
-			ra.prev = &prev // kept until replay ends, in case this one was refused
-		}
-		e.replay.reports[r.ID] = ra
-		if r.Status.Failed() {
-			// The history of the attempts whose reports are still in EVENTS (older ones may have
-			// been trimmed).
-			j := &job{history: e.replay.history[r.ID]}
-			j.addHistory(historyWorker(worker, r.Status), r.Data, now)
-			e.replay.history[r.ID] = j.history
-		}
+		e.replay.report(pool, worker, seq, r, now)
 		return
 	}
 	j := e.jobs[r.ID]
@@ -105,6 +84,12 @@ func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time
 	if r.Status != wire.StatusReturned && r.Status != wire.StatusLapsed {
 		e.learnBusy(j, r.Duration, r.Waited, now) // the others say nothing about the job's time
 	}
+	e.decide(j, worker, seq, r, now)
+}
+
+// decide applies a report's status to the job j, which the report's attempt ran: it ends the
+// job, returns it to the ready retries, or schedules a retry.
+func (e *engine) decide(j *job, worker string, seq uint64, r wire.Report, now time.Time) {
 	switch r.Status {
 	case wire.StatusOK:
 		e.end(j, jobindex.Done, r.Data, seq)
