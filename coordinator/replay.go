@@ -185,26 +185,64 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 // latest attempt is still in WORK, waiting if a retry was decided for its latest report, and
 // otherwise decided now from its latest report.
 func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
+	rs := e.replay
+	undecided := e.rebuildJobs(rs, alive)
+	pending := e.neverReleased(rs)
+	e.replay = nil // live from here on
+	e.maxEpoch = max(e.maxEpoch, e.epoch)
+	e.boundRetained()
+	e.rebuildScheduler(pending)
+	// The incarnations whose summary is stored: purge them if not yet done. Taken before the
+	// undecided reports are decided, since those can complete more groups (whose summary is
+	// written first).
+	for _, g := range e.groups.arrival {
+		if g.complete {
+			e.out.purges = append(e.out.purges, g)
+		}
+	}
+	// Decide the reports no decision followed, as if they arrived now.
+	for _, ra := range undecided {
+		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
+	}
+	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
+	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
+	for _, c := range rs.cancels {
+		switch {
+		case c.g.complete:
+		case len(c.jobs) > 0:
+			e.cancelJobs(c.g, c.jobs)
+		default:
+			e.cancelGroup(c.g)
+		}
+	}
+	for _, g := range e.groups.arrival {
+		e.checkComplete(g)
+	}
+}
+
+// rebuildJobs makes a job in flight of every job ever released that has not ended: running in
+// its batch's pool if its latest attempt is in WORK, waiting if a retry was decided for its
+// latest report. It returns the latest reports no decision followed, in job order.
+func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undecided []reportAt) {
 	ids := map[uint64]bool{}
 	for id := range alive {
 		ids[id] = true
 	}
-	for id := range e.replay.reports {
+	for id := range rs.reports {
 		ids[id] = true
 	}
-	for id := range e.replay.retries {
+	for id := range rs.retries {
 		ids[id] = true
 	}
-	var undecided []reportAt
 	for _, id := range sortedIDs(ids) {
-		g := e.replay.groupOf[id]
+		g := rs.groupOf[id]
 		if st, ok := e.idx.State(id); g == nil || g.complete || !ok || st.Terminal() {
 			continue // ended, or its group was purged
 		}
 		a, isAlive := alive[id]
-		rp, reported := e.replay.reports[id]
-		rt, retried := e.replay.retries[id]
-		j := &job{id: id, g: g, heapIdx: -1, attempt: max(a.attempt, rp.r.Attempt, rt.Attempt), history: e.replay.history[id]}
+		rp, reported := rs.reports[id]
+		rt, retried := rs.retries[id]
+		j := &job{id: id, g: g, heapIdx: -1, attempt: max(a.attempt, rp.r.Attempt, rt.Attempt), history: rs.history[id]}
 		e.jobs[id] = j
 		e.mustMove(id, jobindex.Running)
 		switch {
@@ -223,50 +261,29 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 		}
 	}
 	heap.Init(&e.retries.wait)
+	return undecided
+}
 
-	// Rebuild the scheduler: open groups in arrival order, each with its never-released pending
-	// jobs in ID order, sealed after the push.
+// neverReleased lists, per group, the pending jobs that were never released.
+func (e *engine) neverReleased(rs *replayState) map[*group][]uint64 {
 	pending := map[*group][]uint64{}
-	for id, g := range e.replay.groupOf {
+	for id, g := range rs.groupOf {
 		if st, _ := e.idx.State(id); st == jobindex.Pending && e.jobs[id] == nil {
 			pending[g] = append(pending[g], id)
 		}
 	}
-	rp := e.replay
-	e.replay = nil // live from here on
-	e.maxEpoch = max(e.maxEpoch, e.epoch)
-	e.boundRetained()
+	return pending
+}
+
+// rebuildScheduler hands the open groups to the scheduler in arrival order, each with its
+// never-released pending jobs in ID order, sealed after the push.
+func (e *engine) rebuildScheduler(pending map[*group][]uint64) {
 	for _, g := range e.groups.arrival {
 		if !g.complete {
 			ids := pending[g]
 			slices.Sort(ids)
 			e.schedule(g, ids)
 		}
-	}
-	// The incarnations whose summary is stored: purge them if not yet done. Taken before the
-	// undecided reports are decided, since those can complete more groups (whose summary is written first).
-	for _, g := range e.groups.arrival {
-		if g.complete {
-			e.out.purges = append(e.out.purges, g)
-		}
-	}
-	// Decide the reports no decision followed, as if they arrived now.
-	for _, ra := range undecided {
-		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
-	}
-	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
-	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
-	for _, c := range rp.cancels {
-		switch {
-		case c.g.complete:
-		case len(c.jobs) > 0:
-			e.cancelJobs(c.g, c.jobs)
-		default:
-			e.cancelGroup(c.g)
-		}
-	}
-	for _, g := range e.groups.arrival {
-		e.checkComplete(g)
 	}
 }
 
