@@ -135,7 +135,8 @@ func (r *run) armRetry(t *time.Timer) {
 	t.Reset(max(due.Sub(r.cfg.now()), 0))
 }
 
-// step makes release decisions and carries out the engine's effects.
+// step makes release decisions and carries out the engine's effects: records first, then the
+// releases, the outcomes, the cancels and answers, and the seals of abandoned groups.
 func (r *run) step(ctx context.Context) {
 	r.e.releaseAll()
 	out := r.e.out
@@ -143,6 +144,21 @@ func (r *run) step(ctx context.Context) {
 	if out.empty() {
 		return
 	}
+	r.writeRecords(ctx, &out)
+	if !r.handOutReleases(ctx, out.releases) {
+		return
+	}
+	r.writeOutcomes(ctx, &out)
+	if len(out.cancels) > 0 {
+		r.publishCancels(out.cancels)
+	}
+	r.publishAnswers(out.answers) // after the cancels they report
+	r.sealAbandoned(ctx, out.abandons)
+}
+
+// writeRecords hands the writer the rejections and the journal records (retry decisions, refused
+// reports: replay skips those, see reports.go).
+func (r *run) writeRecords(ctx context.Context, out *effects) {
 	if len(out.rejections) > 0 {
 		r.enqueueWrite(ctx, writeOp{rejections: out.rejections})
 	}
@@ -150,11 +166,16 @@ func (r *run) step(ctx context.Context) {
 		rec := journal.Record{Kind: journal.KindRetry, Epoch: r.e.epoch, Entries: out.retries}
 		r.enqueueWrite(ctx, writeOp{journal: &rec})
 	}
-	if len(out.refused) > 0 { // refused reports: replay skips them (see reports.go)
+	if len(out.refused) > 0 {
 		rec := journal.Record{Kind: journal.KindRefused, Epoch: r.e.epoch, Entries: out.refused}
 		r.enqueueWrite(ctx, writeOp{journal: &rec})
 	}
-	for _, rel := range out.releases {
+}
+
+// handOutReleases hands each release batch to the release pipelines, with the next jobs of its
+// groups to read along when a payload is not cached. It reports false if ctx ended.
+func (r *run) handOutReleases(ctx context.Context, releases []release) bool {
+	for _, rel := range releases {
 		req := releaseReq{pool: rel.pool.key, jobs: make([]releaseJob, len(rel.jobs))}
 		var readAhead map[*group]bool // groups whose next jobs this batch reads ahead
 		for i, j := range rel.jobs {
@@ -170,9 +191,14 @@ func (r *run) step(ctx context.Context) {
 		select {
 		case r.releaseQ <- req:
 		case <-ctx.Done():
-			return
+			return false
 		}
 	}
+	return true
+}
+
+// writeOutcomes hands the writer the outcomes, retention purges, summaries and purges.
+func (r *run) writeOutcomes(ctx context.Context, out *effects) {
 	for _, g := range out.outcomes {
 		if len(g.outcomes) > 0 {
 			r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, outcomes: g.outcomes, evSeqs: g.outcomeSeqs})
@@ -189,11 +215,11 @@ func (r *run) step(ctx context.Context) {
 	for _, g := range out.purges {
 		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, purge: g.failed == 0, lastSeq: g.lastSeq})
 	}
-	if len(out.cancels) > 0 {
-		r.publishCancels(out.cancels)
-	}
-	r.publishAnswers(out.answers) // after the cancels they report
-	for _, g := range out.abandons {
+}
+
+// sealAbandoned stores a seal for each group whose producer went silent (see engine.abandon).
+func (r *run) sealAbandoned(ctx context.Context, groups []*group) {
+	for _, g := range groups {
 		c := wire.GroupControl{Group: g.id, Op: wire.OpSeal, Count: g.admitted, Abandoned: true}
 		m := nats.NewMsg(r.names.GroupSubject(g.tok))
 		m.Header = c.Header()

@@ -27,31 +27,7 @@ func (r *run) replay(ctx context.Context) error {
 	}
 	r.stop = append(r.stop, func() { _ = statusSub.Unsubscribe() })
 
-	r.log.Debug().Msg("replaying jobs")
-	// The feed carries payloads: the jobs about to be released are usually recent, so their
-	// payloads are kept in the bounded read-ahead cache and the release needs no round trip.
-	// The pull buffer is bounded by bytes, so a backlog of large payloads cannot pile up here.
-	jobsEnd, err := r.follow(ctx, r.names.JobsStream(), r.feedCh, jetstream.PullMaxBytes(feedBufferBytes))
-	if err != nil {
-		return err
-	}
-	if err := drainUntil(ctx, r.feedCh, jobsEnd, func(m jetstream.Msg) { r.applyFeed(m) }); err != nil {
-		return err
-	}
-	r.log.Debug().Uint64("last", jobsEnd).Msg("replaying events")
-	eventsEnd, err := r.follow(ctx, r.names.EventsStream(), r.eventsCh, jetstream.PullMaxMessages(1024))
-	if err != nil {
-		return err
-	}
-	if err := drainUntil(ctx, r.eventsCh, eventsEnd, func(m jetstream.Msg) { r.applyEvent(m) }); err != nil {
-		return err
-	}
-	r.log.Debug().Uint64("last", eventsEnd).Msg("replaying outcomes")
-	if err := r.replayOutcomes(ctx); err != nil {
-		return err
-	}
-	r.log.Debug().Msg("scanning work")
-	alive, err := r.aliveWork(ctx)
+	alive, err := r.readStreams(ctx)
 	if err != nil {
 		return err
 	}
@@ -66,13 +42,48 @@ func (r *run) replay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.startPipelines(ctx)
+	return nil
+}
+
+// readStreams reads JOBS (the feed), EVENTS and RESULTS into the engine up to where they were
+// when it started, then lists the jobs whose batches are still in WORK.
+func (r *run) readStreams(ctx context.Context) (map[uint64]aliveJob, error) {
+	r.log.Debug().Msg("replaying jobs")
+	// The feed carries payloads: the jobs about to be released are usually recent, so their
+	// payloads are kept in the bounded read-ahead cache and the release needs no round trip.
+	// The pull buffer is bounded by bytes, so a backlog of large payloads cannot pile up here.
+	jobsEnd, err := r.follow(ctx, r.names.JobsStream(), r.feedCh, jetstream.PullMaxBytes(feedBufferBytes))
+	if err != nil {
+		return nil, err
+	}
+	if err := drainUntil(ctx, r.feedCh, jobsEnd, func(m jetstream.Msg) { r.applyFeed(m) }); err != nil {
+		return nil, err
+	}
+	r.log.Debug().Uint64("last", jobsEnd).Msg("replaying events")
+	eventsEnd, err := r.follow(ctx, r.names.EventsStream(), r.eventsCh, jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return nil, err
+	}
+	if err := drainUntil(ctx, r.eventsCh, eventsEnd, func(m jetstream.Msg) { r.applyEvent(m) }); err != nil {
+		return nil, err
+	}
+	r.log.Debug().Uint64("last", eventsEnd).Msg("replaying outcomes")
+	if err := r.replayOutcomes(ctx); err != nil {
+		return nil, err
+	}
+	r.log.Debug().Msg("scanning work")
+	return r.aliveWork(ctx)
+}
+
+// startPipelines starts the release pipelines and the writer, acker and summarizer.
+func (r *run) startPipelines(ctx context.Context) {
 	for range r.cfg.ReleaseParallelism {
 		r.wg.Go(func() { r.releaser(ctx) })
 	}
 	r.wg.Go(func() { r.writer(ctx) })
 	r.wg.Go(func() { r.acker(ctx) })
 	r.wg.Go(func() { r.summarizer(ctx) })
-	return nil
 }
 
 // learnKeys reads the key and attempt limit of every job replay rebuilt (released before the
