@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"container/heap"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -172,8 +171,7 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header, stored time.Tim
 
 // tick moves due retries back to pending and forgets silent workers.
 func (e *engine) tick(now time.Time) {
-	for len(e.retries.wait) > 0 && !e.retries.wait[0].retryAt.After(now) {
-		j := heap.Pop(&e.retries.wait).(*job)
+	for j := e.retries.popDue(now); j != nil; j = e.retries.popDue(now) {
 		e.mustMove(j.id, jobindex.Pending)
 		e.retries.ready = append(e.retries.ready, j)
 	}

@@ -188,7 +188,7 @@ func TestRetryWithBackoff(t *testing.T) {
 		if len(te.releases()) != 0 {
 			t.Fatal("a retry-waiting job was released before its time")
 		}
-		due := te.e.nextDue()
+		due := te.e.retries.nextDue()
 		if ceiling := te.now.Add(time.Second << (attempt - 1)); due.After(ceiling) || due.Before(te.now) {
 			t.Fatalf("retry at %v, outside [now, %v]", due, ceiling)
 		}
@@ -212,7 +212,7 @@ func TestRetryAfterRequested(t *testing.T) {
 	te.job(wire.JobMeta{Group: "g"})
 	rel := te.releases()["any"]
 	te.e.report(poolOf(rel[0]), "w", 1, wire.Report{ID: rel[0].id, Attempt: 1, Status: wire.StatusError, RetryAfter: 42 * time.Second}, te.now)
-	if due := te.e.nextDue(); due != te.now.Add(42*time.Second) {
+	if due := te.e.retries.nextDue(); due != te.now.Add(42*time.Second) {
 		t.Fatalf("retry at %v, want now+42s", due)
 	}
 }
@@ -657,11 +657,11 @@ func TestAdaptivePrefetch(t *testing.T) {
 		te := newTestEngine(t, Config{Feeders: tc.feeders})
 		te.worker("w", 8)
 		te.e.fleet.busy = tc.busy
-		if got := te.e.prefetch(); got != tc.want {
+		if got := te.e.fleet.prefetch(&te.e.cfg); got != tc.want {
 			t.Errorf("busy %.2f feeders %d: prefetch %d, want %d", tc.busy, tc.feeders, got, tc.want)
 		}
-		if tc.feeders == 0 && te.e.feeders() != 8+tc.want {
-			t.Errorf("busy %.2f: auto feeders %d, want slots + prefetch = %d", tc.busy, te.e.feeders(), 8+tc.want)
+		if tc.feeders == 0 && te.e.fleet.feeders(&te.e.cfg) != 8+tc.want {
+			t.Errorf("busy %.2f: auto feeders %d, want slots + prefetch = %d", tc.busy, te.e.fleet.feeders(&te.e.cfg), 8+tc.want)
 		}
 	}
 }
@@ -683,17 +683,17 @@ func TestOrphanedPoolRescue(t *testing.T) {
 	if len(held) != 2 {
 		t.Fatalf("released %d jobs to the gpu pool, want 2", len(held))
 	}
-	if got := te.e.orphans(te.now); len(got) != 0 {
+	if got := te.e.fleet.orphans(te.now, te.e.cfg.RescueAfter); len(got) != 0 {
 		t.Fatalf("orphans %v while the pool has a worker", got)
 	}
 
 	te.e.heartbeat(te.e.names.HeartbeatSubject(gpu, "gpu-box"), wire.Heartbeat{Version: wire.Version, Worker: "gpu-box", Pool: gpu, Resources: []string{"gpu"}, Stopped: true, Run: "run-gpu-box"}, te.now)
 	te.now = te.now.Add(5*time.Second - time.Millisecond)
-	if got := te.e.orphans(te.now); len(got) != 0 {
+	if got := te.e.fleet.orphans(te.now, te.e.cfg.RescueAfter); len(got) != 0 {
 		t.Fatalf("orphans %v before RescueAfter", got)
 	}
 	te.now = te.now.Add(time.Millisecond)
-	if got := te.e.orphans(te.now); len(got) != 1 || got[0] != gpu {
+	if got := te.e.fleet.orphans(te.now, te.e.cfg.RescueAfter); len(got) != 1 || got[0] != gpu {
 		t.Fatalf("orphans %v, want [%s]", got, gpu)
 	}
 
@@ -703,7 +703,7 @@ func TestOrphanedPoolRescue(t *testing.T) {
 		te.e.report(gpu, wire.RescueWorker, te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: wire.StatusReturned}, te.now)
 		te.e.noteEvent(te.evSeq)
 	}
-	if got := te.e.orphans(te.now); len(got) != 0 {
+	if got := te.e.fleet.orphans(te.now, te.e.cfg.RescueAfter); len(got) != 0 {
 		t.Fatalf("orphans %v with nothing left to rescue", got)
 	}
 	if te.e.stats.Rescued != 2 {
@@ -720,7 +720,7 @@ func TestOrphanedPoolRescue(t *testing.T) {
 	if got := te.releases()[gpu]; len(got) != 1 || got[0].id != requires || got[0].attempt != 1 {
 		t.Fatalf("released %v to the new gpu holder, want the job requiring gpu, attempt 1", got)
 	}
-	if got := te.e.orphans(te.now); len(got) != 0 {
+	if got := te.e.fleet.orphans(te.now, te.e.cfg.RescueAfter); len(got) != 0 {
 		t.Fatalf("orphans %v after a worker joined", got)
 	}
 }
@@ -745,7 +745,7 @@ func TestLostAttemptsCount(t *testing.T) {
 			if te.state(id) != jobindex.RetryWait {
 				t.Fatalf("after a lost attempt the job is %v, want retry-waiting", te.state(id))
 			}
-			te.now = te.e.nextDue()
+			te.now = te.e.retries.nextDue()
 			te.e.tick(te.now)
 		}
 	}

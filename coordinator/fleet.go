@@ -62,7 +62,7 @@ func (e *engine) heartbeat(subject string, hb wire.Heartbeat, now time.Time) ref
 		p.workers++
 		if p.workers == 1 {
 			p.orphanSince = time.Time{}
-			e.unpark() // the pool may hold what parked jobs require
+			e.retries.unpark() // the pool may hold what parked jobs require
 		}
 		e.log.Info().Str("worker", hb.Worker).Str("pool", p.key).Strs("resources", hb.Resources).Int("concurrency", hb.Concurrency).Msg("worker joined")
 	} else {
@@ -171,16 +171,17 @@ func (e *engine) expireWorkers(now time.Time) {
 // very same resources. The rescue returns each job with a returned report, as a draining
 // worker does (or a lapsed one, if a dead worker had taken it), and the job goes to another pool
 // (or is parked until a holder of what it requires joins). See rescue.go.
-func (e *engine) orphans(now time.Time) []string {
+func (f *fleet) orphans(now time.Time, rescueAfter time.Duration) []string {
 	var keys []string
-	for _, p := range e.fleet.poolOrder {
-		if p.workers == 0 && p.outstanding > 0 && now.Sub(p.orphanSince) >= e.cfg.RescueAfter {
+	for _, p := range f.poolOrder {
+		if p.workers == 0 && p.outstanding > 0 && now.Sub(p.orphanSince) >= rescueAfter {
 			keys = append(keys, p.key)
 		}
 	}
 	return keys
 }
 
+// poolFor returns the pool of key, created with resources if it is new.
 func (e *engine) poolFor(key string, resources []string) *pool {
 	if p := e.fleet.pools[key]; p != nil {
 		if p.resources == nil && len(resources) > 0 {
@@ -197,9 +198,10 @@ func (e *engine) poolFor(key string, resources []string) *pool {
 	return p
 }
 
+// resizeFeeders sets the scheduler's feeder slots to the fleet's, unless configured.
 func (e *engine) resizeFeeders() {
 	if e.cfg.Feeders == 0 {
-		if f := e.feeders(); f != e.sched.Feeders() {
+		if f := e.fleet.feeders(&e.cfg); f != e.sched.Feeders() {
 			e.sched.SetFeeders(f)
 		}
 	}
@@ -213,32 +215,31 @@ const maxPrefetchPerSlot = 4
 // the report (the rest is round trips), so keeping it fed needs about slots·(1/b − 1) jobs
 // waiting. Short jobs get a deep window, long ones about one. With Feeders set, the window stays
 // within Feeders − slots, so groups stay spread.
-func (e *engine) prefetch() int {
+func (f *fleet) prefetch(cfg *Config) int {
 	switch {
-	case e.cfg.Prefetch > 0:
-		return e.cfg.Prefetch
-	case e.cfg.Prefetch < 0:
+	case cfg.Prefetch > 0:
+		return cfg.Prefetch
+	case cfg.Prefetch < 0:
 		return 0
 	}
-	limit := max(1, maxPrefetchPerSlot*e.fleet.slots)
+	limit := max(1, maxPrefetchPerSlot*f.slots)
 	p := 1
-	if e.fleet.busy < 1 {
+	if f.busy < 1 {
 		// Computed in floats and capped before the conversion: busy may be tiny.
-		p = int(min(float64(e.fleet.slots)*(1/max(e.fleet.busy, 1e-9)-1)+0.5, float64(limit)))
+		p = int(min(float64(f.slots)*(1/max(f.busy, 1e-9)-1)+0.5, float64(limit)))
 	}
 	p = min(max(p, 1), limit)
-	if e.cfg.Feeders > 0 {
-		p = min(p, max(e.cfg.Feeders-e.fleet.slots, 0))
+	if cfg.Feeders > 0 {
+		p = min(p, max(cfg.Feeders-f.slots, 0))
 	}
 	return p
 }
 
-// feeders is the current number of feeder slots.
 // feeders is the number of feeder slots: configured, or the live slots plus the prefetch window
 // (at least one), so released jobs fit in F and groups stay spread.
-func (e *engine) feeders() int {
-	if e.cfg.Feeders == 0 {
-		return max(e.fleet.slots+max(e.prefetch(), 1), 1)
+func (f *fleet) feeders(cfg *Config) int {
+	if cfg.Feeders == 0 {
+		return max(f.slots+max(f.prefetch(cfg), 1), 1)
 	}
-	return e.cfg.Feeders
+	return cfg.Feeders
 }

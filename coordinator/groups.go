@@ -267,7 +267,7 @@ func (e *engine) cancelGroup(g *group) {
 		case jobindex.Running:
 			e.out.cancels = append(e.out.cancels, j.id)
 		case jobindex.RetryWait, jobindex.Pending:
-			e.dropRetry(j)
+			e.retries.drop(j)
 			e.end(j, jobindex.Canceled, []byte(reason), 0)
 		}
 	}
@@ -293,7 +293,7 @@ func (e *engine) cancelJobs(g *group, ids []uint64) {
 				e.out.cancels = append(e.out.cancels, id)
 				continue
 			}
-			e.dropRetry(j)
+			e.retries.drop(j)
 			e.end(j, jobindex.Canceled, []byte(reason), 0)
 			continue
 		}

@@ -127,7 +127,7 @@ func (r *run) drainLearned() {
 }
 
 func (r *run) armRetry(t *time.Timer) {
-	due := r.e.nextDue()
+	due := r.e.retries.nextDue()
 	if due.IsZero() {
 		t.Reset(time.Hour)
 		return

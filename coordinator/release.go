@@ -43,7 +43,7 @@ func (e *engine) releaseAll() {
 		outstanding += p.outstanding
 	}
 	e.resizeFeeders()
-	window := e.prefetch()
+	window := e.fleet.prefetch(&e.cfg)
 	for _, pass := range releasePasses {
 		prefetch := 0
 		if pass.prefetch {

@@ -13,7 +13,7 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// Rescue takes back the jobs of a pool left without live workers (see engine.orphans).
+// Rescue takes back the jobs of a pool left without live workers (see fleet.orphans).
 //
 // A pool's jobs wait in WORK on the pool's subject, read by the pool's durable consumer; when
 // the last worker of the pool is gone, nobody reads them. The coordinator then reads that
@@ -31,11 +31,11 @@ import (
 // rescueFetch is how long one pull request of a rescue waits at the server for a batch.
 const rescueFetch = time.Second
 
-// reconcileRescues starts a rescue for each pool engine.orphans names and stops the others.
+// reconcileRescues starts a rescue for each pool fleet.orphans names and stops the others.
 // Called by the loop.
 func (r *run) reconcileRescues(ctx context.Context) {
 	want := map[string]bool{}
-	for _, key := range r.e.orphans(r.cfg.now()) {
+	for _, key := range r.e.fleet.orphans(r.cfg.now(), r.cfg.RescueAfter) {
 		want[key] = true
 		if _, ok := r.rescues[key]; ok {
 			continue

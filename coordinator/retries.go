@@ -46,28 +46,37 @@ func (e *engine) scheduleRetry(j *job, delay time.Duration, now time.Time) {
 	e.out.retries = append(e.out.retries, journal.Entry{ID: j.id, Attempt: j.attempt, At: j.retryAt})
 }
 
-func (e *engine) dropRetry(j *job) {
-	if j.heapIdx >= 0 && j.heapIdx < len(e.retries.wait) && e.retries.wait[j.heapIdx] == j {
-		heap.Remove(&e.retries.wait, j.heapIdx)
+// drop takes j out of the retries, wherever it waits.
+func (rt *retries) drop(j *job) {
+	if j.heapIdx >= 0 && j.heapIdx < len(rt.wait) && rt.wait[j.heapIdx] == j {
+		heap.Remove(&rt.wait, j.heapIdx)
 	}
 	isJ := func(r *job) bool { return r == j }
-	e.retries.ready = slices.DeleteFunc(e.retries.ready, isJ)
-	e.retries.parked = slices.DeleteFunc(e.retries.parked, isJ)
+	rt.ready = slices.DeleteFunc(rt.ready, isJ)
+	rt.parked = slices.DeleteFunc(rt.parked, isJ)
 }
 
 // nextDue is when tick next has work: the earliest retry, or zero.
-func (e *engine) nextDue() time.Time {
-	if len(e.retries.wait) == 0 {
+func (rt *retries) nextDue() time.Time {
+	if len(rt.wait) == 0 {
 		return time.Time{}
 	}
-	return e.retries.wait[0].retryAt
+	return rt.wait[0].retryAt
+}
+
+// popDue takes the earliest retry out of the heap if it is due at now, else returns nil.
+func (rt *retries) popDue(now time.Time) *job {
+	if len(rt.wait) == 0 || rt.wait[0].retryAt.After(now) {
+		return nil
+	}
+	return heap.Pop(&rt.wait).(*job)
 }
 
 // unpark offers the parked jobs again, ahead of new work; those still unplaceable are parked
 // again by the next release decision.
-func (e *engine) unpark() {
-	e.retries.ready = append(e.retries.ready, e.retries.parked...)
-	e.retries.parked = nil
+func (rt *retries) unpark() {
+	rt.ready = append(rt.ready, rt.parked...)
+	rt.parked = nil
 }
 
 // retryHeap orders retry-waiting jobs by due time.

@@ -123,7 +123,7 @@ func (e *engine) status() *Status {
 		Epoch:     e.epoch,
 		Time:      e.cfg.now(),
 		Policy:    e.cfg.Policy.String(),
-		Feeders:   e.feeders(),
+		Feeders:   e.fleet.feeders(&e.cfg),
 		Unsealed:  len(e.groups.unsealed),
 		Jobs:      map[string]uint64{},
 		Totals:    Totals(e.stats),
