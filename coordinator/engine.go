@@ -49,19 +49,20 @@ type engine struct {
 // replaying reports whether replay is still reading the streams.
 func (e *engine) replaying() bool { return e.replay != nil }
 
-// counters are monotonic totals shown by status.
+// counters are monotonic totals shown by status (as Totals: the field names must match).
 type counters struct {
 	Admitted, Released, Retried, Rejected, StaleReports, Requeued, LostJobs, LostAttempts, Rescued uint64
 	Done, Failed, Canceled                                                                         uint64 // jobs that ended so
 	RejectedReports, RejectedHeartbeats                                                            uint64 // of Rejected: see report and checkHeartbeat
 }
 
-// job is a job that has been released at least once and is not terminal yet.
+// job is a job that has been released at least once and has not ended yet. Owned by the loop,
+// through engine.jobs; the fleet (a pool's running jobs) and the retries point at it.
 type job struct {
 	id        uint64
 	g         *group
 	attempt   uint32    // the current (or last) attempt, 1 for the first
-	reuse     bool      // the last release did not run (drained, or its publish failed): the next one keeps its attempt number
+	reuse     bool      // the last release did not run (returned, or the release failed): the next one keeps its attempt number
 	pool      *pool     // while running
 	since     time.Time // when the current attempt was released
 	evSeq     uint64    // the EVENTS sequence of the report this job's state depends on; 0 if none
@@ -74,7 +75,7 @@ type job struct {
 	heapIdx   int
 }
 
-// effects are the side effects the loop must carry out after a step, in this order.
+// effects are the side effects the loop carries out after a step (see run.step).
 type effects struct {
 	releases  []release
 	retries   []journal.Entry
@@ -107,6 +108,7 @@ type rejection struct {
 	reason  string
 }
 
+// newEngine returns an engine in replay, for the term of the lease epoch.
 func newEngine(cfg Config, names wire.Names, epoch uint64) (*engine, error) {
 	sched, err := spreader.NewScheduler[*group, uint64](spreader.Config{
 		Feeders:             max(cfg.Feeders, 1),
@@ -142,6 +144,7 @@ func newEngine(cfg Config, names wire.Names, epoch uint64) (*engine, error) {
 	}, nil
 }
 
+// reject records a refused message (for NS_REJECTED) and counts it.
 func (e *engine) reject(subject string, seq uint64, reason string) {
 	e.stats.Rejected++
 	e.log.Warn().Str("subject", subject).Uint64("seq", seq).Str("reason", reason).Msg("rejected message")
@@ -169,7 +172,8 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header, stored time.Tim
 	return e.admit(subject, seq, m)
 }
 
-// tick moves due retries back to pending and forgets silent workers.
+// tick moves due retries back to pending, forgets silent workers and asks for the seals of
+// abandoned groups.
 func (e *engine) tick(now time.Time) {
 	for j := e.retries.popDue(now); j != nil; j = e.retries.popDue(now) {
 		e.mustMove(j.id, jobindex.Pending)
@@ -197,6 +201,7 @@ func (e *engine) moveTerminal(id uint64, to jobindex.State) {
 	e.mustMove(id, to)
 }
 
+// mustMove moves a job in the index, logging an illegal transition.
 func (e *engine) mustMove(id uint64, to jobindex.State) {
 	if _, err := e.idx.Move(id, to); err != nil {
 		// A bug, not bad input: every caller checks the state first.

@@ -28,7 +28,10 @@ type candidate struct {
 	retry *job // non-nil for a retry
 }
 
-// releaseAll releases jobs to every pool with free capacity, in the passes of releasePasses.
+// releaseAll is the release decision: it releases jobs to every pool of the fleet with free
+// capacity, in the passes of releasePasses, choosing among the ready retries (first) and the
+// scheduler's offers, and records each batch as a release effect. Jobs no live pool can run are
+// parked (see parkUnplaceable).
 func (e *engine) releaseAll() {
 	if e.replaying() || len(e.fleet.poolOrder) == 0 {
 		return
