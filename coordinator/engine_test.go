@@ -128,7 +128,7 @@ func TestReleaseFollowsCapacity(t *testing.T) {
 	}
 }
 
-func TestGroupFinishesWithSummary(t *testing.T) {
+func TestGroupCompletesWithSummary(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{})
 	te.worker("w1", 8)
@@ -151,18 +151,18 @@ func TestGroupFinishesWithSummary(t *testing.T) {
 	}
 }
 
-func TestEmptySealedGroupFinishes(t *testing.T) {
+func TestEmptySealedGroupCompletes(t *testing.T) {
 	t.Parallel()
 	var logs strings.Builder
 	te := newTestEngine(t, Config{Logger: zerolog.New(&logs).Level(zerolog.WarnLevel)})
 	te.open("empty")
 	te.seal("empty")
 	if len(te.e.out.summaries) != 1 {
-		t.Fatal("an empty sealed group did not finish")
+		t.Fatal("an empty sealed group did not complete")
 	}
 	te.e.forget(te.e.out.summaries[0])
 	if logs.Len() > 0 {
-		t.Fatalf("forgetting a finished empty group logged: %s", logs.String())
+		t.Fatalf("forgetting a complete empty group logged: %s", logs.String())
 	}
 }
 
@@ -285,7 +285,7 @@ func TestSpreadOneJobPerGroup(t *testing.T) {
 				}
 			}
 		}
-		// Finish the oldest running job.
+		// End the oldest running job.
 		var oldest *job
 		for j := range running {
 			if oldest == nil || j.id < oldest.id {
@@ -300,7 +300,7 @@ func TestSpreadOneJobPerGroup(t *testing.T) {
 		te.e.out.summaries = nil
 	}
 	if te.e.idx.Count(jobindex.Done) != 0 && len(te.e.groups.byID) != 0 {
-		t.Fatalf("%d groups left unfinished", len(te.e.groups.byID))
+		t.Fatalf("%d groups left incomplete", len(te.e.groups.byID))
 	}
 }
 
@@ -465,10 +465,10 @@ func TestGroupIncarnations(t *testing.T) {
 		te.report(j, wire.StatusOK, "")
 	}
 	if len(te.e.out.summaries) != 1 {
-		t.Fatal("group did not finish")
+		t.Fatal("group did not complete")
 	}
 	old := te.e.out.summaries[0]
-	te.open("g") // finished: a new incarnation, before the old one is forgotten
+	te.open("g") // complete: a new incarnation, before the old one is forgotten
 	c := te.job(wire.JobMeta{Group: "g"})
 	te.e.forget(old)
 	if g := te.e.groups.byID["g"]; g == nil || g == old || g.admitted != 1 {
@@ -725,10 +725,10 @@ func TestOrphanedPoolRescue(t *testing.T) {
 	}
 }
 
-// TestLostAttemptsCount: an attempt lost with its worker is a failed attempt, retried with
-// backoff, recorded in the history without a worker, and a job lost MaxAttempts times (one that
+// TestLapsedAttemptsCount: an attempt that lapsed with its worker's lease is a failed attempt, retried with
+// backoff, recorded in the history without a worker, and a job that lapsed MaxAttempts times (one that
 // kills every worker it runs on) ends failed instead of going round for ever.
-func TestLostAttemptsCount(t *testing.T) {
+func TestLapsedAttemptsCount(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{MaxAttempts: 2, RetryBase: time.Second, Prefetch: -1})
 	te.worker("w1", 1)
@@ -743,18 +743,18 @@ func TestLostAttemptsCount(t *testing.T) {
 		te.e.report("any", "w1", uint64(attempt), wire.LapsedReports([]wire.WorkJob{{ID: id, Attempt: attempt}}, 2)[0], te.now)
 		if attempt == 1 {
 			if te.state(id) != jobindex.RetryWait {
-				t.Fatalf("after a lost attempt the job is %v, want retry-waiting", te.state(id))
+				t.Fatalf("after a lapsed attempt the job is %v, want retry-waiting", te.state(id))
 			}
 			te.now = te.e.retries.nextDue()
 			te.e.tick(te.now)
 		}
 	}
 	if te.state(id) != jobindex.Failed || te.e.stats.LostAttempts != 2 {
-		t.Fatalf("job %v with %d lost attempts, want failed after 2", te.state(id), te.e.stats.LostAttempts)
+		t.Fatalf("job %v with %d lapsed attempts, want failed after 2", te.state(id), te.e.stats.LostAttempts)
 	}
 	outs := te.e.groups.byID["g"].outcomes
 	if len(outs) != 1 || len(outs[0].History) != 2 || outs[0].History[1].Worker != "" || !strings.Contains(outs[0].History[1].Error, "worker lost") {
-		t.Fatalf("outcome %+v, want 2 lost attempts in the history, without a worker", outs)
+		t.Fatalf("outcome %+v, want 2 lapsed attempts in the history, without a worker", outs)
 	}
 }
 
