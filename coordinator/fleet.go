@@ -21,6 +21,7 @@ type fleet struct {
 
 // pool is the set of live workers holding the same resources. They share one work subject and
 // one durable consumer, so the coordinator releases to the pool and any of its workers takes it.
+// Owned by the loop, through fleet.pools; running jobs point at their pool.
 type pool struct {
 	key         string
 	resources   []string
@@ -34,7 +35,8 @@ type pool struct {
 	orphanSince time.Time
 }
 
-// workerInfo is what the coordinator knows of one worker, from its heartbeats.
+// workerInfo is what the coordinator knows of one worker, from its heartbeats. Owned by the
+// loop, through fleet.workers.
 type workerInfo struct {
 	hb       wire.Heartbeat
 	pool     *pool

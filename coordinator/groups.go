@@ -20,7 +20,10 @@ type groupSet struct {
 	busy             float64           // the average of the groups' busy shares: a new group starts from it
 }
 
-// group is one open group.
+// group is one incarnation of a group, from its open until it is complete and forgotten.
+// Owned by the loop, through groupSet; jobs, the scheduler and the effects point at it. The
+// pipelines read only its fields that never change (id, tok, openSeq) and the outcomes the loop
+// handed over (see run.writeOutcomes).
 type group struct {
 	id, tok   string
 	openSeq   uint64 // the open message's sequence: the group's incarnation

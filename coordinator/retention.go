@@ -27,6 +27,7 @@ type retention struct {
 //   - NS_WORK is a work queue: acked batches are gone. NS_REJECTED is bounded by age and count.
 
 // retained is a complete group whose outcomes (and perhaps job messages) are still kept.
+// Owned by the loop, through retention.
 type retained struct {
 	id, tok    string
 	openSeq    uint64 // its incarnation
