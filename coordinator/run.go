@@ -25,7 +25,7 @@ type run struct {
 	// Written by consumer callbacks and subscriptions, read by the loop.
 	feedCh   chan jetstream.Msg // JOBS feed, headers only
 	eventsCh chan jetstream.Msg // EVENTS: reports and journal
-	hbCh     chan heartbeatIn   // heartbeats and joins (see pools.go)
+	hbCh     chan heartbeatIn   // heartbeats and joins (see heartbeats.go)
 	statusCh chan chan *Status
 
 	// Written by release pipelines (never blocking them), read by the loop.
