@@ -89,7 +89,7 @@ func poolOf(j *job) string {
 func (te *testEngine) report(j *job, st wire.Status, data string) {
 	te.evSeq++
 	te.e.report(poolOf(j), "w", te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: st, Data: []byte(data)}, te.now)
-	te.e.noteEvent(te.evSeq)
+	te.e.retention.noteEvent(te.evSeq)
 }
 
 func (te *testEngine) state(id uint64) jobindex.State {
@@ -550,7 +550,7 @@ func TestLowWater(t *testing.T) {
 	}
 	rel := te.releases()["any"]
 	te.report(rel[0], wire.StatusError, "boom") // EVENTS 1: retry decided from it
-	te.e.noteEvent(2)                           // an unrelated record
+	te.e.retention.noteEvent(2)                 // an unrelated record
 	if got := te.e.lowWater(); got != 1 {
 		t.Fatalf("with a retry pending lowWater = %d, want 1 (its report)", got)
 	}
@@ -568,7 +568,7 @@ func TestLowWater(t *testing.T) {
 	if got := te.e.lowWater(); got != 3 {
 		t.Fatalf("outcome unstored lowWater = %d, want 3", got)
 	}
-	te.e.outcomeStored([]uint64{3})
+	te.e.retention.outcomeStored([]uint64{3})
 	if got := te.e.lowWater(); got != 4 {
 		t.Fatalf("outcome stored lowWater = %d, want 4", got)
 	}
@@ -701,7 +701,7 @@ func TestOrphanedPoolRescue(t *testing.T) {
 	for _, j := range held {
 		te.evSeq++
 		te.e.report(gpu, wire.RescueWorker, te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: wire.StatusReturned}, te.now)
-		te.e.noteEvent(te.evSeq)
+		te.e.retention.noteEvent(te.evSeq)
 	}
 	if got := te.e.fleet.orphans(te.now, te.e.cfg.RescueAfter); len(got) != 0 {
 		t.Fatalf("orphans %v with nothing left to rescue", got)

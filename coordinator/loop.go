@@ -42,7 +42,7 @@ func (r *run) loop(ctx context.Context) error {
 			}
 			r.e.forget(f.g)
 		case seqs := <-r.storedCh:
-			r.e.outcomeStored(seqs)
+			r.e.retention.outcomeStored(seqs)
 		case <-trim.C:
 			r.e.expireRetained(r.cfg.now())
 			r.trimEvents(ctx)
@@ -91,7 +91,7 @@ func (r *run) applyFeed(m jetstream.Msg) {
 }
 
 func (r *run) applyEvent(m jetstream.Msg) {
-	defer r.e.noteEvent(seq(m))
+	defer r.e.retention.noteEvent(seq(m))
 	subj := m.Subject()
 	switch {
 	case subj == r.names.JournalSubject():

@@ -92,16 +92,16 @@ func (e *engine) expireRetained(now time.Time) {
 }
 
 // noteEvent records that the EVENTS message at seq has been applied.
-func (e *engine) noteEvent(seq uint64) {
-	e.retention.eventsApplied = max(e.retention.eventsApplied, seq)
+func (rt *retention) noteEvent(seq uint64) {
+	rt.eventsApplied = max(rt.eventsApplied, seq)
 }
 
 // outcomeStored is told that the outcomes decided from the reports at these EVENTS sequences
 // are stored in RESULTS: those reports are no longer needed.
-func (e *engine) outcomeStored(seqs []uint64) {
+func (rt *retention) outcomeStored(seqs []uint64) {
 	for _, s := range seqs {
-		if e.retention.unstored[s]--; e.retention.unstored[s] <= 0 {
-			delete(e.retention.unstored, s)
+		if rt.unstored[s]--; rt.unstored[s] <= 0 {
+			delete(rt.unstored, s)
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 func (te *testEngine) reportAs(pool, worker string, j *job, attempt uint32, st wire.Status) {
 	te.evSeq++
 	te.e.report(pool, worker, te.evSeq, wire.Report{ID: j.id, Attempt: attempt, Status: st}, te.now)
-	te.e.noteEvent(te.evSeq)
+	te.e.retention.noteEvent(te.evSeq)
 }
 
 // lastRejection returns the reason of the last rejection recorded, and clears them.
