@@ -18,7 +18,7 @@ type answer struct {
 // stopped and gave up waiting (or a former coordinator answered), and the counts the state would
 // give before replay ends are not final.
 func (e *engine) answer(seq uint64, c wire.GroupControl, a wire.ControlAnswer) {
-	if c.Reply == "" || e.replaying {
+	if c.Reply == "" || e.replaying() {
 		return
 	}
 	a.Seq, a.Op, a.Group = seq, c.Op, c.Group
@@ -31,7 +31,7 @@ func (e *engine) answerNotOpen(seq uint64, c wire.GroupControl) {
 		Reason: "group " + c.Group + " is not open: no such group, or it has finished"})
 }
 
-// publishAnswers publishes answers on core NATS. An answer nobody receives is lost: the producer
+// publishAnswers publishes answers on core NATS. An answer nobody receives is dropped: the producer
 // stopped waiting, and its message was applied (or refused) all the same.
 func (r *run) publishAnswers(answers []answer) {
 	for _, a := range answers {

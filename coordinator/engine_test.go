@@ -36,7 +36,7 @@ func newTestEngine(t *testing.T, cfg Config) *testEngine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.finishReplay(nil, te.now)
+	e.endReplay(nil, te.now)
 	te.e = e
 	return te
 }
@@ -71,7 +71,7 @@ func (te *testEngine) releases() map[string][]*job {
 	for _, r := range te.e.out.releases {
 		got[r.pool.key] = append(got[r.pool.key], r.jobs...)
 		for _, j := range r.jobs {
-			te.e.released(j.id, fmt.Sprint("key-", j.id), 0)
+			te.e.learn(j.id, fmt.Sprint("key-", j.id), 0)
 		}
 	}
 	te.e.out.releases = nil
@@ -89,7 +89,7 @@ func poolOf(j *job) string {
 func (te *testEngine) report(j *job, st wire.Status, data string) {
 	te.evSeq++
 	te.e.report(poolOf(j), "w", te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: st, Data: []byte(data)}, te.now)
-	te.e.noteEvent(te.evSeq)
+	te.e.retention.noteEvent(te.evSeq)
 }
 
 func (te *testEngine) state(id uint64) jobindex.State {
@@ -128,7 +128,7 @@ func TestReleaseFollowsCapacity(t *testing.T) {
 	}
 }
 
-func TestGroupFinishesWithSummary(t *testing.T) {
+func TestGroupCompletesWithSummary(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{})
 	te.worker("w1", 8)
@@ -151,18 +151,18 @@ func TestGroupFinishesWithSummary(t *testing.T) {
 	}
 }
 
-func TestEmptySealedGroupFinishes(t *testing.T) {
+func TestEmptySealedGroupCompletes(t *testing.T) {
 	t.Parallel()
 	var logs strings.Builder
 	te := newTestEngine(t, Config{Logger: zerolog.New(&logs).Level(zerolog.WarnLevel)})
 	te.open("empty")
 	te.seal("empty")
 	if len(te.e.out.summaries) != 1 {
-		t.Fatal("an empty sealed group did not finish")
+		t.Fatal("an empty sealed group did not complete")
 	}
 	te.e.forget(te.e.out.summaries[0])
 	if logs.Len() > 0 {
-		t.Fatalf("forgetting a finished empty group logged: %s", logs.String())
+		t.Fatalf("forgetting a complete empty group logged: %s", logs.String())
 	}
 }
 
@@ -188,7 +188,7 @@ func TestRetryWithBackoff(t *testing.T) {
 		if len(te.releases()) != 0 {
 			t.Fatal("a retry-waiting job was released before its time")
 		}
-		due := te.e.nextDue()
+		due := te.e.retries.nextDue()
 		if ceiling := te.now.Add(time.Second << (attempt - 1)); due.After(ceiling) || due.Before(te.now) {
 			t.Fatalf("retry at %v, outside [now, %v]", due, ceiling)
 		}
@@ -212,7 +212,7 @@ func TestRetryAfterRequested(t *testing.T) {
 	te.job(wire.JobMeta{Group: "g"})
 	rel := te.releases()["any"]
 	te.e.report(poolOf(rel[0]), "w", 1, wire.Report{ID: rel[0].id, Attempt: 1, Status: wire.StatusError, RetryAfter: 42 * time.Second}, te.now)
-	if due := te.e.nextDue(); due != te.now.Add(42*time.Second) {
+	if due := te.e.retries.nextDue(); due != te.now.Add(42*time.Second) {
 		t.Fatalf("retry at %v, want now+42s", due)
 	}
 }
@@ -278,14 +278,14 @@ func TestSpreadOneJobPerGroup(t *testing.T) {
 		for j := range running {
 			perGroup[j.g]++
 		}
-		if len(te.e.groups) >= 5 {
+		if len(te.e.groups.byID) >= 5 {
 			for g, n := range perGroup {
 				if n > 1 {
-					t.Fatalf("step %d: group %s has %d jobs in flight with %d groups left", step, g.id, n, len(te.e.groups))
+					t.Fatalf("step %d: group %s has %d jobs in flight with %d groups left", step, g.id, n, len(te.e.groups.byID))
 				}
 			}
 		}
-		// Finish the oldest running job.
+		// End the oldest running job.
 		var oldest *job
 		for j := range running {
 			if oldest == nil || j.id < oldest.id {
@@ -299,8 +299,8 @@ func TestSpreadOneJobPerGroup(t *testing.T) {
 		}
 		te.e.out.summaries = nil
 	}
-	if te.e.idx.Count(jobindex.Done) != 0 && len(te.e.groups) != 0 {
-		t.Fatalf("%d groups left unfinished", len(te.e.groups))
+	if te.e.idx.Count(jobindex.Done) != 0 && len(te.e.groups.byID) != 0 {
+		t.Fatalf("%d groups left incomplete", len(te.e.groups.byID))
 	}
 }
 
@@ -369,7 +369,7 @@ func TestReplay(t *testing.T) {
 	e2.report("any", "w", 13, wire.Report{ID: 5, Attempt: 1, Status: wire.StatusError}, now)
 	// A fenced-off epoch-0 coordinator's late retry decision for job 5 is ignored.
 	e2.journalRecord(journal.Record{Kind: journal.KindRetry, Epoch: 0, Entries: []journal.Entry{{ID: 5, Attempt: 1, At: now.Add(time.Hour)}}})
-	e2.finishReplay(map[uint64]aliveJob{4: {attempt: 1, pool: "any"}}, now)
+	e2.endReplay(map[uint64]aliveJob{4: {attempt: 1, pool: "any"}}, now)
 	want := map[uint64]jobindex.State{2: jobindex.Done, 3: jobindex.RetryWait, 4: jobindex.Running, 5: jobindex.RetryWait, 6: jobindex.Pending}
 	for id, st := range want {
 		if got, _ := e2.idx.State(id); got != st {
@@ -382,7 +382,7 @@ func TestReplay(t *testing.T) {
 	if e2.jobs[5].retryAt.After(now.Add(time.Hour - time.Second)) {
 		t.Errorf("job 5 took the fenced-off decision (retry at %v)", e2.jobs[5].retryAt)
 	}
-	if p := e2.pools["any"]; p == nil || p.outstanding != 1 {
+	if p := e2.fleet.pools["any"]; p == nil || p.outstanding != 1 {
 		t.Errorf("the pool of the running job does not count it outstanding: %+v", p)
 	}
 	if len(e2.out.outcomes) != 1 || e2.out.outcomes[0].done != 1 {
@@ -404,7 +404,7 @@ func TestReplaySealedGroup(t *testing.T) {
 	e.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g"}.Header(), time.Time{})
 	e.feed(names.JobSubject("g"), 3, wire.JobMeta{Group: "g"}.Header(), time.Time{})
 	e.feed(names.GroupSubject("g"), 4, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 2}.Header(), time.Time{})
-	e.finishReplay(nil, time.Unix(0, 0))
+	e.endReplay(nil, time.Unix(0, 0))
 	e.heartbeat(names.HeartbeatSubject("any", "w"), wire.Heartbeat{Version: wire.Version, Worker: "w", Pool: "any", Concurrency: 4, IntervalMS: 1000}, time.Unix(0, 0))
 	e.releaseAll()
 	if len(e.out.releases) != 1 || len(e.out.releases[0].jobs) != 2 {
@@ -426,8 +426,8 @@ func TestUnplaceableJobDoesNotBlockItsGroup(t *testing.T) {
 	if n := len(te.releases()["any"]); n != 2 {
 		t.Fatalf("released %d of the 2 jobs without requirement", n)
 	}
-	if te.state(gpu) != jobindex.Pending || len(te.e.parked) != 1 {
-		t.Fatalf("gpu job %v, parked %d", te.state(gpu), len(te.e.parked))
+	if te.state(gpu) != jobindex.Pending || len(te.e.retries.parked) != 1 {
+		t.Fatalf("gpu job %v, parked %d", te.state(gpu), len(te.e.retries.parked))
 	}
 	te.worker("gpu-box", 1, "gpu")
 	got := te.releases()[wire.PoolKey([]string{"gpu"})]
@@ -465,13 +465,13 @@ func TestGroupIncarnations(t *testing.T) {
 		te.report(j, wire.StatusOK, "")
 	}
 	if len(te.e.out.summaries) != 1 {
-		t.Fatal("group did not finish")
+		t.Fatal("group did not complete")
 	}
 	old := te.e.out.summaries[0]
-	te.open("g") // finished: a new incarnation, before the old one is forgotten
+	te.open("g") // complete: a new incarnation, before the old one is forgotten
 	c := te.job(wire.JobMeta{Group: "g"})
 	te.e.forget(old)
-	if g := te.e.groups["g"]; g == nil || g == old || g.admitted != 1 {
+	if g := te.e.groups.byID["g"]; g == nil || g == old || g.admitted != 1 {
 		t.Fatalf("new incarnation %+v", g)
 	}
 	if te.state(c) != jobindex.Pending {
@@ -550,7 +550,7 @@ func TestLowWater(t *testing.T) {
 	}
 	rel := te.releases()["any"]
 	te.report(rel[0], wire.StatusError, "boom") // EVENTS 1: retry decided from it
-	te.e.noteEvent(2)                           // an unrelated record
+	te.e.retention.noteEvent(2)                 // an unrelated record
 	if got := te.e.lowWater(); got != 1 {
 		t.Fatalf("with a retry pending lowWater = %d, want 1 (its report)", got)
 	}
@@ -568,7 +568,7 @@ func TestLowWater(t *testing.T) {
 	if got := te.e.lowWater(); got != 3 {
 		t.Fatalf("outcome unstored lowWater = %d, want 3", got)
 	}
-	te.e.outcomeStored([]uint64{3})
+	te.e.retention.outcomeStored([]uint64{3})
 	if got := te.e.lowWater(); got != 4 {
 		t.Fatalf("outcome stored lowWater = %d, want 4", got)
 	}
@@ -578,10 +578,10 @@ func TestRetentionExpiry(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{Streams: StreamOptions{ResultRetention: time.Hour}})
 	t0 := te.now
-	te.e.finished("a", 1, 10, false, 0, t0)
-	te.e.finished("b c", 5, 12, true, 0, t0.Add(time.Minute))   // bound unknown (as after a restart)
-	te.e.finished("b c", 60, 14, true, 70, t0.Add(2*time.Hour)) // a later incarnation of the ID
-	te.e.jobsApplied = 99
+	te.e.retain("a", 1, 10, false, 0, t0)
+	te.e.retain("b c", 5, 12, true, 0, t0.Add(time.Minute))   // bound unknown (as after a restart)
+	te.e.retain("b c", 60, 14, true, 70, t0.Add(2*time.Hour)) // a later incarnation of the ID
+	te.e.retention.jobsApplied = 99
 	te.e.expireRetained(t0.Add(time.Hour - time.Nanosecond))
 	if len(te.e.out.retentionPurges) != 0 {
 		t.Fatalf("purged before the retention: %+v", te.e.out.retentionPurges)
@@ -592,8 +592,8 @@ func TestRetentionExpiry(t *testing.T) {
 	if fmt.Sprint(te.e.out.retentionPurges) != fmt.Sprint(want) {
 		t.Fatalf("purges %+v, want %+v", te.e.out.retentionPurges, want)
 	}
-	if len(te.e.retained) != 1 {
-		t.Fatalf("%d groups still retained, want the later one", len(te.e.retained))
+	if len(te.e.retention.retained) != 1 {
+		t.Fatalf("%d groups still retained, want the later one", len(te.e.retention.retained))
 	}
 }
 
@@ -617,7 +617,7 @@ func TestHistoryAndJobCancel(t *testing.T) {
 	te.e.tick(te.now)
 	rel = te.releases()["any"]
 	te.report(rel[0], wire.StatusError, "second")
-	g := te.e.groups["g"]
+	g := te.e.groups.byID["g"]
 	if len(g.outcomes) != 1 || g.outcomes[0].State != wire.FinalFailed {
 		t.Fatalf("outcomes %+v", g.outcomes)
 	}
@@ -656,12 +656,12 @@ func TestAdaptivePrefetch(t *testing.T) {
 	} {
 		te := newTestEngine(t, Config{Feeders: tc.feeders})
 		te.worker("w", 8)
-		te.e.busy = tc.busy
-		if got := te.e.prefetch(); got != tc.want {
+		te.e.fleet.busy = tc.busy
+		if got := te.e.fleet.prefetch(&te.e.cfg); got != tc.want {
 			t.Errorf("busy %.2f feeders %d: prefetch %d, want %d", tc.busy, tc.feeders, got, tc.want)
 		}
-		if tc.feeders == 0 && te.e.feeders() != 8+tc.want {
-			t.Errorf("busy %.2f: auto feeders %d, want slots + prefetch = %d", tc.busy, te.e.feeders(), 8+tc.want)
+		if tc.feeders == 0 && te.e.fleet.feeders(&te.e.cfg) != 8+tc.want {
+			t.Errorf("busy %.2f: auto feeders %d, want slots + prefetch = %d", tc.busy, te.e.fleet.feeders(&te.e.cfg), 8+tc.want)
 		}
 	}
 }
@@ -683,27 +683,27 @@ func TestOrphanedPoolRescue(t *testing.T) {
 	if len(held) != 2 {
 		t.Fatalf("released %d jobs to the gpu pool, want 2", len(held))
 	}
-	if got := te.e.orphans(te.now); len(got) != 0 {
+	if got := te.e.fleet.orphans(te.now, te.e.cfg.RescueAfter); len(got) != 0 {
 		t.Fatalf("orphans %v while the pool has a worker", got)
 	}
 
 	te.e.heartbeat(te.e.names.HeartbeatSubject(gpu, "gpu-box"), wire.Heartbeat{Version: wire.Version, Worker: "gpu-box", Pool: gpu, Resources: []string{"gpu"}, Stopped: true, Run: "run-gpu-box"}, te.now)
 	te.now = te.now.Add(5*time.Second - time.Millisecond)
-	if got := te.e.orphans(te.now); len(got) != 0 {
+	if got := te.e.fleet.orphans(te.now, te.e.cfg.RescueAfter); len(got) != 0 {
 		t.Fatalf("orphans %v before RescueAfter", got)
 	}
 	te.now = te.now.Add(time.Millisecond)
-	if got := te.e.orphans(te.now); len(got) != 1 || got[0] != gpu {
+	if got := te.e.fleet.orphans(te.now, te.e.cfg.RescueAfter); len(got) != 1 || got[0] != gpu {
 		t.Fatalf("orphans %v, want [%s]", got, gpu)
 	}
 
 	te.worker("plain", 4)
 	for _, j := range held {
 		te.evSeq++
-		te.e.report(gpu, wire.RescueWorker, te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: wire.StatusReleased}, te.now)
-		te.e.noteEvent(te.evSeq)
+		te.e.report(gpu, wire.RescueWorker, te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: wire.StatusReturned}, te.now)
+		te.e.retention.noteEvent(te.evSeq)
 	}
-	if got := te.e.orphans(te.now); len(got) != 0 {
+	if got := te.e.fleet.orphans(te.now, te.e.cfg.RescueAfter); len(got) != 0 {
 		t.Fatalf("orphans %v with nothing left to rescue", got)
 	}
 	if te.e.stats.Rescued != 2 {
@@ -720,15 +720,15 @@ func TestOrphanedPoolRescue(t *testing.T) {
 	if got := te.releases()[gpu]; len(got) != 1 || got[0].id != requires || got[0].attempt != 1 {
 		t.Fatalf("released %v to the new gpu holder, want the job requiring gpu, attempt 1", got)
 	}
-	if got := te.e.orphans(te.now); len(got) != 0 {
+	if got := te.e.fleet.orphans(te.now, te.e.cfg.RescueAfter); len(got) != 0 {
 		t.Fatalf("orphans %v after a worker joined", got)
 	}
 }
 
-// TestLostAttemptsCount: an attempt lost with its worker is a failed attempt, retried with
-// backoff, recorded in the history without a worker, and a job lost MaxAttempts times (one that
+// TestLapsedAttemptsCount: an attempt that lapsed with its worker's lease is a failed attempt, retried with
+// backoff, recorded in the history without a worker, and a job that lapsed MaxAttempts times (one that
 // kills every worker it runs on) ends failed instead of going round for ever.
-func TestLostAttemptsCount(t *testing.T) {
+func TestLapsedAttemptsCount(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{MaxAttempts: 2, RetryBase: time.Second, Prefetch: -1})
 	te.worker("w1", 1)
@@ -740,21 +740,21 @@ func TestLostAttemptsCount(t *testing.T) {
 		if len(rel) != 1 || rel[0].attempt != attempt {
 			t.Fatalf("attempt %d: released %+v", attempt, rel)
 		}
-		te.e.report("any", "w1", uint64(attempt), wire.LostReports([]wire.WorkJob{{ID: id, Attempt: attempt}}, 2)[0], te.now)
+		te.e.report("any", "w1", uint64(attempt), wire.LapsedReports([]wire.WorkJob{{ID: id, Attempt: attempt}}, 2)[0], te.now)
 		if attempt == 1 {
 			if te.state(id) != jobindex.RetryWait {
-				t.Fatalf("after a lost attempt the job is %v, want retry-waiting", te.state(id))
+				t.Fatalf("after a lapsed attempt the job is %v, want retry-waiting", te.state(id))
 			}
-			te.now = te.e.nextDue()
+			te.now = te.e.retries.nextDue()
 			te.e.tick(te.now)
 		}
 	}
 	if te.state(id) != jobindex.Failed || te.e.stats.LostAttempts != 2 {
-		t.Fatalf("job %v with %d lost attempts, want failed after 2", te.state(id), te.e.stats.LostAttempts)
+		t.Fatalf("job %v with %d lapsed attempts, want failed after 2", te.state(id), te.e.stats.LostAttempts)
 	}
-	outs := te.e.groups["g"].outcomes
+	outs := te.e.groups.byID["g"].outcomes
 	if len(outs) != 1 || len(outs[0].History) != 2 || outs[0].History[1].Worker != "" || !strings.Contains(outs[0].History[1].Error, "worker lost") {
-		t.Fatalf("outcome %+v, want 2 lost attempts in the history, without a worker", outs)
+		t.Fatalf("outcome %+v, want 2 lapsed attempts in the history, without a worker", outs)
 	}
 }
 
@@ -764,7 +764,7 @@ func TestLostAttemptsCount(t *testing.T) {
 func TestBusyShareIsARatioOfAverages(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{})
-	g := &group{busy: te.e.groupBusy}
+	g := &group{busy: te.e.groups.busy}
 	for i := range 200 {
 		cycle := 2 * time.Millisecond
 		if i%2 == 1 {

@@ -75,12 +75,12 @@ func TestReplayKeepsEveryIncarnation(t *testing.T) {
 			}
 			r.e.outcomeReplay("g", 1, []wire.Outcome{{ID: 2, Key: "a", State: wire.FinalDone, Attempts: 1}, {ID: 3, Key: "b", State: wire.FinalFailed, Attempts: 5}}, nil, 1, now)
 			r.e.outcomeReplay("g", 1, nil, &wire.GroupSummary{Jobs: 2, Done: 1, Failed: 1}, 2, now)
-			r.e.finishReplay(alive, now)
+			r.e.endReplay(alive, now)
 
 			if len(r.e.out.purges) != 1 || r.e.out.purges[0].openSeq != 1 {
-				t.Fatalf("the finished first incarnation is not purged: %+v", r.e.out.purges)
+				t.Fatalf("the complete first incarnation is not purged: %+v", r.e.out.purges)
 			}
-			second := r.e.groups["g"]
+			second := r.e.groups.byID["g"]
 			if second == nil || second.openSeq != 5 || second.admitted != 1 {
 				t.Fatalf("second incarnation after replay: %+v", second)
 			}
@@ -88,23 +88,23 @@ func TestReplayKeepsEveryIncarnation(t *testing.T) {
 				if st, _ := r.e.idx.State(6); st != jobindex.Running {
 					t.Fatalf("job 6 is %v after replay, want running", st)
 				}
-				r.e.released(6, "b", 0) // the next release would learn it; here the report follows
+				r.e.learn(6, "b", 0) // the next release would learn it; here the report follows
 				r.e.report("any", "w", 21, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK}, now)
 			}
 			if st, _ := r.e.idx.State(6); st != jobindex.Done {
 				t.Fatalf("job 6 is %v, want done", st)
 			}
 			if len(r.e.out.summaries) != 1 || r.e.out.summaries[0] != second || second.done != 1 {
-				t.Fatalf("second incarnation did not finish: summaries %+v", r.e.out.summaries)
+				t.Fatalf("second incarnation did not complete: summaries %+v", r.e.out.summaries)
 			}
 		})
 	}
 }
 
-// TestReplayOlderIncarnationUnfinished: the coordinator decided the first incarnation's last
+// TestReplayOlderIncarnationIncomplete: the coordinator decided the first incarnation's last
 // outcome, accepted the second open, and crashed before storing the first one's outcome and
-// summary. Replay has both incarnations; the first is finished from its report, the second runs.
-func TestReplayOlderIncarnationUnfinished(t *testing.T) {
+// summary. Replay has both incarnations; the first completes from its report, the second runs.
+func TestReplayOlderIncarnationIncomplete(t *testing.T) {
 	t.Parallel()
 	r := newReplayEngine(t, 2)
 	now := time.Unix(1_700_000_000, 0)
@@ -115,14 +115,14 @@ func TestReplayOlderIncarnationUnfinished(t *testing.T) {
 	r.job(5, wire.JobMeta{Group: "g"})
 	r.control(6, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1})
 	r.e.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}, now)
-	r.e.finishReplay(nil, now)
+	r.e.endReplay(nil, now)
 	if len(r.e.out.summaries) != 1 || r.e.out.summaries[0].openSeq != 1 {
-		t.Fatalf("first incarnation not finished from its report: %+v", r.e.out.summaries)
+		t.Fatalf("first incarnation not complete from its report: %+v", r.e.out.summaries)
 	}
 	if st, _ := r.e.idx.State(5); st != jobindex.Pending {
 		t.Fatalf("second incarnation's job is %v, want pending", st)
 	}
-	if g := r.e.groups["g"]; g == nil || g.openSeq != 4 || !g.inSched {
+	if g := r.e.groups.byID["g"]; g == nil || g.openSeq != 4 || !g.inSched {
 		t.Fatalf("second incarnation not scheduled: %+v", g)
 	}
 }
@@ -161,7 +161,7 @@ func TestOpenGroupsWithoutJobsDoNotBlock(t *testing.T) {
 }
 
 // TestAbandonSilentGroup: an unsealed group whose producer publishes nothing for AbandonAfter
-// is sealed by the coordinator (a stored seal marked abandoned), finishes with the jobs it has,
+// is sealed by the coordinator (a stored seal marked abandoned), completes with the jobs it has,
 // and its summary says so. A keep-alive or a job puts the deadline off.
 func TestAbandonSilentGroup(t *testing.T) {
 	t.Parallel()
@@ -196,7 +196,7 @@ func TestAbandonSilentGroup(t *testing.T) {
 	// The seal the coordinator stored comes back through the feed.
 	te.control(wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1, Abandoned: true})
 	if len(te.e.out.summaries) != 1 || !te.e.out.summaries[0].abandoned {
-		t.Fatalf("summaries %+v, want g finished and abandoned", te.e.out.summaries)
+		t.Fatalf("summaries %+v, want g complete and abandoned", te.e.out.summaries)
 	}
 	late := te.job(wire.JobMeta{Group: "g"})
 	if te.e.stats.Admitted != 1 || len(te.e.out.rejections) != 1 {
@@ -208,7 +208,7 @@ func TestAbandonSilentGroup(t *testing.T) {
 }
 
 // TestCancelUnsealedGroup: cancel ends a group that is not sealed (its producer may be gone):
-// pending jobs end canceled, running ones are told to stop, and the group finishes once they
+// pending jobs end canceled, running ones are told to stop, and the group completes once they
 // report. Later jobs are refused; the producer's own seal is not an error.
 func TestCancelUnsealedGroup(t *testing.T) {
 	t.Parallel()
@@ -224,7 +224,7 @@ func TestCancelUnsealedGroup(t *testing.T) {
 	}
 	te.report(rel[0], wire.StatusCanceled, "context canceled")
 	if len(te.e.out.summaries) != 1 || te.e.out.summaries[0].canceled != 2 {
-		t.Fatalf("canceled unsealed group did not finish: %+v", te.e.out.summaries)
+		t.Fatalf("canceled unsealed group did not complete: %+v", te.e.out.summaries)
 	}
 	te.job(wire.JobMeta{Group: "g"})
 	te.seal("g")

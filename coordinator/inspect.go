@@ -93,14 +93,14 @@ func (e *engine) inspect(req wire.InspectRequest) wire.InspectReply {
 		return e.inspectJob(req.Job, req.Group)
 	}
 	var rep wire.InspectReply
-	if g := e.groups[req.Group]; g != nil {
+	if g := e.groups.byID[req.Group]; g != nil {
 		gl := e.groupLive(g)
 		rep.Group = &gl
 		return rep
 	}
-	for i := len(e.retained) - 1; i >= 0; i-- {
-		if e.retained[i].id == req.Group {
-			gl := retainedLive(&e.retained[i])
+	for i := len(e.retention.retained) - 1; i >= 0; i-- {
+		if e.retention.retained[i].id == req.Group {
+			gl := retainedLive(&e.retention.retained[i])
 			rep.Group = &gl
 			break
 		}
@@ -114,8 +114,8 @@ func (e *engine) inspectJob(id uint64, hint string) wire.InspectReply {
 		// Not tracked: its group is complete and forgotten (or it never existed). The retained
 		// incarnations opened before it may hold its outcome, nearest first.
 		var rep wire.InspectReply
-		for i := len(e.retained) - 1; i >= 0 && len(rep.Candidates) < wire.MaxInspectGroups; i-- {
-			r := &e.retained[i]
+		for i := len(e.retention.retained) - 1; i >= 0 && len(rep.Candidates) < wire.MaxInspectGroups; i-- {
+			r := &e.retention.retained[i]
 			if (hint == "" || r.id == hint) && r.openSeq < id && (r.jobsSeq == 0 || id <= r.jobsSeq) {
 				rep.Candidates = append(rep.Candidates, retainedLive(r))
 			}
@@ -136,7 +136,7 @@ func (e *engine) inspectJob(id uint64, hint string) wire.InspectReply {
 		}
 		if st == jobindex.Running && j.pool != nil {
 			jl.Pool = j.pool.key
-			for wid, w := range e.workers {
+			for wid, w := range e.fleet.workers {
 				if w.pool == j.pool {
 					jl.Workers = append(jl.Workers, wid)
 				}
@@ -158,7 +158,7 @@ func (e *engine) inspectJob(id uint64, hint string) wire.InspectReply {
 func (e *engine) incarnationOf(id uint64, hint string) *group {
 	var found *group
 	n := 0
-	for _, g := range e.incarnations {
+	for _, g := range e.groups.incarnations {
 		if g.openSeq >= id || id > g.lastSeq || (hint != "" && g.id != hint) {
 			continue
 		}
@@ -176,7 +176,7 @@ func (e *engine) incarnationOf(id uint64, hint string) *group {
 func (e *engine) groupLive(g *group) wire.GroupLive {
 	gc, _ := e.idx.GroupCounts(g.idxKey)
 	gl := wire.GroupLive{
-		ID: g.id, Incarnation: g.openSeq, Sealed: g.sealed, Abandoned: g.abandoned, Complete: g.finished,
+		ID: g.id, Incarnation: g.openSeq, Sealed: g.sealed, Abandoned: g.abandoned, Complete: g.complete,
 		OpenedAt: g.openedAt, Admitted: g.admitted, Queued: e.sched.Queued(g), InFlight: e.sched.InFlight(g), Jobs: counts(gc),
 	}
 	if !g.sealed {
@@ -193,14 +193,14 @@ func retainedLive(r *retained) wire.GroupLive {
 // latest first; each list bounded by wire.MaxInspectGroups.
 func (e *engine) inspectGroups() []wire.GroupLive {
 	var out []wire.GroupLive
-	for _, g := range e.arrival {
+	for _, g := range e.groups.arrival {
 		if len(out) == wire.MaxInspectGroups {
 			break
 		}
 		out = append(out, e.groupLive(g))
 	}
-	for i, n := len(e.retained)-1, 0; i >= 0 && n < wire.MaxInspectGroups; i, n = i-1, n+1 {
-		out = append(out, retainedLive(&e.retained[i]))
+	for i, n := len(e.retention.retained)-1, 0; i >= 0 && n < wire.MaxInspectGroups; i, n = i-1, n+1 {
+		out = append(out, retainedLive(&e.retention.retained[i]))
 	}
 	return out
 }

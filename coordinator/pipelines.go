@@ -36,8 +36,8 @@ type releaseJob struct {
 // a batch stays in WORK until the report covering it is stored, which is what replay relies on.
 //
 // A release that cannot be carried out (its jobs cannot be read, or the batch is not stored, as
-// while the cluster elects a stream leader) gives its jobs back to the loop, which releases them
-// again: after a pause that doubles while releases keep failing, so a lost leader does not turn
+// while the cluster elects a stream leader) hands its jobs to the loop again, which releases them
+// again: after a pause that doubles while releases keep failing, so a missing leader does not turn
 // into a busy loop of failing requests.
 func (r *run) releaser(ctx context.Context) {
 	pause := retryFirst
@@ -59,19 +59,19 @@ func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
 	for i, j := range req.jobs {
 		reqs[i] = fetchReq{id: j.id, ahead: j.ahead}
 	}
-	fctx, cancel := context.WithTimeout(ctx, requestTimeout) // a read lost with a node must not hold the release
+	fctx, cancel := context.WithTimeout(ctx, requestTimeout) // a read that a lost node never answers must not hold the release
 	msgs, errs := r.payloads.fetch(fctx, reqs)
 	cancel()
 	if ctx.Err() != nil {
 		return nil // stopping: the jobs are not in WORK, so the next term releases them again
 	}
-	infos := make([]releasedInfo, 0, len(msgs))
+	infos := make([]learned, 0, len(msgs))
 	work := make([]wire.WorkJob, 0, len(msgs))
 	for i, m := range msgs {
 		j := req.jobs[i]
 		switch {
 		case m == nil && errors.Is(errs[i], directget.ErrNotFound):
-			infos = append(infos, releasedInfo{id: j.id, err: fmt.Errorf("job message %d is missing from the %s stream", j.id, r.names.JobsStream())})
+			infos = append(infos, learned{id: j.id, err: fmt.Errorf("job message %d is missing from the %s stream", j.id, r.names.JobsStream())})
 			continue
 		case m == nil:
 			// The read failed (no stream leader for a moment, say): the job is still stored,
@@ -82,10 +82,10 @@ func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
 		}
 		meta, err := wire.ParseJobMeta(m.Header)
 		if err != nil {
-			infos = append(infos, releasedInfo{id: j.id, err: err})
+			infos = append(infos, learned{id: j.id, err: err})
 			continue
 		}
-		infos = append(infos, releasedInfo{id: j.id, key: meta.Key, maxAttempts: meta.MaxAttempts})
+		infos = append(infos, learned{id: j.id, key: meta.Key, maxAttempts: meta.MaxAttempts})
 		work = append(work, wire.WorkJob{ID: j.id, Attempt: j.attempt, Timeout: meta.Timeout, Group: meta.Group, Key: meta.Key, Payload: m.Data,
 			Trace: wire.JobTrace(m.Header)}) // the producer's trace context travels in the batch's header
 	}
@@ -147,21 +147,30 @@ func (r *run) publishWork(ctx context.Context, pool string, work []wire.WorkJob)
 	return failed, err
 }
 
+// learned is what a release pipeline tells the loop about one job.
+type learned struct {
+	id          uint64
+	key         string
+	maxAttempts int
+	err         error // the job's stored message is gone: the job fails
+	requeue     bool  // the release did not happen: the job goes back to pending
+}
+
 // notify hands release notices to the loop without ever blocking the pipeline.
-func (r *run) notify(infos ...releasedInfo) {
-	r.relMu.Lock()
-	r.relPending = append(r.relPending, infos...)
-	r.relMu.Unlock()
+func (r *run) notify(infos ...learned) {
+	r.learnMu.Lock()
+	r.learnPending = append(r.learnPending, infos...)
+	r.learnMu.Unlock()
 	select {
-	case r.relNotify <- struct{}{}:
+	case r.learnNotify <- struct{}{}:
 	default:
 	}
 }
 
 func (r *run) notifyRequeue(ids []uint64) {
-	infos := make([]releasedInfo, len(ids))
+	infos := make([]learned, len(ids))
 	for i, id := range ids {
-		infos[i] = releasedInfo{id: id, requeue: true}
+		infos[i] = learned{id: id, requeue: true}
 	}
 	r.notify(infos...)
 }
@@ -178,13 +187,13 @@ type writeOp struct {
 	journal  *journal.Record
 
 	evSeqs     []uint64    // with outcomes: the EVENTS sequence of the report behind each, or 0
-	retention  *purge      // a finished group past its retention
+	retention  *purge      // a retained group whose retention expired
 	rejections []rejection // messages refused
 }
 
-// finishedGroup tells the loop a group's summary is stored (summarySeq > 0 when written now) and
+// completedGroup tells the loop a group's summary is stored (summarySeq > 0 when written now) and
 // its job messages purged if they were to be.
-type finishedGroup struct {
+type completedGroup struct {
 	g          *group
 	summarySeq uint64
 	at         time.Time
@@ -264,7 +273,7 @@ func (r *run) writer(ctx context.Context) {
 			r.wg.Go(func() { r.expire(ctx, *op.retention) })
 			continue
 		case op.g != nil:
-			r.wg.Go(func() { r.finish(ctx, op, 0) })
+			r.wg.Go(func() { r.purgeComplete(ctx, op, 0) })
 			continue
 		default:
 			continue
@@ -279,7 +288,7 @@ func (r *run) acker(ctx context.Context) {
 	defer close(r.summaries)
 	// broken is set once a write could not be stored: the term is ending, and nothing written
 	// after it may be published any more, since a group's summary must never be stored without
-	// every outcome before it (a replay would take the group for finished and purge its jobs).
+	// every outcome before it (a replay would take the group for complete and purge its jobs).
 	broken := false
 	for w := range r.acks {
 		if broken {
@@ -318,14 +327,35 @@ func (r *run) acker(ctx context.Context) {
 	}
 }
 
-// summarizer waits until each summary is stored, then finishes its group (see above).
+// deleteRefused deletes messages refused from the JOBS stream once their rejection is recorded:
+// they can never run, and would otherwise stay (and be refused again by every replay).
+// Deleted in a later term if this one ends first: replay refuses them again.
+func (r *run) deleteRefused(ctx context.Context, seqs []uint64) {
+	for _, seq := range seqs {
+		err := r.retry(ctx, "delete a refused message", func(ctx context.Context) error {
+			s, err := r.c.js.Stream(ctx, r.names.JobsStream())
+			if err == nil {
+				err = s.DeleteMsg(ctx, seq)
+			}
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return
+		}
+	}
+}
+
+// summarizer waits until each summary is stored, then completes its group (see above).
 func (r *run) summarizer(ctx context.Context) {
 	for s := range r.summaries {
 		ack, err := r.stored(ctx, s.msg, s.future)
 		if err != nil {
 			continue // the term is ending; the next writes the summary again
 		}
-		r.wg.Go(func() { r.finish(ctx, s.op, ack.Sequence) })
+		r.wg.Go(func() { r.purgeComplete(ctx, s.op, ack.Sequence) })
 	}
 }
 
@@ -412,10 +442,10 @@ func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
 	return m
 }
 
-// finish purges a finished group's job messages (unless some failed: dead letters keep their
+// purgeComplete purges a complete group's job messages (unless some failed: dead letters keep their
 // payload until the retention passes) and tells the loop to forget the group. summarySeq is the
 // summary's sequence in RESULTS when it was written now, 0 when it was written before a restart.
-func (r *run) finish(ctx context.Context, op writeOp, summarySeq uint64) {
+func (r *run) purgeComplete(ctx context.Context, op writeOp, summarySeq uint64) {
 	if op.purge {
 		err := r.retry(ctx, "purge group "+op.g.id, func(ctx context.Context) error {
 			return purgeGroup(ctx, r.c.js, r.names, op.gtok, op.lastSeq)
@@ -425,13 +455,13 @@ func (r *run) finish(ctx context.Context, op writeOp, summarySeq uint64) {
 		}
 	}
 	select {
-	case r.forgetCh <- finishedGroup{g: op.g, summarySeq: summarySeq, at: time.Now()}:
+	case r.forgetCh <- completedGroup{g: op.g, summarySeq: summarySeq, at: time.Now()}:
 	case <-r.done:
 	}
 }
 
-// expire deletes a finished group's outcomes, and its job messages if they were kept, once its
-// retention has passed.
+// expire deletes a retained group's outcomes, and its job messages if they were kept, once its
+// retention expires.
 func (r *run) expire(ctx context.Context, p purge) {
 	// Not deleted in this term, they are deleted in the next (replay finds them past retention).
 	_ = r.retry(ctx, "delete outcomes of "+p.tok, func(ctx context.Context) error {
@@ -446,7 +476,7 @@ func (r *run) expire(ctx context.Context, p purge) {
 	})
 }
 
-// purgeGroup deletes a finished group's messages from the JOBS stream, up to lastSeq: a later
+// purgeGroup deletes a complete group's messages from the JOBS stream, up to lastSeq: a later
 // incarnation of the same group ID shares the subjects and must keep its messages.
 func purgeGroup(ctx context.Context, js jetstream.JetStream, names wire.Names, gtok string, lastSeq uint64) error {
 	s, err := js.Stream(ctx, names.JobsStream())

@@ -14,7 +14,7 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// TestPurgeGroupKeepsLaterIncarnation: purging a finished group removes its messages and keeps
+// TestPurgeGroupKeepsLaterIncarnation: purging a complete group removes its messages and keeps
 // those of a later incarnation of the same group ID, stored before the purge ran.
 func TestPurgeGroupKeepsLaterIncarnation(t *testing.T) {
 	t.Parallel()

@@ -13,7 +13,7 @@ import (
 // Replay rebuilds the state from the streams. The JOBS feed gives the groups and their jobs
 // (through feed); the EVENTS stream gives the reports and the retry decisions (through report and
 // journalRecord); the RESULTS stream gives the outcomes already written (outcomeReplay); the WORK
-// stream gives the batches released and not yet acknowledged (finishReplay's alive).
+// stream gives the batches released and not yet acknowledged (endReplay's alive).
 //
 // No release is journaled: a worker acknowledges a batch only after the report covering it is
 // stored, so every job ever released is still in WORK or has a report in EVENTS.
@@ -24,6 +24,56 @@ type aliveJob struct {
 	pool    string
 }
 
+// replayState is the engine's part that holds what replay collects before the state is rebuilt
+// (see endReplay); dropped when replay ends. Owned by the loop.
+type replayState struct {
+	groupOf map[uint64]*group
+	reports map[uint64]reportAt      // latest report per job
+	retries map[uint64]journal.Entry // latest retry decision per job
+	history map[uint64][]wire.Attempt
+	cancels []replayCancel // cancels read, applied once the state is rebuilt
+}
+
+// replayCancel is a cancel read during replay: of the group, or of some of its jobs.
+type replayCancel struct {
+	g    *group
+	jobs []uint64
+}
+
+// reportAt is a report seen during replay, applied once the journal has been read.
+type reportAt struct {
+	pool   string // of the subject it came on
+	worker string
+	seq    uint64 // in EVENTS
+	r      wire.Report
+	prev   *reportAt // the job's report it replaced, the latest again if this one was refused (skipRefused)
+}
+
+// report records a report read during replay: decisions are replayed from the journal, and a
+// report is applied after replay only if no decision followed it (see endReplay).
+func (rp *replayState) report(pool, worker string, seq uint64, r wire.Report, now time.Time) {
+	// As live, the first report of an attempt decides it and later ones are stale, unless it
+	// returned the job unrun (StatusReturned), which keeps the attempt number for the next
+	// release: a stale report (a forged one, or a lapsed report of a redelivered batch whose
+	// worker had reported it) must not decide the job at replay either.
+	prev, ok := rp.reports[r.ID]
+	if ok && r.Attempt <= prev.r.Attempt && !(r.Attempt == prev.r.Attempt && prev.r.Status == wire.StatusReturned) {
+		return // stale, as it was live
+	}
+	ra := reportAt{pool: pool, worker: worker, seq: seq, r: r}
+	if ok {
+		ra.prev = &prev // kept until replay ends, in case this one was refused
+	}
+	rp.reports[r.ID] = ra
+	if r.Status.Failed() {
+		// The history of the attempts whose reports are still in EVENTS (older ones may have
+		// been trimmed).
+		j := &job{history: rp.history[r.ID]}
+		j.addHistory(historyWorker(worker, r.Status), r.Data, now)
+		rp.history[r.ID] = j.history
+	}
+}
+
 // journalRecord applies one journal record.
 func (e *engine) journalRecord(r journal.Record) {
 	if r.Epoch < e.maxEpoch {
@@ -31,16 +81,57 @@ func (e *engine) journalRecord(r journal.Record) {
 		return
 	}
 	e.maxEpoch = r.Epoch
-	if e.replaying && r.Kind == journal.KindRefused {
+	if e.replaying() && r.Kind == journal.KindRefused {
 		e.skipRefused(r.Entries) // see reports.go
 		return
 	}
-	if !e.replaying || r.Kind != journal.KindRetry {
+	if !e.replaying() || r.Kind != journal.KindRetry {
 		return // live: our own records, applied when decided
 	}
 	for _, en := range r.Entries {
-		if prev, ok := e.replayRetries[en.ID]; !ok || en.Attempt >= prev.Attempt {
-			e.replayRetries[en.ID] = en
+		if prev, ok := e.replay.retries[en.ID]; !ok || en.Attempt >= prev.Attempt {
+			e.replay.retries[en.ID] = en
+		}
+	}
+}
+
+// skipRefused undoes, during replay, the reports a journal record says were refused before the
+// restart: the report before a refused one is the job's latest again, and a refused failed
+// attempt leaves the history.
+func (e *engine) skipRefused(entries []journal.Entry) {
+	for _, en := range entries {
+		head, ok := e.replay.reports[en.ID]
+		if !ok {
+			continue
+		}
+		// Unlink the refused report from the job's chain of reports, latest first.
+		var refused *reportAt
+		if head.seq == en.Seq {
+			refused = &head
+			if head.prev != nil {
+				e.replay.reports[en.ID] = *head.prev
+			} else {
+				delete(e.replay.reports, en.ID)
+			}
+		} else {
+			for ra := &head; ra.prev != nil; ra = ra.prev {
+				if ra.prev.seq == en.Seq {
+					refused, ra.prev = ra.prev, ra.prev.prev
+					break
+				}
+			}
+			e.replay.reports[en.ID] = head
+		}
+		if refused == nil || !refused.r.Status.Failed() {
+			continue
+		}
+		// Its failed attempt is in the history: take the latest entry it added out.
+		h := e.replay.history[en.ID]
+		for i := len(h) - 1; i >= 0; i-- {
+			if h[i].Worker == historyWorker(refused.worker, refused.r.Status) && h[i].Error == string(refused.r.Data) {
+				e.replay.history[en.ID] = append(h[:i], h[i+1:]...)
+				break
+			}
 		}
 	}
 }
@@ -54,19 +145,19 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 	}
 	// The incarnation the outcomes belong to, if its messages are still in JOBS: several
 	// incarnations of one group ID can be, when a later one opened after an earlier one ended.
-	g := e.incarnations[openSeq]
+	g := e.groups.incarnations[openSeq]
 	if g != nil && g.id != id {
 		g = nil
 	}
 	if sum != nil {
-		// A finished incarnation: its outcomes are kept until the retention passes, and its job
+		// A complete incarnation: its outcomes are retained until its retention expires, and its job
 		// messages too while they are in JOBS (some failed, or it was not purged yet).
 		var jobsSeq uint64
 		if g != nil {
-			g.finished = true
+			g.complete = true
 			jobsSeq = g.lastSeq
 		}
-		e.finished(id, openSeq, msgSeq, sum.Failed > 0, jobsSeq, at)
+		e.retain(id, openSeq, msgSeq, sum.Failed > 0, jobsSeq, at)
 		return
 	}
 	if g == nil {
@@ -90,72 +181,22 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 	}
 }
 
-// finishReplay ends replay and reconciles every job that was ever released: running if its
+// endReplay ends replay and reconciles every job that was ever released: running if its
 // latest attempt is still in WORK, waiting if a retry was decided for its latest report, and
 // otherwise decided now from its latest report.
-func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
-	ids := map[uint64]bool{}
-	for id := range alive {
-		ids[id] = true
-	}
-	for id := range e.replayReports {
-		ids[id] = true
-	}
-	for id := range e.replayRetries {
-		ids[id] = true
-	}
-	var undecided []reportAt
-	for _, id := range sortedIDs(ids) {
-		g := e.replayGroupOf[id]
-		if st, ok := e.idx.State(id); g == nil || g.finished || !ok || st.Terminal() {
-			continue // finished, or its group was purged
-		}
-		a, isAlive := alive[id]
-		rp, reported := e.replayReports[id]
-		rt, retried := e.replayRetries[id]
-		j := &job{id: id, g: g, heapIdx: -1, attempt: max(a.attempt, rp.r.Attempt, rt.Attempt), history: e.replayHistory[id]}
-		e.jobs[id] = j
-		e.mustMove(id, jobindex.Running)
-		switch {
-		case isAlive && a.attempt == j.attempt:
-			j.pool = e.poolFor(a.pool, nil)
-			j.pool.outstanding++
-		case retried && rt.Attempt == j.attempt:
-			e.mustMove(id, jobindex.RetryWait)
-			j.retryAt, j.evSeq = rt.At, rp.seq
-			e.retryWait.Push(j)
-		case reported:
-			undecided = append(undecided, rp)
-			if h := j.history; len(h) > 0 && rp.r.Status.Failed() {
-				j.history = h[:len(h)-1] // deciding the report adds it back
-			}
-		}
-	}
-	heap.Init(&e.retryWait)
-
-	// Rebuild the scheduler: open groups in arrival order, each with its never-released pending
-	// jobs in ID order, sealed after the push.
-	pending := map[*group][]uint64{}
-	for id, g := range e.replayGroupOf {
-		if st, _ := e.idx.State(id); st == jobindex.Pending && e.jobs[id] == nil {
-			pending[g] = append(pending[g], id)
-		}
-	}
-	e.replaying = false
+func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
+	rs := e.replay
+	undecided := e.rebuildJobs(rs, alive)
+	pending := e.neverReleased(rs)
+	e.replay = nil // live from here on
 	e.maxEpoch = max(e.maxEpoch, e.epoch)
 	e.boundRetained()
-	for _, g := range e.arrival {
-		if !g.finished {
-			ids := pending[g]
-			slices.Sort(ids)
-			e.schedule(g, ids)
-		}
-	}
-	e.replayGroupOf, e.replayReports, e.replayRetries, e.replayHistory = nil, nil, nil, nil
+	e.rebuildScheduler(pending)
 	// The incarnations whose summary is stored: purge them if not yet done. Taken before the
-	// undecided reports are decided, since those can finish more (whose summary is written first).
-	for _, g := range e.arrival {
-		if g.finished {
+	// undecided reports are decided, since those can complete more groups (whose summary is
+	// written first).
+	for _, g := range e.groups.arrival {
+		if g.complete {
 			e.out.purges = append(e.out.purges, g)
 		}
 	}
@@ -165,18 +206,84 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	}
 	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
 	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
-	for _, c := range e.replayCancels {
+	for _, c := range rs.cancels {
 		switch {
-		case c.g.finished:
+		case c.g.complete:
 		case len(c.jobs) > 0:
 			e.cancelJobs(c.g, c.jobs)
 		default:
 			e.cancelGroup(c.g)
 		}
 	}
-	e.replayCancels = nil
-	for _, g := range e.arrival {
-		e.checkFinished(g)
+	for _, g := range e.groups.arrival {
+		e.checkComplete(g)
+	}
+}
+
+// rebuildJobs makes a job in flight of every job ever released that has not ended: running in
+// its batch's pool if its latest attempt is in WORK, waiting if a retry was decided for its
+// latest report. It returns the latest reports no decision followed, in job order.
+func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undecided []reportAt) {
+	ids := map[uint64]bool{}
+	for id := range alive {
+		ids[id] = true
+	}
+	for id := range rs.reports {
+		ids[id] = true
+	}
+	for id := range rs.retries {
+		ids[id] = true
+	}
+	for _, id := range sortedIDs(ids) {
+		g := rs.groupOf[id]
+		if st, ok := e.idx.State(id); g == nil || g.complete || !ok || st.Terminal() {
+			continue // ended, or its group was purged
+		}
+		a, isAlive := alive[id]
+		rp, reported := rs.reports[id]
+		rt, retried := rs.retries[id]
+		j := &job{id: id, g: g, heapIdx: -1, attempt: max(a.attempt, rp.r.Attempt, rt.Attempt), history: rs.history[id]}
+		e.jobs[id] = j
+		e.mustMove(id, jobindex.Running)
+		switch {
+		case isAlive && a.attempt == j.attempt:
+			j.pool = e.poolFor(a.pool, nil)
+			j.pool.outstanding++
+		case retried && rt.Attempt == j.attempt:
+			e.mustMove(id, jobindex.RetryWait)
+			j.retryAt, j.evSeq = rt.At, rp.seq
+			e.retries.wait.Push(j)
+		case reported:
+			undecided = append(undecided, rp)
+			if h := j.history; len(h) > 0 && rp.r.Status.Failed() {
+				j.history = h[:len(h)-1] // deciding the report adds it back
+			}
+		}
+	}
+	heap.Init(&e.retries.wait)
+	return undecided
+}
+
+// neverReleased lists, per group, the pending jobs that were never released.
+func (e *engine) neverReleased(rs *replayState) map[*group][]uint64 {
+	pending := map[*group][]uint64{}
+	for id, g := range rs.groupOf {
+		if st, _ := e.idx.State(id); st == jobindex.Pending && e.jobs[id] == nil {
+			pending[g] = append(pending[g], id)
+		}
+	}
+	return pending
+}
+
+// rebuildScheduler hands the open groups to the scheduler in arrival order, each with its
+// never-released pending jobs in ID order, sealed after the push.
+func (e *engine) rebuildScheduler(pending map[*group][]uint64) {
+	for _, g := range e.groups.arrival {
+		if !g.complete {
+			ids := pending[g]
+			slices.Sort(ids)
+			e.schedule(g, ids)
+		}
 	}
 }
 

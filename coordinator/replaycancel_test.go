@@ -45,7 +45,7 @@ func TestCancelReadDuringReplayApplies(t *testing.T) {
 		t.Errorf("rejections %+v, want only the job after the cancel (%d)", e.out.rejections, late)
 	}
 
-	e.finishReplay(nil, time.Unix(1_700_000_000, 0))
+	e.endReplay(nil, time.Unix(1_700_000_000, 0))
 	for _, tc := range []struct {
 		id   uint64
 		want jobindex.State
@@ -54,12 +54,12 @@ func TestCancelReadDuringReplayApplies(t *testing.T) {
 			t.Errorf("job %d is %v, want %v", tc.id, st, tc.want)
 		}
 	}
-	finished := map[string]bool{}
+	complete := map[string]bool{}
 	for _, g := range e.out.summaries {
-		finished[g.id] = true
+		complete[g.id] = true
 	}
-	if !finished["whole"] || !finished["early"] || finished["some"] {
-		t.Errorf("groups finished: %v, want whole and early", finished)
+	if !complete["whole"] || !complete["early"] || complete["some"] {
+		t.Errorf("groups complete: %v, want whole and early", complete)
 	}
 	if len(e.out.answers) != 0 {
 		t.Errorf("answered cancels read during replay: %+v", e.out.answers)

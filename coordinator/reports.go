@@ -1,9 +1,7 @@
 package coordinator
 
 import (
-	"container/heap"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/weavejobs/weave/internal/jobindex"
@@ -41,7 +39,7 @@ func (r *run) applyReports(subject string, evSeq uint64, data []byte) {
 // A report about a running job is accepted only if the job was released to that pool, and the
 // worker, if it is live, is a worker of that pool: a worker of another pool (or anyone able to
 // publish on another pool's report subjects) cannot decide a job it was not given. Reports the
-// coordinator hands back from an orphaned pool (rescue.go) come as wire.RescueWorker on the
+// coordinator's rescue returns from an orphaned pool (rescue.go) come as wire.RescueWorker on the
 // rescued pool's subject, which only the coordinator role may publish on. A worker that is not
 // live any more (silent for HeartbeatMisses heartbeats, then heard again) is still a worker of
 // the pool its subject names: its reports are accepted, because it acks the job's batch once the
@@ -58,29 +56,8 @@ func (r *run) applyReports(subject string, evSeq uint64, data []byte) {
 // seq is the report message's sequence in EVENTS: the job's state depends on it until the
 // decision it leads to is stored elsewhere (see lowWater).
 func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time.Time) {
-	if e.replaying {
-		// Decisions are replayed from the journal; a report is applied after replay only if
-		// no decision followed it (see finishReplay).
-		// As live, the first report of an attempt decides it and later ones are stale, unless
-		// it gave the job back unrun (released), which keeps the attempt number for the next
-		// release: a stale report (a forged one, or a lost report of a batch whose worker had
-		// reported it) must not decide the job at replay either.
-		prev, ok := e.replayReports[r.ID]
-		if ok && r.Attempt <= prev.r.Attempt && !(r.Attempt == prev.r.Attempt && prev.r.Status == wire.StatusReleased) {
-			return // stale, as it was live
-		}
-		ra := reportAt{pool: pool, worker: worker, seq: seq, r: r}
-		if ok {
-			ra.prev = &prev // kept until replay ends, in case this one was refused
-		}
-		e.replayReports[r.ID] = ra
-		if r.Status.Failed() {
-			// The history of the attempts whose reports are still in EVENTS (older ones may have
-			// been trimmed).
-			j := &job{history: e.replayHistory[r.ID]}
-			j.addHistory(historyWorker(worker, r.Status), r.Data, now)
-			e.replayHistory[r.ID] = j.history
-		}
+	if e.replaying() {
+		e.replay.report(pool, worker, seq, r, now)
 		return
 	}
 	j := e.jobs[r.ID]
@@ -104,31 +81,37 @@ func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time
 		e.stats.Rescued++
 	}
 	e.stopRunning(j)
-	if r.Status != wire.StatusReleased && r.Status != wire.StatusLost {
+	if r.Status != wire.StatusReturned && r.Status != wire.StatusLapsed {
 		e.learnBusy(j, r.Duration, r.Waited, now) // the others say nothing about the job's time
 	}
+	e.decide(j, worker, seq, r, now)
+}
+
+// decide applies a report's status to the job j, which the report's attempt ran: it ends the
+// job, returns it to the ready retries, or schedules a retry.
+func (e *engine) decide(j *job, worker string, seq uint64, r wire.Report, now time.Time) {
 	switch r.Status {
 	case wire.StatusOK:
-		e.finish(j, jobindex.Done, r.Data, seq)
+		e.end(j, jobindex.Done, r.Data, seq)
 	case wire.StatusPermanent:
 		j.addHistory(worker, r.Data, now)
-		e.finish(j, jobindex.Failed, r.Data, seq)
+		e.end(j, jobindex.Failed, r.Data, seq)
 	case wire.StatusCanceled:
-		e.finish(j, jobindex.Canceled, r.Data, seq)
-	case wire.StatusReleased:
+		e.end(j, jobindex.Canceled, r.Data, seq)
+	case wire.StatusReturned:
 		e.requeue(j)
 		j.evSeq = seq
-	case wire.StatusError, wire.StatusLost:
-		if r.Status == wire.StatusLost {
+	case wire.StatusError, wire.StatusLapsed:
+		if r.Status == wire.StatusLapsed {
 			e.stats.LostAttempts++
 		}
 		j.addHistory(historyWorker(worker, r.Status), r.Data, now)
 		switch {
 		case j.cancelReq || j.g.cancelReq:
-			e.finish(j, jobindex.Canceled, r.Data, seq) // canceled while running: no retry
+			e.end(j, jobindex.Canceled, r.Data, seq) // canceled while running: no retry
 			return
 		case int(j.attempt) >= e.maxAttempts(j):
-			e.finish(j, jobindex.Failed, r.Data, seq)
+			e.end(j, jobindex.Failed, r.Data, seq)
 			return
 		}
 		e.scheduleRetry(j, e.retryDelay(j, r.RetryAfter), now)
@@ -142,51 +125,10 @@ func (e *engine) foreignReport(pool, worker string, j *job) string {
 	if j.pool != nil && j.pool.key != pool {
 		return fmt.Sprintf("report from worker %q of pool %s about job %d, which was released to pool %s", worker, pool, j.id, j.pool.key)
 	}
-	if w := e.workers[worker]; w != nil && w.pool.key != pool {
+	if w := e.fleet.workers[worker]; w != nil && w.pool.key != pool {
 		return fmt.Sprintf("report about job %d on pool %s's subject from worker %q, which is live in pool %s", j.id, pool, worker, w.pool.key)
 	}
 	return ""
-}
-
-// skipRefused undoes, during replay, the reports a journal record says were refused before the
-// restart: the report before a refused one is the job's latest again, and a refused failed
-// attempt leaves the history.
-func (e *engine) skipRefused(entries []journal.Entry) {
-	for _, en := range entries {
-		head, ok := e.replayReports[en.ID]
-		if !ok {
-			continue
-		}
-		// Unlink the refused report from the job's chain of reports, latest first.
-		var refused *reportAt
-		if head.seq == en.Seq {
-			refused = &head
-			if head.prev != nil {
-				e.replayReports[en.ID] = *head.prev
-			} else {
-				delete(e.replayReports, en.ID)
-			}
-		} else {
-			for ra := &head; ra.prev != nil; ra = ra.prev {
-				if ra.prev.seq == en.Seq {
-					refused, ra.prev = ra.prev, ra.prev.prev
-					break
-				}
-			}
-			e.replayReports[en.ID] = head
-		}
-		if refused == nil || !refused.r.Status.Failed() {
-			continue
-		}
-		// Its failed attempt is in the history: take the latest entry it added out.
-		h := e.replayHistory[en.ID]
-		for i := len(h) - 1; i >= 0; i-- {
-			if h[i].Worker == historyWorker(refused.worker, refused.r.Status) && h[i].Error == string(refused.r.Data) {
-				e.replayHistory[en.ID] = append(h[:i], h[i+1:]...)
-				break
-			}
-		}
-	}
 }
 
 // unreleasedReport returns why a report about an attempt that was never released is refused, or
@@ -217,13 +159,21 @@ func (e *engine) rejectReports(subject string, seq uint64, reason string) {
 	e.reject(subject, seq, reason)
 }
 
-// historyWorker is the worker an attempt's history names: the reporter, except for a lost
+// historyWorker is the worker an attempt's history names: the reporter, except for a lapsed
 // attempt, whose reporter only found the batch back after the worker that held it was gone.
 func historyWorker(reporter string, st wire.Status) string {
-	if st == wire.StatusLost {
+	if st == wire.StatusLapsed {
 		return ""
 	}
 	return reporter
+}
+
+// addHistory records a failed attempt, keeping the first one and the latest ones.
+func (j *job) addHistory(worker string, errText []byte, now time.Time) {
+	if len(j.history) >= wire.MaxHistory {
+		j.history = append(j.history[:1], j.history[2:]...)
+	}
+	j.history = append(j.history, wire.Attempt{At: now.Truncate(time.Millisecond), Worker: worker, Error: string(errText)})
 }
 
 // busyWeight is the weight of one report in a group's busy share.
@@ -258,18 +208,10 @@ func (e *engine) learnBusy(j *job, ran, waited time.Duration, now time.Time) {
 	g.busy = g.ranAvg / g.cycleAvg
 	// A group not measured yet starts from the others' share: starting from 1 would make a new
 	// group with one job look busier than a large group with several, and break the spread.
-	e.groupBusy += busyWeight * (share - e.groupBusy)
+	e.groups.busy += busyWeight * (share - e.groups.busy)
 	if trip := cycle - min(waited, cycle); trip > 0 {
-		e.busy += busyWeight * (min(float64(ran)/float64(trip), 1) - e.busy)
+		e.fleet.busy += busyWeight * (min(float64(ran)/float64(trip), 1) - e.fleet.busy)
 	}
-}
-
-// addHistory records a failed attempt, keeping the first one and the latest ones.
-func (j *job) addHistory(worker string, errText []byte, now time.Time) {
-	if len(j.history) >= wire.MaxHistory {
-		j.history = append(j.history[:1], j.history[2:]...)
-	}
-	j.history = append(j.history, wire.Attempt{At: now.Truncate(time.Millisecond), Worker: worker, Error: string(errText)})
 }
 
 // stopRunning releases the capacity a running job held.
@@ -293,48 +235,9 @@ func (e *engine) maxAttempts(j *job) int {
 	return e.cfg.MaxAttempts
 }
 
-// requeue puts a job that did not run back in front of new work. Its next release keeps the
-// attempt number: the report that gave it back is before that release in EVENTS, so a report
-// about the attempt is never ambiguous.
-func (e *engine) requeue(j *job) {
-	e.mustMove(j.id, jobindex.Pending)
-	j.reuse = true
-	e.retryReady = append(e.retryReady, j)
-}
-
-// retryDelay is the wait before attempt j.attempt+1: the handler's request, else exponential
-// backoff with full jitter.
-func (e *engine) retryDelay(j *job, requested time.Duration) time.Duration {
-	if requested > 0 {
-		return requested
-	}
-	ceiling := e.cfg.RetryBase << min(j.attempt-1, 32)
-	if ceiling <= 0 || ceiling > e.cfg.RetryMax {
-		ceiling = e.cfg.RetryMax
-	}
-	return time.Duration(e.rng.Int64N(int64(ceiling) + 1))
-}
-
-func (e *engine) scheduleRetry(j *job, delay time.Duration, now time.Time) {
-	e.mustMove(j.id, jobindex.RetryWait)
-	j.retryAt = now.Add(delay)
-	heap.Push(&e.retryWait, j)
-	e.stats.Retried++
-	e.out.retries = append(e.out.retries, journal.Entry{ID: j.id, Attempt: j.attempt, At: j.retryAt})
-}
-
-func (e *engine) dropRetry(j *job) {
-	if j.heapIdx >= 0 && j.heapIdx < len(e.retryWait) && e.retryWait[j.heapIdx] == j {
-		heap.Remove(&e.retryWait, j.heapIdx)
-	}
-	isJ := func(r *job) bool { return r == j }
-	e.retryReady = slices.DeleteFunc(e.retryReady, isJ)
-	e.parked = slices.DeleteFunc(e.parked, isJ)
-}
-
-// finish moves a job to a terminal state and records its outcome. evSeq is the EVENTS
+// end moves a job to a terminal state and records its outcome. evSeq is the EVENTS
 // sequence of the report that decided it, or 0.
-func (e *engine) finish(j *job, to jobindex.State, data []byte, evSeq uint64) {
+func (e *engine) end(j *job, to jobindex.State, data []byte, evSeq uint64) {
 	e.moveTerminal(j.id, to)
 	delete(e.jobs, j.id)
 	state := wire.FinalDone
@@ -347,27 +250,9 @@ func (e *engine) finish(j *job, to jobindex.State, data []byte, evSeq uint64) {
 	e.recordOutcome(j.g, wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempt, Data: data, History: j.history}, evSeq)
 }
 
-// tick moves due retries back to pending and forgets silent workers.
-func (e *engine) tick(now time.Time) {
-	for len(e.retryWait) > 0 && !e.retryWait[0].retryAt.After(now) {
-		j := heap.Pop(&e.retryWait).(*job)
-		e.mustMove(j.id, jobindex.Pending)
-		e.retryReady = append(e.retryReady, j)
-	}
-	e.expireWorkers(now)
-	e.abandon(now)
-}
-
-// nextDue is when tick next has work: the earliest retry, or zero.
-func (e *engine) nextDue() time.Time {
-	if len(e.retryWait) == 0 {
-		return time.Time{}
-	}
-	return e.retryWait[0].retryAt
-}
-
-// released records what the release pipeline learned from a job's stored message.
-func (e *engine) released(id uint64, key string, maxAttempts int) {
+// learn records what the release pipeline learned from a job's stored message: its key and
+// its own attempt limit.
+func (e *engine) learn(id uint64, key string, maxAttempts int) {
 	j := e.jobs[id]
 	if j == nil {
 		return
@@ -375,8 +260,9 @@ func (e *engine) released(id uint64, key string, maxAttempts int) {
 	j.key, j.maxAtt = key, maxAttempts
 }
 
-// lost handles jobs whose release failed (their message vanished from the JOBS stream).
-func (e *engine) lost(id uint64, reason string) {
+// vanished ends, failed, a job whose release found its stored message gone from the JOBS
+// stream (counted in Totals.LostJobs).
+func (e *engine) vanished(id uint64, reason string) {
 	j := e.jobs[id]
 	if j == nil {
 		return
@@ -386,11 +272,12 @@ func (e *engine) lost(id uint64, reason string) {
 	}
 	e.stats.LostJobs++
 	e.stopRunning(j)
-	e.finish(j, jobindex.Failed, []byte(reason), 0)
+	e.end(j, jobindex.Failed, []byte(reason), 0)
 }
 
-// unreleased puts back a job whose release could not be carried out.
-func (e *engine) unreleased(id uint64) {
+// releaseFailed puts back a job whose release could not be carried out (counted in
+// Totals.Requeued).
+func (e *engine) releaseFailed(id uint64) {
 	e.stats.Requeued++
 	j := e.jobs[id]
 	if j == nil {
@@ -401,26 +288,4 @@ func (e *engine) unreleased(id uint64) {
 	}
 	e.stopRunning(j)
 	e.requeue(j)
-}
-
-// retryHeap orders retry-waiting jobs by due time.
-type retryHeap []*job
-
-func (h retryHeap) Len() int           { return len(h) }
-func (h retryHeap) Less(a, b int) bool { return h[a].retryAt.Before(h[b].retryAt) }
-func (h retryHeap) Swap(a, b int) {
-	h[a], h[b] = h[b], h[a]
-	h[a].heapIdx, h[b].heapIdx = a, b
-}
-func (h *retryHeap) Push(x any) {
-	j := x.(*job)
-	j.heapIdx = len(*h)
-	*h = append(*h, j)
-}
-func (h *retryHeap) Pop() any {
-	old := *h
-	j := old[len(old)-1]
-	*h = old[:len(old)-1]
-	j.heapIdx = -1
-	return j
 }

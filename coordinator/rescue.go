@@ -13,29 +13,29 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// Rescue takes back the jobs of a pool left without live workers (see engine.orphans).
+// Rescue takes back the jobs of a pool left without live workers (see fleet.orphans).
 //
 // A pool's jobs wait in WORK on the pool's subject, read by the pool's durable consumer; when
 // the last worker of the pool is gone, nobody reads them. The coordinator then reads that
-// consumer itself, as one more worker of the pool would, and hands every job back with a
-// released report, the same report a draining worker sends for the jobs it did not run: the
+// consumer itself, as one more worker of the pool would, and returns every job with a
+// returned report (wire.StatusReturned), the same report a draining worker sends for the jobs it did not run: the
 // report is stored in EVENTS first and the batch acked after, so a crash in between leaves the
 // batch in WORK (rescued again) and never loses a job. The loop applies the report like any
 // other, and the job is released again, to a pool that can run it, keeping its attempt number.
 //
 // Batches not yet delivered come at once; a batch a dead worker had taken comes when its lease
-// (the consumer's AckWait) runs out, and its jobs are reported lost instead (a failed attempt:
+// (the consumer's AckWait) runs out, and its jobs are reported lapsed instead (a failed attempt:
 // the worker may have run them), as a worker of the pool would report them. A rescue stops as
 // soon as the pool has a worker again or nothing released to it is left.
 
 // rescueFetch is how long one pull request of a rescue waits at the server for a batch.
 const rescueFetch = time.Second
 
-// reconcileRescues starts a rescue for each pool engine.orphans names and stops the others.
+// reconcileRescues starts a rescue for each pool fleet.orphans names and stops the others.
 // Called by the loop.
 func (r *run) reconcileRescues(ctx context.Context) {
 	want := map[string]bool{}
-	for _, key := range r.e.orphans(r.cfg.now()) {
+	for _, key := range r.e.fleet.orphans(r.cfg.now(), r.cfg.RescueAfter) {
 		want[key] = true
 		if _, ok := r.rescues[key]; ok {
 			continue
@@ -53,7 +53,7 @@ func (r *run) reconcileRescues(ctx context.Context) {
 	}
 }
 
-// rescue reads the pool's consumer until ctx is done, handing back every job it finds.
+// rescue reads the pool's consumer until ctx is done, returning every job it finds.
 func (r *run) rescue(ctx context.Context, pool string) {
 	var cons jetstream.Consumer
 	for ctx.Err() == nil {
@@ -98,7 +98,7 @@ func (r *run) rescueConsumer(ctx context.Context, pool string) (jetstream.Consum
 	return cons, err
 }
 
-// handBack stores a released report for every job of the batch m of pool, on the pool's rescue
+// handBack stores a returned report for every job of the batch m of pool, on the pool's rescue
 // report subject (NS.ev.report.<pool>.~coordinator), then acks m. A batch that
 // does not decode can never run anywhere: it is terminated and recorded as rejected, as a worker
 // would.
@@ -121,18 +121,18 @@ func (r *run) handBack(ctx context.Context, pool string, m jetstream.Msg) error 
 	}
 	var reports []wire.Report
 	if md, err := m.Metadata(); err == nil && md.NumDelivered > 1 {
-		// The dead worker had taken the batch: its attempts are lost, as a worker would report.
-		reports = wire.LostReports(jobs, md.NumDelivered)
+		// The dead worker had taken the batch (redelivered): its attempts lapsed, as a worker would report.
+		reports = wire.LapsedReports(jobs, md.NumDelivered)
 	} else {
 		reports = make([]wire.Report, len(jobs))
 		for i, j := range jobs {
-			reports[i] = wire.Report{ID: j.ID, Attempt: j.Attempt, Status: wire.StatusReleased}
+			reports[i] = wire.Report{ID: j.ID, Attempt: j.Attempt, Status: wire.StatusReturned}
 		}
 	}
 	subject := r.names.ReportSubject(pool, wire.RescueWorker)
 	if _, err := r.c.js.Publish(ctx, subject, wire.AppendReports(nil, wire.RescueWorker, reports)); err != nil {
 		// Not stored: the batch comes back after its AckWait and is rescued then.
-		return fmt.Errorf("store released report: %w", err)
+		return fmt.Errorf("store returned report: %w", err)
 	}
 	return m.DoubleAck(ctx)
 }

@@ -6,16 +6,28 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
+// retention is the engine's part that owns what keeps the streams bounded: the complete groups
+// whose outcomes are retained, and the positions the EVENTS low-water mark is computed from.
+// Owned by the loop.
+type retention struct {
+	retained      []retained     // complete groups, in completion order, whose outcomes are kept
+	eventsApplied uint64         // the last EVENTS sequence applied
+	jobsApplied   uint64         // the last JOBS sequence applied
+	unstored      map[uint64]int // EVENTS sequences of reports whose outcomes are not stored yet
+}
+
 // Bounded growth. Every stream shrinks back once its contents are no longer needed:
 //
-//   - NS_JOBS: a finished group's messages are purged when its summary is stored, or, if some
+//   - NS_JOBS: a complete group's messages are purged when its summary is stored, or, if some
 //     of its jobs failed (their payloads are kept for inspection), ResultRetention later;
-//   - NS_RESULTS: a finished group's outcomes are purged ResultRetention after it finished;
+//   - NS_RESULTS: a complete group's outcomes are retained, then purged when its retention
+//     expires, ResultRetention after it completed;
 //   - NS_EVENTS: reports and journal records are purged below the low-water mark, the oldest
 //     sequence the state still depends on (see lowWater);
 //   - NS_WORK is a work queue: acked batches are gone. NS_REJECTED is bounded by age and count.
 
-// retained is a finished group whose outcomes (and perhaps job messages) are still kept.
+// retained is a complete group whose outcomes (and perhaps job messages) are still kept.
+// Owned by the loop, through retention.
 type retained struct {
 	id, tok    string
 	openSeq    uint64 // its incarnation
@@ -25,48 +37,48 @@ type retained struct {
 	at         time.Time
 }
 
-// purge is an effect: delete a finished group's outcomes up to summarySeq and, if jobsSeq > 0,
+// purge is an effect: delete a retained group's outcomes up to summarySeq and, if jobsSeq > 0,
 // its job messages up to jobsSeq.
 type purge struct {
 	tok                 string
 	summarySeq, jobsSeq uint64
 }
 
-// finished records that a finished incarnation's summary is stored, at RESULTS sequence
+// retain records that a complete incarnation's summary is stored, at RESULTS sequence
 // summarySeq. keepJobs says its job messages are still in JOBS (some failed), up to jobsSeq (0
 // when not known: after a restart, the next incarnation's open, or the feed's end, bounds it).
-func (e *engine) finished(id string, openSeq, summarySeq uint64, keepJobs bool, jobsSeq uint64, at time.Time) {
+func (e *engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jobsSeq uint64, at time.Time) {
 	tok := wire.GroupToken(id)
-	for i := range e.retained {
-		if r := &e.retained[i]; r.tok == tok && r.keepJobs && r.jobsSeq == 0 && r.openSeq < openSeq {
+	for i := range e.retention.retained {
+		if r := &e.retention.retained[i]; r.tok == tok && r.keepJobs && r.jobsSeq == 0 && r.openSeq < openSeq {
 			r.jobsSeq = openSeq - 1 // an earlier incarnation ends before this one's open
 		}
 	}
-	e.retained = append(e.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at})
+	e.retention.retained = append(e.retention.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at})
 }
 
 // boundRetained gives the retained incarnations whose last JOBS sequence is still unknown after
 // replay a bound: the open of the current incarnation of their ID, or the end of the feed.
 func (e *engine) boundRetained() {
-	for i := range e.retained {
-		r := &e.retained[i]
+	for i := range e.retention.retained {
+		r := &e.retention.retained[i]
 		if !r.keepJobs || r.jobsSeq != 0 {
 			continue
 		}
-		r.jobsSeq = e.jobsApplied
-		if g := e.groups[r.id]; g != nil && g.openSeq > r.openSeq {
+		r.jobsSeq = e.retention.jobsApplied
+		if g := e.groups.byID[r.id]; g != nil && g.openSeq > r.openSeq {
 			r.jobsSeq = g.openSeq - 1
 		}
 	}
 }
 
-// expireRetained emits the purges of the groups finished more than ResultRetention ago. Groups
-// are appended roughly in finishing order; a group finished out of order waits for the ones
-// before it, a delay of at most the spread of finishing times.
+// expireRetained emits the purges of the groups whose retention expired: complete more than
+// ResultRetention ago. Groups are appended roughly in completion order; a group complete out of
+// order waits for the ones before it, a delay of at most the spread of completion times.
 func (e *engine) expireRetained(now time.Time) {
 	n := 0
-	for n < len(e.retained) && now.Sub(e.retained[n].at) >= e.cfg.Streams.ResultRetention {
-		r := e.retained[n]
+	for n < len(e.retention.retained) && now.Sub(e.retention.retained[n].at) >= e.cfg.Streams.ResultRetention {
+		r := e.retention.retained[n]
 		p := purge{tok: r.tok, summarySeq: r.summarySeq}
 		if r.keepJobs {
 			p.jobsSeq = r.jobsSeq
@@ -75,21 +87,21 @@ func (e *engine) expireRetained(now time.Time) {
 		n++
 	}
 	if n > 0 {
-		e.retained = append(e.retained[:0], e.retained[n:]...)
+		e.retention.retained = append(e.retention.retained[:0], e.retention.retained[n:]...)
 	}
 }
 
 // noteEvent records that the EVENTS message at seq has been applied.
-func (e *engine) noteEvent(seq uint64) {
-	e.eventsApplied = max(e.eventsApplied, seq)
+func (rt *retention) noteEvent(seq uint64) {
+	rt.eventsApplied = max(rt.eventsApplied, seq)
 }
 
 // outcomeStored is told that the outcomes decided from the reports at these EVENTS sequences
 // are stored in RESULTS: those reports are no longer needed.
-func (e *engine) outcomeStored(seqs []uint64) {
+func (rt *retention) outcomeStored(seqs []uint64) {
 	for _, s := range seqs {
-		if e.unstored[s]--; e.unstored[s] <= 0 {
-			delete(e.unstored, s)
+		if rt.unstored[s]--; rt.unstored[s] <= 0 {
+			delete(rt.unstored, s)
 		}
 	}
 }
@@ -100,18 +112,18 @@ func (e *engine) outcomeStored(seqs []uint64) {
 // a job whose latest attempt is in WORK needs no report, and a terminal job's outcome is in
 // RESULTS. 0 means nothing has been applied yet.
 func (e *engine) lowWater() uint64 {
-	low := e.eventsApplied + 1
+	low := e.retention.eventsApplied + 1
 	for _, j := range e.jobs {
 		if j.evSeq > 0 && j.evSeq < low {
 			low = j.evSeq
 		}
 	}
-	for s := range e.unstored {
+	for s := range e.retention.unstored {
 		if s < low {
 			low = s
 		}
 	}
-	if e.eventsApplied == 0 {
+	if e.retention.eventsApplied == 0 {
 		return 0
 	}
 	return low

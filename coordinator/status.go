@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -42,10 +43,10 @@ type Totals struct {
 	Rejected     uint64 `json:"rejected"`
 	StaleReports uint64 `json:"stale_reports"`
 	Requeued     uint64 `json:"requeued"`      // releases that failed and went back to pending
-	LostJobs     uint64 `json:"lost_jobs"`     // jobs failed because their stored message vanished
-	LostAttempts uint64 `json:"lost_attempts"` // attempts lost with their worker (lease ran out), counted as failed
+	LostJobs     uint64 `json:"lost_jobs"`     // vanished jobs: failed because their stored message is gone
+	LostAttempts uint64 `json:"lost_attempts"` // lapsed attempts: lost with their worker's lease, counted as failed
 	Rescued      uint64 `json:"rescued"`       // jobs taken back from a pool left without workers
-	Done         uint64 `json:"done"`          // jobs that ended done (finished groups included)
+	Done         uint64 `json:"done"`          // jobs that ended done (complete groups included)
 	Failed       uint64 `json:"failed"`
 	Canceled     uint64 `json:"canceled"`
 	// Of Rejected: reports refused (about a job not released to the reporter's pool, an
@@ -123,15 +124,15 @@ func (e *engine) status() *Status {
 		Epoch:     e.epoch,
 		Time:      e.cfg.now(),
 		Policy:    e.cfg.Policy.String(),
-		Feeders:   e.feeders(),
-		Unsealed:  len(e.unsealed),
+		Feeders:   e.fleet.feeders(&e.cfg),
+		Unsealed:  len(e.groups.unsealed),
 		Jobs:      map[string]uint64{},
 		Totals:    Totals(e.stats),
 	}
 	for _, st := range jobindex.AllStates() {
 		s.Jobs[st.String()] = e.idx.Count(st)
 	}
-	for _, g := range e.arrival {
+	for _, g := range e.groups.arrival {
 		if len(s.Groups) == maxGroupsInStatus {
 			break
 		}
@@ -143,7 +144,7 @@ func (e *engine) status() *Status {
 		s.Groups = append(s.Groups, gs)
 	}
 	holders := map[string]int{}
-	for _, p := range e.poolOrder {
+	for _, p := range e.fleet.poolOrder {
 		s.Pools = append(s.Pools, PoolStatus{Key: p.key, Resources: p.resources, Workers: p.workers, Slots: p.slots, Outstanding: p.outstanding})
 		for _, r := range p.resources {
 			holders[r] += p.slots
@@ -153,11 +154,26 @@ func (e *engine) status() *Status {
 		s.Resources = append(s.Resources, ResourceStatus{Name: name, Holders: holders[name], Required: counts(rc.Required), Preferred: counts(rc.Preferred)})
 	}
 	slices.SortFunc(s.Resources, func(a, b ResourceStatus) int { return cmp.Compare(a.Name, b.Name) })
-	for id, w := range e.workers {
+	for id, w := range e.fleet.workers {
 		s.Workers = append(s.Workers, WorkerStatus{ID: id, Pool: w.pool.key, Resources: w.hb.Resources, Concurrency: w.hb.Concurrency, Busy: w.hb.Busy, Sleeping: w.hb.Sleeping, Draining: w.hb.Draining, LastSeen: w.lastSeen})
 	}
 	slices.SortFunc(s.Workers, func(a, b WorkerStatus) int { return cmp.Compare(a.ID, b.ID) })
 	return s
+}
+
+// serveStatus answers a status request from the loop's state (core NATS request/reply).
+func (r *run) serveStatus(m *nats.Msg) {
+	reply := make(chan *Status, 1)
+	select {
+	case r.statusCh <- reply:
+	case <-time.After(2 * time.Second):
+		return
+	}
+	st := <-reply
+	st.Standbys = r.insp.standbys.list(time.Now())
+	if err := m.Respond(st.Marshal()); err != nil && !errors.Is(err, nats.ErrMsgNoReply) {
+		r.log.Warn().Err(err).Msg("status reply failed")
+	}
 }
 
 // QueryStatus asks the namespace's running coordinator for its status.

@@ -15,7 +15,7 @@ import (
 func (te *testEngine) reportAs(pool, worker string, j *job, attempt uint32, st wire.Status) {
 	te.evSeq++
 	te.e.report(pool, worker, te.evSeq, wire.Report{ID: j.id, Attempt: attempt, Status: st}, te.now)
-	te.e.noteEvent(te.evSeq)
+	te.e.retention.noteEvent(te.evSeq)
 }
 
 // lastRejection returns the reason of the last rejection recorded, and clears them.
@@ -124,7 +124,7 @@ func TestSilentWorkerReportAccepted(t *testing.T) {
 	j := te.releases()["any"][0]
 	te.now = te.now.Add(10 * time.Second)
 	te.e.tick(te.now)
-	if len(te.e.workers) != 0 {
+	if len(te.e.fleet.workers) != 0 {
 		t.Fatalf("the silent worker is still live")
 	}
 	te.reportAs("any", "w", j, j.attempt, wire.StatusOK)
@@ -164,8 +164,8 @@ func TestHeartbeatChecks(t *testing.T) {
 			t.Errorf("%s: recorded %q, want %q", tc.name, r, ref.reason)
 		}
 	}
-	if te.e.slots != 2 || len(te.e.workers) != 1 || te.e.workers["w1"].hb.Run != "run-w1" {
-		t.Fatalf("refused heartbeats changed the fleet: slots %d, workers %d", te.e.slots, len(te.e.workers))
+	if te.e.fleet.slots != 2 || len(te.e.fleet.workers) != 1 || te.e.fleet.workers["w1"].hb.Run != "run-w1" {
+		t.Fatalf("refused heartbeats changed the fleet: slots %d, workers %d", te.e.fleet.slots, len(te.e.fleet.workers))
 	}
 	if n := te.e.stats.RejectedHeartbeats; n != 5 {
 		t.Fatalf("RejectedHeartbeats = %d, want 5", n)
@@ -211,7 +211,7 @@ func TestReplaySkipsRefusedReport(t *testing.T) {
 	e2.report("gpu", "intruder", 12, wire.Report{ID: 2, Attempt: 9, Status: wire.StatusOK}, now)
 	e2.journalRecord(journal.Record{Kind: journal.KindRefused, Epoch: 1, Entries: []journal.Entry{{ID: 2, Attempt: 1, Seq: 11}}})
 	e2.journalRecord(journal.Record{Kind: journal.KindRefused, Epoch: 1, Entries: []journal.Entry{{ID: 2, Attempt: 9, Seq: 12}}})
-	e2.finishReplay(nil, now)
+	e2.endReplay(nil, now)
 	j := e2.jobs[2]
 	if st, _ := e2.idx.State(2); st != jobindex.RetryWait || j == nil || j.attempt != 1 {
 		t.Fatalf("job 2 after replay: %v %+v, want waiting to retry after attempt 1", st, j)
@@ -239,14 +239,14 @@ func TestReplayKeepsFirstReportOfAttempt(t *testing.T) {
 	e2.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
 	e2.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK, Data: []byte("real")}, now)
 	e2.report("gpu", "intruder", 11, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusPermanent, Data: []byte("forged")}, now)
-	e2.report("any", "w", 12, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusReleased}, now)
+	e2.report("any", "w", 12, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusReturned}, now)
 	e2.report("any", "w2", 13, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusOK, Data: []byte("second release")}, now)
-	e2.finishReplay(nil, now)
+	e2.endReplay(nil, now)
 	for id, want := range map[uint64]string{2: "real", 3: "second release"} {
 		if st, _ := e2.idx.State(id); st != jobindex.Done {
 			t.Errorf("job %d is %v after replay, want done", id, st)
 		}
-		g := e2.groups["g"]
+		g := e2.groups.byID["g"]
 		found := false
 		for _, o := range g.outcomes {
 			if o.ID == id {

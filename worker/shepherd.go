@@ -427,13 +427,13 @@ func (s *shepherd) start(t *task) {
 // attempt does not count.
 func (s *shepherd) returnJob(t *task) {
 	s.report(t, outcome{kind: kindReturned, report: wire.Report{
-		ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: wire.StatusReleased,
+		ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: wire.StatusReturned,
 	}})
 }
 
 func (s *shepherd) lose(t *task, deliveries uint64) {
 	s.report(t, outcome{kind: kindLost, report: wire.Report{
-		ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: wire.StatusLost, Data: []byte(wire.LostText(deliveries)),
+		ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: wire.StatusLapsed, Data: []byte(wire.LapsedText(deliveries)),
 	}})
 }
 

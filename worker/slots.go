@@ -40,7 +40,7 @@ const (
 	kindTimeout
 	kindShutdown
 	kindCanceled
-	kindReturned // given back unrun at a drain (wire.StatusReleased)
+	kindReturned // given back unrun at a drain (wire.StatusReturned)
 	kindLost
 )
 

@@ -483,8 +483,8 @@ func TestGracefulDrain(t *testing.T) {
 
 	returned := rr.collect(2)
 	for _, id := range []uint64{2, 3} {
-		if rep := returned[id]; rep.Status != wire.StatusReleased {
-			t.Errorf("job %d: %v, want released (returned)", id, rep.Status)
+		if rep := returned[id]; rep.Status != wire.StatusReturned {
+			t.Errorf("job %d: %v, want returned (wire status \"released\")", id, rep.Status)
 		}
 	}
 	if returned[2].Attempt != 4 {
@@ -864,7 +864,7 @@ func TestRedeliveredBatchReportedLost(t *testing.T) {
 	got := rr.collect(2)
 	for id := uint64(1); id <= 2; id++ {
 		rep := got[id]
-		if rep.Status != wire.StatusLost || rep.Attempt != 1 || !strings.Contains(string(rep.Data), "delivery 2") {
+		if rep.Status != wire.StatusLapsed || rep.Attempt != 1 || !strings.Contains(string(rep.Data), "delivery 2") {
 			t.Errorf("job %d: %+v, want lost on delivery 2, attempt 1", id, rep)
 		}
 	}
@@ -935,7 +935,7 @@ func TestLapsedLeaseDropsQueuedJobs(t *testing.T) {
 		if rep.ID != 2 {
 			continue
 		}
-		if rep.Status != wire.StatusLost {
+		if rep.Status != wire.StatusLapsed {
 			t.Fatalf("job 2 reported %v, want lost: it ran after its batch's lease lapsed", rep.Status)
 		}
 		break

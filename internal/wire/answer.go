@@ -23,7 +23,7 @@ type ControlAnswer struct {
 
 // Codes of ControlAnswer.
 const (
-	// AnswerNotOpen: no incarnation of the group is open (the ID is unknown, or its group has
-	// finished).
+	// AnswerNotOpen: no incarnation of the group is open (the ID is unknown, or its group is
+	// complete).
 	AnswerNotOpen = "not-open"
 )

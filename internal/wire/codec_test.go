@@ -95,16 +95,16 @@ func TestReportsRoundTrip(t *testing.T) {
 	in := []Report{
 		{ID: 9, Attempt: 1, Status: StatusOK, Duration: 1234 * time.Microsecond, Waited: 77 * time.Microsecond, Data: []byte("result")},
 		{ID: 10, Attempt: 2, Status: StatusError, RetryAfter: 2 * time.Second, Data: []byte("boom")},
-		LostReports([]WorkJob{{ID: 11, Attempt: 3}}, 2)[0],
+		LapsedReports([]WorkJob{{ID: 11, Attempt: 3}}, 2)[0],
 	}
 	worker, out, err := DecodeReports(AppendReports(nil, "w-1", in))
 	if err != nil || worker != "w-1" || !reflect.DeepEqual(out, in) {
 		t.Fatalf("round trip: %q %+v %v", worker, out, err)
 	}
 	// A status after the last one known is refused.
-	bad := AppendReports(nil, "w-1", []Report{{ID: 1, Attempt: 1, Status: StatusLost + 1}})
+	bad := AppendReports(nil, "w-1", []Report{{ID: 1, Attempt: 1, Status: StatusLapsed + 1}})
 	if _, _, err := DecodeReports(bad); !errors.Is(err, ErrMalformed) {
-		t.Fatalf("status %d decoded: %v", StatusLost+1, err)
+		t.Fatalf("status %d decoded: %v", StatusLapsed+1, err)
 	}
 }
 

@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// Status is the outcome of one attempt, as a worker reports it.
+// Status is how one attempt went, as a worker reports it (a job's outcome is its terminal state).
 type Status uint8
 
-// Attempt outcomes.
+// Attempt statuses.
 const (
 	// StatusOK: the handler returned a result.
 	StatusOK Status = iota + 1
@@ -18,13 +18,14 @@ const (
 	StatusPermanent
 	// StatusCanceled: the job was canceled while it ran.
 	StatusCanceled
-	// StatusReleased: the worker gave the job back without running it to the end (drain); the
-	// attempt does not count.
-	StatusReleased
-	// StatusLost: the job's batch came back after its lease ran out, so the worker that held it
-	// died or stalled before reporting. The attempt counts as failed and may be retried; the job
+	// StatusReturned: the worker returned the job without running it to the end (drain), or
+	// the coordinator's rescue took it back; the attempt does not count. ("released" on the
+	// wire and in logs, its name before the vocabulary of ARCHITECTURE.md's glossary.)
+	StatusReturned
+	// StatusLapsed: the attempt lapsed: its batch was redelivered after its lease ran out, so
+	// the worker that held it died or stalled before reporting ("lost" on the wire and in logs). The attempt counts as failed and may be retried; the job
 	// is not run again on the batch's redelivery.
-	StatusLost
+	StatusLapsed
 )
 
 var statusNames = [...]string{"", "ok", "error", "permanent", "canceled", "released", "lost"}
@@ -36,28 +37,28 @@ func (s Status) String() string {
 	return fmt.Sprintf("status(%d)", uint8(s))
 }
 
-// LostReports returns the reports for the jobs of a work batch delivered for the deliveries-th
-// time: each attempt counts as lost. Workers and the coordinator's rescue use it alike.
-func LostReports(jobs []WorkJob, deliveries uint64) []Report {
-	text := []byte(LostText(deliveries))
+// LapsedReports returns the reports for the jobs of a work batch delivered for the deliveries-th
+// time (redelivered): each attempt lapsed. Workers and the coordinator's rescue use it alike.
+func LapsedReports(jobs []WorkJob, deliveries uint64) []Report {
+	text := []byte(LapsedText(deliveries))
 	reports := make([]Report, len(jobs))
 	for i, j := range jobs {
-		reports[i] = Report{ID: j.ID, Attempt: j.Attempt, Status: StatusLost, Data: text}
+		reports[i] = Report{ID: j.ID, Attempt: j.Attempt, Status: StatusLapsed, Data: text}
 	}
 	return reports
 }
 
-// LostText is the error recorded for an attempt lost with its worker.
-func LostText(deliveries uint64) string {
+// LapsedText is the error recorded for an attempt that lapsed with its worker's lease.
+func LapsedText(deliveries uint64) string {
 	return fmt.Sprintf("worker lost: the job's batch came back after its lease ran out (delivery %d); the worker that held it died or stalled", deliveries)
 }
 
 // Failed reports whether an attempt with this status failed (and is in the job's history).
 func (s Status) Failed() bool {
-	return s == StatusError || s == StatusPermanent || s == StatusLost
+	return s == StatusError || s == StatusPermanent || s == StatusLapsed
 }
 
-// Report is the outcome of one attempt.
+// Report is a worker's report of one attempt it completed, or returned.
 type Report struct {
 	ID         uint64
 	Attempt    uint32
@@ -101,7 +102,7 @@ func DecodeReports(b []byte) (worker string, reports []Report, err error) {
 		if r.err != nil {
 			break
 		}
-		if rp.Status < StatusOK || rp.Status > StatusLost {
+		if rp.Status < StatusOK || rp.Status > StatusLapsed {
 			r.fail("job %d has unknown status %d", rp.ID, rp.Status)
 			break
 		}

@@ -1,0 +1,11 @@
+// Package coordinator is Weave's coordinator: it admits groups from the JOBS stream, releases
+// their jobs to pools of workers, applies the workers' reports, and writes each job's outcome and
+// each complete group's summary. One coordinator is active per namespace (it holds the lease);
+// others wait as standbys.
+//
+// Inside, an engine that does no I/O holds the state in owned parts (groups.go, fleet.go,
+// retries.go, retention.go, and replay.go until replay ends) and makes the release decision
+// (release.go); a run (run.go, loop.go, readreplay.go, pipelines.go) does the I/O for one term.
+// One goroutine, the loop, owns the engine. ARCHITECTURE.md ("Inside the coordinator") follows
+// one job through these files and has the glossary of the words used here.
+package coordinator

@@ -1,0 +1,364 @@
+package coordinator
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/weavejobs/weave/internal/jobindex"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// groupSet is the engine's part that owns the groups: every incarnation still tracked, which are
+// unsealed, and the busy share a new group starts from. Owned by the loop.
+type groupSet struct {
+	byID             map[string]*group // the latest incarnation of each group ID (complete ones are removed once forgotten)
+	incarnations     map[uint64]*group // every tracked incarnation by its open's JOBS sequence
+	arrival          []*group          // tracked incarnations in arrival order, for the scheduler rebuild after replay
+	unsealed         map[*group]bool   // open incarnations not sealed yet: AbandonAfter watches them
+	nextAbandonCheck time.Time         // abandon looks for silent producers no more often than this
+	busy             float64           // the average of the groups' busy shares: a new group starts from it
+}
+
+// group is one incarnation of a group, from its open until it is complete and forgotten.
+// Owned by the loop, through groupSet; jobs, the scheduler and the effects point at it. The
+// pipelines read only its fields that never change (id, tok, openSeq) and the outcomes the loop
+// handed over (see run.writeOutcomes).
+type group struct {
+	id, tok   string
+	openSeq   uint64 // the open message's sequence: the group's incarnation
+	idxKey    string // the group's name in the job index: ID and incarnation
+	lastSeq   uint64 // the sequence of its last message in JOBS: a purge stops there
+	sealed    bool
+	abandoned bool // sealed by the coordinator: the producer went silent (see abandon)
+	// sealedByCancel: a cancel of the whole group sealed it before its producer did.
+	sealedByCancel bool
+	count          uint64    // jobs the producer says it published (seal); informational
+	openedAt       time.Time // when its open was stored (the server's clock)
+	// lastHeard is the coordinator's time of the group's latest job, open or keep-alive while
+	// unsealed; abandonAt is when the coordinator last asked for its seal (zero if never).
+	lastHeard, abandonAt time.Time
+	cancelReq            bool // a cancel arrived: pending jobs end canceled, running ones are told to stop
+	admitted             uint64
+	done                 uint64
+	failed               uint64
+	canceled             uint64
+	inSched              bool // added to the scheduler
+	// busy estimates the share of a released job's time that its handler runs (the rest is
+	// queueing and round trips), from the group's reports: the exponentially weighted average of
+	// handler durations ÷ that of (report time − release time), kept in ranAvg and cycleAvg
+	// (seconds). By Little's law, released jobs × busy is the group's running jobs as the
+	// handlers see them.
+	busy             float64
+	ranAvg, cycleAvg float64
+	complete         bool // every job terminal and the summary is being written
+
+	outcomes    []wire.Outcome // terminal outcomes not yet handed to the writer
+	outcomeSeqs []uint64       // the EVENTS sequence of the report behind each, or 0
+}
+
+func (g *group) terminal() uint64 { return g.done + g.failed + g.canceled }
+
+// control applies a group's control message stored at seq in JOBS (at the server's time stored).
+// One case per operation: a new operation on the control subject is one more case and method.
+func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored time.Time) {
+	g := e.groups.byID[c.Group]
+	switch c.Op {
+	case wire.OpOpen:
+		e.applyOpen(subject, seq, c, g, stored)
+	case wire.OpKeepAlive:
+		e.applyKeepAlive(subject, seq, c, g)
+	case wire.OpSeal:
+		e.applySeal(subject, seq, c, g)
+	case wire.OpCancel:
+		e.applyCancel(subject, seq, c, g)
+	}
+}
+
+// applyOpen opens a group, or a new incarnation of a complete group's ID; stored is when the
+// open was stored (the server's clock).
+func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *group, stored time.Time) {
+	switch {
+	case g != nil && !g.complete && !g.sealed:
+		// A producer publishing the group again, e.g. after a crash: its jobs join the
+		// open group (dedup by key drops those stored already).
+		e.log.Info().Str("group", c.Group).Msg("group opened again while open: resuming")
+		e.heard(g)
+		return
+	case g != nil && !g.complete && !e.replaying():
+		e.reject(subject, seq, "group "+c.Group+" is sealed and still running; publish it again once it has finished")
+		return
+	}
+	// New, or a new incarnation of a complete group's ID. During replay the feed is read
+	// before the outcomes, so whether the previous incarnation was complete is not known
+	// yet; but an open still in the stream after a sealed incarnation is one the live
+	// coordinator accepted (it deletes those it refuses), so replay accepts it too and
+	// tracks both incarnations until the outcomes tell how far the older one got.
+	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored}
+	e.groups.byID[c.Group] = g
+	e.groups.incarnations[seq] = g
+	e.groups.arrival = append(e.groups.arrival, g)
+	e.groups.unsealed[g] = true
+	e.heard(g)
+	if !e.replaying() {
+		e.schedule(g, nil)
+	}
+}
+
+// applyKeepAlive records a sign of life from an unsealed group's producer.
+func (e *engine) applyKeepAlive(subject string, seq uint64, c wire.GroupControl, g *group) {
+	if g == nil || g.sealed {
+		e.reject(subject, seq, "keep-alive of a group that is not open: "+c.Group)
+		return
+	}
+	e.heard(g)
+}
+
+// applySeal seals a group: its producer's seal, or the coordinator's for an abandoned group.
+func (e *engine) applySeal(subject string, seq uint64, c wire.GroupControl, g *group) {
+	switch {
+	case g != nil && g.sealedByCancel && !c.Abandoned:
+		// Canceled while open, which sealed it: the producer's own seal comes after.
+		g.lastSeq = seq
+		return
+	case g == nil || g.sealed:
+		e.reject(subject, seq, "seal of a group that is not open: "+c.Group)
+		return
+	}
+	e.seal(g, seq)
+	g.count, g.abandoned = c.Count, c.Abandoned
+	if g.abandoned {
+		e.log.Warn().Str("group", g.id).Uint64("jobs", g.admitted).Msg("group abandoned by its producer: sealed with the jobs it has")
+	}
+	e.checkComplete(g)
+}
+
+// applyCancel cancels a whole group or some of its jobs, and answers if asked to.
+func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g *group) {
+	if g == nil {
+		e.reject(subject, seq, "cancel of a group that is not open: "+c.Group)
+		e.answerNotOpen(seq, c)
+		return
+	}
+	if g.complete {
+		e.answerNotOpen(seq, c)
+		return
+	}
+	if len(c.Jobs) == 0 && !g.sealed {
+		// No job may join a canceled group, so it can complete without its producer. Sealed at
+		// the cancel's place in the stream, also while replaying, so a replay refuses the
+		// same later jobs.
+		e.seal(g, seq)
+		g.sealedByCancel = true
+	}
+	if e.replaying() {
+		// The group's pending jobs are not in the scheduler yet, nor its running ones known:
+		// endReplay applies the cancel to the rebuilt state.
+		e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, jobs: c.Jobs})
+		return
+	}
+	canceled, stopping := g.canceled, len(e.out.cancels)
+	if len(c.Jobs) > 0 {
+		e.cancelJobs(g, c.Jobs)
+	} else {
+		e.cancelGroup(g)
+	}
+	e.answer(seq, c, wire.ControlAnswer{OK: true, Canceled: int(g.canceled - canceled), Stopping: len(e.out.cancels) - stopping})
+}
+
+// seal marks g sealed by the message at seq: no more jobs join it.
+func (e *engine) seal(g *group, seq uint64) {
+	g.sealed, g.lastSeq = true, seq
+	delete(e.groups.unsealed, g)
+	if g.inSched {
+		_ = e.sched.Seal(g)
+	}
+}
+
+// heard records a sign of life from g's producer.
+func (e *engine) heard(g *group) { g.lastHeard = e.cfg.now() }
+
+// abandon asks for a seal of every unsealed group whose producer has published nothing (no job,
+// no keep-alive) for AbandonAfter: a producer that died after its open, or a client that never
+// seals, would otherwise keep the group from ever completing. The seal is stored in JOBS like a
+// producer's, marked abandoned, so a replay reaches the same decision; jobs stored after it are
+// refused. A seal whose write failed is asked for again after another AbandonAfter.
+func (e *engine) abandon(now time.Time) {
+	if now.Before(e.groups.nextAbandonCheck) || e.replaying() {
+		return
+	}
+	e.groups.nextAbandonCheck = now.Add(min(time.Second, e.cfg.AbandonAfter/4))
+	for g := range e.groups.unsealed {
+		if now.Sub(g.lastHeard) >= e.cfg.AbandonAfter && now.Sub(g.abandonAt) >= e.cfg.AbandonAfter {
+			g.abandonAt = now
+			e.out.abandons = append(e.out.abandons, g)
+		}
+	}
+}
+
+func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) bool {
+	g := e.groups.byID[m.Group]
+	switch {
+	case g == nil:
+		e.reject(subject, seq, "job for a group that is not open: "+m.Group)
+		return false
+	case g.sealedByCancel:
+		e.reject(subject, seq, "job for group "+m.Group+", which was canceled")
+		return false
+	case g.sealed:
+		e.reject(subject, seq, "job after the seal of group "+m.Group)
+		return false
+	case subject != e.names.JobSubject(g.tok):
+		e.reject(subject, seq, "job subject does not match its group "+m.Group)
+		return false
+	}
+	if err := e.idx.Add(seq, g.idxKey, m.Require, m.Prefer); err != nil {
+		e.reject(subject, seq, err.Error())
+		return false
+	}
+	g.admitted++
+	g.lastSeq = seq
+	e.heard(g)
+	e.stats.Admitted++
+	switch {
+	case g.cancelReq:
+		e.moveTerminal(seq, jobindex.Canceled)
+		e.recordOutcome(g, wire.Outcome{ID: seq, Key: m.Key, State: wire.FinalCanceled, Data: []byte("group canceled")}, 0)
+		return false
+	case e.replaying():
+		e.replay.groupOf[seq] = g
+	case g.inSched:
+		_ = e.sched.Push(g, seq)
+	}
+	return true
+}
+
+// schedule hands a group to the scheduler with its pending jobs (in ID order).
+func (e *engine) schedule(g *group, pending []uint64) {
+	if err := e.sched.AddGroup(g); err != nil {
+		e.log.Error().Err(err).Str("group", g.id).Msg("scheduler refused group")
+		return
+	}
+	g.inSched = true
+	if len(pending) > 0 {
+		_ = e.sched.Push(g, pending...)
+	}
+	if g.sealed {
+		_ = e.sched.Seal(g)
+	}
+}
+
+func (e *engine) cancelGroup(g *group) {
+	if g.cancelReq {
+		return
+	}
+	g.cancelReq = true
+	const reason = "group canceled"
+	if g.inSched {
+		for _, id := range e.sched.Cancel(g) {
+			e.moveTerminal(id, jobindex.Canceled)
+			e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
+		}
+		g.inSched = false
+	}
+	for _, j := range e.jobs {
+		if j.g != g {
+			continue
+		}
+		st, _ := e.idx.State(j.id)
+		switch st {
+		case jobindex.Running:
+			e.out.cancels = append(e.out.cancels, j.id)
+		case jobindex.RetryWait, jobindex.Pending:
+			e.retries.drop(j)
+			e.end(j, jobindex.Canceled, []byte(reason), 0)
+		}
+	}
+	e.checkComplete(g)
+}
+
+// cancelJobs cancels some jobs of a group: pending ones end canceled at once, running ones are
+// told to stop (their attempt then ends canceled). IDs not in the group, or already ended, are
+// ignored.
+func (e *engine) cancelJobs(g *group, ids []uint64) {
+	const reason = "job canceled"
+	for _, id := range ids {
+		st, ok := e.idx.State(id)
+		if !ok || st.Terminal() {
+			continue
+		}
+		if j := e.jobs[id]; j != nil {
+			if j.g != g {
+				continue
+			}
+			if st == jobindex.Running {
+				j.cancelReq = true
+				e.out.cancels = append(e.out.cancels, id)
+				continue
+			}
+			e.retries.drop(j)
+			e.end(j, jobindex.Canceled, []byte(reason), 0)
+			continue
+		}
+		if st == jobindex.Pending && g.inSched && e.sched.Remove(g, id, func(a, b uint64) bool { return a == b }) {
+			e.moveTerminal(id, jobindex.Canceled)
+			e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
+		}
+	}
+}
+
+// recordOutcome queues a terminal outcome for the group's outcome subject. evSeq is the EVENTS
+// sequence of the report behind it (kept until the outcome is stored), or 0.
+func (e *engine) recordOutcome(g *group, o wire.Outcome, evSeq uint64) {
+	switch o.State {
+	case wire.FinalDone:
+		g.done++
+		e.stats.Done++
+	case wire.FinalFailed:
+		g.failed++
+		e.stats.Failed++
+	case wire.FinalCanceled:
+		g.canceled++
+		e.stats.Canceled++
+	}
+	if len(g.outcomes) == 0 {
+		e.out.outcomes = append(e.out.outcomes, g)
+	}
+	g.outcomes = append(g.outcomes, o)
+	g.outcomeSeqs = append(g.outcomeSeqs, evSeq)
+	if evSeq > 0 {
+		e.retention.unstored[evSeq]++
+	}
+	e.checkComplete(g)
+}
+
+func (e *engine) checkComplete(g *group) {
+	if g.complete || !g.sealed || g.terminal() != g.admitted || e.replaying() {
+		return
+	}
+	g.complete = true
+	if g.inSched {
+		e.sched.Cancel(g) // frees its slot if it still holds one; its queue is empty
+		g.inSched = false
+	}
+	e.out.summaries = append(e.out.summaries, g)
+}
+
+// forget drops a complete group whose summary is stored.
+func (e *engine) forget(g *group) {
+	if e.groups.byID[g.id] == g {
+		delete(e.groups.byID, g.id)
+	}
+	delete(e.groups.incarnations, g.openSeq)
+	delete(e.groups.unsealed, g)
+	// A group that admitted no job was never in the index: nothing to forget there.
+	if _, err := e.idx.Forget(g.idxKey); err != nil && (g.admitted > 0 || !errors.Is(err, jobindex.ErrUnknownGroup)) {
+		e.log.Error().Err(err).Str("group", g.id).Uint64("incarnation", g.openSeq).Msg("forgetting a complete group")
+	}
+	for i, a := range e.groups.arrival {
+		if a == g {
+			e.groups.arrival = append(e.groups.arrival[:i], e.groups.arrival[i+1:]...)
+			break
+		}
+	}
+}

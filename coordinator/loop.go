@@ -1,0 +1,249 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/internal/directget"
+	"github.com/weavejobs/weave/internal/journal"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// loop is the coordinator's single owner of state.
+func (r *run) loop(ctx context.Context) error {
+	defer r.shutdown()
+	expiry := time.NewTicker(250 * time.Millisecond)
+	defer expiry.Stop()
+	trim := time.NewTicker(r.cfg.TrimInterval)
+	defer trim.Stop()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	r.step(ctx)
+	for {
+		r.armRetry(retry)
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-r.feedCh:
+			r.applyFeed(m)
+		case m := <-r.eventsCh:
+			r.drainLearned()
+			r.applyEvent(m)
+		case hb := <-r.hbCh:
+			r.heartbeat(hb)
+		case <-r.learnNotify:
+			r.drainLearned()
+		case f := <-r.forgetCh:
+			if f.summarySeq > 0 {
+				r.e.retain(f.g.id, f.g.openSeq, f.summarySeq, f.g.failed > 0, f.g.lastSeq, f.at)
+			}
+			r.e.forget(f.g)
+		case seqs := <-r.storedCh:
+			r.e.retention.outcomeStored(seqs)
+		case <-trim.C:
+			r.e.expireRetained(r.cfg.now())
+			r.trimEvents(ctx)
+		case low := <-r.trimmedCh:
+			r.trimming = false
+			if low > 0 {
+				r.trimmedTo = low - 1
+			}
+		case reply := <-r.statusCh:
+			reply <- r.e.status()
+		case q := <-r.insp.ch:
+			q.reply <- r.e.inspect(q.req)
+		case <-retry.C:
+			r.e.tick(r.cfg.now())
+		case <-expiry.C:
+			r.e.tick(r.cfg.now())
+			r.reconcileRescues(ctx)
+		}
+		r.drainInputs()
+		r.step(ctx)
+	}
+}
+
+// drainInputs applies whatever else is already waiting, so one release decision covers a burst.
+func (r *run) drainInputs() {
+	for range 1024 {
+		select {
+		case m := <-r.feedCh:
+			r.applyFeed(m)
+		case m := <-r.eventsCh:
+			r.drainLearned()
+			r.applyEvent(m)
+		case hb := <-r.hbCh:
+			r.heartbeat(hb)
+		case <-r.learnNotify:
+			r.drainLearned()
+		default:
+			return
+		}
+	}
+}
+
+func (r *run) applyFeed(m jetstream.Msg) {
+	s, at := storedAt(m)
+	if r.e.feed(m.Subject(), s, m.Headers(), at) {
+		r.payloads.add(&directget.Msg{Seq: s, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	}
+}
+
+func (r *run) applyEvent(m jetstream.Msg) {
+	defer r.e.retention.noteEvent(seq(m))
+	subj := m.Subject()
+	switch {
+	case subj == r.names.JournalSubject():
+		rec, err := journal.Decode(m.Data())
+		if err != nil {
+			r.log.Error().Err(err).Uint64("seq", seq(m)).Msg("bad journal record")
+			return
+		}
+		r.e.journalRecord(rec)
+	default:
+		r.applyReports(subj, seq(m), m.Data()) // see reports.go
+	}
+}
+
+// drainLearned applies every pending release notice. Called before applying events: a job's
+// release notice is sent before its batch is published, so it is always applied before a report
+// about the job.
+func (r *run) drainLearned() {
+	r.learnMu.Lock()
+	infos := r.learnPending
+	r.learnPending = nil
+	r.learnMu.Unlock()
+	for _, info := range infos {
+		switch {
+		case info.requeue:
+			r.e.releaseFailed(info.id)
+		case info.err != nil:
+			r.e.vanished(info.id, info.err.Error())
+		default:
+			r.e.learn(info.id, info.key, info.maxAttempts)
+		}
+	}
+}
+
+func (r *run) armRetry(t *time.Timer) {
+	due := r.e.retries.nextDue()
+	if due.IsZero() {
+		t.Reset(time.Hour)
+		return
+	}
+	t.Reset(max(due.Sub(r.cfg.now()), 0))
+}
+
+// step makes release decisions and carries out the engine's effects: records first, then the
+// releases, the outcomes, the cancels and answers, and the seals of abandoned groups.
+func (r *run) step(ctx context.Context) {
+	r.e.releaseAll()
+	out := r.e.out
+	r.e.out = effects{}
+	if out.empty() {
+		return
+	}
+	r.writeRecords(ctx, &out)
+	if !r.handOutReleases(ctx, out.releases) {
+		return
+	}
+	r.writeOutcomes(ctx, &out)
+	if len(out.cancels) > 0 {
+		r.publishCancels(out.cancels)
+	}
+	r.publishAnswers(out.answers) // after the cancels they report
+	r.sealAbandoned(ctx, out.abandons)
+}
+
+// writeRecords hands the writer the rejections and the journal records (retry decisions, refused
+// reports: replay skips those, see reports.go).
+func (r *run) writeRecords(ctx context.Context, out *effects) {
+	if len(out.rejections) > 0 {
+		r.enqueueWrite(ctx, writeOp{rejections: out.rejections})
+	}
+	if len(out.retries) > 0 {
+		rec := journal.Record{Kind: journal.KindRetry, Epoch: r.e.epoch, Entries: out.retries}
+		r.enqueueWrite(ctx, writeOp{journal: &rec})
+	}
+	if len(out.refused) > 0 {
+		rec := journal.Record{Kind: journal.KindRefused, Epoch: r.e.epoch, Entries: out.refused}
+		r.enqueueWrite(ctx, writeOp{journal: &rec})
+	}
+}
+
+// handOutReleases hands each release batch to the release pipelines, with the next jobs of its
+// groups to read along when a payload is not cached. It reports false if ctx ended.
+func (r *run) handOutReleases(ctx context.Context, releases []release) bool {
+	for _, rel := range releases {
+		req := releaseReq{pool: rel.pool.key, jobs: make([]releaseJob, len(rel.jobs))}
+		var readAhead map[*group]bool // groups whose next jobs this batch reads ahead
+		for i, j := range rel.jobs {
+			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, gtok: j.g.tok}
+			if !readAhead[j.g] && !r.payloads.has(j.id) {
+				if readAhead == nil {
+					readAhead = map[*group]bool{}
+				}
+				readAhead[j.g] = true
+				req.jobs[i].ahead = r.e.sched.Upcoming(nil, j.g, r.cfg.ReadAhead)
+			}
+		}
+		select {
+		case r.releaseQ <- req:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// writeOutcomes hands the writer the outcomes, retention purges, summaries and purges.
+func (r *run) writeOutcomes(ctx context.Context, out *effects) {
+	for _, g := range out.outcomes {
+		if len(g.outcomes) > 0 {
+			r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, outcomes: g.outcomes, evSeqs: g.outcomeSeqs})
+			g.outcomes, g.outcomeSeqs = nil, nil
+		}
+	}
+	for _, p := range out.retentionPurges {
+		r.enqueueWrite(ctx, writeOp{retention: &p})
+	}
+	for _, g := range out.summaries {
+		sum := wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled, Abandoned: g.abandoned}
+		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, summary: &sum, purge: g.failed == 0, lastSeq: g.lastSeq})
+	}
+	for _, g := range out.purges {
+		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, purge: g.failed == 0, lastSeq: g.lastSeq})
+	}
+}
+
+// sealAbandoned stores a seal for each group whose producer went silent (see engine.abandon).
+func (r *run) sealAbandoned(ctx context.Context, groups []*group) {
+	for _, g := range groups {
+		c := wire.GroupControl{Group: g.id, Op: wire.OpSeal, Count: g.admitted, Abandoned: true}
+		m := nats.NewMsg(r.names.GroupSubject(g.tok))
+		m.Header = c.Header()
+		r.wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if _, err := r.c.js.PublishMsg(pctx, m); err != nil && ctx.Err() == nil {
+				r.log.Warn().Err(err).Str("group", c.Group).Msg("sealing an abandoned group failed; trying again after AbandonAfter")
+			}
+		})
+	}
+}
+
+func (r *run) enqueueWrite(ctx context.Context, op writeOp) {
+	select {
+	case r.writeQ <- op:
+	case <-ctx.Done():
+	}
+}
+
+func (r *run) publishCancels(ids []uint64) {
+	if err := r.c.nc.Publish(r.names.CancelSubject(), wire.AppendCancel(nil, ids)); err != nil {
+		r.log.Error().Err(err).Msg("publishing cancellations failed")
+	}
+}

@@ -1,0 +1,290 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/internal/directget"
+	"github.com/weavejobs/weave/internal/journal"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// replay reads the streams up to where they were when it started, then ends the engine's replay.
+func (r *run) replay(ctx context.Context) error {
+	start := time.Now()
+	// Heartbeats first, so workers are known when scheduling starts.
+	if err := r.subscribeHeartbeats(); err != nil {
+		return err
+	}
+	statusSub, err := r.c.nc.Subscribe(r.names.StatusSubject(), r.serveStatus)
+	if err != nil {
+		return err
+	}
+	r.stop = append(r.stop, func() { _ = statusSub.Unsubscribe() })
+	if err := r.subscribeInspect(); err != nil {
+		return err
+	}
+
+	alive, err := r.readStreams(ctx)
+	if err != nil {
+		return err
+	}
+	r.e.endReplay(alive, r.cfg.now())
+	r.learnKeys(ctx)
+	r.log.Info().Stringer("took", time.Since(start)).Int("groups", len(r.e.groups.byID)).Int("in_flight", len(r.e.jobs)).Msg("replay done")
+
+	// Mark the new epoch in the journal: later records of older epochs are ignored.
+	err = r.retry(ctx, "journal epoch", func(ctx context.Context) error {
+		return r.appendJournal(ctx, journal.Record{Kind: journal.KindEpoch, Epoch: r.e.epoch})
+	})
+	if err != nil {
+		return err
+	}
+	r.startPipelines(ctx)
+	return nil
+}
+
+// readStreams reads JOBS (the feed), EVENTS and RESULTS into the engine up to where they were
+// when it started, then lists the jobs whose batches are still in WORK.
+func (r *run) readStreams(ctx context.Context) (map[uint64]aliveJob, error) {
+	r.log.Debug().Msg("replaying jobs")
+	// The feed carries payloads: the jobs about to be released are usually recent, so their
+	// payloads are kept in the bounded read-ahead cache and the release needs no round trip.
+	// The pull buffer is bounded by bytes, so a backlog of large payloads cannot pile up here.
+	jobsEnd, err := r.follow(ctx, r.names.JobsStream(), r.feedCh, jetstream.PullMaxBytes(feedBufferBytes))
+	if err != nil {
+		return nil, err
+	}
+	if err := drainUntil(ctx, r.feedCh, jobsEnd, func(m jetstream.Msg) { r.applyFeed(m) }); err != nil {
+		return nil, err
+	}
+	r.log.Debug().Uint64("last", jobsEnd).Msg("replaying events")
+	eventsEnd, err := r.follow(ctx, r.names.EventsStream(), r.eventsCh, jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return nil, err
+	}
+	if err := drainUntil(ctx, r.eventsCh, eventsEnd, func(m jetstream.Msg) { r.applyEvent(m) }); err != nil {
+		return nil, err
+	}
+	r.log.Debug().Uint64("last", eventsEnd).Msg("replaying outcomes")
+	if err := r.replayOutcomes(ctx); err != nil {
+		return nil, err
+	}
+	r.log.Debug().Msg("scanning work")
+	return r.aliveWork(ctx)
+}
+
+// startPipelines starts the release pipelines and the writer, acker and summarizer.
+func (r *run) startPipelines(ctx context.Context) {
+	for range r.cfg.ReleaseParallelism {
+		r.wg.Go(func() { r.releaser(ctx) })
+	}
+	r.wg.Go(func() { r.writer(ctx) })
+	r.wg.Go(func() { r.acker(ctx) })
+	r.wg.Go(func() { r.summarizer(ctx) })
+}
+
+// learnKeys reads the key and attempt limit of every job replay rebuilt (released before the
+// restart: running, waiting for a retry, or decided just now), as the release pipeline tells
+// the loop for the jobs it releases: without it their outcomes would carry no key (WaitKey
+// could not find them) and a job's own MaxAttempts would give way to the default.
+func (r *run) learnKeys(ctx context.Context) {
+	var ids []uint64
+	for id, j := range r.e.jobs {
+		if j.key == "" && j.maxAtt == 0 {
+			ids = append(ids, id)
+		}
+	}
+	for _, g := range r.e.out.outcomes {
+		for _, o := range g.outcomes {
+			if o.Key == "" {
+				ids = append(ids, o.ID)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	msgs := r.readJobs(ctx, ids)
+	keys := make(map[uint64]string, len(ids))
+	for _, m := range msgs {
+		if m == nil {
+			continue // gone: the job fails when it is next released, as any other
+		}
+		meta, err := wire.ParseJobMeta(m.Header)
+		if err != nil {
+			continue
+		}
+		keys[m.Seq] = meta.Key
+		r.e.learn(m.Seq, meta.Key, meta.MaxAttempts)
+	}
+	for _, g := range r.e.out.outcomes {
+		for i := range g.outcomes {
+			if o := &g.outcomes[i]; o.Key == "" {
+				o.Key = keys[o.ID]
+			}
+		}
+	}
+}
+
+// follow starts an ordered consumer over a whole stream from its first message, delivering into
+// ch, and returns the stream's last sequence at the start: replay reads up to it.
+func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg, opts ...jetstream.PullConsumeOpt) (uint64, error) {
+	var (
+		info *jetstream.StreamInfo
+		cons jetstream.Consumer
+	)
+	err := r.retry(ctx, "follow "+stream, func(ctx context.Context) error {
+		s, err := r.c.js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		if info, err = s.Info(ctx); err != nil {
+			return err
+		}
+		cons, err = s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case ch <- m:
+		case <-r.done:
+		}
+	}, opts...)
+	if err != nil {
+		return 0, err
+	}
+	r.stop = append(r.stop, cc.Stop)
+	return info.State.LastSeq, nil
+}
+
+// drainUntil applies messages from ch until one with stream sequence ≥ last has been applied.
+func drainUntil(ctx context.Context, ch <-chan jetstream.Msg, last uint64, apply func(jetstream.Msg)) error {
+	if last == 0 {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case m := <-ch:
+			apply(m)
+			if seq(m) >= last {
+				return nil
+			}
+		}
+	}
+}
+
+func seq(m jetstream.Msg) uint64 {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0
+	}
+	return md.Sequence.Stream
+}
+
+// storedAt returns a message's stream sequence and the time the server stored it.
+func storedAt(m jetstream.Msg) (uint64, time.Time) {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0, time.Time{}
+	}
+	return md.Sequence.Stream, md.Timestamp
+}
+
+// feedBufferBytes bounds the payload bytes the JOBS feed's pull buffer holds.
+const feedBufferBytes = 8 << 20
+
+// replayOutcomes reads the outcomes already written for the open groups, up to the RESULTS
+// stream's last sequence when it starts. It reads with one ordered consumer's Consume, which
+// pulls ahead and recreates the consumer itself after a failure; calling Next one message at a
+// time recreates the consumer per call, and on a cluster that failed with "no responders"
+// after a few messages.
+func (r *run) replayOutcomes(ctx context.Context) error {
+	prefix := r.names.OutcomeSubject("")
+	err := r.readStream(ctx, r.names.ResultsStream(), func(m jetstream.Msg) {
+		openSeq, _ := strconv.ParseUint(m.Headers().Get(wire.HdrGroupSeq), 10, 64)
+		if outs, sum, err := wire.DecodeOutcomeMsg(m.Data()); err == nil {
+			var at time.Time
+			if md, err := m.Metadata(); err == nil {
+				at = md.Timestamp
+			}
+			r.e.outcomeReplay(strings.TrimPrefix(m.Subject(), prefix), openSeq, outs, sum, seq(m), at)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("weave: replay outcomes: %w", err)
+	}
+	return nil
+}
+
+// readStream applies every message of a stream, up to its last sequence when the read starts,
+// in order, then stops reading.
+func (r *run) readStream(ctx context.Context, stream string, apply func(jetstream.Msg)) error {
+	var (
+		s    jetstream.Stream
+		info *jetstream.StreamInfo
+		cons jetstream.Consumer
+	)
+	err := r.retry(ctx, "read "+stream, func(ctx context.Context) error {
+		var err error
+		if s, err = r.c.js.Stream(ctx, stream); err != nil {
+			return err
+		}
+		if info, err = s.Info(ctx); err != nil || info.State.Msgs == 0 {
+			return err
+		}
+		cons, err = s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		return err
+	})
+	if err != nil || info.State.Msgs == 0 {
+		return err
+	}
+	ch := make(chan jetstream.Msg, 1024)
+	done := make(chan struct{})
+	defer close(done)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case ch <- m:
+		case <-done:
+		}
+	}, jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return err
+	}
+	defer cc.Stop()
+	return drainUntil(ctx, ch, info.State.LastSeq, apply)
+}
+
+// aliveWork lists the jobs present in the WORK stream: released and not yet acknowledged.
+func (r *run) aliveWork(ctx context.Context) (map[uint64]aliveJob, error) {
+	var alive map[uint64]aliveJob
+	prefix := r.names.WorkSubject("")
+	work := r.c.directGet(r.names.WorkStream())
+	defer work.Close()
+	err := r.retry(ctx, "scan work", func(ctx context.Context) error {
+		alive = map[uint64]aliveJob{}
+		return work.Scan(ctx, 1, 256, func(m *directget.Msg) error {
+			jobs, err := wire.DecodeWork(m.Data)
+			if err != nil {
+				return nil // a malformed batch is the worker's to reject
+			}
+			for _, j := range jobs {
+				if j.Attempt >= alive[j.ID].attempt {
+					alive[j.ID] = aliveJob{attempt: j.Attempt, pool: strings.TrimPrefix(m.Subject, prefix)}
+				}
+			}
+			return nil
+		})
+	})
+	return alive, err
+}

@@ -1,0 +1,261 @@
+package coordinator
+
+import (
+	"slices"
+
+	"github.com/weavejobs/weave/internal/jobindex"
+	"github.com/weavejobs/weave/spreader"
+)
+
+// releasePass is one round of release decisions over all pools.
+type releasePass struct {
+	affinityOnly bool // only jobs requiring or preferring something the pool holds
+	prefetch     bool // fill prefetch places too, not only free slots
+}
+
+// releasePasses: affinity first, so a job preferring r goes to a free holder of r when there
+// is one; then any job a pool may run (fallback); then the prefetch places, last, so a job never
+// queues behind a busy pool while another has a free slot.
+var releasePasses = [...]releasePass{{affinityOnly: true}, {}, {prefetch: true}}
+
+// maxCandidates bounds how many offers one selection looks at.
+const maxCandidates = 64
+
+// candidate is a job offered for release: a retry, or the head of an active group.
+type candidate struct {
+	g     *group
+	id    uint64
+	retry *job // non-nil for a retry
+}
+
+// releaseAll is the release decision: it releases jobs to every pool of the fleet with free
+// capacity, in the passes of releasePasses, choosing among the ready retries (first) and the
+// scheduler's offers, and records each batch as a release effect. Jobs no live pool can run are
+// parked (see parkUnplaceable).
+func (e *engine) releaseAll() {
+	if e.replaying() || len(e.fleet.poolOrder) == 0 {
+		return
+	}
+	// Rotate the pool order so no pool always gets first pick.
+	e.fleet.poolOrder = append(e.fleet.poolOrder[1:], e.fleet.poolOrder[0])
+	batches := make(map[*pool][]*job)
+	var cands []candidate
+	var ids []uint64
+	outstanding := 0
+	for _, p := range e.fleet.poolOrder {
+		outstanding += p.outstanding
+	}
+	e.resizeFeeders()
+	window := e.fleet.prefetch(&e.cfg)
+	for _, pass := range releasePasses {
+		prefetch := 0
+		if pass.prefetch {
+			prefetch = window
+		}
+		affinityOnly := pass.affinityOnly
+		for _, p := range e.fleet.poolOrder {
+			// Prefetch places are a budget for the whole fleet, not per pool: released jobs stay
+			// within slots + Prefetch, which is F by default, so groups stay spread.
+			for p.free(prefetch) > 0 && len(batches[p]) < p.batchCap(e.cfg.MaxBatch) && (!pass.prefetch || outstanding < e.fleet.slots+window) {
+				cands, ids = e.candidates(cands[:0], ids[:0])
+				if len(cands) == 0 {
+					break
+				}
+				// Preference only breaks ties: it chooses among the least loaded groups, so a
+				// group preferring what a pool holds cannot take all of its slots.
+				id, m, ok := e.idx.Select(p.held, e.leastLoaded(cands, ids))
+				if !ok && !affinityOnly {
+					id, m, ok = e.idx.Select(p.held, ids) // nothing in the tier fits this pool
+				}
+				if !ok && !affinityOnly && e.parkUnplaceable(cands) {
+					continue // the heads that blocked their groups are set aside: look again
+				}
+				if !ok || (affinityOnly && m == jobindex.MatchFallback) {
+					break
+				}
+				c := cands[slices.Index(ids, id)]
+				batches[p] = append(batches[p], e.take(c, p))
+				outstanding++
+				if len(batches[p]) == p.batchCap(e.cfg.MaxBatch) {
+					e.flushBatch(p, batches)
+				}
+			}
+		}
+	}
+	for _, p := range e.fleet.poolOrder {
+		e.flushBatch(p, batches)
+	}
+}
+
+// free is how many more jobs the pool may be given, counting prefetch places or not.
+func (p *pool) free(prefetch int) int {
+	if p.workers == 0 {
+		return 0
+	}
+	return p.slots + prefetch - p.outstanding
+}
+
+// batchCap is the most jobs one batch for the pool may hold: MaxBatch, and no more than one
+// worker's share of the pool's slots, since one worker takes the whole batch.
+func (p *pool) batchCap(maxBatch int) int {
+	if p.workers == 0 {
+		return 1
+	}
+	return max(1, min(maxBatch, (p.slots+p.workers-1)/p.workers))
+}
+
+// candidates lists the jobs on offer: retries first (oldest first), then the scheduler's offers
+// in policy order.
+func (e *engine) candidates(cands []candidate, ids []uint64) ([]candidate, []uint64) {
+	for _, j := range e.retries.ready {
+		if len(cands) == maxCandidates {
+			return cands, ids
+		}
+		if e.sched.Capped(j.g) {
+			continue
+		}
+		cands = append(cands, candidate{g: j.g, id: j.id, retry: j})
+		ids = append(ids, j.id)
+	}
+	first := len(cands)
+	for g, id := range e.sched.Offers() {
+		if len(cands) == maxCandidates {
+			break
+		}
+		cands = append(cands, candidate{g: g, id: id})
+		ids = append(ids, id)
+	}
+	if e.cfg.Policy == spreader.LeastInFlight {
+		e.preferLeastRunning(cands[first:], ids[first:])
+	}
+	return cands, ids
+}
+
+// preferLeastRunning moves to the front the offer whose group has the fewest jobs running as the
+// handlers see them (released × busy share). The scheduler counts released jobs; between a
+// completion and the next release a slot is not running anything, which costs short jobs a larger
+// share of their slots than long ones, so raw counts favour groups with long jobs.
+func (e *engine) preferLeastRunning(cands []candidate, ids []uint64) {
+	best, bestLoad := -1, 0.0
+	for i, c := range cands {
+		load := e.load(c.g)
+		if best < 0 || load < bestLoad {
+			best, bestLoad = i, load
+		}
+	}
+	if best > 0 {
+		c, id := cands[best], ids[best]
+		copy(cands[1:best+1], cands[:best])
+		copy(ids[1:best+1], ids[:best])
+		cands[0], ids[0] = c, id
+	}
+}
+
+// leastLoaded returns the IDs of the candidates whose group has the fewest jobs running as the
+// handlers see them (in flight × busy share), in offer order, under LeastInFlight; under
+// RoundRobin, whose order is the rotation, all of them. Groups with nothing in flight tie at
+// zero, so with more groups than slots they are all in the tier. It reuses e.tierBuf.
+func (e *engine) leastLoaded(cands []candidate, ids []uint64) []uint64 {
+	if e.cfg.Policy != spreader.LeastInFlight {
+		return ids
+	}
+	least := -1.0
+	for _, c := range cands {
+		if l := e.load(c.g); least < 0 || l < least {
+			least = l
+		}
+	}
+	e.tierBuf = e.tierBuf[:0]
+	for _, c := range cands {
+		if e.load(c.g) == least {
+			e.tierBuf = append(e.tierBuf, c.id)
+		}
+	}
+	return e.tierBuf
+}
+
+// load is a group's running jobs as the handlers see them: in flight × busy share. A group with
+// nothing in flight is at 0 whatever its share, so it always comes first: a low share can never
+// let a group with jobs in flight overtake one without (that would break the spread).
+func (e *engine) load(g *group) float64 {
+	n := e.sched.InFlight(g)
+	if n == 0 {
+		return 0
+	}
+	// At least a small floor per job, so any job in flight weighs more than none.
+	return float64(n) * max(g.busy, minBusy)
+}
+
+// minBusy is the least busy share load counts a job in flight for.
+const minBusy = 1e-3
+
+// take moves a chosen candidate to running in pool p.
+func (e *engine) take(c candidate, p *pool) *job {
+	j := c.retry
+	if j != nil {
+		e.retries.ready = slices.DeleteFunc(e.retries.ready, func(r *job) bool { return r == j })
+		j.counted = e.sched.Begin(j.g)
+	} else {
+		got, _ := e.sched.Take(c.g)
+		if got != c.id {
+			e.log.Error().Uint64("want", c.id).Uint64("got", got).Msg("scheduler head changed under selection")
+		}
+		j = &job{id: c.id, g: c.g, counted: true}
+		e.jobs[j.id] = j
+	}
+	if !j.reuse {
+		j.attempt++
+	}
+	j.reuse = false
+	j.pool, j.since = p, e.cfg.now()
+	j.evSeq = 0 // its latest attempt is in WORK from now on: no report is needed
+	p.outstanding++
+	e.mustMove(j.id, jobindex.Running)
+	e.stats.Released++
+	return j
+}
+
+func (e *engine) flushBatch(p *pool, batches map[*pool][]*job) {
+	if b := batches[p]; len(b) > 0 {
+		e.out.releases = append(e.out.releases, release{pool: p, jobs: b})
+		batches[p] = nil
+	}
+}
+
+// parkUnplaceable sets aside the candidates that no live pool can run, so a job requiring a
+// resource nobody holds waits (pending, counted per resource in status) without blocking the
+// rest of its group. It reports whether it parked any.
+func (e *engine) parkUnplaceable(cands []candidate) bool {
+	parked := false
+	for _, c := range cands {
+		if e.placeable(c.id) {
+			continue
+		}
+		j := c.retry
+		if j == nil {
+			if _, ok := e.sched.Drop(c.g); !ok {
+				continue
+			}
+			j = &job{id: c.id, g: c.g, heapIdx: -1}
+			e.jobs[j.id] = j
+		} else {
+			e.retries.ready = slices.DeleteFunc(e.retries.ready, func(r *job) bool { return r == j })
+		}
+		e.retries.parked = append(e.retries.parked, j)
+		parked = true
+	}
+	return parked
+}
+
+// placeable reports whether some live pool holds every resource the job requires.
+func (e *engine) placeable(id uint64) bool {
+	one := []uint64{id}
+	for _, p := range e.fleet.poolOrder {
+		if p.workers > 0 {
+			if _, _, ok := e.idx.Select(p.held, one); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
