@@ -50,6 +50,7 @@ Try it without any setup:  weave demo`,
 		newStatusCmd(g),
 		newFailedCmd(g),
 		newCancelCmd(g),
+		newDashboardCmd(g),
 		newAuthCmd(),
 		newVersionCmd(),
 	)
