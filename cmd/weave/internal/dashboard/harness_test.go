@@ -136,14 +136,20 @@ func newEnv(t *testing.T) *env {
 }
 
 // publish publishes a group of jobs with keys page-0… and the given payloads, and returns its
-// Handle.
+// Handle. Jobs of groups site-eu… require resource eu, of site-gpu… resource gpu (which no
+// worker holds), and the gated group's prefer eu.
 func (e *env) publish(group string, payloads ...string) *dispatcher.Handle {
 	e.t.Helper()
 	var jobs []dispatcher.Job
 	for i, p := range payloads {
 		j := dispatcher.Job{Key: fmt.Sprintf("page-%d", i), Payload: []byte(p), MaxAttempts: 3}
-		if strings.HasPrefix(group, "site-eu") {
+		switch {
+		case strings.HasPrefix(group, "site-eu"):
 			j.Require = []string{"eu"}
+		case strings.HasPrefix(group, "site-gpu"):
+			j.Require = []string{"gpu"}
+		case group == gated:
+			j.Prefer = []string{"eu"}
 		}
 		jobs = append(jobs, j)
 	}
@@ -154,9 +160,9 @@ func (e *env) publish(group string, payloads ...string) *dispatcher.Handle {
 	return h
 }
 
-// standardGroups publishes the groups both tests use: two that end done, one with a job that
-// fails every attempt (site-bad, key page-1), and the gated group with n jobs, its first ones
-// started and held. It waits for the first three to end and returns the failed job's outcome.
+// standardGroups publishes the groups the tests use: two that end done, one with a job that
+// fails every attempt (site-bad, key page-1), one whose job waits for a worker holding gpu, and
+// the gated group with n jobs, its first ones started and held. It waits for the first three to end and returns the failed job's outcome.
 func (e *env) standardGroups(n int) dispatcher.JobOutcome {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.t.Context(), 30*time.Second)
@@ -175,6 +181,7 @@ func (e *env) standardGroups(n int) dispatcher.JobOutcome {
 		payloads[i] = "ok"
 	}
 	e.publish(gated, payloads...)
+	e.publish("site-gpu-render", "ok")
 	out, err := e.d.Attach("site-bad").WaitKey(ctx, "page-1")
 	if err != nil {
 		e.t.Fatal(err)

@@ -1,0 +1,241 @@
+package dashboard_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/weavejobs/weave/cmd/weave/internal/dashboard"
+)
+
+var updateScreenshots = flag.Bool("update-screenshots", false, "write the browser test's screenshots of each view to docs/")
+
+// chromiumEnv names a Chromium (or Chrome) binary for the browser test, overriding the search.
+const chromiumEnv = "WEAVE_CHROMIUM"
+
+// chromium finds a browser, or skips the test saying how to get one.
+func chromium(t *testing.T) string {
+	if p := os.Getenv(chromiumEnv); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skipf("no browser found (looked for chromium, chromium-browser, google-chrome on $PATH): install Debian's chromium package (.ci/run does), or set $%s", chromiumEnv)
+	return ""
+}
+
+// browser starts a headless Chromium for the test and returns a context of one tab in it.
+func browser(t *testing.T) context.Context {
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
+		chromedp.ExecPath(chromium(t)),
+		chromedp.WindowSize(1360, 900),
+	)
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	tab, cancelTab := chromedp.NewContext(actx)
+	t.Cleanup(cancelTab)
+	// The first call starts the browser, for as long as its context lives: no deadline on it.
+	if err := chromedp.Do(tab); err != nil {
+		t.Fatalf("start %s: %v", chromium(t), err)
+	}
+	// Every wait in the page has this deadline.
+	ctx, cancel := context.WithTimeout(tab, 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// poll waits until the JavaScript expression is true in the page.
+func poll(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second))
+}
+
+// screenshot saves the page as docs/dashboard-<name>.png with -update-screenshots.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	if !*updateScreenshots {
+		return
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join("..", "..", "..", "..", "docs", "dashboard-"+name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", path)
+}
+
+// TestDashboardInBrowser opens the dashboard in headless Chromium, with the observer's
+// permissions: the counts it shows are the coordinator's, a group's progress bar advances as its
+// jobs end, a failed job's attempts are listed, lookup finds a job; then a dashboard with actions
+// on refuses a retry without the token and does it with the token. Views are switched with the
+// keyboard. With -update-screenshots it writes a screenshot of each view to docs/.
+func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	e := newEnv(t)
+	failed := e.standardGroups(6) // 4 of the gated group's 6 jobs run, held; 2 pending
+	base, _, errs := e.dashboardAs("observer", dashboard.Config{})
+
+	// Overview: the counts shown are the coordinator's. The gated jobs are held, but the
+	// coordinator may still forget an ended group meanwhile: compare with a fresh status until
+	// the page shows exactly what it says.
+	run(t, ctx, "open the overview", chromedp.Navigate(base), chromedp.WaitVisible(`#count-pending`))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := e.dep.Status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conds []string
+		for state, n := range st.Jobs {
+			conds = append(conds, fmt.Sprintf("count(%q) === %d", state, n))
+		}
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = chromedp.Do(pctx, poll(`(() => {
+			const count = (s) => { const el = document.getElementById('count-' + s); return el ? Number(el.textContent.replaceAll(',', '')) : -1; };
+			return `+strings.Join(conds, " && ")+`; })()`))
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			var shown string
+			shown, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('state-cards').textContent`))
+			t.Fatalf("the overview shows %q, the coordinator %v", shown, st.Jobs)
+		}
+	}
+	run(t, ctx, "the overview draws rates and charts",
+		// Rates need two samples of the same coordinator.
+		poll(`document.getElementById('rate-in').textContent !== '–'`),
+		poll(`document.querySelector('#chart-states path.line') !== null`),
+	)
+	screenshot(t, ctx, "overview")
+
+	// Groups, with key 2: the gated group's progress advances when one of its jobs ends.
+	ended := func(n int) chromedp.Action[chromedp.Void] {
+		return poll(fmt.Sprintf(`(() => { const c = document.querySelector('tr[data-group=%q] td[data-ended]');
+			return c !== null && c.dataset.ended === '%d' && c.dataset.total === '6' &&
+				(%d === 0 || document.querySelector('tr[data-group=%q] .seg.done').style.width === '%.2f%%'); })()`, gated, n, n, gated, 100*float64(n)/6))
+	}
+	run(t, ctx, "the groups view shows the gated group, nothing ended",
+		chromedp.KeyEvent("2"),
+		chromedp.WaitVisible(`#view-groups tr[data-group="`+gated+`"]`),
+		ended(0),
+	)
+	e.release()
+	run(t, ctx, "the progress bar advances to 1 of 6", ended(1))
+	e.release()
+	run(t, ctx, "the progress bar advances to 2 of 6", ended(2),
+		poll(`document.querySelectorAll('#legend-shares span').length >= 2`)) // the gated group's share, the slots
+	screenshot(t, ctx, "groups")
+
+	// Resources and pools, with key 3.
+	run(t, ctx, "resources view",
+		chromedp.KeyEvent("3"),
+		chromedp.WaitVisible(`#view-resources tr[data-resource="eu"]`),
+		poll(`document.querySelector('tr[data-resource="eu"]').textContent.includes('worker-eu')`),
+		poll(`document.querySelectorAll('#workers-table tr[data-worker]').length === 2`),
+		poll(`document.querySelector('tr[data-resource="gpu"]').textContent.includes('1 wait: no live holder')`),
+	)
+	screenshot(t, ctx, "resources")
+
+	// Failed jobs, with key 4: the failed job's three attempts, with worker and error.
+	job := fmt.Sprintf(`details[data-job="%d"]`, failed.ID)
+	run(t, ctx, "failed view shows the job's attempts",
+		chromedp.KeyEvent("4"),
+		chromedp.WaitVisible(job+" summary"),
+		chromedp.Click(job+" summary"),
+		chromedp.WaitVisible(job+` tr[data-attempt="3"]`),
+	)
+	attempts, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('`+job+` tr[data-attempt]')].map((r) => r.textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(attempts) != 3 {
+		t.Fatalf("attempts shown: %q", attempts)
+	}
+	for i, a := range attempts {
+		h := failed.History[i]
+		if !strings.Contains(a, h.Worker) || !strings.Contains(a, h.Err) || !strings.Contains(a, fmt.Sprintf("(attempt %d)", i+1)) {
+			t.Errorf("attempt %d shown as %q, want worker %s and error %q", i+1, a, h.Worker, h.Err)
+		}
+	}
+	screenshot(t, ctx, "failed")
+
+	// Job lookup, with key 5, by group and key.
+	run(t, ctx, "lookup finds the failed job",
+		chromedp.KeyEvent("5"),
+		chromedp.WaitVisible(`#lookup-group`),
+		chromedp.SendKeys(`#lookup-group`, "site-bad"),
+		chromedp.SendKeys(`#lookup-key`, "page-1"+kb.Enter),
+		chromedp.WaitVisible(`#lookup-job[data-state="failed"]`),
+		poll(`document.querySelector('#lookup-job').textContent.includes('`+fmt.Sprint(failed.ID)+`') && document.querySelectorAll('#lookup-job tr[data-attempt]').length === 3`),
+	)
+	screenshot(t, ctx, "lookup")
+	errs.check(t)
+
+	// Actions: a dashboard with actions on (a producer's permissions). Retry without the token
+	// is refused; with it, the job is published again, and fails again (once the gated group's
+	// last jobs free the slots).
+	for range 4 {
+		e.release()
+	}
+	abase, _, aerrs := e.dashboardAs("producer", dashboard.Config{AllowActions: true, Token: "t0ken"})
+	retryButton := job + ` summary button`
+	run(t, ctx, "retry without the token is refused",
+		chromedp.Navigate(abase+"#failed"),
+		chromedp.WaitVisible(retryButton),
+		chromedp.Click(retryButton),
+		poll(`document.querySelector('#toast').textContent.includes('refused: missing or wrong action token')`),
+	)
+	failedOutcomes := func() int {
+		n := 0
+		for o, err := range e.d.Failed(t.Context(), "site-bad") {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Key == "page-1" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := failedOutcomes(); n != 1 {
+		t.Fatalf("%d failed outcomes of page-1 after a refused retry, want 1", n)
+	}
+	run(t, ctx, "retry with the token is done",
+		chromedp.SendKeys(`#token`, "t0ken"),
+		chromedp.Click(retryButton),
+		poll(`document.querySelector('#toast').textContent.includes('1 jobs published again')`),
+	)
+	eventually(t, "the retried job to fail again", func() (bool, string) {
+		n := failedOutcomes()
+		return n == 2, fmt.Sprintf("%d failed outcomes of page-1", n)
+	})
+	aerrs.check(t)
+}
