@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,7 +136,6 @@ func TestDashboardInBrowser(t *testing.T) {
 		poll(`document.getElementById('rate-in').textContent !== '–'`),
 		poll(`document.querySelector('#chart-states path.line') !== null`),
 	)
-	screenshot(t, ctx, "overview")
 
 	// Groups, with key 2: the gated group's progress advances when one of its jobs ends.
 	ended := func(n int) chromedp.Action[chromedp.Void] {
@@ -151,8 +152,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	run(t, ctx, "the progress bar advances to 1 of 6", ended(1))
 	e.release()
 	run(t, ctx, "the progress bar advances to 2 of 6", ended(2),
-		poll(`document.querySelectorAll('#legend-shares span').length >= 2`)) // the gated group's share, the slots
-	screenshot(t, ctx, "groups")
+		// The only group in flight holds all of the fleet's jobs in flight.
+		poll(`document.querySelector('#legend-shares').textContent.includes('`+gated+` 4 (100%)')`))
 
 	// Resources and pools, with key 3.
 	run(t, ctx, "resources view",
@@ -162,7 +163,6 @@ func TestDashboardInBrowser(t *testing.T) {
 		poll(`document.querySelectorAll('#workers-table tr[data-worker]').length === 2`),
 		poll(`document.querySelector('tr[data-resource="gpu"]').textContent.includes('1 wait: no live holder')`),
 	)
-	screenshot(t, ctx, "resources")
 
 	// Failed jobs, with key 4: the failed job's three attempts, with worker and error.
 	job := fmt.Sprintf(`details[data-job="%d"]`, failed.ID)
@@ -185,7 +185,6 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("attempt %d shown as %q, want worker %s and error %q", i+1, a, h.Worker, h.Err)
 		}
 	}
-	screenshot(t, ctx, "failed")
 
 	// Job lookup, with key 5, by group and key.
 	run(t, ctx, "lookup finds the failed job",
@@ -196,7 +195,6 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(`#lookup-job[data-state="failed"]`),
 		poll(`document.querySelector('#lookup-job').textContent.includes('`+fmt.Sprint(failed.ID)+`') && document.querySelectorAll('#lookup-job tr[data-attempt]').length === 3`),
 	)
-	screenshot(t, ctx, "lookup")
 	errs.check(t)
 
 	// Actions: a dashboard with actions on (a producer's permissions). Retry without the token
@@ -231,11 +229,89 @@ func TestDashboardInBrowser(t *testing.T) {
 	run(t, ctx, "retry with the token is done",
 		chromedp.SendKeys(`#token`, "t0ken"),
 		chromedp.Click(retryButton),
-		poll(`document.querySelector('#toast').textContent.includes('1 jobs published again')`),
+		poll(`document.querySelector('#toast').textContent.includes('1 job published again')`),
 	)
 	eventually(t, "the retried job to fail again", func() (bool, string) {
 		n := failedOutcomes()
 		return n == 2, fmt.Sprintf("%d failed outcomes of page-1", n)
 	})
 	aerrs.check(t)
+}
+
+// TestDashboardScreenshots regenerates docs/dashboard-*.png, the README's screenshots, from a
+// busier namespace than the tests': 2 workers of 6 slots and a stream of groups of jobs that take
+// 20–120 ms. It runs only when asked:
+//
+//	go test ./cmd/weave/internal/dashboard -run TestDashboardScreenshots -update-screenshots
+func TestDashboardScreenshots(t *testing.T) {
+	if !*updateScreenshots {
+		t.Skip("generates the screenshots in docs/ with -update-screenshots")
+	}
+	ctx := browser(t)
+	e := newEnvSlots(t, 6)
+	failed := e.standardGroups(6)
+	for range 6 {
+		e.release() // the gated group ends; its slots go to the stream of groups
+	}
+	base, _, _ := e.dashboardAs("observer", dashboard.Config{Interval: 500 * time.Millisecond, History: time.Minute})
+	abase, _, _ := e.dashboardAs("producer", dashboard.Config{AllowActions: true, Token: "t0ken", Interval: 500 * time.Millisecond})
+
+	// A stream of sites of skewed sizes, four open at a time, until the screenshots are taken.
+	stop := make(chan struct{})
+	var streams sync.WaitGroup
+	names := []string{"news", "shop", "wiki", "blog", "docs", "forum", "maps", "video", "mail", "photos"}
+	sizes := []int{240, 60, 30, 120, 20, 45, 90, 25, 35, 150}
+	for w := range 4 {
+		streams.Go(func() {
+			for i := w; ; i += 4 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := "site-" + names[i%len(names)] + "-" + strconv.Itoa(i/len(names))
+				if i%5 == 1 {
+					name = "site-eu-" + names[i%len(names)] + "-" + strconv.Itoa(i/len(names))
+				}
+				payloads := make([]string, sizes[i%len(sizes)])
+				for k := range payloads {
+					payloads[k] = "work:" + strconv.Itoa(20+(k*37+i*11)%100)
+				}
+				h, err := e.d.Publish(t.Context(), name, slices.Values(jobsOf(name, payloads)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := h.WaitSummary(t.Context()); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		streams.Wait()
+	}()
+	eventually(t, "40 seconds of history", func() (bool, string) {
+		var snap struct {
+			Series struct{ Times []int64 } `json:"series"`
+		}
+		get(t, base+"api/snapshot", &snap)
+		return len(snap.Series.Times) >= 80, fmt.Sprint(len(snap.Series.Times), " samples")
+	})
+	run(t, ctx, "overview", chromedp.Navigate(base), poll(`document.querySelector('#chart-rates path.line') !== null`))
+	screenshot(t, ctx, "overview")
+	run(t, ctx, "groups", chromedp.KeyEvent("2"), chromedp.WaitVisible(`#groups-table tr[data-group]`))
+	screenshot(t, ctx, "groups")
+	run(t, ctx, "resources", chromedp.KeyEvent("3"), chromedp.WaitVisible(`#resources-table tr[data-resource]`))
+	screenshot(t, ctx, "resources")
+	job := fmt.Sprintf(`details[data-job="%d"]`, failed.ID)
+	run(t, ctx, "failed", chromedp.Navigate(abase+"#failed"), chromedp.WaitVisible(job+" summary"),
+		chromedp.Click(job+" summary"), chromedp.WaitVisible(job+` tr[data-attempt="3"]`), chromedp.SendKeys(`#token`, "t0ken"))
+	screenshot(t, ctx, "failed")
+	run(t, ctx, "lookup", chromedp.Navigate(base+"#lookup"), chromedp.WaitVisible(`#lookup-group`),
+		chromedp.SendKeys(`#lookup-group`, "site-bad"), chromedp.SendKeys(`#lookup-key`, "page-1"+kb.Enter),
+		chromedp.WaitVisible(`#lookup-job`))
+	screenshot(t, ctx, "lookup")
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,7 +50,10 @@ var users = []auth.User{
 	{Role: auth.Producer, Name: "producer"},
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvSlots(t, 2) }
+
+// newEnvSlots is newEnv with the given slots per worker.
+func newEnvSlots(t *testing.T, slots int) *env {
 	t.Helper()
 	names, err := wire.NewNames(ns)
 	if err != nil {
@@ -108,6 +112,13 @@ func newEnv(t *testing.T) *env {
 		switch {
 		case string(j.Payload) == "fail":
 			return nil, fmt.Errorf("fetch %s: 503 Service Unavailable (attempt %d)", j.Key, j.Attempt)
+		case strings.HasPrefix(string(j.Payload), "work:"): // work:<ms>, for the screenshots
+			ms, _ := strconv.Atoi(strings.TrimPrefix(string(j.Payload), "work:"))
+			select {
+			case <-time.After(time.Duration(ms) * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		case j.Group == gated:
 			select {
 			case <-e.gate:
@@ -118,14 +129,14 @@ func newEnv(t *testing.T) *env {
 		return []byte("fetched " + j.Key), nil
 	}
 	for _, w := range []worker.Config{
-		{ID: "worker-eu", Resources: []string{"eu"}, Concurrency: 2},
-		{ID: "worker-any", Concurrency: 2},
+		{ID: "worker-eu", Resources: []string{"eu"}, Concurrency: slots},
+		{ID: "worker-any", Concurrency: slots},
 	} {
 		if _, _, err := e.dep.Worker(w, handler); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := e.dep.WaitStatus(inproc.FleetReady(2, 4)); err != nil {
+	if err := e.dep.WaitStatus(inproc.FleetReady(2, 2*slots)); err != nil {
 		t.Fatal(err)
 	}
 	if e.d, err = e.dep.Dispatcher(); err != nil {
@@ -140,6 +151,15 @@ func newEnv(t *testing.T) *env {
 // worker holds), and the gated group's prefer eu.
 func (e *env) publish(group string, payloads ...string) *dispatcher.Handle {
 	e.t.Helper()
+	h, err := e.d.Publish(e.t.Context(), group, slices.Values(jobsOf(group, payloads)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return h
+}
+
+// jobsOf returns the jobs publish publishes.
+func jobsOf(group string, payloads []string) []dispatcher.Job {
 	var jobs []dispatcher.Job
 	for i, p := range payloads {
 		j := dispatcher.Job{Key: fmt.Sprintf("page-%d", i), Payload: []byte(p), MaxAttempts: 3}
@@ -153,11 +173,7 @@ func (e *env) publish(group string, payloads ...string) *dispatcher.Handle {
 		}
 		jobs = append(jobs, j)
 	}
-	h, err := e.d.Publish(e.t.Context(), group, slices.Values(jobs))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return h
+	return jobs
 }
 
 // standardGroups publishes the groups the tests use: two that end done, one with a job that

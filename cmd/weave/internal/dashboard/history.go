@@ -11,9 +11,8 @@ type sample struct {
 	at       time.Time
 	epoch    uint64
 	jobs     map[string]uint64
-	admitted uint64 // totals since the coordinator took over: they restart with a new epoch
-	ended    uint64 // done + failed + canceled
-	slots    int
+	admitted uint64         // totals since the coordinator took over: they restart with a new epoch
+	ended    uint64         // done + failed + canceled
 	inFlight map[string]int // per open group
 }
 
@@ -25,9 +24,6 @@ func sampleOf(at time.Time, st *Status) sample {
 		admitted: st.Totals.Admitted,
 		ended:    st.Totals.Done + st.Totals.Failed + st.Totals.Canceled,
 		inFlight: make(map[string]int, len(st.Groups)),
-	}
-	for _, p := range st.Pools {
-		s.slots += p.Slots
 	}
 	for _, g := range st.Groups {
 		if g.InFlight > 0 {
@@ -53,6 +49,9 @@ func (h *history) add(s sample) {
 	h.samples = slices.Delete(h.samples, 0, cut)
 }
 
+// rateWindow is the span the rates are averaged over.
+const rateWindow = 5 * time.Second
+
 // maxShareGroups bounds the groups drawn apart in the fairness chart; the others are summed.
 const maxShareGroups = 8
 
@@ -62,13 +61,14 @@ type series struct {
 	// States counts the jobs per state (pending, running, retrywait); the ended states grow
 	// for ever and are shown as rates instead.
 	States map[string][]uint64 `json:"states"`
-	// RateIn and RateOut are jobs admitted and ended per second since the previous sample; null
-	// for the first sample and across a change of coordinator (its totals restart).
+	// RateIn and RateOut are jobs admitted and ended per second over the rateWindow before each
+	// sample (bursts of a group's publication smoothed); null for the first sample and for one
+	// right after a change of coordinator (its totals restart).
 	RateIn  []*float64 `json:"rate_in"`
 	RateOut []*float64 `json:"rate_out"`
-	Slots   []int      `json:"slots"`
-	// Shares are the in-flight jobs of the groups that held the most over the window (at most
-	// maxShareGroups), and of all the others summed as "(other groups)".
+	// Shares are the in-flight jobs of at most maxShareGroups groups (those in flight now, then
+	// those that held the most over the window), and of all the others summed as "(other
+	// groups)".
 	Shares []share `json:"shares"`
 }
 
@@ -87,35 +87,46 @@ func (h *history) series() series {
 		States:  map[string][]uint64{},
 		RateIn:  make([]*float64, n),
 		RateOut: make([]*float64, n),
-		Slots:   make([]int, n),
 	}
 	for _, st := range []string{"pending", "running", "retrywait"} {
 		out.States[st] = make([]uint64, n)
 	}
-	held := map[string]int{}
+	// Groups drawn apart: those in flight now first, then those that held the most, recent
+	// samples weighing more (a group that ended long ago matters less than one just ended).
+	held := map[string]float64{}
 	for i, s := range h.samples {
 		out.Times[i] = s.at.UnixMilli()
 		for st, v := range out.States {
 			v[i] = s.jobs[st]
 		}
-		out.Slots[i] = s.slots
-		if i > 0 {
-			p := h.samples[i-1]
-			if dt := s.at.Sub(p.at).Seconds(); dt > 0 && p.epoch == s.epoch && s.admitted >= p.admitted && s.ended >= p.ended {
-				in, o := float64(s.admitted-p.admitted)/dt, float64(s.ended-p.ended)/dt
-				out.RateIn[i], out.RateOut[i] = &in, &o
+		// The oldest sample within the window, of the same coordinator's totals.
+		j := i
+		for j > 0 {
+			p := h.samples[j-1]
+			if s.at.Sub(p.at) > rateWindow || p.epoch != s.epoch || p.admitted > s.admitted || p.ended > s.ended {
+				break
 			}
+			j--
+		}
+		if p := h.samples[j]; j < i && s.at.After(p.at) {
+			dt := s.at.Sub(p.at).Seconds()
+			in, o := float64(s.admitted-p.admitted)/dt, float64(s.ended-p.ended)/dt
+			out.RateIn[i], out.RateOut[i] = &in, &o
 		}
 		for g, f := range s.inFlight {
-			held[g] += f
+			held[g] += float64(f) * float64(i+1) / float64(n)
 		}
 	}
 	groups := make([]string, 0, len(held))
 	for g := range held {
 		groups = append(groups, g)
 	}
+	now := map[string]int{}
+	if n > 0 {
+		now = h.samples[n-1].inFlight
+	}
 	slices.SortFunc(groups, func(a, b string) int {
-		return cmp.Or(cmp.Compare(held[b], held[a]), cmp.Compare(a, b))
+		return cmp.Or(cmp.Compare(min(now[b], 1), min(now[a], 1)), cmp.Compare(held[b], held[a]), cmp.Compare(a, b))
 	})
 	apart := groups[:min(len(groups), maxShareGroups)]
 	for _, g := range apart {

@@ -33,17 +33,22 @@ const svg = (tag, attrs) => {
   for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, v);
   return el;
 };
+const plural = (n, thing) => fmt(n) + ' ' + thing + (n === 1 ? '' : 's');
 const fmt = (n) => (n === undefined || n === null ? '–' : Number(n).toLocaleString('en-US'));
 const rate = (n) => (n === undefined || n === null ? '–' : n >= 100 ? Math.round(n).toLocaleString('en-US') : n.toFixed(1));
 function dur(ms) {
   if (ms < 0) ms = 0;
   const s = Math.round(ms / 1000);
   if (s < 60) return s + 's';
-  if (s < 3600) return Math.floor(s / 60) + 'm ' + (s % 60) + 's';
-  return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm';
+  if (s < 3600) return Math.floor(s / 60) + 'm' + (s % 60 ? ' ' + (s % 60) + 's' : '');
+  return Math.floor(s / 3600) + 'h' + (s % 3600 >= 60 ? ' ' + Math.floor((s % 3600) / 60) + 'm' : '');
 }
 const since = (t, now) => (!t || t.startsWith('0001') ? '–' : dur(now - Date.parse(t)));
-const when = (t) => new Date(t).toLocaleString();
+// when formats a time as local "2006-01-02 15:04:05.000": attempts are often within a second.
+function when(t) {
+  const d = new Date(t), p = (n, w = 2) => String(n).padStart(w, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}.${p(d.getMilliseconds(), 3)}`;
+}
 function fill(tbody, rows, cols, empty) {
   tbody.replaceChildren(...(rows.length ? rows : [h('tr', {}, h('td', { colspan: cols, class: 'empty' }, empty))]));
 }
@@ -116,7 +121,7 @@ function render() {
 
 // ---- charts (SVG, drawn to the element's width)
 
-const CH = { padL: 44, padR: 8, padT: 8, padB: 20 };
+const CH = { padL: 52, padR: 8, padT: 8, padB: 20 };
 function frame(el) {
   const w = Math.max(el.clientWidth, 200), hgt = Math.max(el.clientHeight, 100);
   el.setAttribute('viewBox', `0 0 ${w} ${hgt}`);
@@ -129,12 +134,12 @@ function niceMax(v) {
   for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
   return 10 * p;
 }
-function axes(el, f, times, ymax, unit) {
+function axes(el, f, times, ymax, label) {
   for (const frac of [0, 0.5, 1]) {
     const y = f.y0 - (f.y0 - f.y1) * frac;
     el.append(svg('line', { x1: f.x0, x2: f.x1, y1: y, y2: y, class: 'grid' }));
     const t = svg('text', { x: f.x0 - 6, y: y + 4, 'text-anchor': 'end' });
-    t.textContent = rate(ymax * frac) + (frac === 1 && unit ? unit : '');
+    t.textContent = label(ymax * frac);
     el.append(t);
   }
   const span = times.length > 1 ? times[times.length - 1] - times[0] : 0;
@@ -149,12 +154,12 @@ function xOf(f, times, i) {
   return t1 > t0 ? f.x0 + ((times[i] - t0) / (t1 - t0)) * (f.x1 - f.x0) : f.x1;
 }
 // lineChart draws series [{name, values, color}] (null values break the line).
-function lineChart(el, legend, times, series, unit) {
+function lineChart(el, legend, times, series) {
   const f = frame(el);
   let max = 0;
   for (const s of series) for (const v of s.values) if (v !== null && v > max) max = v;
   const ymax = niceMax(max);
-  axes(el, f, times, ymax, unit);
+  axes(el, f, times, ymax, rate);
   for (const s of series) {
     let d = '', pen = false;
     s.values.forEach((v, i) => {
@@ -173,24 +178,20 @@ function lineChart(el, legend, times, series, unit) {
   }));
   el.setAttribute('aria-label', series.map((s) => s.name + ' ' + rate(s.values[s.values.length - 1])).join(', '));
 }
-// stackChart stacks layers [{name, values, color}] as areas, with a dashed line for the limit.
-function stackChart(el, legend, times, layers, limit) {
+// shareChart stacks layers [{name, values, color}] as areas, each sample scaled to 100%: each
+// layer's share of the sum.
+function shareChart(el, legend, times, layers) {
   const f = frame(el);
   const n = times.length;
   const tops = new Array(n).fill(0);
-  let max = 0;
-  for (let i = 0; i < n; i++) {
-    let sum = 0;
-    for (const l of layers) sum += l.values[i];
-    max = Math.max(max, sum, limit[i] || 0);
-  }
-  const ymax = niceMax(max);
-  axes(el, f, times, ymax, '');
-  const Y = (v) => f.y0 - (v / ymax) * (f.y0 - f.y1);
+  const sums = new Array(n).fill(0);
+  for (let i = 0; i < n; i++) for (const l of layers) sums[i] += l.values[i];
+  axes(el, f, times, 1, (v) => Math.round(100 * v) + '%');
+  const Y = (v) => f.y0 - v * (f.y0 - f.y1);
   for (const l of layers) {
     if (n === 0) break;
     const lower = tops.slice();
-    for (let i = 0; i < n; i++) tops[i] += l.values[i];
+    for (let i = 0; i < n; i++) tops[i] += sums[i] ? l.values[i] / sums[i] : 0;
     let d = '';
     for (let i = 0; i < n; i++) d += (i ? 'L' : 'M') + xOf(f, times, i).toFixed(1) + ' ' + Y(tops[i]).toFixed(1);
     for (let i = n - 1; i >= 0; i--) d += 'L' + xOf(f, times, i).toFixed(1) + ' ' + Y(lower[i]).toFixed(1);
@@ -200,19 +201,13 @@ function stackChart(el, legend, times, layers, limit) {
     p.append(title);
     el.append(p);
   }
-  if (n > 0) {
-    let d = '';
-    for (let i = 0; i < n; i++) d += (i ? 'L' : 'M') + xOf(f, times, i).toFixed(1) + ' ' + Y(limit[i]).toFixed(1);
-    el.append(svg('path', { d, class: 'line', stroke: 'var(--muted)', 'stroke-dasharray': '4 3', 'stroke-width': '1.5' }));
-  }
-  const items = layers.map((l) => {
+  const total = sums[n - 1] || 0;
+  legend.replaceChildren(...layers.map((l) => {
     const sw = h('i', { class: 'sw' });
     sw.style.setProperty('--c', l.color);
-    const last = l.values[n - 1] || 0, slots = limit[n - 1] || 0;
-    return h('span', {}, sw, l.name + ' ', h('b', {}, fmt(last)), slots ? ' (' + Math.round((100 * last) / slots) + '%)' : '');
-  });
-  items.push(h('span', {}, '┄ live slots ', h('b', {}, fmt(limit[n - 1]))));
-  legend.replaceChildren(...items);
+    const last = l.values[n - 1] || 0;
+    return h('span', {}, sw, l.name + ' ', h('b', {}, fmt(last)), total ? ' (' + Math.round((100 * last) / total) + '%)' : '');
+  }));
   el.setAttribute('aria-label', layers.length ? layers.map((l) => l.name + ' ' + (l.values[n - 1] || 0)).join(', ') : 'no jobs in flight');
 }
 
@@ -221,9 +216,13 @@ function stackChart(el, legend, times, layers, limit) {
 function renderOverview() {
   const st = snap.status, ser = snap.series || { times: [], states: {}, rate_in: [], rate_out: [], slots: [], shares: [] };
   const last = (a) => (a && a.length ? a[a.length - 1] : null);
+  // The coordinator counts the jobs of the groups it holds (open, and ended but retained);
+  // the ended states' totals since it took over come below.
+  const sub = { done: st.totals.done, failed: st.totals.failed, canceled: st.totals.canceled };
   const cards = STATES.map((s) => h('div', { class: 'card c-' + s, dataset: { state: s } },
     h('div', { class: 'label' }, STATE_LABEL[s]),
-    h('div', { class: 'value', id: 'count-' + s }, fmt(st.jobs[s] || 0))));
+    h('div', { class: 'value', id: 'count-' + s }, fmt(st.jobs[s] || 0)),
+    h('div', { class: 'sub' }, s in sub ? fmt(sub[s]) + ' since takeover' : 'in groups held')));
   cards.push(
     h('div', { class: 'card c-in' }, h('div', { class: 'label' }, 'In / s'), h('div', { class: 'value', id: 'rate-in' }, rate(last(ser.rate_in))), h('div', { class: 'sub' }, fmt(st.totals.admitted) + ' admitted')),
     h('div', { class: 'card c-out' }, h('div', { class: 'label' }, 'Out / s'), h('div', { class: 'value', id: 'rate-out' }, rate(last(ser.rate_out))), h('div', { class: 'sub' }, fmt(st.totals.done + st.totals.failed + st.totals.canceled) + ' ended')));
@@ -231,9 +230,9 @@ function renderOverview() {
   for (const w of document.querySelectorAll('.window')) w.textContent = dur((config.history_seconds || 300) * 1000);
   lineChart($('#chart-rates'), $('#legend-rates'), ser.times, [
     { name: 'in', values: ser.rate_in, color: 'var(--in)' },
-    { name: 'out', values: ser.rate_out, color: 'var(--out)' }], '/s');
+    { name: 'out', values: ser.rate_out, color: 'var(--out)' }]);
   lineChart($('#chart-states'), $('#legend-states'), ser.times, ['pending', 'running', 'retrywait'].map((s) => ({
-    name: STATE_LABEL[s].toLowerCase(), values: ser.states[s] || [], color: 'var(--' + s + ')' })), '');
+    name: STATE_LABEL[s].toLowerCase(), values: ser.states[s] || [], color: 'var(--' + s + ')' })));
 
   const alarms = st.alarms || [];
   $('#alarms').replaceChildren(...(alarms.length ? alarms.map((a) => h('div', { class: 'alarm', dataset: { alarm: a.name } },
@@ -285,8 +284,8 @@ function progressBar(parts, total, label) {
 function renderGroups() {
   const st = snap.status, ser = snap.series || { times: [], shares: [], slots: [] };
   const palette = (i, name) => (name === '(other groups)' ? 'var(--g8)' : 'var(--g' + (i % 8) + ')');
-  stackChart($('#chart-shares'), $('#legend-shares'), ser.times,
-    (ser.shares || []).map((s, i) => ({ name: s.group, values: s.in_flight, color: palette(i, s.group) })), ser.slots || []);
+  shareChart($('#chart-shares'), $('#legend-shares'), ser.times,
+    (ser.shares || []).map((s, i) => ({ name: s.group, values: s.in_flight, color: palette(i, s.group) })));
 
   const prefix = $('#group-filter').value.trim();
   const want = $('#group-state').value;
@@ -390,7 +389,7 @@ async function loadFailed() {
   const jobs = r.body.jobs;
   selected.clear();
   updateSelection();
-  $('#failed-count').textContent = jobs.length + ' failed jobs' + (jobs.length >= r.body.limit ? ' (the latest ' + r.body.limit + ')' : '') + ', latest first';
+  $('#failed-count').textContent = plural(jobs.length, 'failed job') + (jobs.length >= r.body.limit ? ' (the latest ' + r.body.limit + ')' : '') + ', latest first';
   const byGroup = new Map();
   for (const j of jobs) {
     if (!byGroup.has(j.group)) byGroup.set(j.group, []);
@@ -441,7 +440,7 @@ async function act(path, body) {
 async function retry(group, ids) {
   try {
     const r = await act('retry', { group, ids });
-    toast('Retry of ' + group + ': ' + r.published + ' jobs published again');
+    toast('Retry of ' + group + ': ' + plural(r.published, 'job') + ' published again');
     return true;
   } catch (e) {
     toast('Retry of ' + group + ' refused: ' + e.message, true);
