@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,6 +77,9 @@ type Server struct {
 
 	watched     chan struct{} // closed when the first event stream opens (see Watched)
 	watchedOnce sync.Once
+
+	// loopback is set by Serve, before it serves, when it listens on a loopback address.
+	loopback bool
 }
 
 // New returns a Server; it does no I/O.
@@ -137,6 +141,13 @@ func (s *Server) Watched() <-chan struct{} { return s.watched }
 
 // ServeHTTP serves the app and its API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// A dashboard on a loopback address answers only requests naming a loopback host: a page of
+	// another site whose name an attacker points at 127.0.0.1 (DNS rebinding) could otherwise
+	// read it as its own origin.
+	if s.loopback && !loopbackHost(r.Host) {
+		writeError(w, http.StatusMisdirectedRequest, fmt.Errorf("host %q: this dashboard listens on a loopback address and answers only for localhost or a loopback IP", r.Host))
+		return
+	}
 	h := w.Header()
 	// Everything comes from this server; nothing may frame it.
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
@@ -148,6 +159,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Serve runs the poller and serves HTTP on ln until ctx ends; then it closes the open event
 // streams and shuts the HTTP server down.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if a, ok := ln.Addr().(*net.TCPAddr); ok && a.IP.IsLoopback() {
+		s.loopback = true
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	hs := &http.Server{
@@ -178,6 +192,19 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		err = nil
 	}
 	return err
+}
+
+// loopbackHost reports whether the Host header names localhost or a loopback IP.
+func loopbackHost(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport // no port
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 // snapshot is what the page receives each interval.

@@ -144,6 +144,21 @@ func TestReadsAsObserver(t *testing.T) {
 	}
 	resp.Body.Close()
 
+	// A request for another host name is refused (DNS rebinding): the dashboard listens on
+	// 127.0.0.1.
+	for host, want := range map[string]int{"evil.example:80": http.StatusMisdirectedRequest, "localhost": http.StatusOK, "[::1]:9": http.StatusOK} {
+		req, _ := http.NewRequest(http.MethodGet, base+"api/config", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %s: %s, want %d", host, resp.Status, want)
+		}
+	}
+
 	// Actions are off: refused, whatever the token.
 	for _, token := range []string{"", "anything"} {
 		if code, body := post(t, base+"api/retry", token, `{"group":"site-bad"}`); code != http.StatusForbidden || !strings.Contains(fmt.Sprint(body), "actions are off") {
