@@ -1,10 +1,13 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,6 +32,9 @@ type Backend interface {
 	Failed(ctx context.Context, group string, limit int) ([]dispatcher.JobOutcome, error)
 	// Lookup finds one job's latest stored outcome.
 	Lookup(ctx context.Context, q Query) (*dispatcher.JobOutcome, error)
+	// Ended lists up to limit groups whose summary is among the latest records of the outcomes,
+	// the latest ended first.
+	Ended(ctx context.Context, limit int) ([]EndedGroup, error)
 	// Retry publishes failed jobs of group again (all of its latest complete incarnation's with
 	// no ids), like weave failed retry. It returns how many jobs were published.
 	Retry(ctx context.Context, group string, ids []uint64) (int, error)
@@ -55,6 +61,22 @@ type Status struct {
 	coordinator.Status
 	Alarms   []Alarm          `json:"alarms,omitempty"`
 	Standbys []map[string]any `json:"standbys,omitempty"`
+
+	// Raw is the status as the coordinator sent it, if the Backend has it: the page receives
+	// it rather than this struct re-encoded, so that fields the dashboard does not know yet
+	// reach it too.
+	Raw json.RawMessage `json:"-"`
+}
+
+// EndedGroup is a group that ended: its summary.
+type EndedGroup struct {
+	ID        string    `json:"id"`
+	EndedAt   time.Time `json:"ended_at"` // when the summary was stored
+	Jobs      uint64    `json:"jobs"`
+	Done      uint64    `json:"done"`
+	Failed    uint64    `json:"failed"`
+	Canceled  uint64    `json:"canceled"`
+	Abandoned bool      `json:"abandoned,omitempty"`
 }
 
 // Alarm is a raised alarm, rendered generically: its values are whatever the coordinator sent.
@@ -96,6 +118,7 @@ func (b *natsBackend) Status(ctx context.Context) (*Status, error) {
 	if err := json.Unmarshal(resp.Data, &s); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
+	s.Raw = resp.Data
 	return &s, nil
 }
 
@@ -168,6 +191,59 @@ func (b *natsBackend) Lookup(ctx context.Context, q Query) (*dispatcher.JobOutco
 		return nil, ErrNotFound
 	}
 	return found, nil
+}
+
+// endedScan is how many of the latest outcome records Ended reads, and endedPage how many one
+// direct get request reads.
+const (
+	endedScan = 512
+	endedPage = 128
+)
+
+// Ended reads the latest endedScan records of the RESULTS stream by direct get and keeps the
+// summaries (the latest of each group ID).
+func (b *natsBackend) Ended(ctx context.Context, limit int) ([]EndedGroup, error) {
+	st, err := b.js.Stream(ctx, b.names.ResultsStream())
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", b.names.ResultsStream(), err)
+	}
+	info := st.CachedInfo().State
+	if info.Msgs == 0 {
+		return nil, nil
+	}
+	from := info.FirstSeq
+	if info.LastSeq > endedScan && info.LastSeq-endedScan+1 > from {
+		from = info.LastSeq - endedScan + 1
+	}
+	get := directget.New(b.nc, b.names.ResultsStream())
+	defer get.Close()
+	prefix := b.names.OutcomeSubject("")
+	latest := map[string]EndedGroup{}
+	for from <= info.LastSeq {
+		msgs, err := get.Next(ctx, b.names.AllOutcomes(), from, endedPage)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", b.names.ResultsStream(), err)
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			from = m.Seq + 1
+			_, sum, err := wire.DecodeOutcomeMsg(m.Data)
+			if err != nil || sum == nil {
+				continue
+			}
+			id, err := wire.ParseGroupToken(strings.TrimPrefix(m.Subject, prefix))
+			if err != nil {
+				continue
+			}
+			at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(nats.JSTimeStamp))
+			latest[id] = EndedGroup{ID: id, EndedAt: at, Jobs: sum.Jobs, Done: sum.Done, Failed: sum.Failed, Canceled: sum.Canceled, Abandoned: sum.Abandoned}
+		}
+	}
+	out := slices.Collect(maps.Values(latest))
+	slices.SortFunc(out, func(a, b EndedGroup) int { return cmp.Or(b.EndedAt.Compare(a.EndedAt), cmp.Compare(a.ID, b.ID)) })
+	return out[:min(len(out), limit)], nil
 }
 
 // outcome converts a stored outcome like the dispatcher does for Failed.

@@ -147,6 +147,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.KeyEvent("2"),
 		chromedp.WaitVisible(`#view-groups tr[data-group="`+gated+`"]`),
 		ended(0),
+		// The groups that ended, with their outcome.
+		chromedp.WaitVisible(`#ended-table tr[data-ended="site-bad"]`),
+		poll(`document.querySelector('tr[data-ended="site-bad"] .seg.failed').dataset.value === '1'`),
 	)
 	e.release()
 	run(t, ctx, "the progress bar advances to 1 of 6", ended(1))

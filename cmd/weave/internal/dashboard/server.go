@@ -29,6 +29,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -69,10 +70,11 @@ type Server struct {
 	assets http.Handler
 	mux    *http.ServeMux
 
-	// mu guards latest and changed, written by the poller (Run) and read by the handlers.
-	// changed is closed, and replaced, each time latest changes.
+	// mu guards latest, status and changed, written by the poller (Run) and read by the
+	// handlers. changed is closed, and replaced, each time latest changes.
 	mu      sync.Mutex
-	latest  []byte // the last snapshot, as JSON
+	latest  []byte  // the last snapshot, as JSON
+	status  *Status // the last status read; nil before the first
 	changed chan struct{}
 
 	watched     chan struct{} // closed when the first event stream opens (see Watched)
@@ -121,6 +123,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /api/events", s.events)
 	mux.HandleFunc("GET /api/failed", s.failed)
 	mux.HandleFunc("GET /api/job", s.job)
+	mux.HandleFunc("GET /api/ended", s.ended)
 	mux.HandleFunc("POST /api/retry", s.action("retry", s.retry))
 	mux.HandleFunc("POST /api/cancel", s.action("cancel", s.cancel))
 	s.mux = mux
@@ -209,10 +212,10 @@ func loopbackHost(hostport string) bool {
 
 // snapshot is what the page receives each interval.
 type snapshot struct {
-	Time   time.Time `json:"time"`
-	Status *Status   `json:"status,omitempty"` // the last status read (may be older than Time on Error)
-	Error  string    `json:"error,omitempty"`  // why the last read failed
-	Series *series   `json:"series,omitempty"`
+	Time   time.Time       `json:"time"`
+	Status json.RawMessage `json:"status,omitempty"` // the last status read (may be older than Time on Error)
+	Error  string          `json:"error,omitempty"`  // why the last read failed
+	Series *series         `json:"series,omitempty"`
 }
 
 // Run reads the status every Interval until ctx ends and publishes each snapshot. It owns the
@@ -236,14 +239,19 @@ func (s *Server) Run(ctx context.Context) {
 			s.log.Debug().Err(err).Msg("status")
 		} else {
 			last = st
+			if last.Raw == nil {
+				last.Raw, _ = json.Marshal(st)
+			}
 			h.add(sampleOf(now, st))
 		}
-		snap.Status = last
+		if last != nil {
+			snap.Status = last.Raw
+		}
 		ser := h.series()
 		snap.Series = &ser
 		b, err := json.Marshal(snap)
 		if err == nil {
-			s.publish(b)
+			s.publish(b, last)
 		}
 		select {
 		case <-ctx.Done():
@@ -253,10 +261,10 @@ func (s *Server) Run(ctx context.Context) {
 	}
 }
 
-func (s *Server) publish(b []byte) {
+func (s *Server) publish(b []byte, st *Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.latest = b
+	s.latest, s.status = b, st
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
@@ -390,6 +398,8 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	o, err := s.cfg.Backend.Lookup(ctx, q)
 	switch {
+	case errors.Is(err, ErrNotFound) && s.open(q.Group):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no stored outcome: group %q is open, so the job has not ended yet (pending or running), or is not in it", q.Group)})
 	case errors.Is(err, ErrNotFound):
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no stored outcome: the job is unknown, has not ended yet, or ended longer ago than the result retention"})
 	case err != nil:
@@ -397,6 +407,34 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, toJSON(o))
 	}
+}
+
+// open reports whether the last status lists group as open.
+func (s *Server) open(group string) bool {
+	s.mu.Lock()
+	st := s.status
+	s.mu.Unlock()
+	if st == nil || group == "" {
+		return false
+	}
+	return slices.ContainsFunc(st.Groups, func(g coordinator.GroupStatus) bool { return g.ID == group })
+}
+
+// maxEnded bounds the ended groups one request lists.
+const maxEnded = 100
+
+func (s *Server) ended(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	groups, err := s.cfg.Backend.Ended(ctx, maxEnded)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, err)
+		return
+	}
+	if groups == nil {
+		groups = []EndedGroup{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"groups": groups})
 }
 
 // actionRequest is the body of a retry or cancel: one group, and some of its jobs or none

@@ -111,6 +111,28 @@ func TestReadsAsObserver(t *testing.T) {
 			t.Errorf("lookup %s: %d %+v, want %s with %q", tc.query, code, j, tc.state, tc.text)
 		}
 	}
+	// A job of an open group has no outcome yet, and the answer says why.
+	var open map[string]string
+	if code := get(t, base+"api/job?group="+gated+"&key=page-0", &open); code != http.StatusNotFound || !strings.Contains(open["error"], "is open") {
+		t.Errorf("lookup of a running job: %d %v", code, open)
+	}
+
+	// The ended groups, from their summaries.
+	var ended struct{ Groups []dashboard.EndedGroup }
+	if code := get(t, base+"api/ended", &ended); code != http.StatusOK || len(ended.Groups) != 3 {
+		t.Fatalf("ended: %d %+v", code, ended)
+	}
+	byID := map[string]dashboard.EndedGroup{}
+	for _, g := range ended.Groups {
+		byID[g.ID] = g
+	}
+	if g := byID["site-bad"]; g.Jobs != 3 || g.Done != 2 || g.Failed != 1 || g.EndedAt.IsZero() {
+		t.Errorf("site-bad ended as %+v", g)
+	}
+	if g := byID["site-eu-news"]; g.Jobs != 5 || g.Done != 5 {
+		t.Errorf("site-eu-news ended as %+v", g)
+	}
+
 	for query, want := range map[string]int{
 		"id=999999":                   http.StatusNotFound,
 		"group=site-blog&key=page-99": http.StatusNotFound,
@@ -282,5 +304,6 @@ func (nopBackend) Failed(context.Context, string, int) ([]dispatcher.JobOutcome,
 func (nopBackend) Lookup(context.Context, dashboard.Query) (*dispatcher.JobOutcome, error) {
 	return nil, dashboard.ErrNotFound
 }
-func (nopBackend) Retry(context.Context, string, []uint64) (int, error) { return 0, nil }
-func (nopBackend) Cancel(context.Context, string, []uint64) error       { return nil }
+func (nopBackend) Ended(context.Context, int) ([]dashboard.EndedGroup, error) { return nil, nil }
+func (nopBackend) Retry(context.Context, string, []uint64) (int, error)       { return 0, nil }
+func (nopBackend) Cancel(context.Context, string, []uint64) error             { return nil }

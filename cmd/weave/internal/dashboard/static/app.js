@@ -253,7 +253,9 @@ function renderOverview() {
     ['Status read', new Date(st.time).toLocaleTimeString() + (snap.error ? ' (stale)' : '')],
     ['Since takeover', fmt(st.totals.retried) + ' retried, ' + fmt(st.totals.rejected) + ' rejected, ' + fmt(st.totals.rescued) + ' rescued, ' + fmt(st.totals.lost_attempts) + ' attempts lapsed'],
   ];
-  if (st.oldest_pending) kv.splice(4, 0, ['Oldest pending', since(st.oldest_pending, now)]);
+  // The age of the oldest pending job, when the coordinator reports it.
+  if (st.oldest_pending) kv.splice(4, 0, ['Oldest pending job', since(st.oldest_pending, now)]);
+  else if (typeof st.oldest_pending_seconds === 'number') kv.splice(4, 0, ['Oldest pending job', dur(1000 * st.oldest_pending_seconds)]);
   $('#coordinator').replaceChildren(...kv.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))]));
   const sb = st.standbys || [];
   $('#standbys').replaceChildren(...(sb.length ? [h('h2', {}, 'Standbys'), h('ul', {}, sb.map((s) =>
@@ -320,6 +322,30 @@ function renderGroups() {
       h('td', {}, config.actions ? h('button', { type: 'button', class: 'small danger', onclick: () => cancelGroup(g.id) }, 'Cancel') : null));
   });
   fill($('#groups-table tbody'), rows, 9, all.length ? 'No open group matches.' : 'No open groups: every group published has ended.');
+  loadEnded();
+}
+
+// The ended groups are read from the outcome records, not pushed: at most every 5 s, while the
+// groups view is shown.
+let endedAt = 0;
+async function loadEnded() {
+  if (Date.now() - endedAt < 5000) return;
+  endedAt = Date.now();
+  const r = await getJSON('api/ended').catch((e) => ({ ok: false, body: { error: e.message } }));
+  const tbody = $('#ended-table tbody');
+  if (!r.ok) { fill(tbody, [], 7, 'Cannot read the ended groups: ' + r.body.error); return; }
+  const prefix = $('#group-filter').value.trim();
+  const now = snap && snap.status ? Date.parse(snap.status.time) : Date.now();
+  fill(tbody, r.body.groups.filter((g) => !prefix || g.id.startsWith(prefix)).map((g) => h('tr', { dataset: { ended: g.id } },
+    h('td', { class: 'mono' }, g.id, g.abandoned ? h('span', { class: 'flag', title: 'its producer never sealed it' }, ' abandoned') : null),
+    h('td', {}, since(g.ended_at, now) + ' ago'),
+    h('td', {}, progressBar([['done', g.done], ['failed', g.failed], ['canceled', g.canceled]], g.jobs || 1,
+      `${g.done} done, ${g.failed} failed, ${g.canceled} canceled of ${g.jobs}`)),
+    h('td', { class: 'num' }, fmt(g.done)),
+    h('td', { class: 'num' }, fmt(g.failed)),
+    h('td', { class: 'num' }, fmt(g.canceled)),
+    h('td', {}, config.actions && g.failed ? h('button', { type: 'button', class: 'small', onclick: () => retry(g.id, []) }, 'Retry failed') : null))),
+  7, 'No group ended recently.');
 }
 
 // ---- Resources and pools
@@ -496,7 +522,7 @@ async function start() {
   for (const el of ['#tokenbar', '#failed-actions', '#cancel-panel']) $(el).hidden = !config.actions;
   takeToken();
   $('#token').addEventListener('change', (e) => sessionStorage.setItem('weave-token', e.target.value.trim()));
-  $('#group-filter').addEventListener('input', render);
+  $('#group-filter').addEventListener('input', () => { endedAt = 0; render(); });
   $('#group-state').addEventListener('change', render);
   $('#failed-form').addEventListener('submit', (e) => { e.preventDefault(); loadFailed(); });
   $('#retry-selected').addEventListener('click', async () => {
