@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
@@ -317,4 +319,16 @@ func TestDashboardScreenshots(t *testing.T) {
 		chromedp.SendKeys(`#lookup-group`, "site-bad"), chromedp.SendKeys(`#lookup-key`, "page-1"+kb.Enter),
 		chromedp.WaitVisible(`#lookup-job`))
 	screenshot(t, ctx, "lookup")
+
+	// The overview again, in the system's dark mode.
+	run(t, ctx, "dark mode",
+		chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tgt, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}},
+			})
+			return err
+		}),
+		chromedp.Navigate(base+"#groups"), chromedp.WaitVisible(`#groups-table tr[data-group]`),
+		poll(`getComputedStyle(document.documentElement).backgroundColor === 'rgb(18, 21, 27)'`))
+	screenshot(t, ctx, "groups-dark")
 }

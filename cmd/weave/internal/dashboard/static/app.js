@@ -111,7 +111,7 @@ function render() {
   banner.hidden = !snap.error;
   banner.textContent = snap.error ? 'Cannot read the coordinator\'s status: ' + snap.error + (snap.status ? ' (showing the last one read)' : '') : '';
   if (!snap.status) return;
-  document.body.dataset.statusTime = snap.status.time;
+  for (const w of document.querySelectorAll('.window')) w.textContent = dur((config.history_seconds || 300) * 1000);
   switch (currentView()) {
     case 'overview': renderOverview(); break;
     case 'groups': renderGroups(); break;
@@ -153,13 +153,14 @@ function xOf(f, times, i) {
   const t0 = times[0], t1 = times[times.length - 1];
   return t1 > t0 ? f.x0 + ((times[i] - t0) / (t1 - t0)) * (f.x1 - f.x0) : f.x1;
 }
-// lineChart draws series [{name, values, color}] (null values break the line).
-function lineChart(el, legend, times, series) {
+// lineChart draws series [{name, values, color}] (null values break the line); format formats
+// the values.
+function lineChart(el, legend, times, series, format) {
   const f = frame(el);
   let max = 0;
   for (const s of series) for (const v of s.values) if (v !== null && v > max) max = v;
   const ymax = niceMax(max);
-  axes(el, f, times, ymax, rate);
+  axes(el, f, times, ymax, format);
   for (const s of series) {
     let d = '', pen = false;
     s.values.forEach((v, i) => {
@@ -174,9 +175,9 @@ function lineChart(el, legend, times, series) {
     const last = s.values.length ? s.values[s.values.length - 1] : null;
     const sw = h('i', { class: 'sw' });
     sw.style.setProperty('--c', s.color);
-    return h('span', {}, sw, s.name + ' ', h('b', {}, rate(last)));
+    return h('span', {}, sw, s.name + ' ', h('b', {}, format(last)));
   }));
-  el.setAttribute('aria-label', series.map((s) => s.name + ' ' + rate(s.values[s.values.length - 1])).join(', '));
+  el.setAttribute('aria-label', series.map((s) => s.name + ' ' + format(s.values[s.values.length - 1])).join(', '));
 }
 // shareChart stacks layers [{name, values, color}] as areas, each sample scaled to 100%: each
 // layer's share of the sum.
@@ -227,12 +228,11 @@ function renderOverview() {
     h('div', { class: 'card c-in' }, h('div', { class: 'label' }, 'In / s'), h('div', { class: 'value', id: 'rate-in' }, rate(last(ser.rate_in))), h('div', { class: 'sub' }, fmt(st.totals.admitted) + ' admitted')),
     h('div', { class: 'card c-out' }, h('div', { class: 'label' }, 'Out / s'), h('div', { class: 'value', id: 'rate-out' }, rate(last(ser.rate_out))), h('div', { class: 'sub' }, fmt(st.totals.done + st.totals.failed + st.totals.canceled) + ' ended')));
   $('#state-cards').replaceChildren(...cards);
-  for (const w of document.querySelectorAll('.window')) w.textContent = dur((config.history_seconds || 300) * 1000);
   lineChart($('#chart-rates'), $('#legend-rates'), ser.times, [
     { name: 'in', values: ser.rate_in, color: 'var(--in)' },
-    { name: 'out', values: ser.rate_out, color: 'var(--out)' }]);
+    { name: 'out', values: ser.rate_out, color: 'var(--out)' }], rate);
   lineChart($('#chart-states'), $('#legend-states'), ser.times, ['pending', 'running', 'retrywait'].map((s) => ({
-    name: STATE_LABEL[s].toLowerCase(), values: ser.states[s] || [], color: 'var(--' + s + ')' })));
+    name: STATE_LABEL[s].toLowerCase(), values: ser.states[s] || [], color: 'var(--' + s + ')' })), (v) => fmt(Math.round(v)));
 
   const alarms = st.alarms || [];
   $('#alarms').replaceChildren(...(alarms.length ? alarms.map((a) => h('div', { class: 'alarm', dataset: { alarm: a.name } },
