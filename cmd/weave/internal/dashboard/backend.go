@@ -59,8 +59,10 @@ var ErrNotFound = errors.New("no stored outcome")
 // A field of the same name added to coordinator.Status is shadowed by these, with the same JSON.
 type Status struct {
 	coordinator.Status
-	Alarms   []Alarm          `json:"alarms,omitempty"`
-	Standbys []map[string]any `json:"standbys,omitempty"`
+	Alarms []Alarm `json:"alarms,omitempty"`
+	// Standbys are the standby coordinators, as the coordinator describes them (the page shows
+	// each generically).
+	Standbys json.RawMessage `json:"standbys,omitempty"`
 
 	// Raw is the status as the coordinator sent it, if the Backend has it: the page receives
 	// it rather than this struct re-encoded, so that fields the dashboard does not know yet
@@ -114,11 +116,25 @@ func (b *natsBackend) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("status of namespace %q (is a coordinator running?): %w", b.names.Namespace(), err)
 	}
+	return decodeStatus(resp.Data)
+}
+
+// decodeStatus decodes a status. The fields beside coordinator.Status's are read apart: one the
+// dashboard cannot decode is left empty (the page still gets it, in Raw), so it cannot hide the
+// rest.
+func decodeStatus(data []byte) (*Status, error) {
 	var s Status
-	if err := json.Unmarshal(resp.Data, &s); err != nil {
+	if err := json.Unmarshal(data, &s.Status); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	s.Raw = resp.Data
+	var extra struct {
+		Alarms   []Alarm         `json:"alarms"`
+		Standbys json.RawMessage `json:"standbys"`
+	}
+	if json.Unmarshal(data, &extra) == nil {
+		s.Alarms, s.Standbys = extra.Alarms, extra.Standbys
+	}
+	s.Raw = data
 	return &s, nil
 }
 

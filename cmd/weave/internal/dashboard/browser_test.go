@@ -2,8 +2,10 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -331,4 +333,57 @@ func TestDashboardScreenshots(t *testing.T) {
 		chromedp.Navigate(base+"#groups"), chromedp.WaitVisible(`#groups-table tr[data-group]`),
 		poll(`getComputedStyle(document.documentElement).backgroundColor === 'rgb(18, 21, 27)'`))
 	screenshot(t, ctx, "groups-dark")
+}
+
+// statusBackend answers a fixed status JSON (and nothing else): the page's rendering of fields
+// this branch's coordinator does not send yet (alarms, standbys, the oldest pending job).
+type statusBackend struct {
+	nopBackend
+	raw string
+}
+
+func (b statusBackend) Status(context.Context) (*dashboard.Status, error) {
+	var st dashboard.Status
+	if err := json.Unmarshal([]byte(b.raw), &st); err != nil {
+		return nil, err
+	}
+	st.Raw = json.RawMessage(b.raw)
+	return &st, nil
+}
+
+// TestAlarmsAndStandbysInBrowser: the overview renders the status's alarms, whatever their
+// values, and its standby coordinators, from the JSON as the coordinator sends it.
+func TestAlarmsAndStandbysInBrowser(t *testing.T) {
+	t.Parallel()
+	srv, err := dashboard.New(dashboard.Config{Backend: statusBackend{raw: `{"namespace":"n","epoch":7,"time":"2026-01-02T03:05:05Z",
+		"jobs":{"pending":40},"totals":{},"oldest_pending":"2026-01-02T03:04:05Z",
+		"alarms":[{"name":"pending_growth","raised_at":"2026-01-02T03:04:35Z","message":"PENDING grows: add capacity","values":{"rate_in":12.5,"suggested_slots":8,"pools":["eu"]}}],
+		"standbys":[{"id":"coord-b","last_seen":"2026-01-02T03:05:04Z"},"coord-c"]}`}, Interval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closed after the browser (cleanups run last registered first): Close waits for the page's
+	// event stream to end.
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	ctx := browser(t)
+	pollCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Run(pollCtx)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+	run(t, ctx, "alarms and standbys shown",
+		chromedp.Navigate(ts.URL+"/"),
+		chromedp.WaitVisible(`.alarm[data-alarm="pending_growth"]`),
+		poll(`(() => { const a = document.querySelector('.alarm[data-alarm="pending_growth"]').textContent;
+			return a.includes('PENDING grows: add capacity') && a.includes('raised 30s ago') && a.includes('rate_in12.5') &&
+				a.includes('suggested_slots8.0') && a.includes('pools["eu"]'); })()`),
+		poll(`document.querySelector('#standby-list').textContent.includes('id: coord-b') && document.querySelector('#standby-list').textContent.includes('coord-c')`),
+		poll(`document.querySelector('#coordinator').textContent.includes('Oldest pending job1m')`),
+	)
 }

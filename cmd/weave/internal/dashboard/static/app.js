@@ -257,9 +257,11 @@ function renderOverview() {
   if (st.oldest_pending) kv.splice(4, 0, ['Oldest pending job', since(st.oldest_pending, now)]);
   else if (typeof st.oldest_pending_seconds === 'number') kv.splice(4, 0, ['Oldest pending job', dur(1000 * st.oldest_pending_seconds)]);
   $('#coordinator').replaceChildren(...kv.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))]));
-  const sb = st.standbys || [];
-  $('#standbys').replaceChildren(...(sb.length ? [h('h2', {}, 'Standbys'), h('ul', {}, sb.map((s) =>
-    h('li', {}, Object.entries(s).map(([k, v]) => k + ': ' + (typeof v === 'object' ? JSON.stringify(v) : v)).join(' · '))))] :
+  // Standby coordinators, as the coordinator describes them: strings or objects.
+  const sb = Array.isArray(st.standbys) ? st.standbys : [];
+  const describe = (s) => (s && typeof s === 'object' ?
+    Object.entries(s).map(([k, v]) => k + ': ' + (v && typeof v === 'object' ? JSON.stringify(v) : v)).join(' · ') : String(s));
+  $('#standbys').replaceChildren(...(sb.length ? [h('h2', {}, 'Standbys'), h('ul', { id: 'standby-list' }, sb.map((s) => h('li', {}, describe(s))))] :
     [h('p', { class: 'muted' }, 'No standby coordinator reported.')]));
 }
 
