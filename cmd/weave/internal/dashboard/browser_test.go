@@ -242,6 +242,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		n := failedOutcomes()
 		return n == 2, fmt.Sprintf("%d failed outcomes of page-1", n)
 	})
+
+	// The groups table is rebuilt with each snapshot; a keyboard user's focus on a row's Cancel
+	// button stays on it.
+	gpuRow := `#groups-table tr[data-group="site-gpu-render"]`
+	run(t, ctx, "focus survives the live updates",
+		chromedp.KeyEvent("2"),
+		chromedp.WaitVisible(gpuRow+` button`),
+		chromedp.Focus(gpuRow+` button`),
+		poll(`(window.focusedRow = document.activeElement.closest('tr')) !== null`),
+		poll(`!window.focusedRow.isConnected`), // the row was rebuilt
+		poll(`document.activeElement.matches('`+gpuRow+` button')`),
+	)
 	aerrs.check(t)
 }
 

@@ -49,8 +49,18 @@ function when(t) {
   const d = new Date(t), p = (n, w = 2) => String(n).padStart(w, '0');
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}.${p(d.getMilliseconds(), 3)}`;
 }
+// fill replaces a table's rows. Live tables are rebuilt every second: a control focused in a
+// row (a keyboard user's) gets the focus back in the new row with the same key.
 function fill(tbody, rows, cols, empty) {
+  const focused = document.activeElement;
+  const row = focused && tbody.contains(focused) ? focused.closest('tr') : null;
+  const key = row ? JSON.stringify(row.dataset) : null;
+  const at = row ? [...row.querySelectorAll('button, input, a')].indexOf(focused) : -1;
   tbody.replaceChildren(...(rows.length ? rows : [h('tr', {}, h('td', { colspan: cols, class: 'empty' }, empty))]));
+  if (key === null || at < 0) return;
+  const again = [...tbody.rows].find((r) => JSON.stringify(r.dataset) === key);
+  const target = again && again.querySelectorAll('button, input, a')[at];
+  if (target) target.focus();
 }
 
 // ---- views and navigation
