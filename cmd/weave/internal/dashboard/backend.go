@@ -161,8 +161,9 @@ const lookupPage = 64
 
 // Lookup reads the outcome messages of the job's group (of every group when only the ID is
 // known) from the RESULTS stream by direct get, which an observer may do, and returns the last
-// record matching q: the latest incarnation's. It stands in for the inspection API
-// (dispatcher.Job, JobByKey) until that exists; see InspectionBackend.
+// record matching q: the latest incarnation's. It finds only jobs that have ended; the
+// inspection API of issue 11 (dispatcher.Job, JobByKey) will also know pending and running jobs,
+// and this method is the one place to answer with it.
 func (b *natsBackend) Lookup(ctx context.Context, q Query) (*dispatcher.JobOutcome, error) {
 	subject := b.names.AllOutcomes()
 	if q.Group != "" {
