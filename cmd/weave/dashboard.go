@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/weavejobs/weave/cmd/weave/internal/dashboard"
@@ -49,6 +50,11 @@ NATS user needs a producer's permissions. Every action is logged.`,
 				return err
 			}
 			defer closeConn(nc)
+			// A refused request (an observer user with --allow-actions, say) is otherwise only a
+			// timeout on the page: say which subject the server refused.
+			nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				g.log.Error().Err(err).Msg("NATS server error")
+			})
 			cctx, cancel := contextWithTimeout(ctx, defaultTimeout)
 			err = checkNamespace(cctx, nc, conn.namespace)
 			cancel()

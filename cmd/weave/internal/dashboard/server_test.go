@@ -248,6 +248,14 @@ func TestActions(t *testing.T) {
 	if err != nil || sum.Canceled == 0 {
 		t.Fatalf("gated group after the cancel: %+v %v", sum, err)
 	}
+	// Cancel one job of a group: it ends canceled, and so does its group.
+	h := e.publish("site-gpu-one", "ok")
+	if code, res := post(t, base+"api/cancel", "s3cret", fmt.Sprintf(`{"group":"site-gpu-one","ids":[%d]}`, h.FirstID())); code != http.StatusOK {
+		t.Fatalf("cancel of a job: %d %v", code, res)
+	}
+	if sum, err := h.WaitSummary(t.Context()); err != nil || sum.Canceled != 1 {
+		t.Fatalf("site-gpu-one after the cancel of its job: %+v %v", sum, err)
+	}
 	// Cancel of a group that has ended: the coordinator's refusal comes back.
 	if code, res := post(t, base+"api/cancel", "s3cret", `{"group":"site-blog"}`); code != http.StatusConflict || !strings.Contains(fmt.Sprint(res), "not open") {
 		t.Errorf("cancel of an ended group: %d %v", code, res)
