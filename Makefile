@@ -40,6 +40,10 @@ fuzz: ## Fuzz every decoder of untrusted bytes for 30s each
 chaos: ## Fault injection, long form: ~72,000 jobs on a 3-node cluster under 40 faults (several minutes)
 	WEAVE_CHAOS=long go test -count=1 -timeout 40m -run '^TestChaos$$' -v ./integration/chaos/
 
+.PHONY: screenshots
+screenshots: ## Regenerate docs/dashboard-*.png in headless Chromium
+	go test -count=1 -run '^TestDashboardScreenshots$$' ./cmd/weave/internal/dashboard/ -update-screenshots
+
 .PHONY: ci
 ci: ## What CI runs
 	.ci/run

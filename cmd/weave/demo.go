@@ -14,7 +14,11 @@ import (
 // newDemoCmd is weave demo: its flags and output; the crawl itself is package demo.
 func newDemoCmd(g *globals) *cobra.Command {
 	o := demo.Options{Jobs: 5000, Sites: 250, Workers: 3, Concurrency: 4, Seed: 1, FailRate: 0.01}
-	var policy string
+	var (
+		policy        string
+		withDashboard bool
+		listen        string
+	)
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Crawl a simulated web on an embedded server: spread versus a FIFO queue",
@@ -27,7 +31,12 @@ requires it), some are better crawled from one (it prefers it). Fetches take 1-4
 rarely fail with a 503, which is retried.
 
 At the end it prints what the handlers measured (per-site peak concurrency and average pages
-in flight) next to what a plain FIFO queue would do with the same workload.`,
+in flight) next to what a plain FIFO queue would do with the same workload.
+
+With --dashboard it serves weave dashboard of the demo's namespace (on --listen): the crawl
+starts once the page is open (or after 30s), and everything keeps running after the crawl, for
+the dashboard to show, until Ctrl-C. The default crawl takes a few seconds: --jobs 100000 gives
+more time to watch.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := spreader.ParsePolicy(policy)
@@ -46,11 +55,23 @@ in flight) next to what a plain FIFO queue would do with the same workload.`,
 			o.Progress, o.Live = cmd.ErrOrStderr(), isTerminal(cmd.ErrOrStderr())
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
+			if withDashboard {
+				o.Dashboard = listen
+				o.DashboardOpen = func(url string) {
+					fmt.Fprintf(cmd.OutOrStdout(), "Weave dashboard of the demo: %s\nThe crawl starts when the page is open (or in %v).\n", url, demo.DashboardWait)
+				}
+				o.Crawled = func(res *demo.Result) {
+					res.Print(cmd.OutOrStdout())
+					fmt.Fprintf(cmd.OutOrStdout(), "\nThe dashboard stays open; Ctrl-C to stop.\n")
+				}
+			}
 			res, err := demo.Run(ctx, o)
 			if err != nil {
 				return err
 			}
-			res.Print(cmd.OutOrStdout())
+			if !withDashboard {
+				res.Print(cmd.OutOrStdout())
+			}
 			if problems := res.Problems(); len(problems) > 0 {
 				return fmt.Errorf("demo: %s", strings.Join(problems, "; "))
 			}
@@ -66,6 +87,8 @@ in flight) next to what a plain FIFO queue would do with the same workload.`,
 	f.Float64Var(&o.FailRate, "fail-rate", o.FailRate, "share of pages whose first fetch fails with a 503 (retried)")
 	f.StringVar(&policy, "policy", spreader.LeastInFlight.String(), "scheduling policy: least-in-flight or round-robin")
 	f.IntVar(&o.MaxPerSite, "max-per-site", 0, "cap on the pages of one site fetched at once (0: none, spread only)")
+	f.BoolVar(&withDashboard, "dashboard", false, "serve weave dashboard of the demo, and keep it open after the crawl until Ctrl-C")
+	f.StringVar(&listen, "listen", "127.0.0.1:8080", "with --dashboard: the address to serve it on")
 	registerNamespace(f, &o.Namespace)
 	return cmd
 }

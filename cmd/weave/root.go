@@ -53,6 +53,7 @@ Try it without any setup:  weave demo`,
 		newJobCmd(g),
 		newGroupCmd(g),
 		newGroupsCmd(g),
+		newDashboardCmd(g),
 		newAuthCmd(),
 		newVersionCmd(),
 	)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/cmd/weave/internal/dashboard"
 	"github.com/weavejobs/weave/cmd/weave/internal/inproc"
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
@@ -40,7 +42,20 @@ type Options struct {
 	Live     bool
 	// Log receives the components' logs.
 	Log zerolog.Logger
+
+	// Dashboard, if not empty, is the address where Run serves weave dashboard of the demo's
+	// namespace, from before the crawl until ctx ends: Run waits (at most DashboardWait) for a
+	// page to open before it crawls, calls Crawled with the result when the crawl is over, and
+	// keeps everything running until ctx ends.
+	Dashboard string
+	// DashboardOpen is called with the dashboard's URL once it serves.
+	DashboardOpen func(url string)
+	// Crawled receives the result with Dashboard set, while the dashboard still serves.
+	Crawled func(*Result)
 }
+
+// DashboardWait bounds how long Run waits for a dashboard page to open before it crawls.
+const DashboardWait = 30 * time.Second
 
 func (o *Options) Validate() error {
 	switch {
@@ -176,6 +191,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Dashboard != "" {
+		if err := serveDashboard(ctx, dep, o); err != nil {
+			return nil, err
+		}
+	}
 
 	stopProgress := startProgress(o, w.Jobs, tr)
 	start := time.Now()
@@ -189,12 +209,58 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if st, err := dep.Status(); err == nil {
 		res.Status = st
 	}
+	if o.Dashboard != "" {
+		// The crawl is over; the dashboard shows its end until ctx ends.
+		res.Weave = tr.result()
+		if o.Crawled != nil {
+			o.Crawled(res)
+		}
+		<-ctx.Done()
+	}
 	// Stop in order and check how each component ended.
 	if err := dep.Close(); err != nil {
 		return nil, err
 	}
 	res.Weave = tr.result()
 	return res, nil
+}
+
+// serveDashboard starts weave dashboard on o.Dashboard, on a connection of its own, as one of
+// dep's components, and waits for a page to open (or DashboardWait, or ctx's end).
+func serveDashboard(ctx context.Context, dep *inproc.Deployment, o Options) error {
+	nc, err := dep.Connect("dashboard")
+	if err != nil {
+		return err
+	}
+	d, err := dispatcher.New(nc, dispatcher.Config{Namespace: dep.Namespace(), Logger: o.Log})
+	if err != nil {
+		return err
+	}
+	backend, err := dashboard.NewBackend(nc, dep.Namespace(), d)
+	if err != nil {
+		return err
+	}
+	srv, err := dashboard.New(dashboard.Config{Backend: backend, Namespace: dep.Namespace(), Log: o.Log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.Dashboard)
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
+	}
+	dep.Run("dashboard", func(ctx context.Context) error {
+		defer d.Close()
+		return srv.Serve(ctx, ln)
+	})
+	if o.DashboardOpen != nil {
+		o.DashboardOpen("http://" + ln.Addr().String() + "/")
+	}
+	select {
+	case <-srv.Watched():
+	case <-time.After(DashboardWait):
+	case <-ctx.Done():
+	}
+	return nil
 }
 
 // crawl publishes every site as a group, in workload order, and waits for all of their

@@ -2,6 +2,8 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"testing"
 	"time"
 
@@ -43,5 +45,75 @@ func TestRunMeasures(t *testing.T) {
 	}
 	if res.FIFO.Sites[0].Peak != 6 {
 		t.Errorf("FIFO peak of the largest site %d, want all 6 slots", res.FIFO.Sites[0].Peak)
+	}
+}
+
+// TestRunDashboard: with Dashboard set, the crawl runs once a page opened the dashboard's event
+// stream (not tested: that it waits for it, which only timing could show), and after the crawl
+// the dashboard keeps serving the demo's namespace until ctx ends.
+func TestRunDashboard(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	urls := make(chan string, 1)
+	crawled := make(chan *Result, 1)
+	o := Options{Jobs: 200, Sites: 10, Workers: 2, Concurrency: 2, Seed: 3, Policy: spreader.LeastInFlight, Namespace: "dashdemo",
+		Dashboard: "127.0.0.1:0", DashboardOpen: func(url string) { urls <- url }, Crawled: func(r *Result) { crawled <- r }}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, o)
+		done <- err
+	}()
+	var base string
+	select {
+	case base = <-urls:
+	case err := <-done:
+		t.Fatalf("Run ended before serving the dashboard: %v", err)
+	}
+	// Open the event stream, as a page does: the crawl starts.
+	resp, err := http.Get(base + "api/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res *Result
+	select {
+	case res = <-crawled:
+	case err := <-done:
+		t.Fatalf("Run ended without the crawl: %v", err)
+	}
+	if res.Summary.Jobs != 200 || res.Weave.Done != 200 {
+		t.Fatalf("crawl: %+v, tracker %+v", res.Summary, res.Weave.Done)
+	}
+	// The dashboard still serves: the coordinator admitted every page.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var snap struct {
+			Status *struct {
+				Totals struct{ Admitted int } `json:"totals"`
+			} `json:"status"`
+		}
+		r, err := http.Get(base + "api/snapshot")
+		if err == nil {
+			err = json.NewDecoder(r.Body).Decode(&snap)
+			r.Body.Close()
+		}
+		if err == nil && snap.Status != nil && snap.Status.Totals.Admitted == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dashboard after the crawl: %+v %v", snap.Status, err)
+		}
+		<-time.After(20 * time.Millisecond) // polling interval
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Run ended before ctx: %v", err)
+	default:
+	}
+	resp.Body.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

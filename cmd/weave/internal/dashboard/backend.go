@@ -1,0 +1,300 @@
+package dashboard
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/directget"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// Backend is everything the dashboard reads and does, one method per need, so that the HTTP
+// side does not depend on how each is answered. NewBackend answers them over NATS with what an
+// observer may read (status, and the RESULTS stream by direct get) and, for the actions, what a
+// producer may do.
+type Backend interface {
+	// Status asks the coordinator for its status.
+	Status(ctx context.Context) (*Status, error)
+	// Failed lists up to limit failed jobs (dead letters) of group, or of every group for "",
+	// the most recently recorded last.
+	Failed(ctx context.Context, group string, limit int) ([]dispatcher.JobOutcome, error)
+	// Lookup finds one job's latest stored outcome.
+	Lookup(ctx context.Context, q Query) (*dispatcher.JobOutcome, error)
+	// Ended lists up to limit groups whose summary is among the latest records of the outcomes,
+	// the latest ended first.
+	Ended(ctx context.Context, limit int) ([]EndedGroup, error)
+	// Retry publishes failed jobs of group again (all of its latest complete incarnation's with
+	// no ids), like weave failed retry. It returns how many jobs were published.
+	Retry(ctx context.Context, group string, ids []uint64) (int, error)
+	// Cancel cancels group, or only the jobs ids of it, like weave cancel.
+	Cancel(ctx context.Context, group string, ids []uint64) error
+}
+
+// Query names one job: by ID (Group may be empty), or by Group and Key.
+type Query struct {
+	Group string
+	ID    uint64
+	Key   string
+}
+
+// ErrNotFound reports a job without a stored outcome: unknown, not ended yet, or ended longer
+// ago than the result retention.
+var ErrNotFound = errors.New("no stored outcome")
+
+// Status is the coordinator's status as the dashboard reads it: coordinator.Status and the
+// fields other work adds to the same JSON (alarms, standby coordinators), decoded here from the
+// JSON so that the dashboard shows them whether or not coordinator.Status declares them yet.
+// A field of the same name added to coordinator.Status is shadowed by these, with the same JSON.
+type Status struct {
+	coordinator.Status
+	Alarms []Alarm `json:"alarms,omitempty"`
+	// Standbys are the standby coordinators, as the coordinator describes them (the page shows
+	// each generically).
+	Standbys json.RawMessage `json:"standbys,omitempty"`
+
+	// Raw is the status as the coordinator sent it, if the Backend has it: the page receives
+	// it rather than this struct re-encoded, so that fields the dashboard does not know yet
+	// reach it too.
+	Raw json.RawMessage `json:"-"`
+}
+
+// EndedGroup is a group that ended: its summary.
+type EndedGroup struct {
+	ID        string    `json:"id"`
+	EndedAt   time.Time `json:"ended_at"` // when the summary was stored
+	Jobs      uint64    `json:"jobs"`
+	Done      uint64    `json:"done"`
+	Failed    uint64    `json:"failed"`
+	Canceled  uint64    `json:"canceled"`
+	Abandoned bool      `json:"abandoned,omitempty"`
+}
+
+// Alarm is a raised alarm, rendered generically: its values are whatever the coordinator sent.
+type Alarm struct {
+	Name     string         `json:"name"`
+	RaisedAt time.Time      `json:"raised_at"`
+	Message  string         `json:"message"`
+	Values   map[string]any `json:"values,omitempty"`
+}
+
+// natsBackend is the Backend over a NATS connection.
+type natsBackend struct {
+	nc    *nats.Conn
+	names wire.Names
+	d     *dispatcher.Dispatcher
+	js    jetstream.JetStream
+}
+
+// NewBackend returns the Backend of namespace over nc. It does no I/O.
+func NewBackend(nc *nats.Conn, namespace string, d *dispatcher.Dispatcher) (Backend, error) {
+	names, err := wire.NewNames(namespace)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &natsBackend{nc: nc, names: names, d: d, js: js}, nil
+}
+
+// Status is coordinator.QueryStatus, decoding the answer into the dashboard's Status.
+func (b *natsBackend) Status(ctx context.Context) (*Status, error) {
+	resp, err := b.nc.RequestWithContext(ctx, b.names.StatusSubject(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("status of namespace %q (is a coordinator running?): %w", b.names.Namespace(), err)
+	}
+	return decodeStatus(resp.Data)
+}
+
+// decodeStatus decodes a status. The fields beside coordinator.Status's are read apart: one the
+// dashboard cannot decode is left empty (the page still gets it, in Raw), so it cannot hide the
+// rest.
+func decodeStatus(data []byte) (*Status, error) {
+	var s Status
+	if err := json.Unmarshal(data, &s.Status); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	var extra struct {
+		Alarms   []Alarm         `json:"alarms"`
+		Standbys json.RawMessage `json:"standbys"`
+	}
+	if json.Unmarshal(data, &extra) == nil {
+		s.Alarms, s.Standbys = extra.Alarms, extra.Standbys
+	}
+	s.Raw = data
+	return &s, nil
+}
+
+func (b *natsBackend) Failed(ctx context.Context, group string, limit int) ([]dispatcher.JobOutcome, error) {
+	var out []dispatcher.JobOutcome
+	for o, err := range b.d.Failed(ctx, group) {
+		if err != nil {
+			if errors.Is(err, dispatcher.ErrMalformedOutcome) {
+				continue // one unreadable record does not hide the others
+			}
+			return out, err
+		}
+		// Keep the latest limit: the iterator yields oldest first.
+		if len(out) == limit {
+			out = append(out[:0], out[1:]...)
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// lookupPage is how many outcome messages one direct get request of Lookup reads.
+const lookupPage = 64
+
+// Lookup reads the outcome messages of the job's group (of every group when only the ID is
+// known) from the RESULTS stream by direct get, which an observer may do, and returns the last
+// record matching q: the latest incarnation's. It finds only jobs that have ended; the
+// inspection API of issue 11 (dispatcher.Job, JobByKey) will also know pending and running jobs,
+// and this method is the one place to answer with it.
+func (b *natsBackend) Lookup(ctx context.Context, q Query) (*dispatcher.JobOutcome, error) {
+	subject := b.names.AllOutcomes()
+	if q.Group != "" {
+		if err := wire.ValidateGroupID(q.Group); err != nil {
+			return nil, err
+		}
+		subject = b.names.OutcomeSubject(wire.GroupToken(q.Group))
+	}
+	get := directget.New(b.nc, b.names.ResultsStream())
+	defer get.Close()
+	prefix := b.names.OutcomeSubject("")
+	var found *dispatcher.JobOutcome
+	for from := uint64(1); ; {
+		msgs, err := get.Next(ctx, subject, from, lookupPage)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", subject, err)
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			from = m.Seq + 1
+			outs, _, err := wire.DecodeOutcomeMsg(m.Data)
+			if err != nil {
+				continue
+			}
+			for i := range outs {
+				o := &outs[i]
+				if (q.ID != 0 && o.ID != q.ID) || (q.Key != "" && o.Key != q.Key) {
+					continue
+				}
+				group, err := wire.ParseGroupToken(strings.TrimPrefix(m.Subject, prefix))
+				if err != nil {
+					continue
+				}
+				jo := outcome(group, o)
+				found = &jo
+			}
+		}
+	}
+	if found == nil {
+		return nil, ErrNotFound
+	}
+	return found, nil
+}
+
+// endedScan is how many of the latest outcome records Ended reads, and endedPage how many one
+// direct get request reads.
+const (
+	endedScan = 512
+	endedPage = 128
+)
+
+// Ended reads the latest endedScan records of the RESULTS stream by direct get and keeps the
+// summaries (the latest of each group ID).
+func (b *natsBackend) Ended(ctx context.Context, limit int) ([]EndedGroup, error) {
+	st, err := b.js.Stream(ctx, b.names.ResultsStream())
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", b.names.ResultsStream(), err)
+	}
+	info := st.CachedInfo().State
+	if info.Msgs == 0 {
+		return nil, nil
+	}
+	from := info.FirstSeq
+	if info.LastSeq > endedScan && info.LastSeq-endedScan+1 > from {
+		from = info.LastSeq - endedScan + 1
+	}
+	get := directget.New(b.nc, b.names.ResultsStream())
+	defer get.Close()
+	prefix := b.names.OutcomeSubject("")
+	latest := map[string]EndedGroup{}
+	for from <= info.LastSeq {
+		msgs, err := get.Next(ctx, b.names.AllOutcomes(), from, endedPage)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", b.names.ResultsStream(), err)
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			from = m.Seq + 1
+			_, sum, err := wire.DecodeOutcomeMsg(m.Data)
+			if err != nil || sum == nil {
+				continue
+			}
+			id, err := wire.ParseGroupToken(strings.TrimPrefix(m.Subject, prefix))
+			if err != nil {
+				continue
+			}
+			at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(nats.JSTimeStamp))
+			latest[id] = EndedGroup{ID: id, EndedAt: at, Jobs: sum.Jobs, Done: sum.Done, Failed: sum.Failed, Canceled: sum.Canceled, Abandoned: sum.Abandoned}
+		}
+	}
+	out := slices.Collect(maps.Values(latest))
+	slices.SortFunc(out, func(a, b EndedGroup) int { return cmp.Or(b.EndedAt.Compare(a.EndedAt), cmp.Compare(a.ID, b.ID)) })
+	return out[:min(len(out), limit)], nil
+}
+
+// outcome converts a stored outcome like the dispatcher does for Failed.
+func outcome(group string, o *wire.Outcome) dispatcher.JobOutcome {
+	out := dispatcher.JobOutcome{Group: group, ID: o.ID, Key: o.Key, Attempts: int(o.Attempts)}
+	for _, a := range o.History {
+		out.History = append(out.History, dispatcher.Attempt{At: a.At, Worker: a.Worker, Err: a.Error})
+	}
+	switch o.State {
+	case wire.FinalDone:
+		out.State = dispatcher.StateDone
+		if len(o.Data) > 0 {
+			out.Result = append([]byte(nil), o.Data...)
+		}
+	case wire.FinalFailed:
+		out.State, out.Err = dispatcher.StateFailed, string(o.Data)
+	case wire.FinalCanceled:
+		out.State, out.Err = dispatcher.StateCanceled, string(o.Data)
+	}
+	return out
+}
+
+func (b *natsBackend) Retry(ctx context.Context, group string, ids []uint64) (int, error) {
+	h, err := b.d.Redrive(ctx, group, ids...)
+	if h == nil {
+		return 0, err
+	}
+	return h.Accepted(), err
+}
+
+func (b *natsBackend) Cancel(ctx context.Context, group string, ids []uint64) error {
+	h := b.d.Attach(group)
+	if len(ids) > 0 {
+		return h.CancelJobs(ctx, ids...)
+	}
+	return h.Cancel(ctx)
+}

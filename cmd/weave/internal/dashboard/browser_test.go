@@ -1,0 +1,401 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/weavejobs/weave/cmd/weave/internal/dashboard"
+)
+
+var updateScreenshots = flag.Bool("update-screenshots", false, "write the browser test's screenshots of each view to docs/")
+
+// chromiumEnv names a Chromium (or Chrome) binary for the browser test, overriding the search.
+const chromiumEnv = "WEAVE_CHROMIUM"
+
+// chromium finds a browser, or skips the test saying how to get one.
+func chromium(t *testing.T) string {
+	if p := os.Getenv(chromiumEnv); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skipf("no browser found (looked for chromium, chromium-browser, google-chrome on $PATH): install Debian's chromium package (.ci/run does), or set $%s", chromiumEnv)
+	return ""
+}
+
+// browser starts a headless Chromium for the test and returns a context of one tab in it.
+func browser(t *testing.T) context.Context {
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
+		chromedp.ExecPath(chromium(t)),
+		chromedp.WindowSize(1360, 900),
+	)
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	tab, cancelTab := chromedp.NewContext(actx)
+	t.Cleanup(cancelTab)
+	// The first call starts the browser, for as long as its context lives: no deadline on it.
+	if err := chromedp.Do(tab); err != nil {
+		t.Fatalf("start %s: %v", chromium(t), err)
+	}
+	// Every wait in the page has this deadline.
+	ctx, cancel := context.WithTimeout(tab, 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// poll waits until the JavaScript expression is true in the page.
+func poll(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second))
+}
+
+// screenshot saves the page as docs/dashboard-<name>.png with -update-screenshots.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	if !*updateScreenshots {
+		return
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join("..", "..", "..", "..", "docs", "dashboard-"+name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", path)
+}
+
+// TestDashboardInBrowser opens the dashboard in headless Chromium, with the observer's
+// permissions: the counts it shows are the coordinator's, a group's progress bar advances as its
+// jobs end, a failed job's attempts are listed, lookup finds a job; then a dashboard with actions
+// on refuses a retry without the token and does it with the token. Views are switched with the
+// keyboard. With -update-screenshots it writes a screenshot of each view to docs/.
+func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	e := newEnv(t)
+	failed := e.standardGroups(6) // 4 of the gated group's 6 jobs run, held; 2 pending
+	base, _, errs := e.dashboardAs("observer", dashboard.Config{})
+
+	// Overview: the counts shown are the coordinator's. The gated jobs are held, but the
+	// coordinator may still forget an ended group meanwhile: compare with a fresh status until
+	// the page shows exactly what it says.
+	run(t, ctx, "open the overview", chromedp.Navigate(base), chromedp.WaitVisible(`#count-pending`))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := e.dep.Status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conds []string
+		for state, n := range st.Jobs {
+			conds = append(conds, fmt.Sprintf("count(%q) === %d", state, n))
+		}
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = chromedp.Do(pctx, poll(`(() => {
+			const count = (s) => { const el = document.getElementById('count-' + s); return el ? Number(el.textContent.replaceAll(',', '')) : -1; };
+			return `+strings.Join(conds, " && ")+`; })()`))
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			var shown string
+			shown, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('state-cards').textContent`))
+			t.Fatalf("the overview shows %q, the coordinator %v", shown, st.Jobs)
+		}
+	}
+	run(t, ctx, "the overview draws rates and charts",
+		// Rates need two samples of the same coordinator.
+		poll(`document.getElementById('rate-in').textContent !== '–'`),
+		poll(`document.querySelector('#chart-states path.line') !== null`),
+	)
+
+	// Groups, with key 2: the gated group's progress advances when one of its jobs ends.
+	ended := func(n int) chromedp.Action[chromedp.Void] {
+		return poll(fmt.Sprintf(`(() => { const c = document.querySelector('tr[data-group=%q] td[data-ended]');
+			return c !== null && c.dataset.ended === '%d' && c.dataset.total === '6' &&
+				(%d === 0 || document.querySelector('tr[data-group=%q] .seg.done').style.width === '%.2f%%'); })()`, gated, n, n, gated, 100*float64(n)/6))
+	}
+	run(t, ctx, "the groups view shows the gated group, nothing ended",
+		chromedp.KeyEvent("2"),
+		chromedp.WaitVisible(`#view-groups tr[data-group="`+gated+`"]`),
+		ended(0),
+		// The groups that ended, with their outcome.
+		chromedp.WaitVisible(`#ended-table tr[data-ended="site-bad"]`),
+		poll(`document.querySelector('tr[data-ended="site-bad"] .seg.failed').dataset.value === '1'`),
+	)
+	e.release()
+	run(t, ctx, "the progress bar advances to 1 of 6", ended(1))
+	e.release()
+	run(t, ctx, "the progress bar advances to 2 of 6", ended(2),
+		// The only group in flight holds all of the fleet's jobs in flight.
+		poll(`document.querySelector('#legend-shares').textContent.includes('`+gated+` 4 (100%)')`))
+
+	// Resources and pools, with key 3.
+	run(t, ctx, "resources view",
+		chromedp.KeyEvent("3"),
+		chromedp.WaitVisible(`#view-resources tr[data-resource="eu"]`),
+		poll(`document.querySelector('tr[data-resource="eu"]').textContent.includes('worker-eu')`),
+		poll(`document.querySelectorAll('#workers-table tr[data-worker]').length === 2`),
+		poll(`document.querySelector('tr[data-resource="gpu"]').textContent.includes('1 wait: no live holder')`),
+	)
+
+	// Failed jobs, with key 4: the failed job's three attempts, with worker and error.
+	job := fmt.Sprintf(`details[data-job="%d"]`, failed.ID)
+	run(t, ctx, "failed view shows the job's attempts",
+		chromedp.KeyEvent("4"),
+		chromedp.WaitVisible(job+" summary"),
+		chromedp.Click(job+" summary"),
+		chromedp.WaitVisible(job+` tr[data-attempt="3"]`),
+	)
+	attempts, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('`+job+` tr[data-attempt]')].map((r) => r.textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(attempts) != 3 {
+		t.Fatalf("attempts shown: %q", attempts)
+	}
+	for i, a := range attempts {
+		h := failed.History[i]
+		if !strings.Contains(a, h.Worker) || !strings.Contains(a, h.Err) || !strings.Contains(a, fmt.Sprintf("(attempt %d)", i+1)) {
+			t.Errorf("attempt %d shown as %q, want worker %s and error %q", i+1, a, h.Worker, h.Err)
+		}
+	}
+
+	// Job lookup, with key 5, by group and key.
+	run(t, ctx, "lookup finds the failed job",
+		chromedp.KeyEvent("5"),
+		chromedp.WaitVisible(`#lookup-group`),
+		chromedp.SendKeys(`#lookup-group`, "site-bad"),
+		chromedp.SendKeys(`#lookup-key`, "page-1"+kb.Enter),
+		chromedp.WaitVisible(`#lookup-job[data-state="failed"]`),
+		poll(`document.querySelector('#lookup-job').textContent.includes('`+fmt.Sprint(failed.ID)+`') && document.querySelectorAll('#lookup-job tr[data-attempt]').length === 3`),
+	)
+	errs.check(t)
+
+	// Actions: a dashboard with actions on (a producer's permissions). Retry without the token
+	// is refused; with it, the job is published again, and fails again (once the gated group's
+	// last jobs free the slots).
+	for range 4 {
+		e.release()
+	}
+	abase, _, aerrs := e.dashboardAs("producer", dashboard.Config{AllowActions: true, Token: "t0ken"})
+	retryButton := job + ` summary button`
+	run(t, ctx, "retry without the token is refused",
+		chromedp.Navigate(abase+"#failed"),
+		chromedp.WaitVisible(retryButton),
+		chromedp.Click(retryButton),
+		poll(`document.querySelector('#toast').textContent.includes('refused: missing or wrong action token')`),
+	)
+	failedOutcomes := func() int {
+		n := 0
+		for o, err := range e.d.Failed(t.Context(), "site-bad") {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Key == "page-1" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := failedOutcomes(); n != 1 {
+		t.Fatalf("%d failed outcomes of page-1 after a refused retry, want 1", n)
+	}
+	run(t, ctx, "retry with the token is done",
+		chromedp.SendKeys(`#token`, "t0ken"),
+		chromedp.Click(retryButton),
+		poll(`document.querySelector('#toast').textContent.includes('1 job published again')`),
+	)
+	eventually(t, "the retried job to fail again", func() (bool, string) {
+		n := failedOutcomes()
+		return n == 2, fmt.Sprintf("%d failed outcomes of page-1", n)
+	})
+
+	// The groups table is rebuilt with each snapshot; a keyboard user's focus on a row's Cancel
+	// button stays on it.
+	gpuRow := `#groups-table tr[data-group="site-gpu-render"]`
+	run(t, ctx, "focus survives the live updates",
+		chromedp.KeyEvent("2"),
+		chromedp.WaitVisible(gpuRow+` button`),
+		chromedp.Focus(gpuRow+` button`),
+		poll(`(window.focusedRow = document.activeElement.closest('tr')) !== null`),
+		poll(`!window.focusedRow.isConnected`), // the row was rebuilt
+		poll(`document.activeElement.matches('`+gpuRow+` button')`),
+	)
+	aerrs.check(t)
+}
+
+// TestDashboardScreenshots regenerates docs/dashboard-*.png, the README's screenshots, from a
+// busier namespace than the tests': 2 workers of 6 slots and a stream of groups of jobs that take
+// 20–120 ms. It runs only when asked:
+//
+//	go test ./cmd/weave/internal/dashboard -run TestDashboardScreenshots -update-screenshots
+func TestDashboardScreenshots(t *testing.T) {
+	if !*updateScreenshots {
+		t.Skip("generates the screenshots in docs/ with -update-screenshots")
+	}
+	ctx := browser(t)
+	e := newEnvSlots(t, 6)
+	failed := e.standardGroups(6)
+	for range 6 {
+		e.release() // the gated group ends; its slots go to the stream of groups
+	}
+	base, _, _ := e.dashboardAs("observer", dashboard.Config{Interval: 500 * time.Millisecond, History: time.Minute})
+	abase, _, _ := e.dashboardAs("producer", dashboard.Config{AllowActions: true, Token: "t0ken", Interval: 500 * time.Millisecond})
+
+	// A stream of sites of skewed sizes, four open at a time, until the screenshots are taken.
+	stop := make(chan struct{})
+	var streams sync.WaitGroup
+	names := []string{"news", "shop", "wiki", "blog", "docs", "forum", "maps", "video", "mail", "photos"}
+	sizes := []int{240, 60, 30, 120, 20, 45, 90, 25, 35, 150}
+	for w := range 4 {
+		streams.Go(func() {
+			for i := w; ; i += 4 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := "site-" + names[i%len(names)] + "-" + strconv.Itoa(i/len(names))
+				if i%5 == 1 {
+					name = "site-eu-" + names[i%len(names)] + "-" + strconv.Itoa(i/len(names))
+				}
+				payloads := make([]string, sizes[i%len(sizes)])
+				for k := range payloads {
+					payloads[k] = "work:" + strconv.Itoa(20+(k*37+i*11)%100)
+				}
+				h, err := e.d.Publish(t.Context(), name, slices.Values(jobsOf(name, payloads)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := h.WaitSummary(t.Context()); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		streams.Wait()
+	}()
+	eventually(t, "40 seconds of history", func() (bool, string) {
+		var snap struct {
+			Series struct{ Times []int64 } `json:"series"`
+		}
+		get(t, base+"api/snapshot", &snap)
+		return len(snap.Series.Times) >= 80, fmt.Sprint(len(snap.Series.Times), " samples")
+	})
+	run(t, ctx, "overview", chromedp.Navigate(base), poll(`document.querySelector('#chart-rates path.line') !== null`))
+	screenshot(t, ctx, "overview")
+	run(t, ctx, "groups", chromedp.KeyEvent("2"), chromedp.WaitVisible(`#groups-table tr[data-group]`))
+	screenshot(t, ctx, "groups")
+	run(t, ctx, "resources", chromedp.KeyEvent("3"), chromedp.WaitVisible(`#resources-table tr[data-resource]`))
+	screenshot(t, ctx, "resources")
+	job := fmt.Sprintf(`details[data-job="%d"]`, failed.ID)
+	run(t, ctx, "failed", chromedp.Navigate(abase+"#failed"), chromedp.WaitVisible(job+" summary"),
+		chromedp.Click(job+" summary"), chromedp.WaitVisible(job+` tr[data-attempt="3"]`), chromedp.SendKeys(`#token`, "t0ken"))
+	screenshot(t, ctx, "failed")
+	run(t, ctx, "lookup", chromedp.Navigate(base+"#lookup"), chromedp.WaitVisible(`#lookup-group`),
+		chromedp.SendKeys(`#lookup-group`, "site-bad"), chromedp.SendKeys(`#lookup-key`, "page-1"+kb.Enter),
+		chromedp.WaitVisible(`#lookup-job`))
+	screenshot(t, ctx, "lookup")
+
+	// The overview again, in the system's dark mode.
+	run(t, ctx, "dark mode",
+		chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tgt, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}},
+			})
+			return err
+		}),
+		chromedp.Navigate(base+"#groups"), chromedp.WaitVisible(`#groups-table tr[data-group]`),
+		poll(`getComputedStyle(document.documentElement).backgroundColor === 'rgb(18, 21, 27)'`))
+	screenshot(t, ctx, "groups-dark")
+}
+
+// statusBackend answers a fixed status JSON (and nothing else): the page's rendering of fields
+// this branch's coordinator does not send yet (alarms, standbys, the oldest pending job).
+type statusBackend struct {
+	nopBackend
+	raw string
+}
+
+func (b statusBackend) Status(context.Context) (*dashboard.Status, error) {
+	var st dashboard.Status
+	if err := json.Unmarshal([]byte(b.raw), &st); err != nil {
+		return nil, err
+	}
+	st.Raw = json.RawMessage(b.raw)
+	return &st, nil
+}
+
+// TestAlarmsAndStandbysInBrowser: the overview renders the status's alarms, whatever their
+// values, and its standby coordinators, from the JSON as the coordinator sends it.
+func TestAlarmsAndStandbysInBrowser(t *testing.T) {
+	t.Parallel()
+	srv, err := dashboard.New(dashboard.Config{Backend: statusBackend{raw: `{"namespace":"n","epoch":7,"time":"2026-01-02T03:05:05Z",
+		"jobs":{"pending":40},"totals":{},"oldest_pending":"2026-01-02T03:04:05Z",
+		"alarms":[{"name":"pending_growth","raised_at":"2026-01-02T03:04:35Z","message":"PENDING grows: add capacity","values":{"rate_in":12.5,"suggested_slots":8,"pools":["eu"]}}],
+		"standbys":[{"id":"coord-b","last_seen":"2026-01-02T03:05:04Z"},"coord-c"]}`}, Interval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closed after the browser (cleanups run last registered first): Close waits for the page's
+	// event stream to end.
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	ctx := browser(t)
+	pollCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Run(pollCtx)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+	run(t, ctx, "alarms and standbys shown",
+		chromedp.Navigate(ts.URL+"/"),
+		chromedp.WaitVisible(`.alarm[data-alarm="pending_growth"]`),
+		poll(`(() => { const a = document.querySelector('.alarm[data-alarm="pending_growth"]').textContent;
+			return a.includes('PENDING grows: add capacity') && a.includes('raised 30s ago') && a.includes('rate_in12.5') &&
+				a.includes('suggested_slots8.0') && a.includes('pools["eu"]'); })()`),
+		poll(`document.querySelector('#standby-list').textContent.includes('id: coord-b') && document.querySelector('#standby-list').textContent.includes('coord-c')`),
+		poll(`document.querySelector('#coordinator').textContent.includes('Oldest pending job1m')`),
+	)
+}
