@@ -30,8 +30,9 @@ type Backend interface {
 	// Failed lists up to limit failed jobs (dead letters) of group, or of every group for "",
 	// the most recently recorded last.
 	Failed(ctx context.Context, group string, limit int) ([]dispatcher.JobOutcome, error)
-	// Lookup finds one job's latest stored outcome.
-	Lookup(ctx context.Context, q Query) (*dispatcher.JobOutcome, error)
+	// Lookup describes one job, whatever its state (the inspection API: dispatcher.Job and
+	// JobByKey). It returns an error wrapping dispatcher.ErrJobNotFound for an unknown job.
+	Lookup(ctx context.Context, q Query) (*dispatcher.JobInfo, error)
 	// Ended lists up to limit groups whose summary is among the latest records of the outcomes,
 	// the latest ended first.
 	Ended(ctx context.Context, limit int) ([]EndedGroup, error)
@@ -48,10 +49,6 @@ type Query struct {
 	ID    uint64
 	Key   string
 }
-
-// ErrNotFound reports a job without a stored outcome: unknown, not ended yet, or ended longer
-// ago than the result retention.
-var ErrNotFound = errors.New("no stored outcome")
 
 // Status is the coordinator's status as the dashboard reads it: coordinator.Status and the
 // fields other work adds to the same JSON (alarms, standby coordinators), decoded here from the
@@ -157,57 +154,18 @@ func (b *natsBackend) Failed(ctx context.Context, group string, limit int) ([]di
 }
 
 // lookupPage is how many outcome messages one direct get request of Lookup reads.
-const lookupPage = 64
-
-// Lookup reads the outcome messages of the job's group (of every group when only the ID is
-// known) from the RESULTS stream by direct get, which an observer may do, and returns the last
-// record matching q: the latest incarnation's. It finds only jobs that have ended; the
-// inspection API of issue 11 (dispatcher.Job, JobByKey) will also know pending and running jobs,
-// and this method is the one place to answer with it.
-func (b *natsBackend) Lookup(ctx context.Context, q Query) (*dispatcher.JobOutcome, error) {
-	subject := b.names.AllOutcomes()
-	if q.Group != "" {
-		if err := wire.ValidateGroupID(q.Group); err != nil {
-			return nil, err
-		}
-		subject = b.names.OutcomeSubject(wire.GroupToken(q.Group))
+// Lookup asks the inspection API: dispatcher.JobByKey with a group and key, else dispatcher.Job
+// (a job of another group than q.Group, when given, is not found). A pending or running job is
+// described by the coordinator, which an observer may ask; one that ended, from its stored outcome.
+func (b *natsBackend) Lookup(ctx context.Context, q Query) (*dispatcher.JobInfo, error) {
+	if q.Key != "" {
+		return b.d.JobByKey(ctx, q.Group, q.Key)
 	}
-	get := directget.New(b.nc, b.names.ResultsStream())
-	defer get.Close()
-	prefix := b.names.OutcomeSubject("")
-	var found *dispatcher.JobOutcome
-	for from := uint64(1); ; {
-		msgs, err := get.Next(ctx, subject, from, lookupPage)
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", subject, err)
-		}
-		if len(msgs) == 0 {
-			break
-		}
-		for _, m := range msgs {
-			from = m.Seq + 1
-			outs, _, err := wire.DecodeOutcomeMsg(m.Data)
-			if err != nil {
-				continue
-			}
-			for i := range outs {
-				o := &outs[i]
-				if (q.ID != 0 && o.ID != q.ID) || (q.Key != "" && o.Key != q.Key) {
-					continue
-				}
-				group, err := wire.ParseGroupToken(strings.TrimPrefix(m.Subject, prefix))
-				if err != nil {
-					continue
-				}
-				jo := outcome(group, o)
-				found = &jo
-			}
-		}
+	j, err := b.d.Job(ctx, q.ID)
+	if err == nil && q.Group != "" && j.Group != q.Group {
+		return nil, fmt.Errorf("%w: job %d is in group %q, not %q", dispatcher.ErrJobNotFound, q.ID, j.Group, q.Group)
 	}
-	if found == nil {
-		return nil, ErrNotFound
-	}
-	return found, nil
+	return j, err
 }
 
 // endedScan is how many of the latest outcome records Ended reads, and endedPage how many one

@@ -202,6 +202,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(`#lookup-job[data-state="failed"]`),
 		poll(`document.querySelector('#lookup-job').textContent.includes('`+fmt.Sprint(failed.ID)+`') && document.querySelectorAll('#lookup-job tr[data-attempt]').length === 3`),
 	)
+	// A job that has not ended (the gated group's last, released and held): the coordinator
+	// describes it through the inspection API.
+	lookupPending := []chromedp.Action[chromedp.Void]{
+		chromedp.SetValue(`#lookup-group`, gated),
+		chromedp.SetValue(`#lookup-key`, "page-"),
+		chromedp.SendKeys(`#lookup-key`, "5"+kb.Enter),
+		poll(`['running', 'pending'].includes(document.querySelector('#lookup-job')?.dataset.state) && document.querySelector('#lookup-job').textContent.includes('Published')`),
+	}
+	if err := chromedp.Do(ctx, lookupPending...); err != nil {
+		out, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#lookup-result').textContent`))
+		t.Fatalf("lookup describes a job that has not ended: %v; the page shows %q", err, out)
+	}
 	errs.check(t)
 
 	// Actions: a dashboard with actions on (a producer's permissions). Retry without the token

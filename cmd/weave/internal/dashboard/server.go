@@ -29,7 +29,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -330,6 +329,16 @@ type jobJSON struct {
 	Result   string        `json:"result,omitempty"`
 	Error    string        `json:"error,omitempty"`
 	History  []attemptJSON `json:"history"`
+
+	// What a lookup adds (dispatcher.JobInfo): the job's own attempt limit, where a running
+	// attempt is, and its times.
+	MaxAttempts int       `json:"max_attempts,omitempty"`
+	Pool        string    `json:"pool,omitempty"`
+	Worker      string    `json:"worker,omitempty"`
+	PublishedAt time.Time `json:"published_at,omitzero"`
+	StartedAt   time.Time `json:"started_at,omitzero"`
+	RetryAt     time.Time `json:"retry_at,omitzero"`
+	EndedAt     time.Time `json:"ended_at,omitzero"`
 }
 
 type attemptJSON struct {
@@ -396,28 +405,15 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	o, err := s.cfg.Backend.Lookup(ctx, q)
+	j, err := s.cfg.Backend.Lookup(ctx, q)
 	switch {
-	case errors.Is(err, ErrNotFound) && s.open(q.Group):
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no stored outcome: group %q is open, so the job has not ended yet (pending or running), or is not in it", q.Group)})
-	case errors.Is(err, ErrNotFound):
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no stored outcome: the job is unknown, has not ended yet, or ended longer ago than the result retention"})
+	case errors.Is(err, dispatcher.ErrJobNotFound):
+		writeError(w, http.StatusNotFound, err)
 	case err != nil:
 		writeError(w, http.StatusBadGateway, err)
 	default:
-		writeJSON(w, http.StatusOK, toJSON(o))
+		writeJSON(w, http.StatusOK, infoJSON(j))
 	}
-}
-
-// open reports whether the last status lists group as open.
-func (s *Server) open(group string) bool {
-	s.mu.Lock()
-	st := s.status
-	s.mu.Unlock()
-	if st == nil || group == "" {
-		return false
-	}
-	return slices.ContainsFunc(st.Groups, func(g coordinator.GroupStatus) bool { return g.ID == group })
 }
 
 // maxEnded bounds the ended groups one request lists.
@@ -506,6 +502,15 @@ func (s *Server) cancel(ctx context.Context, req actionRequest) (map[string]any,
 func toJSON(o *dispatcher.JobOutcome) jobJSON {
 	j := jobJSON{Group: o.Group, ID: o.ID, Key: o.Key, State: string(o.State), Attempts: o.Attempts, Result: string(o.Result), Error: o.Err, History: []attemptJSON{}}
 	for _, a := range o.History {
+		j.History = append(j.History, attemptJSON{At: a.At, Worker: a.Worker, Error: a.Err})
+	}
+	return j
+}
+
+func infoJSON(i *dispatcher.JobInfo) jobJSON {
+	j := jobJSON{Group: i.Group, ID: i.ID, Key: i.Key, State: string(i.State), Attempts: i.Attempts, Result: string(i.Result), Error: i.Err, History: []attemptJSON{},
+		MaxAttempts: i.MaxAttempts, Pool: i.Pool, Worker: i.Worker, PublishedAt: i.PublishedAt, StartedAt: i.StartedAt, RetryAt: i.RetryAt, EndedAt: i.EndedAt}
+	for _, a := range i.History {
 		j.History = append(j.History, attemptJSON{At: a.At, Worker: a.Worker, Error: a.Err})
 	}
 	return j

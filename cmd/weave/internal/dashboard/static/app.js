@@ -514,7 +514,12 @@ async function lookup(ev) {
     return;
   }
   const j = r.body;
-  const kv = [['Group', j.group], ['Job ID', j.id], ['Key', j.key || '–'], ['State', h('span', { class: 'badge ' + j.state }, j.state)], ['Attempts', j.attempts]];
+  const kv = [['Group', j.group], ['Job ID', j.id], ['Key', j.key || '–'], ['State', h('span', { class: 'badge ' + j.state }, j.state)],
+    ['Attempts', j.max_attempts ? j.attempts + ' of ' + j.max_attempts : j.attempts]];
+  if (j.pool || j.worker) kv.push(['Running on', (j.worker || 'a worker of pool ' + (j.pool || '(none)'))]);
+  for (const [label, t] of [['Published', j.published_at], ['Started', j.started_at], ['Retry at', j.retry_at], ['Ended', j.ended_at]]) {
+    if (t) kv.push([label, when(t)]);
+  }
   if (j.result) kv.push(['Result', h('pre', {}, j.result)]);
   if (j.error) kv.push(['Error', h('pre', {}, j.error)]);
   out.replaceChildren(h('div', { class: 'panel', id: 'lookup-job', dataset: { state: j.state } },
