@@ -66,6 +66,8 @@ type engine struct {
 	eventsApplied uint64         // the last EVENTS sequence applied
 	jobsApplied   uint64         // the last JOBS sequence applied
 	unstored      map[uint64]int // EVENTS sequences of reports whose outcomes are not stored yet
+
+	rd redriveState // redrive requests (redrive.go)
 }
 
 // counters are monotonic totals shown by status.
@@ -158,10 +160,11 @@ type effects struct {
 	abandons        []*group        // unsealed groups whose producer went silent: store a seal for them
 	answers         []answer        // answers to control messages that asked for one (answers.go)
 	refused         []journal.Entry // refused reports, to journal (journal.KindRefused)
+	redrives        []redriveOrder  // redrive decisions to carry out (redrive.go)
 }
 
 func (o *effects) empty() bool {
-	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.abandons)+len(o.answers)+len(o.refused) == 0
+	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.abandons)+len(o.answers)+len(o.refused)+len(o.redrives) == 0
 }
 
 // release is a batch of jobs handed to a pool.
@@ -242,6 +245,9 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 	g := e.groups[c.Group]
 	switch c.Op {
 	case wire.OpOpen:
+		if e.redriveOpening(subject, seq, c) {
+			return
+		}
 		switch {
 		case g != nil && !g.finished && !g.sealed:
 			// A producer publishing the group again, e.g. after a crash: its jobs join the
@@ -319,6 +325,8 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 			e.cancelGroup(g)
 		}
 		e.answer(seq, c, wire.ControlAnswer{OK: true, Canceled: int(g.canceled - canceled), Stopping: len(e.out.cancels) - stopping})
+	case wire.OpRedrive:
+		e.redriveAsked(subject, seq, c)
 	}
 }
 
@@ -517,6 +525,7 @@ func (e *engine) forget(g *group) {
 			break
 		}
 	}
+	e.redriveCompleted(g.id)
 }
 
 // moveTerminal moves a job to a terminal state along legal transitions.

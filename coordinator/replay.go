@@ -178,6 +178,7 @@ func (e *engine) finishReplay(alive map[uint64]aliveJob, now time.Time) {
 	for _, g := range e.arrival {
 		e.checkFinished(g)
 	}
+	e.redriveAfterReplay()
 }
 
 func sortedIDs(m map[uint64]bool) []uint64 {

@@ -48,6 +48,8 @@ type run struct {
 	trimmedTo uint64        // EVENTS is trimmed below this (owned by the loop)
 	trimmedCh chan uint64   // written by the trim goroutine: how far it trimmed, 0 on failure
 
+	redriveEnds chan redriveEnd // written by redrive goroutines (redrive.go), read by the loop
+
 	// Written by the loop, read by the release pipelines and the writer.
 	releaseQ chan releaseReq
 	writeQ   chan writeOp
@@ -97,6 +99,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 		writeQ:    make(chan writeOp, chanSize),
 		rescues:   map[string]context.CancelFunc{},
 	}
+	r.redriveEnds = make(chan redriveEnd, 16)
 	if err := r.replay(ctx); err != nil {
 		r.shutdown()
 		return nil, err
@@ -441,6 +444,8 @@ func (r *run) loop(ctx context.Context) error {
 			if low > 0 {
 				r.trimmedTo = low - 1
 			}
+		case end := <-r.redriveEnds:
+			r.e.redriveEnded(end)
 		case reply := <-r.statusCh:
 			reply <- r.e.status()
 		case <-retry.C:
@@ -560,6 +565,7 @@ func (r *run) step(ctx context.Context) {
 		r.publishCancels(out.cancels)
 	}
 	r.publishAnswers(out.answers) // after the cancels they report
+	r.startRedrives(ctx, out.redrives)
 	for _, g := range out.abandons {
 		c := wire.GroupControl{Group: g.id, Op: wire.OpSeal, Count: g.admitted, Abandoned: true}
 		m := nats.NewMsg(r.names.GroupSubject(g.tok))
