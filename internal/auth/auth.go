@@ -155,28 +155,27 @@ func For(names wire.Names, u User) (Permissions, error) {
 			names.AllOutcomes(),                         // outcomes and summaries
 			names.RejectSubject(),                       // rejection records
 			names.CancelSubject(),                       // running jobs to cancel
-			names.AllReplies(),                          // answers to cancels (Weave-Reply)
+			names.AllReplies(),                          // answers to cancels and redrives (Weave-Reply)
+			// A redrive's new incarnation (open, jobs, seal) and the seals of abandoned groups.
+			names.AllGroups(), names.AllJobs(),
 		)
 		p.Subscribe = []string{names.AllHeartbeats(), names.AllJoins(), names.StatusSubject(), inbox}
 		p.AllowResponses = true // status replies, join answers, heartbeat refusals
 	case Producer:
-		results, jobs, rejected := names.ResultsStream(), names.JobsStream(), names.RejectedStream()
+		results, jobs := names.ResultsStream(), names.JobsStream()
 		p.Publish = append(info,
-			names.AllGroups(), names.AllJobs(), // open, jobs, seal, cancel
+			names.AllGroups(), names.AllJobs(), // open, jobs, seal, cancel, redrive
 			names.StatusSubject(),
 			// Wait and Outcomes: an ordered consumer on one group's outcomes; WaitJob and
 			// WaitSummary: direct gets.
 			api("CONSUMER.CREATE."+results+".*."+ns+".out.*"), api("CONSUMER.MSG.NEXT."+results+".*"),
 			api("CONSUMER.INFO."+results+".*"), api("CONSUMER.DELETE."+results+".*"),
 			api("DIRECT.GET."+results), api("DIRECT.GET."+results+".>"),
-			// Redrive (weave failed retry): the failed jobs' stored messages and the group's
-			// last control message, and the rejections of the group's later opens.
+			// Publish: the group's control messages, read before its open.
 			api("DIRECT.GET."+jobs), api("DIRECT.GET."+jobs+".>"),
-			api("CONSUMER.CREATE."+rejected+".>"), api("CONSUMER.MSG.NEXT."+rejected+".*"),
-			api("CONSUMER.DELETE."+rejected+".*"), api("STREAM.MSG.GET."+rejected),
 		)
-		// Outcomes for the waits; replies for the answers to its cancels (a token it chose, on
-		// NS.reply.<token>).
+		// Outcomes for the waits; replies for the answers to its cancels and redrives (a token
+		// it chose, on NS.reply.<token>).
 		p.Subscribe = []string{names.AllOutcomes(), names.AllReplies(), inbox}
 	case Observer:
 		results := names.ResultsStream()
