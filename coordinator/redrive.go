@@ -267,7 +267,11 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 				c.Group, o.prevOpen, strings.Join(missing, ", ")))
 			return
 		}
-		ids = slices.DeleteFunc(slices.Clone(c.Jobs), func(id uint64) bool { return !failed[id] })
+		ids = slices.DeleteFunc(slices.Clone(c.Jobs), func(id uint64) bool {
+			keep := failed[id]
+			failed[id] = false // an ID given twice runs once
+			return !keep
+		})
 	}
 
 	openSeq := o.openSeq
