@@ -182,7 +182,7 @@ func (e *engine) redriveEnded(end redriveEnd) {
 	}
 }
 
-// redriveAfterReplay finishes what replay read: an incarnation opened by a redrive and not
+// redriveAfterReplay completes what replay read: an incarnation opened by a redrive and not
 // sealed was being published when the last coordinator stopped, so its publication resumes; a
 // request not followed by its open was never answered, and is decided now. Called once the
 // state is rebuilt (retained incarnations included).
