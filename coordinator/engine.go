@@ -44,6 +44,8 @@ type engine struct {
 	stats   counters
 	out     effects
 	tierBuf []uint64 // scratch for leastLoaded
+
+	rd redriveState // redrive requests (redrive.go)
 }
 
 // replaying reports whether replay is still reading the streams.
@@ -89,10 +91,11 @@ type effects struct {
 	abandons        []*group        // unsealed groups whose producer went silent: store a seal for them
 	answers         []answer        // answers to control messages that asked for one (answers.go)
 	refused         []journal.Entry // refused reports, to journal (journal.KindRefused)
+	redrives        []redriveOrder  // redrive decisions to carry out (redrive.go)
 }
 
 func (o *effects) empty() bool {
-	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.abandons)+len(o.answers)+len(o.refused) == 0
+	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.abandons)+len(o.answers)+len(o.refused)+len(o.redrives) == 0
 }
 
 // release is a batch of jobs handed to a pool.

@@ -65,6 +65,9 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 	g := e.groups.byID[c.Group]
 	switch c.Op {
 	case wire.OpOpen:
+		if e.redriveOpening(subject, seq, c) {
+			return
+		}
 		e.applyOpen(subject, seq, c, g, stored)
 	case wire.OpKeepAlive:
 		e.applyKeepAlive(subject, seq, c, g)
@@ -72,6 +75,8 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 		e.applySeal(subject, seq, c, g)
 	case wire.OpCancel:
 		e.applyCancel(subject, seq, c, g)
+	case wire.OpRedrive:
+		e.redriveAsked(subject, seq, c)
 	}
 }
 
@@ -361,4 +366,5 @@ func (e *engine) forget(g *group) {
 			break
 		}
 	}
+	e.redriveCompleted(g.id)
 }

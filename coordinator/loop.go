@@ -46,6 +46,8 @@ func (r *run) loop(ctx context.Context) error {
 		case <-trim.C:
 			r.e.expireRetained(r.cfg.now())
 			r.trimEvents(ctx)
+		case end := <-r.redriveEnds:
+			r.e.redriveEnded(end)
 		case low := <-r.trimmedCh:
 			r.trimming = false
 			if low > 0 {
@@ -155,6 +157,7 @@ func (r *run) step(ctx context.Context) {
 		r.publishCancels(out.cancels)
 	}
 	r.publishAnswers(out.answers) // after the cancels they report
+	r.startRedrives(ctx, out.redrives)
 	r.sealAbandoned(ctx, out.abandons)
 }
 

@@ -218,6 +218,7 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	for _, g := range e.groups.arrival {
 		e.checkComplete(g)
 	}
+	e.redriveAfterReplay()
 }
 
 // rebuildJobs makes a job in flight of every job ever released that has not ended: running in

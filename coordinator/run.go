@@ -41,6 +41,8 @@ type run struct {
 	trimmedTo uint64        // EVENTS is trimmed below this (owned by the loop)
 	trimmedCh chan uint64   // written by the trim goroutine: how far it trimmed, 0 on failure
 
+	redriveEnds chan redriveEnd // written by redrive goroutines (redrive.go), read by the loop
+
 	// Written by the loop, read by the release pipelines and the writer.
 	releaseQ chan releaseReq
 	writeQ   chan writeOp
@@ -75,6 +77,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 		forgetCh:    make(chan completedGroup, chanSize),
 		storedCh:    make(chan []uint64, chanSize),
 		trimmedCh:   make(chan uint64, 1),
+		redriveEnds: make(chan redriveEnd, 16),
 		acks:        make(chan written, chanSize),
 		summaries:   make(chan storedSummary, chanSize),
 		releaseQ:    make(chan releaseReq, chanSize),

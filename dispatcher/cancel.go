@@ -11,33 +11,53 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// Errors of Handle.Cancel and Handle.CancelJobs.
+// Errors of Handle.Cancel and Handle.CancelJobs (ErrNoAnswer also of Dispatcher.Redrive).
 var (
 	// ErrGroupNotOpen reports that the coordinator refused a cancel: no incarnation of the group
 	// is open (the ID is unknown, or its group has finished). Nothing was canceled.
 	ErrGroupNotOpen = errors.New("weave: group is not open")
-	// ErrNoAnswer reports that a cancel is stored in the JOBS stream but no coordinator answered
-	// within Config.RequestTimeout: none is running, or it is still replaying the streams after a
-	// start. The cancel is not lost: the coordinator applies it (or refuses it, if the group is not
-	// open) when it reads it.
+	// ErrNoAnswer reports that a cancel or a redrive is stored in the JOBS stream but no
+	// coordinator answered within Config.RequestTimeout: none is running, it is still replaying
+	// the streams after a start, or it is older than the operation (a coordinator that does not
+	// know redrive records it in NS_REJECTED without answering). The request is not lost: a
+	// coordinator that knows it applies it (or refuses it) when it reads it.
 	ErrNoAnswer = errors.New("weave: stored, but no coordinator answered")
 )
 
-// cancel publishes the cancel c with a reply token and waits for the coordinator's answer, at
-// most RequestTimeout (and within ctx). The answer comes on core NATS (see wire.ControlAnswer):
-// the subscription is made before the publish, on the same connection, so the server has it when
-// the coordinator answers.
+// cancel publishes the cancel c and waits for the coordinator's answer (see ask).
 func (d *Dispatcher) cancel(ctx context.Context, c wire.GroupControl) error {
+	a, err := d.ask(ctx, c)
+	if err != nil {
+		return err
+	}
+	d.log.Debug().Str("group", c.Group).Bool("ok", a.OK).Int("canceled", a.Canceled).Int("stopping", a.Stopping).Msg("cancel answered")
+	switch {
+	case a.OK:
+		return nil
+	case a.Code == wire.AnswerNotOpen:
+		return fmt.Errorf("%w: cancel of group %q refused: %s", ErrGroupNotOpen, c.Group, a.Reason)
+	default:
+		return fmt.Errorf("weave: cancel of group %q refused by the coordinator: %s", c.Group, a.Reason)
+	}
+}
+
+// ask publishes the control message c (a cancel or a redrive) with a reply token and waits for
+// the coordinator's answer, at most RequestTimeout (and within ctx). The answer comes on core
+// NATS (see wire.ControlAnswer): the subscription is made before the publish, on the same
+// connection, so the server has it when the coordinator answers. Anyone allowed to publish on
+// the reply subjects could publish there too: a message that is not the answer to c (another
+// sequence, or not an answer) is skipped.
+func (d *Dispatcher) ask(ctx context.Context, c wire.GroupControl) (wire.ControlAnswer, error) {
 	c.Reply = nuid.Next()
 	subject := d.names.ReplySubject(c.Reply)
 	sub, err := d.nc.SubscribeSync(subject)
 	if err != nil {
-		return fmt.Errorf("weave: cancel of group %q: subscribe to %s: %w", c.Group, subject, err)
+		return wire.ControlAnswer{}, fmt.Errorf("weave: %s of group %q: subscribe to %s: %w", c.Op, c.Group, subject, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	seq, err := d.publishControl(ctx, c)
 	if err != nil {
-		return err
+		return wire.ControlAnswer{}, err
 	}
 	wctx, stop := context.WithTimeout(ctx, d.cfg.RequestTimeout)
 	defer stop()
@@ -46,24 +66,16 @@ func (d *Dispatcher) cancel(ctx context.Context, c wire.GroupControl) error {
 		if err != nil {
 			why := err
 			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-				why = fmt.Errorf("no answer on %s within %v: is a coordinator running, and may this connection subscribe to %s?",
-					subject, d.cfg.RequestTimeout, d.names.AllReplies())
+				why = fmt.Errorf("no answer on %s within %v: is a coordinator running (one that knows %q), and may this connection subscribe to %s?",
+					subject, d.cfg.RequestTimeout, c.Op, d.names.AllReplies())
 			}
-			return fmt.Errorf("%w: cancel of group %q (JOBS sequence %d): it is applied when a coordinator reads it: %w", ErrNoAnswer, c.Group, seq, why)
+			return wire.ControlAnswer{}, fmt.Errorf("%w: %s of group %q (JOBS sequence %d): it is applied when a coordinator reads it: %w", ErrNoAnswer, c.Op, c.Group, seq, why)
 		}
 		var a wire.ControlAnswer
-		if json.Unmarshal(msg.Data, &a) != nil || a.Seq != seq {
-			d.log.Debug().Str("subject", subject).Msg("ignored a message that is not the answer to our cancel")
+		if json.Unmarshal(msg.Data, &a) != nil || a.Seq != seq || a.Op != c.Op || a.Group != c.Group {
+			d.log.Debug().Str("subject", subject).Msg("ignored a message that is not the answer to our request")
 			continue
 		}
-		d.log.Debug().Str("group", c.Group).Bool("ok", a.OK).Int("canceled", a.Canceled).Int("stopping", a.Stopping).Msg("cancel answered")
-		switch {
-		case a.OK:
-			return nil
-		case a.Code == wire.AnswerNotOpen:
-			return fmt.Errorf("%w: cancel of group %q refused: %s", ErrGroupNotOpen, c.Group, a.Reason)
-		default:
-			return fmt.Errorf("weave: cancel of group %q refused by the coordinator: %s", c.Group, a.Reason)
-		}
+		return a, nil
 	}
 }

@@ -41,16 +41,19 @@ var (
 	// dropped as a duplicate, a job of another incarnation of the group ID), or its outcome is
 	// older than the RESULTS stream retains. Waiting longer cannot change the answer.
 	ErrJobNotFound = errors.New("weave: job not found in group")
-	// ErrGroupRunning reports that Publish or Redrive found the group running: an incarnation of
-	// the group ID is sealed and has not finished yet, so the coordinator would refuse a new one
-	// and every job published with it. Publish returns it with a Handle for that incarnation (a
+	// ErrGroupRunning reports that Publish found the group running (an incarnation of the group
+	// ID is sealed and has not finished yet, so the coordinator would refuse a new one and every
+	// job published with it), or that the coordinator refused a Redrive because the group's
+	// latest incarnation is not complete. Both return it with a Handle for that incarnation (a
 	// producer publishing a group again after a crash, unaware that its seal was stored, can wait
 	// on it). Publish or Redrive again once it has finished.
 	ErrGroupRunning = errors.New("weave: group is running")
-	// ErrNotFailed reports that Redrive has nothing to publish: the group's latest finished
+	// ErrNotFailed reports that the coordinator refused a Redrive with nothing to run again: the
+	// group's latest complete
 	// incarnation has no failed job, a job ID given is not one of its failed jobs (it succeeded,
-	// was canceled, belongs to another group or incarnation, or does not exist), or no outcome
-	// of the group is stored (an unknown group, or one older than the result retention).
+	// was canceled, belongs to another group or incarnation, or does not exist), or no complete
+	// incarnation of the group is retained (an unknown group, or one older than the result
+	// retention).
 	ErrNotFailed = errors.New("weave: no such failed job")
 	// ErrJobGone reports failed jobs whose messages the JOBS stream no longer holds, so their
 	// payloads cannot be published again: the coordinator deletes them ResultRetention after

@@ -43,12 +43,14 @@
 // A job that failed (permanently, or out of attempts) stays inspectable for the coordinator's
 // result retention (default 24 hours) after its group finished: the coordinator keeps its outcome, with
 // the history of its attempts, and its message with the payload. Dispatcher.Failed lists the
-// failed jobs still stored, of one group or of all. Dispatcher.Redrive publishes the failed jobs
-// of a group's latest finished incarnation again (all of them, or the IDs given), rebuilt from
-// their stored messages, as a new incarnation of the group ID, and returns its Handle. It refuses
-// with ErrGroupRunning while an incarnation of the group has not finished, with ErrNotFailed when
-// there is nothing to redrive, and with ErrJobGone when a job's message is no longer stored; in
-// each case it publishes nothing.
+// failed jobs still stored, of one group or of all. Dispatcher.Redrive asks the coordinator to
+// run the failed jobs of a group's latest complete incarnation again (all of them, or the IDs
+// given), as a new incarnation of the group ID, and returns its Handle. The coordinator decides,
+// publishes the jobs (rebuilt from their stored messages) and answers, as it does for a cancel.
+// It refuses with ErrGroupRunning while an incarnation of the group is not complete, with
+// ErrNotFailed when there is nothing to redrive, and with ErrJobGone when the failed jobs'
+// messages are no longer stored; in each case nothing runs again. With no coordinator answering,
+// Redrive returns ErrNoAnswer: the request is stored and carried out when one reads it.
 //
 // # Inspection
 //
@@ -69,6 +71,6 @@
 //
 // Errors wrap one of the package's sentinels (ErrInvalidConfig, ErrInvalidGroup, ErrInvalidJob,
 // ErrNotOpened, ErrNotSealed, ErrMalformedOutcome, ErrJobNotFound, ErrGroupRunning, ErrNotFailed,
-// ErrJobGone, ErrNoCoordinator, ErrGroupNotFound), a context error or a NATS client error, and
-// can be examined with errors.Is.
+// ErrJobGone, ErrGroupNotOpen, ErrNoAnswer, ErrNoCoordinator, ErrGroupNotFound), a context error
+// or a NATS client error, and can be examined with errors.Is.
 package dispatcher

@@ -1,9 +1,7 @@
 package dispatcher_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"iter"
 	"reflect"
 	"slices"
@@ -11,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/wire"
@@ -278,357 +274,108 @@ func TestFailedSkipsMalformedMessages(t *testing.T) {
 	}
 }
 
-// redriveFixture publishes a group of four jobs and finishes it with two failures: b (keyed,
-// every option set) and c (no key).
-func (e *env) redriveFixture(ctx context.Context, t *testing.T, group string) (incarnation, []dispatcher.Job) {
-	t.Helper()
-	jobs := []dispatcher.Job{
-		{Key: "a", Payload: []byte("pa")},
-		{Key: "b", Payload: []byte("pb"), Require: []string{"db:1"}, Prefer: []string{"zone=eu", "host/a"}, MaxAttempts: 3, Timeout: 90 * time.Second},
-		{Payload: []byte("pc")},
-		{Key: "d", Payload: []byte("pd")},
-	}
-	inc := e.publishGroup(ctx, t, group, jobs...)
-	e.finish(ctx, t, inc,
-		wire.Outcome{ID: inc.ids[0], Key: "a", State: wire.FinalDone, Attempts: 1},
-		wire.Outcome{ID: inc.ids[1], Key: "b", State: wire.FinalFailed, Attempts: 3, Data: []byte("boom")},
-		wire.Outcome{ID: inc.ids[2], State: wire.FinalFailed, Attempts: 1, Data: []byte("bad")},
-		wire.Outcome{ID: inc.ids[3], Key: "d", State: wire.FinalCanceled},
-	)
-	return inc, jobs
-}
-
-// groupSince returns the group's messages in JOBS after sequence after.
-func (e *env) groupSince(ctx context.Context, t *testing.T, group string, after uint64) ([]stored, groupMsgs) {
-	t.Helper()
-	var msgs []stored
-	for _, m := range e.readStream(ctx, t, e.names.JobsStream()) {
-		if m.seq > after {
-			msgs = append(msgs, m)
-		}
-	}
-	return msgs, parseGroup(t, e.names, group, msgs)
-}
-
-// lastSeq returns the JOBS stream's last sequence.
-func (e *env) lastJobsSeq(ctx context.Context, t *testing.T) uint64 {
-	t.Helper()
-	s, err := e.js.Stream(ctx, e.names.JobsStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.CachedInfo().State.LastSeq
-}
-
-// TestRedriveRepublishesFailedJobs redrives the failed jobs of a group within the dedup window
-// of their keys: they are stored again, as a new incarnation, with their payloads and options
-// and new dedup IDs. Then it plays the new incarnation to its end, with b failing again: the
-// next Redrive takes only b, under its new ID.
-func TestRedriveRepublishesFailedJobs(t *testing.T) {
+// TestRedriveAnswers: Redrive asks the coordinator (played here: the decision is the
+// coordinator's, see the integration tests) and turns each answer into its result: a Handle for
+// the new incarnation, ErrGroupRunning with a Handle for the running one, ErrNotFailed,
+// ErrJobGone (with or without a Handle).
+func TestRedriveAnswers(t *testing.T) {
 	t.Parallel()
 	e := setup(t, dispatcher.Config{})
 	ctx := testContext(t)
-	const group = "tenant 9 / ünïcode"
-	inc, jobs := e.redriveFixture(ctx, t, group)
-	before := e.lastJobsSeq(ctx, t)
-	subs := e.nc.NumSubscriptions()
-
-	h, err := e.d.Redrive(ctx, group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// At most the reply subscription the Dispatcher's reads of RESULTS share stays open.
-	if got := e.nc.NumSubscriptions(); got > subs+1 {
-		t.Fatalf("%d subscriptions after Redrive, %d before", got, subs)
-	}
-	if h.GroupID() != group || h.Accepted() != 2 || h.Duplicates() != 0 {
-		t.Fatalf("Redrive: group %q, %d accepted, %d duplicates; want 2 and 0", h.GroupID(), h.Accepted(), h.Duplicates())
-	}
-	msgs, g := e.groupSince(ctx, t, group, before)
-	wantSealed(t, g, 2)
-	for i, old := range []int{1, 2} {
-		j := jobs[old]
-		want := wire.JobMeta{Group: group, Key: j.Key, Require: j.Require, Prefer: j.Prefer, MaxAttempts: j.MaxAttempts, Timeout: j.Timeout}
-		if !reflect.DeepEqual(g.jobs[i], want) || !bytes.Equal(g.payloads[i], j.Payload) {
-			t.Errorf("redriven job %d: %+v %q, want %+v %q", i, g.jobs[i], g.payloads[i], want, j.Payload)
+	asked := make(chan wire.GroupControl, 10)
+	e.standInCoordinator(ctx, t, func(c wire.GroupControl) wire.ControlAnswer {
+		asked <- c
+		switch {
+		case len(c.Jobs) == 0:
+			return wire.ControlAnswer{OK: true, Incarnation: 42, Jobs: 3}
+		case c.Jobs[0] == 1:
+			return wire.ControlAnswer{Code: wire.AnswerRunning, Reason: "not complete", Incarnation: 7}
+		case c.Jobs[0] == 2:
+			return wire.ControlAnswer{Code: wire.AnswerNotFailed, Reason: "job 2 did not fail"}
+		case c.Jobs[0] == 3:
+			return wire.ControlAnswer{Code: wire.AnswerGone, Reason: "all gone"}
+		default:
+			return wire.ControlAnswer{OK: true, Incarnation: 43, Jobs: 1, Gone: 1}
 		}
-		msg := msgs[1+i]
-		if got, want := msg.header.Get(wire.HdrMsgID), "redrive:"+wire.GroupToken(group)+"/"+strconv.FormatUint(inc.ids[old], 10); got != want {
-			t.Errorf("redriven job %d: Nats-Msg-Id %q, want %q", i, got, want)
-		}
-		for _, name := range []string{wire.HdrVersion, wire.HdrGroup, wire.HdrKey, wire.HdrRequire, wire.HdrPrefer, wire.HdrMaxAttempts, wire.HdrTimeout} {
-			if got, want := msg.header.Values(name), jobHeader(group, j).Values(name); !slices.Equal(got, want) {
-				t.Errorf("redriven job %d: header %s %q, want %q", i, name, got, want)
-			}
-		}
-	}
-	if h.FirstID() != g.jobSeqs[0] || h.LastID() != g.jobSeqs[1] {
-		t.Errorf("IDs %d..%d, want %v", h.FirstID(), h.LastID(), g.jobSeqs)
-	}
+	})
 
-	// The new incarnation is open and has no outcome yet: it is running.
-	_, err = e.d.Redrive(ctx, group)
-	wantErrIs(t, err, dispatcher.ErrGroupRunning)
-	next := incarnation{group: group, openSeq: msgs[0].seq, ids: g.jobSeqs}
-	e.recordIncarnation(ctx, t, group, next.openSeq, outcomes(wire.Outcome{ID: next.ids[1], State: wire.FinalDone, Attempts: 1}))
-	_, err = e.d.Redrive(ctx, group) // outcomes without a summary: still running
-	wantErrIs(t, err, dispatcher.ErrGroupRunning)
-	e.recordIncarnation(ctx, t, group, next.openSeq,
-		outcomes(wire.Outcome{ID: next.ids[0], Key: "b", State: wire.FinalFailed, Attempts: 3, Data: []byte("boom again")}),
-		summary(2, 1, 1, 0))
-	sum, err := h.WaitSummary(ctx)
-	if err != nil || sum != (dispatcher.Summary{Jobs: 2, Done: 1, Failed: 1}) {
-		t.Fatalf("the redrive's WaitSummary = %+v, %v", sum, err)
-	}
-
-	before = e.lastJobsSeq(ctx, t)
-	h, err = e.d.Redrive(ctx, group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msgs, g = e.groupSince(ctx, t, group, before)
-	wantSealed(t, g, 1)
-	if got, want := msgs[1].header.Get(wire.HdrMsgID), "redrive:"+wire.GroupToken(group)+"/"+strconv.FormatUint(next.ids[0], 10); got != want || g.jobs[0].Key != "b" {
-		t.Fatalf("second redrive: key %q, Nats-Msg-Id %q; want b, %q", g.jobs[0].Key, got, want)
-	}
-	if h.Accepted() != 1 {
-		t.Fatalf("second redrive accepted %d", h.Accepted())
-	}
-}
-
-// jobHeader returns the headers Publish gives the job.
-func jobHeader(group string, j dispatcher.Job) nats.Header {
-	return wire.JobMeta{Group: group, Key: j.Key, Require: j.Require, Prefer: j.Prefer, MaxAttempts: j.MaxAttempts, Timeout: j.Timeout}.Header()
-}
-
-func TestRedriveGivenJobs(t *testing.T) {
-	t.Parallel()
-	e := setup(t, dispatcher.Config{})
-	ctx := testContext(t)
-	inc, jobs := e.redriveFixture(ctx, t, "g")
-	before := e.lastJobsSeq(ctx, t)
-
-	// Jobs that did not fail, or are not in the group: nothing is published.
-	for _, bad := range [][]uint64{{inc.ids[0]}, {inc.ids[1], inc.ids[3]}, {inc.ids[2], 9999}} {
-		h, err := e.d.Redrive(ctx, "g", bad...)
-		wantErrIs(t, err, dispatcher.ErrNotFailed)
-		if h != nil || !strings.Contains(err.Error(), strconv.FormatUint(bad[len(bad)-1], 10)) {
-			t.Errorf("Redrive(%v) = %v, %v; want no handle and an error naming %d", bad, h, err, bad[len(bad)-1])
-		}
-	}
-	if after := e.lastJobsSeq(ctx, t); after != before {
-		t.Fatalf("refused redrives stored messages %d..%d", before+1, after)
-	}
-
-	h, err := e.d.Redrive(ctx, "g", inc.ids[2])
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, g := e.groupSince(ctx, t, "g", before)
-	wantSealed(t, g, 1)
-	if h.Accepted() != 1 || g.jobs[0].Key != "" || !bytes.Equal(g.payloads[0], jobs[2].Payload) {
-		t.Fatalf("redrove %+v %q (%d accepted), want job c", g.jobs[0], g.payloads[0], h.Accepted())
-	}
-}
-
-// TestRedriveJobGone deletes a failed job's message: Redrive names it and publishes nothing.
-func TestRedriveJobGone(t *testing.T) {
-	t.Parallel()
-	e := setup(t, dispatcher.Config{})
-	ctx := testContext(t)
-	inc, _ := e.redriveFixture(ctx, t, "g")
-	jobsStream, err := e.js.Stream(ctx, e.names.JobsStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := jobsStream.DeleteMsg(ctx, inc.ids[2]); err != nil {
-		t.Fatal(err)
-	}
-	before := e.lastJobsSeq(ctx, t)
-	for _, given := range [][]uint64{nil, {inc.ids[2]}} {
-		h, err := e.d.Redrive(ctx, "g", given...)
-		wantErrIs(t, err, dispatcher.ErrJobGone)
-		if h != nil || !strings.Contains(err.Error(), strconv.FormatUint(inc.ids[2], 10)) {
-			t.Fatalf("Redrive(%v) = %v, %v; want no handle and an error naming job %d", given, h, err, inc.ids[2])
-		}
-	}
-	if after := e.lastJobsSeq(ctx, t); after != before {
-		t.Fatalf("a failed redrive stored messages %d..%d", before+1, after)
-	}
-	// The job still stored can be redriven alone.
-	if h, err := e.d.Redrive(ctx, "g", inc.ids[1]); err != nil || h.Accepted() != 1 {
-		t.Fatalf("Redrive(b) = %v, %v", h, err)
-	}
-}
-
-func TestRedriveRunningGroup(t *testing.T) {
-	t.Parallel()
-	e := setup(t, dispatcher.Config{})
-	ctx := testContext(t)
-
-	// Published, no outcome yet.
-	inc := e.publishGroup(ctx, t, "g", dispatcher.Job{Key: "a"}, dispatcher.Job{Key: "b"})
-	_, err := e.d.Redrive(ctx, "g")
-	wantErrIs(t, err, dispatcher.ErrGroupRunning)
-	// A failed job, but the group has not finished.
-	e.recordIncarnation(ctx, t, "g", inc.openSeq, outcomes(wire.Outcome{ID: inc.ids[0], Key: "a", State: wire.FinalFailed, Attempts: 1}))
-	_, err = e.d.Redrive(ctx, "g", inc.ids[0])
-	wantErrIs(t, err, dispatcher.ErrGroupRunning)
-	// Finished.
-	e.recordIncarnation(ctx, t, "g", inc.openSeq, outcomes(wire.Outcome{ID: inc.ids[1], Key: "b", State: wire.FinalDone, Attempts: 1}), summary(2, 1, 1, 0))
-	if h, err := e.d.Redrive(ctx, "g"); err != nil || h.Accepted() != 1 {
-		t.Fatalf("Redrive after the summary = %v, %v", h, err)
-	}
-}
-
-// TestRedriveIgnoresResumingOpen finishes an incarnation whose producer published its open twice
-// (it resumed after a crash): the second open is not a new incarnation.
-func TestRedriveIgnoresResumingOpen(t *testing.T) {
-	t.Parallel()
-	e := setup(t, dispatcher.Config{})
-	ctx := testContext(t)
-	control := func(op wire.GroupOp) uint64 {
-		t.Helper()
-		c := wire.GroupControl{Group: "g", Op: op, Count: 1}
-		ack, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: e.names.GroupSubject("g"), Header: c.Header()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ack.Sequence
-	}
-	open := control(wire.OpOpen)
-	job := &nats.Msg{Subject: e.names.JobSubject("g"), Header: wire.JobMeta{Group: "g", Key: "k"}.Header(), Data: []byte("p")}
-	ack, err := e.js.PublishMsg(ctx, job)
-	if err != nil {
-		t.Fatal(err)
-	}
-	control(wire.OpOpen)
-	control(wire.OpSeal)
-	control(wire.OpCancel)
-	e.recordIncarnation(ctx, t, "g", open,
-		outcomes(wire.Outcome{ID: ack.Sequence, Key: "k", State: wire.FinalFailed, Attempts: 1}), summary(1, 0, 1, 0))
 	h, err := e.d.Redrive(ctx, "g")
-	if err != nil || h.Accepted() != 1 {
-		t.Fatalf("Redrive = %v, %v", h, err)
+	if err != nil || h.Accepted() != 3 || h.GroupID() != "g" {
+		t.Fatalf("Redrive = %v, %v; want a Handle of 3 jobs", h, err)
 	}
-}
+	if c := <-asked; c.Group != "g" || c.Op != wire.OpRedrive || c.Jobs != nil {
+		t.Fatalf("request %+v", c)
+	}
+	// The Handle reads only the new incarnation's outcomes.
+	e.recordIncarnation(ctx, t, "g", 41, summary(1, 1, 0, 0))
+	e.recordIncarnation(ctx, t, "g", 42, summary(3, 3, 0, 0))
+	if sum, err := h.WaitSummary(ctx); err != nil || sum.Jobs != 3 {
+		t.Fatalf("WaitSummary = %+v, %v; want the incarnation opened at 42", sum, err)
+	}
 
-func TestRedriveNothingToRedrive(t *testing.T) {
-	t.Parallel()
-	e := setup(t, dispatcher.Config{})
-	ctx := testContext(t)
-	_, err := e.d.Redrive(ctx, "unknown")
+	h, err = e.d.Redrive(ctx, "g", 1, 5)
+	wantErrIs(t, err, dispatcher.ErrGroupRunning)
+	if h == nil || !strings.Contains(err.Error(), "not complete") {
+		t.Fatalf("running: %v, %v; want a Handle and the reason", h, err)
+	}
+	if c := <-asked; !slices.Equal(c.Jobs, []uint64{1, 5}) {
+		t.Fatalf("request for jobs 1 and 5 carried %v", c.Jobs)
+	}
+	e.recordIncarnation(ctx, t, "g", 7, summary(2, 2, 0, 0))
+	if sum, err := h.WaitSummary(ctx); err != nil || sum.Jobs != 2 {
+		t.Fatalf("the running incarnation's WaitSummary = %+v, %v", sum, err)
+	}
+	h, err = e.d.Redrive(ctx, "g", 2)
 	wantErrIs(t, err, dispatcher.ErrNotFailed)
+	if h != nil || !strings.Contains(err.Error(), "job 2 did not fail") {
+		t.Fatalf("not failed: %v, %v", h, err)
+	}
+	h, err = e.d.Redrive(ctx, "g", 3)
+	wantErrIs(t, err, dispatcher.ErrJobGone)
+	if h != nil {
+		t.Fatalf("all gone: a Handle")
+	}
+	h, err = e.d.Redrive(ctx, "g", 4)
+	wantErrIs(t, err, dispatcher.ErrJobGone)
+	if h == nil || h.Accepted() != 1 {
+		t.Fatalf("some gone: %v, %v; want a Handle of 1 job", h, err)
+	}
+	for range 3 { // jobs 2, 3 and 4
+		<-asked
+	}
 
-	inc := e.publishGroup(ctx, t, "ok", dispatcher.Job{Key: "a"})
-	e.finish(ctx, t, inc, wire.Outcome{ID: inc.ids[0], Key: "a", State: wire.FinalDone, Attempts: 1})
-	_, err = e.d.Redrive(ctx, "ok")
-	wantErrIs(t, err, dispatcher.ErrNotFailed)
-
+	// Checked before anything is published.
 	_, err = e.d.Redrive(ctx, "bad\x01")
 	wantErrIs(t, err, dispatcher.ErrInvalidGroup)
+	_, err = e.d.Redrive(ctx, "g", 0)
+	wantErrIs(t, err, dispatcher.ErrNotFailed)
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = e.d.Redrive(canceled, "ok")
+	_, err = e.d.Redrive(canceled, "g")
 	wantErrIs(t, err, context.Canceled)
+	select {
+	case c := <-asked:
+		t.Fatalf("published %+v", c)
+	default:
+	}
 }
 
-// TestRedriveRepeatedRecord redrives a job whose failed outcome the coordinator recorded twice
-// (it may repeat records after a crash): the job is stored once, the repeat is a duplicate.
-func TestRedriveRepeatedRecord(t *testing.T) {
+// TestRedriveNoAnswer: without a coordinator the request is stored and Redrive says so.
+func TestRedriveNoAnswer(t *testing.T) {
 	t.Parallel()
-	e := setup(t, dispatcher.Config{})
+	e := setup(t, dispatcher.Config{RequestTimeout: 200 * time.Millisecond})
 	ctx := testContext(t)
-	inc := e.publishGroup(ctx, t, "g", dispatcher.Job{Key: "a", Payload: []byte("pa")})
-	failedA := wire.Outcome{ID: inc.ids[0], Key: "a", State: wire.FinalFailed, Attempts: 1}
-	e.recordIncarnation(ctx, t, "g", inc.openSeq, outcomes(failedA), outcomes(failedA), summary(1, 0, 1, 0))
-	h, err := e.d.Redrive(ctx, "g")
-	if err != nil || h.Accepted() != 1 || h.Duplicates() != 1 {
-		t.Fatalf("Redrive = %v, %v; want 1 accepted and 1 duplicate", h, err)
+	h, err := e.d.Redrive(ctx, "g", 9)
+	wantErrIs(t, err, dispatcher.ErrNoAnswer)
+	if h != nil {
+		t.Fatal("a Handle without an answer")
 	}
-}
-
-// TestRedriveReadsOnlyTheLatestIncarnation redrives a group whose older incarnation also failed:
-// only the latest one's failures are redriven, and an older job's ID is refused.
-func TestRedriveReadsOnlyTheLatestIncarnation(t *testing.T) {
-	t.Parallel()
-	e := setup(t, dispatcher.Config{})
-	ctx := testContext(t)
-	first := e.publishGroup(ctx, t, "g", dispatcher.Job{Key: "old"})
-	e.finish(ctx, t, first, wire.Outcome{ID: first.ids[0], Key: "old", State: wire.FinalFailed, Attempts: 1})
-	second := e.publishGroup(ctx, t, "g", dispatcher.Job{Key: "new"})
-	e.finish(ctx, t, second, wire.Outcome{ID: second.ids[0], Key: "new", State: wire.FinalFailed, Attempts: 1})
-
-	_, err := e.d.Redrive(ctx, "g", first.ids[0])
-	wantErrIs(t, err, dispatcher.ErrNotFailed)
-	before := e.lastJobsSeq(ctx, t)
-	if _, err := e.d.Redrive(ctx, "g"); err != nil {
-		t.Fatal(err)
+	var found bool
+	for _, m := range e.readStream(ctx, t, e.names.JobsStream()) {
+		c, err := wire.ParseGroupControl(m.header)
+		found = found || err == nil && c.Op == wire.OpRedrive && c.Group == "g" && slices.Equal(c.Jobs, []uint64{9}) && c.Reply != ""
 	}
-	_, g := e.groupSince(ctx, t, "g", before)
-	wantSealed(t, g, 1)
-	if g.jobs[0].Key != "new" {
-		t.Fatalf("redrove %q, want only the latest incarnation's job", g.jobs[0].Key)
+	if !found {
+		t.Fatal("the redrive request is not stored in JOBS")
 	}
-	// Both old failures are still listed (until the retention passes).
-	if got := failed(t, e.d.Failed(ctx, "g")); fmt.Sprint(ids(got)) != fmt.Sprint([]uint64{first.ids[0], second.ids[0]}) {
-		t.Fatalf("Failed lists %v", ids(got))
-	}
-}
-
-// TestRedriveIgnoresRejectedOpen publishes a group again while it is sealed and still running:
-// the coordinator rejects that open and records the rejection. Once the group has finished, the
-// rejected open is not a running incarnation. Without its rejection record it would be one.
-func TestRedriveIgnoresRejectedOpen(t *testing.T) {
-	t.Parallel()
-	e := setup(t, dispatcher.Config{})
-	dispatcher.SkipRunningCheck(e.d) // stands in for a coordinator that accepted the group again
-	ctx := testContext(t)
-	inc := e.publishGroup(ctx, t, "g", dispatcher.Job{Key: "a"})
-	again := e.publishGroup(ctx, t, "g", dispatcher.Job{Key: "b"}) // rejected: g is sealed, running
-	e.finish(ctx, t, inc, wire.Outcome{ID: inc.ids[0], Key: "a", State: wire.FinalFailed, Attempts: 1})
-
-	_, err := e.d.Redrive(ctx, "g")
-	wantErrIs(t, err, dispatcher.ErrGroupRunning)
-	if n := e.streamConsumers(ctx, t, e.names.RejectedStream()); n != 0 {
-		t.Fatalf("REJECTED has %d consumers after Redrive", n)
-	}
-
-	// The coordinator's records: another message's rejection, then the open's.
-	reject := func(subject string, seq uint64) {
-		t.Helper()
-		m := nats.NewMsg(e.names.RejectSubject())
-		m.Header.Set(wire.HdrVersion, "1")
-		m.Header.Set(wire.HdrReason, "rejected")
-		m.Header.Set(wire.HdrSubject, subject)
-		m.Header.Set(wire.HdrSeq, strconv.FormatUint(seq, 10))
-		if _, err := e.js.PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	reject(e.names.JobSubject("g"), again.openSeq)
-	_, err = e.d.Redrive(ctx, "g")
-	wantErrIs(t, err, dispatcher.ErrGroupRunning)
-	reject(e.names.GroupSubject("g"), again.openSeq)
-	h, err := e.d.Redrive(ctx, "g")
-	if err != nil || h.Accepted() != 1 {
-		t.Fatalf("Redrive = %v, %v", h, err)
-	}
-	if n := e.streamConsumers(ctx, t, e.names.RejectedStream()); n != 0 {
-		t.Fatalf("REJECTED has %d consumers after Redrive", n)
-	}
-}
-
-// streamConsumers returns how many consumers a stream has.
-func (e *env) streamConsumers(ctx context.Context, t *testing.T, stream string) int {
-	t.Helper()
-	s, err := e.js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Consumers
 }

@@ -85,7 +85,7 @@ type Handle struct {
 	gtok  string
 	err   error // the group ID is invalid (from Attach); every call returns it
 
-	// Set by Publish before it returns the Handle; constant afterwards.
+	// Set by Publish (or Redrive) before it returns the Handle; constant afterwards.
 	accepted, duplicates int
 	firstID, lastID      uint64
 	// openSeq is the stream sequence of the group's open message: its incarnation. A group ID

@@ -216,9 +216,9 @@ func wantErrIs(t *testing.T, err error, targets ...error) {
 	}
 }
 
-// standInCoordinator plays the coordinator's part in cancels until the test ends: it follows the
-// group control messages of JOBS and answers each cancel that asks for an answer with what answer
-// returns.
+// standInCoordinator plays the coordinator's part in cancels and redrives until the test ends:
+// it follows the group control messages of JOBS and answers each that asks for an answer with
+// what answer returns.
 func (e *env) standInCoordinator(ctx context.Context, t *testing.T, answer func(wire.GroupControl) wire.ControlAnswer) {
 	t.Helper()
 	cons, err := e.js.OrderedConsumer(ctx, e.names.JobsStream(), jetstream.OrderedConsumerConfig{
@@ -230,7 +230,7 @@ func (e *env) standInCoordinator(ctx context.Context, t *testing.T, answer func(
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		c, err := wire.ParseGroupControl(m.Headers())
-		if err != nil || c.Op != wire.OpCancel || c.Reply == "" {
+		if err != nil || c.Op != wire.OpCancel && c.Op != wire.OpRedrive || c.Reply == "" {
 			return
 		}
 		meta, err := m.Metadata()

@@ -72,25 +72,7 @@ type Job struct {
 // the dispatcher does not detect it, jobs whose keys were already accepted within the dedup window
 // count as duplicates, and the second call publishes another open (which the coordinator ignores
 // for a group it knows) and a seal whose count is the number of jobs that call accepted.
-func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[Job]) (*Handle, error) {
-	var withIDs iter.Seq2[Job, string]
-	if jobs != nil {
-		withIDs = func(yield func(Job, string) bool) {
-			for job := range jobs {
-				if !yield(job, "") {
-					return
-				}
-			}
-		}
-	}
-	return d.publish(ctx, groupID, withIDs)
-}
-
-// publish is Publish for jobs paired with a dedup ID: a non-empty one replaces the Nats-Msg-Id the
-// job's key would give it. Redrive uses it to publish a job again under the key it had, which the
-// key's own dedup ID would have JetStream drop within the dedup window. It is not a Job field
-// because no producer needs it: Key already gives a job a dedup ID.
-func (d *Dispatcher) publish(ctx context.Context, groupID string, jobs iter.Seq2[Job, string]) (h *Handle, err error) {
+func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[Job]) (h *Handle, err error) {
 	ctx, endSpan := d.tracePublish(ctx, groupID) // see trace.go
 	defer func() { endSpan(h, err) }()
 	if err := validateGroupID(groupID); err != nil {
@@ -218,9 +200,9 @@ type publication struct {
 }
 
 // publishJobs streams the jobs until the iterator ends or an error stops it.
-func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq2[Job, string]) error {
+func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq[Job]) error {
 	index := 0
-	for job, msgID := range jobs {
+	for job := range jobs {
 		if err := context.Cause(ctx); err != nil {
 			return fmt.Errorf("weave: publishing group %q stopped before job %d: %w", p.h.group, index, err)
 		}
@@ -246,9 +228,6 @@ func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq2[Job, strin
 			return p.failed
 		}
 		header := meta.Header()
-		if msgID != "" {
-			header.Set(wire.HdrMsgID, msgID)
-		}
 		p.trace.set(header)
 		// Like the open, retry a while if the stream has no leader (a cluster's leader change).
 		ack, err := p.d.js.PublishMsgAsync(&nats.Msg{Subject: p.subject, Header: header, Data: job.Payload},

@@ -277,6 +277,18 @@ func TestPermissions(t *testing.T) {
 		}
 		wbErrs.waitFor(t, fmt.Sprintf("Permissions Violation for Subscription to %q", subject))
 	}
+	// Nor ask for a redrive: the request is refused by the server, so no coordinator sees it.
+	wd, err := dispatcher.New(wbNC, dispatcher.Config{Namespace: ns, RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(pe.ctx, 3*time.Second)
+	if h, err := wd.Redrive(rctx, "g1"); err == nil || h != nil || errors.Is(err, dispatcher.ErrGroupRunning) || errors.Is(err, dispatcher.ErrNotFailed) {
+		t.Fatalf("worker's redrive = %v, %v; want it refused by the server", h, err)
+	}
+	rcancel()
+	wd.Close()
+	wbErrs.waitFor(t, fmt.Sprintf("Permissions Violation for Publish to %q", names.GroupSubject(gtok)))
 	// The observer may not cancel either.
 	if err := obsNC.Publish(names.GroupSubject(gtok), nil); err != nil {
 		t.Fatal(err)

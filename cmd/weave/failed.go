@@ -191,14 +191,17 @@ func newFailedRetryCmd(g *globals) *cobra.Command {
 	r := &failedRetryCmd{g: g}
 	cmd := &cobra.Command{
 		Use:   "retry --group G [ID...]",
-		Short: "Publish a group's failed jobs again",
-		Long: `Retry publishes the failed jobs of the group's latest finished run again, as a new run of the
-group: all of them, or only the IDs given (each must be a failed job of that run). Each job
-gets its original payload, key, resources, attempts and timeout, and a new ID; the count of
-its attempts starts again.
+		Short: "Run a group's failed jobs again",
+		Long: `Retry asks the coordinator to run the failed jobs of the group's latest complete run again,
+as a new run of the group: all of them, or only the IDs given (each must be a failed job of that
+run). The coordinator decides and publishes the new run: each job gets its original payload, key,
+resources, attempts and timeout, and a new ID; the count of its attempts starts again.
 
-Retry refuses, and publishes nothing, while a run of the group has not finished, when a job
-given did not fail, or when a job's payload is no longer stored (after the result retention).
+The coordinator refuses, and nothing runs again, while a run of the group is not complete (it
+names that run), when there is no failed job to retry or a job given did not fail, or when the
+failed jobs' payloads are no longer stored (after the result retention). With no coordinator
+running, the request is stored and carried out when one starts: retry says so and exits with
+status 3.
 
 With --wait, retry waits for the new run to finish and prints the counts; it exits with
 status 1 if any job failed or was canceled again.`,
@@ -237,22 +240,19 @@ func (r *failedRetryCmd) run(cmd *cobra.Command, args []string) error {
 
 func (r *failedRetryCmd) retry(ctx context.Context, stdout io.Writer, d *dispatcher.Dispatcher, ids []uint64) error {
 	h, err := d.Redrive(ctx, r.group, ids...)
-	if h == nil {
+	switch {
+	case errors.Is(err, dispatcher.ErrNoAnswer) && ctx.Err() == nil: // not interrupted, nor refused by the server
+		fmt.Fprintf(stdout, "group %q: retry stored; no coordinator answered within %v: it is carried out when a coordinator runs\n", r.group, r.conn.timeout)
+		return pendingError{err}
+	case h == nil || errors.Is(err, dispatcher.ErrGroupRunning):
 		return fmt.Errorf("retry failed jobs of group %q: %w", r.group, err)
 	}
-	res := submitResult{Group: r.group, Accepted: h.Accepted(), Duplicates: h.Duplicates(), FirstID: h.FirstID(), LastID: h.LastID()}
+	res := submitResult{Group: r.group, Accepted: h.Accepted()}
 	if !r.jsonOut {
-		fmt.Fprintf(stdout, "group %q: %s published again", r.group, count(res.Accepted, "failed job"))
-		if res.Duplicates > 0 {
-			fmt.Fprintf(stdout, ", %d duplicates dropped", res.Duplicates)
-		}
-		if res.Accepted > 0 {
-			fmt.Fprint(stdout, idRange(res.FirstID, res.LastID))
-		}
-		fmt.Fprintln(stdout)
+		fmt.Fprintf(stdout, "group %q: %s run again by the coordinator\n", r.group, count(res.Accepted, "failed job"))
 	}
 	if err != nil {
-		return fmt.Errorf("%w (the new run was sealed with the %d jobs published before)", err, res.Accepted)
+		return fmt.Errorf("retry failed jobs of group %q: %w", r.group, err)
 	}
 	if r.wait {
 		ctx, cancel := contextWithTimeout(ctx, r.waitTimeout)

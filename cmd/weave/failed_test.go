@@ -94,11 +94,11 @@ func TestCLIFailedJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut = cli("", "failed", "retry", "-g", "g", id, "--wait", "--wait-timeout", "30s")
-	if code != exitOK || !strings.Contains(out, `group "g": 1 failed job published again`) || !strings.Contains(out, `group "g" finished: 1 job, 1 done, 0 failed, 0 canceled`) {
+	if code != exitOK || !strings.Contains(out, `group "g": 1 failed job run again by the coordinator`) || !strings.Contains(out, `group "g" finished: 1 job, 1 done, 0 failed, 0 canceled`) {
 		t.Fatalf("failed retry --wait: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	// The new run succeeded: nothing is left to retry, though the old failure stays listed.
-	if code, out, errOut := cli("", "failed", "retry", "-g", "g"); code != exitError || !strings.Contains(errOut, "finished with no failed job") {
+	if code, out, errOut := cli("", "failed", "retry", "-g", "g"); code != exitError || !strings.Contains(errOut, "no such failed job") || !strings.Contains(errOut, "has no failed job") {
 		t.Errorf("second retry: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	if code, out, _ := cli("", "failed", "list", "-g", "g", "--json"); code != exitOK || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"id":`+id) {
@@ -117,6 +117,10 @@ func TestCLIFailedJobs(t *testing.T) {
 	code, out, errOut = cli(`{"key":"x","require":["gpu"]}`+"\n"+`{"key":"y","require":["gpu"]}`, "submit", "-g", "parked", "--json")
 	if code != exitOK || json.Unmarshal([]byte(out), &sub) != nil || sub.Accepted != 2 {
 		t.Fatalf("submit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	// A run that is not complete cannot be retried: the coordinator names it.
+	if code, out, errOut := cli("", "failed", "retry", "-g", "parked"); code != exitError || !strings.Contains(errOut, "group is running") || !strings.Contains(errOut, "is not complete") {
+		t.Errorf("retry of a running group: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	if code, out, errOut := cli("", "cancel", "-g", "parked", "--job", strconv.FormatUint(sub.FirstID, 10)); code != exitOK || !strings.Contains(out, "cancel of 1 job applied by the coordinator") {
 		t.Fatalf("cancel --job: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
@@ -143,8 +147,8 @@ func TestCLIFailedJobs(t *testing.T) {
 	}
 }
 
-// TestCLICancelWithoutCoordinator: with no coordinator running, cancel stores the request, says
-// that nobody answered, and exits with status 3.
+// TestCLICancelWithoutCoordinator: with no coordinator running, cancel and failed retry store the
+// request, say that nobody answered, and exit with status 3.
 func TestCLICancelWithoutCoordinator(t *testing.T) {
 	t.Parallel()
 	srv := jstest.New(t)
@@ -156,5 +160,9 @@ func TestCLICancelWithoutCoordinator(t *testing.T) {
 	}
 	if errOut != "" {
 		t.Fatalf("cancel said it twice; stderr: %s", errOut)
+	}
+	code, out, errOut = runCLI(t, "", append([]string{"failed", "retry", "-g", "g", "--timeout", "300ms"}, conn...)...)
+	if code != exitPending || !strings.Contains(out, `group "g": retry stored; no coordinator answered within 300ms`) || errOut != "" {
+		t.Fatalf("failed retry: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }

@@ -126,7 +126,6 @@ func For(names wire.Names, u User) (Permissions, error) {
 	if err != nil {
 		return Permissions{}, err
 	}
-	ns := names.Namespace()
 	streams := []string{names.JobsStream(), names.WorkStream(), names.EventsStream(), names.ResultsStream(), names.RejectedStream()}
 	p := Permissions{InboxPrefix: InboxPrefix(u.Name)}
 	inbox := p.InboxPrefix + ".>"
@@ -157,37 +156,32 @@ func For(names wire.Names, u User) (Permissions, error) {
 			names.AllOutcomes(),                         // outcomes and summaries
 			names.RejectSubject(),                       // rejection records
 			names.CancelSubject(),                       // running jobs to cancel
-			names.AllReplies(),                          // answers to cancels (Weave-Reply)
+			names.AllReplies(),                          // answers to cancels and redrives (Weave-Reply)
 			names.StandbySubject(),                      // a standby announcing itself
+			// A redrive's new incarnation (open, jobs, seal) and the seals of abandoned groups.
+			names.AllGroups(), names.AllJobs(),
 		)
 		p.Subscribe = []string{names.AllHeartbeats(), names.AllJoins(), names.StatusSubject(), names.InspectSubject(), names.StandbySubject(), inbox}
 		p.AllowResponses = true // status replies, join answers, heartbeat refusals
 	case Producer:
-		results, jobs, rejected := names.ResultsStream(), names.JobsStream(), names.RejectedStream()
+		results, jobs := names.ResultsStream(), names.JobsStream()
 		p.Publish = append(info,
-			names.AllGroups(), names.AllJobs(), // open, jobs, seal, cancel
+			names.AllGroups(), names.AllJobs(), // open, jobs, seal, cancel, redrive
 			names.StatusSubject(), names.InspectSubject(), names.HeldSubject("*"),
-			// Wait and Outcomes: an ordered consumer on one group's outcomes; WaitJob and
-			// WaitSummary: direct gets.
-			api("CONSUMER.CREATE."+results+".*."+ns+".out.*"), api("CONSUMER.MSG.NEXT."+results+".*"),
-			api("CONSUMER.INFO."+results+".*"), api("CONSUMER.DELETE."+results+".*"),
+			// The waits (Wait, Outcomes, WaitSummary, WaitJob) and the failed list read the
+			// outcomes with direct gets: no consumer.
 			api("DIRECT.GET."+results), api("DIRECT.GET."+results+".>"),
-			// Redrive (weave failed retry): the failed jobs' stored messages and the group's
-			// last control message, and the rejections of the group's later opens.
+			// Publish: the group's control messages, read before its open.
 			api("DIRECT.GET."+jobs), api("DIRECT.GET."+jobs+".>"),
-			api("CONSUMER.CREATE."+rejected+".>"), api("CONSUMER.MSG.NEXT."+rejected+".*"),
-			api("CONSUMER.DELETE."+rejected+".*"), api("STREAM.MSG.GET."+rejected),
 		)
-		// Outcomes for the waits; replies for the answers to its cancels (a token it chose, on
-		// NS.reply.<token>).
+		// Outcomes for the waits; replies for the answers to its cancels and redrives (a token
+		// it chose, on NS.reply.<token>).
 		p.Subscribe = []string{names.AllOutcomes(), names.AllReplies(), inbox}
 	case Observer:
 		results, jobs := names.ResultsStream(), names.JobsStream()
 		p.Publish = append(info,
 			names.StatusSubject(), names.InspectSubject(), names.HeldSubject("*"),
-			// The failed list reads the outcomes.
-			api("CONSUMER.CREATE."+results+".>"), api("CONSUMER.MSG.NEXT."+results+".*"),
-			api("CONSUMER.INFO."+results+".*"), api("CONSUMER.DELETE."+results+".*"),
+			// The failed list, lookups and the dashboard read the outcomes with direct gets.
 			api("DIRECT.GET."+results), api("DIRECT.GET."+results+".>"),
 			// Job inspection reads a job's stored message (group, key, when published).
 			api("DIRECT.GET."+jobs), api("DIRECT.GET."+jobs+".>"),

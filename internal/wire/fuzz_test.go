@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -60,6 +61,8 @@ func FuzzDecodeOutcomeMsg(f *testing.F) {
 func FuzzParseHeaders(f *testing.F) {
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Require: a,b\r\nWeave-Timeout: 1s\r\n\r\n"))
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: seal\r\nWeave-Count: 3\r\n\r\n"))
+	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: redrive\r\nWeave-Reply: t1\r\nWeave-Jobs: 4,7\r\n\r\n"))
+	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: open\r\nWeave-Redrive: 12\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h := parseHeaderBlock(b)
 		if m, err := ParseJobMeta(h); err == nil {
@@ -68,8 +71,8 @@ func FuzzParseHeaders(f *testing.F) {
 			}
 		}
 		if c, err := ParseGroupControl(h); err == nil {
-			if back, err := ParseGroupControl(c.Header()); err != nil || len(back.Jobs) != len(c.Jobs) {
-				t.Fatalf("re-encode of accepted control failed: %v", err)
+			if back, err := ParseGroupControl(c.Header()); err != nil || !reflect.DeepEqual(back, c) {
+				t.Fatalf("re-encode of accepted control %+v gave %+v, %v", c, back, err)
 			}
 		}
 		_, _ = ParseHeartbeat(b)

@@ -16,19 +16,21 @@ const (
 	HdrGroup       = "Weave-Group"
 	HdrOp          = "Weave-Op"
 	HdrCount       = "Weave-Count"
-	HdrJobs        = "Weave-Jobs" // on cancel: the IDs of the jobs to cancel (decimal, comma-separated); absent = the whole group"
+	HdrJobs        = "Weave-Jobs" // on cancel and redrive: the IDs of the jobs (decimal, comma-separated); absent = the whole group
 	HdrKey         = "Weave-Key"
 	HdrRequire     = "Weave-Require"
 	HdrPrefer      = "Weave-Prefer"
 	HdrMaxAttempts = "Weave-Max-Attempts"
 	HdrTimeout     = "Weave-Timeout"
 	HdrEpoch       = "Weave-Epoch"
-	HdrGroupSeq    = "Weave-Group-Seq" // on outcomes: the sequence of the group's open (its incarnation)
-	HdrReason      = "Weave-Reason"    // on rejections
-	HdrSubject     = "Weave-Subject"   // on rejections: the refused message's subject
-	HdrSeq         = "Weave-Seq"       // on rejections: the refused message's stream sequence
-	HdrAbandoned   = "Weave-Abandoned" // on a seal the coordinator wrote for a group whose producer went silent: "1"
-	HdrReply       = "Weave-Reply"     // on cancel: the token of the subject NS.reply.<token> the coordinator answers on
+	HdrGroupSeq    = "Weave-Group-Seq"  // on outcomes: the sequence of the group's open (its incarnation)
+	HdrReason      = "Weave-Reason"     // on rejections
+	HdrSubject     = "Weave-Subject"    // on rejections: the refused message's subject
+	HdrSeq         = "Weave-Seq"        // on rejections: the refused message's stream sequence
+	HdrAbandoned   = "Weave-Abandoned"  // on a seal the coordinator wrote for a group whose producer went silent: "1"
+	HdrReply       = "Weave-Reply"      // on cancel and redrive: the token of the subject NS.reply.<token> the coordinator answers on
+	HdrRedrive     = "Weave-Redrive"    // on an open the coordinator publishes for a redrive: the request's JOBS sequence
+	HdrRedriveOf   = "Weave-Redrive-Of" // on a job the coordinator publishes for a redrive: the failed job's ID
 	HdrMsgID       = "Nats-Msg-Id"
 )
 
@@ -58,6 +60,10 @@ const (
 	// OpKeepAlive says the producer of an open group is still there, though it has published no
 	// job for a while: the coordinator seals a group that hears neither for its AbandonAfter.
 	OpKeepAlive GroupOp = "keepalive"
+	// OpRedrive asks the coordinator to run the failed jobs of the group's latest complete
+	// incarnation again, as a new incarnation (all of them, or those in Jobs). The coordinator
+	// decides and answers on Reply (see ControlAnswer).
+	OpRedrive GroupOp = "redrive"
 )
 
 // GroupControl is a decoded group control message.
@@ -65,15 +71,19 @@ type GroupControl struct {
 	Group string
 	Op    GroupOp
 	Count uint64   // jobs accepted, on seal
-	Jobs  []uint64 // on cancel: only these jobs of the group; nil = the whole group
+	Jobs  []uint64 // on cancel and redrive: only these jobs of the group; nil = the whole group
 	// Abandoned marks a seal the coordinator wrote because the group's producer went silent.
 	Abandoned bool
-	// Reply, on cancel, is a subject token: the coordinator answers on NS.reply.<Reply> (core
-	// NATS, see ControlAnswer) when it applies or refuses the message. Empty: no answer.
+	// Reply, on cancel and redrive, is a subject token: the coordinator answers on
+	// NS.reply.<Reply> (core NATS, see ControlAnswer) when it applies or refuses the message.
+	// Empty: no answer.
 	Reply string
+	// Redrive, on an open, is the JOBS sequence of the redrive request the coordinator accepted
+	// by publishing this open: the stored record of its decision. 0 on a producer's open.
+	Redrive uint64
 }
 
-// MaxCancelJobs bounds the job IDs one cancel message names.
+// MaxCancelJobs bounds the job IDs one cancel or redrive message names.
 const MaxCancelJobs = 10_000
 
 // Header returns the headers of a group control message.
@@ -88,14 +98,17 @@ func (c GroupControl) Header() nats.Header {
 			h.Set(HdrAbandoned, "1")
 		}
 	}
-	if c.Op == OpCancel && len(c.Jobs) > 0 {
+	if c.Op == OpOpen && c.Redrive > 0 {
+		h.Set(HdrRedrive, strconv.FormatUint(c.Redrive, 10))
+	}
+	if (c.Op == OpCancel || c.Op == OpRedrive) && len(c.Jobs) > 0 {
 		ids := make([]string, len(c.Jobs))
 		for i, id := range c.Jobs {
 			ids[i] = strconv.FormatUint(id, 10)
 		}
 		h.Set(HdrJobs, strings.Join(ids, ","))
 	}
-	if c.Op == OpCancel && c.Reply != "" {
+	if (c.Op == OpCancel || c.Op == OpRedrive) && c.Reply != "" {
 		h.Set(HdrReply, c.Reply)
 	}
 	return h
@@ -111,8 +124,16 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 		return GroupControl{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	switch c.Op {
-	case OpOpen, OpKeepAlive:
-	case OpCancel:
+	case OpKeepAlive:
+	case OpOpen:
+		if v := h.Get(HdrRedrive); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || n == 0 {
+				return GroupControl{}, fmt.Errorf("%w: open of group %q: bad %s %q", ErrMalformed, c.Group, HdrRedrive, v)
+			}
+			c.Redrive = n
+		}
+	case OpCancel, OpRedrive:
 		if c.Reply = h.Get(HdrReply); c.Reply != "" {
 			if err := ValidateReplyToken(c.Reply); err != nil {
 				return GroupControl{}, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -121,7 +142,7 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 		if v := h.Get(HdrJobs); v != "" {
 			parts := strings.Split(v, ",")
 			if len(parts) > MaxCancelJobs {
-				return GroupControl{}, fmt.Errorf("%w: cancel of %d jobs, at most %d", ErrMalformed, len(parts), MaxCancelJobs)
+				return GroupControl{}, fmt.Errorf("%w: %s of %d jobs, at most %d", ErrMalformed, c.Op, len(parts), MaxCancelJobs)
 			}
 			for _, p := range parts {
 				id, err := strconv.ParseUint(strings.TrimSpace(p), 10, 64)

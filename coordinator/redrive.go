@@ -1,0 +1,469 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/internal/directget"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// Redrive: a producer asks (Weave-Op: redrive on the group's control subject, stored in JOBS at
+// sequence R), the engine decides on the loop from its own state, and the run carries the
+// decision out off the loop: it records and answers a refusal, or publishes the new incarnation
+// (an open carrying Weave-Redrive: R, the failed jobs rebuilt from their stored messages, a seal)
+// and answers once the open is stored. The open is the stored record of the acceptance, so replay
+// rebuilds the decision from JOBS (see ARCHITECTURE.md, "Dead letters and redrive").
+
+// redriveState is the engine's part for redrive requests. The loop owns it, like the engine.
+type redriveState struct {
+	// starting holds, by group ID, the JOBS sequence of the accepted request whose open has not
+	// been read from the feed yet: meanwhile the group counts as running.
+	starting map[string]uint64
+	// completing holds, by group ID, the requests that found the latest incarnation complete but
+	// its summary not yet stored: decided once it is (redriveCompleted), so a producer whose Wait
+	// has just returned is not refused.
+	completing map[string][]redriveAsk
+
+	// Replay only, dropped when replay ends: the requests read (by sequence), the ones not yet
+	// followed by their open (in stream order), and the redrive opens read (open sequence →
+	// request sequence).
+	replayAsks  map[uint64]redriveAsk
+	replayOpen  []uint64
+	replayOpens map[uint64]uint64
+}
+
+// redriveAsk is a redrive request read from JOBS.
+type redriveAsk struct {
+	subject string
+	seq     uint64
+	c       wire.GroupControl
+}
+
+// redriveOrder is an effect: carry out a redrive decision.
+type redriveOrder struct {
+	ask redriveAsk
+	tok string
+	// refuse, if set, is the refusal to record and answer: nothing is published.
+	refuse *wire.ControlAnswer
+	// The incarnation whose failed jobs run again: its open's JOBS sequence and its summary's
+	// RESULTS sequence.
+	prevOpen, prevSummary uint64
+	// openSeq is the new incarnation's open when it is stored already (a redrive resumed after a
+	// restart: publish the jobs not stored yet, and the seal); 0 for a new decision.
+	openSeq uint64
+	// answer: the producer may still wait for the answer (not a resumed redrive).
+	answer bool
+}
+
+// redriveEnd tells the loop that an accepted redrive was refused after all (see
+// run.carryOutRedrive) before its open was published: the group is no longer starting.
+type redriveEnd struct {
+	group string
+	req   uint64
+}
+
+// redriveAsked handles a redrive request read from JOBS at seq.
+func (e *engine) redriveAsked(subject string, seq uint64, c wire.GroupControl) {
+	ask := redriveAsk{subject: subject, seq: seq, c: c}
+	if e.replaying() {
+		// Decided at the end of replay, unless its open (the stored acceptance) follows.
+		if e.rd.replayAsks == nil {
+			e.rd.replayAsks, e.rd.replayOpens = map[uint64]redriveAsk{}, map[uint64]uint64{}
+		}
+		e.rd.replayAsks[seq] = ask
+		e.rd.replayOpen = append(e.rd.replayOpen, seq)
+		return
+	}
+	e.decideRedrive(ask)
+}
+
+// decideRedrive accepts or refuses a redrive request, from the state as it is now.
+func (e *engine) decideRedrive(ask redriveAsk) {
+	c := ask.c
+	refuse := func(code, reason string, inc uint64) {
+		e.stats.Rejected++
+		e.log.Warn().Str("group", c.Group).Uint64("seq", ask.seq).Str("reason", reason).Msg("redrive refused")
+		a := wire.ControlAnswer{Code: code, Reason: reason, Incarnation: inc}
+		e.out.redrives = append(e.out.redrives, redriveOrder{ask: ask, tok: wire.GroupToken(c.Group), refuse: &a, answer: true})
+	}
+	if req := e.rd.starting[c.Group]; req != 0 {
+		refuse(wire.AnswerRunning, fmt.Sprintf("group %s: the redrive asked at JOBS sequence %d is starting a new incarnation", c.Group, req), 0)
+		return
+	}
+	prev := e.retention.retainedOf(c.Group, math.MaxUint64)
+	if g := e.groups.byID[c.Group]; g != nil && g.complete && (prev == nil || prev.openSeq != g.openSeq) {
+		// Complete, its summary being stored.
+		if e.rd.completing == nil {
+			e.rd.completing = map[string][]redriveAsk{}
+		}
+		e.rd.completing[c.Group] = append(e.rd.completing[c.Group], ask)
+		return
+	}
+	if g := e.groups.byID[c.Group]; g != nil && !g.complete {
+		// Open, or sealed and running.
+		refuse(wire.AnswerRunning, fmt.Sprintf("group %s: its incarnation opened at JOBS sequence %d is not complete", c.Group, g.openSeq), g.openSeq)
+		return
+	}
+	switch {
+	case prev == nil:
+		refuse(wire.AnswerNotFailed, "group "+c.Group+": no complete incarnation is retained (an unknown group, or one whose retention has passed)", 0)
+		return
+	case !prev.keepJobs:
+		refuse(wire.AnswerNotFailed, fmt.Sprintf("group %s: its latest complete incarnation (opened at JOBS sequence %d) has no failed job", c.Group, prev.openSeq), 0)
+		return
+	}
+	if e.rd.starting == nil {
+		e.rd.starting = map[string]uint64{}
+	}
+	e.rd.starting[c.Group] = ask.seq
+	e.log.Info().Str("group", c.Group).Uint64("seq", ask.seq).Uint64("incarnation", prev.openSeq).Msg("redrive accepted")
+	e.out.redrives = append(e.out.redrives, redriveOrder{ask: ask, tok: prev.tok, prevOpen: prev.openSeq, prevSummary: prev.summarySeq, answer: true})
+}
+
+// retainedOf returns the latest retained (complete) incarnation of the group ID opened before
+// sequence before, or nil.
+func (rt *retention) retainedOf(id string, before uint64) *retained {
+	var latest *retained
+	for i := range rt.retained {
+		if r := &rt.retained[i]; r.id == id && r.openSeq < before && (latest == nil || r.openSeq > latest.openSeq) {
+			latest = r
+		}
+	}
+	return latest
+}
+
+// redriveOpening is told of an open read from JOBS, before the engine applies it, and reports
+// whether it must be refused: a producer's open of a group whose redrive is starting (as an open
+// of a running group is). An open carrying Weave-Redrive is the acceptance of its request.
+func (e *engine) redriveOpening(subject string, seq uint64, c wire.GroupControl) (refused bool) {
+	if c.Redrive == 0 {
+		if req := e.rd.starting[c.Group]; req != 0 && !e.replaying() {
+			e.reject(subject, seq, fmt.Sprintf("group %s is being redriven (request at JOBS sequence %d); publish it again once that incarnation is complete", c.Group, req))
+			return true
+		}
+		return false
+	}
+	if e.rd.starting[c.Group] == c.Redrive {
+		delete(e.rd.starting, c.Group)
+	}
+	if e.replaying() {
+		if e.rd.replayOpens == nil {
+			e.rd.replayAsks, e.rd.replayOpens = map[uint64]redriveAsk{}, map[uint64]uint64{}
+		}
+		e.rd.replayOpens[seq] = c.Redrive
+		e.rd.replayOpen = slices.DeleteFunc(e.rd.replayOpen, func(s uint64) bool { return s == c.Redrive })
+	}
+	return false
+}
+
+// redriveCompleted is told that a complete incarnation of the group ID is forgotten: its
+// summary is stored and it is retained. The requests that waited for it are decided.
+func (e *engine) redriveCompleted(id string) {
+	asks := e.rd.completing[id]
+	delete(e.rd.completing, id)
+	for _, ask := range asks {
+		e.decideRedrive(ask)
+	}
+}
+
+// redriveEnded is told that an accepted request was refused before its open was published.
+func (e *engine) redriveEnded(end redriveEnd) {
+	if e.rd.starting[end.group] == end.req {
+		delete(e.rd.starting, end.group)
+	}
+}
+
+// redriveAfterReplay completes what replay read: an incarnation opened by a redrive and not
+// sealed was being published when the last coordinator stopped, so its publication resumes; a
+// request not followed by its open was never answered, and is decided now. Called once the
+// state is rebuilt (retained incarnations included).
+func (e *engine) redriveAfterReplay() {
+	asks, opens, open := e.rd.replayAsks, e.rd.replayOpens, e.rd.replayOpen
+	e.rd.replayAsks, e.rd.replayOpens, e.rd.replayOpen = nil, nil, nil
+	for _, openSeq := range slices.Sorted(maps.Keys(opens)) {
+		g := e.groups.incarnations[openSeq]
+		if g == nil || g.sealed {
+			continue
+		}
+		req := opens[openSeq]
+		ask, ok := asks[req]
+		if !ok {
+			// The request is no longer stored: only what is stored can be sealed.
+			ask = redriveAsk{subject: e.names.GroupSubject(g.tok), seq: req, c: wire.GroupControl{Group: g.id, Op: wire.OpRedrive}}
+		}
+		o := redriveOrder{ask: ask, tok: g.tok, openSeq: openSeq}
+		if prev := e.retention.retainedOf(g.id, openSeq); prev != nil && ok {
+			o.prevOpen, o.prevSummary = prev.openSeq, prev.summarySeq
+		}
+		e.log.Info().Str("group", g.id).Uint64("incarnation", openSeq).Msg("resuming the publication of a redrive")
+		e.out.redrives = append(e.out.redrives, o)
+	}
+	for _, seq := range open {
+		e.decideRedrive(asks[seq])
+	}
+}
+
+// redrivePage bounds the job messages one redrive holds at once.
+const redrivePage = 256
+
+// startRedrives carries out the engine's redrive decisions, each in its own goroutine.
+func (r *run) startRedrives(ctx context.Context, orders []redriveOrder) {
+	for _, o := range orders {
+		r.wg.Go(func() { r.carryOutRedrive(ctx, o) })
+	}
+}
+
+// carryOutRedrive records and answers a refusal, or publishes the new incarnation. If the term
+// ends first, the next coordinator finds the request undecided, or the incarnation unsealed,
+// and carries it out (see redriveAfterReplay).
+func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
+	c := o.ask.c
+	log := r.log.With().Str("group", c.Group).Uint64("request", o.ask.seq).Logger()
+	if o.refuse != nil {
+		r.refuseRedrive(ctx, o, *o.refuse)
+		return
+	}
+	refuseLate := func(code, reason string) {
+		log.Warn().Str("reason", reason).Msg("redrive refused")
+		if r.refuseRedrive(ctx, o, wire.ControlAnswer{Code: code, Reason: reason}) {
+			select {
+			case r.redriveEnds <- redriveEnd{group: c.Group, req: o.ask.seq}:
+			case <-r.done:
+			}
+		}
+	}
+	var ids []uint64
+	if o.prevOpen > 0 {
+		var err error
+		if ids, err = r.failedJobs(ctx, o.tok, o.prevOpen, o.prevSummary); err != nil {
+			return // the term is ending
+		}
+	}
+	if len(c.Jobs) > 0 {
+		failed := make(map[uint64]bool, len(ids))
+		for _, id := range ids {
+			failed[id] = true
+		}
+		var missing []string
+		for _, id := range c.Jobs {
+			if !failed[id] {
+				missing = append(missing, strconv.FormatUint(id, 10))
+			}
+		}
+		if len(missing) > 0 && o.openSeq == 0 {
+			if n := len(missing); n > 20 {
+				missing = append(missing[:20], fmt.Sprintf("and %d more", n-20))
+			}
+			refuseLate(wire.AnswerNotFailed, fmt.Sprintf("group %s: not failed jobs of its latest complete incarnation (opened at JOBS sequence %d): %s",
+				c.Group, o.prevOpen, strings.Join(missing, ", ")))
+			return
+		}
+		ids = slices.DeleteFunc(slices.Clone(c.Jobs), func(id uint64) bool {
+			keep := failed[id]
+			failed[id] = false // an ID given twice runs once
+			return !keep
+		})
+	}
+
+	openSeq := o.openSeq
+	if openSeq == 0 {
+		present := 0
+		for page := range slices.Chunk(ids, redrivePage) {
+			for _, m := range r.readJobs(ctx, page) {
+				if _, ok := r.redrivenJob(m, c.Group, o.tok); ok {
+					present++
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if present == 0 {
+			refuseLate(wire.AnswerGone, fmt.Sprintf("group %s: the stored messages of its %d failed jobs are gone", c.Group, len(ids)))
+			return
+		}
+		open := nats.NewMsg(r.names.GroupSubject(o.tok))
+		open.Header = wire.GroupControl{Group: c.Group, Op: wire.OpOpen, Redrive: o.ask.seq}.Header()
+		open.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d", o.ask.seq))
+		ack, err := r.stored(ctx, open, nil)
+		if err != nil {
+			return
+		}
+		openSeq = ack.Sequence
+		log.Info().Uint64("incarnation", openSeq).Int("jobs", present).Msg("redrive: new incarnation open")
+		if o.answer {
+			r.answerRedrive(c, o.ask.seq, wire.ControlAnswer{OK: true, Incarnation: openSeq, Jobs: present, Gone: len(ids) - present})
+		}
+	}
+
+	stored, err := r.redrivenSince(ctx, o.tok, openSeq)
+	if err != nil {
+		return
+	}
+	count := uint64(0)
+	for page := range slices.Chunk(ids, redrivePage) {
+		var (
+			msgs    []*nats.Msg
+			futures []jetstream.PubAckFuture
+		)
+		for i, m := range r.readJobs(ctx, page) {
+			job, ok := r.redrivenJob(m, c.Group, o.tok)
+			if !ok {
+				continue
+			}
+			count++
+			if stored[page[i]] {
+				continue
+			}
+			job.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d/%d", o.ask.seq, page[i]))
+			job.Header.Set(wire.HdrRedriveOf, strconv.FormatUint(page[i], 10))
+			f, err := r.c.js.PublishMsgAsync(job)
+			if err != nil {
+				f = nil // stored publishes it again
+			}
+			msgs, futures = append(msgs, job), append(futures, f)
+		}
+		for i, m := range msgs {
+			if _, err := r.stored(ctx, m, futures[i]); err != nil {
+				return
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if o.prevOpen == 0 {
+		count = uint64(len(stored)) // the request is gone: the incarnation holds what is stored
+	}
+	seal := nats.NewMsg(r.names.GroupSubject(o.tok))
+	seal.Header = wire.GroupControl{Group: c.Group, Op: wire.OpSeal, Count: count}.Header()
+	seal.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d/seal", o.ask.seq))
+	if _, err := r.stored(ctx, seal, nil); err == nil {
+		log.Info().Uint64("incarnation", openSeq).Uint64("jobs", count).Msg("redrive: new incarnation sealed")
+	}
+}
+
+// refuseRedrive records the refusal in REJECTED, deletes the request from JOBS, and only then
+// answers: a request still stored was accepted or never answered, so replay may decide it. It
+// reports whether all of it was done (false: the term ended first).
+func (r *run) refuseRedrive(ctx context.Context, o redriveOrder, a wire.ControlAnswer) bool {
+	rec := r.names.RejectionMsg(o.ask.subject, o.ask.seq, a.Reason)
+	rec.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d/refused", o.ask.seq))
+	if _, err := r.stored(ctx, rec, nil); err != nil {
+		return false
+	}
+	r.deleteRefused(ctx, []uint64{o.ask.seq})
+	if ctx.Err() != nil {
+		return false
+	}
+	if o.answer {
+		r.answerRedrive(o.ask.c, o.ask.seq, a)
+	}
+	return true
+}
+
+func (r *run) answerRedrive(c wire.GroupControl, seq uint64, a wire.ControlAnswer) {
+	if c.Reply == "" {
+		return
+	}
+	a.Seq, a.Op, a.Group = seq, c.Op, c.Group
+	r.publishAnswers([]answer{{subject: r.names.ReplySubject(c.Reply), a: a}})
+}
+
+// failedJobs reads the IDs of the failed jobs of the incarnation opened at openSeq, from its
+// outcomes in RESULTS (up to its summary at summarySeq), in the order they were recorded, each
+// once. A message that cannot be decoded is skipped (logged): its jobs cannot be known.
+func (r *run) failedJobs(ctx context.Context, tok string, openSeq, summarySeq uint64) ([]uint64, error) {
+	get := directget.New(r.c.nc, r.names.ResultsStream())
+	defer get.Close()
+	subject, inc := r.names.OutcomeSubject(tok), strconv.FormatUint(openSeq, 10)
+	var (
+		ids  []uint64
+		seen = map[uint64]bool{}
+	)
+	for from := uint64(1); from <= summarySeq; {
+		var msgs []*directget.Msg
+		err := r.retry(ctx, "read outcomes of "+tok, func(ctx context.Context) error {
+			var err error
+			msgs, err = get.Next(ctx, subject, from, redrivePage)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			from = m.Seq + 1
+			if m.Seq > summarySeq || m.Header.Get(wire.HdrGroupSeq) != inc {
+				continue
+			}
+			outs, _, err := wire.DecodeOutcomeMsg(m.Data)
+			if err != nil {
+				r.log.Error().Err(err).Uint64("seq", m.Seq).Msg("redrive: an outcome message cannot be decoded; its failed jobs are not redriven")
+				continue
+			}
+			for _, o := range outs {
+				if o.State == wire.FinalFailed && !seen[o.ID] {
+					seen[o.ID] = true
+					ids = append(ids, o.ID)
+				}
+			}
+		}
+	}
+	return ids, nil
+}
+
+// redrivenSince returns the failed jobs' IDs (Weave-Redrive-Of) of the jobs stored in the
+// incarnation opened at openSeq: those a resumed redrive does not publish again.
+func (r *run) redrivenSince(ctx context.Context, tok string, openSeq uint64) (map[uint64]bool, error) {
+	get := directget.New(r.c.nc, r.names.JobsStream())
+	defer get.Close()
+	stored := map[uint64]bool{}
+	for from := openSeq + 1; ; {
+		var msgs []*directget.Msg
+		err := r.retry(ctx, "read redriven jobs of "+tok, func(ctx context.Context) error {
+			var err error
+			msgs, err = get.Next(ctx, r.names.JobSubject(tok), from, redrivePage)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(msgs) == 0 {
+			return stored, nil
+		}
+		for _, m := range msgs {
+			from = m.Seq + 1
+			if id, err := strconv.ParseUint(m.Header.Get(wire.HdrRedriveOf), 10, 64); err == nil {
+				stored[id] = true
+			}
+		}
+	}
+}
+
+// redrivenJob rebuilds a failed job's message for its new incarnation: the same payload, key,
+// resources, attempts and timeout (other headers are not copied). It reports false when the
+// stored message is not the group's job (gone, or never admitted).
+func (r *run) redrivenJob(m *directget.Msg, group, tok string) (*nats.Msg, bool) {
+	if m == nil || m.Subject != r.names.JobSubject(tok) {
+		return nil, false
+	}
+	meta, err := wire.ParseJobMeta(m.Header)
+	if err != nil || meta.Group != group {
+		return nil, false
+	}
+	job := nats.NewMsg(m.Subject)
+	job.Header, job.Data = meta.Header(), m.Data
+	return job, true
+}

@@ -1,0 +1,120 @@
+package coordinator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// takeRedrives returns the redrive decisions recorded since the last call.
+func takeRedrives(e *engine) []redriveOrder {
+	out := e.out.redrives
+	e.out.redrives = nil
+	return out
+}
+
+func wantRefusal(t *testing.T, orders []redriveOrder, code string, inc uint64) {
+	t.Helper()
+	if len(orders) != 1 || orders[0].refuse == nil || orders[0].refuse.Code != code || orders[0].refuse.Incarnation != inc || !orders[0].answer {
+		t.Fatalf("decisions %+v, want one refusal %q naming incarnation %d", orders, code, inc)
+	}
+}
+
+// The coordinator decides a redrive from its own state: running, nothing failed, accepted; while
+// an accepted one starts, other requests and a producer's open are refused; a group whose summary
+// is being stored is decided once it is retained.
+func TestRedriveDecision(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	e := te.e
+	ask := func(g string, jobs ...uint64) uint64 {
+		return te.control(wire.GroupControl{Group: g, Op: wire.OpRedrive, Reply: "t", Jobs: jobs})
+	}
+
+	ask("unknown")
+	wantRefusal(t, takeRedrives(e), wire.AnswerNotFailed, 0)
+
+	te.open("g")
+	open := te.seq
+	ask("g")
+	wantRefusal(t, takeRedrives(e), wire.AnswerRunning, open)
+
+	// Complete: its summary is being stored, so the request waits for it.
+	g := e.groups.byID["g"]
+	te.seal("g")
+	if !g.complete {
+		t.Fatal("an empty sealed group did not complete")
+	}
+	req := ask("g", 7)
+	if got := takeRedrives(e); len(got) != 0 {
+		t.Fatalf("decided before the summary is stored: %+v", got)
+	}
+	e.retain("g", open, 40, true, te.seq, te.now)
+	e.forget(g)
+	got := takeRedrives(e)
+	if len(got) != 1 || got[0].refuse != nil || got[0].ask.seq != req || got[0].prevOpen != open || got[0].prevSummary != 40 || len(got[0].ask.c.Jobs) != 1 {
+		t.Fatalf("decisions %+v, want the acceptance of request %d for incarnation %d", got, req, open)
+	}
+
+	// Starting: another request and a producer's open are refused.
+	ask("g")
+	wantRefusal(t, takeRedrives(e), wire.AnswerRunning, 0)
+	e.out.rejections = nil
+	te.open("g")
+	if len(e.out.rejections) != 1 || e.groups.byID["g"] != nil {
+		t.Fatalf("a producer's open while a redrive starts: rejections %+v", e.out.rejections)
+	}
+
+	// Its open: the new incarnation, running.
+	newOpen := te.control(wire.GroupControl{Group: "g", Op: wire.OpOpen, Redrive: req})
+	if ng := e.groups.byID["g"]; ng == nil || ng.openSeq != newOpen || len(e.rd.starting) != 0 {
+		t.Fatalf("redrive open: group %+v, starting %v", ng, e.rd.starting)
+	}
+	ask("g")
+	wantRefusal(t, takeRedrives(e), wire.AnswerRunning, newOpen)
+
+	// A complete incarnation without failures has nothing to redrive.
+	e.retain("clean", 90, 91, false, 92, te.now)
+	ask("clean")
+	wantRefusal(t, takeRedrives(e), wire.AnswerNotFailed, 0)
+}
+
+// Replay rebuilds redrive decisions from JOBS: a request followed by its open was accepted, and
+// an unsealed incarnation it opened resumes its publication (unanswered); a request without its
+// open was never answered and is decided when replay ends.
+func TestRedriveReplay(t *testing.T) {
+	t.Parallel()
+	r := newReplayEngine(t, 1)
+	e := r.e
+	r.control(1, wire.GroupControl{Group: "a", Op: wire.OpOpen})
+	r.control(2, wire.GroupControl{Group: "a", Op: wire.OpSeal})
+	e.retain("a", 1, 10, true, 2, time.Unix(1_700_000_000, 0))
+	r.control(3, wire.GroupControl{Group: "a", Op: wire.OpRedrive, Reply: "r1", Jobs: []uint64{5}})
+	r.control(4, wire.GroupControl{Group: "a", Op: wire.OpOpen, Redrive: 3})
+	r.control(6, wire.GroupControl{Group: "a", Op: wire.OpRedrive, Reply: "r2"})
+
+	r.control(7, wire.GroupControl{Group: "b", Op: wire.OpOpen})
+	r.control(8, wire.GroupControl{Group: "b", Op: wire.OpSeal})
+	e.retain("b", 7, 11, true, 8, time.Unix(1_700_000_000, 0))
+	r.control(9, wire.GroupControl{Group: "b", Op: wire.OpRedrive, Reply: "r3"})
+
+	if got := takeRedrives(e); len(got) != 0 {
+		t.Fatalf("decided during replay: %+v", got)
+	}
+	e.endReplay(nil, time.Unix(1_700_000_000, 0))
+	got := takeRedrives(e)
+	if len(got) != 3 {
+		t.Fatalf("decisions after replay: %+v, want 3", got)
+	}
+	if o := got[0]; o.refuse != nil || o.openSeq != 4 || o.ask.seq != 3 || o.prevOpen != 1 || o.prevSummary != 10 || o.answer || len(o.ask.c.Jobs) != 1 {
+		t.Fatalf("first decision %+v, want the resumed publication of incarnation 4 for request 3", o)
+	}
+	wantRefusal(t, got[1:2], wire.AnswerRunning, 4)
+	if o := got[2]; o.refuse != nil || o.ask.seq != 9 || o.openSeq != 0 || o.prevOpen != 7 || !o.answer {
+		t.Fatalf("third decision %+v, want the acceptance of request 9", o)
+	}
+	if e.rd.starting["b"] != 9 || e.rd.replayAsks != nil || e.rd.replayOpen != nil {
+		t.Fatalf("state after replay: %+v", e.rd)
+	}
+}
