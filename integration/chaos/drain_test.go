@@ -11,19 +11,21 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// drain waits, with no more faults, until the producer has seen every group finish and exited;
-// or until cfg.drain passes, or nothing moves (no execution starts, the producer records nothing)
-// for cfg.stall.
+// drain waits, with no more faults, until the producer has seen every group finish and exited
+// and the coordinator has no group open (the incarnations the producer could not wait for, see
+// "not waited for" in the report, complete too); or until cfg.drain passes, or nothing moves (no
+// execution starts, the producer records nothing) for cfg.stall.
 func (r *run) drain(ctx context.Context) {
 	dctx, cancel := context.WithTimeout(ctx, r.cfg.drain)
 	defer cancel()
 	lastStarts, moved := -1, time.Now()
 	records := &tail{path: r.producerFile()}
 	err := poll(dctx, 100*time.Millisecond, func() bool {
-		if r.producer.finished() {
+		if r.producer.finished() && r.noGroupOpen(dctx) {
 			return true
 		}
 		if starts := r.mon.startCount(); starts != lastStarts || len(records.lines()) > 0 {
@@ -38,6 +40,14 @@ func (r *run) drain(ctx context.Context) {
 	if err != nil {
 		r.stalls = append(r.stalls, fmt.Sprintf("drain: the producer had not finished when the %v for it ran out", r.cfg.drain))
 	}
+}
+
+// noGroupOpen reports whether the namespace's coordinator answers status with no group open.
+func (r *run) noGroupOpen(ctx context.Context) bool {
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := coordinator.QueryStatus(qctx, r.nc, r.names.Namespace())
+	return err == nil && len(st.Groups) == 0 && st.Unsealed == 0
 }
 
 // readStream calls fn with every message of the stream on subjects matching filter, from the
