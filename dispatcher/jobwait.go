@@ -70,10 +70,7 @@ func (w *jobWaiter) note(n jobNote) {
 func (d *Dispatcher) watchJob(gtok string, w *jobWaiter) (bool, error) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
-	if d.sumClosed {
-		return false, nil
-	}
-	if err := d.subscribeOutcomes(); err != nil {
+	if ok, err := d.subscribeOutcomes(); !ok || err != nil {
 		return false, err
 	}
 	gw := d.jobWaiters[gtok]

@@ -108,10 +108,7 @@ func wake(sig chan struct{}) {
 func (d *Dispatcher) watchGroup(gtok string, sig chan struct{}) (bool, error) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
-	if d.sumClosed {
-		return false, nil
-	}
-	if err := d.subscribeOutcomes(); err != nil {
+	if ok, err := d.subscribeOutcomes(); !ok || err != nil {
 		return false, err
 	}
 	sigs := d.followers[gtok]
@@ -140,10 +137,7 @@ func (d *Dispatcher) unwatchGroup(gtok string, sig chan struct{}) {
 func (d *Dispatcher) watchSummary(gtok string, openSeq uint64) (*summaryWaiter, error) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
-	if d.sumClosed {
-		return nil, nil
-	}
-	if err := d.subscribeOutcomes(); err != nil {
+	if ok, err := d.subscribeOutcomes(); !ok || err != nil {
 		return nil, err
 	}
 	w := &summaryWaiter{openSeq: openSeq, ch: make(chan summaryNote, 1)}
@@ -156,26 +150,30 @@ func (d *Dispatcher) watchSummary(gtok string, openSeq uint64) (*summaryWaiter, 
 	return w, nil
 }
 
-// subscribeOutcomes starts the shared subscription if needed. d.sumMu is held.
-func (d *Dispatcher) subscribeOutcomes() error {
-	if d.sumSub != nil {
-		return nil
+// subscribeOutcomes starts the shared subscription if needed and reports whether it runs: not
+// after Close. d.sumMu is held.
+func (d *Dispatcher) subscribeOutcomes() (bool, error) {
+	switch {
+	case d.sumClosed:
+		return false, nil
+	case d.sumSub != nil:
+		return true, nil
 	}
 	sub, err := d.nc.Subscribe(d.names.AllOutcomes(), d.routeOutcomes)
 	if err != nil {
-		return fmt.Errorf("weave: subscribe to outcomes: %w", err)
+		return false, fmt.Errorf("weave: subscribe to outcomes: %w", err)
 	}
 	// Messages of groups nobody waits for are dropped at once, so the backlog stays short;
 	// dropping messages on a burst would leave waiters to their rechecks.
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
 		_ = sub.Unsubscribe()
-		return fmt.Errorf("weave: subscribe to outcomes: %w", err)
+		return false, fmt.Errorf("weave: subscribe to outcomes: %w", err)
 	}
 	d.sumSub = sub
 	d.sumWaiters = map[string]map[*summaryWaiter]struct{}{}
 	d.jobWaiters = map[string]*groupJobWaiters{}
 	d.followers = map[string]map[chan struct{}]struct{}{}
-	return nil
+	return true, nil
 }
 
 // unwatchSummary removes a waiter registered by watchSummary.
