@@ -242,6 +242,7 @@ func (e *engine) dropWorker(w *workerInfo, now time.Time) {
 func (e *engine) expireWorkers(now time.Time) {
 	for _, w := range e.workers {
 		if now.Sub(w.lastSeen) > time.Duration(e.cfg.HeartbeatMisses)*w.hb.Interval() {
+			e.mx.workerLost(w.hb.Worker)
 			e.dropWorker(w, now)
 		}
 	}
@@ -495,6 +496,7 @@ func (e *engine) take(c candidate, p *pool) *job {
 			e.log.Error().Uint64("want", c.id).Uint64("got", got).Msg("scheduler head changed under selection")
 		}
 		j = &job{id: c.id, g: c.g, counted: true}
+		e.mx.released(c.id, e.cfg.now())
 		e.jobs[j.id] = j
 	}
 	if !j.reuse {

@@ -448,6 +448,7 @@ func (r *run) loop(ctx context.Context) error {
 		case <-expiry.C:
 			r.e.tick(r.cfg.now())
 			r.reconcileRescues(ctx)
+			r.observe()
 		}
 		r.drainInputs()
 		r.step(ctx)

@@ -31,6 +31,7 @@ type Status struct {
 	Resources []ResourceStatus  `json:"resources"`
 	Pools     []PoolStatus      `json:"pools"`
 	Workers   []WorkerStatus    `json:"workers"`
+	Alarms    []Alarm           `json:"alarms"` // raised alarms (see alarms.go), at the latest tick
 }
 
 // Totals are counters since this coordinator took over.
@@ -126,6 +127,7 @@ func (e *engine) status() *Status {
 		Unsealed:  len(e.unsealed),
 		Jobs:      map[string]uint64{},
 		Totals:    Totals(e.stats),
+		Alarms:    e.mx.alarms.active(),
 	}
 	for _, st := range jobindex.AllStates() {
 		s.Jobs[st.String()] = e.idx.Count(st)

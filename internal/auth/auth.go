@@ -32,7 +32,8 @@ const (
 	Producer Role = "producer"
 	// Worker runs the jobs of one pool (one resource set), as one worker ID or any ID of the pool.
 	Worker Role = "worker"
-	// Observer reads: status and the failed list. It publishes nothing but status requests.
+	// Observer reads: status, alarm events and the failed list. It publishes nothing but status
+	// requests.
 	Observer Role = "observer"
 )
 
@@ -156,6 +157,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 			names.RejectSubject(),                       // rejection records
 			names.CancelSubject(),                       // running jobs to cancel
 			names.AllReplies(),                          // answers to cancels (Weave-Reply)
+			names.AllAlarms(),                           // alarm events
 		)
 		p.Subscribe = []string{names.AllHeartbeats(), names.AllJoins(), names.StatusSubject(), inbox}
 		p.AllowResponses = true // status replies, join answers, heartbeat refusals
@@ -177,7 +179,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 		)
 		// Outcomes for the waits; replies for the answers to its cancels (a token it chose, on
 		// NS.reply.<token>).
-		p.Subscribe = []string{names.AllOutcomes(), names.AllReplies(), inbox}
+		p.Subscribe = []string{names.AllOutcomes(), names.AllReplies(), names.AllAlarms(), inbox}
 	case Observer:
 		results := names.ResultsStream()
 		p.Publish = append(info,
@@ -187,7 +189,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 			api("CONSUMER.INFO."+results+".*"), api("CONSUMER.DELETE."+results+".*"),
 			api("DIRECT.GET."+results), api("DIRECT.GET."+results+".>"),
 		)
-		p.Subscribe = []string{inbox}
+		p.Subscribe = []string{names.AllAlarms(), inbox} // alarm events
 	case Worker:
 		pool := wire.PoolKey(u.Resources)
 		work, cons := names.WorkStream(), names.WorkConsumer(pool)
