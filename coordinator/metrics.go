@@ -278,14 +278,15 @@ func (r *run) observe() {
 			delete(m.lastReport, id)
 		}
 	}
-	for _, ev := range m.alarms.observe(in) {
+	events := m.alarms.observe(in)
+	s.alarms = m.alarms.active()
+	r.c.mx.snap.Store(s) // before the events: a scrape prompted by one sees its alarm
+	for _, ev := range events {
 		if err := r.c.nc.Publish(r.names.AlarmSubject(ev.Name), ev.Marshal()); err != nil {
 			r.log.Warn().Err(err).Str("alarm", ev.Name).Msg("publishing an alarm event failed")
 		}
 		r.log.Warn().Str("alarm", ev.Name).Str("state", ev.State).Msg(ev.Message)
 	}
-	s.alarms = m.alarms.active()
-	r.c.mx.snap.Store(s)
 }
 
 // Collector returns a prometheus.Collector of this coordinator's metrics, for Go programs

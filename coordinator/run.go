@@ -411,6 +411,7 @@ func (r *run) loop(ctx context.Context) error {
 	defer trim.Stop()
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
+	r.observe() // the alarms' first sample: the counts at takeover
 	r.step(ctx)
 	for {
 		r.armRetry(retry)
