@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -62,4 +63,15 @@ func init() {
 		"Alarms.BacklogAfter": "--alarm-backlog-after", "Alarms.ScaleDownAfter": "--alarm-scale-down-after",
 		"Alarms.ScaleDownBelow": "--alarm-scale-down-below", "Alarms.StuckAfter": "--alarm-stuck-after", "Alarms.LostFor": "--alarm-lost-for",
 	})
+}
+
+// printAlarms lists the raised alarms at the top of weave status.
+func printAlarms(w io.Writer, st *coordinator.Status) {
+	if len(st.Alarms) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nALARMS (%d raised)\n", len(st.Alarms))
+	for _, a := range st.Alarms {
+		fmt.Fprintf(w, "! %s, raised %s: %s\n", a.Name, ago(st.Time, a.RaisedAt), a.Message)
+	}
 }

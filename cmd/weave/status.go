@@ -108,6 +108,7 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 
 	fmt.Fprintf(w, "namespace %s  epoch %d  policy %s  feeders %d  at %s\n",
 		st.Namespace, st.Epoch, st.Policy, st.Feeders, st.Time.Local().Format(time.DateTime))
+	printAlarms(w, st) // metrics.go
 
 	section("JOBS")
 	names := states(st.Jobs)
