@@ -168,12 +168,13 @@ func newAlarms(cfg AlarmConfig) *alarms {
 	return &alarms{cfg: cfg, raised: map[string]*Alarm{}, quietSince: map[string]time.Time{}, lostAt: map[string]time.Time{}, lastValuesSent: map[string]time.Time{}}
 }
 
-// active lists the raised alarms in AlarmNames order.
+// active lists the raised alarms in AlarmNames order; never nil, so status always has
+// "alarms": [] in JSON.
 func (a *alarms) active() []Alarm {
+	out := []Alarm{}
 	if a == nil {
-		return nil
+		return out
 	}
-	var out []Alarm
 	for _, name := range AlarmNames {
 		if al := a.raised[name]; al != nil {
 			c := *al

@@ -1,8 +1,11 @@
 package coordinator
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
 )
 
 // alarmRun feeds the alarms one input per step of 100ms and keeps their events.
@@ -145,6 +148,28 @@ func TestAlarmConfigRejectsBadThresholds(t *testing.T) {
 	for _, c := range []AlarmConfig{{Window: -1}, {FailedGrowth: -1}, {ScaleDownBelow: 1.5}} {
 		if _, err := c.withDefaults(); err == nil {
 			t.Errorf("%+v accepted", c)
+		}
+	}
+}
+
+// TestStatusAlarmsJSON pins the JSON shape the dashboard reads: "alarms" is always a list.
+func TestStatusAlarmsJSON(t *testing.T) {
+	cfg, _ := Config{}.withDefaults()
+	names, _ := wire.NewNames("")
+	e, err := newEngine(cfg, names, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := string(e.status().Marshal()); !strings.Contains(b, `"alarms":[]`) {
+		t.Fatalf("status without alarms: %s", b)
+	}
+	e.mx.alarms = newAlarms(AlarmConfig{FailedGrowth: 1, Window: time.Second})
+	e.mx.alarms.observe(alarmInput{now: time.Unix(10, 0)})
+	e.mx.alarms.observe(alarmInput{now: time.Unix(11, 0), failed: 3})
+	b := string(e.status().Marshal())
+	for _, want := range []string{`"alarms":[{"name":"failed_growth","raised_at":"`, `"message":"3 jobs failed in the last 1s"`, `"values":{"failed":3,`} {
+		if !strings.Contains(b, want) {
+			t.Errorf("status lacks %s: %s", want, b)
 		}
 	}
 }
