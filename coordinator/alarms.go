@@ -146,14 +146,13 @@ type workerSample struct {
 type alarmSample struct {
 	at                       time.Time
 	failed, pending, in, out uint64
-	busy                     int
 }
 
 // alarms computes the alarms from the state counts over sliding windows. It does no I/O and
 // reads no clock: the loop feeds it (observe), and it is owned by the loop.
 type alarms struct {
 	cfg     AlarmConfig
-	samples []alarmSample // oldest first, covering at least cfg.Window and ScaleDownAfter
+	samples []alarmSample // oldest first: the last cfg.Window, and one sample before it as the base
 	raised  map[string]*Alarm
 
 	backlogSince   time.Time            // pending > slots since; zero when not
@@ -188,10 +187,9 @@ func (a *alarms) active() []Alarm {
 // observe takes one tick's input and returns the events to publish.
 func (a *alarms) observe(in alarmInput) []AlarmEvent {
 	now := in.now
-	a.samples = append(a.samples, alarmSample{at: now, failed: in.failed, pending: in.pending, in: in.enteredPending, out: in.leftPending, busy: in.busy})
+	a.samples = append(a.samples, alarmSample{at: now, failed: in.failed, pending: in.pending, in: in.enteredPending, out: in.leftPending})
 	// Keep one sample at or before now-Window as the window's base.
-	keep := max(a.cfg.Window, time.Second)
-	for len(a.samples) > 2 && !a.samples[1].at.After(now.Add(-keep)) {
+	for len(a.samples) > 2 && !a.samples[1].at.After(now.Add(-a.cfg.Window)) {
 		a.samples = a.samples[1:]
 	}
 	base, cur := a.samples[0], a.samples[len(a.samples)-1]
