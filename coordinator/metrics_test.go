@@ -72,3 +72,42 @@ func TestMetricsStandbyExportsLeaseOnly(t *testing.T) {
 		t.Errorf("standby exports %d families, want the 4 lease ones", len(mfs))
 	}
 }
+
+// BenchmarkObserve measures one tick's snapshot and alarms (run 4 times a second) with 1,000
+// open groups of 10 pending jobs, and one scrape of the result.
+func BenchmarkObserve(b *testing.B) {
+	cfg, _ := Config{}.withDefaults()
+	names, _ := wire.NewNames("")
+	e, err := newEngine(cfg, names, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	e.finishReplay(nil, now)
+	seq := uint64(0)
+	for i := range 1000 {
+		g := fmt.Sprintf("g%04d", i)
+		seq++
+		e.feed(names.GroupSubject(wire.GroupToken(g)), seq, wire.GroupControl{Group: g, Op: wire.OpOpen}.Header(), now)
+		for range 10 {
+			seq++
+			e.feed(names.JobSubject(wire.GroupToken(g)), seq, wire.JobMeta{Group: g}.Header(), now)
+		}
+	}
+	c := &Coordinator{}
+	r := &run{c: c, e: e, cfg: cfg, names: names, log: zerolog.Nop()}
+	b.Run("tick", func(b *testing.B) {
+		for b.Loop() {
+			r.observe()
+		}
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.Collector())
+	b.Run("scrape", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := reg.Gather(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
