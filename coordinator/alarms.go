@@ -83,8 +83,10 @@ func (a AlarmConfig) withDefaults() (AlarmConfig, error) {
 			return a, fmt.Errorf("%w: Alarms.%s is %v, must not be negative", ErrInvalidConfig, name, d)
 		}
 	}
-	if a.FailedGrowth < 0 || a.PendingGrowth < 0 {
-		return a, fmt.Errorf("%w: Alarms.FailedGrowth and PendingGrowth must not be negative", ErrInvalidConfig)
+	for name, n := range map[string]int{"FailedGrowth": a.FailedGrowth, "PendingGrowth": a.PendingGrowth} {
+		if n < 0 {
+			return a, fmt.Errorf("%w: Alarms.%s is %d, must not be negative", ErrInvalidConfig, name, n)
+		}
 	}
 	if a.ScaleDownBelow < 0 || a.ScaleDownBelow > 1 || math.IsNaN(a.ScaleDownBelow) {
 		return a, fmt.Errorf("%w: Alarms.ScaleDownBelow is %v, must be in (0, 1]", ErrInvalidConfig, a.ScaleDownBelow)
