@@ -132,6 +132,9 @@ type Config struct {
 	// coordinator applies to finished groups whoever created the streams.
 	Streams StreamOptions
 
+	// Alarms holds the alarms' thresholds (see AlarmConfig and README "Operating Weave").
+	Alarms AlarmConfig
+
 	// now is the clock; tests replace it.
 	now func() time.Time
 }
@@ -193,6 +196,11 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.RescueAfter, DefaultRescueAfter)
 	setDefault(&c.AbandonAfter, DefaultAbandonAfter)
 	c.Streams = c.Streams.WithDefaults()
+	alarms, err := c.Alarms.withDefaults()
+	if err != nil {
+		return c, err
+	}
+	c.Alarms = alarms
 	if c.now == nil {
 		c.now = time.Now
 	}

@@ -26,6 +26,7 @@ type Coordinator struct {
 
 	mu      sync.Mutex
 	running bool
+	mx      coordMetrics // read by Collector (metrics.go)
 }
 
 // New validates cfg and returns a coordinator using nc. It does no I/O; Run does.
@@ -92,6 +93,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		return err
 	}
 	c.cfg.Logger.Info().Uint64("epoch", l.Epoch()).Msg("coordinator lease acquired")
+	c.mx.termStarted(l.Epoch())
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -110,6 +112,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = cause
 	}
+	c.mx.termEnded(err)
 	return err
 }
 

@@ -42,6 +42,7 @@ type engine struct {
 	replay    *replayState // nil once replay has ended
 
 	stats   counters
+	mx      loopMetrics // metrics and alarms (metrics.go)
 	out     effects
 	tierBuf []uint64 // scratch for leastLoaded
 
@@ -172,6 +173,7 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header, stored time.Tim
 		e.reject(subject, seq, err.Error())
 		return false
 	}
+	e.mx.stored(seq, stored)
 	return e.admit(subject, seq, m)
 }
 
@@ -206,7 +208,9 @@ func (e *engine) moveTerminal(id uint64, to jobindex.State) {
 
 // mustMove moves a job in the index, logging an illegal transition.
 func (e *engine) mustMove(id uint64, to jobindex.State) {
-	if _, err := e.idx.Move(id, to); err != nil {
+	if from, err := e.idx.Move(id, to); err == nil {
+		e.mx.moved(from, to)
+	} else {
 		// A bug, not bad input: every caller checks the state first.
 		e.log.Error().Err(err).Uint64("job", id).Msg("illegal state transition")
 	}

@@ -162,6 +162,7 @@ func (e *engine) dropWorker(w *workerInfo, now time.Time) {
 func (e *engine) expireWorkers(now time.Time) {
 	for _, w := range e.fleet.workers {
 		if now.Sub(w.lastSeen) > time.Duration(e.cfg.HeartbeatMisses)*w.hb.Interval() {
+			e.mx.workerLost(w.hb.Worker)
 			e.dropWorker(w, now)
 		}
 	}

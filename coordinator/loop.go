@@ -21,6 +21,7 @@ func (r *run) loop(ctx context.Context) error {
 	defer trim.Stop()
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
+	r.observe() // the alarms' first sample: the counts at takeover
 	r.step(ctx)
 	for {
 		r.armRetry(retry)
@@ -62,6 +63,7 @@ func (r *run) loop(ctx context.Context) error {
 		case <-expiry.C:
 			r.e.tick(r.cfg.now())
 			r.reconcileRescues(ctx)
+			r.observe()
 		}
 		r.drainInputs()
 		r.step(ctx)

@@ -81,6 +81,7 @@ func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time
 		e.stats.Rescued++
 	}
 	e.stopRunning(j)
+	e.mx.reported(worker, r.Duration, now)
 	if r.Status != wire.StatusReturned && r.Status != wire.StatusLapsed {
 		e.learnBusy(j, r.Duration, r.Waited, now) // the others say nothing about the job's time
 	}

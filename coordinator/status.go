@@ -33,6 +33,10 @@ type Status struct {
 	Pools     []PoolStatus      `json:"pools"`
 	Workers   []WorkerStatus    `json:"workers"`
 	Standbys  []StandbyStatus   `json:"standbys,omitempty"` // standby coordinators heard lately (inspect.go)
+	Alarms    []Alarm           `json:"alarms"`             // raised alarms (see alarms.go), at the latest tick
+	// OldestPending is when the oldest pending job was stored (to about 10ms), as of the latest
+	// tick; zero when no job is pending.
+	OldestPending time.Time `json:"oldest_pending,omitzero"`
 }
 
 // Totals are counters since this coordinator took over.
@@ -128,6 +132,9 @@ func (e *engine) status() *Status {
 		Unsealed:  len(e.groups.unsealed),
 		Jobs:      map[string]uint64{},
 		Totals:    Totals(e.stats),
+		Alarms:    e.mx.alarms.active(),
+
+		OldestPending: e.mx.oldestPending,
 	}
 	for _, st := range jobindex.AllStates() {
 		s.Jobs[st.String()] = e.idx.Count(st)

@@ -421,6 +421,7 @@ func (s *shepherd) start(t *task) {
 	t.started = time.Now()
 	s.active[t] = struct{}{}
 	s.stats.jobsRun.Add(1)
+	s.stats.mx.started(t.job.Attempt)
 }
 
 // returnJob gives back a job that was not started: the coordinator releases it again, and the
@@ -440,6 +441,7 @@ func (s *shepherd) lose(t *task, deliveries uint64) {
 // report counts an outcome and hands it to the completer.
 func (s *shepherd) report(t *task, out outcome) {
 	t.reported = true
+	s.stats.mx.observe(out.report.Duration, !t.started.IsZero())
 	if !t.started.IsZero() {
 		// The coordinator tells queueing here apart from round trips when it sizes its window.
 		out.report.Waited = clampDuration(t.started.Sub(t.batch.received))

@@ -50,6 +50,8 @@ type counters struct {
 
 	// Written by the completer.
 	reportBatches, reportRetries atomic.Uint64
+
+	mx workerMetrics // written by the shepherd (metrics.go)
 }
 
 func (c *counters) snapshot(concurrency int) Stats {

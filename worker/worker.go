@@ -58,6 +58,7 @@ func New(nc *nats.Conn, cfg Config, h Handler) (*Worker, error) {
 		log:     r.Logger.With().Str("worker", r.ID).Str("pool", r.pool).Logger(),
 	}
 	w.stats.sleeping.Store(int64(r.Concurrency))
+	w.stats.mx.run = newRunHistogram(r.ID, r.pool)
 	return w, nil
 }
 

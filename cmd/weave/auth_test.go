@@ -33,7 +33,7 @@ func TestAuthCommand(t *testing.T) {
 		{
 			args: []string{"auth", "--role", "observer", "--format", "nsc", "--account", "OPS"},
 			code: exitOK,
-			want: []string{"nsc add user --account 'OPS' --name 'weave-observer'", "--allow-sub '_INBOX_weave-observer.>'"},
+			want: []string{"nsc add user --account 'OPS' --name 'weave-observer'", "--allow-sub 'weave.alarm.*,_INBOX_weave-observer.>'"},
 		},
 		{args: []string{"auth", "--role", "admin"}, code: exitUsage, wantStderr: `--role "admin"`},
 		{args: []string{"auth", "--worker", "w1"}, code: exitUsage, wantStderr: "want ID=resources"},

@@ -16,9 +16,10 @@ import (
 
 func newCoordinatorCmd(g *globals) *cobra.Command {
 	var (
-		conn   connFlags
-		cfg    coordinator.Config
-		policy string
+		conn    connFlags
+		cfg     coordinator.Config
+		policy  string
+		metrics string
 	)
 	cmd := &cobra.Command{
 		Use:   "coordinator",
@@ -58,6 +59,9 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 			} else if err != nil {
 				return err
 			}
+			if err := serveMetrics(ctx, metrics, c.Collector(), g.log); err != nil {
+				return err
+			}
 			g.log.Info().Str("namespace", conn.namespace).Str("policy", p.String()).Str("nats", nc.ConnectedUrlRedacted()).Msg("coordinator starting")
 			if err := standBy(ctx, c.Run, g.log); err != nil {
 				return err
@@ -83,6 +87,8 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "replicas of the streams and the lease bucket, if this coordinator creates them (3 for a cluster; 1 to 5)")
 	f.DurationVar(&cfg.Streams.DedupWindow, "dedup-window", 0, "how long job keys are remembered for deduplication, if this coordinator creates the streams (0: 2m)")
 	f.DurationVar(&cfg.Streams.ResultRetention, "result-retention", 0, "how long a finished group's outcomes (and failed jobs' payloads) are kept (0: 24h)")
+	f.StringVar(&metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. :9090 (default: off)")
+	registerAlarmFlags(f, &cfg.Alarms)
 	return cmd
 }
 

@@ -179,14 +179,18 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 
 	fmt.Fprintf(w, "namespace %s  epoch %d  policy %s  feeders %d  at %s\n",
 		st.Namespace, st.Epoch, st.Policy, st.Feeders, st.Time.Local().Format(time.DateTime))
+	printAlarms(w, st) // metrics.go
 
 	section("JOBS")
 	names := states(st.Jobs)
 	row(upper(names)...)
 	row(countCells(names, st.Jobs)...)
 	tw.Flush()
+	if !st.OldestPending.IsZero() {
+		fmt.Fprintf(w, "oldest pending job: stored %v ago\n", st.Time.Sub(st.OldestPending).Round(time.Millisecond))
+	}
 	t := st.Totals
-	fmt.Fprintf(w, "since this coordinator took over: %d admitted, %d released, %d retried, %d rejected (%d reports, %d heartbeats), %d lost (message gone), %d attempts lost with their worker, %d rescued, %d stale reports\n",
+	fmt.Fprintf(w, "since this coordinator took over: %d admitted, %d released, %d retried, %d rejected (%d reports, %d heartbeats), %d vanished (message gone), %d attempts lapsed with their worker, %d rescued, %d stale reports\n",
 		t.Admitted, t.Released, t.Retried, t.Rejected, t.RejectedReports, t.RejectedHeartbeats, t.LostJobs, t.LostAttempts, t.Rescued, t.StaleReports)
 
 	section(fmt.Sprintf("GROUPS (%d open, %d not sealed%s)", len(st.Groups), st.Unsealed, more(len(st.Groups), 100)))

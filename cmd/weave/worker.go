@@ -16,9 +16,10 @@ import (
 
 func newWorkerCmd(g *globals) *cobra.Command {
 	var (
-		conn connFlags
-		cfg  worker.Config
-		h    execHandler
+		conn    connFlags
+		cfg     worker.Config
+		h       execHandler
+		metrics string
 	)
 	cmd := &cobra.Command{
 		Use:   "worker [flags] -- command [args...]",
@@ -80,6 +81,9 @@ On SIGINT or SIGTERM the worker stops taking jobs and lets the running ones fini
 			} else if err != nil {
 				return err
 			}
+			if err := serveMetrics(ctx, metrics, w.Collector(), g.log); err != nil {
+				return err
+			}
 			concurrency := cfg.Concurrency
 			if concurrency == 0 {
 				concurrency = runtime.GOMAXPROCS(0) // the worker's default; logging 0 would mislead
@@ -107,6 +111,7 @@ On SIGINT or SIGTERM the worker stops taking jobs and lets the running ones fini
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", worker.DefaultHeartbeatInterval, "period of the heartbeats to the coordinator")
 	f.Int("replicas", 1, "ignored: a worker does not create streams")
 	_ = f.MarkDeprecated("replicas", "a worker no longer creates streams: 'weave init --replicas N' or the coordinator's --replicas does")
+	f.StringVar(&metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. :9091 (default: off)")
 	f.DurationVar(&cfg.Lease, "lease", worker.DefaultLease, "how long a crashed worker's jobs stay assigned to it before another worker gets them")
 	return cmd
 }

@@ -33,8 +33,8 @@ const (
 	Producer Role = "producer"
 	// Worker runs the jobs of one pool (one resource set), as one worker ID or any ID of the pool.
 	Worker Role = "worker"
-	// Observer reads: status, inspection and the failed list. It publishes nothing but status
-	// and inspection requests (and reads of the streams).
+	// Observer reads: status, inspection, alarm events and the failed list. It publishes nothing
+	// but status and inspection requests (and reads of the streams).
 	Observer Role = "observer"
 )
 
@@ -158,6 +158,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 			names.CancelSubject(),                       // running jobs to cancel
 			names.AllReplies(),                          // answers to cancels and redrives (Weave-Reply)
 			names.StandbySubject(),                      // a standby announcing itself
+			names.AllAlarms(),                           // alarm events
 			// A redrive's new incarnation (open, jobs, seal) and the seals of abandoned groups.
 			names.AllGroups(), names.AllJobs(),
 		)
@@ -175,8 +176,8 @@ func For(names wire.Names, u User) (Permissions, error) {
 			api("DIRECT.GET."+jobs), api("DIRECT.GET."+jobs+".>"),
 		)
 		// Outcomes for the waits; replies for the answers to its cancels and redrives (a token
-		// it chose, on NS.reply.<token>).
-		p.Subscribe = []string{names.AllOutcomes(), names.AllReplies(), inbox}
+		// it chose, on NS.reply.<token>); alarm events.
+		p.Subscribe = []string{names.AllOutcomes(), names.AllReplies(), names.AllAlarms(), inbox}
 	case Observer:
 		results, jobs := names.ResultsStream(), names.JobsStream()
 		p.Publish = append(info,
@@ -186,7 +187,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 			// Job inspection reads a job's stored message (group, key, when published).
 			api("DIRECT.GET."+jobs), api("DIRECT.GET."+jobs+".>"),
 		)
-		p.Subscribe = []string{inbox}
+		p.Subscribe = []string{names.AllAlarms(), inbox} // alarm events
 	case Worker:
 		pool := wire.PoolKey(u.Resources)
 		work, cons := names.WorkStream(), names.WorkConsumer(pool)

@@ -71,7 +71,7 @@ func TestRolePermissions(t *testing.T) {
 	}{
 		{
 			role:      Coordinator,
-			pub:       []string{"$JS.API.STREAM.CREATE.ns_JOBS", "$JS.API.STREAM.CREATE.KV_ns_LEASE", "$KV.ns_LEASE.>", "$JS.API.INFO", "ns.work.>", "ns.out.>", "ns.ev.coord", "ns.ev.report.*.~coordinator", "ns.rejected", "ns.cancel", "ns.reply.>", "$JS.API.STREAM.PURGE.ns_EVENTS", "ns.api.standby", "ns.group.>", "ns.jobs.>"},
+			pub:       []string{"$JS.API.STREAM.CREATE.ns_JOBS", "$JS.API.STREAM.CREATE.KV_ns_LEASE", "$KV.ns_LEASE.>", "$JS.API.INFO", "ns.work.>", "ns.out.>", "ns.ev.coord", "ns.ev.report.*.~coordinator", "ns.rejected", "ns.cancel", "ns.reply.>", "$JS.API.STREAM.PURGE.ns_EVENTS", "ns.api.standby", "ns.group.>", "ns.jobs.>", "ns.alarm.*"},
 			notPub:    []string{"ns.ev.report.>", "ns.hb.*.*", "$JS.API.STREAM.DELETE.ns_JOBS"},
 			sub:       []string{"ns.hb.*.*", "ns.api.join.*.*", "ns.api.status", "ns.api.inspect", "ns.api.standby", "_INBOX_ns-coordinator.>"},
 			responses: true,
@@ -79,14 +79,14 @@ func TestRolePermissions(t *testing.T) {
 		{
 			role:   Producer,
 			pub:    []string{"ns.group.>", "ns.jobs.>", "ns.api.status", "ns.api.inspect", "ns.api.held.*", "$JS.API.DIRECT.GET.ns_RESULTS.>", "$JS.API.DIRECT.GET.ns_JOBS"},
-			notPub: []string{"$JS.API.STREAM.CREATE.ns_JOBS", "ns.out.>", "ns.work.>", "ns.ev.>", "ns.cancel", "$JS.API.CONSUMER.CREATE.ns_REJECTED.>", "$JS.API.CONSUMER.CREATE.ns_RESULTS.*.ns.out.*"},
-			sub:    []string{"ns.out.>", "ns.reply.>", "_INBOX_ns-producer.>"},
+			notPub: []string{"$JS.API.STREAM.CREATE.ns_JOBS", "ns.out.>", "ns.work.>", "ns.ev.>", "ns.cancel", "ns.alarm.*", "$JS.API.CONSUMER.CREATE.ns_REJECTED.>", "$JS.API.CONSUMER.CREATE.ns_RESULTS.*.ns.out.*"},
+			sub:    []string{"ns.out.>", "ns.reply.>", "ns.alarm.*", "_INBOX_ns-producer.>"},
 		},
 		{
 			role:   Observer,
 			pub:    []string{"ns.api.status", "ns.api.inspect", "ns.api.held.*", "$JS.API.DIRECT.GET.ns_RESULTS.>", "$JS.API.DIRECT.GET.ns_JOBS"},
-			notPub: []string{"ns.group.>", "ns.jobs.>", "$JS.API.STREAM.CREATE.ns_RESULTS", "ns.api.standby", "$JS.API.CONSUMER.CREATE.ns_RESULTS.>"},
-			sub:    []string{"_INBOX_ns-observer.>"},
+			notPub: []string{"ns.group.>", "ns.jobs.>", "$JS.API.STREAM.CREATE.ns_RESULTS", "ns.api.standby", "ns.alarm.*", "$JS.API.CONSUMER.CREATE.ns_RESULTS.>"},
+			sub:    []string{"ns.alarm.*", "_INBOX_ns-observer.>"},
 		},
 	} {
 		p, err := For(n, User{Role: tc.role})

@@ -149,6 +149,12 @@ func (n Names) parsePoolWorker(subject, prefix string) (pool, worker string, ok 
 // StatusSubject answers status requests (core NATS request/reply).
 func (n Names) StatusSubject() string { return n.ns + ".api.status" }
 
+// AlarmSubject is where the coordinator publishes an alarm's raised and cleared events (JSON).
+func (n Names) AlarmSubject(name string) string { return n.ns + ".alarm." + name }
+
+// AllAlarms matches every alarm subject.
+func (n Names) AllAlarms() string { return n.ns + ".alarm.*" }
+
 // Wildcards used by stream configs and the coordinator's subscriptions.
 func (n Names) AllGroups() string     { return n.ns + ".group.>" }
 func (n Names) AllJobs() string       { return n.ns + ".jobs.>" }

@@ -50,16 +50,10 @@ type Query struct {
 	Key   string
 }
 
-// Status is the coordinator's status as the dashboard reads it: coordinator.Status and the
-// fields other work adds to the same JSON (alarms, standby coordinators), decoded here from the
-// JSON so that the dashboard shows them whether or not coordinator.Status declares them yet.
-// A field of the same name added to coordinator.Status is shadowed by these, with the same JSON.
+// Status is the coordinator's status as the dashboard reads it (alarms and standby coordinators
+// included), with the JSON it came as.
 type Status struct {
 	coordinator.Status
-	Alarms []Alarm `json:"alarms,omitempty"`
-	// Standbys are the standby coordinators, as the coordinator describes them (the page shows
-	// each generically).
-	Standbys json.RawMessage `json:"standbys,omitempty"`
 
 	// Raw is the status as the coordinator sent it, if the Backend has it: the page receives
 	// it rather than this struct re-encoded, so that fields the dashboard does not know yet
@@ -76,14 +70,6 @@ type EndedGroup struct {
 	Failed    uint64    `json:"failed"`
 	Canceled  uint64    `json:"canceled"`
 	Abandoned bool      `json:"abandoned,omitempty"`
-}
-
-// Alarm is a raised alarm, rendered generically: its values are whatever the coordinator sent.
-type Alarm struct {
-	Name     string         `json:"name"`
-	RaisedAt time.Time      `json:"raised_at"`
-	Message  string         `json:"message"`
-	Values   map[string]any `json:"values,omitempty"`
 }
 
 // natsBackend is the Backend over a NATS connection.
@@ -123,13 +109,6 @@ func decodeStatus(data []byte) (*Status, error) {
 	var s Status
 	if err := json.Unmarshal(data, &s.Status); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
-	}
-	var extra struct {
-		Alarms   []Alarm         `json:"alarms"`
-		Standbys json.RawMessage `json:"standbys"`
-	}
-	if json.Unmarshal(data, &extra) == nil {
-		s.Alarms, s.Standbys = extra.Alarms, extra.Standbys
 	}
 	s.Raw = data
 	return &s, nil

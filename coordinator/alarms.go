@@ -1,0 +1,336 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The alarms the coordinator raises (Alarm.Name, the last token of their subject, the alarm
+// label of weave_alarm_active). See README "Operating Weave".
+const (
+	// AlarmFailedGrowth: at least AlarmConfig.FailedGrowth jobs ended failed within the window,
+	// a progressing outage (seed 001: explosive growth of FAILED).
+	AlarmFailedGrowth = "failed_growth"
+	// AlarmPendingGrowth: PENDING grew by at least AlarmConfig.PendingGrowth within the window
+	// while more jobs entered it than left it: production outruns consumption, add slots.
+	AlarmPendingGrowth = "pending_growth"
+	// AlarmBacklog: more jobs pending than live slots for longer than AlarmConfig.BacklogAfter
+	// (seed 002: the count must routinely drop below the number of workers).
+	AlarmBacklog = "backlog"
+	// AlarmScaleDown: no backlog and fewer than AlarmConfig.ScaleDownBelow of the live slots
+	// busy for longer than AlarmConfig.ScaleDownAfter: slots could be removed.
+	AlarmScaleDown = "scale_down"
+	// AlarmWorkerStuck: a worker has had busy slots and reported nothing for longer than
+	// AlarmConfig.StuckAfter.
+	AlarmWorkerStuck = "worker_stuck"
+	// AlarmWorkerLost: a worker went silent (its heartbeats lapsed without a clean stop); raised
+	// for AlarmConfig.LostFor or until the worker is back.
+	AlarmWorkerLost = "worker_lost"
+)
+
+// AlarmNames lists every alarm, in the order status shows them.
+var AlarmNames = []string{AlarmFailedGrowth, AlarmPendingGrowth, AlarmBacklog, AlarmScaleDown, AlarmWorkerStuck, AlarmWorkerLost}
+
+// Defaults of AlarmConfig.
+const (
+	DefaultAlarmWindow    = time.Minute
+	DefaultFailedGrowth   = 100
+	DefaultPendingGrowth  = 1000
+	DefaultBacklogAfter   = 5 * time.Minute
+	DefaultScaleDownAfter = 10 * time.Minute
+	DefaultScaleDownBelow = 0.5
+	DefaultStuckAfter     = 10 * time.Minute
+	DefaultLostFor        = 10 * time.Minute
+)
+
+// AlarmConfig holds the alarms' thresholds. The zero value gives the defaults.
+type AlarmConfig struct {
+	// Window is the sliding window over which growth and rates are measured. Default 1m.
+	Window time.Duration
+	// FailedGrowth is how many jobs ending failed within Window raise failed_growth. Default 100.
+	FailedGrowth int
+	// PendingGrowth is how much PENDING must grow within Window, with more jobs entering it
+	// than leaving it, to raise pending_growth. Default 1000.
+	PendingGrowth int
+	// BacklogAfter is how long more jobs may be pending than there are live slots before
+	// backlog is raised. Default 5m.
+	BacklogAfter time.Duration
+	// ScaleDownAfter is how long the fleet may stay under ScaleDownBelow busy, with no
+	// backlog, before scale_down is raised. Default 10m.
+	ScaleDownAfter time.Duration
+	// ScaleDownBelow is the busy share of the live slots under which the fleet counts as
+	// oversized (0 < x ≤ 1). Default 0.5.
+	ScaleDownBelow float64
+	// StuckAfter is how long a worker with busy slots may report nothing before worker_stuck
+	// is raised. Default 10m; keep it above your longest job.
+	StuckAfter time.Duration
+	// LostFor is how long worker_lost stays raised after a worker's heartbeats lapsed (it
+	// clears earlier if the worker comes back). Default 10m.
+	LostFor time.Duration
+}
+
+func (a AlarmConfig) withDefaults() (AlarmConfig, error) {
+	for name, d := range map[string]time.Duration{
+		"Window": a.Window, "BacklogAfter": a.BacklogAfter, "ScaleDownAfter": a.ScaleDownAfter,
+		"StuckAfter": a.StuckAfter, "LostFor": a.LostFor,
+	} {
+		if d < 0 {
+			return a, fmt.Errorf("%w: Alarms.%s is %v, must not be negative", ErrInvalidConfig, name, d)
+		}
+	}
+	for name, n := range map[string]int{"FailedGrowth": a.FailedGrowth, "PendingGrowth": a.PendingGrowth} {
+		if n < 0 {
+			return a, fmt.Errorf("%w: Alarms.%s is %d, must not be negative", ErrInvalidConfig, name, n)
+		}
+	}
+	if a.ScaleDownBelow < 0 || a.ScaleDownBelow > 1 || math.IsNaN(a.ScaleDownBelow) {
+		return a, fmt.Errorf("%w: Alarms.ScaleDownBelow is %v, must be in (0, 1]", ErrInvalidConfig, a.ScaleDownBelow)
+	}
+	setDefault(&a.Window, DefaultAlarmWindow)
+	setDefault(&a.FailedGrowth, DefaultFailedGrowth)
+	setDefault(&a.PendingGrowth, DefaultPendingGrowth)
+	setDefault(&a.BacklogAfter, DefaultBacklogAfter)
+	setDefault(&a.ScaleDownAfter, DefaultScaleDownAfter)
+	setDefault(&a.ScaleDownBelow, DefaultScaleDownBelow)
+	setDefault(&a.StuckAfter, DefaultStuckAfter)
+	setDefault(&a.LostFor, DefaultLostFor)
+	return a, nil
+}
+
+// Alarm is one raised alarm, as status shows it.
+type Alarm struct {
+	Name     string             `json:"name"`
+	RaisedAt time.Time          `json:"raised_at"`
+	Message  string             `json:"message"`
+	Values   map[string]float64 `json:"values"`
+}
+
+// AlarmEvent is published on Names.AlarmSubject(name) when an alarm is raised, when its values
+// change while raised (at most once per window), and when it clears.
+type AlarmEvent struct {
+	Alarm
+	State string    `json:"state"` // "raised" or "cleared"
+	At    time.Time `json:"at"`
+}
+
+// Marshal encodes the event as JSON.
+func (e AlarmEvent) Marshal() []byte {
+	b, _ := json.Marshal(e) // plain fields only
+	return b
+}
+
+// alarmInput is what the alarms see at one tick: the state counts and the fleet.
+type alarmInput struct {
+	now            time.Time
+	failed         uint64 // jobs that ended failed, monotonic
+	pending        uint64 // jobs pending now
+	enteredPending uint64 // jobs that entered PENDING, monotonic
+	leftPending    uint64 // jobs that left PENDING, monotonic
+	slots          int    // live slots (draining workers' excluded)
+	busy           int    // busy slots from the live workers' latest heartbeats
+	workers        []workerSample
+	lost           []string // workers whose heartbeats lapsed since the last tick
+}
+
+// workerSample is one live worker at a tick.
+type workerSample struct {
+	id         string
+	busy       int
+	lastReport time.Time // its latest report, zero if none since it joined
+}
+
+// alarmSample is one tick's counts, kept for the window.
+type alarmSample struct {
+	at                       time.Time
+	failed, pending, in, out uint64
+}
+
+// alarms computes the alarms from the state counts over sliding windows. It does no I/O and
+// reads no clock: the loop feeds it (observe), and it is owned by the loop.
+type alarms struct {
+	cfg     AlarmConfig
+	samples []alarmSample // oldest first: the last cfg.Window, and one sample before it as the base
+	raised  map[string]*Alarm
+
+	backlogSince   time.Time            // pending > slots since; zero when not
+	idleSince      time.Time            // under ScaleDownBelow busy since; zero when not
+	idlePeak       int                  // most busy slots since idleSince
+	quietSince     map[string]time.Time // per worker: busy without a report since
+	lostAt         map[string]time.Time // lapsed workers, within LostFor
+	lastValuesSent map[string]time.Time // when a raised alarm's changed values were last published
+}
+
+func newAlarms(cfg AlarmConfig) *alarms {
+	return &alarms{cfg: cfg, raised: map[string]*Alarm{}, quietSince: map[string]time.Time{}, lostAt: map[string]time.Time{}, lastValuesSent: map[string]time.Time{}}
+}
+
+// active lists the raised alarms in AlarmNames order; never nil, so status always has
+// "alarms": [] in JSON.
+func (a *alarms) active() []Alarm {
+	out := []Alarm{}
+	if a == nil {
+		return out
+	}
+	for _, name := range AlarmNames {
+		if al := a.raised[name]; al != nil {
+			c := *al
+			c.Values = maps.Clone(al.Values)
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// observe takes one tick's input and returns the events to publish.
+func (a *alarms) observe(in alarmInput) []AlarmEvent {
+	now := in.now
+	a.samples = append(a.samples, alarmSample{at: now, failed: in.failed, pending: in.pending, in: in.enteredPending, out: in.leftPending})
+	// Keep one sample at or before now-Window as the window's base.
+	for len(a.samples) > 2 && !a.samples[1].at.After(now.Add(-a.cfg.Window)) {
+		a.samples = a.samples[1:]
+	}
+	base, cur := a.samples[0], a.samples[len(a.samples)-1]
+	span := cur.at.Sub(base.at).Seconds()
+
+	var events []AlarmEvent
+	set := func(name string, on bool, msg string, values map[string]float64) {
+		events = append(events, a.set(now, name, on, msg, values)...)
+	}
+
+	// Outage: FAILED growth.
+	failed := cur.failed - base.failed
+	set(AlarmFailedGrowth, failed >= uint64(a.cfg.FailedGrowth),
+		fmt.Sprintf("%d jobs failed in the last %v", failed, a.cfg.Window),
+		map[string]float64{"failed": float64(failed), "window_seconds": a.cfg.Window.Seconds(), "threshold": float64(a.cfg.FailedGrowth)})
+
+	// Scale up: PENDING sustained growth.
+	growth := int64(cur.pending) - int64(base.pending)
+	inN, outN := cur.in-base.in, cur.out-base.out
+	var arrival, departure float64
+	if span > 0 {
+		arrival, departure = float64(inN)/span, float64(outN)/span
+	}
+	suggested := float64(in.slots + 1) // nothing leaves: at least one more slot
+	if departure > 0 {
+		suggested = math.Ceil(float64(max(in.slots, 1)) * arrival / departure)
+	}
+	set(AlarmPendingGrowth, growth >= int64(a.cfg.PendingGrowth) && inN > outN,
+		fmt.Sprintf("pending grew by %d in the last %v: %.1f jobs/s arrive, %.1f/s leave; about %.0f slots would keep up (%d live)", growth, a.cfg.Window, arrival, departure, suggested, in.slots),
+		map[string]float64{"pending": float64(cur.pending), "growth": float64(growth), "arrival_rate": arrival, "departure_rate": departure, "slots": float64(in.slots), "suggested_slots": suggested})
+
+	// Backlog above the live slots for too long.
+	if in.pending > uint64(in.slots) {
+		if a.backlogSince.IsZero() {
+			a.backlogSince = now
+		}
+	} else {
+		a.backlogSince = time.Time{}
+	}
+	backlogFor := durationSince(now, a.backlogSince)
+	set(AlarmBacklog, !a.backlogSince.IsZero() && backlogFor >= a.cfg.BacklogAfter,
+		fmt.Sprintf("%d jobs pending, above the %d live slots for %v", in.pending, in.slots, backlogFor.Round(time.Second)),
+		map[string]float64{"pending": float64(in.pending), "slots": float64(in.slots), "for_seconds": backlogFor.Seconds(), "threshold_seconds": a.cfg.BacklogAfter.Seconds()})
+
+	// Scale down: no backlog and a mostly idle fleet for long.
+	if in.slots > 0 && in.pending < uint64(in.slots) && float64(in.busy) < a.cfg.ScaleDownBelow*float64(in.slots) {
+		if a.idleSince.IsZero() {
+			a.idleSince, a.idlePeak = now, 0
+		}
+		a.idlePeak = max(a.idlePeak, in.busy)
+	} else {
+		a.idleSince = time.Time{}
+	}
+	idleFor := durationSince(now, a.idleSince)
+	keepSlots := float64(max(a.idlePeak, 1))
+	set(AlarmScaleDown, !a.idleSince.IsZero() && idleFor >= a.cfg.ScaleDownAfter,
+		fmt.Sprintf("at most %d of %d live slots busy for %v; %.0f would do", a.idlePeak, in.slots, idleFor.Round(time.Second), keepSlots),
+		map[string]float64{"slots": float64(in.slots), "busy_peak": float64(a.idlePeak), "for_seconds": idleFor.Seconds(), "suggested_slots": keepSlots})
+
+	// Stuck workers: busy and silent.
+	live := map[string]bool{}
+	var stuck []string
+	for _, w := range in.workers {
+		live[w.id] = true
+		if w.busy == 0 {
+			delete(a.quietSince, w.id)
+			continue
+		}
+		q, ok := a.quietSince[w.id]
+		if !ok {
+			q = now // busy since at most now
+		}
+		if w.lastReport.After(q) {
+			q = w.lastReport
+		}
+		a.quietSince[w.id] = q
+		if now.Sub(q) >= a.cfg.StuckAfter {
+			stuck = append(stuck, w.id)
+		}
+	}
+	for id := range a.quietSince {
+		if !live[id] {
+			delete(a.quietSince, id)
+		}
+	}
+	slices.Sort(stuck)
+	set(AlarmWorkerStuck, len(stuck) > 0,
+		fmt.Sprintf("workers busy with no report for %v: %s", a.cfg.StuckAfter, strings.Join(stuck, ", ")),
+		map[string]float64{"workers": float64(len(stuck)), "threshold_seconds": a.cfg.StuckAfter.Seconds()})
+
+	// Lost workers: lapsed within LostFor and not back.
+	for _, id := range in.lost {
+		a.lostAt[id] = now
+	}
+	var lost []string
+	for id, at := range a.lostAt {
+		if live[id] || now.Sub(at) >= a.cfg.LostFor {
+			delete(a.lostAt, id)
+			continue
+		}
+		lost = append(lost, id)
+	}
+	slices.Sort(lost)
+	set(AlarmWorkerLost, len(lost) > 0,
+		fmt.Sprintf("workers whose heartbeats lapsed in the last %v: %s", a.cfg.LostFor, strings.Join(lost, ", ")),
+		map[string]float64{"workers": float64(len(lost))})
+	return events
+}
+
+func durationSince(now, since time.Time) time.Duration {
+	if since.IsZero() {
+		return 0
+	}
+	return now.Sub(since)
+}
+
+// set raises, updates or clears one alarm, returning the event to publish, if any. A raised
+// alarm's values are kept current in status; a changed message is published again at most
+// once per window, so a growing backlog is not a stream of events.
+func (a *alarms) set(now time.Time, name string, on bool, msg string, values map[string]float64) []AlarmEvent {
+	al := a.raised[name]
+	switch {
+	case on && al == nil:
+		al = &Alarm{Name: name, RaisedAt: now, Message: msg, Values: values}
+		a.raised[name] = al
+		a.lastValuesSent[name] = now
+		return []AlarmEvent{{Alarm: *al, State: "raised", At: now}}
+	case on:
+		changed := al.Message != msg
+		al.Message, al.Values = msg, values
+		if changed && now.Sub(a.lastValuesSent[name]) >= a.cfg.Window {
+			a.lastValuesSent[name] = now
+			return []AlarmEvent{{Alarm: *al, State: "raised", At: now}}
+		}
+	case al != nil:
+		delete(a.raised, name)
+		delete(a.lastValuesSent, name)
+		al.Message, al.Values = msg, values
+		return []AlarmEvent{{Alarm: *al, State: "cleared", At: now}}
+	}
+	return nil
+}

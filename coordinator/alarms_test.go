@@ -1,0 +1,175 @@
+package coordinator
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// alarmRun feeds the alarms one input per step of 100ms and keeps their events.
+type alarmRun struct {
+	t      *testing.T
+	a      *alarms
+	now    time.Time
+	events []AlarmEvent
+}
+
+func newAlarmRun(t *testing.T, cfg AlarmConfig) *alarmRun {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &alarmRun{t: t, a: newAlarms(cfg), now: time.Unix(1e9, 0)}
+}
+
+func (r *alarmRun) step(in alarmInput) {
+	r.now = r.now.Add(100 * time.Millisecond)
+	in.now = r.now
+	r.events = append(r.events, r.a.observe(in)...)
+}
+
+// last returns the latest event state of an alarm ("" if none).
+func (r *alarmRun) last(name string) string {
+	for i := len(r.events) - 1; i >= 0; i-- {
+		if r.events[i].Name == name {
+			return r.events[i].State
+		}
+	}
+	return ""
+}
+
+func TestAlarmsFailedGrowth(t *testing.T) {
+	r := newAlarmRun(t, AlarmConfig{Window: time.Second, FailedGrowth: 10})
+	for i := range 5 {
+		r.step(alarmInput{failed: uint64(i * 2)}) // 8 within the window: not yet
+	}
+	if r.last(AlarmFailedGrowth) != "" {
+		t.Fatalf("raised at 8 failures: %+v", r.events)
+	}
+	r.step(alarmInput{failed: 12})
+	if r.last(AlarmFailedGrowth) != "raised" || len(r.a.active()) != 1 || r.a.active()[0].Values["failed"] != 12 {
+		t.Fatalf("not raised at 12 failures: %+v", r.events)
+	}
+	for range 12 { // no new failure for longer than the window
+		r.step(alarmInput{failed: 12})
+	}
+	if r.last(AlarmFailedGrowth) != "cleared" || len(r.a.active()) != 0 {
+		t.Fatalf("not cleared: %+v", r.events)
+	}
+}
+
+func TestAlarmsPendingGrowthSuggestsSlots(t *testing.T) {
+	r := newAlarmRun(t, AlarmConfig{Window: time.Second, PendingGrowth: 100})
+	// 4 slots; 200 jobs/s arrive, 80/s leave: pending grows 12 per step, 120 per window.
+	var in, out, pending uint64
+	for range 20 {
+		in, out = in+20, out+8
+		pending += 12
+		r.step(alarmInput{pending: pending, enteredPending: in, leftPending: out, slots: 4, busy: 4})
+	}
+	if r.last(AlarmPendingGrowth) != "raised" {
+		t.Fatalf("not raised: %+v", r.events)
+	}
+	v := r.a.raised[AlarmPendingGrowth].Values
+	if v["arrival_rate"] != 200 || v["departure_rate"] != 80 || v["suggested_slots"] != 10 {
+		t.Fatalf("values %v, want arrival 200/s, departure 80/s, 10 slots", v)
+	}
+	for range 12 { // balanced
+		in, out = in+10, out+10
+		r.step(alarmInput{pending: pending, enteredPending: in, leftPending: out, slots: 10, busy: 10})
+	}
+	if r.last(AlarmPendingGrowth) != "cleared" {
+		t.Fatalf("not cleared: %+v", r.events)
+	}
+}
+
+func TestAlarmsBacklogAndScaleDown(t *testing.T) {
+	r := newAlarmRun(t, AlarmConfig{BacklogAfter: time.Second, ScaleDownAfter: time.Second, ScaleDownBelow: 0.5})
+	for range 10 { // 9 steps above the slots: 0.9s
+		r.step(alarmInput{pending: 5, slots: 4, busy: 4})
+	}
+	if r.last(AlarmBacklog) != "" {
+		t.Fatalf("backlog raised before BacklogAfter: %+v", r.events)
+	}
+	r.step(alarmInput{pending: 5, slots: 4, busy: 4})
+	if r.last(AlarmBacklog) != "raised" {
+		t.Fatalf("backlog not raised: %+v", r.events)
+	}
+	r.step(alarmInput{pending: 4, slots: 4, busy: 4})
+	if r.last(AlarmBacklog) != "cleared" {
+		t.Fatalf("backlog not cleared at pending = slots: %+v", r.events)
+	}
+	for range 12 { // at most 1 of 4 busy
+		r.step(alarmInput{slots: 4, busy: 1})
+	}
+	if r.last(AlarmScaleDown) != "raised" || r.a.raised[AlarmScaleDown].Values["suggested_slots"] != 1 {
+		t.Fatalf("scale_down not raised with 1 suggested slot: %+v", r.events)
+	}
+	r.step(alarmInput{slots: 4, busy: 2})
+	if r.last(AlarmScaleDown) != "cleared" {
+		t.Fatalf("scale_down not cleared at half busy: %+v", r.events)
+	}
+}
+
+func TestAlarmsWorkers(t *testing.T) {
+	r := newAlarmRun(t, AlarmConfig{StuckAfter: time.Second, LostFor: time.Second})
+	busy := []workerSample{{id: "w1", busy: 1}, {id: "w2", busy: 0}}
+	for range 11 {
+		r.step(alarmInput{workers: busy, slots: 2, busy: 1})
+	}
+	if r.last(AlarmWorkerStuck) != "raised" || r.a.raised[AlarmWorkerStuck].Values["workers"] != 1 {
+		t.Fatalf("worker_stuck not raised for w1: %+v", r.events)
+	}
+	busy[0].lastReport = r.now
+	r.step(alarmInput{workers: busy, slots: 2, busy: 1})
+	if r.last(AlarmWorkerStuck) != "cleared" {
+		t.Fatalf("worker_stuck not cleared by a report: %+v", r.events)
+	}
+	r.step(alarmInput{workers: busy[:1], lost: []string{"w2"}})
+	if r.last(AlarmWorkerLost) != "raised" {
+		t.Fatalf("worker_lost not raised: %+v", r.events)
+	}
+	r.step(alarmInput{workers: busy}) // w2 is back
+	if r.last(AlarmWorkerLost) != "cleared" {
+		t.Fatalf("worker_lost not cleared when the worker came back: %+v", r.events)
+	}
+	r.step(alarmInput{workers: busy[:1], lost: []string{"w2"}})
+	for range 10 {
+		r.step(alarmInput{workers: busy[:1]})
+	}
+	if r.last(AlarmWorkerLost) != "cleared" {
+		t.Fatalf("worker_lost not cleared after LostFor: %+v", r.events)
+	}
+}
+
+func TestAlarmConfigRejectsBadThresholds(t *testing.T) {
+	for _, c := range []AlarmConfig{{Window: -1}, {FailedGrowth: -1}, {ScaleDownBelow: 1.5}} {
+		if _, err := c.withDefaults(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+}
+
+// TestStatusAlarmsJSON pins the JSON shape the dashboard reads: "alarms" is always a list.
+func TestStatusAlarmsJSON(t *testing.T) {
+	cfg, _ := Config{}.withDefaults()
+	names, _ := wire.NewNames("")
+	e, err := newEngine(cfg, names, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := string(e.status().Marshal()); !strings.Contains(b, `"alarms":[]`) {
+		t.Fatalf("status without alarms: %s", b)
+	}
+	e.mx.alarms = newAlarms(AlarmConfig{FailedGrowth: 1, Window: time.Second})
+	e.mx.alarms.observe(alarmInput{now: time.Unix(10, 0)})
+	e.mx.alarms.observe(alarmInput{now: time.Unix(11, 0), failed: 3})
+	b := string(e.status().Marshal())
+	for _, want := range []string{`"alarms":[{"name":"failed_growth","raised_at":"`, `"message":"3 jobs failed in the last 1s"`, `"values":{"failed":3,`} {
+		if !strings.Contains(b, want) {
+			t.Errorf("status lacks %s: %s", want, b)
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package coordinator
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// gather collects c in a pedantic registry (which checks that Collect matches Describe).
+func gather(t *testing.T, c prometheus.Collector) map[string]*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		out[mf.GetName()] = mf
+	}
+	return out
+}
+
+// TestMetricsBoundGroupsAndAgeOldest: 60 open groups get series for the first 50 only, the
+// rest are counted as unlisted; the oldest pending job's age comes from its stored time.
+func TestMetricsBoundGroupsAndAgeOldest(t *testing.T) {
+	te := newTestEngine(t, Config{})
+	for i := range 60 {
+		g := fmt.Sprintf("g%02d", i)
+		te.open(g)
+		te.seq++
+		stored := te.now.Add(-time.Duration(60-i) * time.Second) // g00's job is a minute old
+		te.e.feed(te.e.names.JobSubject(wire.GroupToken(g)), te.seq, wire.JobMeta{Group: g}.Header(), stored)
+	}
+	c := &Coordinator{}
+	r := &run{c: c, e: te.e, cfg: te.e.cfg, names: te.e.names, log: zerolog.Nop()}
+	r.observe()
+
+	mfs := gather(t, c.Collector())
+	if n := len(mfs["weave_group_in_flight"].GetMetric()); n != maxGroupMetrics {
+		t.Errorf("%d groups with series, want %d", n, maxGroupMetrics)
+	}
+	for name, want := range map[string]float64{"weave_groups_active": 60, "weave_groups_unlisted": 10, "weave_queue_depth": 60, "weave_oldest_pending_job_age_seconds": 60} {
+		if got := mfs[name].GetMetric()[0].GetGauge().GetValue(); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if got := mfs["weave_lease_held"].GetMetric()[0].GetGauge().GetValue(); got != 0 {
+		t.Errorf("weave_lease_held %v: the test coordinator never took the lease", got)
+	}
+}
+
+// TestMetricsStandbyExportsLeaseOnly: a coordinator that has not led exports only its lease
+// series, so the leader's figures are not doubled by a standby's zeros.
+func TestMetricsStandbyExportsLeaseOnly(t *testing.T) {
+	mfs := gather(t, (&Coordinator{}).Collector())
+	for name := range mfs {
+		switch name {
+		case "weave_lease_held", "weave_lease_epoch", "weave_lease_acquisitions_total", "weave_lease_lost_total":
+		default:
+			t.Errorf("a standby exports %s", name)
+		}
+	}
+	if len(mfs) != 4 {
+		t.Errorf("standby exports %d families, want the 4 lease ones", len(mfs))
+	}
+}
+
+// BenchmarkObserve measures one tick's snapshot and alarms (run 4 times a second) with 1,000
+// open groups of 10 pending jobs, and one scrape of the result.
+func BenchmarkObserve(b *testing.B) {
+	cfg, _ := Config{}.withDefaults()
+	names, _ := wire.NewNames("")
+	e, err := newEngine(cfg, names, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	e.endReplay(nil, now)
+	seq := uint64(0)
+	for i := range 1000 {
+		g := fmt.Sprintf("g%04d", i)
+		seq++
+		e.feed(names.GroupSubject(wire.GroupToken(g)), seq, wire.GroupControl{Group: g, Op: wire.OpOpen}.Header(), now)
+		for range 10 {
+			seq++
+			e.feed(names.JobSubject(wire.GroupToken(g)), seq, wire.JobMeta{Group: g}.Header(), now)
+		}
+	}
+	c := &Coordinator{}
+	r := &run{c: c, e: e, cfg: cfg, names: names, log: zerolog.Nop()}
+	b.Run("tick", func(b *testing.B) {
+		for b.Loop() {
+			r.observe()
+		}
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c.Collector())
+	b.Run("scrape", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := reg.Gather(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
