@@ -128,8 +128,9 @@ func (r *Result) Print(out io.Writer) {
 	}
 	p("\n  crowded*: the peak of a site's fetches in flight while at least %d published sites (slots + 1)\n", r.Slots+1)
 	p("    had pages never fetched, so other sites were waiting: 1 is the polite share; each fetch\n")
-	p("    above it was taken from a waiting site. overall: the peak over the whole run, including the tail, when fewer sites than\n")
-	p("    slots are left and their pages may take the free slots (cap it with --max-per-site).\n")
+	p("    above it was taken from a waiting site.\n")
+	p("  overall: the peak over the whole run, including the tail, when fewer sites than slots are\n")
+	p("    left and their pages may take the free slots (cap it with --max-per-site).\n")
 	var wc, fc int
 	for i := range r.Weave.Sites {
 		wc, fc = max(wc, r.Weave.Sites[i].CrowdedPeak), max(fc, r.FIFO.Sites[i].CrowdedPeak)
