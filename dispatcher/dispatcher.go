@@ -40,7 +40,7 @@ var (
 	// without meeting the job: it is not in the group (a wrong ID, a key never published or
 	// dropped as a duplicate, a job of another incarnation of the group ID), or its outcome is
 	// older than the RESULTS stream retains. Waiting longer cannot change the answer.
-	ErrJobNotFound = errors.New("weave: job not found in group")
+	ErrJobNotFound = errors.New("weave: job not found")
 	// ErrGroupRunning reports that Publish found the group running (an incarnation of the group
 	// ID is sealed and has not finished yet, so the coordinator would refuse a new one and every
 	// job published with it), or that the coordinator refused a Redrive because the group's

@@ -263,7 +263,7 @@ func (r *failedRetryCmd) retry(ctx context.Context, stdout io.Writer, d *dispatc
 		}
 		res.Summary = &summaryJSON{Jobs: sum.Jobs, Done: sum.Done, Failed: sum.Failed, Canceled: sum.Canceled}
 		if !r.jsonOut {
-			fmt.Fprintf(stdout, "group %q finished: %s, %d done, %d failed, %d canceled\n", r.group, count(sum.Jobs, "job"), sum.Done, sum.Failed, sum.Canceled)
+			fmt.Fprintf(stdout, "group %q complete: %s, %d done, %d failed, %d canceled\n", r.group, count(sum.Jobs, "job"), sum.Done, sum.Failed, sum.Canceled)
 		}
 	}
 	if r.jsonOut {

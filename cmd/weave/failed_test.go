@@ -94,7 +94,7 @@ func TestCLIFailedJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut = cli("", "failed", "retry", "-g", "g", id, "--wait", "--wait-timeout", "30s")
-	if code != exitOK || !strings.Contains(out, `group "g": 1 failed job run again by the coordinator`) || !strings.Contains(out, `group "g" finished: 1 job, 1 done, 0 failed, 0 canceled`) {
+	if code != exitOK || !strings.Contains(out, `group "g": 1 failed job run again by the coordinator`) || !strings.Contains(out, `group "g" complete: 1 job, 1 done, 0 failed, 0 canceled`) {
 		t.Fatalf("failed retry --wait: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	// The new run succeeded: nothing is left to retry, though the old failure stays listed.

@@ -169,7 +169,7 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 		}
 		res.Summary = &sum
 		if !s.jsonOut {
-			fmt.Fprintf(info, "group %q finished: %s, %d done, %d failed, %d canceled\n", s.group, count(sum.Jobs, "job"), sum.Done, sum.Failed, sum.Canceled)
+			fmt.Fprintf(info, "group %q complete: %s, %d done, %d failed, %d canceled\n", s.group, count(sum.Jobs, "job"), sum.Done, sum.Failed, sum.Canceled)
 		}
 	}
 	if s.jsonOut {
