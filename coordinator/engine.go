@@ -38,6 +38,7 @@ type engine struct {
 	groups    groupSet
 	fleet     fleet
 	retries   retries
+	delays    delays
 	retention retention
 	replay    *replayState // nil once replay has ended
 
@@ -177,13 +178,14 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header, stored time.Tim
 	return e.admit(subject, seq, m)
 }
 
-// tick moves due retries back to pending, forgets silent workers and asks for the seals of
-// abandoned groups.
+// tick moves due retries back to pending, makes due delayed jobs pending, forgets silent
+// workers and asks for the seals of abandoned groups.
 func (e *engine) tick(now time.Time) {
 	for j := e.retries.popDue(now); j != nil; j = e.retries.popDue(now) {
 		e.mustMove(j.id, jobindex.Pending)
 		e.retries.ready = append(e.retries.ready, j)
 	}
+	e.wake(now)
 	e.expireWorkers(now)
 	e.abandon(now)
 }
@@ -195,7 +197,7 @@ func (e *engine) moveTerminal(id uint64, to jobindex.State) {
 		return
 	}
 	if to == jobindex.Done || to == jobindex.Failed {
-		if st == jobindex.RetryWait {
+		if st == jobindex.RetryWait || st == jobindex.Delayed {
 			e.mustMove(id, jobindex.Pending)
 			st = jobindex.Pending
 		}
@@ -210,6 +212,9 @@ func (e *engine) moveTerminal(id uint64, to jobindex.State) {
 func (e *engine) mustMove(id uint64, to jobindex.State) {
 	if from, err := e.idx.Move(id, to); err == nil {
 		e.mx.moved(from, to)
+		if from == jobindex.Pending && len(e.delays.woke) > 0 {
+			delete(e.delays.woke, id)
+		}
 	} else {
 		// A bug, not bad input: every caller checks the state first.
 		e.log.Error().Err(err).Uint64("job", id).Msg("illegal state transition")

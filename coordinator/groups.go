@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -175,9 +176,7 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g 
 func (e *engine) seal(g *group, seq uint64) {
 	g.sealed, g.lastSeq = true, seq
 	delete(e.groups.unsealed, g)
-	if g.inSched {
-		_ = e.sched.Seal(g)
-	}
+	e.sealIfDue(g)
 }
 
 // heard records a sign of life from g's producer.
@@ -217,7 +216,13 @@ func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) bool {
 		e.reject(subject, seq, "job subject does not match its group "+m.Group)
 		return false
 	}
-	if err := e.idx.Add(seq, g.idxKey, m.Require, m.Prefer); err != nil {
+	// A job whose time is still ahead waits in the delays, outside the scheduler (delays.go).
+	delayed := !m.RunAt.IsZero() && m.RunAt.After(e.cfg.now())
+	st := jobindex.Pending
+	if delayed {
+		st = jobindex.Delayed
+	}
+	if err := e.idx.AddState(seq, g.idxKey, m.Require, m.Prefer, st); err != nil {
 		e.reject(subject, seq, err.Error())
 		return false
 	}
@@ -230,6 +235,12 @@ func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) bool {
 		e.moveTerminal(seq, jobindex.Canceled)
 		e.recordOutcome(g, wire.Outcome{ID: seq, Key: m.Key, State: wire.FinalCanceled, Data: []byte("group canceled")}, 0)
 		return false
+	case delayed:
+		e.delay(g, seq, m.RunAt)
+		if e.replaying() {
+			e.replay.groupOf[seq] = g
+		}
+		return false // its payload is read when it is released, not kept until then
 	case e.replaying():
 		e.replay.groupOf[seq] = g
 	case g.inSched:
@@ -248,9 +259,7 @@ func (e *engine) schedule(g *group, pending []uint64) {
 	if len(pending) > 0 {
 		_ = e.sched.Push(g, pending...)
 	}
-	if g.sealed {
-		_ = e.sched.Seal(g)
-	}
+	e.sealIfDue(g)
 }
 
 func (e *engine) cancelGroup(g *group) {
@@ -265,6 +274,10 @@ func (e *engine) cancelGroup(g *group) {
 			e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
 		}
 		g.inSched = false
+	}
+	for _, id := range slices.Collect(e.idx.GroupJobs(g.idxKey, jobindex.Delayed)) {
+		e.moveTerminal(id, jobindex.Canceled)
+		e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
 	}
 	for _, j := range e.jobs {
 		if j.g != g {
@@ -287,6 +300,7 @@ func (e *engine) cancelGroup(g *group) {
 // ignored.
 func (e *engine) cancelJobs(g *group, ids []uint64) {
 	const reason = "job canceled"
+	var delayed map[uint64]bool
 	for _, id := range ids {
 		st, ok := e.idx.State(id)
 		if !ok || st.Terminal() {
@@ -305,9 +319,20 @@ func (e *engine) cancelJobs(g *group, ids []uint64) {
 			e.end(j, jobindex.Canceled, []byte(reason), 0)
 			continue
 		}
-		if st == jobindex.Pending && g.inSched && e.sched.Remove(g, id, func(a, b uint64) bool { return a == b }) {
+		cancel := st == jobindex.Pending && g.inSched && e.sched.Remove(g, id, func(a, b uint64) bool { return a == b })
+		if st == jobindex.Delayed {
+			if delayed == nil { // the group's delayed jobs, read once: is id one of them?
+				delayed = map[uint64]bool{}
+				for d := range e.idx.GroupJobs(g.idxKey, jobindex.Delayed) {
+					delayed[d] = true
+				}
+			}
+			cancel = delayed[id]
+		}
+		if cancel {
 			e.moveTerminal(id, jobindex.Canceled)
 			e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
+			e.sealIfDue(g)
 		}
 	}
 }

@@ -134,6 +134,9 @@ func (r *run) drainLearned() {
 
 func (r *run) armRetry(t *time.Timer) {
 	due := r.e.retries.nextDue()
+	if d := r.e.delays.nextDue(); !d.IsZero() && (due.IsZero() || d.Before(due)) {
+		due = d
+	}
 	if due.IsZero() {
 		t.Reset(time.Hour)
 		return

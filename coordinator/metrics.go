@@ -124,9 +124,9 @@ func (m *loopMetrics) storedTime(id uint64) time.Time {
 // moved counts a state transition.
 func (m *loopMetrics) moved(from, to jobindex.State) { m.moves[from][to]++ }
 
-// released observes the queue wait of a job released for the first time.
-func (m *loopMetrics) released(id uint64, now time.Time) {
-	if at := m.storedTime(id); !at.IsZero() {
+// released observes the queue wait of a job released for the first time, pending since at.
+func (m *loopMetrics) released(at, now time.Time) {
+	if !at.IsZero() {
 		m.wait.observe(now.Sub(at))
 	}
 }
@@ -223,11 +223,15 @@ func (r *run) observe() {
 			s.left[from] += m.moves[from][to]
 		}
 	}
-	// The oldest pending job: the lowest ID among the groups' next jobs and those set aside.
-	oldest := uint64(0)
+	// The oldest pending job: the one pending longest among the groups' next jobs and those set
+	// aside. oldest is the lowest of their IDs: arrival samples before it are no longer needed.
+	oldest, since := uint64(0), time.Time{}
 	note := func(id uint64) {
 		if oldest == 0 || id < oldest {
 			oldest = id
+		}
+		if at := e.pendingSince(id); !at.IsZero() && (since.IsZero() || at.Before(since)) {
+			since = at
 		}
 	}
 	var buf []uint64
@@ -251,9 +255,9 @@ func (r *run) observe() {
 	}
 	m.oldestPending = time.Time{}
 	if s.states[jobindex.Pending] > 0 && oldest > 0 {
-		if at := m.storedTime(oldest); !at.IsZero() {
-			s.oldestAge = now.Sub(at)
-			m.oldestPending = at
+		if !since.IsZero() {
+			s.oldestAge = now.Sub(since)
+			m.oldestPending = since
 		}
 		// Samples older than the oldest pending job are no longer needed (one is kept: it
 		// dates the jobs stored after it).

@@ -201,7 +201,7 @@ func (e *engine) take(c candidate, p *pool) *job {
 			e.log.Error().Uint64("want", c.id).Uint64("got", got).Msg("scheduler head changed under selection")
 		}
 		j = &job{id: c.id, g: c.g, counted: true}
-		e.mx.released(c.id, e.cfg.now())
+		e.mx.released(e.pendingSince(c.id), e.cfg.now())
 		e.jobs[j.id] = j
 	}
 	if !j.reuse {

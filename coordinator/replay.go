@@ -237,7 +237,8 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 	}
 	for _, id := range sortedIDs(ids) {
 		g := rs.groupOf[id]
-		if st, ok := e.idx.State(id); g == nil || g.complete || !ok || st.Terminal() {
+		st, ok := e.idx.State(id)
+		if g == nil || g.complete || !ok || st.Terminal() {
 			continue // ended, or its group was purged
 		}
 		a, isAlive := alive[id]
@@ -245,6 +246,11 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 		rt, retried := rs.retries[id]
 		j := &job{id: id, g: g, heapIdx: -1, attempt: max(a.attempt, rp.r.Attempt, rt.Attempt), history: rs.history[id]}
 		e.jobs[id] = j
+		if st == jobindex.Delayed {
+			// Released before the restart: by this coordinator's clock its time is still
+			// ahead, but it was due by the clock of the one that released it.
+			e.mustMove(id, jobindex.Pending)
+		}
 		e.mustMove(id, jobindex.Running)
 		switch {
 		case isAlive && a.attempt == j.attempt:

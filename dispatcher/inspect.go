@@ -31,6 +31,7 @@ const (
 	StatePending   State = "pending"   // waiting to be released to a worker
 	StateRunning   State = "running"   // released to a pool: queued on or run by one of its workers
 	StateRetryWait State = "retrywait" // its last attempt failed; it is released again at RetryAt
+	StateDelayed   State = "delayed"   // published with a time to run at (Job.RunAt) still ahead
 )
 
 // ErrNoCoordinator reports that no coordinator answered an inspection request (none is running,
@@ -71,11 +72,13 @@ type JobInfo struct {
 	// PublishedAt is when its message was stored (zero once JOBS no longer holds it);
 	// ReleasedAt when its current attempt was released to a pool (live only); StartedAt when
 	// the running attempt's handler started (as its worker says); RetryAt when a job in
-	// StateRetryWait is released again; EndedAt when its outcome was stored.
+	// StateRetryWait is released again; RunAt when a delayed job may first run (as published);
+	// EndedAt when its outcome was stored.
 	PublishedAt time.Time `json:"published_at,omitzero"`
 	ReleasedAt  time.Time `json:"released_at,omitzero"`
 	StartedAt   time.Time `json:"started_at,omitzero"`
 	RetryAt     time.Time `json:"retry_at,omitzero"`
+	RunAt       time.Time `json:"run_at,omitzero"`
 	EndedAt     time.Time `json:"ended_at,omitzero"`
 }
 
@@ -206,7 +209,7 @@ func (d *Dispatcher) job(ctx context.Context, id uint64, hint string) (*JobInfo,
 	}
 	if msg != nil {
 		if meta, err := wire.ParseJobMeta(msg.Header); err == nil {
-			info.Group, info.Key, info.MaxAttempts = meta.Group, meta.Key, meta.MaxAttempts
+			info.Group, info.Key, info.MaxAttempts, info.RunAt = meta.Group, meta.Key, meta.MaxAttempts, meta.RunAt
 			hint = meta.Group
 		}
 		info.PublishedAt = storedTime(msg.Header)

@@ -38,6 +38,31 @@ type Job struct {
 
 	// Timeout bounds one attempt: up to 7 days, or 0 for the worker's default.
 	Timeout time.Duration
+
+	// Delay or RunAt (not both) hold the job back: it is not released before RunAt, or before
+	// Delay after it is published, up to 366 days ahead. While it waits it holds no worker slot
+	// and no place in the group's turn; when its time comes it joins the end of its group's
+	// queue (it starts then if the group has a free share). A RunAt in the past runs at once.
+	// Times are the producer's clock, read at millisecond precision.
+	Delay time.Duration
+	RunAt time.Time
+}
+
+// runAt is when the job may first run, zero for at once, checked against now.
+func (j *Job) runAt(now time.Time) (time.Time, error) {
+	switch {
+	case j.Delay < 0:
+		return time.Time{}, fmt.Errorf("Delay %v is negative", j.Delay)
+	case j.Delay > 0 && !j.RunAt.IsZero():
+		return time.Time{}, errors.New("both Delay and RunAt are set: give one")
+	case j.Delay > wire.MaxDelay || !j.RunAt.IsZero() && j.RunAt.Sub(now) > wire.MaxDelay:
+		return time.Time{}, fmt.Errorf("delayed more than %v", wire.MaxDelay)
+	case j.Delay > 0:
+		return now.Add(j.Delay), nil
+	case !j.RunAt.IsZero() && j.RunAt.After(now):
+		return j.RunAt, nil
+	}
+	return time.Time{}, nil
 }
 
 // Publish announces a group, streams its jobs into Weave and seals it, returning a Handle to wait
@@ -214,7 +239,12 @@ func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq[Job]) error
 			MaxAttempts: job.MaxAttempts,
 			Timeout:     job.Timeout,
 		}
-		if err := meta.Validate(); err != nil {
+		runAt, err := job.runAt(time.Now())
+		if err == nil {
+			meta.RunAt = runAt
+			err = meta.Validate()
+		}
+		if err != nil {
 			return fmt.Errorf("%w %d (key %q) of group %q: %w", ErrInvalidJob, index, job.Key, p.h.group, err)
 		}
 		if len(job.Payload) > p.d.cfg.MaxPayload {

@@ -21,6 +21,7 @@ import (
 //	{"key": "user-43", "payload": {"id": 43}}          any other JSON value: its compact encoding
 //	{"payload_b64": "AAEC"}                            raw bytes, base64 (standard encoding)
 //	{"require": ["eu"], "prefer": ["gpu"], "max_attempts": 3, "timeout": "30s"}
+//	{"delay": "10m"}  or  {"run_at": "2026-12-01T09:00:00Z"}     not released before then
 //
 // Blank lines are skipped. Unknown fields are errors, to catch typos.
 type jobLine struct {
@@ -31,6 +32,8 @@ type jobLine struct {
 	Prefer      []string        `json:"prefer"`
 	MaxAttempts int             `json:"max_attempts"`
 	Timeout     string          `json:"timeout"`
+	Delay       string          `json:"delay"`
+	RunAt       string          `json:"run_at"`
 }
 
 // errJobLine wraps every error of a malformed line.
@@ -76,6 +79,23 @@ func parseJobLine(line []byte) (dispatcher.Job, error) {
 			return j, fmt.Errorf("%w: timeout %q: want a Go duration such as \"30s\" or \"5m\"", errJobLine, l.Timeout)
 		}
 		j.Timeout = d
+	}
+	if l.Delay != "" {
+		d, err := time.ParseDuration(l.Delay)
+		if err != nil || d < 0 || d > wire.MaxDelay {
+			return j, fmt.Errorf("%w: delay %q: want a Go duration such as \"90s\" or \"2h\", at most %v", errJobLine, l.Delay, wire.MaxDelay)
+		}
+		j.Delay = d
+	}
+	if l.RunAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, l.RunAt)
+		if err != nil {
+			return j, fmt.Errorf("%w: run_at %q: want an RFC 3339 time such as \"2026-12-01T09:00:00Z\"", errJobLine, l.RunAt)
+		}
+		if l.Delay != "" {
+			return j, fmt.Errorf("%w: delay and run_at are exclusive", errJobLine)
+		}
+		j.RunAt = t
 	}
 	// The checks Publish makes, here so that the error names the line and the file's field
 	// rather than the job's index and the Go field.

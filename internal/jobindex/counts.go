@@ -8,6 +8,7 @@ type Counts struct {
 	Done      uint64 `json:"done"`
 	Failed    uint64 `json:"failed"`
 	Canceled  uint64 `json:"canceled"`
+	Delayed   uint64 `json:"delayed"`
 }
 
 // Get returns the count for state s (0 for an invalid state).
@@ -28,7 +29,7 @@ func (c Counts) Total() uint64 {
 }
 
 func (c Counts) array() counts {
-	return counts{c.Pending, c.Running, c.RetryWait, c.Done, c.Failed, c.Canceled}
+	return counts{c.Pending, c.Running, c.RetryWait, c.Done, c.Failed, c.Canceled, c.Delayed}
 }
 
 // counts is the internal form of Counts: indexable by State, so updates on the hot path are
@@ -60,10 +61,10 @@ func (c *counts) total() uint64 {
 	return n
 }
 
-// active is the number of jobs that may still change state on their own: pending, running or
-// waiting for a retry.
-func (c *counts) active() uint64 { return c[Pending] + c[Running] + c[RetryWait] }
+// active is the number of jobs that may still change state on their own: pending, running,
+// waiting for a retry or for their time.
+func (c *counts) active() uint64 { return c[Pending] + c[Running] + c[RetryWait] + c[Delayed] }
 
 func (c *counts) export() Counts {
-	return Counts{c[Pending], c[Running], c[RetryWait], c[Done], c[Failed], c[Canceled]}
+	return Counts{c[Pending], c[Running], c[RetryWait], c[Done], c[Failed], c[Canceled], c[Delayed]}
 }

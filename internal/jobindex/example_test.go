@@ -52,4 +52,5 @@ func ExampleCanTransition() {
 	// done      ->
 	// failed    -> pending
 	// canceled  ->
+	// delayed   -> pending canceled
 }

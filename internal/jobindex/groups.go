@@ -91,7 +91,7 @@ func (x *Index) Forget(name string) (uint64, error) {
 	}
 	g := &x.groups[gid]
 	if n := g.counts.active(); n > 0 {
-		return 0, fmt.Errorf("%w: %q has %d pending, running or retrying", ErrGroupActive, name, n)
+		return 0, fmt.Errorf("%w: %q has %d pending, running, retrying or delayed", ErrGroupActive, name, n)
 	}
 	// A finished group is usually in one state (all done): then every span is in that state
 	// and needs no per-state counting.

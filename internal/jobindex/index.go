@@ -111,7 +111,7 @@ func (x *Index) State(id uint64) (State, bool) {
 
 // lookupOrder is the order stateOf probes the state bitmaps: most jobs are done, most of the
 // rest pending.
-var lookupOrder = [numStates]State{Done, Pending, Running, RetryWait, Failed, Canceled}
+var lookupOrder = [numStates]State{Done, Pending, Running, RetryWait, Delayed, Failed, Canceled}
 
 func (x *Index) stateOf(id uint64) (State, bool) {
 	for _, s := range lookupOrder {

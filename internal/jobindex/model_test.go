@@ -87,7 +87,7 @@ func (m *model) forget(group string) (uint64, error) {
 	var ids []uint64
 	for id, j := range m.jobs {
 		if j.group == group {
-			if j.state == Pending || j.state == Running || j.state == RetryWait {
+			if j.state == Pending || j.state == Running || j.state == RetryWait || j.state == Delayed {
 				return 0, ErrGroupActive
 			}
 			ids = append(ids, id)

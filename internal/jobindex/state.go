@@ -23,12 +23,16 @@ const (
 	Failed
 	// Canceled jobs were canceled before they finished. Terminal.
 	Canceled
+	// Delayed jobs were admitted with a time to run at (Job.RunAt) still ahead: they wait for
+	// it, holding no worker capacity, and become pending when it comes. A job enters this state
+	// only when it is added (AddState).
+	Delayed
 )
 
 // numStates is the number of states; states are 0..numStates-1 so they can index arrays.
-const numStates = 6
+const numStates = 7
 
-var stateNames = [numStates]string{"pending", "running", "retrywait", "done", "failed", "canceled"}
+var stateNames = [numStates]string{"pending", "running", "retrywait", "done", "failed", "canceled", "delayed"}
 
 // transitions is the legal-move table from ARCHITECTURE.md ("Job state machine"), indexed
 // [from][to]. Everything the index enforces derives from it.
@@ -37,6 +41,7 @@ var transitions = [numStates][numStates]bool{
 	Running:   {Done: true, Failed: true, RetryWait: true, Canceled: true, Pending: true},
 	RetryWait: {Pending: true, Canceled: true},
 	Failed:    {Pending: true},
+	Delayed:   {Pending: true, Canceled: true},
 }
 
 // predecessors[to] lists the states a job may leave to enter to. Move tries only these, so a

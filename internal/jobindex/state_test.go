@@ -19,6 +19,8 @@ var legalMoves = map[[2]State]bool{
 	{RetryWait, Pending}:  true,
 	{RetryWait, Canceled}: true,
 	{Failed, Pending}:     true,
+	{Delayed, Pending}:    true,
+	{Delayed, Canceled}:   true,
 }
 
 // TestTransitions checks every (from, to) pair, including an out-of-range state, against the
@@ -85,6 +87,7 @@ func TestStateNames(t *testing.T) {
 		{Done, "done", true},
 		{Failed, "failed", false},
 		{Canceled, "canceled", true},
+		{Delayed, "delayed", false},
 	}
 	if len(tests) != len(AllStates()) {
 		t.Fatalf("table covers %d states, AllStates has %d", len(tests), len(AllStates()))

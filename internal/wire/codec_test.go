@@ -12,7 +12,7 @@ import (
 
 func TestJobMetaRoundTrip(t *testing.T) {
 	t.Parallel()
-	m := JobMeta{Group: "example.com", Key: "/index.html", Require: []string{"eu"}, Prefer: []string{"cache-1", "cache-2"}, MaxAttempts: 5, Timeout: 1500 * time.Millisecond}
+	m := JobMeta{Group: "example.com", Key: "/index.html", Require: []string{"eu"}, Prefer: []string{"cache-1", "cache-2"}, MaxAttempts: 5, Timeout: 1500 * time.Millisecond, RunAt: time.UnixMilli(1_795_000_000_123)}
 	h := m.Header()
 	if got := h.Get(HdrMsgID); got != "~ZXhhbXBsZS5jb20//index.html" {
 		t.Fatalf("Nats-Msg-Id = %q", got)
@@ -42,6 +42,9 @@ func TestParseJobMetaRejects(t *testing.T) {
 		{"bad timeout", func(h nats.Header) { h.Set(HdrTimeout, "soon") }, ErrMalformed},
 		{"negative timeout", func(h nats.Header) { h.Set(HdrTimeout, "-1s") }, ErrMalformed},
 		{"bad resource", func(h nats.Header) { h.Set(HdrRequire, "a,,b") }, ErrMalformed},
+		{"bad run-at", func(h nats.Header) { h.Set(HdrRunAt, "tomorrow") }, ErrMalformed},
+		{"run-at before 1970", func(h nats.Header) { h.Set(HdrRunAt, "-5") }, ErrMalformed},
+		{"run-at after 9999", func(h nats.Header) { h.Set(HdrRunAt, "999999999999999") }, ErrMalformed},
 	} {
 		h := base()
 		tc.edit(h)
@@ -53,7 +56,7 @@ func TestParseJobMetaRejects(t *testing.T) {
 
 func TestGroupControlRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, c := range []GroupControl{{Group: "g", Op: OpOpen}, {Group: "g", Op: OpSeal, Count: 7}, {Group: "g g", Op: OpCancel}, {Group: "g", Op: OpCancel, Jobs: []uint64{3, 1 << 40}}} {
+	for _, c := range []GroupControl{{Group: "g", Op: OpOpen}, {Group: "g", Op: OpOpen, Weight: 3}, {Group: "g", Op: OpSeal, Count: 7}, {Group: "g g", Op: OpCancel}, {Group: "g", Op: OpCancel, Jobs: []uint64{3, 1 << 40}}} {
 		back, err := ParseGroupControl(c.Header())
 		if err != nil || !reflect.DeepEqual(back, c) {
 			t.Fatalf("round trip %+v: got %+v, %v", c, back, err)

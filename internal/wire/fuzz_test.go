@@ -63,11 +63,16 @@ func FuzzParseHeaders(f *testing.F) {
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: seal\r\nWeave-Count: 3\r\n\r\n"))
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: redrive\r\nWeave-Reply: t1\r\nWeave-Jobs: 4,7\r\n\r\n"))
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: open\r\nWeave-Redrive: 12\r\n\r\n"))
+	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: open\r\nWeave-Weight: 3\r\n\r\n"))
+	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Run-At: 1795000000123\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h := parseHeaderBlock(b)
 		if m, err := ParseJobMeta(h); err == nil {
 			if err := m.Validate(); err != nil {
 				t.Fatalf("accepted invalid meta %+v: %v", m, err)
+			}
+			if back, err := ParseJobMeta(m.Header()); err != nil || !back.RunAt.Equal(m.RunAt) {
+				t.Fatalf("re-encode of accepted meta %+v gave %+v, %v", m, back, err)
 			}
 		}
 		if c, err := ParseGroupControl(h); err == nil {

@@ -31,6 +31,8 @@ const (
 	HdrReply       = "Weave-Reply"      // on cancel and redrive: the token of the subject NS.reply.<token> the coordinator answers on
 	HdrRedrive     = "Weave-Redrive"    // on an open the coordinator publishes for a redrive: the request's JOBS sequence
 	HdrRedriveOf   = "Weave-Redrive-Of" // on a job the coordinator publishes for a redrive: the failed job's ID
+	HdrRunAt       = "Weave-Run-At" // on a delayed job: the time it may run at, in Unix milliseconds
+	HdrWeight      = "Weave-Weight" // on an open: the group's weight in the fair share (1–MaxWeight; absent = 1)
 	HdrMsgID       = "Nats-Msg-Id"
 )
 
@@ -47,6 +49,10 @@ const (
 	MaxAttemptsLimit = 1000
 	// MaxTimeout bounds Job.Timeout.
 	MaxTimeout = 7 * 24 * time.Hour
+	// MaxDelay bounds how far ahead of its publish a job may be delayed (Job.Delay, Job.RunAt).
+	MaxDelay = 366 * 24 * time.Hour
+	// MaxWeight bounds a group's weight.
+	MaxWeight = 1000
 )
 
 // GroupOp is the operation of a group control message.
@@ -81,6 +87,9 @@ type GroupControl struct {
 	// Redrive, on an open, is the JOBS sequence of the redrive request the coordinator accepted
 	// by publishing this open: the stored record of its decision. 0 on a producer's open.
 	Redrive uint64
+	// Weight, on an open, scales the group's fair share of the slots: a group of weight 3 gets
+	// three times the share of one of weight 1 (1–MaxWeight; 0 on the wire means 1).
+	Weight int
 }
 
 // MaxCancelJobs bounds the job IDs one cancel or redrive message names.
@@ -100,6 +109,9 @@ func (c GroupControl) Header() nats.Header {
 	}
 	if c.Op == OpOpen && c.Redrive > 0 {
 		h.Set(HdrRedrive, strconv.FormatUint(c.Redrive, 10))
+	}
+	if c.Op == OpOpen && c.Weight > 0 {
+		h.Set(HdrWeight, strconv.Itoa(c.Weight))
 	}
 	if (c.Op == OpCancel || c.Op == OpRedrive) && len(c.Jobs) > 0 {
 		ids := make([]string, len(c.Jobs))
@@ -132,6 +144,13 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 				return GroupControl{}, fmt.Errorf("%w: open of group %q: bad %s %q", ErrMalformed, c.Group, HdrRedrive, v)
 			}
 			c.Redrive = n
+		}
+		if v := h.Get(HdrWeight); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > MaxWeight {
+				return GroupControl{}, fmt.Errorf("%w: open of group %q: bad %s %q (want 1..%d)", ErrMalformed, c.Group, HdrWeight, v, MaxWeight)
+			}
+			c.Weight = n
 		}
 	case OpCancel, OpRedrive:
 		if c.Reply = h.Get(HdrReply); c.Reply != "" {
@@ -173,6 +192,7 @@ type JobMeta struct {
 	Prefer      []string
 	MaxAttempts int           // 0 = the coordinator's default
 	Timeout     time.Duration // 0 = the worker's default
+	RunAt       time.Time     // zero = at once; else not before this time (millisecond precision)
 }
 
 // Validate checks the metadata against the protocol's limits.
@@ -227,6 +247,9 @@ func (m JobMeta) Header() nats.Header {
 	if m.Timeout > 0 {
 		h.Set(HdrTimeout, m.Timeout.String())
 	}
+	if !m.RunAt.IsZero() {
+		h.Set(HdrRunAt, strconv.FormatInt(m.RunAt.UnixMilli(), 10))
+	}
 	return h
 }
 
@@ -252,11 +275,22 @@ func ParseJobMeta(h nats.Header) (JobMeta, error) {
 		}
 		m.Timeout = d
 	}
+	if v := h.Get(HdrRunAt); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 || ms > maxRunAtMilli {
+			return JobMeta{}, fmt.Errorf("%w: bad %s %q (want Unix milliseconds)", ErrMalformed, HdrRunAt, v)
+		}
+		m.RunAt = time.UnixMilli(ms)
+	}
 	if err := m.Validate(); err != nil {
 		return JobMeta{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	return m, nil
 }
+
+// maxRunAtMilli is the latest run-at time the wire accepts (the year 9999): any later is
+// surely a mistake, and the API bounds delays much tighter (MaxDelay).
+var maxRunAtMilli = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC).UnixMilli()
 
 func checkVersion(h nats.Header) error {
 	v := h.Get(HdrVersion)
