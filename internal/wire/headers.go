@@ -31,8 +31,8 @@ const (
 	HdrReply       = "Weave-Reply"      // on cancel and redrive: the token of the subject NS.reply.<token> the coordinator answers on
 	HdrRedrive     = "Weave-Redrive"    // on an open the coordinator publishes for a redrive: the request's JOBS sequence
 	HdrRedriveOf   = "Weave-Redrive-Of" // on a job the coordinator publishes for a redrive: the failed job's ID
-	HdrRunAt       = "Weave-Run-At" // on a delayed job: the time it may run at, in Unix milliseconds
-	HdrWeight      = "Weave-Weight" // on an open: the group's weight in the fair share (1–MaxWeight; absent = 1)
+	HdrRunAt       = "Weave-Run-At"     // on a delayed job: the time it may run at, in Unix milliseconds
+	HdrWeight      = "Weave-Weight"     // on an open: the group's weight in the fair share (1–MaxWeight; absent = 1)
 	HdrMsgID       = "Nats-Msg-Id"
 )
 
