@@ -31,7 +31,8 @@ type group struct {
 	idxKey    string // the group's name in the job index: ID and incarnation
 	lastSeq   uint64 // the sequence of its last message in JOBS: a purge stops there
 	sealed    bool
-	abandoned bool // sealed by the coordinator: the producer went silent (see abandon)
+	weight    float64 // its weight in the fair share (the open's; 1 by default): see load
+	abandoned bool    // sealed by the coordinator: the producer went silent (see abandon)
 	// sealedByCancel: a cancel of the whole group sealed it before its producer did.
 	sealedByCancel bool
 	count          uint64    // jobs the producer says it published (seal); informational
@@ -100,7 +101,7 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	// yet; but an open still in the stream after a sealed incarnation is one the live
 	// coordinator accepted (it deletes those it refuses), so replay accepts it too and
 	// tracks both incarnations until the outcomes tell how far the older one got.
-	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored}
+	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1))}
 	e.groups.byID[c.Group] = g
 	e.groups.incarnations[seq] = g
 	e.groups.arrival = append(e.groups.arrival, g)

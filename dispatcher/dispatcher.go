@@ -31,6 +31,8 @@ var (
 	ErrInvalidGroup = errors.New("weave: invalid group ID")
 	// ErrInvalidJob reports a job that fails validation; Publish stops at the first one.
 	ErrInvalidJob = errors.New("weave: invalid job")
+	// ErrInvalidOption reports an invalid GroupOption (such as a weight out of range).
+	ErrInvalidOption = errors.New("weave: invalid option")
 	// ErrNotSealed reports that Publish could not publish the group's seal. The coordinator keeps
 	// the group open until it is sealed: publish the group again (see Publish) to seal it.
 	ErrNotSealed = errors.New("weave: group not sealed")

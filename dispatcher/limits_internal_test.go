@@ -29,6 +29,7 @@ func TestHeaderRoomFitsLargestJob(t *testing.T) {
 		Prefer:      resources("p"),
 		MaxAttempts: wire.MaxAttemptsLimit,
 		Timeout:     wire.MaxTimeout - time.Nanosecond,
+		RunAt:       time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC),
 	}
 	if err := m.Validate(); err != nil {
 		t.Fatal(err)
@@ -68,6 +69,20 @@ func TestPayloadLimit(t *testing.T) {
 		}
 		if err != nil && !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("payloadLimit(%d, %d): error %v does not wrap ErrInvalidConfig", tc.configured, tc.server, err)
+		}
+	}
+}
+
+func TestGroupOptionsValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		w  int
+		ok bool
+	}{{0, true}, {1, true}, {1000, true}, {-1, false}, {1001, false}} {
+		o := groupOptions{}
+		Weight(tc.w)(&o)
+		if err := o.validate(); (err == nil) != tc.ok {
+			t.Errorf("Weight(%d): %v", tc.w, err)
 		}
 	}
 }

@@ -97,11 +97,18 @@ func (j *Job) runAt(now time.Time) (time.Time, error) {
 // the dispatcher does not detect it, jobs whose keys were already accepted within the dedup window
 // count as duplicates, and the second call publishes another open (which the coordinator ignores
 // for a group it knows) and a seal whose count is the number of jobs that call accepted.
-func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[Job]) (h *Handle, err error) {
+func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[Job], opts ...GroupOption) (h *Handle, err error) {
 	ctx, endSpan := d.tracePublish(ctx, groupID) // see trace.go
 	defer func() { endSpan(h, err) }()
 	if err := validateGroupID(groupID); err != nil {
 		return nil, err
+	}
+	var o groupOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("%w of group %q: %w", ErrInvalidOption, groupID, err)
 	}
 	if err := context.Cause(ctx); err != nil {
 		return nil, fmt.Errorf("weave: publish group %q: %w", groupID, err)
@@ -121,7 +128,7 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 				"the Handle waits for it; publish the group again once it has finished", ErrGroupRunning, groupID, d.names.JobsStream(), inc)
 		}
 	}
-	openSeq, err := d.open(ctx, groupID)
+	openSeq, err := d.storeControl(ctx, wire.GroupControl{Group: groupID, Op: wire.OpOpen, Weight: o.weight})
 	if err != nil {
 		// A seal of a group that is not open is refused, and jobs of it would be: publish none.
 		return nil, fmt.Errorf("%w: %w", ErrNotOpened, err)
@@ -150,15 +157,30 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 	return h, p.finish(ctx, err)
 }
 
+// GroupOption sets an option of a group Publish opens.
+type GroupOption func(*groupOptions)
+
+type groupOptions struct {
+	weight int
+}
+
+// Weight scales the group's fair share of the worker slots: under the least in-flight policy a
+// group of weight 3 holds three times the slots of a group of weight 1 while both have work
+// (1–1000; default 1). It does not give the group more feeder slots (a group is active in one
+// at a time, which keeps its jobs spread), nor lift the coordinator's MaxInFlightPerGroup. Under
+// the round-robin policy it has no effect.
+func Weight(w int) GroupOption { return func(o *groupOptions) { o.weight = w } }
+
+func (o *groupOptions) validate() error {
+	if o.weight < 0 || o.weight > wire.MaxWeight {
+		return fmt.Errorf("weight %d outside 1..%d", o.weight, wire.MaxWeight)
+	}
+	return nil
+}
+
 // ErrNotOpened reports that Publish could not store the group's open. It published nothing else
 // and returned no Handle; publishing the group again is safe.
 var ErrNotOpened = errors.New("weave: group not opened")
-
-// open publishes the group's open, trying again while the stream cannot answer (see Publish),
-// and returns its stream sequence.
-func (d *Dispatcher) open(ctx context.Context, groupID string) (uint64, error) {
-	return d.storeControl(ctx, wire.GroupControl{Group: groupID, Op: wire.OpOpen})
-}
 
 // storeControl publishes a group control message (the open, the seal) and returns its stream
 // sequence, trying again within RequestTimeout while the stream does not answer (no leader, no

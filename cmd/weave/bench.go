@@ -42,7 +42,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [scenario...]",
-		Short: "Measure Weave: throughput, latency, fairness, spread, herd, scale",
+		Short: "Measure Weave: throughput, latency, fairness, weights, spread, herd, scale",
 		Long: `Bench measures Weave end to end in this process, each figure beside a reference measured in
 the same run where one exists (the machine may be shared and noisy: ratios matter more than
 absolute rates), and prints each scenario's numbers, its target and PASS or MISS.
@@ -52,6 +52,7 @@ Scenarios (all of them, in this order, when none is named; each takes well under
   throughput  no-op jobs end to end, against a raw JetStream work queue on the same server
   latency     open-loop submission at a fixed rate: submit → start and submit → outcome
   fairness    6 slots, groups of 10, 5 and 1 ms tasks, under round robin and least in-flight
+  weights     8 slots, groups of 10 and 1 ms tasks with weights 3 and 1, then 1 and 3
   spread      groups of Zipf sizes: per-group concurrency and gaps, against a simulated FIFO
   herd        200 idle slots in 8 workers: pulls, CPU, wakeups, ack and report messages per job
   scale       coordinator memory per pending job at 10k and 100k jobs (1M with --full)
@@ -198,6 +199,7 @@ each one includes.`,
 	f.IntVar(&cfg.Latency.Rate, "rate", 1000, "latency: jobs submitted per second")
 	f.DurationVar(&cfg.Latency.Duration, "duration", 3*time.Second, "latency: how long jobs are submitted")
 	f.DurationVar(&cfg.Fairness.Work, "fairness-work", 3*time.Second, "fairness: handler time of each group's jobs in all")
+	f.DurationVar(&cfg.Weights.Work, "weights-work", 6*time.Second, "weights: handler time of each group's jobs in all")
 	f.IntVar(&cfg.Spread.Jobs, "spread-jobs", 5000, "spread: jobs")
 	f.IntVar(&cfg.Spread.Groups, "spread-groups", 200, "spread: groups")
 	f.IntVar(&cfg.Herd.Slots, "herd-slots", 200, "herd: idle slots in all")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/wire"
 )
 
 // submitCmd holds the submit command's flags.
@@ -29,6 +30,7 @@ type submitCmd struct {
 	jsonOut     bool
 	noProgress  bool
 	waitTimeout time.Duration
+	weight      int
 	nc          *nats.Conn // the session's connection, for asking the coordinator's status
 	showWait    bool       // show the progress of --wait on stderr (a terminal)
 	// allowDuplicates: a submission whose every job was a duplicate is not an error.
@@ -55,6 +57,8 @@ A line is a JSON object; every field is optional:
   prefer        resources the job should run near when a holder is free
   max_attempts  attempts before the job fails (default: the coordinator's)
   timeout       timeout of one attempt, a Go duration such as "30s" (default: the worker's)
+  delay         hold the job back this long after it is published, e.g. "10m" (up to 366 days)
+  run_at        or until this time, RFC 3339, e.g. "2026-12-01T09:00:00Z" (not with delay)
 Blank lines are skipped; an unknown field or a malformed line stops the submission: the
 group is then sealed with the jobs before that line.
 
@@ -75,6 +79,7 @@ a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b
 	f.BoolVarP(&s.wait, "wait", "w", false, "wait for the group to finish and print its counts")
 	f.BoolVar(&s.outcomes, "outcomes", false, "print each job's outcome as a JSON line (implies --wait)")
 	f.DurationVar(&s.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
+	f.IntVar(&s.weight, "weight", 1, "the group's weight in the fair share of the slots under least in-flight (1-1000)")
 	f.BoolVar(&s.allowDuplicates, "allow-duplicates", false, "exit 0 even if every job was a duplicate (re-submitted within the dedup window)")
 	f.BoolVar(&s.jsonOut, "json", false, "print the submission (and summary) as JSON")
 	s.conn.registerTimeout(f, dispatcher.DefaultRequestTimeout)
@@ -87,6 +92,9 @@ a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b
 func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
 	if err := checkGroupFlag(s.group); err != nil {
 		return err
+	}
+	if s.weight < 1 || s.weight > wire.MaxWeight {
+		return usageErrorf("--weight %d outside 1..%d", s.weight, wire.MaxWeight)
 	}
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	in, size, closeIn, err := openJobs(cmd, s.file)
@@ -118,7 +126,7 @@ func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
 func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.Reader, bar *progressbar.ProgressBar, size int64, stdout, stderr io.Writer) error {
 
 	jr := newJobReader(in)
-	h, err := d.Publish(ctx, s.group, readJobs(jr, bar, size > 0))
+	h, err := d.Publish(ctx, s.group, readJobs(jr, bar, size > 0), dispatcher.Weight(s.weight))
 	if bar != nil {
 		_ = bar.Finish()
 		fmt.Fprintln(stderr)

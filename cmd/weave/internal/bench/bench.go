@@ -14,13 +14,14 @@ import (
 )
 
 // Scenarios are the scenario names, in the order Run runs them.
-var Scenarios = []string{"throughput", "latency", "fairness", "spread", "herd", "scale"}
+var Scenarios = []string{"throughput", "latency", "fairness", "weights", "spread", "herd", "scale"}
 
 // Config holds every scenario's configuration; zero fields take the defaults.
 type Config struct {
 	Throughput ThroughputConfig
 	Latency    LatencyConfig
 	Fairness   FairnessConfig
+	Weights    WeightsConfig
 	Spread     SpreadConfig
 	Herd       HerdConfig
 	Scale      ScaleConfig
@@ -38,6 +39,8 @@ func (c *Config) Validate(scenarios []string) error {
 			err = c.Latency.defaults()
 		case "fairness":
 			err = c.Fairness.defaults()
+		case "weights":
+			err = c.Weights.defaults()
 		case "spread":
 			err = c.Spread.defaults()
 		case "herd":
@@ -113,6 +116,8 @@ func runScenario(ctx context.Context, env *Env, name string, cfg *Config) (Resul
 		return RunLatency(ctx, env, cfg.Latency)
 	case "fairness":
 		return RunFairness(ctx, env, cfg.Fairness)
+	case "weights":
+		return RunWeights(ctx, env, cfg.Weights)
 	case "spread":
 		return RunSpread(ctx, env, cfg.Spread)
 	case "herd":

@@ -87,13 +87,14 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.Validate(Scenarios); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if c.Throughput.Jobs != 20_000 || c.Latency.Rate != 1000 || c.Fairness.Slots != 6 || c.Spread.Jobs != 5000 || c.Herd.Slots != 200 || len(c.Scale.Sizes) != 2 {
+	if c.Throughput.Jobs != 20_000 || c.Latency.Rate != 1000 || c.Fairness.Slots != 6 || c.Weights.Slots != 8 || c.Spread.Jobs != 5000 || c.Herd.Slots != 200 || len(c.Scale.Sizes) != 2 {
 		t.Errorf("defaults %+v", c)
 	}
 	for name, bad := range map[string]Config{
 		"throughput": {Throughput: ThroughputConfig{Jobs: 10, Groups: 20}},
 		"latency":    {Latency: LatencyConfig{PayloadSize: 4}},
 		"fairness":   {Fairness: FairnessConfig{Work: time.Millisecond}},
+		"weights":    {Weights: WeightsConfig{Slots: 1}},
 		"spread":     {Spread: SpreadConfig{MinTask: 5 * time.Millisecond, MaxTask: time.Millisecond}},
 		"herd":       {Herd: HerdConfig{Workers: 10, Slots: 5}},
 		"scale":      {Scale: ScaleConfig{Sizes: []int{10}}},
