@@ -39,6 +39,7 @@ type engine struct {
 	fleet     fleet
 	retries   retries
 	delays    delays
+	limits    limits
 	retention retention
 	replay    *replayState // nil once replay has ended
 
@@ -186,6 +187,7 @@ func (e *engine) tick(now time.Time) {
 		e.retries.ready = append(e.retries.ready, j)
 	}
 	e.wake(now)
+	e.refillLimits(now)
 	e.expireWorkers(now)
 	e.abandon(now)
 }

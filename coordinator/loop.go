@@ -35,6 +35,8 @@ func (r *run) loop(ctx context.Context) error {
 			r.applyEvent(m)
 		case hb := <-r.hbCh:
 			r.heartbeat(hb)
+		case m := <-r.limitsCh:
+			r.applyLimit(m)
 		case <-r.learnNotify:
 			r.drainLearned()
 		case f := <-r.forgetCh:
@@ -134,8 +136,10 @@ func (r *run) drainLearned() {
 
 func (r *run) armRetry(t *time.Timer) {
 	due := r.e.retries.nextDue()
-	if d := r.e.delays.nextDue(); !d.IsZero() && (due.IsZero() || d.Before(due)) {
-		due = d
+	for _, d := range [...]time.Time{r.e.delays.nextDue(), r.e.limits.nextToken()} {
+		if !d.IsZero() && (due.IsZero() || d.Before(due)) {
+			due = d
+		}
 	}
 	if due.IsZero() {
 		t.Reset(time.Hour)

@@ -30,6 +30,9 @@ func (r *run) replay(ctx context.Context) error {
 		return err
 	}
 
+	if err := r.followLimits(ctx); err != nil {
+		return err
+	}
 	alive, err := r.readStreams(ctx)
 	if err != nil {
 		return err

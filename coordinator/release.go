@@ -47,6 +47,8 @@ func (e *engine) releaseAll() {
 	}
 	e.resizeFeeders()
 	window := e.fleet.prefetch(&e.cfg)
+	now := e.cfg.now()
+	var limited []*limitState
 	for _, pass := range releasePasses {
 		prefetch := 0
 		if pass.prefetch {
@@ -74,6 +76,16 @@ func (e *engine) releaseAll() {
 					break
 				}
 				c := cands[slices.Index(ids, id)]
+				if limited = e.limitsOf(limited[:0], c.id, c.g); len(limited) > 0 {
+					if pass.prefetch {
+						break // a limited job goes to a free slot only: it starts when released
+					}
+					if ls := holdingBack(limited, now); ls != nil {
+						e.holdBack(c, ls)
+						continue
+					}
+					useLimits(limited)
+				}
 				batches[p] = append(batches[p], e.take(c, p))
 				outstanding++
 				if len(batches[p]) == p.batchCap(e.cfg.MaxBatch) {

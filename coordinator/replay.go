@@ -187,6 +187,7 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	rs := e.replay
 	undecided := e.rebuildJobs(rs, alive)
+	e.recountLimits()
 	pending := e.neverReleased(rs)
 	e.replay = nil // live from here on
 	e.maxEpoch = max(e.maxEpoch, e.epoch)

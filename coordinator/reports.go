@@ -220,6 +220,7 @@ func (e *engine) stopRunning(j *job) {
 	if j.pool != nil {
 		j.pool.outstanding--
 		j.pool = nil
+		e.freeLimits(j)
 	}
 	if j.counted {
 		e.sched.Done(j.g)

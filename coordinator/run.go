@@ -26,6 +26,7 @@ type run struct {
 	feedCh   chan jetstream.Msg // JOBS feed, headers only
 	eventsCh chan jetstream.Msg // EVENTS: reports and journal
 	hbCh     chan heartbeatIn   // heartbeats and joins (see heartbeats.go)
+	limitsCh chan jetstream.Msg // LIMITS: changes of the limits (limits.go)
 	statusCh chan chan *Status
 	insp     *inspector // inspection requests and standbys heard (inspect.go)
 
@@ -71,6 +72,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 		feedCh:      make(chan jetstream.Msg, chanSize),
 		eventsCh:    make(chan jetstream.Msg, chanSize),
 		hbCh:        make(chan heartbeatIn, chanSize),
+		limitsCh:    make(chan jetstream.Msg, 64),
 		statusCh:    make(chan chan *Status),
 		insp:        newInspector(),
 		learnNotify: make(chan struct{}, 1),

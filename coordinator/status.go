@@ -30,6 +30,7 @@ type Status struct {
 	Totals    Totals            `json:"totals"`
 	Groups    []GroupStatus     `json:"groups"`
 	Resources []ResourceStatus  `json:"resources"`
+	Limits    []LimitStatus     `json:"limits,omitempty"` // the limits per resource and group, and their use
 	Pools     []PoolStatus      `json:"pools"`
 	Workers   []WorkerStatus    `json:"workers"`
 	Standbys  []StandbyStatus   `json:"standbys,omitempty"` // standby coordinators heard lately (inspect.go)
@@ -82,6 +83,14 @@ type ResourceStatus struct {
 	Holders   int               `json:"holders"`  // live slots holding it
 	Required  map[string]uint64 `json:"required"` // jobs requiring it, per state
 	Preferred map[string]uint64 `json:"preferred"`
+}
+
+// LimitStatus is one limit and its use: the jobs under it released and not reported, and those
+// it holds back.
+type LimitStatus struct {
+	wire.Limit
+	Running int `json:"running"`
+	Waiting int `json:"waiting"`
 }
 
 // PoolStatus describes one pool of workers holding the same resources.
@@ -165,6 +174,12 @@ func (e *engine) status() *Status {
 		s.Workers = append(s.Workers, WorkerStatus{ID: id, Pool: w.pool.key, Resources: w.hb.Resources, Concurrency: w.hb.Concurrency, Busy: w.hb.Busy, Sleeping: w.hb.Sleeping, Draining: w.hb.Draining, LastSeen: w.lastSeen})
 	}
 	slices.SortFunc(s.Workers, func(a, b WorkerStatus) int { return cmp.Compare(a.ID, b.ID) })
+	for _, ls := range e.limits.byKey {
+		s.Limits = append(s.Limits, LimitStatus{Limit: ls.Limit, Running: ls.running, Waiting: len(ls.waiting)})
+	}
+	slices.SortFunc(s.Limits, func(a, b LimitStatus) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
+	})
 	return s
 }
 

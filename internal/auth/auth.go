@@ -139,7 +139,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 		// The namespace's owner: its streams (created here or by weave init), consumers on them
 		// (the feed, replay, rescues of orphaned pools), the lease bucket.
 		lease := "KV_" + names.LeaseBucket()
-		for _, s := range append(slices.Clone(streams), lease) {
+		for _, s := range append(slices.Clone(streams), names.LimitsStream(), lease) {
 			p.Publish = append(p.Publish,
 				api("STREAM.INFO."+s), api("STREAM.CREATE."+s), api("STREAM.UPDATE."+s),
 				api("STREAM.PURGE."+s), api("STREAM.MSG.GET."+s), api("STREAM.MSG.DELETE."+s),
@@ -159,6 +159,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 			names.AllReplies(),                          // answers to cancels and redrives (Weave-Reply)
 			names.StandbySubject(),                      // a standby announcing itself
 			names.AllAlarms(),                           // alarm events
+			names.AllLimits(),                           // limits (weave limit set, run with the coordinator's credentials)
 			// A redrive's new incarnation (open, jobs, seal) and the seals of abandoned groups.
 			names.AllGroups(), names.AllJobs(),
 		)

@@ -220,3 +220,23 @@ func TestIterators(t *testing.T) {
 		t.Fatal("GroupJobs yielded jobs for an invalid state or unknown group")
 	}
 }
+
+func TestJobResources(t *testing.T) {
+	t.Parallel()
+	x := New()
+	if err := x.Add(1, "g", []string{"eu", "ssd"}, []string{"cache-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Add(2, "g", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Collect(x.JobResources(1)); !slices.Equal(got, []string{"eu", "ssd", "cache-1"}) {
+		t.Fatalf("job 1 resources %v", got)
+	}
+	if got := slices.Collect(x.JobResources(2)); len(got) != 0 {
+		t.Fatalf("job 2 resources %v", got)
+	}
+	if got := slices.Collect(x.JobResources(3)); len(got) != 0 {
+		t.Fatalf("unknown job resources %v", got)
+	}
+}

@@ -85,6 +85,17 @@ func Streams(n wire.Names, o config.StreamOptions) []jetstream.StreamConfig {
 			MaxMsgs:     rejectedMaxMsgs,
 			Discard:     jetstream.DiscardOld,
 		},
+		{
+			Name:        n.LimitsStream(),
+			Description: "Weave limits per resource and per group: the latest of each",
+			Subjects:    []string{n.AllLimits()},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     storage,
+			Replicas:    o.Replicas,
+			// One message per limit: the latest says what the limit is (or that it is removed).
+			MaxMsgsPerSubject: 1,
+			AllowDirect:       true,
+		},
 	}
 }
 

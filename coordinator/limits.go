@@ -1,0 +1,290 @@
+package coordinator
+
+import (
+	"context"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/internal/jobindex"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// limits is the engine's part that owns the limits per resource and per group ID (stored in the
+// LIMITS stream, one message per limit) and what each has in use. A job is under the limit of
+// its group ID and those of every resource it requires or prefers; it is released only when all
+// of them allow it, and only to a free slot, never to a prefetch place (so it starts when it is
+// released). A job that a limit holds back is set aside in that limit's line, outside the
+// scheduler, so it holds no feeder slot and blocks neither its group's other jobs nor other
+// groups; when the limit has room again (a job under it ends, or its rate gives a token) the
+// first in its line are offered again, ahead of new work. Owned by the loop.
+//
+//   - Concurrency: the jobs under the limit released and not yet reported (running, or in a
+//     worker's hands) never exceed it. A coordinator that takes over counts them from the jobs
+//     replay found in flight.
+//   - Rate: a token bucket of Burst tokens (default 1) refilled at Rate per Per; each release
+//     takes a token. A coordinator that takes over starts with an empty bucket, so the starts of
+//     the two terms together stay within the bucket's bound.
+type limits struct {
+	byKey     map[limitKey]*limitState
+	resources int // resource limits in byKey: none means no job's resources need looking up
+}
+
+type limitKey struct {
+	kind wire.LimitKind
+	name string
+}
+
+// limitState is one limit and its use.
+type limitState struct {
+	wire.Limit
+	running  int       // jobs under it released and not reported
+	tokens   float64   // of the rate's bucket
+	refilled time.Time // when tokens was last brought up to date
+	waiting  []*job    // jobs it holds back, first come first; canceled ones are skipped
+}
+
+// setLimit applies a limit read from the LIMITS stream: a new or changed limit, or a removal.
+func (e *engine) setLimit(l wire.Limit, now time.Time) {
+	if e.limits.byKey == nil {
+		e.limits.byKey = map[limitKey]*limitState{}
+	}
+	k := limitKey{l.Kind, l.Name}
+	ls := e.limits.byKey[k]
+	if l.Removes() {
+		if ls != nil {
+			delete(e.limits.byKey, k)
+			if k.kind == wire.LimitResource {
+				e.limits.resources--
+			}
+			e.offerAgain(ls, len(ls.waiting)) // each is held back again if another limit says so
+			e.log.Info().Str("kind", string(l.Kind)).Str("name", l.Name).Msg("limit removed")
+		}
+		return
+	}
+	if ls == nil {
+		ls = &limitState{refilled: now}
+		e.limits.byKey[k] = ls
+		if k.kind == wire.LimitResource {
+			e.limits.resources++
+		}
+	}
+	ls.Limit = l
+	ls.tokens = min(ls.tokens, float64(ls.burst()))
+	e.countRunning(ls)
+	e.log.Info().Str("kind", string(l.Kind)).Str("name", l.Name).Stringer("limit", l).Int("running", ls.running).Msg("limit set")
+	e.wakeLimit(ls, now)
+}
+
+// countRunning counts the jobs under ls in flight now: for a limit just set, or at takeover.
+func (e *engine) countRunning(ls *limitState) {
+	ls.running = 0
+	var buf []*limitState
+	for _, j := range e.jobs {
+		if j.pool == nil {
+			continue
+		}
+		buf = e.limitsOf(buf[:0], j.id, j.g)
+		if slices.Contains(buf, ls) {
+			ls.running++
+		}
+	}
+}
+
+// limitsOf appends to dst the limits job id of g is under.
+func (e *engine) limitsOf(dst []*limitState, id uint64, g *group) []*limitState {
+	if len(e.limits.byKey) == 0 {
+		return dst
+	}
+	if ls := e.limits.byKey[limitKey{wire.LimitGroup, g.id}]; ls != nil {
+		dst = append(dst, ls)
+	}
+	if e.limits.resources > 0 {
+		for name := range e.idx.JobResources(id) {
+			if ls := e.limits.byKey[limitKey{wire.LimitResource, name}]; ls != nil && !slices.Contains(dst, ls) {
+				dst = append(dst, ls)
+			}
+		}
+	}
+	return dst
+}
+
+// burst is the bucket's size.
+func (ls *limitState) burst() int { return max(ls.Burst, 1) }
+
+// refill brings the bucket's tokens up to now.
+func (ls *limitState) refill(now time.Time) {
+	if ls.Rate == 0 {
+		return
+	}
+	if dt := now.Sub(ls.refilled); dt > 0 {
+		ls.tokens = min(ls.tokens+dt.Seconds()*float64(ls.Rate)/ls.Per.Seconds(), float64(ls.burst()))
+	}
+	ls.refilled = now
+}
+
+// room is how many more jobs the limit lets start now.
+func (ls *limitState) room(now time.Time) int {
+	n := math.MaxInt
+	if ls.Concurrency > 0 {
+		n = max(ls.Concurrency-ls.running, 0)
+	}
+	if ls.Rate > 0 {
+		ls.refill(now)
+		n = min(n, int(ls.tokens))
+	}
+	return n
+}
+
+// holdingBack returns the first of the limits that does not let one more job start now, or nil.
+func holdingBack(ls []*limitState, now time.Time) *limitState {
+	for _, l := range ls {
+		if l.room(now) < 1 {
+			return l
+		}
+	}
+	return nil
+}
+
+// useLimits counts a released job under its limits.
+func useLimits(ls []*limitState) {
+	for _, l := range ls {
+		l.running++
+		if l.Rate > 0 {
+			l.tokens--
+		}
+	}
+}
+
+// freeLimits counts a job whose attempt ended out of its limits, and offers the jobs they held
+// back again as far as they now have room.
+func (e *engine) freeLimits(j *job) {
+	if len(e.limits.byKey) == 0 {
+		return
+	}
+	now := e.cfg.now()
+	for _, ls := range e.limitsOf(nil, j.id, j.g) {
+		ls.running = max(ls.running-1, 0)
+		e.wakeLimit(ls, now)
+	}
+}
+
+// holdBack sets candidate c aside in the line of the limit that holds it back.
+func (e *engine) holdBack(c candidate, ls *limitState) {
+	j := c.retry
+	if j == nil {
+		if _, ok := e.sched.Drop(c.g); !ok {
+			return
+		}
+		j = &job{id: c.id, g: c.g, heapIdx: -1}
+		e.jobs[j.id] = j
+	} else {
+		e.retries.ready = slices.DeleteFunc(e.retries.ready, func(r *job) bool { return r == j })
+	}
+	ls.waiting = append(ls.waiting, j)
+}
+
+// wakeLimit offers again as many of the jobs ls holds back as it has room for.
+func (e *engine) wakeLimit(ls *limitState, now time.Time) {
+	if len(ls.waiting) > 0 {
+		e.offerAgain(ls, ls.room(now))
+	}
+}
+
+// offerAgain moves up to n of the jobs ls holds back to the front of new work, first come first;
+// jobs canceled meanwhile are dropped from its line.
+func (e *engine) offerAgain(ls *limitState, n int) {
+	i := 0
+	for ; i < len(ls.waiting) && n > 0; i++ {
+		j := ls.waiting[i]
+		if st, _ := e.idx.State(j.id); st != jobindex.Pending || e.jobs[j.id] != j {
+			continue
+		}
+		e.retries.ready = append(e.retries.ready, j)
+		n--
+	}
+	ls.waiting = ls.waiting[i:]
+}
+
+// refillLimits offers again the jobs held back by a rate that has tokens again.
+func (e *engine) refillLimits(now time.Time) {
+	for _, ls := range e.limits.byKey {
+		if ls.Rate > 0 {
+			e.wakeLimit(ls, now)
+		}
+	}
+}
+
+// nextToken is when the next rate limit with jobs held back has a token again, or zero.
+func (l *limits) nextToken() time.Time {
+	var next time.Time
+	for _, ls := range l.byKey {
+		if ls.Rate == 0 || len(ls.waiting) == 0 || ls.tokens >= 1 {
+			continue
+		}
+		at := ls.refilled.Add(time.Duration((1 - ls.tokens) * float64(ls.Per) / float64(ls.Rate)))
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next
+}
+
+// recountLimits counts every limit's running jobs again: after replay rebuilt the jobs in flight.
+func (e *engine) recountLimits() {
+	for _, ls := range e.limits.byKey {
+		e.countRunning(ls)
+	}
+}
+
+// followLimits reads the namespace's limits into the engine, then follows the LIMITS stream:
+// later changes reach the loop on limitsCh. Replay calls it first, so the limits hold from the
+// first release of the term.
+func (r *run) followLimits(ctx context.Context) error {
+	var (
+		info *jetstream.StreamInfo
+		cons jetstream.Consumer
+	)
+	err := r.retry(ctx, "follow limits", func(ctx context.Context) error {
+		s, err := r.c.js.Stream(ctx, r.names.LimitsStream())
+		if err != nil {
+			return err
+		}
+		if info, err = s.Info(ctx); err != nil {
+			return err
+		}
+		cons, err = s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case r.limitsCh <- m:
+		case <-r.done:
+		}
+	})
+	if err != nil {
+		return err
+	}
+	r.stop = append(r.stop, cc.Stop)
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		last = 0
+	}
+	return drainUntil(ctx, r.limitsCh, last, r.applyLimit)
+}
+
+// applyLimit applies one message of the LIMITS stream; a malformed one is rejected (recorded in
+// NS_REJECTED) and changes nothing.
+func (r *run) applyLimit(m jetstream.Msg) {
+	l, err := r.names.ParseLimit(m.Subject(), m.Data())
+	if err != nil {
+		r.e.reject(m.Subject(), seq(m), err.Error())
+		return
+	}
+	r.e.setLimit(l, r.cfg.now())
+}

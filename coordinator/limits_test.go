@@ -1,0 +1,140 @@
+package coordinator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// countBy counts jobs per group.
+func countBy(js []*job) map[string]int {
+	n := map[string]int{}
+	for _, j := range js {
+		n[j.g.id]++
+	}
+	return n
+}
+
+// TestConcurrencyLimit: at most N jobs preferring a limited resource are released at once, the
+// rest of the fleet runs other groups' jobs meanwhile (the held-back jobs hold no feeder slot:
+// one is configured), and each job that ends lets one more start.
+func TestConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Feeders: 1, Prefetch: -1})
+	te.e.setLimit(wire.Limit{Kind: wire.LimitResource, Name: "site", Concurrency: 2}, te.now)
+	te.open("crawl")
+	for range 10 {
+		te.job(wire.JobMeta{Group: "crawl", Prefer: []string{"site"}})
+	}
+	te.seal("crawl")
+	te.open("other")
+	for range 10 {
+		te.job(wire.JobMeta{Group: "other"})
+	}
+	te.seal("other")
+	te.worker("w", 8)
+	running := te.releases()["any"]
+	if n := countBy(running); n["crawl"] != 2 || n["other"] != 6 {
+		t.Fatalf("released %v, want 2 of the limited group and 6 of the other", n)
+	}
+	for range 8 {
+		var j *job
+		for i, r := range running {
+			if r.g.id == "crawl" {
+				j, running = r, append(running[:i:i], running[i+1:]...)
+				break
+			}
+		}
+		te.report(j, wire.StatusOK, "")
+		got := te.releases()["any"]
+		if n := countBy(got); n["crawl"] != 1 || len(got) != 1 {
+			t.Fatalf("a limited job's end released %v, want one more of the limited group", n)
+		}
+		running = append(running, got...)
+		if ls := te.e.limits.byKey[limitKey{wire.LimitResource, "site"}]; ls.running != 2 {
+			t.Fatalf("limit counts %d running, want 2", ls.running)
+		}
+	}
+}
+
+// TestRateLimit: a rate of 4 per second with a burst of 2 releases nothing at first (a bucket
+// starts empty), then a job every 250ms, and at most the burst after a pause.
+func TestRateLimit(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	te.e.setLimit(wire.Limit{Kind: wire.LimitGroup, Name: "g", Rate: 4, Per: time.Second, Burst: 2}, te.now)
+	te.open("g")
+	for range 20 {
+		te.job(wire.JobMeta{Group: "g"})
+	}
+	te.seal("g")
+	te.worker("w", 8)
+	released := func() int {
+		te.worker("w", 8)
+		te.e.tick(te.now)
+		got := te.releases()["any"]
+		for _, j := range got {
+			te.report(j, wire.StatusOK, "")
+		}
+		return len(got)
+	}
+	if n := released(); n != 0 {
+		t.Fatalf("released %d with an empty bucket", n)
+	}
+	if next := te.e.limits.nextToken(); !next.Equal(te.now.Add(250 * time.Millisecond)) {
+		t.Fatalf("next token at %v, want 250ms on", next.Sub(te.now))
+	}
+	for i := range 4 {
+		te.now = te.now.Add(250 * time.Millisecond)
+		if n := released(); n != 1 {
+			t.Fatalf("step %d: released %d after 250ms, want 1", i, n)
+		}
+	}
+	te.now = te.now.Add(10 * time.Second)
+	if n := released(); n != 2 {
+		t.Fatalf("released %d after a pause, want the burst of 2", n)
+	}
+}
+
+// TestLimitsAfterReplay: a coordinator that takes over counts the limited jobs in flight, so it
+// releases no more of them than the limit allows.
+func TestLimitsAfterReplay(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	names, cfg, now := te.e.names, te.e.cfg, te.now
+	e2, err := newEngine(cfg, names, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2.setLimit(wire.Limit{Kind: wire.LimitResource, Name: "site", Concurrency: 2}, now)
+	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
+	for id := uint64(2); id <= 6; id++ {
+		e2.feed(names.JobSubject("g"), id, wire.JobMeta{Group: "g", Require: []string{"site"}}.Header(), time.Time{})
+	}
+	e2.endReplay(map[uint64]aliveJob{2: {attempt: 1, pool: "p"}}, now)
+	e2.heartbeat(names.HeartbeatSubject("p", "w"), wire.Heartbeat{Version: wire.Version, Worker: "w", Pool: "p", Resources: []string{"site"}, Concurrency: 8, IntervalMS: 1000}, now)
+	e2.releaseAll()
+	if len(e2.out.releases) != 1 || len(e2.out.releases[0].jobs) != 1 {
+		t.Fatalf("after replay with one limited job in flight, released %+v; want one more", e2.out.releases)
+	}
+}
+
+// TestRemovingALimitOffersItsJobs: the jobs a limit held back run once it is removed.
+func TestRemovingALimitOffersItsJobs(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.e.setLimit(wire.Limit{Kind: wire.LimitGroup, Name: "g", Concurrency: 1}, te.now)
+	te.open("g")
+	for range 5 {
+		te.job(wire.JobMeta{Group: "g"})
+	}
+	te.worker("w", 8)
+	if n := len(te.releases()["any"]); n != 1 {
+		t.Fatalf("released %d under a limit of 1", n)
+	}
+	te.e.setLimit(wire.Limit{Kind: wire.LimitGroup, Name: "g"}, te.now)
+	if n := len(te.releases()["any"]); n != 4 {
+		t.Fatalf("released %d once the limit was removed, want the 4 held back", n)
+	}
+}
