@@ -1,0 +1,192 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+func newLimitCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "limit",
+		Short: "Set, list and remove limits per resource and per group",
+		Long: `A limit bounds the jobs of one resource (the jobs that require or prefer it) or of one group
+ID, across the whole fleet: at most --concurrency of them released at once (running, or in a
+worker's hands), and at most --rate starts per --per, from a bucket of --burst tokens (default
+1: starts evenly spaced). The coordinator enforces them at release; they are kept in the
+namespace's LIMITS stream, so they hold across restarts and failovers, and changing one takes
+effect at once. Jobs a limit holds back wait without taking a worker slot or a feeder slot:
+other groups and the group's other jobs go on.
+
+Setting and removing limits needs the coordinator's NATS permissions (they are the operator's);
+listing them needs only the status API.`,
+		Example: `  weave limit set --resource example.com --concurrency 2 --rate 5 --per 1s
+  weave limit set --group nightly-export --concurrency 10
+  weave limit list
+  weave limit remove --resource example.com`,
+	}
+	cmd.AddCommand(newLimitSetCmd(g), newLimitListCmd(g), newLimitRemoveCmd(g))
+	return cmd
+}
+
+// limitTarget is the --resource or --group a limit command names.
+type limitTarget struct {
+	resource, group string
+}
+
+func (t *limitTarget) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&t.resource, "resource", "", "limit the jobs that require or prefer this resource")
+	cmd.Flags().StringVarP(&t.group, "group", "g", "", "limit the jobs of this group ID")
+}
+
+func (t *limitTarget) limit() (wire.Limit, error) {
+	switch {
+	case (t.resource == "") == (t.group == ""):
+		return wire.Limit{}, usageErrorf("give one of --resource and --group")
+	case t.resource != "":
+		return wire.Limit{Kind: wire.LimitResource, Name: t.resource}, nil
+	}
+	return wire.Limit{Kind: wire.LimitGroup, Name: t.group}, nil
+}
+
+func newLimitSetCmd(g *globals) *cobra.Command {
+	var (
+		conn   connFlags
+		target limitTarget
+		l      wire.Limit
+	)
+	cmd := &cobra.Command{
+		Use:   "set (--resource R | --group G) [--concurrency N] [--rate N --per D [--burst N]]",
+		Short: "Set the limit of a resource or group (replacing its limit)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := target.limit()
+			if err != nil {
+				return err
+			}
+			l.Kind, l.Name = t.Kind, t.Name
+			if l.Removes() {
+				return usageErrorf("give --concurrency, --rate or both (to remove a limit: weave limit remove)")
+			}
+			if l.Rate > 0 && l.Per == 0 {
+				l.Per = time.Second
+			}
+			if err := l.Validate(); err != nil {
+				return usageErrorf("%s", plainReason(err))
+			}
+			return storeLimit(cmd, g, &conn, l, "set")
+		},
+	}
+	conn.register(cmd.Flags())
+	conn.registerTimeout(cmd.Flags(), defaultTimeout)
+	target.register(cmd)
+	f := cmd.Flags()
+	f.IntVar(&l.Concurrency, "concurrency", 0, "at most this many of its jobs released at once (0: no concurrency limit)")
+	f.IntVar(&l.Rate, "rate", 0, "at most this many starts per --per (0: no rate limit)")
+	f.DurationVar(&l.Per, "per", 0, "the rate's interval (default 1s with --rate)")
+	f.IntVar(&l.Burst, "burst", 0, "starts allowed at once after a pause (default 1)")
+	return cmd
+}
+
+func newLimitRemoveCmd(g *globals) *cobra.Command {
+	var (
+		conn   connFlags
+		target limitTarget
+	)
+	cmd := &cobra.Command{
+		Use:   "remove (--resource R | --group G)",
+		Short: "Remove the limit of a resource or group",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := target.limit()
+			if err != nil {
+				return err
+			}
+			if err := l.Validate(); err != nil {
+				return usageErrorf("%s", plainReason(err))
+			}
+			return storeLimit(cmd, g, &conn, l, "removed")
+		},
+	}
+	conn.register(cmd.Flags())
+	conn.registerTimeout(cmd.Flags(), defaultTimeout)
+	target.register(cmd)
+	return cmd
+}
+
+// storeLimit stores l and says so.
+func storeLimit(cmd *cobra.Command, g *globals, conn *connFlags, l wire.Limit, verb string) error {
+	ctx, stop := signalContext(cmd.Context())
+	defer stop()
+	d, s, err := newDispatcher(ctx, conn, "limit", g.log)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := d.SetLimit(s.ctx, l); err != nil {
+		return s.explain(err)
+	}
+	if verb == "removed" {
+		fmt.Fprintf(cmd.OutOrStdout(), "limit of %s %q removed\n", l.Kind, l.Name)
+		return nil
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "limit of %s %q set: %v\n", l.Kind, l.Name, l)
+	return nil
+}
+
+func newLimitListCmd(g *globals) *cobra.Command {
+	var (
+		conn    connFlags
+		jsonOut bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the limits, with the jobs each has running and holds back",
+		Long: `List asks the running coordinator for the limits it enforces and their use: the jobs under
+each released and not reported (running), and those it holds back (waiting).`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			s, err := conn.open(ctx, "limit", g.log)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			qctx, cancel := contextWithTimeout(s.ctx, conn.timeout)
+			defer cancel()
+			st, err := coordinator.QueryStatus(qctx, s.nc, conn.namespace)
+			if err != nil {
+				return s.explain(err)
+			}
+			if jsonOut {
+				return writeJSON(cmd.OutOrStdout(), st.Limits, true)
+			}
+			return printLimits(cmd.OutOrStdout(), st.Limits)
+		},
+	}
+	conn.register(cmd.Flags())
+	conn.registerTimeout(cmd.Flags(), defaultTimeout)
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the limits as JSON")
+	return cmd
+}
+
+func printLimits(w io.Writer, ls []coordinator.LimitStatus) error {
+	if len(ls) == 0 {
+		_, err := fmt.Fprintln(w, "no limits")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tNAME\tLIMIT\tRUNNING\tWAITING")
+	for _, l := range ls {
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%d\n", l.Kind, l.Name, l.Limit, l.Running, l.Waiting)
+	}
+	return tw.Flush()
+}
+

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/integration/jstest"
+)
+
+// TestLimitCommands: limit set, list and remove against a running coordinator, and the usage
+// errors of set.
+func TestLimitCommands(t *testing.T) {
+	t.Parallel()
+	srv := jstest.New(t)
+	conn := []string{"--nats", srv.ClientURL(), "--namespace", "lim", "--log-level", "warn"}
+	initNamespace(t, conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, append([]string{"coordinator"}, conn...), nil, &bytes.Buffer{}, &bytes.Buffer{})
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != exitOK {
+			t.Errorf("coordinator: exit %d", code)
+		}
+	}()
+	for _, bad := range [][]string{
+		{"limit", "set", "--concurrency", "2"},                                    // no target
+		{"limit", "set", "--resource", "r", "--group", "g", "--concurrency", "2"}, // two targets
+		{"limit", "set", "--resource", "r"},                                       // nothing to limit
+		{"limit", "set", "--resource", "a b", "--concurrency", "2"},               // bad name
+		{"limit", "set", "--resource", "r", "--concurrency", "1", "--burst", "3"}, // burst without rate
+	} {
+		if code, out, errOut := runCLI(t, "", append(bad, conn...)...); code != exitUsage {
+			t.Errorf("weave %q: exit %d, want a usage error\n%s%s", bad, code, out, errOut)
+		}
+	}
+	code, out, errOut := runCLI(t, "", append([]string{"limit", "set", "--resource", "example.com", "--concurrency", "2", "--rate", "5"}, conn...)...)
+	if code != exitOK || !strings.Contains(out, `limit of resource "example.com" set: 2 at once, 5 per 1s (burst 1)`) {
+		t.Fatalf("limit set: exit %d\n%s%s", code, out, errOut)
+	}
+	waitFor(t, 30*time.Second, "limit list to show the limit", func() bool {
+		code, out, _ := runCLI(t, "", append([]string{"limit", "list"}, conn...)...)
+		return code == exitOK && strings.Contains(out, "resource  example.com  2 at once, 5 per 1s (burst 1)  0        0")
+	})
+	if code, out, errOut := runCLI(t, "", append([]string{"limit", "remove", "--resource", "example.com"}, conn...)...); code != exitOK {
+		t.Fatalf("limit remove: exit %d\n%s%s", code, out, errOut)
+	}
+	waitFor(t, 30*time.Second, "limit list to show no limit", func() bool {
+		code, out, _ := runCLI(t, "", append([]string{"limit", "list"}, conn...)...)
+		return code == exitOK && strings.TrimSpace(out) == "no limits"
+	})
+}
