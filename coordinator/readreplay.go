@@ -166,10 +166,17 @@ func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg
 		return 0, err
 	}
 	r.stop = append(r.stop, cc.Stop)
+	if info.State.Msgs == 0 {
+		// Nothing to read (LastSeq may still be above 0: a stream whose messages were all
+		// deleted, as JOBS is once every group is purged).
+		return 0, nil
+	}
 	return info.State.LastSeq, nil
 }
 
-// drainUntil applies messages from ch until one with stream sequence ≥ last has been applied.
+// drainUntil applies messages from ch until one with stream sequence ≥ last has been applied,
+// or one after which the consumer had nothing pending: the message at last may have been
+// deleted since the stream's state was read (a purge), and then none reaches it.
 func drainUntil(ctx context.Context, ch <-chan jetstream.Msg, last uint64, apply func(jetstream.Msg)) error {
 	if last == 0 {
 		return nil
@@ -180,7 +187,7 @@ func drainUntil(ctx context.Context, ch <-chan jetstream.Msg, last uint64, apply
 			return ctx.Err()
 		case m := <-ch:
 			apply(m)
-			if seq(m) >= last {
+			if md, err := m.Metadata(); err == nil && (md.Sequence.Stream >= last || md.NumPending == 0) {
 				return nil
 			}
 		}

@@ -294,3 +294,39 @@ func TestKeyAfterRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartOnPurgedStreams: once every group is complete and purged, JOBS holds no message
+// although its last sequence is above 0; a coordinator that starts then (after a SIGKILL) must
+// finish replay and coordinate, not wait for that message. It used to wait until the next
+// message was published.
+func TestRestartOnPurgedStreams(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	first := e.startChildCoordinator()
+	e.worker(worker.Config{ID: "w", Concurrency: 8}, func(context.Context, *worker.Job) ([]byte, error) { return nil, nil })
+	e.wait(e.publish("g", jobs(10, nil)))
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := wire.NewNames(e.ns)
+	eventually(t, 30*time.Second, "the complete group to be purged from JOBS", func() bool {
+		s, err := js.Stream(e.ctx, names.JobsStream())
+		return err == nil && s.CachedInfo().State.Msgs == 0 && s.CachedInfo().State.LastSeq > 0
+	})
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	e.startChildCoordinator()
+	// Nothing is published until it answers: a new message would end its wait.
+	eventually(t, 20*time.Second, "the new coordinator to end replay and answer status", func() bool {
+		ctx, cancel := context.WithTimeout(e.ctx, time.Second)
+		defer cancel()
+		_, err := coordinator.QueryStatus(ctx, e.nc, e.ns)
+		return err == nil
+	})
+	if res := e.wait(e.publish("h", jobs(10, nil))); res.Summary.Done != 10 {
+		t.Fatalf("a group published after the restart: %+v", res.Summary)
+	}
+}
