@@ -1,0 +1,111 @@
+package integration_test
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/worker"
+)
+
+// TestLimitsHoldAcrossCoordinatorKill: a concurrency limit on a resource and a rate limit on a
+// group are never exceeded, as the handlers see them, while the coordinator process is SIGKILLed
+// and another takes over; other groups' jobs are not held back by them.
+func TestLimitsHoldAcrossCoordinatorKill(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	const (
+		siteLimit = 3
+		rate      = 20 // per second
+		burst     = 2
+	)
+	if err := e.d.SetLimit(e.ctx, dispatcher.Limit{Kind: dispatcher.LimitResource, Name: "site", Concurrency: siteLimit}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.SetLimit(e.ctx, dispatcher.Limit{Kind: dispatcher.LimitGroup, Name: "polite", Rate: rate, Per: time.Second, Burst: burst}); err != nil {
+		t.Fatal(err)
+	}
+	first := e.startChildCoordinator()
+
+	var (
+		mu                      sync.Mutex
+		site, sitePeak, siteN   int
+		politeStarts            []time.Time
+		freeDone, siteAtFreeEnd int
+	)
+	e.worker(worker.Config{ID: "w", Concurrency: 8}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		mu.Lock()
+		switch j.Group {
+		case "crawl":
+			site++
+			sitePeak = max(sitePeak, site)
+		case "polite":
+			politeStarts = append(politeStarts, time.Now())
+		}
+		mu.Unlock()
+		d := time.Millisecond
+		if j.Group == "crawl" {
+			d = 30 * time.Millisecond
+		}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch j.Group {
+		case "crawl":
+			site--
+			siteN++
+		case "free":
+			if freeDone++; freeDone == 200 {
+				siteAtFreeEnd = siteN
+			}
+		}
+		return nil, nil
+	})
+	crawl := e.publish("crawl", jobs(60, func(_ int, j *dispatcher.Job) { j.Prefer = []string{"site"} }))
+	polite := e.publish("polite", jobs(40, nil))
+	free := e.publish("free", jobs(200, nil))
+
+	eventually(t, time.Minute, "a quarter of the limited jobs to finish", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return siteN >= 15
+	})
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	e.startChildCoordinator()
+
+	for _, h := range []*dispatcher.Handle{crawl, polite, free} {
+		if res := e.wait(h); res.Summary.Failed+res.Summary.Canceled != 0 {
+			t.Fatalf("group %s: %+v", h.GroupID(), res.Summary)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sitePeak > siteLimit {
+		t.Errorf("%d jobs of the limited resource ran at once, limit %d", sitePeak, siteLimit)
+	}
+	if siteAtFreeEnd >= 60 {
+		t.Errorf("the unlimited group finished only after every limited job (%d)", siteAtFreeEnd)
+	}
+	// In any window from one start to a later one, the starts stay within the bucket's bound:
+	// burst + rate × window, plus one start of slack for the delivery from release to handler.
+	for i := range politeStarts {
+		for j := i + 1; j < len(politeStarts); j++ {
+			window := politeStarts[j].Sub(politeStarts[i])
+			if n, bound := j-i+1, burst+rate*window.Seconds()+1; float64(n) > bound {
+				t.Fatalf("%d starts of the rate-limited group within %v: more than %.1f", n, window, bound)
+			}
+		}
+	}
+	t.Logf("peak %d of %d at once; %d rate-limited starts over %v", sitePeak, siteLimit, len(politeStarts),
+		politeStarts[len(politeStarts)-1].Sub(politeStarts[0]).Round(time.Millisecond))
+}
