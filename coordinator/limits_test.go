@@ -82,7 +82,7 @@ func TestRateLimit(t *testing.T) {
 	if n := released(); n != 0 {
 		t.Fatalf("released %d with an empty bucket", n)
 	}
-	if next := te.e.limits.nextToken(); !next.Equal(te.now.Add(250 * time.Millisecond)) {
+	if next := te.e.limits.nextToken(te.now); !next.Equal(te.now.Add(250 * time.Millisecond)) {
 		t.Fatalf("next token at %v, want 250ms on", next.Sub(te.now))
 	}
 	for i := range 4 {
@@ -136,5 +136,44 @@ func TestRemovingALimitOffersItsJobs(t *testing.T) {
 	te.e.setLimit(wire.Limit{Kind: wire.LimitGroup, Name: "g"}, te.now)
 	if n := len(te.releases()["any"]); n != 4 {
 		t.Fatalf("released %d once the limit was removed, want the 4 held back", n)
+	}
+}
+
+// TestRateLimitKeepsItsSchedule: a release a little after its token came does not push the next
+// token back (a backlog runs at the rate, whatever the loop's delays), while after a pause
+// longer than an interval the bucket counts from the release.
+func TestRateLimitKeepsItsSchedule(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	t0 := te.now
+	te.e.setLimit(wire.Limit{Kind: wire.LimitGroup, Name: "g", Rate: 10, Per: time.Second}, te.now)
+	te.open("g")
+	for range 5 {
+		te.job(wire.JobMeta{Group: "g"})
+	}
+	te.worker("w", 8)
+	step := func(at time.Time, want int) {
+		t.Helper()
+		te.now = at
+		te.worker("w", 8)
+		te.e.tick(te.now)
+		got := te.releases()["any"]
+		for _, j := range got {
+			te.report(j, wire.StatusOK, "")
+		}
+		if len(got) != want {
+			t.Fatalf("at +%v released %d, want %d", at.Sub(t0), len(got), want)
+		}
+	}
+	step(t0, 0)
+	step(t0.Add(103*time.Millisecond), 1) // 3ms after its token
+	if next := te.e.limits.nextToken(te.now); !next.Equal(t0.Add(200 * time.Millisecond)) {
+		t.Fatalf("next token at +%v, want +200ms: the schedule, not the late release", next.Sub(t0))
+	}
+	step(t0.Add(199*time.Millisecond), 0)
+	step(t0.Add(200*time.Millisecond), 1)
+	step(t0.Add(time.Second), 1) // after a pause: one token (burst 1), the next an interval on
+	if next := te.e.limits.nextToken(te.now); !next.Equal(t0.Add(1100 * time.Millisecond)) {
+		t.Fatalf("after a pause the next token is at +%v, want +1.1s", next.Sub(t0))
 	}
 }

@@ -136,7 +136,7 @@ func (r *run) drainLearned() {
 
 func (r *run) armRetry(t *time.Timer) {
 	due := r.e.retries.nextDue()
-	for _, d := range [...]time.Time{r.e.delays.nextDue(), r.e.limits.nextToken()} {
+	for _, d := range [...]time.Time{r.e.delays.nextDue(), r.e.limits.nextToken(r.cfg.now())} {
 		if !d.IsZero() && (due.IsZero() || d.Before(due)) {
 			due = d
 		}

@@ -84,7 +84,7 @@ func (e *engine) releaseAll() {
 						e.holdBack(c, ls)
 						continue
 					}
-					useLimits(limited)
+					useLimits(limited, now)
 				}
 				batches[p] = append(batches[p], e.take(c, p))
 				outstanding++

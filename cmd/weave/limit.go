@@ -189,4 +189,3 @@ func printLimits(w io.Writer, ls []coordinator.LimitStatus) error {
 	}
 	return tw.Flush()
 }
-

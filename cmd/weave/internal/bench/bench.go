@@ -14,7 +14,7 @@ import (
 )
 
 // Scenarios are the scenario names, in the order Run runs them.
-var Scenarios = []string{"throughput", "latency", "fairness", "weights", "spread", "herd", "scale"}
+var Scenarios = []string{"throughput", "latency", "fairness", "weights", "limits", "spread", "herd", "scale"}
 
 // Config holds every scenario's configuration; zero fields take the defaults.
 type Config struct {
@@ -22,6 +22,7 @@ type Config struct {
 	Latency    LatencyConfig
 	Fairness   FairnessConfig
 	Weights    WeightsConfig
+	Limits     LimitsConfig
 	Spread     SpreadConfig
 	Herd       HerdConfig
 	Scale      ScaleConfig
@@ -41,6 +42,8 @@ func (c *Config) Validate(scenarios []string) error {
 			err = c.Fairness.defaults()
 		case "weights":
 			err = c.Weights.defaults()
+		case "limits":
+			err = c.Limits.defaults()
 		case "spread":
 			err = c.Spread.defaults()
 		case "herd":
@@ -118,6 +121,8 @@ func runScenario(ctx context.Context, env *Env, name string, cfg *Config) (Resul
 		return RunFairness(ctx, env, cfg.Fairness)
 	case "weights":
 		return RunWeights(ctx, env, cfg.Weights)
+	case "limits":
+		return RunLimits(ctx, env, cfg.Limits)
 	case "spread":
 		return RunSpread(ctx, env, cfg.Spread)
 	case "herd":

@@ -95,6 +95,7 @@ func TestConfigValidate(t *testing.T) {
 		"latency":    {Latency: LatencyConfig{PayloadSize: 4}},
 		"fairness":   {Fairness: FairnessConfig{Work: time.Millisecond}},
 		"weights":    {Weights: WeightsConfig{Slots: 1}},
+		"limits":     {Limits: LimitsConfig{Backlog: 5}},
 		"spread":     {Spread: SpreadConfig{MinTask: 5 * time.Millisecond, MaxTask: time.Millisecond}},
 		"herd":       {Herd: HerdConfig{Workers: 10, Slots: 5}},
 		"scale":      {Scale: ScaleConfig{Sizes: []int{10}}},
