@@ -42,9 +42,9 @@ type limitKey struct {
 // limitState is one limit and its use.
 type limitState struct {
 	wire.Limit
-	running  int       // jobs under it released and not reported
-	tat      time.Time // the rate's theoretical arrival time (see limits)
-	waiting  []*job    // jobs it holds back, first come first; canceled ones are skipped
+	running int       // jobs under it released and not reported
+	tat     time.Time // the rate's theoretical arrival time (see limits)
+	waiting []*job    // jobs it holds back, first come first; canceled ones are skipped
 }
 
 // setLimit applies a limit read from the LIMITS stream: a new or changed limit, or a removal.
