@@ -36,6 +36,7 @@ const (
 	DefaultReadAhead          = 16
 	DefaultPayloadCache       = 32 << 20
 	DefaultAbandonAfter       = 5 * time.Minute
+	DefaultLearnAffinity      = time.Minute
 )
 
 // DefaultPrefetch is Config.Prefetch's default: 0, a window that adapts to the jobs. The fleet
@@ -122,6 +123,13 @@ type Config struct {
 	// Default 5m.
 	AbandonAfter time.Duration
 
+	// LearnAffinity is how long a pool that ran a job by fallback (it holds none of the
+	// resources the job prefers) stays preferred for those resources: later jobs preferring them
+	// go to it rather than to a pool that ran none of them, so they find its caches warm. A
+	// learned resource ranks below one the pool holds and never meets a requirement. Default
+	// 1m; negative turns learning off.
+	LearnAffinity time.Duration
+
 	// TrimInterval is how often the coordinator deletes what the streams no longer need to hold:
 	// EVENTS records below the oldest one the state depends on, and the outcomes of groups
 	// finished more than Streams.ResultRetention ago. Default 10s.
@@ -195,6 +203,7 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.TrimInterval, DefaultTrimInterval)
 	setDefault(&c.RescueAfter, DefaultRescueAfter)
 	setDefault(&c.AbandonAfter, DefaultAbandonAfter)
+	setDefault(&c.LearnAffinity, DefaultLearnAffinity)
 	c.Streams = c.Streams.WithDefaults()
 	alarms, err := c.Alarms.withDefaults()
 	if err != nil {

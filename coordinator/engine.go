@@ -189,6 +189,7 @@ func (e *engine) tick(now time.Time) {
 	e.wake(now)
 	e.refillLimits(now)
 	e.expireWorkers(now)
+	e.forgetAffinity(now)
 	e.abandon(now)
 }
 

@@ -25,9 +25,10 @@ type fleet struct {
 type pool struct {
 	key         string
 	resources   []string
-	held        *jobindex.ResourceSet
-	slots       int // total concurrency of the pool's live workers
-	outstanding int // jobs released to the pool and not yet reported
+	held        *jobindex.ResourceSet // its resources and those it learned (affinity.go), compiled
+	learned     map[string]time.Time  // resources it learned, until when (affinity.go)
+	slots       int                   // total concurrency of the pool's live workers
+	outstanding int                   // jobs released to the pool and not yet reported
 	workers     int
 	// orphanSince is when the pool was last left without live workers (or first seen, during
 	// replay, before any heartbeat). Jobs released to an orphaned pool are rescued once it has

@@ -87,6 +87,7 @@ func (e *engine) releaseAll() {
 					useLimits(limited, now)
 				}
 				batches[p] = append(batches[p], e.take(c, p))
+				e.learnAffinity(p, c.id, m, now)
 				outstanding++
 				if len(batches[p]) == p.batchCap(e.cfg.MaxBatch) {
 					e.flushBatch(p, batches)

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"cmp"
+	"maps"
 	"context"
 	"encoding/json"
 	"errors"
@@ -100,6 +101,9 @@ type PoolStatus struct {
 	Workers     int      `json:"workers"`
 	Slots       int      `json:"slots"`
 	Outstanding int      `json:"outstanding"` // released to the pool and not yet reported
+	// Learned lists the resources the pool learned: it ran jobs preferring them by fallback
+	// (Config.LearnAffinity).
+	Learned []string `json:"learned,omitempty"`
 }
 
 // WorkerStatus describes one live worker, from its last heartbeat.
@@ -161,7 +165,8 @@ func (e *engine) status() *Status {
 	}
 	holders := map[string]int{}
 	for _, p := range e.fleet.poolOrder {
-		s.Pools = append(s.Pools, PoolStatus{Key: p.key, Resources: p.resources, Workers: p.workers, Slots: p.slots, Outstanding: p.outstanding})
+		learned := slices.Sorted(maps.Keys(p.learned))
+		s.Pools = append(s.Pools, PoolStatus{Key: p.key, Resources: p.resources, Workers: p.workers, Slots: p.slots, Outstanding: p.outstanding, Learned: learned})
 		for _, r := range p.resources {
 			holders[r] += p.slots
 		}

@@ -20,9 +20,13 @@ const (
 	// MatchFallback: the job requires nothing and prefers nothing the pool holds; any pool may
 	// run it.
 	MatchFallback
+	// MatchLearned: the job prefers none of the pool's resources but one the pool has learned
+	// (see [Index.CompileLearned]), and the pool holds everything it requires. It ranks below
+	// MatchPreferred and above MatchRequired and MatchFallback.
+	MatchLearned
 )
 
-var matchNames = [...]string{"none", "preferred", "required", "fallback"}
+var matchNames = [...]string{"none", "preferred", "required", "fallback", "learned"}
 
 func (m Match) String() string {
 	if int(m) < len(matchNames) {
@@ -39,6 +43,7 @@ func (m Match) String() string {
 // used with several indexes, and like an [Index] it belongs to one goroutine: the index's owner.
 type ResourceSet struct {
 	names    []string // sorted, no duplicates
+	learned  []string // sorted, no duplicates: preferred-only (see CompileLearned)
 	compiled *compiledSet
 }
 
@@ -49,9 +54,10 @@ type compiledSet struct {
 	// verdict[p] is how a pending job with profile p suits the pool; MatchNone if the pool
 	// lacks one of its required resources.
 	verdict []Match
-	// preferred lists the profiles with verdict MatchPreferred, fitting those with
-	// MatchRequired or MatchFallback: the profiles SelectAny takes minimums over.
-	preferred, fitting []uint32
+	// preferred lists the profiles with verdict MatchPreferred, learned those with
+	// MatchLearned, fitting those with MatchRequired or MatchFallback: the profiles SelectAny
+	// takes minimums over.
+	preferred, learned, fitting []uint32
 }
 
 // NewResourceSet returns the resource set holding held. Names are case-sensitive; duplicates
@@ -73,6 +79,17 @@ func (x *Index) Compile(held []string) *ResourceSet {
 	return w
 }
 
+// CompileLearned is [Index.Compile] for a pool that also learned resources: a job preferring a
+// learned resource suits the pool better than one that prefers nothing it holds
+// ([MatchLearned]), but a learned resource never meets a requirement. It serves affinity
+// learned from where jobs ran: a pool that ran a job preferring r by fallback has r's data warm.
+func (x *Index) CompileLearned(held, learned []string) *ResourceSet {
+	w := NewResourceSet(held...)
+	w.learned = NewResourceSet(learned...).names
+	w.compile(x)
+	return w
+}
+
 // compile returns w resolved against x, compiling it again if x's tables changed since.
 func (w *ResourceSet) compile(x *Index) *compiledSet {
 	if c := w.compiled; c != nil && c.index == x.id && c.epoch == x.epoch {
@@ -84,17 +101,28 @@ func (w *ResourceSet) compile(x *Index) *compiledSet {
 			held[rid] = true
 		}
 	}
+	var learned []bool
+	if len(w.learned) > 0 {
+		learned = make([]bool, len(x.resources))
+		for _, name := range w.learned {
+			if rid, ok := x.resourceIDs[name]; ok {
+				learned[rid] = true
+			}
+		}
+	}
 	c := &compiledSet{index: x.id, epoch: x.epoch, verdict: make([]Match, len(x.profiles))}
 	for pid := range x.profiles {
 		p := &x.profiles[pid]
 		if p.key == "" {
 			continue
 		}
-		m := verdict(p, held)
+		m := verdict(p, held, learned)
 		c.verdict[pid] = m
 		switch m {
 		case MatchPreferred:
 			c.preferred = append(c.preferred, uint32(pid))
+		case MatchLearned:
+			c.learned = append(c.learned, uint32(pid))
 		case MatchRequired, MatchFallback:
 			c.fitting = append(c.fitting, uint32(pid))
 		}
@@ -103,7 +131,7 @@ func (w *ResourceSet) compile(x *Index) *compiledSet {
 	return c
 }
 
-func verdict(p *profile, held []bool) Match {
+func verdict(p *profile, held, learned []bool) Match {
 	for _, rid := range p.require {
 		if !held[rid] {
 			return MatchNone
@@ -114,6 +142,11 @@ func verdict(p *profile, held []bool) Match {
 			return MatchPreferred
 		}
 	}
+	for _, rid := range p.prefer {
+		if learned != nil && learned[rid] {
+			return MatchLearned
+		}
+	}
 	if len(p.require) > 0 {
 		return MatchRequired
 	}
@@ -122,9 +155,9 @@ func verdict(p *profile, held []bool) Match {
 
 // Select picks a job for a pool holding w among candidates, the jobs the scheduler offers in
 // priority order. It returns the first pending candidate that prefers a resource in w (and
-// whose requirements w meets); if there is none, the first pending candidate whose
-// requirements w meets. Candidates that are not pending or not indexed are skipped. ok is
-// false when no candidate fits.
+// whose requirements w meets); if there is none, the first that prefers a resource w learned;
+// if there is none, the first pending candidate whose requirements w meets. Candidates that are
+// not pending or not indexed are skipped. ok is false when no candidate fits.
 //
 // Select does not change the job's state: the caller moves it to [Running] when it releases it.
 // The cost is O(len(candidates) × log spans per block).
@@ -136,8 +169,8 @@ func (x *Index) Select(w *ResourceSet, candidates []uint64) (id uint64, m Match,
 			continue
 		}
 		v := c.verdict[pid]
-		if v == MatchNone || (v != MatchPreferred && ok) {
-			continue // cannot run here, or cannot beat the fallback already found
+		if v == MatchNone || ok && (m == MatchLearned || v != MatchLearned) && v != MatchPreferred {
+			continue // cannot run here, or cannot beat the one already found
 		}
 		if !x.states[Pending].Contains(cand) {
 			continue
@@ -161,6 +194,12 @@ func (x *Index) SelectAny(w *ResourceSet) (id uint64, m Match, ok bool) {
 	}
 	if best != noJob {
 		return best, MatchPreferred, true
+	}
+	for _, pid := range c.learned {
+		best = min(best, x.minPending[pid])
+	}
+	if best != noJob {
+		return best, MatchLearned, true
 	}
 	bestProfile := uint32(0)
 	for _, pid := range c.fitting {

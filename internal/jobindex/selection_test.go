@@ -192,3 +192,45 @@ func TestMatchString(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectLearned: a learned resource ranks a job preferring it between one preferring a held
+// resource and one that merely fits, and never meets a requirement.
+func TestSelectLearned(t *testing.T) {
+	t.Parallel()
+	x := New()
+	for _, j := range []struct {
+		id              uint64
+		require, prefer []string
+	}{
+		{1, nil, nil},               // fits anywhere
+		{2, []string{"gpu"}, nil},   // requires what the pool only learned
+		{3, nil, []string{"warm"}},  // prefers a learned resource
+		{4, nil, []string{"cache"}}, // prefers a held resource
+	} {
+		if err := x.Add(j.id, "g", j.require, j.prefer); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := x.CompileLearned([]string{"cache"}, []string{"warm", "gpu"})
+	for _, tc := range []struct {
+		cands []uint64
+		want  uint64
+		m     Match
+	}{
+		{[]uint64{1, 3, 4}, 4, MatchPreferred},
+		{[]uint64{1, 3}, 3, MatchLearned},
+		{[]uint64{3, 1}, 3, MatchLearned},
+		{[]uint64{1, 2}, 1, MatchFallback},
+	} {
+		id, m, ok := x.Select(w, tc.cands)
+		if !ok || id != tc.want || m != tc.m {
+			t.Errorf("Select(%v) = %d %v %v, want %d %v", tc.cands, id, m, ok, tc.want, tc.m)
+		}
+	}
+	if _, _, ok := x.Select(w, []uint64{2}); ok {
+		t.Error("a learned resource met a requirement")
+	}
+	if id, m, ok := x.SelectAny(x.CompileLearned(nil, []string{"warm"})); !ok || id != 3 || m != MatchLearned {
+		t.Errorf("SelectAny = %d %v %v, want 3 learned", id, m, ok)
+	}
+}
