@@ -2,11 +2,11 @@ package coordinator
 
 import (
 	"cmp"
-	"maps"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
