@@ -15,8 +15,9 @@ type fleet struct {
 	pools     map[string]*pool
 	poolOrder []*pool // stable iteration order; rotated for fairness between pools
 	workers   map[string]*workerInfo
-	slots     int     // total slots of live workers
-	busy      float64 // the fleet's busy share without waiting (see learnBusy); sizes the prefetch window
+	slots     int              // total slots of live workers
+	busy      float64          // the fleet's busy share without waiting (see learnBusy); sizes the prefetch window
+	learnedBy map[string]*pool // the pool that learned each resource (affinity.go)
 }
 
 // pool is the set of live workers holding the same resources. They share one work subject and

@@ -14,7 +14,7 @@ import (
 )
 
 // Scenarios are the scenario names, in the order Run runs them.
-var Scenarios = []string{"throughput", "latency", "fairness", "weights", "limits", "spread", "herd", "scale"}
+var Scenarios = []string{"throughput", "latency", "fairness", "weights", "limits", "affinity", "spread", "herd", "scale"}
 
 // Config holds every scenario's configuration; zero fields take the defaults.
 type Config struct {
@@ -23,6 +23,7 @@ type Config struct {
 	Fairness   FairnessConfig
 	Weights    WeightsConfig
 	Limits     LimitsConfig
+	Affinity   AffinityConfig
 	Spread     SpreadConfig
 	Herd       HerdConfig
 	Scale      ScaleConfig
@@ -44,6 +45,8 @@ func (c *Config) Validate(scenarios []string) error {
 			err = c.Weights.defaults()
 		case "limits":
 			err = c.Limits.defaults()
+		case "affinity":
+			err = c.Affinity.defaults()
 		case "spread":
 			err = c.Spread.defaults()
 		case "herd":
@@ -123,6 +126,8 @@ func runScenario(ctx context.Context, env *Env, name string, cfg *Config) (Resul
 		return RunWeights(ctx, env, cfg.Weights)
 	case "limits":
 		return RunLimits(ctx, env, cfg.Limits)
+	case "affinity":
+		return RunAffinity(ctx, env, cfg.Affinity)
 	case "spread":
 		return RunSpread(ctx, env, cfg.Spread)
 	case "herd":
