@@ -13,7 +13,7 @@ import (
 
 // newDemoCmd is weave demo: its flags and output; the crawl itself is package demo.
 func newDemoCmd(g *globals) *cobra.Command {
-	o := demo.Options{Jobs: 5000, Sites: 250, Workers: 3, Concurrency: 4, Seed: 1, FailRate: 0.01}
+	o := demo.Options{Jobs: 5000, Sites: 250, Workers: 3, Concurrency: 4, Seed: 1, FailRate: 0.01, SiteConcurrency: 4, SiteRate: 500}
 	var (
 		policy        string
 		withDashboard bool
@@ -87,6 +87,8 @@ more time to watch.`,
 	f.Float64Var(&o.FailRate, "fail-rate", o.FailRate, "share of pages whose first fetch fails with a 503 (retried)")
 	f.StringVar(&policy, "policy", spreader.LeastInFlight.String(), "scheduling policy: least-in-flight or round-robin")
 	f.IntVar(&o.MaxPerSite, "max-per-site", 0, "cap on the pages of one site fetched at once (0: none, spread only)")
+	f.IntVar(&o.SiteConcurrency, "site-concurrency", o.SiteConcurrency, "politeness: at most this many fetches of one site at once, fleet-wide (a weave limit per site; 0: none)")
+	f.IntVar(&o.SiteRate, "site-rate", o.SiteRate, "politeness: at most this many fetches of one site started per second (a weave limit per site; 0: none)")
 	f.BoolVar(&withDashboard, "dashboard", false, "serve weave dashboard of the demo, and keep it open after the crawl until Ctrl-C")
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "with --dashboard: the address to serve it on")
 	registerNamespace(f, &o.Namespace)

@@ -20,6 +20,7 @@ func TestDemo(t *testing.T) {
 		// The table says what to conclude, not only a footnote.
 		"crowded*  overall",
 		"So: while other sites waited, Weave let no site have more than ",
+		"politeness  per site (weave limit): at most 4 fetches at once and 500 per second; measured at most ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

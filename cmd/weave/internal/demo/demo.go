@@ -23,6 +23,7 @@ import (
 	"github.com/weavejobs/weave/cmd/weave/internal/inproc"
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/spreader"
 	"github.com/weavejobs/weave/worker"
 )
@@ -31,10 +32,13 @@ import (
 type Options struct {
 	Jobs, Sites, Workers, Concurrency int
 	MaxPerSite                        int
-	FailRate                          float64
-	Seed                              uint64
-	Policy                            spreader.Policy
-	Namespace                         string
+	// SiteConcurrency and SiteRate are each site's politeness: a limit (weave limit) on its
+	// group of at most SiteConcurrency fetches at once and SiteRate starts per second; 0: none.
+	SiteConcurrency, SiteRate int
+	FailRate                  float64
+	Seed                      uint64
+	Policy                    spreader.Policy
+	Namespace                 string
 
 	// Progress receives the live progress; nil for none. Live redraws one line in place (a
 	// terminal); otherwise a line is written every second.
@@ -73,6 +77,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--fail-rate %v outside 0..0.5", o.FailRate)
 	case o.MaxPerSite < 0:
 		return fmt.Errorf("--max-per-site %d is negative", o.MaxPerSite)
+	case o.SiteConcurrency < 0 || o.SiteConcurrency > wire.MaxLimitConcurrency:
+		return fmt.Errorf("--site-concurrency %d outside 0..%d", o.SiteConcurrency, wire.MaxLimitConcurrency)
+	case o.SiteRate < 0 || o.SiteRate > wire.MaxLimitRate:
+		return fmt.Errorf("--site-rate %d outside 0..%d", o.SiteRate, wire.MaxLimitRate)
 	}
 	return nil
 }
@@ -191,6 +199,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := politeness(ctx, dep, d, w, o); err != nil {
+		return nil, err
+	}
 	if o.Dashboard != "" {
 		if err := serveDashboard(ctx, dep, o); err != nil {
 			return nil, err
@@ -223,6 +234,26 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.Weave = tr.result()
 	return res, nil
+}
+
+// politeness sets each site's limit (its group's), and waits until the coordinator applies them
+// all, so that none of a site's pages starts before its limit holds.
+func politeness(ctx context.Context, dep *inproc.Deployment, d *dispatcher.Dispatcher, w *workload, o Options) error {
+	if o.SiteConcurrency == 0 && o.SiteRate == 0 {
+		return nil
+	}
+	for _, s := range w.Sites {
+		l := dispatcher.Limit{Kind: dispatcher.LimitGroup, Name: s.Name, Concurrency: o.SiteConcurrency, Rate: o.SiteRate}
+		if o.SiteRate > 0 {
+			l.Per = time.Second
+		}
+		if err := d.SetLimit(ctx, l); err != nil {
+			return fmt.Errorf("politeness of %s: %w", s.Name, err)
+		}
+	}
+	return dep.WaitStatus(func(st *coordinator.Status) (bool, string) {
+		return len(st.Limits) == len(w.Sites), fmt.Sprintf("%d of %d sites' limits applied", len(st.Limits), len(w.Sites))
+	})
 }
 
 // serveDashboard starts weave dashboard on o.Dashboard, on a connection of its own, as one of

@@ -48,6 +48,30 @@ func TestRunMeasures(t *testing.T) {
 	}
 }
 
+// TestRunPoliteness: each site's limit holds, as the handlers see it: at most SiteConcurrency
+// fetches at once and SiteRate (+1, the burst) starts within any second.
+func TestRunPoliteness(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o := Options{Jobs: 400, Sites: 10, Workers: 2, Concurrency: 4, Seed: 7, Policy: spreader.LeastInFlight, SiteConcurrency: 2, SiteRate: 100, Namespace: "polite"}
+	res, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := res.Problems(); len(p) > 0 {
+		t.Fatal(p)
+	}
+	for rank, s := range res.Weave.Sites {
+		if s.Peak > o.SiteConcurrency {
+			t.Errorf("site %d: %d fetches at once, limit %d", rank, s.Peak, o.SiteConcurrency)
+		}
+	}
+	if res.Weave.MostPerSecond > o.SiteRate+1 || res.Weave.MostPerSecond < o.SiteRate/2 {
+		t.Errorf("most fetches of a site within a second: %d, limit %d/s (and the largest site has enough to reach it)", res.Weave.MostPerSecond, o.SiteRate)
+	}
+}
+
 // TestRunDashboard: with Dashboard set, the crawl runs once a page opened the dashboard's event
 // stream (not tested: that it waits for it, which only timing could show), and after the crawl
 // the dashboard keeps serving the demo's namespace until ctx ends.

@@ -99,6 +99,14 @@ func (r *Result) Print(out io.Writer) {
 	p("  affinity    %d fetches of geo-fenced sites, %d outside their region; %d of %d fetches preferring a region ran there (%.0f%%)\n",
 		a.Required, a.RequiredElsewhere, a.PreferredHome, a.Preferred, percent(a.PreferredHome, a.Preferred))
 
+	if o.SiteConcurrency > 0 || o.SiteRate > 0 {
+		most := 0
+		for _, sc := range r.Weave.Sites {
+			most = max(most, sc.Peak)
+		}
+		p("  politeness  per site (weave limit): %s; measured at most %d at once, %d in one second\n",
+			politenessLabel(o), most, r.Weave.MostPerSecond)
+	}
 	p("\nPer-site concurrency, measured in the handlers, next to a FIFO queue simulated on the same\n")
 	p("workload (same %d slots, same fetch times, jobs in publish order, no queueing overhead):\n\n", r.Slots)
 	ranked := w.byRank()
@@ -146,10 +154,32 @@ func (r *Result) Problems() []string {
 	if s.Jobs != r.Workload.Jobs || s.Done != s.Jobs {
 		out = append(out, fmt.Sprintf("%d of %d pages done (%d in outcomes)", s.Done, r.Workload.Jobs, s.Jobs))
 	}
+	for _, sc := range r.Weave.Sites {
+		if c := r.Options.SiteConcurrency; c > 0 && sc.Peak > c {
+			out = append(out, fmt.Sprintf("a site had %d fetches at once, above its limit of %d", sc.Peak, c))
+			break
+		}
+	}
+	// A rate of n per second with a burst of 1 allows n+1 starts in a window of a second.
+	if rate := r.Options.SiteRate; rate > 0 && r.Weave.MostPerSecond > rate+1 {
+		out = append(out, fmt.Sprintf("a site had %d fetches start within a second, above its rate of %d/s", r.Weave.MostPerSecond, rate))
+	}
 	if n := r.Weave.Affinity.RequiredElsewhere; n > 0 {
 		out = append(out, fmt.Sprintf("%d fetches of geo-fenced sites ran outside their region", n))
 	}
 	return out
+}
+
+// politenessLabel describes the per-site limits.
+func politenessLabel(o Options) string {
+	var parts []string
+	if o.SiteConcurrency > 0 {
+		parts = append(parts, fmt.Sprintf("at most %d fetches at once", o.SiteConcurrency))
+	}
+	if o.SiteRate > 0 {
+		parts = append(parts, fmt.Sprintf("%d per second", o.SiteRate))
+	}
+	return strings.Join(parts, " and ")
 }
 
 // regionLabel describes a site's region affinity: "eu needs", "us prefers" or "-".

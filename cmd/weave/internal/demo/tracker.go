@@ -30,6 +30,7 @@ type trackedSite struct {
 	running     int
 	unstarted   int
 	first, last time.Time
+	starts      []time.Time // every fetch's start, for the politeness check
 	started     bool
 	announced   bool
 	done        int
@@ -73,6 +74,7 @@ func (t *tracker) start(rank, attempt int, regions []string) time.Time {
 	s.running++
 	t.running++
 	t.attempts++
+	s.starts = append(s.starts, now)
 	s.Peak = max(s.Peak, s.running)
 	if t.waiting >= t.crowded {
 		s.CrowdedPeak = max(s.CrowdedPeak, s.running)
@@ -137,7 +139,9 @@ func (t *tracker) progress() progress {
 
 // trackerResult is what the tracker measured, once the crawl is over.
 type trackerResult struct {
-	Sites             []siteConcurrency // by rank
+	Sites []siteConcurrency // by rank
+	// MostPerSecond is the most fetches of one site that started within one second.
+	MostPerSecond     int
 	Done              int
 	Attempts, Retries int
 	Affinity          affinityStats
@@ -152,6 +156,19 @@ func (t *tracker) result() trackerResult {
 		if s.started {
 			r.Sites[i].Span = s.last.Sub(s.first)
 		}
+		r.MostPerSecond = max(r.MostPerSecond, mostWithin(s.starts, time.Second))
 	}
 	return r
+}
+
+// mostWithin is the most of the times (in order) that fall within one window of length d.
+func mostWithin(times []time.Time, d time.Duration) int {
+	most, i := 0, 0
+	for j := range times {
+		for times[j].Sub(times[i]) >= d {
+			i++
+		}
+		most = max(most, j-i+1)
+	}
+	return most
 }
