@@ -152,7 +152,7 @@ func watchStatus(ctx context.Context, w io.Writer, terminal, jsonOut bool, inter
 }
 
 // stateOrder is the order of job states in tables; states not listed follow, sorted.
-var stateOrder = []string{"pending", "running", "retrywait", "done", "failed", "canceled"}
+var stateOrder = []string{"pending", "delayed", "running", "retrywait", "done", "failed", "canceled"}
 
 func states(counts ...map[string]uint64) []string {
 	out := slices.Clone(stateOrder)
@@ -224,11 +224,19 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 		}
 	}
 
+	if len(st.Limits) > 0 {
+		section("LIMITS")
+		row("KIND", "NAME", "LIMIT", "RUNNING", "WAITING")
+		for _, l := range st.Limits {
+			row(string(l.Kind), l.Name, l.Limit.String(), strconv.Itoa(l.Running), strconv.Itoa(l.Waiting))
+		}
+	}
+
 	section("POOLS")
 	if len(st.Pools) > 0 {
-		row("POOL", "RESOURCES", "WORKERS", "SLOTS", "OUTSTANDING")
+		row("POOL", "RESOURCES", "WORKERS", "SLOTS", "OUTSTANDING", "LEARNED")
 		for _, p := range st.Pools {
-			row(p.Key, list(p.Resources), strconv.Itoa(p.Workers), strconv.Itoa(p.Slots), strconv.Itoa(p.Outstanding))
+			row(p.Key, list(p.Resources), strconv.Itoa(p.Workers), strconv.Itoa(p.Slots), strconv.Itoa(p.Outstanding), list(p.Learned))
 		}
 	}
 

@@ -5,8 +5,8 @@
 'use strict';
 
 const $ = (sel) => document.querySelector(sel);
-const STATES = ['pending', 'running', 'retrywait', 'done', 'failed', 'canceled'];
-const STATE_LABEL = { pending: 'Pending', running: 'Running', retrywait: 'Waiting to retry', done: 'Done', failed: 'Failed', canceled: 'Canceled' };
+const STATES = ['pending', 'delayed', 'running', 'retrywait', 'done', 'failed', 'canceled'];
+const STATE_LABEL = { pending: 'Pending', delayed: 'Delayed', running: 'Running', retrywait: 'Waiting to retry', done: 'Done', failed: 'Failed', canceled: 'Canceled' };
 const VIEWS = ['overview', 'groups', 'resources', 'failed', 'lookup'];
 
 let config = { actions: false, namespace: '', token_header: 'X-Weave-Token', history_seconds: 300 };
