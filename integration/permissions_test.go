@@ -294,6 +294,20 @@ func TestPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	obsErrs.waitFor(t, "Permissions Violation for Publish")
+	// Limits are the operator's (the coordinator role's): a producer cannot lift one. (On a
+	// connection of its own: the producer's must meet no error.)
+	limNC, limErrs := pe.connect("perm-producer")
+	ld, err := dispatcher.New(limNC, dispatcher.Config{Namespace: ns, RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, lcancel := context.WithTimeout(pe.ctx, 3*time.Second)
+	if err := ld.SetLimit(lctx, dispatcher.Limit{Kind: dispatcher.LimitResource, Name: "a", Concurrency: 1000}); err == nil {
+		t.Fatal("a producer set a limit")
+	}
+	lcancel()
+	ld.Close()
+	limErrs.waitFor(t, fmt.Sprintf("Permissions Violation for Publish to %q", names.LimitSubject(wire.LimitResource, "a")))
 
 	// A forged heartbeat on worker B's own subject, claiming pool A with many slots, is refused.
 	forged := wire.Heartbeat{Worker: "wb", Pool: poolA, Resources: []string{"a"}, Concurrency: 1000, Sleeping: 1000, IntervalMS: 1000, Run: "forged"}
