@@ -66,7 +66,7 @@ func RunAffinity(ctx context.Context, env *Env, cfg AffinityConfig) (*AffinityRe
 	}
 	off, on := res.Runs[0], res.Runs[1]
 	res.Checks = []Check{
-		atLeast("warm hits with learned affinity, as a multiple of those without", on.HitRate/max(off.HitRate, 1e-9), 1.5, "%.1f×"),
+		atLeast("warm hits with learned affinity, as a multiple of those without", on.HitRate/max(off.HitRate, 1e-9), 1.3, "%.2f×"),
 	}
 	return res, nil
 }
