@@ -187,12 +187,13 @@ func (e *engine) freeLimits(j *job) {
 	}
 }
 
-// holdBack sets candidate c aside in the line of the limit that holds it back.
-func (e *engine) holdBack(c candidate, ls *limitState) {
+// holdBack sets candidate c aside in the line of the limit that holds it back, and reports
+// whether it did.
+func (e *engine) holdBack(c candidate, ls *limitState) bool {
 	j := c.retry
 	if j == nil {
 		if _, ok := e.sched.Drop(c.g); !ok {
-			return
+			return false
 		}
 		j = &job{id: c.id, g: c.g, heapIdx: -1}
 		e.jobs[j.id] = j
@@ -200,6 +201,7 @@ func (e *engine) holdBack(c candidate, ls *limitState) {
 		e.retries.ready = slices.DeleteFunc(e.retries.ready, func(r *job) bool { return r == j })
 	}
 	ls.waiting = append(ls.waiting, j)
+	return true
 }
 
 // wakeLimit offers again as many of the jobs ls holds back as it has room for.

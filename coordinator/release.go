@@ -81,7 +81,9 @@ func (e *engine) releaseAll() {
 						break // a limited job goes to a free slot only: it starts when released
 					}
 					if ls := holdingBack(limited, now); ls != nil {
-						e.holdBack(c, ls)
+						if !e.holdBack(c, ls) {
+							break // a bug (the offer is not its group's head): look no further
+						}
 						continue
 					}
 					useLimits(limited, now)
