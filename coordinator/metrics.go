@@ -253,6 +253,11 @@ func (r *run) observe() {
 	for _, j := range e.retries.parked {
 		note(j.id)
 	}
+	for _, ls := range e.limits.byKey {
+		if len(ls.waiting) > 0 {
+			note(ls.waiting[0].id) // the first in its line is its oldest
+		}
+	}
 	m.oldestPending = time.Time{}
 	if s.states[jobindex.Pending] > 0 && oldest > 0 {
 		if !since.IsZero() {
