@@ -27,6 +27,8 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/config"
+	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -272,7 +274,10 @@ func deleteNamespace(nc *nats.Conn, names wire.Names, other []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	var errs []error
-	streams := []string{names.JobsStream(), names.WorkStream(), names.EventsStream(), names.ResultsStream(), names.RejectedStream()}
+	var streams []string
+	for _, cfg := range topology.Streams(names, config.StreamOptions{}) { // every stream of the namespace
+		streams = append(streams, cfg.Name)
+	}
 	for _, s := range append(streams, other...) {
 		if err := js.DeleteStream(ctx, s); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			errs = append(errs, fmt.Errorf("delete stream %s: %w", s, err))
