@@ -111,7 +111,7 @@ func TestInspectJobsAndGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantJobs := map[dispatcher.State]int{"pending": 1, "running": 1, "retrywait": 1, "done": 1, "failed": 1, "canceled": 0}
+	wantJobs := map[dispatcher.State]int{"pending": 1, "running": 1, "retrywait": 1, "done": 1, "failed": 1, "canceled": 0, "delayed": 0}
 	if g.State != dispatcher.GroupRunning || g.Admitted != 5 || g.InFlight != 1 || g.OpenedAt.IsZero() || g.Summary != nil || !mapsEqual(g.Jobs, wantJobs) {
 		t.Errorf("running group: %+v", g)
 	}
