@@ -90,6 +90,7 @@ func (r *run) startPipelines(ctx context.Context) {
 	r.wg.Go(func() { r.writer(ctx) })
 	r.wg.Go(func() { r.acker(ctx) })
 	r.wg.Go(func() { r.summarizer(ctx) })
+	r.wg.Go(func() { r.fireSchedules(ctx) }) // schedules.go
 }
 
 // learnKeys reads the key and attempt limit of every job replay rebuilt (released before the

@@ -205,11 +205,11 @@ func TestCLIInit(t *testing.T) {
 	srv := jstest.New(t)
 	conn := []string{"--nats", srv.ClientURL(), "--namespace", "acme", "--log-level", "warn"}
 	code, out, errOut := runCLI(t, "", append([]string{"init"}, conn...)...)
-	if code != exitOK || strings.Count(out, "created acme_") != 6 || !strings.Contains(out, `namespace "acme" is ready`) {
+	if code != exitOK || strings.Count(out, "created acme_") != 7 || !strings.Contains(out, `namespace "acme" is ready`) {
 		t.Fatalf("init: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	code, out, errOut = runCLI(t, "", append([]string{"init"}, conn...)...)
-	if code != exitOK || strings.Count(out, "found   acme_") != 6 || strings.Contains(out, "created") {
+	if code != exitOK || strings.Count(out, "found   acme_") != 7 || strings.Contains(out, "created") {
 		t.Fatalf("init again: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	code, out, errOut = runCLI(t, "", append([]string{"init", "--dedup-window", "5m"}, conn...)...)

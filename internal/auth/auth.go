@@ -139,7 +139,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 		// The namespace's owner: its streams (created here or by weave init), consumers on them
 		// (the feed, replay, rescues of orphaned pools), the lease bucket.
 		lease := "KV_" + names.LeaseBucket()
-		for _, s := range append(slices.Clone(streams), names.LimitsStream(), lease) {
+		for _, s := range append(slices.Clone(streams), names.LimitsStream(), names.SchedulesStream(), lease) {
 			p.Publish = append(p.Publish,
 				api("STREAM.INFO."+s), api("STREAM.CREATE."+s), api("STREAM.UPDATE."+s),
 				api("STREAM.PURGE."+s), api("STREAM.MSG.GET."+s), api("STREAM.MSG.DELETE."+s),
@@ -160,6 +160,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 			names.StandbySubject(),                      // a standby announcing itself
 			names.AllAlarms(),                           // alarm events
 			names.AllLimits(),                           // limits (weave limit set, run with the coordinator's credentials)
+			names.AllFired(),                            // the record of each schedule's last tick fired
 			// A redrive's new incarnation (open, jobs, seal) and the seals of abandoned groups.
 			names.AllGroups(), names.AllJobs(),
 		)
@@ -175,6 +176,8 @@ func For(names wire.Names, u User) (Permissions, error) {
 			api("DIRECT.GET."+results), api("DIRECT.GET."+results+".>"),
 			// Publish: the group's control messages, read before its open.
 			api("DIRECT.GET."+jobs), api("DIRECT.GET."+jobs+".>"),
+			// Schedules: add and remove definitions; list them (and their last ticks fired).
+			names.AllScheduleDefs(), api("DIRECT.GET."+names.SchedulesStream()),
 		)
 		// Outcomes for the waits; replies for the answers to its cancels and redrives (a token
 		// it chose, on NS.reply.<token>); alarm events.
@@ -187,6 +190,8 @@ func For(names wire.Names, u User) (Permissions, error) {
 			api("DIRECT.GET."+results), api("DIRECT.GET."+results+".>"),
 			// Job inspection reads a job's stored message (group, key, when published).
 			api("DIRECT.GET."+jobs), api("DIRECT.GET."+jobs+".>"),
+			// weave schedule list.
+			api("DIRECT.GET."+names.SchedulesStream()),
 		)
 		p.Subscribe = []string{names.AllAlarms(), inbox} // alarm events
 	case Worker:

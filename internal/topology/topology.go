@@ -96,6 +96,17 @@ func Streams(n wire.Names, o config.StreamOptions) []jetstream.StreamConfig {
 			MaxMsgsPerSubject: 1,
 			AllowDirect:       true,
 		},
+		{
+			Name:        n.SchedulesStream(),
+			Description: "Weave schedules: each one's definition and last tick fired",
+			Subjects:    []string{n.AllSchedules()},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     storage,
+			Replicas:    o.Replicas,
+			// The latest definition (or removal) and the latest fired tick of each schedule.
+			MaxMsgsPerSubject: 1,
+			AllowDirect:       true,
+		},
 	}
 }
 

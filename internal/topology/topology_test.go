@@ -66,7 +66,7 @@ func TestCheckAndInit(t *testing.T) {
 		t.Fatalf("Check before Init: %v", err)
 	}
 	sts, err := topology.Init(ctx, js, names, config.StreamOptions{})
-	if err != nil || len(sts) != 6 {
+	if err != nil || len(sts) != 7 {
 		t.Fatalf("Init: %v %+v", err, sts)
 	}
 	for _, st := range sts {

@@ -1,0 +1,151 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/internal/directget"
+	"github.com/weavejobs/weave/internal/schedule"
+)
+
+// Schedule is a recurring group: at each tick of Cron or Every the active coordinator publishes a
+// group of Jobs with the ID "<Group>@<tick in UTC, 20060102T150405Z>" (and Weight). Each tick fires
+// exactly once, also when the coordinator is killed at the tick (the next one fires it again and
+// JetStream's dedup stores it once, if it takes over within the dedup window, 2 minutes by
+// default). Ticks missed while no coordinator ran: only the latest fires, once, when one runs
+// again. Cron expressions are evaluated in UTC.
+type Schedule struct {
+	// Name identifies the schedule: 1-64 of [A-Za-z0-9_-]. Adding a schedule with a name in use
+	// replaces it.
+	Name string
+	// Cron is a cron expression, seconds optional ("*/10 * * * * *": every 10 seconds; "0 3 * *
+	// *": 03:00 daily) or a descriptor (@hourly, @daily, @weekly, @monthly); Every a fixed
+	// interval of at least 1s, its ticks every Every from when the schedule was added. Give one.
+	Cron  string
+	Every time.Duration
+	// Group is the prefix of the groups' IDs; default Name.
+	Group string
+	// Jobs are each tick's jobs (1-1000); Delay and RunAt are not allowed.
+	Jobs []Job
+	// Weight is the groups' weight (see Weight); 0 means 1.
+	Weight int
+}
+
+// ScheduleInfo is a stored schedule, with its last tick fired and its next one.
+type ScheduleInfo struct {
+	Schedule
+	Added     time.Time `json:"added"`
+	LastFired time.Time `json:"last_fired,omitzero"` // zero if none fired yet
+	Next      time.Time `json:"next"`
+}
+
+// AddSchedule stores a schedule (replacing one of the same name); the active coordinator fires
+// it from its next tick on. An invalid schedule returns an error wrapping ErrInvalidOption.
+func (d *Dispatcher) AddSchedule(ctx context.Context, s Schedule) error {
+	def := schedule.Def{Name: s.Name, Cron: s.Cron, Every: s.Every, Start: time.Now().UTC().Truncate(time.Second), Group: s.Group, Weight: s.Weight}
+	if def.Group == "" {
+		def.Group = s.Name
+	}
+	for i, j := range s.Jobs {
+		if j.Delay != 0 || !j.RunAt.IsZero() {
+			return fmt.Errorf("%w: schedule %q: job %d: Delay and RunAt are not allowed in a schedule", ErrInvalidOption, s.Name, i)
+		}
+		if len(j.Payload) > d.cfg.MaxPayload {
+			return fmt.Errorf("%w: schedule %q: job %d: payload is %d bytes, at most %d", ErrInvalidOption, s.Name, i, len(j.Payload), d.cfg.MaxPayload)
+		}
+		def.Jobs = append(def.Jobs, schedule.Job{Key: j.Key, Payload: j.Payload, Require: j.Require, Prefer: j.Prefer, MaxAttempts: j.MaxAttempts, Timeout: j.Timeout})
+	}
+	if err := def.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	return d.storeSchedule(ctx, def)
+}
+
+// RemoveSchedule removes a schedule: no tick of it fires any more.
+func (d *Dispatcher) RemoveSchedule(ctx context.Context, name string) error {
+	def := schedule.Def{Name: name, Removed: true}
+	if err := def.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	return d.storeSchedule(ctx, def)
+}
+
+func (d *Dispatcher) storeSchedule(ctx context.Context, def schedule.Def) error {
+	body, err := json.Marshal(def)
+	if err != nil {
+		return err
+	}
+	if len(body) > schedule.MaxBytes {
+		return fmt.Errorf("%w: schedule %q takes %d bytes, at most %d", ErrInvalidOption, def.Name, len(body), schedule.MaxBytes)
+	}
+	if err := d.ensure(ctx); err != nil {
+		return err
+	}
+	rctx, cancel := d.requestContext(ctx)
+	defer cancel()
+	msg := &nats.Msg{Subject: d.names.ScheduleSubject(def.Name), Data: body}
+	if _, err := d.js.PublishMsg(rctx, msg, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond)); err != nil {
+		return fmt.Errorf("weave: store schedule %q: %w", def.Name, err)
+	}
+	return nil
+}
+
+// Schedules lists the stored schedules by name, each with its last tick fired and its next tick.
+// It reads the NS_SCHEDULES stream with direct gets (no coordinator needed).
+func (d *Dispatcher) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
+	if err := d.ensure(ctx); err != nil {
+		return nil, err
+	}
+	get := directget.New(d.nc, d.names.SchedulesStream())
+	defer get.Close()
+	defs := map[string]schedule.Def{}
+	fired := map[string]time.Time{}
+	rctx, cancel := d.requestContext(ctx)
+	defer cancel()
+	err := get.Scan(rctx, 1, 256, func(m *directget.Msg) error {
+		isDef, name, ok := d.names.ParseScheduleSubject(m.Subject)
+		switch {
+		case !ok:
+		case isDef:
+			var def schedule.Def
+			if schedule.Decode(m.Data, &def) == nil && def.Validate() == nil && !def.Removed {
+				defs[name] = def
+			} else {
+				delete(defs, name)
+			}
+		default:
+			var f schedule.Fired
+			if schedule.Decode(m.Data, &f) == nil {
+				fired[name] = f.Tick
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("weave: read schedules: %w", err)
+	}
+	now := time.Now()
+	var out []ScheduleInfo
+	for name, def := range defs {
+		info := ScheduleInfo{Schedule: Schedule{Name: name, Cron: def.Cron, Every: def.Every, Group: def.Group, Weight: def.Weight}, Added: def.Start}
+		for _, j := range def.Jobs {
+			info.Jobs = append(info.Jobs, Job{Key: j.Key, Payload: j.Payload, Require: j.Require, Prefer: j.Prefer, MaxAttempts: j.MaxAttempts, Timeout: j.Timeout})
+		}
+		info.LastFired = fired[name]
+		from := now
+		if info.LastFired.After(from) {
+			from = info.LastFired
+		}
+		info.Next = def.Next(from)
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b ScheduleInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
