@@ -43,24 +43,24 @@ type scheduleState struct {
 // fireSchedules runs the term's schedules until ctx ends.
 func (r *run) fireSchedules(ctx context.Context) {
 	ch := make(chan jetstream.Msg, 64)
+	var cons jetstream.Consumer
+	err := r.retry(ctx, "follow schedules", func(tctx context.Context) error {
+		s, err := r.c.js.Stream(tctx, r.names.SchedulesStream())
+		if err != nil {
+			return err
+		}
+		cons, err = s.OrderedConsumer(tctx, jetstream.OrderedConsumerConfig{})
+		return err
+	})
 	var cc jetstream.ConsumeContext
-	err := r.retry(ctx, "follow schedules", func(ctx context.Context) error {
-		s, err := r.c.js.Stream(ctx, r.names.SchedulesStream())
-		if err != nil {
-			return err
-		}
-		cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-		if err != nil {
-			return err
-		}
+	if err == nil {
 		cc, err = cons.Consume(func(m jetstream.Msg) {
 			select {
 			case ch <- m:
-			case <-ctx.Done():
+			case <-ctx.Done(): // the term's, not a request's
 			}
 		})
-		return err
-	})
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Error().Err(err).Msg("schedules: cannot follow the schedules stream; none fire in this term")

@@ -83,11 +83,12 @@ func runChild() int {
 	return 0
 }
 
-// startChildCoordinator runs a coordinator in a subprocess (this test binary).
-func (e *env) startChildCoordinator() *exec.Cmd {
+// startChildCoordinator runs a coordinator in a subprocess (this test binary), with the extra
+// environment variables given ("NAME=value").
+func (e *env) startChildCoordinator(env ...string) *exec.Cmd {
 	e.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=coordinator", "WEAVE_TEST_URL="+e.srv.ClientURL(), "WEAVE_TEST_NS="+e.ns)
+	cmd.Env = append(append(os.Environ(), childEnv+"=coordinator", "WEAVE_TEST_URL="+e.srv.ClientURL(), "WEAVE_TEST_NS="+e.ns), env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
