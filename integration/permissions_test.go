@@ -294,6 +294,17 @@ func TestPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	obsErrs.waitFor(t, "Permissions Violation for Publish")
+	// Schedules are the producer's: it adds and lists one; a worker cannot add one.
+	if err := d.AddSchedule(pe.ctx, dispatcher.Schedule{Name: "hourly", Cron: "@hourly", Jobs: []dispatcher.Job{{Key: "k"}}}); err != nil {
+		t.Fatalf("producer adding a schedule: %v", err)
+	}
+	if infos, err := od.Schedules(pe.ctx); err != nil || len(infos) != 1 || infos[0].Name != "hourly" {
+		t.Fatalf("observer listing the schedules: %+v, %v", infos, err)
+	}
+	if err := wbNC.Publish(names.ScheduleSubject("sneaky"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	wbErrs.waitFor(t, fmt.Sprintf("Permissions Violation for Publish to %q", names.ScheduleSubject("sneaky")))
 	// Limits are the operator's (the coordinator role's): a producer cannot lift one. (On a
 	// connection of its own: the producer's must meet no error.)
 	limNC, limErrs := pe.connect("perm-producer")

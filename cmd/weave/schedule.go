@@ -1,0 +1,190 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/schedule"
+)
+
+func newScheduleCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "schedule",
+		Short: "Add, list and remove recurring groups",
+		Long: `A schedule publishes a group of jobs at every tick of a cron expression (seconds optional,
+in UTC) or a fixed interval. The group of a tick is named "<group>@<tick>", e.g.
+nightly@20261201T030000Z. Schedules are stored in the namespace (its NS_SCHEDULES stream); the
+active coordinator fires each tick exactly once, also when it is killed at the tick (the next
+coordinator fires it again and JetStream's dedup stores it once, if it takes over within the
+dedup window, 2 minutes by default). Ticks missed while no coordinator ran: only the latest
+fires, once, when one runs again.`,
+		Example: `  weave schedule add --name nightly --cron '0 3 * * *' --file nightly.jsonl
+  weave schedule add --name poll --every 30s --file poll.jsonl
+  weave schedule list
+  weave schedule remove --name poll`,
+	}
+	cmd.AddCommand(newScheduleAddCmd(g), newScheduleListCmd(g), newScheduleRemoveCmd(g))
+	return cmd
+}
+
+func newScheduleAddCmd(g *globals) *cobra.Command {
+	var (
+		conn connFlags
+		s    dispatcher.Schedule
+		file string
+	)
+	cmd := &cobra.Command{
+		Use:   "add --name N (--cron SPEC | --every D) [--file jobs.jsonl|-] [--group PREFIX]",
+		Short: "Add a schedule (replacing one of the same name)",
+		Long: `Add stores a schedule. Its jobs are read from JSON lines as 'weave submit' reads them (without
+"delay" or "run_at"), at most 1,000. The cron expression has 5 fields (minute hour day-of-month
+month day-of-week) or 6 with seconds first, or is a descriptor: @hourly, @daily, @weekly,
+@monthly, @yearly. --every is a fixed interval of at least 1s, its ticks counted from now.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if s.Name == "" {
+				return usageErrorf("--name is required")
+			}
+			if (s.Cron == "") == (s.Every == 0) {
+				return usageErrorf("give one of --cron and --every")
+			}
+			in, _, closeIn, err := openJobs(cmd, file)
+			if err != nil {
+				return err
+			}
+			defer closeIn()
+			jr := newJobReader(in)
+			for {
+				j, ok := jr.next()
+				if !ok {
+					break
+				}
+				s.Jobs = append(s.Jobs, j)
+				if len(s.Jobs) > schedule.MaxJobs {
+					return usageErrorf("more than %d jobs in %s", schedule.MaxJobs, file)
+				}
+			}
+			if err := jr.Err(); err != nil {
+				return usageErrorf("%v", err)
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			d, sess, err := newDispatcher(ctx, &conn, "schedule", g.log)
+			if err != nil {
+				return err
+			}
+			defer sess.close()
+			if err := d.AddSchedule(sess.ctx, s); err != nil {
+				return sess.explain(err)
+			}
+			what := s.Cron
+			if s.Every > 0 {
+				what = "every " + s.Every.String()
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "schedule %q added: %s, %d jobs per tick\n", s.Name, what, len(s.Jobs))
+			return nil
+		},
+	}
+	conn.register(cmd.Flags())
+	conn.registerTimeout(cmd.Flags(), defaultTimeout)
+	f := cmd.Flags()
+	f.StringVar(&s.Name, "name", "", "the schedule's name (required): 1-64 of [A-Za-z0-9_-]")
+	f.StringVar(&s.Cron, "cron", "", "cron expression, seconds optional, UTC (e.g. '0 3 * * *', '*/10 * * * * *', '@hourly')")
+	f.DurationVar(&s.Every, "every", 0, "fixed interval instead of --cron, at least 1s")
+	f.StringVarP(&s.Group, "group", "g", "", "prefix of the groups' IDs (default: the name)")
+	f.IntVar(&s.Weight, "weight", 0, "the groups' weight (1-1000; default 1)")
+	f.StringVarP(&file, "file", "f", "-", "jobs file, JSON lines; - for stdin")
+	return cmd
+}
+
+func newScheduleRemoveCmd(g *globals) *cobra.Command {
+	var (
+		conn connFlags
+		name string
+	)
+	cmd := &cobra.Command{
+		Use:   "remove --name N",
+		Short: "Remove a schedule: no tick of it fires any more",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if name == "" {
+				return usageErrorf("--name is required")
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			d, sess, err := newDispatcher(ctx, &conn, "schedule", g.log)
+			if err != nil {
+				return err
+			}
+			defer sess.close()
+			if err := d.RemoveSchedule(sess.ctx, name); err != nil {
+				return sess.explain(err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "schedule %q removed\n", name)
+			return nil
+		},
+	}
+	conn.register(cmd.Flags())
+	conn.registerTimeout(cmd.Flags(), defaultTimeout)
+	cmd.Flags().StringVar(&name, "name", "", "the schedule's name (required)")
+	return cmd
+}
+
+func newScheduleListCmd(g *globals) *cobra.Command {
+	var (
+		conn    connFlags
+		jsonOut bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the schedules with their last and next ticks",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			d, sess, err := newDispatcher(ctx, &conn, "schedule", g.log)
+			if err != nil {
+				return err
+			}
+			defer sess.close()
+			infos, err := d.Schedules(sess.ctx)
+			if err != nil {
+				return sess.explain(err)
+			}
+			if jsonOut {
+				return writeJSON(cmd.OutOrStdout(), infos, true)
+			}
+			return printSchedules(cmd.OutOrStdout(), infos)
+		},
+	}
+	conn.register(cmd.Flags())
+	conn.registerTimeout(cmd.Flags(), defaultTimeout)
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the schedules as JSON")
+	return cmd
+}
+
+func printSchedules(w io.Writer, infos []dispatcher.ScheduleInfo) error {
+	if len(infos) == 0 {
+		_, err := fmt.Fprintln(w, "no schedules")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tWHEN\tGROUP\tJOBS\tLAST FIRED\tNEXT")
+	for _, s := range infos {
+		when := s.Cron
+		if s.Every > 0 {
+			when = "every " + s.Every.String()
+		}
+		last := "-"
+		if !s.LastFired.IsZero() {
+			last = s.LastFired.UTC().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s@…\t%d\t%s\t%s\n", s.Name, when, s.Group, len(s.Jobs), last, s.Next.UTC().Format(time.DateTime))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/integration/jstest"
+)
+
+// TestScheduleCommands: schedule add, list and remove against a running coordinator and worker:
+// the schedule fires (list shows a last tick), and the usage errors of add.
+func TestScheduleCommands(t *testing.T) {
+	t.Parallel()
+	srv := jstest.New(t)
+	conn := []string{"--nats", srv.ClientURL(), "--namespace", "sch", "--log-level", "warn"}
+	initNamespace(t, conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 2)
+	go func() {
+		done <- run(ctx, append([]string{"coordinator"}, conn...), nil, &bytes.Buffer{}, &bytes.Buffer{})
+	}()
+	go func() {
+		done <- run(ctx, append(append([]string{"worker", "--id", "w"}, conn...), "--", "true"), nil, &bytes.Buffer{}, &bytes.Buffer{})
+	}()
+	defer func() {
+		cancel()
+		for range 2 {
+			if code := <-done; code != exitOK {
+				t.Errorf("coordinator or worker: exit %d", code)
+			}
+		}
+	}()
+	for _, bad := range [][]string{
+		{"schedule", "add", "--every", "1s"},                                     // no name
+		{"schedule", "add", "--name", "s"},                                       // no cron nor interval
+		{"schedule", "add", "--name", "s", "--every", "1s", "--cron", "@hourly"}, // both
+		{"schedule", "remove"},
+	} {
+		if code, out, errOut := runCLI(t, `{"key":"a"}`, append(bad, conn...)...); code != exitUsage {
+			t.Errorf("weave %q: exit %d, want a usage error\n%s%s", bad, code, out, errOut)
+		}
+	}
+	if code, out, errOut := runCLI(t, `{"key":"a"}`, append([]string{"schedule", "add", "--name", "s", "--cron", "61 * * * *"}, conn...)...); code != exitError || !strings.Contains(errOut, "cron") {
+		t.Errorf("a bad cron expression: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut := runCLI(t, "{\"key\":\"a\"}\n{\"key\":\"b\"}\n", append([]string{"schedule", "add", "--name", "poll", "--every", "1s"}, conn...)...)
+	if code != exitOK || !strings.Contains(out, `schedule "poll" added: every 1s, 2 jobs per tick`) {
+		t.Fatalf("schedule add: exit %d\n%s%s", code, out, errOut)
+	}
+	waitFor(t, 30*time.Second, "schedule list to show a tick fired", func() bool {
+		code, out, _ := runCLI(t, "", append([]string{"schedule", "list"}, conn...)...)
+		return code == exitOK && strings.Contains(out, "poll  every 1s  poll@…  2     20")
+	})
+	if code, out, errOut := runCLI(t, "", append([]string{"schedule", "remove", "--name", "poll"}, conn...)...); code != exitOK {
+		t.Fatalf("schedule remove: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, _ := runCLI(t, "", append([]string{"schedule", "list"}, conn...)...); code != exitOK || strings.TrimSpace(out) != "no schedules" {
+		t.Fatalf("schedule list after remove: exit %d\n%s", code, out)
+	}
+}
