@@ -176,6 +176,9 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header, stored time.Tim
 		return false
 	}
 	e.mx.stored(seq, stored)
+	if m.Single {
+		return e.admitSingle(subject, seq, m, stored) // single.go
+	}
 	return e.admit(subject, seq, m)
 }
 

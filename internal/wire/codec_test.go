@@ -43,6 +43,7 @@ func TestParseJobMetaRejects(t *testing.T) {
 		{"negative timeout", func(h nats.Header) { h.Set(HdrTimeout, "-1s") }, ErrMalformed},
 		{"bad resource", func(h nats.Header) { h.Set(HdrRequire, "a,,b") }, ErrMalformed},
 		{"bad run-at", func(h nats.Header) { h.Set(HdrRunAt, "tomorrow") }, ErrMalformed},
+		{"bad single", func(h nats.Header) { h.Set(HdrSingle, "yes") }, ErrMalformed},
 		{"run-at before 1970", func(h nats.Header) { h.Set(HdrRunAt, "-5") }, ErrMalformed},
 		{"run-at after 9999", func(h nats.Header) { h.Set(HdrRunAt, "999999999999999") }, ErrMalformed},
 	} {

@@ -33,6 +33,7 @@ const (
 	HdrRedriveOf   = "Weave-Redrive-Of" // on a job the coordinator publishes for a redrive: the failed job's ID
 	HdrRunAt       = "Weave-Run-At"     // on a delayed job: the time it may run at, in Unix milliseconds
 	HdrWeight      = "Weave-Weight"     // on an open: the group's weight in the fair share (1–MaxWeight; absent = 1)
+	HdrSingle      = "Weave-Single"     // on a job: "1", a single job, its own group: open, job and seal in one message
 	HdrMsgID       = "Nats-Msg-Id"
 )
 
@@ -193,6 +194,9 @@ type JobMeta struct {
 	MaxAttempts int           // 0 = the coordinator's default
 	Timeout     time.Duration // 0 = the worker's default
 	RunAt       time.Time     // zero = at once; else not before this time (millisecond precision)
+	// Single marks a single job: the group Group holds it alone, opened and sealed by this one
+	// message (see the dispatcher's Submit).
+	Single bool
 }
 
 // Validate checks the metadata against the protocol's limits.
@@ -250,6 +254,11 @@ func (m JobMeta) Header() nats.Header {
 	if !m.RunAt.IsZero() {
 		h.Set(HdrRunAt, strconv.FormatInt(m.RunAt.UnixMilli(), 10))
 	}
+	if m.Single {
+		h.Set(HdrSingle, "1")
+		// Dedup by group and key: the same single job submitted again is stored once.
+		h.Set(HdrMsgID, "single/"+GroupToken(m.Group)+"/"+m.Key)
+	}
 	return h
 }
 
@@ -274,6 +283,13 @@ func ParseJobMeta(h nats.Header) (JobMeta, error) {
 			return JobMeta{}, fmt.Errorf("%w: bad %s %q", ErrMalformed, HdrTimeout, v)
 		}
 		m.Timeout = d
+	}
+	switch v := h.Get(HdrSingle); v {
+	case "":
+	case "1":
+		m.Single = true
+	default:
+		return JobMeta{}, fmt.Errorf("%w: bad %s %q", ErrMalformed, HdrSingle, v)
 	}
 	if v := h.Get(HdrRunAt); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)

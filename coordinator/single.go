@@ -1,0 +1,32 @@
+package coordinator
+
+import (
+	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// admitSingle applies a single job (wire.JobMeta.Single) stored at seq: one message that is its
+// group's open, its only job and its seal, so a job submitted alone costs one message instead of
+// three. The group's incarnation is the job's own sequence. Everything after admission (release,
+// retries, outcomes, summary, purge, retention, cancel, redrive) is a group's.
+//
+// A single job whose group ID has an incarnation that is not complete is refused: a single job
+// opens its own group. During replay the feed is read before the outcomes, so whether a sealed
+// incarnation had completed is not known yet; as for an open (applyOpen), a single job still in
+// the stream after one is one the live coordinator accepted (it deletes those it refuses).
+func (e *engine) admitSingle(subject string, seq uint64, m wire.JobMeta, stored time.Time) bool {
+	if g := e.groups.byID[m.Group]; g != nil && !g.complete && (!g.sealed || !e.replaying()) {
+		e.reject(subject, seq, "single job for group "+m.Group+", which is open or still running: a single job opens a group of its own")
+		return false
+	}
+	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen}, e.groups.byID[m.Group], stored)
+	g := e.groups.byID[m.Group]
+	admitted := e.admit(subject, seq, m)
+	if !g.sealed {
+		e.seal(g, seq)
+		g.count = 1
+	}
+	e.checkComplete(g)
+	return admitted
+}

@@ -1,0 +1,81 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/worker"
+)
+
+// TestSubmitSingleJobs: single jobs run and their outcomes reach WaitJob; the same group and key
+// submitted again is stored once; a failing single job is retried; a delayed one is canceled
+// before it runs; each costs one JOBS message.
+func TestSubmitSingleJobs(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{RetryBase: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond})
+	var flaky atomic.Int32
+	e.worker(worker.Config{ID: "w", Concurrency: 4}, func(_ context.Context, j *worker.Job) ([]byte, error) {
+		if j.Key == "flaky" && flaky.Add(1) == 1 {
+			return nil, errors.New("first attempt fails")
+		}
+		return append([]byte("ran "), j.Payload...), nil
+	})
+	h, id, err := e.d.Submit(e.ctx, "", dispatcher.Job{Key: "a", Payload: []byte("alone")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.WaitJob(e.ctx, id)
+	if err != nil || out.State != dispatcher.StateDone || string(out.Result) != "ran alone" || out.Key != "a" {
+		t.Fatalf("single job: %+v, %v", out, err)
+	}
+	if sum, err := h.WaitSummary(e.ctx); err != nil || sum.Jobs != 1 || sum.Done != 1 {
+		t.Fatalf("single job's group summary: %+v, %v", sum, err)
+	}
+
+	// The same group and key again: stored once, the first ID.
+	h1, id1, err := e.d.Submit(e.ctx, "dedup", dispatcher.Job{Key: "k", Payload: []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, id2, err := e.d.Submit(e.ctx, "dedup", dispatcher.Job{Key: "k", Payload: []byte("2")})
+	if err != nil || id2 != id1 || h2.Duplicates() != 1 || h1.Accepted() != 1 {
+		t.Fatalf("resubmission: ID %d (first %d), duplicates %d, %v", id2, id1, h2.Duplicates(), err)
+	}
+
+	// Retried like any job.
+	hf, idf, err := e.d.Submit(e.ctx, "", dispatcher.Job{Key: "flaky"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := hf.WaitJob(e.ctx, idf); err != nil || out.State != dispatcher.StateDone || out.Attempts != 2 {
+		t.Fatalf("flaky single job: %+v, %v", out, err)
+	}
+
+	// Canceled while it waits for its time.
+	hc, idc, err := e.d.Submit(e.ctx, "", dispatcher.Job{Key: "later", Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hc.CancelJobs(e.ctx, idc); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := hc.WaitJob(e.ctx, idc); err != nil || out.State != dispatcher.StateCanceled {
+		t.Fatalf("canceled single job: %+v, %v", out, err)
+	}
+
+	// Bad input gets a clear error and publishes nothing.
+	if _, _, err := e.d.Submit(e.ctx, "", dispatcher.Job{MaxAttempts: -1}); !errors.Is(err, dispatcher.ErrInvalidJob) {
+		t.Fatalf("invalid single job: %v", err)
+	}
+	// One JOBS message each (the job IDs are the stream's sequences; a group of one published
+	// with Publish takes three): 1, 2 (its duplicate none), 3, 4.
+	if id != 1 || id1 != 2 || idf != 3 || idc != 4 {
+		t.Fatalf("job IDs %d, %d, %d, %d: want 1, 2, 3, 4, one message per single job", id, id1, idf, idc)
+	}
+}
