@@ -264,3 +264,36 @@ func TestSubmitWaitWithoutCoordinator(t *testing.T) {
 		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }
+
+// TestSubmitSingle: submit --single submits one job as its own group and --wait prints its
+// outcome; more than one job is a usage error.
+func TestSubmitSingle(t *testing.T) {
+	t.Parallel()
+	srv := jstest.New(t)
+	conn := []string{"--nats", srv.ClientURL(), "--namespace", "one", "--log-level", "warn"}
+	initNamespace(t, conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 2)
+	go func() {
+		done <- run(ctx, append([]string{"coordinator"}, conn...), nil, &bytes.Buffer{}, &bytes.Buffer{})
+	}()
+	go func() {
+		done <- run(ctx, append(append([]string{"worker", "--id", "w"}, conn...), "--", "cat"), nil, &bytes.Buffer{}, &bytes.Buffer{})
+	}()
+	defer func() {
+		cancel()
+		for range 2 {
+			if code := <-done; code != exitOK {
+				t.Errorf("coordinator or worker: exit %d", code)
+			}
+		}
+	}()
+	code, out, errOut := runCLI(t, `{"key":"k","payload":"hi"}`, append([]string{"submit", "--single", "--wait", "--wait-timeout", "30s"}, conn...)...)
+	if code != exitOK || !strings.Contains(out, "job 1 submitted as group \"job-") || !strings.Contains(out, "job 1 done after 1 attempt") {
+		t.Fatalf("submit --single: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "{\"key\":\"a\"}\n{\"key\":\"b\"}\n", append([]string{"submit", "--single", "-g", "two"}, conn...)...)
+	if code != exitUsage || !strings.Contains(errOut, "more than one job") {
+		t.Fatalf("submit --single of two jobs: exit %d\n%s%s", code, out, errOut)
+	}
+}

@@ -31,6 +31,7 @@ type submitCmd struct {
 	noProgress  bool
 	waitTimeout time.Duration
 	weight      int
+	single      bool
 	nc          *nats.Conn // the session's connection, for asking the coordinator's status
 	showWait    bool       // show the progress of --wait on stderr (a terminal)
 	// allowDuplicates: a submission whose every job was a duplicate is not an error.
@@ -66,6 +67,9 @@ group is then sealed with the jobs before that line.
   {"key": "b", "payload": {"user": 42}, "require": ["eu"], "max_attempts": 3, "timeout": "10s"}
   {"key": "c", "payload_b64": "AAECAw=="}
 
+With --single, the input's one job is submitted as a group of its own in a single message (the
+group is --group, or a generated "job-..." ID), and --wait prints its outcome.
+
 With --wait, submit waits for every job of the group to end and prints the counts; it exits
 with status 1 if any job failed or was canceled. --outcomes also prints each job's outcome as
 a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b64"), "error"}.`,
@@ -80,6 +84,7 @@ a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b
 	f.BoolVar(&s.outcomes, "outcomes", false, "print each job's outcome as a JSON line (implies --wait)")
 	f.DurationVar(&s.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
 	f.IntVar(&s.weight, "weight", 1, "the group's weight in the fair share of the slots under least in-flight (1-1000)")
+	f.BoolVar(&s.single, "single", false, "submit one job (the input's only line) as a group of its own, in one message; --group is then optional (default: generated)")
 	f.BoolVar(&s.allowDuplicates, "allow-duplicates", false, "exit 0 even if every job was a duplicate (re-submitted within the dedup window)")
 	f.BoolVar(&s.jsonOut, "json", false, "print the submission (and summary) as JSON")
 	s.conn.registerTimeout(f, dispatcher.DefaultRequestTimeout)
@@ -90,7 +95,9 @@ a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b
 }
 
 func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
-	if err := checkGroupFlag(s.group); err != nil {
+	if s.single && s.group == "" {
+		// A generated group ID (Dispatcher.Submit).
+	} else if err := checkGroupFlag(s.group); err != nil {
 		return err
 	}
 	if s.weight < 1 || s.weight > wire.MaxWeight {
@@ -124,6 +131,9 @@ func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
 
 // submit publishes the jobs of in and, with --wait, waits for the group.
 func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.Reader, bar *progressbar.ProgressBar, size int64, stdout, stderr io.Writer) error {
+	if s.single {
+		return s.submitSingle(ctx, d, in, stdout, stderr)
+	}
 
 	jr := newJobReader(in)
 	h, err := d.Publish(ctx, s.group, readJobs(jr, bar, size > 0), dispatcher.Weight(s.weight))
@@ -388,4 +398,67 @@ func idRange(first, last uint64) string {
 		return fmt.Sprintf(", ID %d", first)
 	}
 	return fmt.Sprintf(", IDs %d-%d", first, last)
+}
+
+// submitSingle submits the input's only job as a group of its own (Dispatcher.Submit) and, with
+// --wait or --outcomes, waits for its outcome.
+func (s *submitCmd) submitSingle(ctx context.Context, d *dispatcher.Dispatcher, in io.Reader, stdout, stderr io.Writer) error {
+	jr := newJobReader(in)
+	job, ok := jr.next()
+	if err := jr.Err(); err != nil {
+		return usageErrorf("%v", err)
+	}
+	if !ok {
+		return usageErrorf("--single: the input holds no job")
+	}
+	if _, more := jr.next(); more || jr.Err() != nil {
+		return usageErrorf("--single: the input holds more than one job (line %d)", jr.line)
+	}
+	h, id, err := d.Submit(ctx, s.group, job)
+	if err != nil {
+		return err
+	}
+	res := singleResult{Group: h.GroupID(), ID: id, Duplicate: h.Duplicates() > 0}
+	if !s.jsonOut {
+		fmt.Fprintf(stdout, "job %d submitted as group %q", id, res.Group)
+		if res.Duplicate {
+			fmt.Fprint(stdout, " (a duplicate of one submitted within the dedup window: not stored again)")
+		}
+		fmt.Fprintln(stdout)
+	}
+	if s.wait || s.outcomes {
+		wctx, cancel := contextWithTimeout(ctx, s.waitTimeout)
+		defer cancel()
+		s.checkCoordinator(wctx, stderr)
+		o, err := h.WaitJob(wctx, id)
+		if err != nil {
+			return s.waitError(err)
+		}
+		line := outcomeLine(o)
+		res.Outcome = &line
+		if !s.jsonOut {
+			fmt.Fprintf(stdout, "job %d %s after %s", id, o.State, count(o.Attempts, "attempt"))
+			if o.Err != "" {
+				fmt.Fprintf(stdout, ": %s", o.Err)
+			}
+			fmt.Fprintln(stdout)
+		}
+	}
+	if s.jsonOut {
+		if err := writeJSON(stdout, res, true); err != nil {
+			return err
+		}
+	}
+	if res.Outcome != nil && res.Outcome.State != string(dispatcher.StateDone) {
+		return silentError{fmt.Errorf("job %d %s", id, res.Outcome.State)}
+	}
+	return nil
+}
+
+// singleResult is submit --single --json's output.
+type singleResult struct {
+	Group     string          `json:"group"`
+	ID        uint64          `json:"id"`
+	Duplicate bool            `json:"duplicate,omitempty"`
+	Outcome   *jobOutcomeLine `json:"outcome,omitempty"`
 }
