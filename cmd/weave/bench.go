@@ -42,7 +42,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [scenario...]",
-		Short: "Measure Weave: throughput, latency, fairness, weights, limits, affinity, spread, herd, scale",
+		Short: "Measure Weave: throughput, latency, single, fairness, weights, limits, affinity, spread, herd, scale",
 		Long: `Bench measures Weave end to end in this process, each figure beside a reference measured in
 the same run where one exists (the machine may be shared and noisy: ratios matter more than
 absolute rates), and prints each scenario's numbers, its target and PASS or MISS.
@@ -51,6 +51,7 @@ Scenarios (all of them, in this order, when none is named; each takes well under
 
   throughput  no-op jobs end to end, against a raw JetStream work queue on the same server
   latency     open-loop submission at a fixed rate: submit → start and submit → outcome
+  single      single jobs (one message each) at 1,000/s, each submitter waiting: against raw JetStream
   fairness    6 slots, groups of 10, 5 and 1 ms tasks, under round robin and least in-flight
   weights     8 slots, groups of 10 and 1 ms tasks with weights 3 and 1, then 1 and 3
   limits      delayed jobs' lateness; a rate and concurrency limit's achieved rate under backlog

@@ -14,12 +14,13 @@ import (
 )
 
 // Scenarios are the scenario names, in the order Run runs them.
-var Scenarios = []string{"throughput", "latency", "fairness", "weights", "limits", "affinity", "spread", "herd", "scale"}
+var Scenarios = []string{"throughput", "latency", "single", "fairness", "weights", "limits", "affinity", "spread", "herd", "scale"}
 
 // Config holds every scenario's configuration; zero fields take the defaults.
 type Config struct {
 	Throughput ThroughputConfig
 	Latency    LatencyConfig
+	Single     SingleConfig
 	Fairness   FairnessConfig
 	Weights    WeightsConfig
 	Limits     LimitsConfig
@@ -39,6 +40,8 @@ func (c *Config) Validate(scenarios []string) error {
 			err = c.Throughput.defaults()
 		case "latency":
 			err = c.Latency.defaults()
+		case "single":
+			err = c.Single.defaults()
 		case "fairness":
 			err = c.Fairness.defaults()
 		case "weights":
@@ -120,6 +123,8 @@ func runScenario(ctx context.Context, env *Env, name string, cfg *Config) (Resul
 		return RunThroughput(ctx, env, cfg.Throughput)
 	case "latency":
 		return RunLatency(ctx, env, cfg.Latency)
+	case "single":
+		return RunSingle(ctx, env, cfg.Single)
 	case "fairness":
 		return RunFairness(ctx, env, cfg.Fairness)
 	case "weights":

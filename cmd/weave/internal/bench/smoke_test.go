@@ -96,6 +96,7 @@ func TestConfigValidate(t *testing.T) {
 		"fairness":   {Fairness: FairnessConfig{Work: time.Millisecond}},
 		"weights":    {Weights: WeightsConfig{Slots: 1}},
 		"limits":     {Limits: LimitsConfig{Backlog: 5}},
+		"single":     {Single: SingleConfig{Rate: 1_000_000}},
 		"affinity":   {Affinity: AffinityConfig{Workers: 1}},
 		"spread":     {Spread: SpreadConfig{MinTask: 5 * time.Millisecond, MaxTask: time.Millisecond}},
 		"herd":       {Herd: HerdConfig{Workers: 10, Slots: 5}},
