@@ -264,18 +264,22 @@ func (e *engine) recountLimits() {
 // first release of the term.
 func (r *run) followLimits(ctx context.Context) error {
 	var (
-		info *jetstream.StreamInfo
+		last uint64
 		cons jetstream.Consumer
 	)
-	err := r.retry(ctx, "follow limits", func(ctx context.Context) error {
-		s, err := r.c.js.Stream(ctx, r.names.LimitsStream())
+	err := r.retry(ctx, "follow limits", func(tctx context.Context) error {
+		s, err := r.c.js.Stream(tctx, r.names.LimitsStream())
 		if err != nil {
 			return err
 		}
-		if info, err = s.Info(ctx); err != nil {
+		info, err := s.Info(tctx)
+		if err != nil {
 			return err
 		}
-		cons, err = s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		if last, err = lastHeld(tctx, s, info); err != nil {
+			return err
+		}
+		cons, err = s.OrderedConsumer(tctx, jetstream.OrderedConsumerConfig{})
 		return err
 	})
 	if err != nil {
@@ -291,10 +295,6 @@ func (r *run) followLimits(ctx context.Context) error {
 		return err
 	}
 	r.stop = append(r.stop, cc.Stop)
-	last := info.State.LastSeq
-	if info.State.Msgs == 0 {
-		last = 0
-	}
 	return drainUntil(ctx, r.limitsCh, last, r.applyLimit)
 }
 

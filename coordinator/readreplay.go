@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -140,7 +141,7 @@ func (r *run) learnKeys(ctx context.Context) {
 // ch, and returns the stream's last sequence at the start: replay reads up to it.
 func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg, opts ...jetstream.PullConsumeOpt) (uint64, error) {
 	var (
-		info *jetstream.StreamInfo
+		last uint64
 		cons jetstream.Consumer
 	)
 	err := r.retry(ctx, "follow "+stream, func(ctx context.Context) error {
@@ -148,7 +149,11 @@ func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg
 		if err != nil {
 			return err
 		}
-		if info, err = s.Info(ctx); err != nil {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if last, err = lastHeld(ctx, s, info); err != nil {
 			return err
 		}
 		cons, err = s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
@@ -167,17 +172,11 @@ func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg
 		return 0, err
 	}
 	r.stop = append(r.stop, cc.Stop)
-	if info.State.Msgs == 0 {
-		// Nothing to read (LastSeq may still be above 0: a stream whose messages were all
-		// deleted, as JOBS is once every group is purged).
-		return 0, nil
-	}
-	return info.State.LastSeq, nil
+	return last, nil
 }
 
-// drainUntil applies messages from ch until one with stream sequence ≥ last has been applied,
-// or one after which the consumer had nothing pending: the message at last may have been
-// deleted since the stream's state was read (a purge), and then none reaches it.
+// drainUntil applies messages from ch until one with stream sequence ≥ last has been applied.
+// last must be a message the stream holds (see lastHeld), or 0 for none.
 func drainUntil(ctx context.Context, ch <-chan jetstream.Msg, last uint64, apply func(jetstream.Msg)) error {
 	if last == 0 {
 		return nil
@@ -188,11 +187,32 @@ func drainUntil(ctx context.Context, ch <-chan jetstream.Msg, last uint64, apply
 			return ctx.Err()
 		case m := <-ch:
 			apply(m)
-			if md, err := m.Metadata(); err == nil && (md.Sequence.Stream >= last || md.NumPending == 0) {
+			if seq(m) >= last {
 				return nil
 			}
 		}
 	}
+}
+
+// lastHeld is the sequence of the last message s holds, 0 if it holds none. The state's LastSeq
+// is not it when that message was deleted (JOBS once its latest groups are purged): replay waiting
+// for it would wait for the next publish.
+func lastHeld(ctx context.Context, s jetstream.Stream, info *jetstream.StreamInfo) (uint64, error) {
+	if info.State.Msgs == 0 {
+		return 0, nil
+	}
+	var last uint64
+	for _, subject := range info.Config.Subjects {
+		m, err := s.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		last = max(last, m.Sequence)
+	}
+	return last, nil
 }
 
 func seq(m jetstream.Msg) uint64 {
@@ -242,22 +262,25 @@ func (r *run) replayOutcomes(ctx context.Context) error {
 // in order, then stops reading.
 func (r *run) readStream(ctx context.Context, stream string, apply func(jetstream.Msg)) error {
 	var (
-		s    jetstream.Stream
-		info *jetstream.StreamInfo
+		last uint64
 		cons jetstream.Consumer
 	)
 	err := r.retry(ctx, "read "+stream, func(ctx context.Context) error {
-		var err error
-		if s, err = r.c.js.Stream(ctx, stream); err != nil {
+		s, err := r.c.js.Stream(ctx, stream)
+		if err != nil {
 			return err
 		}
-		if info, err = s.Info(ctx); err != nil || info.State.Msgs == 0 {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if last, err = lastHeld(ctx, s, info); err != nil || last == 0 {
 			return err
 		}
 		cons, err = s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 		return err
 	})
-	if err != nil || info.State.Msgs == 0 {
+	if err != nil || last == 0 {
 		return err
 	}
 	ch := make(chan jetstream.Msg, 1024)
@@ -273,7 +296,7 @@ func (r *run) readStream(ctx context.Context, stream string, apply func(jetstrea
 		return err
 	}
 	defer cc.Stop()
-	return drainUntil(ctx, ch, info.State.LastSeq, apply)
+	return drainUntil(ctx, ch, last, apply)
 }
 
 // aliveWork lists the jobs present in the WORK stream: released and not yet acknowledged.
