@@ -448,7 +448,11 @@ func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
 func (r *run) purgeComplete(ctx context.Context, op writeOp, summarySeq uint64) {
 	if op.purge {
 		err := r.retry(ctx, "purge group "+op.g.id, func(ctx context.Context) error {
-			return purgeGroup(ctx, r.c.js, r.names, op.gtok, op.lastSeq)
+			jobs, err := r.stream(ctx, r.names.JobsStream())
+			if err != nil {
+				return err
+			}
+			return purgeGroup(ctx, jobs, r.names, op.gtok, op.lastSeq)
 		})
 		if err != nil {
 			return // the term is ending: the next purges the group
@@ -465,28 +469,46 @@ func (r *run) purgeComplete(ctx context.Context, op writeOp, summarySeq uint64) 
 func (r *run) expire(ctx context.Context, p purge) {
 	// Not deleted in this term, they are deleted in the next (replay finds them past retention).
 	_ = r.retry(ctx, "delete outcomes of "+p.tok, func(ctx context.Context) error {
-		res, err := r.c.js.Stream(ctx, r.names.ResultsStream())
+		res, err := r.stream(ctx, r.names.ResultsStream())
 		if err == nil {
 			err = res.Purge(ctx, jetstream.WithPurgeSubject(r.names.OutcomeSubject(p.tok)), jetstream.WithPurgeSequence(p.summarySeq+1))
 		}
 		if err == nil && p.jobsSeq > 0 {
-			err = purgeGroup(ctx, r.c.js, r.names, p.tok, p.jobsSeq)
+			var jobs jetstream.Stream
+			if jobs, err = r.stream(ctx, r.names.JobsStream()); err == nil {
+				err = purgeGroup(ctx, jobs, r.names, p.tok, p.jobsSeq)
+			}
 		}
 		return err
 	})
 }
 
-// purgeGroup deletes a complete group's messages from the JOBS stream, up to lastSeq: a later
-// incarnation of the same group ID shares the subjects and must keep its messages.
-func purgeGroup(ctx context.Context, js jetstream.JetStream, names wire.Names, gtok string, lastSeq uint64) error {
-	s, err := js.Stream(ctx, names.JobsStream())
-	if err != nil {
-		return err
-	}
-	for _, subject := range []string{names.JobSubject(gtok), names.GroupSubject(gtok)} {
-		if err := s.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(lastSeq+1)); err != nil {
-			return fmt.Errorf("weave: purge %s: %w", subject, err)
-		}
+// purgeGroup deletes a complete group's messages from the JOBS stream (jobs), up to lastSeq: a
+// later incarnation of the same group ID shares the subjects and must keep its messages. One
+// request: NS.*.<gtok> matches, in JOBS, the group's control and job subjects and nothing else.
+func purgeGroup(ctx context.Context, jobs jetstream.Stream, names wire.Names, gtok string, lastSeq uint64) error {
+	subject := names.Namespace() + ".*." + gtok
+	if err := jobs.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(lastSeq+1)); err != nil {
+		return fmt.Errorf("weave: purge %s: %w", subject, err)
 	}
 	return nil
+}
+
+// stream returns a handle on one of the namespace's streams, asking the server for it (a stream
+// info request) only the first time in the term: purges come once per group.
+func (r *run) stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	r.streamsMu.Lock()
+	defer r.streamsMu.Unlock()
+	if s := r.streams[name]; s != nil {
+		return s, nil
+	}
+	s, err := r.c.js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if r.streams == nil {
+		r.streams = map[string]jetstream.Stream{}
+	}
+	r.streams[name] = s
+	return s, nil
 }

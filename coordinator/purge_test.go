@@ -43,10 +43,13 @@ func TestPurgeGroupKeepsLaterIncarnation(t *testing.T) {
 	last := pub(gs, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1}.Header())
 	pub(gs, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header()) // the next incarnation
 	next := pub(js1, wire.JobMeta{Group: "g"}.Header())
-	if err := purgeGroup(ctx, js, names, "g", last); err != nil {
+	s, err := js.Stream(ctx, names.JobsStream())
+	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := js.Stream(ctx, names.JobsStream())
+	if err := purgeGroup(ctx, s, names, "g", last); err != nil {
+		t.Fatal(err)
+	}
 	info, err := s.Info(ctx)
 	if err != nil {
 		t.Fatal(err)

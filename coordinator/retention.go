@@ -14,6 +14,10 @@ type retention struct {
 	eventsApplied uint64         // the last EVENTS sequence applied
 	jobsApplied   uint64         // the last JOBS sequence applied
 	unstored      map[uint64]int // EVENTS sequences of reports whose outcomes are not stored yet
+	// openEnded counts, per group token, the retained incarnations that keep their job messages
+	// and whose last JOBS sequence is not known yet: retain scans the retained groups only for a
+	// token it counts (one in a thousand groups fails; scanning for every group cost O(n) each).
+	openEnded map[string]int
 }
 
 // Bounded growth. Every stream shrinks back once its contents are no longer needed:
@@ -49,12 +53,29 @@ type purge struct {
 // when not known: after a restart, the next incarnation's open, or the feed's end, bounds it).
 func (e *engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jobsSeq uint64, at time.Time) {
 	tok := wire.GroupToken(id)
-	for i := range e.retention.retained {
-		if r := &e.retention.retained[i]; r.tok == tok && r.keepJobs && r.jobsSeq == 0 && r.openSeq < openSeq {
-			r.jobsSeq = openSeq - 1 // an earlier incarnation ends before this one's open
+	rt := &e.retention
+	if rt.openEnded[tok] > 0 {
+		for i := range rt.retained {
+			if r := &rt.retained[i]; r.tok == tok && r.keepJobs && r.jobsSeq == 0 && r.openSeq < openSeq {
+				r.jobsSeq = openSeq - 1 // an earlier incarnation ends before this one's open
+				rt.closed(tok)
+			}
 		}
 	}
-	e.retention.retained = append(e.retention.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at})
+	rt.retained = append(rt.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at})
+	if keepJobs && jobsSeq == 0 {
+		if rt.openEnded == nil {
+			rt.openEnded = map[string]int{}
+		}
+		rt.openEnded[tok]++
+	}
+}
+
+// closed records that a retained incarnation of tok no longer has an open end.
+func (rt *retention) closed(tok string) {
+	if rt.openEnded[tok]--; rt.openEnded[tok] <= 0 {
+		delete(rt.openEnded, tok)
+	}
 }
 
 // boundRetained gives the retained incarnations whose last JOBS sequence is still unknown after
@@ -65,6 +86,7 @@ func (e *engine) boundRetained() {
 		if !r.keepJobs || r.jobsSeq != 0 {
 			continue
 		}
+		e.retention.closed(r.tok)
 		r.jobsSeq = e.retention.jobsApplied
 		if g := e.groups.byID[r.id]; g != nil && g.openSeq > r.openSeq {
 			r.jobsSeq = g.openSeq - 1
@@ -82,6 +104,9 @@ func (e *engine) expireRetained(now time.Time) {
 		p := purge{tok: r.tok, summarySeq: r.summarySeq}
 		if r.keepJobs {
 			p.jobsSeq = r.jobsSeq
+			if r.jobsSeq == 0 {
+				e.retention.closed(r.tok)
+			}
 		}
 		e.out.retentionPurges = append(e.out.retentionPurges, p)
 		n++

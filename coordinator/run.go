@@ -54,6 +54,9 @@ type run struct {
 
 	rescues map[string]context.CancelFunc // running rescues by pool (owned by the loop; see rescue.go)
 
+	streamsMu sync.Mutex
+	streams   map[string]jetstream.Stream // handles on the streams purged (run.stream)
+
 	done chan struct{} // closed at shutdown: callbacks stop handing messages to the loop
 	stop []func()      // consumers and subscriptions to stop, in order
 	wg   sync.WaitGroup
