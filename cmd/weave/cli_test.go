@@ -175,6 +175,37 @@ func TestStatusFlagsResourcesWithoutHolders(t *testing.T) {
 	})
 }
 
+// newCLINamespace starts an embedded server and initialises a namespace on it, and returns the
+// connection flags of every command on it.
+func newCLINamespace(t *testing.T, namespace string) []string {
+	t.Helper()
+	srv := jstest.New(t)
+	conn := []string{"--nats", srv.ClientURL(), "--namespace", namespace, "--log-level", "warn"}
+	initNamespace(t, conn)
+	return conn
+}
+
+// background runs long-lived weave commands (coordinator, worker), each given as its arguments
+// with conn inserted after the command's name and before any "--", until the test ends; it fails
+// the test if one exits other than 0.
+func background(t *testing.T, conn []string, cmds ...[]string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, len(cmds))
+	for _, c := range cmds {
+		args := append(append([]string{c[0]}, conn...), c[1:]...)
+		go func() { done <- run(ctx, args, nil, &bytes.Buffer{}, &bytes.Buffer{}) }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range cmds {
+			if code := <-done; code != exitOK {
+				t.Errorf("a background weave command exited %d", code)
+			}
+		}
+	})
+}
+
 // initNamespace runs 'weave init' with the connection flags conn.
 func initNamespace(t *testing.T, conn []string) {
 	t.Helper()
@@ -269,25 +300,8 @@ func TestSubmitWaitWithoutCoordinator(t *testing.T) {
 // outcome; more than one job is a usage error.
 func TestSubmitSingle(t *testing.T) {
 	t.Parallel()
-	srv := jstest.New(t)
-	conn := []string{"--nats", srv.ClientURL(), "--namespace", "one", "--log-level", "warn"}
-	initNamespace(t, conn)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 2)
-	go func() {
-		done <- run(ctx, append([]string{"coordinator"}, conn...), nil, &bytes.Buffer{}, &bytes.Buffer{})
-	}()
-	go func() {
-		done <- run(ctx, append(append([]string{"worker", "--id", "w"}, conn...), "--", "cat"), nil, &bytes.Buffer{}, &bytes.Buffer{})
-	}()
-	defer func() {
-		cancel()
-		for range 2 {
-			if code := <-done; code != exitOK {
-				t.Errorf("coordinator or worker: exit %d", code)
-			}
-		}
-	}()
+	conn := newCLINamespace(t, "one")
+	background(t, conn, []string{"coordinator"}, []string{"worker", "--id", "w", "--", "cat"})
 	code, out, errOut := runCLI(t, `{"key":"k","payload":"hi"}`, append([]string{"submit", "--single", "--wait", "--wait-timeout", "30s"}, conn...)...)
 	if code != exitOK || !strings.Contains(out, "job 1 submitted as group \"job-") || !strings.Contains(out, "job 1 done after 1 attempt") {
 		t.Fatalf("submit --single: exit %d\n%s%s", code, out, errOut)

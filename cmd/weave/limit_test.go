@@ -1,33 +1,17 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/weavejobs/weave/integration/jstest"
 )
 
 // TestLimitCommands: limit set, list and remove against a running coordinator, and the usage
 // errors of set.
 func TestLimitCommands(t *testing.T) {
 	t.Parallel()
-	srv := jstest.New(t)
-	conn := []string{"--nats", srv.ClientURL(), "--namespace", "lim", "--log-level", "warn"}
-	initNamespace(t, conn)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, append([]string{"coordinator"}, conn...), nil, &bytes.Buffer{}, &bytes.Buffer{})
-	}()
-	defer func() {
-		cancel()
-		if code := <-done; code != exitOK {
-			t.Errorf("coordinator: exit %d", code)
-		}
-	}()
+	conn := newCLINamespace(t, "lim")
+	background(t, conn, []string{"coordinator"})
 	for _, bad := range [][]string{
 		{"limit", "set", "--concurrency", "2"},                                    // no target
 		{"limit", "set", "--resource", "r", "--group", "g", "--concurrency", "2"}, // two targets

@@ -1,38 +1,17 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/weavejobs/weave/integration/jstest"
 )
 
 // TestScheduleCommands: schedule add, list and remove against a running coordinator and worker:
 // the schedule fires (list shows a last tick), and the usage errors of add.
 func TestScheduleCommands(t *testing.T) {
 	t.Parallel()
-	srv := jstest.New(t)
-	conn := []string{"--nats", srv.ClientURL(), "--namespace", "sch", "--log-level", "warn"}
-	initNamespace(t, conn)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 2)
-	go func() {
-		done <- run(ctx, append([]string{"coordinator"}, conn...), nil, &bytes.Buffer{}, &bytes.Buffer{})
-	}()
-	go func() {
-		done <- run(ctx, append(append([]string{"worker", "--id", "w"}, conn...), "--", "true"), nil, &bytes.Buffer{}, &bytes.Buffer{})
-	}()
-	defer func() {
-		cancel()
-		for range 2 {
-			if code := <-done; code != exitOK {
-				t.Errorf("coordinator or worker: exit %d", code)
-			}
-		}
-	}()
+	conn := newCLINamespace(t, "sch")
+	background(t, conn, []string{"coordinator"}, []string{"worker", "--id", "w", "--", "true"})
 	for _, bad := range [][]string{
 		{"schedule", "add", "--every", "1s"},                                     // no name
 		{"schedule", "add", "--name", "s"},                                       // no cron nor interval
