@@ -43,29 +43,31 @@ type scheduleState struct {
 // fireSchedules runs the term's schedules until ctx ends.
 func (r *run) fireSchedules(ctx context.Context) {
 	ch := make(chan jetstream.Msg, 64)
-	var cons jetstream.Consumer
-	err := r.retry(ctx, "follow schedules", func(tctx context.Context) error {
-		s, err := r.c.js.Stream(tctx, r.names.SchedulesStream())
-		if err != nil {
-			return err
-		}
-		cons, err = s.OrderedConsumer(tctx, jetstream.OrderedConsumerConfig{})
-		return err
-	})
+	// Schedules never end the term: a failure here (the stream's leader being elected, say) is
+	// tried again until it works, while the term coordinates as usual (r.retry would end it).
 	var cc jetstream.ConsumeContext
-	if err == nil {
-		cc, err = cons.Consume(func(m jetstream.Msg) {
-			select {
-			case ch <- m:
-			case <-ctx.Done(): // the term's, not a request's
-			}
-		})
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Error().Err(err).Msg("schedules: cannot follow the schedules stream; none fire in this term")
+	for wait := 100 * time.Millisecond; cc == nil; wait = min(2*wait, 5*time.Second) {
+		tctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		s, err := r.c.js.Stream(tctx, r.names.SchedulesStream())
+		var cons jetstream.Consumer
+		if err == nil {
+			cons, err = s.OrderedConsumer(tctx, jetstream.OrderedConsumerConfig{})
 		}
-		return
+		cancel()
+		if err == nil {
+			cc, err = cons.Consume(func(m jetstream.Msg) {
+				select {
+				case ch <- m:
+				case <-ctx.Done(): // the term's, not a request's
+				}
+			})
+		}
+		if err != nil {
+			r.log.Warn().Err(err).Stringer("retry_in", wait).Msg("schedules: cannot follow the schedules stream yet")
+			if sleepCtx(ctx, wait); ctx.Err() != nil {
+				return
+			}
+		}
 	}
 	defer cc.Stop()
 	states := map[string]*scheduleState{}
@@ -189,10 +191,12 @@ func (r *run) fire(ctx context.Context, def schedule.Def, tick time.Time) error 
 	id := schedule.MsgID(def, tick)
 	publish := func(m *nats.Msg, msgID string) error {
 		m.Header.Set(wire.HdrMsgID, msgID)
-		return r.retry(ctx, "fire schedule "+def.Name, func(ctx context.Context) error {
-			_, err := r.c.js.PublishMsg(ctx, m)
-			return err
-		})
+		// One try with a deadline: a failure is tried again a second later (fireDue), never
+		// ending the term; the message IDs make the retry's copies duplicates.
+		tctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+		_, err := r.c.js.PublishMsg(tctx, m)
+		return err
 	}
 	open := &nats.Msg{Subject: r.names.GroupSubject(gtok), Header: wire.GroupControl{Group: group, Op: wire.OpOpen, Weight: def.Weight}.Header()}
 	if err := publish(open, id+"/open"); err != nil {
