@@ -276,7 +276,7 @@ func (r *run) followLimits(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if last, err = lastHeld(tctx, s, info); err != nil {
+		if last, err = r.lastHeld(tctx, info); err != nil {
 			return err
 		}
 		cons, err = s.OrderedConsumer(tctx, jetstream.OrderedConsumerConfig{})

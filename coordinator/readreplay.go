@@ -2,7 +2,7 @@ package coordinator
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -153,7 +153,7 @@ func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg
 		if err != nil {
 			return err
 		}
-		if last, err = lastHeld(ctx, s, info); err != nil {
+		if last, err = r.lastHeld(ctx, info); err != nil {
 			return err
 		}
 		cons, err = s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
@@ -196,21 +196,42 @@ func drainUntil(ctx context.Context, ch <-chan jetstream.Msg, last uint64, apply
 
 // lastHeld is the sequence of the last message s holds, 0 if it holds none. The state's LastSeq
 // is not it when that message was deleted (JOBS once its latest groups are purged): replay waiting
-// for it would wait for the next publish.
-func lastHeld(ctx context.Context, s jetstream.Stream, info *jetstream.StreamInfo) (uint64, error) {
+// for it would wait for the next publish. It asks the stream's leader (the message get API, not a
+// direct get, which any replica answers, a lagging one with an older last message: replay would
+// then stop reading before the end).
+func (r *run) lastHeld(ctx context.Context, info *jetstream.StreamInfo) (uint64, error) {
 	if info.State.Msgs == 0 {
 		return 0, nil
 	}
 	var last uint64
 	for _, subject := range info.Config.Subjects {
-		m, err := s.GetLastMsgForSubject(ctx, subject)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
+		req, _ := json.Marshal(struct {
+			LastBySubject string `json:"last_by_subj"`
+		}{subject})
+		resp, err := r.c.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+info.Config.Name, req)
 		if err != nil {
 			return 0, err
 		}
-		last = max(last, m.Sequence)
+		var got struct {
+			Message *struct {
+				Seq uint64 `json:"seq"`
+			} `json:"message"`
+			Error *struct {
+				Code        int    `json:"code"`
+				Description string `json:"description"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(resp.Data, &got); err != nil {
+			return 0, fmt.Errorf("weave: last message of %s on %s: %w", info.Config.Name, subject, err)
+		}
+		switch {
+		case got.Error != nil && got.Error.Code == 404:
+			continue // none on this subject
+		case got.Error != nil:
+			return 0, fmt.Errorf("weave: last message of %s on %s: %s", info.Config.Name, subject, got.Error.Description)
+		case got.Message != nil:
+			last = max(last, got.Message.Seq)
+		}
 	}
 	return last, nil
 }
@@ -274,7 +295,7 @@ func (r *run) readStream(ctx context.Context, stream string, apply func(jetstrea
 		if err != nil {
 			return err
 		}
-		if last, err = lastHeld(ctx, s, info); err != nil || last == 0 {
+		if last, err = r.lastHeld(ctx, info); err != nil || last == 0 {
 			return err
 		}
 		cons, err = s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})

@@ -296,24 +296,28 @@ func TestKeyAfterRestart(t *testing.T) {
 	}
 }
 
-// TestRestartOnPurgedStreams: once every group is complete and purged, JOBS holds no message
-// although its last sequence is above 0; a coordinator that starts then (after a SIGKILL) must
-// finish replay and coordinate, not wait for that message. It used to wait until the next
-// message was published.
+// TestRestartOnPurgedStreams: once the latest groups are complete and purged, JOBS no longer
+// holds its last message (here it holds only an earlier group's open); a coordinator that starts
+// then (after a SIGKILL) must finish replay and coordinate, not wait for that message. It used to
+// wait until the next message was published.
 func TestRestartOnPurgedStreams(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	first := e.startChildCoordinator()
 	e.worker(worker.Config{ID: "w", Concurrency: 8}, func(context.Context, *worker.Job) ([]byte, error) { return nil, nil })
-	e.wait(e.publish("g", jobs(10, nil)))
 	js, err := jetstream.New(e.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	names, _ := wire.NewNames(e.ns)
+	// An open group, never sealed within the test: its open stays in JOBS, before the last message.
+	if _, err := js.PublishMsg(e.ctx, &nats.Msg{Subject: names.GroupSubject("open"), Header: wire.GroupControl{Group: "open", Op: wire.OpOpen}.Header()}); err != nil {
+		t.Fatal(err)
+	}
+	e.wait(e.publish("g", jobs(10, nil)))
 	eventually(t, 30*time.Second, "the complete group to be purged from JOBS", func() bool {
 		s, err := js.Stream(e.ctx, names.JobsStream())
-		return err == nil && s.CachedInfo().State.Msgs == 0 && s.CachedInfo().State.LastSeq > 0
+		return err == nil && s.CachedInfo().State.Msgs == 1 && s.CachedInfo().State.LastSeq > 1
 	})
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
