@@ -41,7 +41,7 @@ const (
 
 // DefaultPrefetch is Config.Prefetch's default: 0, a window that adapts to the jobs. The fleet
 // may then hold about slots·(1/b − 1) released jobs beyond its slots, where b is the measured
-// share of a release's round trip that the handler runs: one job for long jobs, up to 4 per slot
+// share of a release's round trip that the handler runs: one job for long jobs, up to 16 per slot
 // for very short ones (and within Feeders − slots when Feeders is set).
 const DefaultPrefetch = 0
 
@@ -68,7 +68,7 @@ type Config struct {
 	// Prefetch is how many released jobs the fleet may hold beyond its slots, so a slot that
 	// frees starts its next job at once instead of waiting a round trip for the next release.
 	// 0 (default) adapts it to the jobs: about slots·(1/b − 1), where b is the measured share of
-	// a release's time the handler runs (so ~1 for long jobs, up to 4 per slot for very short
+	// a release's time the handler runs (so ~1 for long jobs, up to 16 per slot for very short
 	// ones), and the auto Feeders follows as slots + Prefetch, keeping groups spread; with
 	// Feeders set, it stays within Feeders − slots. n > 0 fixes it; -1 releases only into free
 	// slots.

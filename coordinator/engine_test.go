@@ -650,8 +650,8 @@ func TestAdaptivePrefetch(t *testing.T) {
 		{busy: 1, want: 1},
 		{busy: 0.8, want: 2},              // 8·(1/0.8 − 1) = 2
 		{busy: 0.5, want: 8},              // 8·1
-		{busy: 0.01, want: 32},            // capped at 4 per slot
-		{busy: 0, want: 32},               // no division by zero
+		{busy: 0.01, want: 128},           // capped at 16 per slot
+		{busy: 0, want: 128},              // no division by zero
 		{busy: 0.5, feeders: 10, want: 2}, // within Feeders − slots
 	} {
 		te := newTestEngine(t, Config{Feeders: tc.feeders})
