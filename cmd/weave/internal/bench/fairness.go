@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/weavejobs/weave/cmd/weave/internal/sim"
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/spreader"
@@ -112,58 +113,22 @@ func RunFairness(ctx context.Context, env *Env, cfg FairnessConfig) (*FairnessRe
 	return res, nil
 }
 
-func fairnessRun(ctx context.Context, env *Env, cfg FairnessConfig, policy spreader.Policy) (run *FairnessRun, err error) {
-	d, err := env.deploy(ctx, "fair")
-	if err != nil {
-		return nil, err
-	}
-	defer d.closeInto(&err)
-	index := map[string]int{}
+func fairnessRun(ctx context.Context, env *Env, cfg FairnessConfig, policy spreader.Policy) (*FairnessRun, error) {
 	var tasks []time.Duration
 	var sims []simGroup
-	for i, g := range fairnessGroups {
-		index[g.name] = i
+	var groups []shareGroup
+	for _, g := range fairnessGroups {
 		tasks = append(tasks, g.task)
-		sims = append(sims, simGroup{jobs: max(1, int(cfg.Work/g.task)), dur: g.task})
+		n := max(1, int(cfg.Work/g.task))
+		sims = append(sims, simGroup{jobs: n, dur: g.task})
+		groups = append(groups, shareGroup{name: g.name, task: g.task, jobs: n})
 	}
-	if err := d.Coordinator(coordinator.Config{Policy: policy}); err != nil {
-		return nil, err
-	}
-	disp, err := d.Dispatcher()
-	if err != nil {
-		return nil, err
-	}
-	// Publish everything first: the three groups are then active from the worker's first pull.
-	var hs []*dispatcher.Handle
-	for i, g := range fairnessGroups {
-		h, err := disp.Publish(ctx, g.name, repeatJobs(sims[i].jobs, nil))
-		if err != nil {
-			return nil, err
-		}
-		hs = append(hs, h)
-	}
-	log := newRunLog()
 	env.progressf("fairness: %v: %d slots, groups of %d, %d and %d jobs", policy, cfg.Slots, sims[0].jobs, sims[1].jobs, sims[2].jobs)
-	_, _, err = d.Worker(worker.Config{ID: "w0", Concurrency: cfg.Slots}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
-		g, ok := index[j.Group]
-		if !ok {
-			return nil, worker.Permanent(fmt.Errorf("unknown group %q", j.Group))
-		}
-		return nil, log.work(ctx, g, tasks[g])
-	})
+	intervals, err := runShares(ctx, env, "fair", coordinator.Config{Policy: policy}, cfg.Slots, groups)
 	if err != nil {
 		return nil, err
 	}
-	for i, h := range hs {
-		sum, err := h.WaitSummary(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if sum.Done != sims[i].jobs {
-			return nil, fmt.Errorf("group %s: summary %+v, want %d done", h.GroupID(), sum, sims[i].jobs)
-		}
-	}
-	measured, ok := shareStats(log.intervals(), len(fairnessGroups))
+	measured, ok := shareStats(intervals, len(fairnessGroups))
 	if !ok {
 		return nil, fmt.Errorf("no window in which all three groups were active")
 	}
@@ -172,7 +137,7 @@ func fairnessRun(ctx context.Context, env *Env, cfg FairnessConfig, policy sprea
 		return nil, err
 	}
 	ideal, _ := shareStats(simRuns, len(fairnessGroups))
-	run = &FairnessRun{Policy: policy.String(), WindowFromS: measured.From.Seconds(), WindowToS: measured.To.Seconds()}
+	run := &FairnessRun{Policy: policy.String(), WindowFromS: measured.From.Seconds(), WindowToS: measured.To.Seconds()}
 	for _, v := range measured.InFlight {
 		run.BusySlots += v
 	}
@@ -221,4 +186,63 @@ func (r *FairnessResult) Section() Section {
 		"Completion: from the first job start to the group's last job end; ideal: the same policy simulated with no overhead (spreader.Scheduler in simulated time).",
 	}
 	return s
+}
+
+// shareGroup is one group of a run that measures shares of the slots: its jobs, their duration
+// and the group's weight (0: 1).
+type shareGroup struct {
+	name   string
+	task   time.Duration
+	jobs   int
+	weight int
+}
+
+// runShares runs groups on a deployment of its own: a coordinator with ccfg, the groups published
+// before one worker of slots starts (so all are active from its first pull), every job holding
+// its handler for its group's task duration; it waits for every group's summary and returns the
+// handlers' intervals, by group index.
+func runShares(ctx context.Context, env *Env, tag string, ccfg coordinator.Config, slots int, groups []shareGroup) (runs []sim.Run, err error) {
+	d, err := env.deploy(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	defer d.closeInto(&err)
+	if err := d.Coordinator(ccfg); err != nil {
+		return nil, err
+	}
+	disp, err := d.Dispatcher()
+	if err != nil {
+		return nil, err
+	}
+	index := map[string]int{}
+	var hs []*dispatcher.Handle
+	for i, g := range groups {
+		index[g.name] = i
+		h, err := disp.Publish(ctx, g.name, repeatJobs(g.jobs, nil), dispatcher.Weight(g.weight))
+		if err != nil {
+			return nil, err
+		}
+		hs = append(hs, h)
+	}
+	log := newRunLog()
+	_, _, err = d.Worker(worker.Config{ID: "w0", Concurrency: slots}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		g, ok := index[j.Group]
+		if !ok {
+			return nil, worker.Permanent(fmt.Errorf("unknown group %q", j.Group))
+		}
+		return nil, log.work(ctx, g, groups[g].task)
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, h := range hs {
+		sum, err := h.WaitSummary(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if sum.Done != groups[i].jobs {
+			return nil, fmt.Errorf("group %s: summary %+v, want %d done", h.GroupID(), sum, groups[i].jobs)
+		}
+	}
+	return log.intervals(), nil
 }

@@ -6,9 +6,7 @@ import (
 	"time"
 
 	"github.com/weavejobs/weave/coordinator"
-	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/spreader"
-	"github.com/weavejobs/weave/worker"
 )
 
 // WeightsConfig configures the weights scenario. Zero fields take the defaults.
@@ -101,57 +99,23 @@ func weightSum(groups []weightedGroup) int {
 	return n
 }
 
-func weightsRun(ctx context.Context, env *Env, cfg WeightsConfig, groups []weightedGroup) (run *WeightsRun, err error) {
-	d, err := env.deploy(ctx, "weights")
-	if err != nil {
-		return nil, err
-	}
-	defer d.closeInto(&err)
-	if err := d.Coordinator(coordinator.Config{Policy: spreader.LeastInFlight}); err != nil {
-		return nil, err
-	}
-	disp, err := d.Dispatcher()
-	if err != nil {
-		return nil, err
-	}
-	index := map[string]int{}
-	var hs []*dispatcher.Handle
+func weightsRun(ctx context.Context, env *Env, cfg WeightsConfig, groups []weightedGroup) (*WeightsRun, error) {
 	jobs := make([]int, len(groups))
+	var shares []shareGroup
 	for i, g := range groups {
-		index[g.name] = i
 		jobs[i] = max(1, int(cfg.Work/g.task))
-		h, err := disp.Publish(ctx, g.name, repeatJobs(jobs[i], nil), dispatcher.Weight(g.weight))
-		if err != nil {
-			return nil, err
-		}
-		hs = append(hs, h)
+		shares = append(shares, shareGroup{name: g.name, task: g.task, jobs: jobs[i], weight: g.weight})
 	}
 	env.progressf("weights: %d slots, %s weight %d and %s weight %d", cfg.Slots, groups[0].name, groups[0].weight, groups[1].name, groups[1].weight)
-	log := newRunLog()
-	_, _, err = d.Worker(worker.Config{ID: "w0", Concurrency: cfg.Slots}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
-		g, ok := index[j.Group]
-		if !ok {
-			return nil, worker.Permanent(fmt.Errorf("unknown group %q", j.Group))
-		}
-		return nil, log.work(ctx, g, groups[g].task)
-	})
+	intervals, err := runShares(ctx, env, "weights", coordinator.Config{Policy: spreader.LeastInFlight}, cfg.Slots, shares)
 	if err != nil {
 		return nil, err
 	}
-	for i, h := range hs {
-		sum, err := h.WaitSummary(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if sum.Done != jobs[i] {
-			return nil, fmt.Errorf("group %s: summary %+v, want %d done", h.GroupID(), sum, jobs[i])
-		}
-	}
-	measured, ok := shareStats(log.intervals(), len(groups))
+	measured, ok := shareStats(intervals, len(groups))
 	if !ok {
 		return nil, fmt.Errorf("no window in which both groups were active")
 	}
-	run = &WeightsRun{WindowFromS: measured.From.Seconds(), WindowToS: measured.To.Seconds()}
+	run := &WeightsRun{WindowFromS: measured.From.Seconds(), WindowToS: measured.To.Seconds()}
 	for _, v := range measured.InFlight {
 		run.BusySlots += v
 	}
