@@ -229,17 +229,19 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 	c := o.ask.c
 	log := r.log.With().Str("group", c.Group).Uint64("request", o.ask.seq).Logger()
 	if o.refuse != nil {
-		r.refuseRedrive(ctx, o, *o.refuse)
+		r.refuseRedrive(ctx, o, *o.refuse, nil)
 		return
 	}
 	refuseLate := func(code, reason string) {
 		log.Warn().Str("reason", reason).Msg("redrive refused")
-		if r.refuseRedrive(ctx, o, wire.ControlAnswer{Code: code, Reason: reason}) {
+		// The loop learns that the request ended before its asker does: a redrive asked again
+		// at once must not find this one still starting.
+		r.refuseRedrive(ctx, o, wire.ControlAnswer{Code: code, Reason: reason}, func() {
 			select {
 			case r.redriveEnds <- redriveEnd{group: c.Group, req: o.ask.seq}:
 			case <-r.done:
 			}
-		}
+		})
 	}
 	var ids []uint64
 	if o.prevOpen > 0 {
@@ -352,10 +354,10 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 	}
 }
 
-// refuseRedrive records the refusal in REJECTED, deletes the request from JOBS, and only then
-// answers: a request still stored was accepted or never answered, so replay may decide it. It
-// reports whether all of it was done (false: the term ended first).
-func (r *run) refuseRedrive(ctx context.Context, o redriveOrder, a wire.ControlAnswer) bool {
+// refuseRedrive records the refusal in REJECTED, deletes the request from JOBS, calls ended (if
+// not nil), and only then answers: a request still stored was accepted or never answered, so
+// replay may decide it. It reports whether all of it was done (false: the term ended first).
+func (r *run) refuseRedrive(ctx context.Context, o redriveOrder, a wire.ControlAnswer, ended func()) bool {
 	rec := r.names.RejectionMsg(o.ask.subject, o.ask.seq, a.Reason)
 	rec.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d/refused", o.ask.seq))
 	if _, err := r.stored(ctx, rec, nil); err != nil {
@@ -364,6 +366,9 @@ func (r *run) refuseRedrive(ctx context.Context, o redriveOrder, a wire.ControlA
 	r.deleteRefused(ctx, []uint64{o.ask.seq})
 	if ctx.Err() != nil {
 		return false
+	}
+	if ended != nil {
+		ended()
 	}
 	if o.answer {
 		r.answerRedrive(o.ask.c, o.ask.seq, a)
