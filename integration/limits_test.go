@@ -97,11 +97,12 @@ func TestLimitsHoldAcrossCoordinatorKill(t *testing.T) {
 		t.Errorf("the unlimited group finished only after every limited job (%d)", siteAtFreeEnd)
 	}
 	// In any window from one start to a later one, the starts stay within the bucket's bound:
-	// burst + rate × window, plus one start of slack for the delivery from release to handler.
+	// burst + rate × window, give or take a fraction of one (a late release keeps the schedule),
+	// plus one start of slack for the delivery from release to handler.
 	for i := range politeStarts {
 		for j := i + 1; j < len(politeStarts); j++ {
 			window := politeStarts[j].Sub(politeStarts[i])
-			if n, bound := j-i+1, burst+rate*window.Seconds()+1; float64(n) > bound {
+			if n, bound := j-i+1, burst+rate*window.Seconds()+2; float64(n) >= bound {
 				t.Fatalf("%d starts of the rate-limited group within %v: more than %.1f", n, window, bound)
 			}
 		}
