@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -31,6 +32,9 @@ type ScaleConfig struct {
 	// per 100,000 jobs (at least 512), enough samples for a figure within a few percent while
 	// slowing large runs less.
 	MemProfileRate int `json:"mem_profile_rate"`
+	// DrainProfile, if set, is the prefix of a CPU profile of each size's drain alone, written to
+	// <DrainProfile>-<pending jobs>.prof: where the time per job goes at each backlog.
+	DrainProfile string `json:"drain_profile,omitempty"`
 }
 
 // DefaultScaleSizes are the sizes measured by default; FullScaleSizes with weave bench --full.
@@ -283,6 +287,17 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 		drained      = make(chan struct{})
 		drainedClose sync.Once
 	)
+	if cfg.DrainProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s-%d.prof", cfg.DrainProfile, n))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("scale: drain profile: %w (not with --cpuprofile in the same process)", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	_, svc, err := d.Worker(worker.Config{ID: "drain", Concurrency: cfg.Concurrency}, func(context.Context, *worker.Job) ([]byte, error) {
 		switch i := started.Add(1); {
 		case i == 1:
