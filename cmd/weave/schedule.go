@@ -72,6 +72,9 @@ month day-of-week) or 6 with seconds first, or is a descriptor: @hourly, @daily,
 			if err := jr.Err(); err != nil {
 				return usageErrorf("%v", err)
 			}
+			if len(s.Jobs) == 0 {
+				return usageErrorf("the jobs input (%s) holds no job: a tick's group needs at least one", file)
+			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			d, sess, err := newDispatcher(ctx, &conn, "schedule", g.log)
@@ -86,7 +89,7 @@ month day-of-week) or 6 with seconds first, or is a descriptor: @hourly, @daily,
 			if s.Every > 0 {
 				what = "every " + s.Every.String()
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "schedule %q added: %s, %d jobs per tick\n", s.Name, what, len(s.Jobs))
+			fmt.Fprintf(cmd.OutOrStdout(), "schedule %q added: %s, %s per tick\n", s.Name, what, count(len(s.Jobs), "job"))
 			return nil
 		},
 	}

@@ -17,6 +17,7 @@ func TestScheduleCommands(t *testing.T) {
 		{"schedule", "add", "--name", "s"},                                       // no cron nor interval
 		{"schedule", "add", "--name", "s", "--every", "1s", "--cron", "@hourly"}, // both
 		{"schedule", "remove"},
+		{"schedule", "add", "--name", "s", "--every", "1s", "--file", "/dev/null"}, // no job
 	} {
 		if code, out, errOut := runCLI(t, `{"key":"a"}`, append(bad, conn...)...); code != exitUsage {
 			t.Errorf("weave %q: exit %d, want a usage error\n%s%s", bad, code, out, errOut)
