@@ -356,16 +356,16 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 
 // refuseRedrive records the refusal in REJECTED, deletes the request from JOBS, calls ended (if
 // not nil), and only then answers: a request still stored was accepted or never answered, so
-// replay may decide it. It reports whether all of it was done (false: the term ended first).
-func (r *run) refuseRedrive(ctx context.Context, o redriveOrder, a wire.ControlAnswer, ended func()) bool {
+// replay may decide it. If the term ends first, it stops there.
+func (r *run) refuseRedrive(ctx context.Context, o redriveOrder, a wire.ControlAnswer, ended func()) {
 	rec := r.names.RejectionMsg(o.ask.subject, o.ask.seq, a.Reason)
 	rec.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d/refused", o.ask.seq))
 	if _, err := r.stored(ctx, rec, nil); err != nil {
-		return false
+		return
 	}
 	r.deleteRefused(ctx, []uint64{o.ask.seq})
 	if ctx.Err() != nil {
-		return false
+		return
 	}
 	if ended != nil {
 		ended()
@@ -373,7 +373,6 @@ func (r *run) refuseRedrive(ctx context.Context, o redriveOrder, a wire.ControlA
 	if o.answer {
 		r.answerRedrive(o.ask.c, o.ask.seq, a)
 	}
-	return true
 }
 
 func (r *run) answerRedrive(c wire.GroupControl, seq uint64, a wire.ControlAnswer) {

@@ -51,12 +51,12 @@ type SingleResult struct {
 // Scenario implements Result.
 func (r *SingleResult) Scenario() string { return "single" }
 
-// stamp writes index i and the time into the first 12 bytes of a payload.
-func stamp(i int) []byte {
-	p := make([]byte, 128)
+// stamp returns a payload holding index i and the time now in its first 12 bytes, and that time.
+func stamp(i int) ([]byte, time.Time) {
+	p, now := make([]byte, 128), time.Now()
 	binary.LittleEndian.PutUint32(p, uint32(i))
-	binary.LittleEndian.PutUint64(p[4:], uint64(time.Now().UnixNano()))
-	return p
+	binary.LittleEndian.PutUint64(p[4:], uint64(now.UnixNano()))
+	return p, now
 }
 
 func unstamp(p []byte) (int, time.Time, bool) {
@@ -166,8 +166,7 @@ func RunSingle(ctx context.Context, env *Env, cfg SingleConfig) (res *SingleResu
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	openLoop(ctx, n, cfg.Rate, func(i int) {
-		p := stamp(i)
-		_, at, _ := unstamp(p)
+		p, at := stamp(i)
 		wl.mu.Lock()
 		wl.submit[i] = at
 		wl.mu.Unlock()
@@ -259,8 +258,7 @@ func rawSingle(ctx context.Context, d *deployment, n, rate int, l *singleLog) er
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	openLoop(ctx, n, rate, func(i int) {
-		p := stamp(i)
-		_, at, _ := unstamp(p)
+		p, at := stamp(i)
 		l.mu.Lock()
 		l.submit[i] = at
 		l.mu.Unlock()
