@@ -131,11 +131,8 @@ func TestCancelDelayedJobs(t *testing.T) {
 func TestReplayKeepsDelayedJobs(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{})
-	names, cfg, now := te.e.names, te.e.cfg, te.now
-	e2, err := newEngine(cfg, names, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	names, now := te.e.names, te.now
+	e2 := te.restarted()
 	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
 	e2.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g", RunAt: now.Add(time.Minute)}.Header(), time.Time{})
 	e2.feed(names.JobSubject("g"), 3, wire.JobMeta{Group: "g", RunAt: now.Add(time.Minute)}.Header(), time.Time{})
@@ -147,12 +144,12 @@ func TestReplayKeepsDelayedJobs(t *testing.T) {
 	if st, _ := e2.idx.State(3); st != jobindex.Running {
 		t.Fatalf("delayed job released before the restart is %v after replay", st)
 	}
-	e2.heartbeat(names.HeartbeatSubject("any", "w"), wire.Heartbeat{Version: wire.Version, Worker: "w", Pool: "any", Concurrency: 4, IntervalMS: 1000}, now)
+	joinAny(e2, now)
 	e2.releaseAll()
 	if len(e2.out.releases) != 0 {
 		t.Fatalf("released %+v before the delayed job's time", e2.out.releases)
 	}
-	e2.heartbeat(names.HeartbeatSubject("any", "w"), wire.Heartbeat{Version: wire.Version, Worker: "w", Pool: "any", Concurrency: 4, IntervalMS: 1000}, now.Add(time.Minute))
+	joinAny(e2, now.Add(time.Minute))
 	e2.tick(now.Add(time.Minute))
 	e2.releaseAll()
 	if len(e2.out.releases) != 1 || len(e2.out.releases[0].jobs) != 1 || e2.out.releases[0].jobs[0].id != 2 {

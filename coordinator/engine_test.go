@@ -41,6 +41,22 @@ func newTestEngine(t *testing.T, cfg Config) *testEngine {
 	return te
 }
 
+// restarted returns a new engine of the next epoch with te's configuration, in replay: what a
+// coordinator taking over starts from. The test feeds it the streams, then ends its replay.
+func (te *testEngine) restarted() *engine {
+	te.t.Helper()
+	e, err := newEngine(te.e.cfg, te.e.names, te.e.epoch+1)
+	if err != nil {
+		te.t.Fatal(err)
+	}
+	return e
+}
+
+// joinAny has a worker "w" of 4 slots, holding nothing, heartbeat to e at now.
+func joinAny(e *engine, now time.Time) {
+	e.heartbeat(e.names.HeartbeatSubject("any", "w"), wire.Heartbeat{Version: wire.Version, Worker: "w", Pool: "any", Concurrency: 4, IntervalMS: 1000}, now)
+}
+
 func (te *testEngine) control(c wire.GroupControl) uint64 {
 	te.seq++
 	te.e.feed(te.e.names.GroupSubject(wire.GroupToken(c.Group)), te.seq, c.Header(), time.Time{})
@@ -352,11 +368,8 @@ func TestRejections(t *testing.T) {
 func TestReplay(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{})
-	names, cfg, now := te.e.names, te.e.cfg, te.now
-	e2, err := newEngine(cfg, names, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	names, now := te.e.names, te.now
+	e2 := te.restarted()
 	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
 	for id := uint64(2); id <= 6; id++ {
 		e2.feed(names.JobSubject("g"), id, wire.JobMeta{Group: "g"}.Header(), time.Time{})

@@ -102,11 +102,8 @@ func TestRateLimit(t *testing.T) {
 func TestLimitsAfterReplay(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{})
-	names, cfg, now := te.e.names, te.e.cfg, te.now
-	e2, err := newEngine(cfg, names, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	names, now := te.e.names, te.now
+	e2 := te.restarted()
 	e2.setLimit(wire.Limit{Kind: wire.LimitResource, Name: "site", Concurrency: 2}, now)
 	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
 	for id := uint64(2); id <= 6; id++ {

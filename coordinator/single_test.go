@@ -45,11 +45,8 @@ func TestSingleJob(t *testing.T) {
 func TestReplaySingleJob(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{})
-	names, cfg, now := te.e.names, te.e.cfg, te.now
-	e2, err := newEngine(cfg, names, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	names, now := te.e.names, te.now
+	e2 := te.restarted()
 	e2.feed(names.JobSubject("s"), 5, wire.JobMeta{Group: "s", Single: true}.Header(), time.Time{})
 	e2.endReplay(nil, now)
 	g := e2.groups.byID["s"]
@@ -59,7 +56,7 @@ func TestReplaySingleJob(t *testing.T) {
 	if st, _ := e2.idx.State(5); st != jobindex.Pending {
 		t.Fatalf("replayed single job is %v", st)
 	}
-	e2.heartbeat(names.HeartbeatSubject("any", "w"), wire.Heartbeat{Version: wire.Version, Worker: "w", Pool: "any", Concurrency: 4, IntervalMS: 1000}, now)
+	joinAny(e2, now)
 	e2.releaseAll()
 	if len(e2.out.releases) != 1 {
 		t.Fatalf("replayed single job not released: %+v", e2.out.releases)

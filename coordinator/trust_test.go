@@ -197,11 +197,8 @@ func TestHeartbeatChecks(t *testing.T) {
 func TestReplaySkipsRefusedReport(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{})
-	names, cfg, now := te.e.names, te.e.cfg, te.now
-	e2, err := newEngine(cfg, names, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	names, now := te.e.names, te.now
+	e2 := te.restarted()
 	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
 	e2.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g"}.Header(), time.Time{})
 	e2.feed(names.GroupSubject("g"), 3, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1}.Header(), time.Time{})
@@ -227,11 +224,8 @@ func TestReplaySkipsRefusedReport(t *testing.T) {
 func TestReplayKeepsFirstReportOfAttempt(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{})
-	names, cfg, now := te.e.names, te.e.cfg, te.now
-	e2, err := newEngine(cfg, names, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	names, now := te.e.names, te.now
+	e2 := te.restarted()
 	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
 	e2.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g"}.Header(), time.Time{})
 	e2.feed(names.JobSubject("g"), 3, wire.JobMeta{Group: "g"}.Header(), time.Time{})
