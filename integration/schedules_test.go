@@ -97,12 +97,16 @@ func TestScheduleFiresEachTickOnce(t *testing.T) {
 	if infos, err := e.d.Schedules(e.ctx); err != nil || len(infos) != 0 {
 		t.Fatalf("Schedules after the removal: %+v, %v", infos, err)
 	}
-	// No tick fires after the removal: wait for two ticks' time plus a margin, counted by a
-	// group the test publishes after it (the coordinator applied the removal before that group's jobs).
+	// No tick fires after the removal: a witness schedule added after it, on the same interval,
+	// fires three ticks meanwhile (one tick of the removed one may have been on its way).
 	before, _ := rc.groups("tick", 2)
-	e.wait(e.publish("marker", jobs(1, nil)))
-	deadline := time.Now().Add(2500 * time.Millisecond)
-	eventually(t, 10*time.Second, "two ticks' time to pass", func() bool { return time.Now().After(deadline) })
+	if err := e.d.AddSchedule(e.ctx, dispatcher.Schedule{Name: "witness", Every: time.Second, Jobs: []dispatcher.Job{{Key: "w"}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "three ticks of the witness schedule", func() bool {
+		ids, _ := rc.groups("witness", 1)
+		return len(ids) >= 3
+	})
 	if after, _ := rc.groups("tick", 2); len(after) > len(before)+1 {
 		t.Errorf("%d ticks fired after the removal", len(after)-len(before))
 	}
