@@ -306,3 +306,21 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	}
 	t.Fatalf("timed out waiting for %s; last: %s", what, last)
 }
+
+// heldKey returns the key of a job of the gated group that has not ended. Until the test
+// releases another, such a job cannot end.
+func (e *env) heldKey() string {
+	e.t.Helper()
+	for i := range 6 {
+		key := fmt.Sprintf("page-%d", i)
+		info, err := e.d.JobByKey(e.t.Context(), gated, key)
+		if err != nil {
+			e.t.Fatalf("look up %s %s: %v", gated, key, err)
+		}
+		if info.State == dispatcher.StateRunning || info.State == dispatcher.StatePending {
+			return key
+		}
+	}
+	e.t.Fatalf("every job of %s has ended", gated)
+	return ""
+}
