@@ -83,6 +83,9 @@ type ScaleMemory struct {
 	ProcessPerJob float64 `json:"process_bytes_per_job"`
 }
 
+// defaultMemProfileRate is runtime.MemProfileRate's default.
+const defaultMemProfileRate = 512 * 1024
+
 // profileRate is the heap profile's sampling rate for n jobs.
 func (c *ScaleConfig) profileRate(n int) int {
 	if c.MemProfileRate > 0 {
@@ -276,7 +279,10 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	slices.Sort(took)
 	step.StatusMS = ms(took[len(took)/2])
 
-	// Drain a part of the backlog.
+	// Drain a part of the backlog, with the heap profile sampling at its default rate again: at
+	// the fine rates the memory figures need, recording allocations' stacks took up to a third of
+	// the drain's CPU, more at the smaller sizes (which sample more finely).
+	runtime.MemProfileRate = defaultMemProfileRate
 	k := min(cfg.DrainJobs, n/2)
 	env.progressf("scale: running %s jobs from a backlog of %s", count(k), count(n))
 	var (
