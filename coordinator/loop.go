@@ -93,24 +93,31 @@ func (r *run) drainInputs() {
 
 func (r *run) applyFeed(m jetstream.Msg) {
 	s, at := storedAt(m)
+	if !r.jobs.fresh(s) {
+		return
+	}
 	if r.e.feed(m.Subject(), s, m.Headers(), at) {
 		r.payloads.add(&directget.Msg{Seq: s, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
 	}
 }
 
 func (r *run) applyEvent(m jetstream.Msg) {
-	defer r.e.retention.noteEvent(seq(m))
+	s := seq(m)
+	if !r.events.fresh(s) {
+		return
+	}
+	defer r.e.retention.noteEvent(s)
 	subj := m.Subject()
 	switch {
 	case subj == r.names.JournalSubject():
 		rec, err := journal.Decode(m.Data())
 		if err != nil {
-			r.log.Error().Err(err).Uint64("seq", seq(m)).Msg("bad journal record")
+			r.log.Error().Err(err).Uint64("seq", s).Msg("bad journal record")
 			return
 		}
 		r.e.journalRecord(rec)
 	default:
-		r.applyReports(subj, seq(m), m.Data()) // see reports.go
+		r.applyReports(subj, s, m.Data()) // see reports.go
 	}
 }
 

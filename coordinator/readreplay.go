@@ -60,7 +60,9 @@ func (r *run) readStreams(ctx context.Context) (map[uint64]aliveJob, error) {
 	// The feed carries payloads: the jobs about to be released are usually recent, so their
 	// payloads are kept in the bounded read-ahead cache and the release needs no round trip.
 	// The pull buffer is bounded by bytes, so a backlog of large payloads cannot pile up here.
-	jobsEnd, err := r.follow(ctx, r.names.JobsStream(), r.feedCh, jetstream.PullMaxBytes(feedBufferBytes))
+	var jobsEnd, eventsEnd uint64
+	var err error
+	r.jobs, jobsEnd, err = r.follow(ctx, r.names.JobsStream(), r.feedCh, jetstream.PullMaxBytes(feedBufferBytes))
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +70,7 @@ func (r *run) readStreams(ctx context.Context) (map[uint64]aliveJob, error) {
 		return nil, err
 	}
 	r.log.Debug().Uint64("last", jobsEnd).Msg("replaying events")
-	eventsEnd, err := r.follow(ctx, r.names.EventsStream(), r.eventsCh, jetstream.PullMaxMessages(1024))
+	r.events, eventsEnd, err = r.follow(ctx, r.names.EventsStream(), r.eventsCh, jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return nil, err
 	}
@@ -135,44 +137,6 @@ func (r *run) learnKeys(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// follow starts an ordered consumer over a whole stream from its first message, delivering into
-// ch, and returns the stream's last sequence at the start: replay reads up to it.
-func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg, opts ...jetstream.PullConsumeOpt) (uint64, error) {
-	var (
-		last uint64
-		cons jetstream.Consumer
-	)
-	err := r.retry(ctx, "follow "+stream, func(ctx context.Context) error {
-		s, err := r.c.js.Stream(ctx, stream)
-		if err != nil {
-			return err
-		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			return err
-		}
-		if last, err = r.lastHeld(ctx, info); err != nil {
-			return err
-		}
-		cons, err = s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case ch <- m:
-		case <-r.done:
-		}
-	}, opts...)
-	if err != nil {
-		return 0, err
-	}
-	r.stop = append(r.stop, cc.Stop)
-	return last, nil
 }
 
 // drainUntil applies messages from ch until one with stream sequence ≥ last has been applied.

@@ -25,6 +25,8 @@ type run struct {
 	// Written by consumer callbacks and subscriptions, read by the loop.
 	feedCh   chan jetstream.Msg // JOBS feed, headers only
 	eventsCh chan jetstream.Msg // EVENTS: reports and journal
+	jobs     *follower          // reads JOBS into feedCh (follow.go)
+	events   *follower          // reads EVENTS into eventsCh
 	hbCh     chan heartbeatIn   // heartbeats and joins (see heartbeats.go)
 	limitsCh chan jetstream.Msg // LIMITS: changes of the limits (limits.go)
 	statusCh chan chan *Status

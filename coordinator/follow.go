@@ -1,0 +1,179 @@
+package coordinator
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// A follower reads one stream for the whole term (JOBS: the feed; EVENTS: reports and journal)
+// with an ordered consumer, handing each message to the loop through a channel, and mends the
+// read when it stops delivering.
+//
+// nats.go's ordered consumer re-creates itself after most failures, but not all: after a NATS
+// node was lost at the moment a pull failed with "no responders", the chaos test caught a feed
+// that never delivered again, with no error after the first (the coordinator then held a full
+// window of jobs it never heard end, and released nothing for minutes). So the follower watches
+// its own progress: when the loop has applied nothing for followStallAfter although the stream
+// holds messages past the last one applied, it stops the consumer and starts a new one right
+// after that message. The loop ignores a message at or below the last one it applied (see
+// fresh), so the overlap of the two consumers is harmless.
+type follower struct {
+	r      *run
+	stream string
+	ch     chan<- jetstream.Msg
+	opts   []jetstream.PullConsumeOpt
+	log    zerolog.Logger
+
+	applied atomic.Uint64 // the sequence of the last message the loop applied (set by the loop)
+
+	mu sync.Mutex
+	cc jetstream.ConsumeContext // the current consumer's; guarded by mu
+}
+
+// followCheckEvery is how often a follower compares its progress with the stream;
+// followStallAfter how long it lets the loop apply nothing while the stream holds more before
+// it starts the consumer again. Variables so that tests can shorten them.
+var (
+	followCheckEvery = 2 * time.Second
+	followStallAfter = 5 * time.Second
+)
+
+// follow starts a follower over a whole stream from its first message, delivering into ch, and
+// returns it with the stream's last sequence at the start: replay reads up to it.
+func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg, opts ...jetstream.PullConsumeOpt) (*follower, uint64, error) {
+	f := &follower{r: r, stream: stream, ch: ch, opts: opts, log: r.log.With().Str("stream", stream).Logger()}
+	var last uint64
+	err := r.retry(ctx, "follow "+stream, func(ctx context.Context) error {
+		var err error
+		last, err = f.lastHeld(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := f.start(ctx, 0); err != nil {
+		return nil, 0, err
+	}
+	r.stop = append(r.stop, f.stop)
+	r.wg.Go(f.watch)
+	return f, last, nil
+}
+
+// fresh reports whether the loop should apply the message with sequence seq, and if so notes
+// it as applied. Only the loop calls it.
+func (f *follower) fresh(seq uint64) bool {
+	if seq != 0 && seq <= f.applied.Load() {
+		return false // delivered again by the consumer that replaced a stalled one
+	}
+	f.applied.Store(seq)
+	return true
+}
+
+// start creates an ordered consumer from sequence from (the stream's first message if 0) and
+// consumes it into the follower's channel, replacing the current consumer.
+func (f *follower) start(ctx context.Context, from uint64) error {
+	cfg := jetstream.OrderedConsumerConfig{}
+	if from > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	var cons jetstream.Consumer
+	err := f.r.retry(ctx, "follow "+f.stream, func(ctx context.Context) error {
+		s, err := f.r.c.js.Stream(ctx, f.stream)
+		if err != nil {
+			return err
+		}
+		cons, err = s.OrderedConsumer(ctx, cfg)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case f.ch <- m:
+		case <-f.r.done:
+		}
+	}, append(f.opts, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		f.log.Warn().Err(err).Msg("reading the stream: the ordered consumer reported an error")
+	}))...)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	old := f.cc
+	f.cc = cc
+	f.mu.Unlock()
+	if old != nil {
+		old.Stop()
+	}
+	return nil
+}
+
+func (f *follower) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cc != nil {
+		f.cc.Stop()
+	}
+}
+
+// watch checks the follower's progress every followCheckEvery until the term ends, and starts
+// the consumer again after the last message applied when the loop applied nothing for
+// followStallAfter although the stream holds more.
+func (f *follower) watch() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-f.r.done
+		cancel()
+	}()
+	tick := time.NewTicker(followCheckEvery)
+	defer tick.Stop()
+	seen, since := f.applied.Load(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if a := f.applied.Load(); a != seen {
+			seen, since = a, time.Now()
+			continue
+		}
+		if time.Since(since) < followStallAfter {
+			continue
+		}
+		since = time.Now() // one check per followStallAfter while idle
+		rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
+		last, err := f.lastHeld(rctx)
+		rcancel()
+		if err != nil || last <= seen {
+			continue // idle, not stalled (or the stream cannot say yet: look again later)
+		}
+		f.log.Warn().Uint64("applied", seen).Uint64("stream_last", last).Stringer("idle", followStallAfter).
+			Msg("reading the stream stalled: starting its consumer again after the last message applied")
+		if err := f.start(ctx, seen+1); err != nil && ctx.Err() == nil {
+			f.log.Error().Err(err).Msg("starting the stream's consumer again failed; the term ends")
+			f.r.fail(err)
+			return
+		}
+	}
+}
+
+// lastHeld is the sequence of the last message the stream holds (see run.lastHeld).
+func (f *follower) lastHeld(ctx context.Context) (uint64, error) {
+	s, err := f.r.c.js.Stream(ctx, f.stream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return f.r.lastHeld(ctx, info)
+}
