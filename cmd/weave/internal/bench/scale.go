@@ -107,14 +107,17 @@ type ScaleStep struct {
 	// the memory per pending job excluding payloads. Default is with the default configuration,
 	// whose payload cache keeps jobs' messages from the feed (up to PayloadCacheBytes of
 	// payload).
-	NoCache         ScaleMemory `json:"no_payload_cache"`
-	Default         ScaleMemory `json:"default_config"`
-	StatusMS        float64     `json:"status_ms"` // median time to answer a status request at this backlog
-	DrainJobs       int         `json:"drain_jobs"`
-	DrainJobsPerS   float64     `json:"drain_jobs_per_s"`
-	DrainCPUPerJob  float64     `json:"drain_cpu_us_per_job"`
-	PeakRSSBytes    uint64      `json:"peak_rss_bytes"` // with the default configuration
-	PeakRSSFromBase bool        `json:"peak_rss_reset"` // the peak was reset at the start of the step
+	NoCache        ScaleMemory `json:"no_payload_cache"`
+	Default        ScaleMemory `json:"default_config"`
+	StatusMS       float64     `json:"status_ms"` // median time to answer a status request at this backlog
+	DrainJobs      int         `json:"drain_jobs"`
+	DrainJobsPerS  float64     `json:"drain_jobs_per_s"`
+	DrainCPUPerJob float64     `json:"drain_cpu_us_per_job"`
+	// RestartSeconds runs from a new coordinator's start, after the drain and a clean stop of the
+	// first, to its first status answer that holds every job admitted: replay of the backlog.
+	RestartSeconds  float64 `json:"restart_s"`
+	PeakRSSBytes    uint64  `json:"peak_rss_bytes"` // with the default configuration
+	PeakRSSFromBase bool    `json:"peak_rss_reset"` // the peak was reset at the start of the step
 }
 
 // ScaleSlope is the growth between two consecutive sizes, per added job.
@@ -216,7 +219,8 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	if !defaults {
 		ccfg.PayloadCacheBytes = 1 // each cached message is evicted at once
 	}
-	if err := d.Coordinator(ccfg); err != nil {
+	coord, err := d.StartCoordinator(ccfg)
+	if err != nil {
 		return err
 	}
 	disp, err := d.Dispatcher()
@@ -332,12 +336,29 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 		return err
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	step.DrainJobs = k
 	if el := tk.Sub(t1); el > 0 {
 		step.DrainJobsPerS = float64(k-1) / el.Seconds()
 		step.DrainCPUPerJob = float64((cpuK - cpu1).Microseconds()) / float64(k-1)
 	}
+	mu.Unlock()
+
+	// Restart: stop the coordinator (a clean stop gives up the lease) and time a new one from its
+	// start to its first status answer after replay, which holds every job admitted.
+	if err := coord.Stop(); err != nil {
+		return err
+	}
+	env.progressf("scale: restarting the coordinator on a backlog of %s", count(n-k))
+	start = time.Now()
+	if _, err := d.StartCoordinator(coordinator.Config{}); err != nil {
+		return err
+	}
+	if err := d.WaitStatus(func(st *coordinator.Status) (bool, string) {
+		return st.Epoch > last.Epoch && st.Totals.Admitted >= uint64(n), fmt.Sprintf("a new coordinator to replay %d admitted jobs (%d so far)", n, st.Totals.Admitted)
+	}); err != nil {
+		return err
+	}
+	step.RestartSeconds = time.Since(start).Seconds()
 	return nil
 }
 
@@ -467,11 +488,11 @@ func (r *ScaleResult) Section() Section {
 	}
 	cost := Table{
 		Title:  "Scheduling from the backlog (default configuration)",
-		Header: []string{"pending jobs", "admitted in s", "status ms", "drain jobs/s", "drain CPU µs/job", "peak RSS"},
+		Header: []string{"pending jobs", "admitted in s", "admitted jobs/s", "status ms", "drain jobs/s", "drain CPU µs/job", "restart s", "peak RSS"},
 	}
 	for _, s := range r.Steps {
 		cost.Rows = append(cost.Rows, []string{
-			count(s.Jobs), fmt.Sprintf("%.1f", s.AdmitSeconds), msec(s.StatusMS), rate(s.DrainJobsPerS), fmt.Sprintf("%.0f", s.DrainCPUPerJob), mib(s.PeakRSSBytes),
+			count(s.Jobs), fmt.Sprintf("%.1f", s.AdmitSeconds), rate(float64(s.Jobs) / s.AdmitSeconds), msec(s.StatusMS), rate(s.DrainJobsPerS), fmt.Sprintf("%.0f", s.DrainCPUPerJob), fmt.Sprintf("%.2f", s.RestartSeconds), mib(s.PeakRSSBytes),
 		})
 	}
 	tables = append(tables, cost)
@@ -498,7 +519,7 @@ func (r *ScaleResult) Section() Section {
 			"Coordinator: growth of the live heap allocated with a function of package coordinator, internal/jobindex or spreader on the stack, from the Go heap profile (runtime.MemProfileRate = " + rates + " bytes, scaled for sampling as pprof does), after garbage collection. It misses what the NATS client allocates and the coordinator keeps.",
 			"Outside server: " + outside + ": the coordinator's full footprint, including messages the NATS client allocated and the coordinator keeps, plus the dispatcher's and the connections' buffers.",
 			"Payload cache off: coordinator.Config.PayloadCacheBytes = 1 (every message is evicted as it is added): the memory per pending job excluding payloads, which the target is about. The default cache keeps jobs' messages from the feed (payload, headers, subject) up to 32 MiB, counting each message's payload, headers and bookkeeping: a bounded amount, so its share per pending job falls as the backlog grows.",
-			"Drain: one worker runs jobs from the backlog; jobs/s and process CPU per job between the first and the last handler call, the whole process included. Admission is timed with the heap profile sampling finely, which slows allocation-heavy code: read it as a lower bound.",
+			"Drain: one worker runs jobs from the backlog; jobs/s and process CPU per job between the first and the last handler call, the whole process included. Admission is timed with the heap profile sampling finely, which slows allocation-heavy code: read it as a lower bound. Restart: after the drain the coordinator stops cleanly (giving up its lease) and a new one starts; from its start to its first status answer that holds every admitted job (replay done, ready to release).",
 		},
 		Checks: r.Checks,
 	}

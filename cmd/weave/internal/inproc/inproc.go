@@ -296,18 +296,25 @@ func (d *Deployment) logger(component string) zerolog.Logger {
 // Coordinator starts a coordinator with cfg (its Namespace and Logger set by the deployment)
 // and waits until it answers status requests.
 func (d *Deployment) Coordinator(cfg coordinator.Config) error {
+	_, err := d.StartCoordinator(cfg)
+	return err
+}
+
+// StartCoordinator is Coordinator, returning the coordinator's Service so that the caller can
+// stop it (a clean stop gives up its lease at once).
+func (d *Deployment) StartCoordinator(cfg coordinator.Config) (*Service, error) {
 	nc, err := d.Connect("coordinator")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg.Namespace = d.Namespace()
 	cfg.Logger = d.logger("coordinator")
 	c, err := coordinator.New(nc, cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	d.Run("coordinator", c.Run)
-	return d.WaitStatus(func(*coordinator.Status) (bool, string) { return true, "" })
+	svc := d.Run("coordinator", c.Run)
+	return svc, d.WaitStatus(func(*coordinator.Status) (bool, string) { return true, "" })
 }
 
 // Worker starts a worker with cfg (its Namespace and Logger set by the deployment) and handler h
