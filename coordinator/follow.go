@@ -10,8 +10,8 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// A follower reads one stream for the whole term (JOBS: the feed; EVENTS: reports and journal)
-// with an ordered consumer, handing each message to the loop through a channel, and mends the
+// A follower reads one stream for the whole term (JOBS: the feed; EVENTS: reports and journal;
+// LIMITS) with an ordered consumer, handing each message to the loop through a channel, and mends the
 // read when it stops delivering.
 //
 // nats.go's ordered consumer re-creates itself after most failures, but not all: after a NATS

@@ -265,45 +265,23 @@ func (e *engine) recountLimits() {
 func (r *run) followLimits(ctx context.Context) error {
 	var (
 		last uint64
-		cons jetstream.Consumer
+		err  error
 	)
-	err := r.retry(ctx, "follow limits", func(tctx context.Context) error {
-		s, err := r.c.js.Stream(tctx, r.names.LimitsStream())
-		if err != nil {
-			return err
-		}
-		info, err := s.Info(tctx)
-		if err != nil {
-			return err
-		}
-		if last, err = r.lastHeld(tctx, info); err != nil {
-			return err
-		}
-		cons, err = s.OrderedConsumer(tctx, jetstream.OrderedConsumerConfig{})
-		return err
-	})
+	r.limits, last, err = r.follow(ctx, r.names.LimitsStream(), r.limitsCh)
 	if err != nil {
 		return err
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case r.limitsCh <- m:
-		case <-r.done:
-		}
-	})
-	if err != nil {
-		return err
-	}
-	r.stop = append(r.stop, cc.Stop)
 	return drainUntil(ctx, r.limitsCh, last, r.applyLimit)
 }
 
-// applyLimit applies one message of the LIMITS stream; a malformed one is rejected (recorded in
-// NS_REJECTED) and changes nothing.
 func (r *run) applyLimit(m jetstream.Msg) {
+	s := seq(m)
+	if !r.limits.fresh(s) {
+		return
+	}
 	l, err := r.names.ParseLimit(m.Subject(), m.Data())
 	if err != nil {
-		r.e.reject(m.Subject(), seq(m), err.Error())
+		r.e.reject(m.Subject(), s, err.Error())
 		return
 	}
 	r.e.setLimit(l, r.cfg.now())

@@ -27,6 +27,7 @@ type run struct {
 	eventsCh chan jetstream.Msg // EVENTS: reports and journal
 	jobs     *follower          // reads JOBS into feedCh (follow.go)
 	events   *follower          // reads EVENTS into eventsCh
+	limits   *follower          // reads LIMITS into limitsCh
 	hbCh     chan heartbeatIn   // heartbeats and joins (see heartbeats.go)
 	limitsCh chan jetstream.Msg // LIMITS: changes of the limits (limits.go)
 	statusCh chan chan *Status
