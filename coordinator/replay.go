@@ -253,14 +253,24 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 			e.mustMove(id, jobindex.Pending)
 		}
 		e.mustMove(id, jobindex.Running)
+		// What says the latest attempt ended wins over its batch in WORK: a worker acks a batch
+		// only after the report covering it is stored, so for a moment both are there (and a
+		// lagging replica, which may answer the scan, holds the batch longer). Taken as running,
+		// such a job would stay in flight for good, holding a slot of the prefetch window: its
+		// report was read, and its worker acked the batch and has nothing more to say.
 		switch {
-		case isAlive && a.attempt == j.attempt:
-			j.pool = e.poolFor(a.pool, nil)
-			j.pool.outstanding++
 		case retried && rt.Attempt == j.attempt:
 			e.mustMove(id, jobindex.RetryWait)
 			j.retryAt, j.evSeq = rt.At, rp.seq
 			e.retries.wait.Push(j)
+		case reported && rp.r.Attempt == j.attempt:
+			undecided = append(undecided, rp)
+			if h := j.history; len(h) > 0 && rp.r.Status.Failed() {
+				j.history = h[:len(h)-1] // deciding the report adds it back
+			}
+		case isAlive && a.attempt == j.attempt:
+			j.pool = e.poolFor(a.pool, nil)
+			j.pool.outstanding++
 		case reported:
 			undecided = append(undecided, rp)
 			if h := j.history; len(h) > 0 && rp.r.Status.Failed() {
