@@ -39,8 +39,8 @@ type follower struct {
 // followStallAfter how long it lets the loop apply nothing while the stream holds more before
 // it starts the consumer again. Variables so that tests can shorten them.
 var (
-	followCheckEvery = 2 * time.Second
-	followStallAfter = 5 * time.Second
+	followCheckEvery = time.Second
+	followStallAfter = 3 * time.Second
 )
 
 // follow starts a follower over a whole stream from its first message, delivering into ch, and
