@@ -50,7 +50,7 @@ func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg
 	var last uint64
 	err := r.retry(ctx, "follow "+stream, func(ctx context.Context) error {
 		var err error
-		last, err = f.lastHeld(ctx)
+		last, err = f.lastHeld(ctx, 0)
 		return err
 	})
 	if err != nil {
@@ -150,7 +150,7 @@ func (f *follower) watch() {
 		}
 		since = time.Now() // one check per followStallAfter while idle
 		rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
-		last, err := f.lastHeld(rctx)
+		last, err := f.lastHeld(rctx, seen)
 		rcancel()
 		if err != nil || last <= seen {
 			continue // idle, not stalled (or the stream cannot say yet: look again later)
@@ -165,8 +165,10 @@ func (f *follower) watch() {
 	}
 }
 
-// lastHeld is the sequence of the last message the stream holds (see run.lastHeld).
-func (f *follower) lastHeld(ctx context.Context) (uint64, error) {
+// lastHeld is the sequence of the last message the stream holds (see run.lastHeld), or its
+// state's last sequence when that is not above after: asking for the last message per subject
+// is then not needed, which keeps an idle coordinator's checks to one request each.
+func (f *follower) lastHeld(ctx context.Context, after uint64) (uint64, error) {
 	s, err := f.r.c.js.Stream(ctx, f.stream)
 	if err != nil {
 		return 0, err
@@ -174,6 +176,9 @@ func (f *follower) lastHeld(ctx context.Context) (uint64, error) {
 	info, err := s.Info(ctx)
 	if err != nil {
 		return 0, err
+	}
+	if info.State.LastSeq <= after {
+		return info.State.LastSeq, nil
 	}
 	return f.r.lastHeld(ctx, info)
 }
