@@ -28,9 +28,12 @@ const (
 	// maxOpenPulls bounds this worker's pull requests open at once. A consumer holds 512 by
 	// default, shared by all workers of its pool.
 	maxOpenPulls = 2
-	// Back-off after a pull that failed or ended early without messages.
+	// Back-off after a pull that failed or ended early without messages. The cap bounds how
+	// long a worker may go on waiting once its consumer has a leader again after an election
+	// (at 5 s it added up to 5 s to a node loss's pause in the chaos test); failing pulls are
+	// cheap "no responders" answers, so one every 2 s per worker is no load.
 	minPullBackoff = 250 * time.Millisecond
-	maxPullBackoff = 5 * time.Second
+	maxPullBackoff = 2 * time.Second
 	// repairTimeout bounds one attempt to re-create a deleted stream or consumer.
 	repairTimeout = 10 * time.Second
 	// absorbLimit bounds how many ready events the shepherd handles before it decides on

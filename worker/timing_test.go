@@ -361,7 +361,7 @@ func TestBackoff(t *testing.T) {
 	for range 7 {
 		got = append(got, b.next())
 	}
-	want := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
+	want := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("pauses %v, want %v", got, want)
