@@ -223,6 +223,9 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	if err != nil {
 		return err
 	}
+	if err := d.WaitStatus(func(*coordinator.Status) (bool, string) { return true, "" }); err != nil {
+		return err
+	}
 	disp, err := d.Dispatcher()
 	if err != nil {
 		return err
@@ -353,7 +356,7 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	if _, err := d.StartCoordinator(coordinator.Config{}); err != nil {
 		return err
 	}
-	if err := d.WaitStatus(func(st *coordinator.Status) (bool, string) {
+	if err := d.WaitStatusWithin(restartTimeout, func(st *coordinator.Status) (bool, string) {
 		return st.Epoch > last.Epoch && st.Totals.Admitted >= uint64(n), fmt.Sprintf("a new coordinator to replay %d admitted jobs (%d so far)", n, st.Totals.Admitted)
 	}); err != nil {
 		return err
@@ -361,6 +364,9 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	step.RestartSeconds = time.Since(start).Seconds()
 	return nil
 }
+
+// restartTimeout bounds the restart's replay (10M pending jobs replay in minutes).
+const restartTimeout = 15 * time.Minute
 
 // settleMax bounds settle.
 var settleMax = 5 * time.Second

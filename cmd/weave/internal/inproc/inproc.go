@@ -296,12 +296,14 @@ func (d *Deployment) logger(component string) zerolog.Logger {
 // Coordinator starts a coordinator with cfg (its Namespace and Logger set by the deployment)
 // and waits until it answers status requests.
 func (d *Deployment) Coordinator(cfg coordinator.Config) error {
-	_, err := d.StartCoordinator(cfg)
-	return err
+	if _, err := d.StartCoordinator(cfg); err != nil {
+		return err
+	}
+	return d.WaitStatus(func(*coordinator.Status) (bool, string) { return true, "" })
 }
 
-// StartCoordinator is Coordinator, returning the coordinator's Service so that the caller can
-// stop it (a clean stop gives up its lease at once).
+// StartCoordinator starts a coordinator as Coordinator does, without waiting for it, and returns
+// its Service so that the caller can stop it (a clean stop gives up its lease at once).
 func (d *Deployment) StartCoordinator(cfg coordinator.Config) (*Service, error) {
 	nc, err := d.Connect("coordinator")
 	if err != nil {
@@ -313,8 +315,7 @@ func (d *Deployment) StartCoordinator(cfg coordinator.Config) (*Service, error) 
 	if err != nil {
 		return nil, err
 	}
-	svc := d.Run("coordinator", c.Run)
-	return svc, d.WaitStatus(func(*coordinator.Status) (bool, string) { return true, "" })
+	return d.Run("coordinator", c.Run), nil
 }
 
 // Worker starts a worker with cfg (its Namespace and Logger set by the deployment) and handler h
@@ -363,7 +364,12 @@ const WaitTimeout = 60 * time.Second
 // WaitStatus polls the coordinator's status until ready accepts it, a component fails, the
 // deployment's context ends or a minute passes. ready returns false and what it waits for.
 func (d *Deployment) WaitStatus(ready func(*coordinator.Status) (bool, string)) error {
-	ctx, cancel := context.WithTimeout(d.ctx, WaitTimeout)
+	return d.WaitStatusWithin(WaitTimeout, ready)
+}
+
+// WaitStatusWithin is WaitStatus with another bound than WaitTimeout.
+func (d *Deployment) WaitStatusWithin(timeout time.Duration, ready func(*coordinator.Status) (bool, string)) error {
+	ctx, cancel := context.WithTimeout(d.ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
