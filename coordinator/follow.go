@@ -67,7 +67,10 @@ func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg
 // fresh reports whether the loop should apply the message with sequence seq, and if so notes
 // it as applied. Only the loop calls it.
 func (f *follower) fresh(seq uint64) bool {
-	if seq != 0 && seq <= f.applied.Load() {
+	switch {
+	case seq == 0:
+		return true // no stream metadata (never from JetStream): applied, not noted
+	case seq <= f.applied.Load():
 		return false // delivered again by the consumer that replaced a stalled one
 	}
 	f.applied.Store(seq)
