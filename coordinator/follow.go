@@ -19,20 +19,31 @@ import (
 // that never delivered again, with no error after the first (the coordinator then held a full
 // window of jobs it never heard end, and released nothing for minutes). So the follower watches
 // its own progress: when the loop has applied nothing for followStallAfter although the stream
-// holds messages past the last one applied, it stops the consumer and starts a new one right
-// after that message. The loop ignores a message at or below the last one it applied (see
-// fresh), so the overlap of the two consumers is harmless.
+// holds messages past the last one applied and none wait in the channel, it stops the consumer
+// and starts a new one right after that message. Each consumer's messages carry its generation:
+// once the loop has seen a message of the new consumer it ignores the old one's (a message the
+// old consumer was handing over as it was stopped could otherwise come after the new one's and
+// skip them), and it ignores a message at or below the last one it applied (see fresh), so the
+// overlap of the two consumers is harmless.
 type follower struct {
 	r      *run
 	stream string
-	ch     chan<- jetstream.Msg
+	ch     chan<- streamMsg
 	opts   []jetstream.PullConsumeOpt
 	log    zerolog.Logger
 
 	applied atomic.Uint64 // the sequence of the last message the loop applied (set by the loop)
+	current uint32        // the newest consumer generation the loop has seen (owned by the loop)
+	gens    atomic.Uint32 // consumers started
 
 	mu sync.Mutex
 	cc jetstream.ConsumeContext // the current consumer's; guarded by mu
+}
+
+// streamMsg is a message a follower hands to the loop, with its consumer's generation.
+type streamMsg struct {
+	jetstream.Msg
+	gen uint32
 }
 
 // followCheckEvery is how often a follower compares its progress with the stream;
@@ -45,7 +56,7 @@ var (
 
 // follow starts a follower over a whole stream from its first message, delivering into ch, and
 // returns it with the stream's last sequence at the start: replay reads up to it.
-func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg, opts ...jetstream.PullConsumeOpt) (*follower, uint64, error) {
+func (r *run) follow(ctx context.Context, stream string, ch chan<- streamMsg, opts ...jetstream.PullConsumeOpt) (*follower, uint64, error) {
 	f := &follower{r: r, stream: stream, ch: ch, opts: opts, log: r.log.With().Str("stream", stream).Logger()}
 	var last uint64
 	err := r.retry(ctx, "follow "+stream, func(ctx context.Context) error {
@@ -64,9 +75,15 @@ func (r *run) follow(ctx context.Context, stream string, ch chan<- jetstream.Msg
 	return f, last, nil
 }
 
-// fresh reports whether the loop should apply the message with sequence seq, and if so notes
+// fresh reports whether the loop should apply m, whose stream sequence is seq, and if so notes
 // it as applied. Only the loop calls it.
-func (f *follower) fresh(seq uint64) bool {
+func (f *follower) fresh(m streamMsg, seq uint64) bool {
+	switch {
+	case m.gen < f.current:
+		return false // from a consumer already replaced: the new one delivers it, in order
+	case m.gen > f.current:
+		f.current = m.gen
+	}
 	switch {
 	case seq == 0:
 		return true // no stream metadata (never from JetStream): applied, not noted
@@ -96,9 +113,10 @@ func (f *follower) start(ctx context.Context, from uint64) error {
 	if err != nil {
 		return err
 	}
+	gen := f.gens.Add(1)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		select {
-		case f.ch <- m:
+		case f.ch <- streamMsg{Msg: m, gen: gen}:
 		case <-f.r.done:
 		}
 	}, append(f.opts, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -127,7 +145,7 @@ func (f *follower) stop() {
 
 // watch checks the follower's progress every followCheckEvery until the term ends, and starts
 // the consumer again after the last message applied when the loop applied nothing for
-// followStallAfter although the stream holds more.
+// followStallAfter, nothing waits in the channel and the stream holds more.
 func (f *follower) watch() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -148,8 +166,8 @@ func (f *follower) watch() {
 			seen, since = a, time.Now()
 			continue
 		}
-		if time.Since(since) < followStallAfter {
-			continue
+		if time.Since(since) < followStallAfter || len(f.ch) > 0 {
+			continue // recent progress, or messages wait for the loop (busy, or replaying another stream)
 		}
 		since = time.Now() // one check per followStallAfter while idle
 		rctx, rcancel := context.WithTimeout(ctx, requestTimeout)

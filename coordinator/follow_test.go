@@ -53,7 +53,7 @@ func TestFollowerMendsAStalledRead(t *testing.T) {
 	}()
 
 	publish(5)
-	ch := make(chan jetstream.Msg, 64)
+	ch := make(chan streamMsg, 64)
 	f, last, err := r.follow(ctx, "F", ch)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestFollowerMendsAStalledRead(t *testing.T) {
 		for len(applied) == 0 || applied[len(applied)-1] < want {
 			select {
 			case m := <-ch:
-				if s := seq(m); f.fresh(s) {
+				if s := seq(m); f.fresh(m, s) {
 					applied = append(applied, s)
 				}
 			case err := <-failed:
@@ -89,7 +89,27 @@ func TestFollowerMendsAStalledRead(t *testing.T) {
 		t.Fatalf("applied %v, want %v", applied, want)
 	}
 	// A message delivered again (by the stalled consumer, had it woken) is not applied twice.
-	if f.fresh(7) {
+	if f.fresh(streamMsg{gen: 1}, 7) {
 		t.Fatal("sequence 7 applied twice")
+	}
+}
+
+// TestFollowerIgnoresAReplacedConsumer: once the loop has seen a message of the consumer that
+// replaced a stalled one, a message the old consumer was still handing over is ignored, even
+// one past the last applied: applying it would skip the new consumer's messages before it.
+func TestFollowerIgnoresAReplacedConsumer(t *testing.T) {
+	t.Parallel()
+	f := &follower{}
+	var applied []uint64
+	for _, d := range []struct {
+		gen uint32
+		seq uint64
+	}{{1, 1}, {1, 2}, {1, 3}, {2, 3}, {2, 4}, {1, 7}, {2, 5}, {2, 6}, {2, 7}} {
+		if f.fresh(streamMsg{gen: d.gen}, d.seq) {
+			applied = append(applied, d.seq)
+		}
+	}
+	if want := []uint64{1, 2, 3, 4, 5, 6, 7}; !slices.Equal(applied, want) {
+		t.Fatalf("applied %v, want %v", applied, want)
 	}
 }

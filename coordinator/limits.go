@@ -6,8 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -274,9 +272,9 @@ func (r *run) followLimits(ctx context.Context) error {
 	return drainUntil(ctx, r.limitsCh, last, r.applyLimit)
 }
 
-func (r *run) applyLimit(m jetstream.Msg) {
+func (r *run) applyLimit(m streamMsg) {
 	s := seq(m)
-	if !r.limits.fresh(s) {
+	if !r.limits.fresh(m, s) {
 		return
 	}
 	l, err := r.names.ParseLimit(m.Subject(), m.Data())

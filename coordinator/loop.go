@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/internal/directget"
 	"github.com/weavejobs/weave/internal/journal"
@@ -91,9 +90,9 @@ func (r *run) drainInputs() {
 	}
 }
 
-func (r *run) applyFeed(m jetstream.Msg) {
+func (r *run) applyFeed(m streamMsg) {
 	s, at := storedAt(m)
-	if !r.jobs.fresh(s) {
+	if !r.jobs.fresh(m, s) {
 		return
 	}
 	if r.e.feed(m.Subject(), s, m.Headers(), at) {
@@ -101,9 +100,9 @@ func (r *run) applyFeed(m jetstream.Msg) {
 	}
 }
 
-func (r *run) applyEvent(m jetstream.Msg) {
+func (r *run) applyEvent(m streamMsg) {
 	s := seq(m)
-	if !r.events.fresh(s) {
+	if !r.events.fresh(m, s) {
 		return
 	}
 	defer r.e.retention.noteEvent(s)

@@ -23,13 +23,13 @@ type run struct {
 	payloads *payloads
 
 	// Written by consumer callbacks and subscriptions, read by the loop.
-	feedCh   chan jetstream.Msg // JOBS feed, headers only
-	eventsCh chan jetstream.Msg // EVENTS: reports and journal
-	jobs     *follower          // reads JOBS into feedCh (follow.go)
-	events   *follower          // reads EVENTS into eventsCh
-	limits   *follower          // reads LIMITS into limitsCh
-	hbCh     chan heartbeatIn   // heartbeats and joins (see heartbeats.go)
-	limitsCh chan jetstream.Msg // LIMITS: changes of the limits (limits.go)
+	feedCh   chan streamMsg   // JOBS feed, headers only
+	eventsCh chan streamMsg   // EVENTS: reports and journal
+	jobs     *follower        // reads JOBS into feedCh (follow.go)
+	events   *follower        // reads EVENTS into eventsCh
+	limits   *follower        // reads LIMITS into limitsCh
+	hbCh     chan heartbeatIn // heartbeats and joins (see heartbeats.go)
+	limitsCh chan streamMsg   // LIMITS: changes of the limits (limits.go)
 	statusCh chan chan *Status
 	insp     *inspector // inspection requests and standbys heard (inspect.go)
 
@@ -75,10 +75,10 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 	r := &run{
 		c: c, fail: fail, epoch: epoch, cfg: c.cfg, names: c.names, log: c.cfg.Logger, e: e,
 		payloads:    newPayloads(c.directGet(c.names.JobsStream()), c.cfg.PayloadCacheBytes),
-		feedCh:      make(chan jetstream.Msg, chanSize),
-		eventsCh:    make(chan jetstream.Msg, chanSize),
+		feedCh:      make(chan streamMsg, chanSize),
+		eventsCh:    make(chan streamMsg, chanSize),
 		hbCh:        make(chan heartbeatIn, chanSize),
-		limitsCh:    make(chan jetstream.Msg, 64),
+		limitsCh:    make(chan streamMsg, 64),
 		statusCh:    make(chan chan *Status),
 		insp:        newInspector(),
 		learnNotify: make(chan struct{}, 1),
