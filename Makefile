@@ -40,6 +40,10 @@ fuzz: ## Fuzz every decoder of untrusted bytes for 30s each
 chaos: ## Fault injection, long form: ~72,000 jobs on a 3-node cluster under 40 faults (several minutes)
 	WEAVE_CHAOS=long go test -count=1 -timeout 40m -run '^TestChaos$$' -v ./integration/chaos/
 
+.PHONY: chaos-load
+chaos-load: ## Fault injection, short form, 5 runs with other test packages loading the cores beside it
+	integration/chaos/scripts/under-load.sh 5
+
 .PHONY: screenshots
 screenshots: ## Regenerate docs/dashboard-*.png in headless Chromium
 	go test -count=1 -run '^TestDashboardScreenshots$$' ./cmd/weave/internal/dashboard/ -update-screenshots
