@@ -89,12 +89,20 @@ func (r *run) readStreams(ctx context.Context) (map[uint64]aliveJob, error) {
 	if err := drainUntil(ctx, r.eventsCh, eventsEnd, r.applyEvent); err != nil {
 		return nil, err
 	}
+	if afterEventsRead != nil {
+		afterEventsRead()
+	}
 	r.log.Debug().Uint64("last", eventsEnd).Msg("replaying outcomes")
 	if err := r.replayOutcomes(ctx); err != nil {
 		return nil, err
 	}
 	return alive, nil
 }
+
+// afterEventsRead, when set (by a test, before the coordinator starts), runs in replay once
+// EVENTS is read up to its end: what happens then is what a read of WORK after EVENTS would
+// have missed.
+var afterEventsRead func()
 
 // startPipelines starts the release pipelines and the writer, acker and summarizer.
 func (r *run) startPipelines(ctx context.Context) {
