@@ -92,6 +92,12 @@ func (d *Dispatcher) running(ctx context.Context, groupID string) (uint64, error
 	if _, finished, err := h.storedSummary(ctx); err != nil || finished {
 		return 0, err
 	}
+	// Before saying it runs, ask the leader: the replica that answered may lag behind (a
+	// producer publishing the group again the moment its Wait saw the summary), and taken for
+	// running the group would not be published again: its Handle would wait on the old one.
+	if finished, err := h.leaderSummary(ctx); err != nil || finished {
+		return 0, err
+	}
 	return st.sealed, nil
 }
 

@@ -218,6 +218,19 @@ func TestPermissions(t *testing.T) {
 			t.Errorf("job %s: result %q, want %q", o.Key, o.Result, want)
 		}
 	}
+	// Publishing a group again while it runs is refused as running: the producer may confirm
+	// that with the leader of RESULTS (the message get API) before it says so.
+	one := func(yield func(dispatcher.Job) bool) { yield(dispatcher.Job{Key: "z", Require: []string{"nobody-holds-this"}}) }
+	if _, err := d.Publish(pe.ctx, "held", one); err != nil {
+		t.Fatalf("producer publish: %v", err)
+	}
+	if _, err := d.Publish(pe.ctx, "held", one); !errors.Is(err, dispatcher.ErrGroupRunning) {
+		t.Fatalf("producer publishing a running group again: %v, want ErrGroupRunning", err)
+	}
+	if err := d.Attach("held").Cancel(pe.ctx); err != nil {
+		t.Fatalf("producer cancel: %v", err)
+	}
+
 	// The observer lists the failed job.
 	od, err := dispatcher.New(obsNC, dispatcher.Config{Namespace: ns})
 	if err != nil {

@@ -174,8 +174,10 @@ func For(names wire.Names, u User) (Permissions, error) {
 			// The waits (Wait, Outcomes, WaitSummary, WaitJob) and the failed list read the
 			// outcomes with direct gets: no consumer.
 			api("DIRECT.GET."+results), api("DIRECT.GET."+results+".>"),
-			// Publish: the group's control messages, read before its open.
-			api("DIRECT.GET."+jobs), api("DIRECT.GET."+jobs+".>"),
+			// Publish: the group's control messages, read before its open; and whether the
+			// group's last incarnation is summarised, confirmed with the leader of RESULTS
+			// before Publish says it runs (a replica may lag).
+			api("DIRECT.GET."+jobs), api("DIRECT.GET."+jobs+".>"), api("STREAM.MSG.GET."+results),
 			// Schedules: add and remove definitions; list them (and their last ticks fired).
 			names.AllScheduleDefs(), api("DIRECT.GET."+names.SchedulesStream()),
 		)

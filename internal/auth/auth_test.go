@@ -78,8 +78,8 @@ func TestRolePermissions(t *testing.T) {
 		},
 		{
 			role:   Producer,
-			pub:    []string{"ns.group.>", "ns.jobs.>", "ns.api.status", "ns.api.inspect", "ns.api.held.*", "$JS.API.DIRECT.GET.ns_RESULTS.>", "$JS.API.DIRECT.GET.ns_JOBS"},
-			notPub: []string{"$JS.API.STREAM.CREATE.ns_JOBS", "ns.out.>", "ns.work.>", "ns.ev.>", "ns.cancel", "ns.alarm.*", "$JS.API.CONSUMER.CREATE.ns_REJECTED.>", "$JS.API.CONSUMER.CREATE.ns_RESULTS.*.ns.out.*"},
+			pub:    []string{"ns.group.>", "ns.jobs.>", "ns.api.status", "ns.api.inspect", "ns.api.held.*", "$JS.API.DIRECT.GET.ns_RESULTS.>", "$JS.API.DIRECT.GET.ns_JOBS", "$JS.API.STREAM.MSG.GET.ns_RESULTS"},
+			notPub: []string{"$JS.API.STREAM.CREATE.ns_JOBS", "ns.out.>", "ns.work.>", "ns.ev.>", "ns.cancel", "ns.alarm.*", "$JS.API.CONSUMER.CREATE.ns_REJECTED.>", "$JS.API.CONSUMER.CREATE.ns_RESULTS.*.ns.out.*", "$JS.API.STREAM.MSG.GET.ns_JOBS", "$JS.API.STREAM.MSG.DELETE.ns_RESULTS"},
 			sub:    []string{"ns.out.>", "ns.reply.>", "ns.alarm.*", "_INBOX_ns-producer.>"},
 		},
 		{
