@@ -220,7 +220,9 @@ func TestPermissions(t *testing.T) {
 	}
 	// Publishing a group again while it runs is refused as running: the producer may confirm
 	// that with the leader of RESULTS (the message get API) before it says so.
-	one := func(yield func(dispatcher.Job) bool) { yield(dispatcher.Job{Key: "z", Require: []string{"nobody-holds-this"}}) }
+	one := func(yield func(dispatcher.Job) bool) {
+		yield(dispatcher.Job{Key: "z", Require: []string{"nobody-holds-this"}})
+	}
 	if _, err := d.Publish(pe.ctx, "held", one); err != nil {
 		t.Fatalf("producer publish: %v", err)
 	}
