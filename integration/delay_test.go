@@ -28,7 +28,10 @@ func TestDelayedJobsSurviveRestart(t *testing.T) {
 	})
 
 	startCoordinator := func() (stop func()) {
-		c, err := coordinator.New(e.nc, coordinator.Config{Namespace: e.ns, LeaseTTL: time.Second, Logger: testLogger("coordinator")})
+		// A clean stop gives the lease up at once, so the TTL does not slow the restart; 3 s
+		// rather than 1 s, which a loaded CI machine (2 cores, the package's tests in parallel)
+		// once let lapse: the coordinator's term ended and the group never finished.
+		c, err := coordinator.New(e.nc, coordinator.Config{Namespace: e.ns, LeaseTTL: 3 * time.Second, Logger: testLogger("coordinator")})
 		if err != nil {
 			t.Fatal(err)
 		}
