@@ -2,7 +2,7 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -188,33 +188,14 @@ func (r *run) lastHeld(ctx context.Context, info *jetstream.StreamInfo) (uint64,
 	}
 	var last uint64
 	for _, subject := range info.Config.Subjects {
-		req, _ := json.Marshal(struct {
-			LastBySubject string `json:"last_by_subj"`
-		}{subject})
-		resp, err := r.c.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+info.Config.Name, req)
-		if err != nil {
+		m, err := directget.LastBySubject(ctx, r.c.nc, info.Config.Name, subject)
+		switch {
+		case errors.Is(err, directget.ErrNotFound):
+			continue // none on this subject
+		case err != nil:
 			return 0, err
 		}
-		var got struct {
-			Message *struct {
-				Seq uint64 `json:"seq"`
-			} `json:"message"`
-			Error *struct {
-				Code        int    `json:"code"`
-				Description string `json:"description"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(resp.Data, &got); err != nil {
-			return 0, fmt.Errorf("weave: last message of %s on %s: %w", info.Config.Name, subject, err)
-		}
-		switch {
-		case got.Error != nil && got.Error.Code == 404:
-			continue // none on this subject
-		case got.Error != nil:
-			return 0, fmt.Errorf("weave: last message of %s on %s: %s", info.Config.Name, subject, got.Error.Description)
-		case got.Message != nil:
-			last = max(last, got.Message.Seq)
-		}
+		last = max(last, m.Seq)
 	}
 	return last, nil
 }

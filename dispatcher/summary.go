@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/weavejobs/weave/internal/directget"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -25,9 +26,6 @@ import (
 // directGetAPI is the direct get request subject prefix of the default JetStream API, which New
 // uses.
 const directGetAPI = "$JS.API.DIRECT.GET."
-
-// msgGetAPI is the message get API's prefix: answered by the stream's leader only.
-const msgGetAPI = "$JS.API.STREAM.MSG.GET."
 
 // Rechecks of the stored summary while waiting: a backstop for summaries the subscription missed
 // (written while the connection was down, or not yet visible to the direct get, on a replica that
@@ -351,45 +349,18 @@ func (h *Handle) storedSummary(ctx context.Context) (Summary, bool, error) {
 // not of whichever replica answers a direct get: one that has not stored the summary yet says
 // the group is running, although its summary already reached the outcomes' subscribers (Wait).
 func (h *Handle) leaderSummary(ctx context.Context) (bool, error) {
-	stream := h.d.names.ResultsStream()
-	req, err := json.Marshal(struct {
-		LastBySubject string `json:"last_by_subj"`
-	}{h.d.names.OutcomeSubject(h.gtok)})
-	if err != nil {
-		return false, err
-	}
 	rctx, cancel := context.WithTimeout(ctx, h.d.cfg.RequestTimeout)
 	defer cancel()
-	resp, err := h.d.nc.RequestWithContext(rctx, msgGetAPI+stream, req)
-	if err != nil {
-		return false, fmt.Errorf("weave: read the summary of group %q from the leader of %s: %w", h.group, stream, err)
-	}
-	var got struct {
-		Message *struct {
-			Header []byte `json:"hdrs"`
-			Data   []byte `json:"data"`
-		} `json:"message"`
-		Error *struct {
-			Code        int    `json:"code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(resp.Data, &got); err != nil {
-		return false, fmt.Errorf("weave: read the summary of group %q from the leader of %s: %w", h.group, stream, err)
-	}
+	m, err := directget.LastBySubject(rctx, h.d.nc, h.d.names.ResultsStream(), h.d.names.OutcomeSubject(h.gtok))
 	switch {
-	case got.Error != nil && got.Error.Code == 404:
+	case errors.Is(err, directget.ErrNotFound):
 		return false, nil // no outcome stored
-	case got.Error != nil:
-		return false, fmt.Errorf("weave: read the summary of group %q from the leader of %s: %s", h.group, stream, got.Error.Description)
-	case got.Message == nil:
-		return false, nil
-	}
-	hdr, err := nats.DecodeHeadersMsg(got.Message.Header)
-	if err != nil || !sameIncarnation(h.openSeq, hdr.Get(wire.HdrGroupSeq)) {
+	case err != nil:
+		return false, fmt.Errorf("weave: read the summary of group %q: %w", h.group, err)
+	case !sameIncarnation(h.openSeq, m.Header.Get(wire.HdrGroupSeq)):
 		return false, nil // another incarnation's outcome
 	}
-	_, sum, err := wire.DecodeOutcomeMsg(got.Message.Data)
+	_, sum, err := wire.DecodeOutcomeMsg(m.Data)
 	return err == nil && sum != nil, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/integration/jstest"
@@ -69,5 +70,33 @@ func TestScanEmptyStream(t *testing.T) {
 	n := 0
 	if err := c.Scan(ctx, 1, 10, func(*directget.Msg) error { n++; return nil }); err != nil || n != 0 {
 		t.Fatalf("Scan of an empty stream: %d messages, %v", n, err)
+	}
+}
+
+// TestLastBySubject: the leader's last message on a subject, with its headers and data; a
+// subject without messages is ErrNotFound.
+func TestLastBySubject(t *testing.T) {
+	t.Parallel()
+	_, js, ctx := setup(t)
+	for i := range 4 {
+		m := nats.NewMsg(fmt.Sprintf("s.%d", i%2))
+		m.Header.Set("N", fmt.Sprint(i))
+		m.Data = []byte(fmt.Sprint(i))
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := directget.LastBySubject(ctx, js.Conn(), "S", "s.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Seq != 3 || m.Subject != "s.0" || m.Header.Get("N") != "2" || string(m.Data) != "2" {
+		t.Fatalf("last on s.0: %+v, want sequence 3 with N=2 and data 2", m)
+	}
+	if m, err = directget.LastBySubject(ctx, js.Conn(), "S", "s.>"); err != nil || m.Seq != 4 {
+		t.Fatalf("last on s.>: %+v, %v; want sequence 4", m, err)
+	}
+	if _, err := directget.LastBySubject(ctx, js.Conn(), "S", "s.9"); !errors.Is(err, directget.ErrNotFound) {
+		t.Fatalf("last on s.9: %v, want ErrNotFound", err)
 	}
 }
