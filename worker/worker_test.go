@@ -343,8 +343,14 @@ func TestTimeoutAbandonsStuckHandler(t *testing.T) {
 	if rep.ID != 1 || rep.Status != wire.StatusError || !strings.HasPrefix(string(rep.Data), "timeout after 50ms: the handler ignored its context") {
 		t.Fatalf("first report %+v %q", rep, rep.Data)
 	}
-	st := r.w.Stats()
-	if st.Stuck != 1 || st.Abandoned != 1 || st.Timeouts != 1 || st.Busy != 1 || calls.Load() != 1 {
+	// The report can reach the test before the shepherd publishes its gauges (Stuck): wait for
+	// them (under -race in CI the test once read Stuck 0 here).
+	var st worker.Stats
+	waitFor(t, "the abandoned handler counted stuck", func() bool {
+		st = r.w.Stats()
+		return st.Stuck == 1
+	})
+	if st.Abandoned != 1 || st.Timeouts != 1 || st.Busy != 1 || calls.Load() != 1 {
 		t.Errorf("while stuck: stats %+v, calls %d", st, calls.Load())
 	}
 	release.open()
