@@ -8,7 +8,9 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -273,8 +275,25 @@ func (s *Server) Restart(ctx context.Context) error {
 	s.lifecycle.Lock()
 	defer s.lifecycle.Unlock()
 	s.stop()
-	return s.start(ctx)
+	// The server listens on the ports it had. Once they were free, the system may have given
+	// one to another socket for a while (an outgoing connection's local port): CI once failed
+	// with "bind: address already in use". Try again for up to restartBindRetry.
+	deadline := time.Now().Add(restartBindRetry)
+	for {
+		err := s.start(ctx)
+		if err == nil || !strings.Contains(err.Error(), "address already in use") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
+
+// restartBindRetry bounds how long Restart tries again to listen on a port in use.
+const restartBindRetry = 10 * time.Second
 
 // Shutdown stops the server, waits until it has stopped and removes the temporary store
 // directory if Start made one. It is safe to call more than once.
