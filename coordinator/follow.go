@@ -194,10 +194,7 @@ func (f *follower) lastHeld(ctx context.Context, after uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
+	info := s.CachedInfo() // js.Stream just asked the server for it
 	if info.State.LastSeq <= after {
 		return info.State.LastSeq, nil
 	}
