@@ -195,6 +195,7 @@ each one includes.`,
 	f.BoolVar(&o.full, "full", false, "scale: also measure 1,000,000 pending jobs")
 	f.IntSliceVar(&o.scaleSizes, "scale-sizes", nil, "scale: pending job counts to measure, e.g. 10000,100000,1000000,10000000 (overrides --full)")
 	f.IntVar(&cfg.Scale.DrainJobs, "scale-drain-jobs", 0, "scale: jobs run from each backlog to time the drain (default 5,000; at most half the backlog)")
+	f.IntVar(&cfg.Scale.GroupSize, "scale-group-size", 0, "scale: jobs per group of the backlog (default 1,000, so the number of groups grows with the size)")
 	f.StringVar(&cfg.Scale.DrainProfile, "scale-drain-profile", "", "scale: write a CPU profile of each size's drain alone to PREFIX-<jobs>.prof")
 
 	f.IntVar(&cfg.Throughput.Jobs, "jobs", 20_000, "throughput: jobs per round")

@@ -303,6 +303,7 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 		cpu1, cpuK   time.Duration
 		drained      = make(chan struct{})
 		drainedClose sync.Once
+		stopProfile  = func() {}
 	)
 	if cfg.DrainProfile != "" {
 		f, err := os.Create(fmt.Sprintf("%s-%d.prof", cfg.DrainProfile, n))
@@ -313,8 +314,9 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return fmt.Errorf("scale: drain profile: %w (not with --cpuprofile in the same process)", err)
 		}
-		defer pprof.StopCPUProfile()
+		stopProfile = pprof.StopCPUProfile
 	}
+	defer func() { stopProfile() }() // on an early return; after the drain it is stopped before the restart
 	_, svc, err := d.Worker(worker.Config{ID: "drain", Concurrency: cfg.Concurrency}, func(context.Context, *worker.Job) ([]byte, error) {
 		switch i := started.Add(1); {
 		case i == 1:
@@ -342,6 +344,8 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	if err := svc.Stop(); err != nil {
 		return err
 	}
+	stopProfile()
+	stopProfile = func() {}
 	mu.Lock()
 	step.DrainJobs = k
 	if el := tk.Sub(t1); el > 0 {
