@@ -57,6 +57,10 @@ type group struct {
 
 	outcomes    []wire.Outcome // terminal outcomes not yet handed to the writer
 	outcomeSeqs []uint64       // the EVENTS sequence of the report behind each, or 0
+	// outcomesAt is when its outcomes were last handed to the writer; lingering is set while
+	// outcomes wait for OutcomeLinger to pass since then (see run.writeOutcomes).
+	outcomesAt time.Time
+	lingering  bool
 }
 
 func (g *group) terminal() uint64 { return g.done + g.failed + g.canceled }

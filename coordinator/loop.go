@@ -147,6 +147,9 @@ func (r *run) armRetry(t *time.Timer) {
 			due = d
 		}
 	}
+	if len(r.lingering) > 0 && (due.IsZero() || r.lingerDue.Before(due)) {
+		due = r.lingerDue
+	}
 	if due.IsZero() {
 		t.Reset(time.Hour)
 		return
@@ -161,6 +164,7 @@ func (r *run) step(ctx context.Context) {
 	out := r.e.out
 	r.e.out = effects{}
 	if out.empty() {
+		r.writeLingering(ctx, r.cfg.now())
 		return
 	}
 	r.writeRecords(ctx, &out)
@@ -218,23 +222,72 @@ func (r *run) handOutReleases(ctx context.Context, releases []release) bool {
 }
 
 // writeOutcomes hands the writer the outcomes, retention purges, summaries and purges.
+//
+// A group's outcomes wait while its previous outcome message is less than OutcomeLinger old,
+// unless the group is complete: groups interleave, so writing each step's outcomes at once
+// stores about one message per job when many groups run (see Config.OutcomeLinger).
 func (r *run) writeOutcomes(ctx context.Context, out *effects) {
+	now := r.cfg.now()
 	for _, g := range out.outcomes {
-		if len(g.outcomes) > 0 {
-			r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, outcomes: g.outcomes, evSeqs: g.outcomeSeqs})
-			g.outcomes, g.outcomeSeqs = nil, nil
+		if len(g.outcomes) == 0 || g.lingering {
+			continue
 		}
+		if due := g.outcomesAt.Add(r.cfg.OutcomeLinger); !g.complete && now.Before(due) {
+			g.lingering = true
+			r.lingering = append(r.lingering, g)
+			if r.lingerDue.IsZero() || due.Before(r.lingerDue) {
+				r.lingerDue = due
+			}
+			continue
+		}
+		r.writeGroupOutcomes(ctx, g, now)
 	}
+	r.writeLingering(ctx, now)
 	for _, p := range out.retentionPurges {
 		r.enqueueWrite(ctx, writeOp{retention: &p})
 	}
 	for _, g := range out.summaries {
+		r.writeGroupOutcomes(ctx, g, now) // a complete group's outcomes go before its summary
 		sum := wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled, Abandoned: g.abandoned}
 		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, summary: &sum, purge: g.failed == 0, lastSeq: g.lastSeq})
 	}
 	for _, g := range out.purges {
 		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, purge: g.failed == 0, lastSeq: g.lastSeq})
 	}
+}
+
+// writeGroupOutcomes hands the writer the group's outcomes not yet written, if any.
+func (r *run) writeGroupOutcomes(ctx context.Context, g *group, now time.Time) {
+	g.lingering = false // if it was, writeLingering drops it from the list
+	if len(g.outcomes) == 0 {
+		return
+	}
+	r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, outcomes: g.outcomes, evSeqs: g.outcomeSeqs})
+	g.outcomes, g.outcomeSeqs, g.outcomesAt = nil, nil, now
+}
+
+// writeLingering writes the lingering outcomes whose time has come, if any has.
+func (r *run) writeLingering(ctx context.Context, now time.Time) {
+	if len(r.lingering) == 0 || now.Before(r.lingerDue) {
+		return
+	}
+	keep := r.lingering[:0]
+	r.lingerDue = time.Time{}
+	for _, g := range r.lingering {
+		if !g.lingering {
+			continue // written with its summary
+		}
+		if due := g.outcomesAt.Add(r.cfg.OutcomeLinger); now.Before(due) {
+			keep = append(keep, g)
+			if r.lingerDue.IsZero() || due.Before(r.lingerDue) {
+				r.lingerDue = due
+			}
+			continue
+		}
+		r.writeGroupOutcomes(ctx, g, now)
+	}
+	clear(r.lingering[len(keep):])
+	r.lingering = keep
 }
 
 // sealAbandoned stores a seal for each group whose producer went silent (see engine.abandon).

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -54,6 +55,11 @@ type run struct {
 	acks chan written
 	// Written (and closed) by the acker, read by the summarizer.
 	summaries chan storedSummary
+
+	// Groups whose outcomes wait for Config.OutcomeLinger, and the earliest time one is due
+	// (owned by the loop; see writeOutcomes).
+	lingering []*group
+	lingerDue time.Time
 
 	rescues map[string]context.CancelFunc // running rescues by pool (owned by the loop; see rescue.go)
 

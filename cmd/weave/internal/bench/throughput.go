@@ -73,21 +73,25 @@ type ThroughputRound struct {
 
 // ThroughputResult is what the throughput scenario measured.
 type ThroughputResult struct {
-	Config            ThroughputConfig  `json:"config"`
-	Embedded          bool              `json:"embedded_server"`
-	Rounds            []ThroughputRound `json:"rounds"`
-	WeaveJobsPerSec   float64           `json:"weave_jobs_per_s"` // jobs ÷ (first Publish → last group summary)
-	RanJobsPerSec     float64           `json:"ran_jobs_per_s"`   // jobs ÷ (first Publish → last handler call)
-	RawJobsPerSec     float64           `json:"raw_jobs_per_s"`   // messages ÷ (first publish → last ack flushed)
-	Ratio             float64           `json:"ratio"`            // Weave ÷ raw
-	WeaveCPUPer1000   float64           `json:"weave_cpu_s_per_1000_jobs"`
-	RawCPUPer1000     float64           `json:"raw_cpu_s_per_1000_jobs"`
-	WeaveCores        float64           `json:"weave_cores"` // CPU time ÷ wall time of the Weave runs
-	JobsPerWorkBatch  float64           `json:"jobs_per_work_batch"`
-	JobsPerReportMsg  float64           `json:"jobs_per_report_msg"`
-	PeakRSSBytes      uint64            `json:"peak_rss_bytes"`       // VmHWM over the Weave runs
-	PeakRSSSinceStart bool              `json:"peak_rss_since_start"` // the peak could not be reset: it is since the process started
-	Checks            []Check           `json:"checks"`
+	Config           ThroughputConfig  `json:"config"`
+	Embedded         bool              `json:"embedded_server"`
+	Rounds           []ThroughputRound `json:"rounds"`
+	WeaveJobsPerSec  float64           `json:"weave_jobs_per_s"` // jobs ÷ (first Publish → last group summary)
+	RanJobsPerSec    float64           `json:"ran_jobs_per_s"`   // jobs ÷ (first Publish → last handler call)
+	RawJobsPerSec    float64           `json:"raw_jobs_per_s"`   // messages ÷ (first publish → last ack flushed)
+	Ratio            float64           `json:"ratio"`            // Weave ÷ raw
+	WeaveCPUPer1000  float64           `json:"weave_cpu_s_per_1000_jobs"`
+	RawCPUPer1000    float64           `json:"raw_cpu_s_per_1000_jobs"`
+	WeaveCores       float64           `json:"weave_cores"` // CPU time ÷ wall time of the Weave runs
+	JobsPerWorkBatch float64           `json:"jobs_per_work_batch"`
+	JobsPerReportMsg float64           `json:"jobs_per_report_msg"`
+	// StoredPerJob is the messages each stream (JOBS, WORK, EVENTS, RESULTS) stored per job over
+	// the Weave runs: every stored message is a publish, an acknowledgement and a delivery or a
+	// read, so this is what the server's share of the cost per job grows with.
+	StoredPerJob      map[string]float64 `json:"stored_msgs_per_job"`
+	PeakRSSBytes      uint64             `json:"peak_rss_bytes"`       // VmHWM over the Weave runs
+	PeakRSSSinceStart bool               `json:"peak_rss_since_start"` // the peak could not be reset: it is since the process started
+	Checks            []Check            `json:"checks"`
 }
 
 // Scenario implements Result.
@@ -143,11 +147,16 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 	before := sumStats(ws)
 	res.PeakRSSSinceStart = true
 	var weaveTime, ranTime, rawTime, weaveCPU, rawCPU time.Duration
+	storedMsgs := map[string]uint64{}
 	for round := range cfg.Rounds {
 		var r ThroughputRound
 		weave := func() error {
 			if resetPeakRSS() {
 				res.PeakRSSSinceStart = false
+			}
+			stored0, err := d.StoredMessages()
+			if err != nil {
+				return err
 			}
 			cpu0, start := processCPU(), time.Now()
 			if err := publishAndWait(ctx, disp, fmt.Sprint("r", round, "-"), sizes, payload); err != nil {
@@ -157,6 +166,13 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 			ran := time.Unix(0, lastRun.Load()).Sub(start)
 			res.PeakRSSBytes = max(res.PeakRSSBytes, peakRSS())
 			r.WeaveSeconds, r.WeaveCPUSeconds, r.RanSeconds = took.Seconds(), cpu.Seconds(), ran.Seconds()
+			stored1, err := d.StoredMessages()
+			if err != nil {
+				return err
+			}
+			for name, n := range stored1 {
+				storedMsgs[name] += n - stored0[name]
+			}
 			weaveTime, weaveCPU, ranTime = weaveTime+took, weaveCPU+cpu, ranTime+ran
 			env.progressf("throughput: round %d/%d: Weave %s jobs/s", round+1, cfg.Rounds, rate(float64(cfg.Jobs)/took.Seconds()))
 			return nil
@@ -199,6 +215,10 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 	jobs := float64(after.JobsRun - before.JobsRun)
 	res.JobsPerWorkBatch = jobs / float64(max(after.Batches-before.Batches, 1))
 	res.JobsPerReportMsg = jobs / float64(max(after.ReportBatches-before.ReportBatches, 1))
+	res.StoredPerJob = map[string]float64{}
+	for name, m := range storedMsgs {
+		res.StoredPerJob[name] = float64(m) / n
+	}
 	res.Checks = []Check{atLeast("Weave ÷ raw JetStream throughput", res.Ratio, 0.5, "%.2f")}
 	return res, nil
 }
@@ -228,6 +248,8 @@ func (r *ThroughputResult) Section() Section {
 				{"CPU cores used by the Weave runs", fmt.Sprintf("%.2f", r.WeaveCores)},
 				{"jobs per work batch", fmt.Sprintf("%.1f", r.JobsPerWorkBatch)},
 				{"jobs per report message", fmt.Sprintf("%.1f", r.JobsPerReportMsg)},
+				{"messages stored per job: JOBS / WORK / EVENTS / RESULTS", fmt.Sprintf("%.2f / %.2f / %.2f / %.2f",
+					r.StoredPerJob["JOBS"], r.StoredPerJob["WORK"], r.StoredPerJob["EVENTS"], r.StoredPerJob["RESULTS"])},
 				{"peak RSS of the process", mib(r.PeakRSSBytes)},
 			},
 		}},

@@ -16,6 +16,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -406,4 +407,22 @@ func FleetReady(workers, slots int) func(*coordinator.Status) (bool, string) {
 		return len(st.Workers) == workers && n == slots,
 			fmt.Sprintf("the coordinator to know %d workers with %d slots (it knows %d with %d)", workers, slots, len(st.Workers), n)
 	}
+}
+
+// StoredMessages is how many messages each of the namespace's job streams (JOBS, WORK, EVENTS,
+// RESULTS) has stored since it was created, removed ones included: its last sequence.
+func (d *Deployment) StoredMessages() (map[string]uint64, error) {
+	js, err := jetstream.New(d.admin)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]uint64, 4)
+	for _, name := range []string{d.names.JobsStream(), d.names.WorkStream(), d.names.EventsStream(), d.names.ResultsStream()} {
+		s, err := js.Stream(d.ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		out[strings.TrimPrefix(name, d.names.Namespace()+"_")] = s.CachedInfo().State.LastSeq
+	}
+	return out, nil
 }

@@ -1,0 +1,140 @@
+package coordinator
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// lingerRun is a run around te's engine whose writer is a buffered channel the test reads.
+func lingerRun(te *testEngine) *run {
+	return &run{e: te.e, cfg: te.e.cfg, names: te.e.names, log: zerolog.Nop(), writeQ: make(chan writeOp, 64)}
+}
+
+// handedToWriter drains what the loop handed the writer: the outcome IDs of each outcome write, and
+// whether a summary was written after them.
+func handedToWriter(r *run) (outcomeWrites [][]uint64, summaries int) {
+	for {
+		select {
+		case op := <-r.writeQ:
+			switch {
+			case op.outcomes != nil:
+				var ids []uint64
+				for _, o := range op.outcomes {
+					ids = append(ids, o.ID)
+				}
+				outcomeWrites = append(outcomeWrites, ids)
+			case op.summary != nil:
+				summaries++
+			}
+		default:
+			return outcomeWrites, summaries
+		}
+	}
+}
+
+func TestOutcomeLingerCoalescesABusyGroup(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{OutcomeLinger: 10 * time.Millisecond})
+	r := lingerRun(te)
+	ctx := context.Background()
+	te.worker("w", 8)
+	te.open("g")
+	var ids []uint64
+	for range 4 {
+		ids = append(ids, te.job(wire.JobMeta{Group: "g"}))
+	}
+	te.seal("g")
+	jobs := te.releases()["any"]
+	if len(jobs) != 4 {
+		t.Fatalf("released %d jobs, want 4", len(jobs))
+	}
+
+	// The group's first outcome after a quiet spell is written at once.
+	te.report(jobs[0], wire.StatusOK, "")
+	r.step(ctx)
+	if w, _ := handedToWriter(r); len(w) != 1 || len(w[0]) != 1 || w[0][0] != ids[0] {
+		t.Fatalf("first outcome: writes %v, want one write of job %d at once", w, ids[0])
+	}
+
+	// The next two, within the linger, wait: nothing is written until it has passed.
+	te.now = te.now.Add(3 * time.Millisecond)
+	te.report(jobs[1], wire.StatusOK, "")
+	r.step(ctx)
+	te.now = te.now.Add(3 * time.Millisecond)
+	te.report(jobs[2], wire.StatusOK, "")
+	r.step(ctx)
+	if w, _ := handedToWriter(r); len(w) != 0 {
+		t.Fatalf("outcomes within the linger were written at once: %v", w)
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	r.armRetry(timer) // the loop wakes when they are due even if nothing else happens
+	if len(r.lingering) != 1 || !r.lingerDue.Equal(te.now.Add(4*time.Millisecond)) {
+		t.Fatalf("lingering %d groups due %v, want 1 due %v", len(r.lingering), r.lingerDue, te.now.Add(4*time.Millisecond))
+	}
+
+	// Once it has passed, both go in one write.
+	te.now = te.now.Add(4 * time.Millisecond)
+	r.step(ctx)
+	if w, _ := handedToWriter(r); len(w) != 1 || len(w[0]) != 2 || w[0][0] != ids[1] || w[0][1] != ids[2] {
+		t.Fatalf("after the linger: writes %v, want one write of jobs %d and %d", w, ids[1], ids[2])
+	}
+
+	// The last outcome completes the group: written at once, before the summary.
+	te.now = te.now.Add(time.Millisecond)
+	te.report(jobs[3], wire.StatusOK, "")
+	r.step(ctx)
+	if w, sums := handedToWriter(r); len(w) != 1 || len(w[0]) != 1 || w[0][0] != ids[3] || sums != 1 {
+		t.Fatalf("completing outcome: writes %v and %d summaries, want job %d then the summary at once", w, sums, ids[3])
+	}
+	if len(r.lingering) != 0 {
+		t.Fatalf("%d groups still lingering after the group completed", len(r.lingering))
+	}
+}
+
+func TestOutcomeLingerCompleteGroupWritesWhatLingered(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{OutcomeLinger: time.Hour})
+	r := lingerRun(te)
+	ctx := context.Background()
+	te.worker("w", 8)
+	te.open("g")
+	a, b, c := te.job(wire.JobMeta{Group: "g"}), te.job(wire.JobMeta{Group: "g"}), te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	jobs := te.releases()["any"]
+	te.report(jobs[0], wire.StatusOK, "")
+	r.step(ctx)
+	te.report(jobs[1], wire.StatusOK, "")
+	r.step(ctx) // lingers for an hour
+	te.report(jobs[2], wire.StatusOK, "")
+	r.step(ctx) // completes the group: what lingered goes first, then the summary
+	w, sums := handedToWriter(r)
+	if len(w) != 2 || len(w[0]) != 1 || w[0][0] != a || len(w[1]) != 2 || w[1][0] != b || w[1][1] != c || sums != 1 {
+		t.Fatalf("writes %v and %d summaries, want [%d] then [%d %d] then the summary", w, sums, a, b, c)
+	}
+}
+
+func TestOutcomeLingerNegativeWritesAtOnce(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{OutcomeLinger: -1})
+	r := lingerRun(te)
+	ctx := context.Background()
+	te.worker("w", 8)
+	te.open("g")
+	for range 3 {
+		te.job(wire.JobMeta{Group: "g"})
+	}
+	jobs := te.releases()["any"]
+	for _, j := range jobs {
+		te.report(j, wire.StatusOK, "")
+		r.step(ctx)
+	}
+	if w, _ := handedToWriter(r); len(w) != 3 {
+		t.Fatalf("%d outcome writes for 3 outcomes in 3 steps with the linger off, want 3", len(w))
+	}
+}
