@@ -222,6 +222,24 @@ func (r *run) startRedrives(ctx context.Context, orders []redriveOrder) {
 	}
 }
 
+// weightOf is the weight of the incarnation opened at openSeq, read from its stored open (the
+// messages of a group with failed jobs are kept), so a redrive keeps its group's share; 0 (the
+// default weight) if the open cannot be read.
+func (r *run) weightOf(ctx context.Context, openSeq uint64) int {
+	if openSeq == 0 {
+		return 0
+	}
+	m := r.readJobs(ctx, []uint64{openSeq})[0]
+	if m == nil {
+		return 0
+	}
+	c, err := wire.ParseGroupControl(m.Header)
+	if err != nil || c.Op != wire.OpOpen {
+		return 0
+	}
+	return c.Weight
+}
+
 // carryOutRedrive records and answers a refusal, or publishes the new incarnation. If the term
 // ends first, the next coordinator finds the request undecided, or the incarnation unsealed,
 // and carries it out (see redriveAfterReplay).
@@ -294,7 +312,7 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 			return
 		}
 		open := nats.NewMsg(r.names.GroupSubject(o.tok))
-		open.Header = wire.GroupControl{Group: c.Group, Op: wire.OpOpen, Redrive: o.ask.seq}.Header()
+		open.Header = wire.GroupControl{Group: c.Group, Op: wire.OpOpen, Redrive: o.ask.seq, Weight: r.weightOf(ctx, o.prevOpen)}.Header()
 		open.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d", o.ask.seq))
 		ack, err := r.stored(ctx, open, nil)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
@@ -233,5 +234,61 @@ func TestRedriveResumedAfterCoordinatorReplaced(t *testing.T) {
 	}
 	if n := w.hold.started.Load(); n != 2 {
 		t.Fatalf("%d redriven runs, want 2", n)
+	}
+}
+
+// TestRedriveKeepsWeight: the incarnation a redrive opens has the weight of the one whose
+// failed jobs it runs again, so the redriven jobs keep their group's share of the slots.
+func TestRedriveKeepsWeight(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	w := e.redriveWorker()
+	h, err := e.d.Publish(e.ctx, "heavy", jobs(2, func(i int, j *dispatcher.Job) {
+		if i == 0 {
+			j.Payload = []byte("fail")
+		}
+	}), dispatcher.Weight(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := e.waitFor(h); res.Summary.Failed != 1 {
+		t.Fatalf("first incarnation: %+v, want one failed job", res.Summary)
+	}
+	// The redriven job is held while it runs: a clean incarnation purges the group's messages
+	// once complete.
+	w.failing.Store(false)
+	w.holding.Store(true)
+	h, err = e.d.Redrive(e.ctx, "heavy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the redriven job to start", func() bool { return w.hold.started.Load() == 1 })
+
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := wire.NewNames(e.ns)
+	s, err := js.Stream(e.ctx, names.JobsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var weights []int
+	for seq := uint64(1); seq <= s.CachedInfo().State.LastSeq; seq++ {
+		m, err := s.GetMsg(e.ctx, seq)
+		if err != nil || m.Subject != names.GroupSubject("heavy") {
+			continue
+		}
+		if c, err := wire.ParseGroupControl(m.Header); err == nil && c.Op == wire.OpOpen {
+			weights = append(weights, c.Weight)
+		}
+	}
+	if len(weights) != 2 || weights[0] != 3 || weights[1] != 3 {
+		t.Fatalf("weights of the group's opens: %v, want [3 3] (the publish's and the redrive's)", weights)
+	}
+	w.hold.release()
+	if res := e.waitFor(h); res.Summary != (dispatcher.Summary{Jobs: 1, Done: 1}) {
+		t.Fatalf("redriven incarnation: %+v", res.Summary)
 	}
 }
