@@ -131,14 +131,15 @@ type Config struct {
 	// 1m; negative turns learning off.
 	LearnAffinity time.Duration
 
-	// OutcomeLinger is the least time between two outcome messages of one group: outcomes that
-	// end within it of the group's previous outcome message wait until it has passed and go in
-	// one message (at most 256 outcomes each). A group's first outcome after a quiet spell, and
-	// every outcome once the group is complete, are written at once, so a single job, a group's
-	// summary (Handle.Wait) and an idle system never wait; WaitJob, WaitKey and Outcomes on a
-	// busy group see its outcomes up to this much later. Groups interleave, so without it a
-	// busy coordinator stores about one outcome message per job (weave bench throughput).
-	// Default 10ms; negative writes every outcome at once.
+	// OutcomeLinger is, under load, the least time between two outcome messages of one group:
+	// while the coordinator writes more than 16 outcome messages per OutcomeLinger (1,600 a
+	// second by default), outcomes that end within it of their group's previous outcome message
+	// wait until it has passed and go in one message. Groups interleave, so without it a busy
+	// coordinator stores about one outcome message per job (weave bench throughput). Below that
+	// load, and for a complete group (a single job, the last jobs before Handle.Wait returns),
+	// outcomes are written at once; WaitJob, WaitKey and Outcomes on a group of a busy
+	// coordinator see them up to this much later. Default 10ms; negative writes every outcome at
+	// once.
 	OutcomeLinger time.Duration
 
 	// TrimInterval is how often the coordinator deletes what the streams no longer need to hold:

@@ -10,9 +10,14 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// lingerRun is a run around te's engine whose writer is a buffered channel the test reads.
-func lingerRun(te *testEngine) *run {
-	return &run{e: te.e, cfg: te.e.cfg, names: te.e.names, log: zerolog.Nop(), writeQ: make(chan writeOp, 64)}
+// lingerRun is a run around te's engine whose writer is a buffered channel the test reads; busy
+// starts it under load, as if other groups' outcomes had just been written.
+func lingerRun(te *testEngine, busy bool) *run {
+	r := &run{e: te.e, cfg: te.e.cfg, names: te.e.names, log: zerolog.Nop(), writeQ: make(chan writeOp, 64)}
+	if busy {
+		r.outWindow, r.outThis = te.now, lingerAbove+1
+	}
+	return r
 }
 
 // handedToWriter drains what the loop handed the writer: the outcome IDs of each outcome write, and
@@ -40,7 +45,7 @@ func handedToWriter(r *run) (outcomeWrites [][]uint64, summaries int) {
 func TestOutcomeLingerCoalescesABusyGroup(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{OutcomeLinger: 10 * time.Millisecond})
-	r := lingerRun(te)
+	r := lingerRun(te, true)
 	ctx := context.Background()
 	te.worker("w", 8)
 	te.open("g")
@@ -100,7 +105,7 @@ func TestOutcomeLingerCoalescesABusyGroup(t *testing.T) {
 func TestOutcomeLingerCompleteGroupWritesWhatLingered(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{OutcomeLinger: time.Hour})
-	r := lingerRun(te)
+	r := lingerRun(te, true)
 	ctx := context.Background()
 	te.worker("w", 8)
 	te.open("g")
@@ -122,7 +127,7 @@ func TestOutcomeLingerCompleteGroupWritesWhatLingered(t *testing.T) {
 func TestOutcomeLingerNegativeWritesAtOnce(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{OutcomeLinger: -1})
-	r := lingerRun(te)
+	r := lingerRun(te, true)
 	ctx := context.Background()
 	te.worker("w", 8)
 	te.open("g")
@@ -136,5 +141,53 @@ func TestOutcomeLingerNegativeWritesAtOnce(t *testing.T) {
 	}
 	if w, _ := handedToWriter(r); len(w) != 3 {
 		t.Fatalf("%d outcome writes for 3 outcomes in 3 steps with the linger off, want 3", len(w))
+	}
+}
+
+// TestOutcomeLingerOnlyUnderLoad: under a light load outcomes go at once however recent the
+// group's last message; above lingerAbove writes per linger they wait; once the load is gone,
+// what waited goes and nothing waits any more.
+func TestOutcomeLingerOnlyUnderLoad(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{OutcomeLinger: 10 * time.Millisecond})
+	r := lingerRun(te, false)
+	ctx := context.Background()
+	te.worker("w", 8)
+	te.open("g")
+	var ids []uint64
+	for range 4 {
+		ids = append(ids, te.job(wire.JobMeta{Group: "g"}))
+	}
+	jobs := te.releases()["any"]
+
+	te.report(jobs[0], wire.StatusOK, "")
+	r.step(ctx)
+	te.now = te.now.Add(time.Millisecond)
+	te.report(jobs[1], wire.StatusOK, "")
+	r.step(ctx)
+	if w, _ := handedToWriter(r); len(w) != 2 {
+		t.Fatalf("under a light load an outcome waited: writes %v, want 2", w)
+	}
+
+	// Other groups' outcomes make the load heavy: the next one lingers.
+	r.outThis = lingerAbove + 1
+	te.now = te.now.Add(time.Millisecond)
+	te.report(jobs[2], wire.StatusOK, "")
+	r.step(ctx)
+	if w, _ := handedToWriter(r); len(w) != 0 {
+		t.Fatalf("under load an outcome within the linger was written at once: %v", w)
+	}
+
+	// The load is gone: what lingered goes when due, and the next outcome at once.
+	te.now = te.now.Add(25 * time.Millisecond)
+	r.step(ctx)
+	if w, _ := handedToWriter(r); len(w) != 1 || len(w[0]) != 1 || w[0][0] != ids[2] {
+		t.Fatalf("after the linger: %v, want job %d written", w, ids[2])
+	}
+	te.now = te.now.Add(time.Millisecond)
+	te.report(jobs[3], wire.StatusOK, "")
+	r.step(ctx)
+	if w, _ := handedToWriter(r); len(w) != 1 || len(w[0]) != 1 || w[0][0] != ids[3] {
+		t.Fatalf("after the load: %v, want job %d written at once", w, ids[3])
 	}
 }

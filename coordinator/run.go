@@ -60,6 +60,10 @@ type run struct {
 	// (owned by the loop; see writeOutcomes).
 	lingering []*group
 	lingerDue time.Time
+	// The outcome writes handed to the writer in the current OutcomeLinger period and in the
+	// one before, from outWindow on: the load that decides whether outcomes linger.
+	outWindow        time.Time
+	outThis, outPrev int
 
 	rescues map[string]context.CancelFunc // running rescues by pool (owned by the loop; see rescue.go)
 

@@ -208,9 +208,9 @@ func (h *Handle) Wait(ctx context.Context) (*Result, error) {
 // Outcomes streams the group's job outcomes in the order they were recorded, from the beginning,
 // waiting for new ones until the group has finished; then the sequence ends. Memory use does not
 // depend on the group's size, and it creates no consumer (see follow). A job may appear more
-// than once if the coordinator repeated a record after a crash. A busy group's outcomes come in
-// bunches: the coordinator writes one group's outcomes at most once per its OutcomeLinger (10ms
-// by default), and a complete group's at once.
+// than once if the coordinator repeated a record after a crash. Under load, outcomes come in
+// bunches: a busy coordinator writes one group's outcomes at most once per its OutcomeLinger
+// (10ms by default), and a complete group's at once.
 //
 // A message that cannot be decoded yields an error wrapping ErrMalformedOutcome and the sequence
 // continues, so the caller may skip it; any other error (ctx's end included) is yielded last.

@@ -85,7 +85,7 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 	f.DurationVar(&cfg.RescueAfter, "rescue-after", coordinator.DefaultRescueAfter, "how long a pool may have no live worker before its jobs go to other pools")
 	f.DurationVar(&cfg.AbandonAfter, "abandon-after", coordinator.DefaultAbandonAfter, "how long a group that is not sealed may go without a job or keep-alive before the coordinator seals it")
 	f.DurationVar(&cfg.LearnAffinity, "learn-affinity", coordinator.DefaultLearnAffinity, "how long a pool that ran a job by fallback stays preferred for the resources the job prefers (negative: off)")
-	f.DurationVar(&cfg.OutcomeLinger, "outcome-linger", coordinator.DefaultOutcomeLinger, "least time between two outcome messages of one busy group; a complete group's and a quiet group's outcomes are written at once (negative: every outcome at once)")
+	f.DurationVar(&cfg.OutcomeLinger, "outcome-linger", coordinator.DefaultOutcomeLinger, "under load (above 16 outcome messages per linger), the least time between two outcome messages of one group; a complete group's outcomes and a light load's are written at once (negative: every outcome at once)")
 	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "replicas of the streams and the lease bucket, if this coordinator creates them (3 for a cluster; 1 to 5)")
 	f.DurationVar(&cfg.Streams.DedupWindow, "dedup-window", 0, "how long job keys are remembered for deduplication, if this coordinator creates the streams (0: 2m)")
 	f.DurationVar(&cfg.Streams.ResultRetention, "result-retention", 0, "how long a finished group's outcomes (and failed jobs' payloads) are kept (0: 24h)")
