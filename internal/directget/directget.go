@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 )
@@ -106,37 +105,66 @@ func (c *Client) Get(ctx context.Context, seqs []uint64) ([]*Msg, error) {
 
 // GetEach is Get with an error per sequence: errs[i] is nil when out[i] was read, wraps
 // ErrNotFound when the message is not in the stream, and is another error when the request
-// failed (no stream leader answering, a timeout): then the message may well be there.
+// failed (no stream leader answering: nats.ErrNoResponders, a timeout): then the message may
+// well be there.
+//
+// The requests are pipelined on the shared reply subscription, up to maxParallelGets in flight,
+// with no goroutine or subscription per request.
 func (c *Client) GetEach(ctx context.Context, seqs []uint64) (out []*Msg, errs []error) {
 	out = make([]*Msg, len(seqs))
 	errs = make([]error, len(seqs))
-	var (
-		wg   sync.WaitGroup
-		next atomic.Int64
-	)
-	for range min(len(seqs), maxParallelGets) {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(seqs); i = int(next.Add(1) - 1) {
-				out[i], errs[i] = c.get(ctx, seqs[i])
-			}
-		})
+	type inFlight struct {
+		i    int
+		ch   chan *nats.Msg
+		done func()
 	}
-	wg.Wait()
+	window := make([]inFlight, 0, min(len(seqs), maxParallelGets))
+	var req []byte
+	for next := 0; next < len(seqs) || len(window) > 0; {
+		for next < len(seqs) && len(window) < maxParallelGets && ctx.Err() == nil {
+			i := next
+			next++
+			reply, ch, done, err := c.open(0)
+			if err == nil {
+				req = append(strconv.AppendUint(append(req[:0], `{"seq":`...), seqs[i], 10), '}')
+				if err = c.nc.PublishRequest(c.subj, reply, req); err != nil {
+					done()
+				}
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("weave: direct get %d: %w", seqs[i], err)
+				continue
+			}
+			window = append(window, inFlight{i, ch, done})
+		}
+		if len(window) == 0 {
+			for ; next < len(seqs); next++ { // ctx ended before these were asked
+				errs[next] = fmt.Errorf("weave: direct get %d: %w", seqs[next], ctx.Err())
+			}
+			break
+		}
+		f := window[0]
+		window = window[1:]
+		select {
+		case m := <-f.ch:
+			out[f.i], errs[f.i] = answer(seqs[f.i], m)
+		case <-ctx.Done():
+			errs[f.i] = fmt.Errorf("weave: direct get %d: %w", seqs[f.i], ctx.Err())
+		}
+		f.done()
+	}
 	return out, errs
 }
 
-func (c *Client) get(ctx context.Context, seq uint64) (*Msg, error) {
-	req, _ := json.Marshal(struct {
-		Seq uint64 `json:"seq"`
-	}{seq})
-	resp, err := c.nc.RequestWithContext(ctx, c.subj, req)
-	if err != nil {
-		return nil, fmt.Errorf("weave: direct get %d: %w", seq, err)
-	}
-	if status := resp.Header.Get("Status"); status != "" {
-		if status == "404" {
-			return nil, fmt.Errorf("%w: sequence %d", ErrNotFound, seq)
-		}
+// answer reads a direct get's response to the request for seq.
+func answer(seq uint64, resp *nats.Msg) (*Msg, error) {
+	switch status := resp.Header.Get("Status"); status {
+	case "":
+	case "404":
+		return nil, fmt.Errorf("%w: sequence %d", ErrNotFound, seq)
+	case "503": // no responders: the stream has no leader able to answer yet
+		return nil, fmt.Errorf("weave: direct get %d: %w", seq, nats.ErrNoResponders)
+	default:
 		return nil, fmt.Errorf("weave: direct get %d: status %s %s", seq, status, resp.Header.Get("Description"))
 	}
 	got, err := strconv.ParseUint(resp.Header.Get("Nats-Sequence"), 10, 64)

@@ -100,3 +100,46 @@ func TestLastBySubject(t *testing.T) {
 		t.Fatalf("last on s.9: %v, want ErrNotFound", err)
 	}
 }
+
+// TestGetEachPipelined: more sequences than requests in flight, some missing, each answered in
+// its place; with no stream answering, every error wraps nats.ErrNoResponders; after ctx ends,
+// every error wraps ctx's.
+func TestGetEachPipelined(t *testing.T) {
+	t.Parallel()
+	c, js, ctx := setup(t)
+	for i := range 200 {
+		if _, err := js.PublishAsync(fmt.Sprintf("s.%d", i%3), []byte(fmt.Sprint(i+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	var seqs []uint64
+	for s := uint64(1); s <= 230; s += 1 + s%2 { // 1, 2, 4, 5, 7, ... past the last message
+		seqs = append(seqs, s)
+	}
+	msgs, errs := c.GetEach(ctx, seqs)
+	for i, s := range seqs {
+		switch {
+		case s <= 200 && (errs[i] != nil || msgs[i] == nil || string(msgs[i].Data) != fmt.Sprint(s) || msgs[i].Seq != s || msgs[i].Subject != fmt.Sprintf("s.%d", (s-1)%3)):
+			t.Fatalf("sequence %d: %+v, %v", s, msgs[i], errs[i])
+		case s > 200 && (!errors.Is(errs[i], directget.ErrNotFound) || msgs[i] != nil):
+			t.Fatalf("sequence %d past the end: %+v, %v; want ErrNotFound", s, msgs[i], errs[i])
+		}
+	}
+
+	none := directget.New(js.Conn(), "NOSUCH")
+	t.Cleanup(none.Close)
+	if _, errs := none.GetEach(ctx, []uint64{1, 2}); !errors.Is(errs[0], nats.ErrNoResponders) || !errors.Is(errs[1], nats.ErrNoResponders) {
+		t.Fatalf("a stream nobody serves: %v, want nats.ErrNoResponders", errs)
+	}
+
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, errs := c.GetEach(ended, seqs[:100]); !errors.Is(errs[0], context.Canceled) || !errors.Is(errs[99], context.Canceled) {
+		t.Fatalf("after ctx ended: %v ... %v, want context.Canceled", errs[0], errs[99])
+	}
+}
