@@ -46,7 +46,8 @@ type engine struct {
 	stats   counters
 	mx      loopMetrics // metrics and alarms (metrics.go)
 	out     effects
-	tierBuf []uint64 // scratch for leastLoaded
+	tierBuf []uint64  // scratch for leastLoaded
+	loads   []float64 // the loads of the latest candidates, in their order (LeastInFlight only)
 
 	rd redriveState // redrive requests (redrive.go)
 }

@@ -56,6 +56,9 @@ func (e *engine) releaseAll() {
 		}
 		affinityOnly := pass.affinityOnly
 		for _, p := range e.fleet.poolOrder {
+			if affinityOnly && !e.idx.MayPrefer(p.held) {
+				continue // no job prefers what it holds or learned: the affinity pass has nothing for it
+			}
 			// Prefetch places are a budget for the whole fleet, not per pool: released jobs stay
 			// within slots + Prefetch, which is F by default, so groups stay spread.
 			for p.free(prefetch) > 0 && len(batches[p]) < p.batchCap(e.cfg.MaxBatch) && (!pass.prefetch || outstanding < e.fleet.slots+window) {
@@ -141,7 +144,11 @@ func (e *engine) candidates(cands []candidate, ids []uint64) ([]candidate, []uin
 		ids = append(ids, id)
 	}
 	if e.cfg.Policy == spreader.LeastInFlight {
-		e.preferLeastRunning(cands[first:], ids[first:])
+		e.loads = e.loads[:0]
+		for _, c := range cands {
+			e.loads = append(e.loads, e.load(c.g))
+		}
+		e.preferLeastRunning(cands[first:], ids[first:], e.loads[first:])
 	}
 	return cands, ids
 }
@@ -150,39 +157,41 @@ func (e *engine) candidates(cands []candidate, ids []uint64) ([]candidate, []uin
 // handlers see them (released × busy share). The scheduler counts released jobs; between a
 // completion and the next release a slot is not running anything, which costs short jobs a larger
 // share of their slots than long ones, so raw counts favour groups with long jobs.
-func (e *engine) preferLeastRunning(cands []candidate, ids []uint64) {
+// loads[i] is cands[i]'s load; it is reordered with them.
+func (e *engine) preferLeastRunning(cands []candidate, ids []uint64, loads []float64) {
 	best, bestLoad := -1, 0.0
-	for i, c := range cands {
-		load := e.load(c.g)
+	for i, load := range loads {
 		if best < 0 || load < bestLoad {
 			best, bestLoad = i, load
 		}
 	}
 	if best > 0 {
-		c, id := cands[best], ids[best]
+		c, id, load := cands[best], ids[best], loads[best]
 		copy(cands[1:best+1], cands[:best])
 		copy(ids[1:best+1], ids[:best])
-		cands[0], ids[0] = c, id
+		copy(loads[1:best+1], loads[:best])
+		cands[0], ids[0], loads[0] = c, id, load
 	}
 }
 
 // leastLoaded returns the IDs of the candidates whose group has the fewest jobs running as the
 // handlers see them (in flight × busy share), in offer order, under LeastInFlight; under
 // RoundRobin, whose order is the rotation, all of them. Groups with nothing in flight tie at
-// zero, so with more groups than slots they are all in the tier. It reuses e.tierBuf.
+// zero, so with more groups than slots they are all in the tier. It reads the loads candidates
+// computed (e.loads) and reuses e.tierBuf.
 func (e *engine) leastLoaded(cands []candidate, ids []uint64) []uint64 {
 	if e.cfg.Policy != spreader.LeastInFlight {
 		return ids
 	}
 	least := -1.0
-	for _, c := range cands {
-		if l := e.load(c.g); least < 0 || l < least {
+	for _, l := range e.loads[:len(cands)] { // candidates computed them
+		if least < 0 || l < least {
 			least = l
 		}
 	}
 	e.tierBuf = e.tierBuf[:0]
-	for _, c := range cands {
-		if e.load(c.g) == least {
+	for i, c := range cands {
+		if e.loads[i] == least {
 			e.tierBuf = append(e.tierBuf, c.id)
 		}
 	}

@@ -183,6 +183,14 @@ func (x *Index) Select(w *ResourceSet, candidates []uint64) (id uint64, m Match,
 	return id, m, ok
 }
 
+// MayPrefer reports whether some job profile of x prefers a resource w holds or learned (and
+// has its requirements met by w): if not, no selection for w finds a [MatchPreferred] or
+// [MatchLearned] job, and a caller looking only for those need not ask. O(1) once w is compiled.
+func (x *Index) MayPrefer(w *ResourceSet) bool {
+	c := w.compile(x)
+	return len(c.preferred) > 0 || len(c.learned) > 0
+}
+
 // SelectAny is [Index.Select] over all pending jobs: the lowest-ID pending job that prefers a
 // resource in w (and whose requirements w meets), else the lowest-ID pending job whose
 // requirements w meets. The cost is O(profiles fitting w), independent of the backlog.

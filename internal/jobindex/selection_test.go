@@ -234,3 +234,34 @@ func TestSelectLearned(t *testing.T) {
 		t.Errorf("SelectAny = %d %v %v, want 3 learned", id, m, ok)
 	}
 }
+
+// TestMayPrefer: true exactly when some job profile prefers a resource the set holds or learned
+// and has its requirements met by it.
+func TestMayPrefer(t *testing.T) {
+	t.Parallel()
+	x := New()
+	for id, j := range map[uint64]struct{ require, prefer []string }{
+		1: {nil, nil},
+		2: {[]string{"gpu"}, []string{"cache"}}, // prefers cache, but only where a gpu is
+		3: {nil, []string{"warm"}},
+	} {
+		if err := x.Add(id, "g", j.require, j.prefer); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		held, learned []string
+		want          bool
+	}{
+		{nil, nil, false},
+		{[]string{"disk"}, nil, false},
+		{[]string{"cache"}, nil, false}, // job 2 prefers it but requires a gpu
+		{[]string{"cache", "gpu"}, nil, true},
+		{[]string{"warm"}, nil, true},
+		{nil, []string{"warm"}, true},
+	} {
+		if got := x.MayPrefer(x.CompileLearned(tc.held, tc.learned)); got != tc.want {
+			t.Errorf("MayPrefer(held %v, learned %v) = %v, want %v", tc.held, tc.learned, got, tc.want)
+		}
+	}
+}
