@@ -31,6 +31,9 @@ const (
 	maxReportBackoff = 2 * time.Second
 	// maxAdaptiveLinger caps the adaptive report linger (see Config.ReportLinger).
 	maxAdaptiveLinger = 10 * time.Millisecond
+	// siblingWait is the longest a report that would go at once waits for the other jobs of its
+	// work batch, which, started together, often end together (see completer.add).
+	siblingWait = 200 * time.Microsecond
 	// reportFieldsSize bounds a report's encoding beside its data: three varints, the status
 	// byte and the data's length.
 	reportFieldsSize = 3*10 + 1 + 10
@@ -43,7 +46,9 @@ type batch struct {
 	received time.Time // when the worker got it; a job's wait is from here to its start
 
 	// Owned by the completer.
-	persisted int // reports persisted by JetStream
+	persisted int  // reports persisted by JetStream
+	reported  int  // reports the completer received
+	settled   bool // acked or lapsed: its reports no longer count in completer.unreported
 
 	// The batch's lease as this worker last extended it: set by the shepherd at receipt, then
 	// by the completer at each extension, read by both (see lapsed).
@@ -120,6 +125,8 @@ type completer struct {
 	pendingSpans   []trace.Span
 	pace           *pacer         // when the pending reports go
 	avgRun         time.Duration  // recent average handler run time, for the adaptive linger
+	holding        bool           // reports that would have gone at once wait for their batch's others (see add)
+	unreported     int            // jobs of the batches held that have not reported: 0 when the worker is idle
 	inflight       []*publication // publish order; only the head's outcome is awaited
 	retry          *time.Timer    // set while waiting to publish the head again
 	backoff        backoff
@@ -200,6 +207,7 @@ func (c *completer) run(ctx context.Context) error {
 func (c *completer) add(ev completerEvent) {
 	if !ev.isReport {
 		c.leases.add(ev.batch)
+		c.unreported += ev.batch.jobs
 		return
 	}
 	size := len(ev.report.Data) + reportFieldsSize
@@ -212,16 +220,34 @@ func (c *completer) add(ev completerEvent) {
 		c.pendingSpans = append(c.pendingSpans, ev.span)
 	}
 	c.pendingBytes += size
+	ev.batch.reported++
+	if !ev.batch.settled {
+		c.unreported--
+	}
 	// Group commit, at most one message per ReportLinger: with no report message on its way and
-	// none sent for ReportLinger, send at once (a lone report is never delayed); otherwise gather
-	// reports until that much time has passed since the last message. Under load this turns many
-	// small messages into few large ones.
+	// none sent for ReportLinger, send at once (a lone report is delayed only while others of its
+	// batch have yet to report, siblingWait at most); otherwise gather reports until that much
+	// time has passed since the last message. Under load this turns many small messages into few
+	// large ones.
 	if len(c.pending) >= c.cfg.MaxReportBatch {
 		c.flush()
 		return
 	}
 	c.noteRun(ev.report.Duration)
-	if c.pace.added(c.lingerTime(), len(c.inflight) > 0) {
+	siblings := ev.batch.reported < ev.batch.jobs
+	switch {
+	case c.unreported == 0 && len(c.inflight) == 0:
+		c.flush() // no job left to report and none on its way: a worker gone idle holds nothing back
+	case c.holding && !siblings:
+		c.flush() // the last report of a batch came: what waited for it goes
+	case c.pace.added(c.lingerTime(), len(c.inflight) > 0):
+		// It would go at once; if jobs of its batch have not reported yet, they wait a little
+		// for them (a batch of short jobs then takes one report message, not two).
+		if siblings {
+			c.pace.hold(min(c.lingerTime(), c.cfg.siblingWait))
+			c.holding = true
+			return
+		}
 		c.flush()
 	}
 }
@@ -246,6 +272,7 @@ func (c *completer) lingerTime() time.Duration {
 
 // flush publishes the pending reports as one message.
 func (c *completer) flush() {
+	c.holding = false
 	if len(c.pending) == 0 {
 		c.pace.disarm()
 		return
@@ -291,6 +318,9 @@ func (c *completer) persisted() {
 			c.ack(b)
 		}
 	}
+	if c.unreported == 0 && len(c.inflight) == 0 && len(c.pending) > 0 {
+		c.flush() // idle, and the last message is stored: what gathered meanwhile goes
+	}
 }
 
 func (c *completer) ack(b *batch) {
@@ -302,7 +332,19 @@ func (c *completer) ack(b *batch) {
 }
 
 // forget stops keeping b leased.
-func (c *completer) forget(b *batch) { c.leases.forget(b) }
+func (c *completer) forget(b *batch) {
+	c.leases.forget(b)
+	c.settle(b)
+}
+
+// settle stops counting b's jobs that have not reported (a lapsed batch's jobs not started here
+// never will) in unreported.
+func (c *completer) settle(b *batch) {
+	if !b.settled {
+		b.settled = true
+		c.unreported -= b.jobs - b.reported
+	}
+}
 
 // failed schedules the head publication to be published again.
 func (c *completer) failed(err error) {
@@ -316,7 +358,8 @@ func (c *completer) failed(err error) {
 // it is the server's to redeliver.
 func (c *completer) extendLeases() {
 	extend, lapsed := c.leases.due()
-	for range lapsed {
+	for _, b := range lapsed {
+		c.settle(b)
 		c.log.Warn().Stringer("lease", c.cfg.Lease).Msg("worker: a work batch's lease lapsed (was the process stopped?); its jobs not started are left to the worker it is redelivered to")
 	}
 	for _, b := range extend {

@@ -101,9 +101,13 @@ type Config struct {
 
 	// ReportLinger paces report messages: a report is sent at once when no report message is
 	// on its way and none was sent within ReportLinger; otherwise reports gather and go together,
-	// at most one message per ReportLinger. A lone report is never delayed; under load few large
-	// messages replace many small ones, at the cost of up to ReportLinger on each outcome (set
-	// 1ns to send every report as soon as possible).
+	// at most one message per ReportLinger. A report that could go at once while other jobs of
+	// its work batch have not reported yet waits for them, 200µs at most (or ReportLinger if
+	// shorter), since jobs started together often end together. When the worker has no job left
+	// to report (it is idle), what gathered goes as soon as no message is on its way: a lone
+	// job's report is never delayed. Under load few large messages replace many small ones, at
+	// the cost of up to ReportLinger on each outcome (set 1ns to send every report as soon as
+	// possible).
 	//
 	// Default: adaptive, 1ms or a tenth of the recent average run time of this worker's
 	// handlers, whichever is longer, and at most 10ms: an outcome then waits at most about 10% of
@@ -128,6 +132,8 @@ type Config struct {
 
 	// clock replaces time.Now for lease lapses, in tests (export_test.go). Nil: time.Now.
 	clock func() time.Time
+	// siblingWait replaces the constant siblingWait, in tests (export_test.go). 0: the constant.
+	siblingWait time.Duration
 }
 
 // resolved is a validated Config with defaults filled in.
@@ -208,6 +214,9 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 	now := c.clock
 	if now == nil {
 		now = time.Now
+	}
+	if c.siblingWait == 0 {
+		c.siblingWait = siblingWait
 	}
 	return resolved{Config: c, now: now, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs}, nil
 }

@@ -8,3 +8,10 @@ func WithClock(c Config, now func() time.Time) Config {
 	c.clock = now
 	return c
 }
+
+// WithSiblingWait returns c with d as the longest a report waits for the other jobs of its work
+// batch, so a test can tell waiting from not waiting whatever the machine's load.
+func WithSiblingWait(c Config, d time.Duration) Config {
+	c.siblingWait = d
+	return c
+}

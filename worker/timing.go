@@ -52,6 +52,14 @@ func (p *pacer) added(linger time.Duration, inflight bool) (sendNow bool) {
 	return false
 }
 
+// hold arms the timer for d unless it is armed: reports that could go now wait that long.
+func (p *pacer) hold(d time.Duration) {
+	if !p.armed {
+		p.timer.Reset(d)
+		p.armed = true
+	}
+}
+
 // C ticks when the reports that gathered are due; nil when none wait.
 func (p *pacer) C() <-chan time.Time {
 	if p.armed {

@@ -955,3 +955,53 @@ func TestLapsedLeaseDropsQueuedJobs(t *testing.T) {
 		t.Errorf("Stats.Dropped = %d, want 1", st.Dropped)
 	}
 }
+
+// TestReportsOfABatchTravelTogether: the jobs of one work batch that end together report in one
+// message (the first report, which would go at once, waits for the others), and a report waits
+// for a sibling still running no longer than the sibling wait. The linger and the sibling wait
+// are long here, so that the jobs' spread under any load stays well within them.
+func TestReportsOfABatchTravelTogether(t *testing.T) {
+	t.Parallel()
+	const wait = time.Second
+	f := setup(t)
+	rr := f.reports()
+	var (
+		started  atomic.Int32
+		allIn    = make(gate)
+		slowHold = make(gate)
+	)
+	h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		switch string(j.Payload) {
+		case "slow":
+			<-slowHold
+		case "together":
+			if started.Add(1) == 4 {
+				allIn.open()
+			}
+			<-allIn // the four end together
+		}
+		return nil, nil
+	})
+	f.start(worker.WithSiblingWait(worker.Config{Concurrency: 4, ReportLinger: wait}, wait), h)
+	f.publish("any", job(1, "together"), job(2, "together"), job(3, "together"), job(4, "together"))
+	if m := rr.nextMsg(); len(m.reports) != 4 {
+		t.Fatalf("a batch of four jobs ending together reported %d of them in its first message, want 4", len(m.reports))
+	}
+
+	// A fresh worker (its own pool), so that its first report would go at once: it waits for
+	// the sibling wait, then goes without the job still running.
+	f.start(worker.WithSiblingWait(worker.Config{Concurrency: 4, ReportLinger: wait, Resources: []string{"r"}}, wait), h)
+	start := time.Now()
+	f.publish(wire.PoolKey([]string{"r"}), job(5, ""), job(6, "slow"))
+	m := rr.nextMsg()
+	if len(m.reports) != 1 || m.reports[0].ID != 5 {
+		t.Fatalf("first report message of a batch with a running job: %+v, want job 5 alone", m.reports)
+	}
+	if waited := time.Since(start); waited < wait {
+		t.Fatalf("job 5's report came %v after its batch was published, before the sibling wait (%v) ran out", waited, wait)
+	}
+	slowHold.open()
+	if m := rr.nextMsg(); len(m.reports) != 1 || m.reports[0].ID != 6 {
+		t.Fatalf("the slow job's report: %+v, want job 6", m.reports)
+	}
+}
