@@ -181,6 +181,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		// just after it. (The default adapts F to the jobs, for throughput.)
 		Feeders:             o.Workers*o.Concurrency + 1,
 		MaxInFlightPerGroup: o.MaxPerSite,
+		// The crawl is published at once, by design: a burst that pending_growth (1,000 by
+		// default) would report as a warning in the middle of the demo's output, intermittently
+		// (it depends on how fast the crawl drains). Above the crawl's size it cannot fire.
+		Alarms: coordinator.AlarmConfig{PendingGrowth: o.Jobs + 1},
 	}); err != nil {
 		return nil, err
 	}
