@@ -163,6 +163,15 @@ func verdict(p *profile, held, learned []bool) Match {
 // The cost is O(len(candidates) × log spans per block).
 func (x *Index) Select(w *ResourceSet, candidates []uint64) (id uint64, m Match, ok bool) {
 	c := w.compile(x)
+	if len(c.preferred) == 0 && len(c.learned) == 0 {
+		// Nothing can beat the first fit (a pool holding nothing, say): it is the answer.
+		for _, cand := range candidates {
+			if _, pid, known := x.catalog.lookup(cand); known && c.verdict[pid] != MatchNone && x.states[Pending].Contains(cand) {
+				return cand, c.verdict[pid], true
+			}
+		}
+		return 0, MatchNone, false
+	}
 	for _, cand := range candidates {
 		_, pid, known := x.catalog.lookup(cand)
 		if !known {

@@ -265,3 +265,42 @@ func TestMayPrefer(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectForAPoolNothingSuitsBetter: for a set no job profile prefers anything of, Select
+// answers the first pending candidate whose requirements the set meets, skipping jobs not
+// pending, unknown IDs and jobs requiring what the set lacks; ok is false when none fits.
+func TestSelectForAPoolNothingSuitsBetter(t *testing.T) {
+	t.Parallel()
+	x := New()
+	for id, j := range map[uint64]struct{ require, prefer []string }{
+		1: {nil, nil},
+		2: {[]string{"gpu"}, nil},
+		3: {nil, []string{"warm"}}, // prefers something the set does not hold
+		4: {nil, nil},
+	} {
+		if err := x.Add(id, "g", j.require, j.prefer); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := x.Move(1, Running); err != nil {
+		t.Fatal(err)
+	}
+	w := x.Compile(nil)
+	if x.MayPrefer(w) {
+		t.Fatal("MayPrefer of an empty set")
+	}
+	for _, tc := range []struct {
+		cands []uint64
+		want  uint64
+		ok    bool
+	}{
+		{[]uint64{1, 99, 2, 3, 4}, 3, true}, // 1 runs, 99 unknown, 2 needs a gpu
+		{[]uint64{4, 3}, 4, true},
+		{[]uint64{1, 2, 99}, 0, false},
+	} {
+		id, m, ok := x.Select(w, tc.cands)
+		if id != tc.want || ok != tc.ok || ok && m != MatchFallback {
+			t.Errorf("Select(%v) = %d %v %v, want %d %v", tc.cands, id, m, ok, tc.want, tc.ok)
+		}
+	}
+}
