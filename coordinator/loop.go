@@ -201,10 +201,13 @@ func (r *run) writeRecords(ctx context.Context, out *effects) {
 func (r *run) handOutReleases(ctx context.Context, releases []release) bool {
 	for _, rel := range releases {
 		req := releaseReq{pool: rel.pool.key, jobs: make([]releaseJob, len(rel.jobs))}
+		if len(rel.jobs) <= releaseAtOnceMax {
+			req.sent = r.releaseAtOnce(rel)
+		}
 		var readAhead map[*group]bool // groups whose next jobs this batch reads ahead
 		for i, j := range rel.jobs {
 			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, gtok: j.g.tok}
-			if !readAhead[j.g] && !r.payloads.has(j.id) {
+			if req.sent == nil && !readAhead[j.g] && !r.payloads.has(j.id) {
 				if readAhead == nil {
 					readAhead = map[*group]bool{}
 				}
@@ -219,6 +222,47 @@ func (r *run) handOutReleases(ctx context.Context, releases []release) bool {
 		}
 	}
 	return true
+}
+
+// releaseAtOnceMax is the largest release the loop publishes itself when its payloads are cached.
+const releaseAtOnceMax = 4
+
+// releaseAtOnce publishes a small release whose jobs' messages are all cached from the loop,
+// instead of handing it to a release pipeline, so a lone job starts one goroutine hand-off
+// sooner; the pipeline then only waits for the batch to be stored (awaitSent). It returns nil,
+// leaving the release to the pipeline, when a message is not cached or not valid: the pipeline
+// reads it and handles what is wrong with it.
+func (r *run) releaseAtOnce(rel release) *sentBatch {
+	ids := make([]uint64, len(rel.jobs))
+	for i, j := range rel.jobs {
+		ids[i] = j.id
+	}
+	msgs := r.payloads.cached(ids)
+	if msgs == nil {
+		return nil
+	}
+	work := make([]wire.WorkJob, len(msgs))
+	maxAttempts := make([]int, len(msgs))
+	size := 0
+	for i, m := range msgs {
+		meta, err := wire.ParseJobMeta(m.Header)
+		if size += len(m.Data) + 64; err != nil || i > 0 && size > r.cfg.MaxBatchBytes {
+			return nil // the pipeline splits what is too large for one batch (publishWork)
+		}
+		j := rel.jobs[i]
+		work[i] = wire.WorkJob{ID: j.id, Attempt: j.attempt, Timeout: meta.Timeout, Group: meta.Group, Key: meta.Key, Payload: m.Data,
+			Trace: wire.JobTrace(m.Header)}
+		maxAttempts[i] = meta.MaxAttempts
+	}
+	r.payloads.take(ids)
+	for i, w := range work {
+		r.e.learn(w.ID, w.Key, maxAttempts[i]) // before any worker can report on it
+	}
+	m := nats.NewMsg(r.names.WorkSubject(rel.pool.key))
+	m.Data = wire.AppendWork(nil, work)
+	wire.SetWorkTraces(m, work)
+	f, err := r.c.js.PublishMsgAsync(m)
+	return &sentBatch{f: f, err: err}
 }
 
 // writeOutcomes hands the writer the outcomes, retention purges, summaries and purges.

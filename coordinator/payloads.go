@@ -107,6 +107,29 @@ func (p *payloads) fetch(ctx context.Context, reqs []fetchReq) (out []*directget
 	return out, errs
 }
 
+// cached returns the stored messages of all the jobs if every one is cached, else nil. They stay
+// cached until take.
+func (p *payloads) cached(ids []uint64) []*directget.Msg {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*directget.Msg, len(ids))
+	for i, id := range ids {
+		if out[i] = p.m[id]; out[i] == nil {
+			return nil
+		}
+	}
+	return out
+}
+
+// take drops the jobs' messages from the cache: they are released.
+func (p *payloads) take(ids []uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range ids {
+		p.dropLocked(id)
+	}
+}
+
 // add keeps a job's stored message, read from the JOBS feed, for its release.
 func (p *payloads) add(m *directget.Msg) {
 	p.mu.Lock()

@@ -18,10 +18,18 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// releaseReq is a batch of jobs the loop released to a pool.
+// releaseReq is a batch of jobs the loop released to a pool. If sent is set, the loop published
+// the batch itself (see run.releaseAtOnce) and the pipeline only sees it stored.
 type releaseReq struct {
 	pool string
 	jobs []releaseJob
+	sent *sentBatch
+}
+
+// sentBatch is a work batch the loop published: its acknowledgement, or the publish's error.
+type sentBatch struct {
+	f   jetstream.PubAckFuture
+	err error
 }
 
 type releaseJob struct {
@@ -55,6 +63,9 @@ func (r *run) releaser(ctx context.Context) {
 
 // release carries out one release and returns the jobs that go back to pending.
 func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
+	if s := req.sent; s != nil {
+		return r.awaitSent(ctx, req.pool, req.jobs, s)
+	}
 	reqs := make([]fetchReq, len(req.jobs))
 	for i, j := range req.jobs {
 		reqs[i] = fetchReq{id: j.id, ahead: j.ahead}
@@ -99,6 +110,26 @@ func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
 		r.log.Error().Err(err).Str("pool", req.pool).Int("jobs", len(unstored)).Msg("publishing work failed; jobs go back to pending")
 	}
 	return append(failed, unstored...)
+}
+
+// awaitSent waits for the acknowledgement of a batch the loop published and returns its jobs if
+// it was not stored, as publishWork does.
+func (r *run) awaitSent(ctx context.Context, pool string, jobs []releaseJob, s *sentBatch) (failed []uint64) {
+	err := s.err
+	if err == nil {
+		select {
+		case <-s.f.Ok():
+			return nil
+		case err = <-s.f.Err():
+		case <-ctx.Done():
+			return nil // stopping: the next term releases them again if they are not in WORK
+		}
+	}
+	r.log.Error().Err(err).Str("pool", pool).Int("jobs", len(jobs)).Msg("publishing work failed; jobs go back to pending")
+	for _, j := range jobs {
+		failed = append(failed, j.id)
+	}
+	return failed
 }
 
 // publishWork publishes jobs as batches of at most MaxBatchBytes, waits for the acks, and
