@@ -153,6 +153,10 @@ type Dispatcher struct {
 	jobWaiters map[string]*groupJobWaiters           // WaitJob and WaitKey calls by group token (see jobwait.go)
 	followers  map[string]map[chan struct{}]struct{} // Wait and Outcomes calls by group token (see follow)
 	sumClosed  bool
+	// recent holds the latest summaries the subscription delivered, by group token, for a
+	// waiter registered just after its summary went by (see recentSummaries).
+	recent      map[string]recentSummary
+	recentOrder []string // group tokens in recent, oldest first
 
 	// results reads the RESULTS stream with direct gets for every wait and scan of this
 	// Dispatcher, so they share one reply subscription instead of opening one per read.

@@ -374,7 +374,7 @@ func (h *Handle) follow(ctx context.Context, each func(JobOutcome) bool, bad fun
 		return nil, err
 	}
 	sig := make(chan struct{}, 1)
-	registered, err := h.d.watchGroup(h.gtok, sig)
+	registered, recent, err := h.d.watchGroup(h.gtok, sig)
 	if err != nil {
 		return nil, err
 	}
@@ -386,6 +386,9 @@ func (h *Handle) follow(ctx context.Context, each func(JobOutcome) bool, bad fun
 	subject := h.d.names.OutcomeSubject(h.gtok)
 	from := uint64(1)
 	interval := firstRecheck
+	if recent {
+		interval = recheckSoon // its summary went by just now: the stream may not serve it yet
+	}
 	waited := false // the test hook has been called
 	for {
 		read := from

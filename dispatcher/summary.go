@@ -44,6 +44,19 @@ var (
 	outcomesPrefix = wire.AppendOutcomes(nil, nil)[:2]
 )
 
+// recentSummaries bounds Dispatcher.recent. A summary reaches the subscription as the server
+// stores it, sometimes a moment before a direct get can read it: a WaitSummary, Wait or Outcomes
+// registered in that moment would neither be told of it nor find it stored, and would wait for
+// its first recheck (firstRecheck, 2s). The subscription remembers the latest summaries, so a
+// waiter registering takes the summary from there (WaitSummary) or reads again soon (follow).
+const recentSummaries = 1024
+
+// recentSummary is a summary the shared subscription delivered, with its incarnation header.
+type recentSummary struct {
+	note        summaryNote
+	incarnation string
+}
+
 // summaryWaiter is one WaitSummary call waiting on the shared subscription.
 type summaryWaiter struct {
 	openSeq uint64           // the Handle's incarnation; 0 accepts any
@@ -105,20 +118,22 @@ func wake(sig chan struct{}) {
 
 // watchGroup registers a follower of the group with token gtok (see follow), starting the shared
 // subscription if needed; each message on the group's outcome subject then signals sig. It
-// reports false, registering nothing, after Close.
-func (d *Dispatcher) watchGroup(gtok string, sig chan struct{}) (bool, error) {
+// reports false, registering nothing, after Close; and whether a summary of the group went by
+// just now (see recentSummaries), which the follower's first reads may miss.
+func (d *Dispatcher) watchGroup(gtok string, sig chan struct{}) (registered, recent bool, err error) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
 	if ok, err := d.subscribeOutcomes(); !ok || err != nil {
-		return false, err
+		return false, false, err
 	}
+	_, recent = d.recent[gtok]
 	sigs := d.followers[gtok]
 	if sigs == nil {
 		sigs = map[chan struct{}]struct{}{}
 		d.followers[gtok] = sigs
 	}
 	sigs[sig] = struct{}{}
-	return true, nil
+	return true, recent, nil
 }
 
 // unwatchGroup removes a follower registered by watchGroup.
@@ -148,7 +163,23 @@ func (d *Dispatcher) watchSummary(gtok string, openSeq uint64) (*summaryWaiter, 
 		d.sumWaiters[gtok] = ws
 	}
 	ws[w] = struct{}{}
+	if r, ok := d.recent[gtok]; ok && sameIncarnation(openSeq, r.incarnation) {
+		w.ch <- r.note // it went by just before: the waiter need not find it stored
+	}
 	return w, nil
+}
+
+// remember keeps a summary the subscription delivered in recent, dropping the oldest beyond
+// recentSummaries. d.sumMu is held.
+func (d *Dispatcher) remember(gtok string, r recentSummary) {
+	if _, ok := d.recent[gtok]; !ok {
+		if len(d.recentOrder) >= recentSummaries {
+			delete(d.recent, d.recentOrder[0])
+			d.recentOrder = d.recentOrder[1:]
+		}
+		d.recentOrder = append(d.recentOrder, gtok)
+	}
+	d.recent[gtok] = r
 }
 
 // subscribeOutcomes starts the shared subscription if needed and reports whether it runs: not
@@ -171,6 +202,7 @@ func (d *Dispatcher) subscribeOutcomes() (bool, error) {
 		return false, fmt.Errorf("weave: subscribe to outcomes: %w", err)
 	}
 	d.sumSub = sub
+	d.recent = map[string]recentSummary{}
 	d.sumWaiters = map[string]map[*summaryWaiter]struct{}{}
 	d.jobWaiters = map[string]*groupJobWaiters{}
 	d.followers = map[string]map[chan struct{}]struct{}{}
@@ -205,14 +237,14 @@ func (d *Dispatcher) routeOutcomes(m *nats.Msg) {
 	}
 	d.sumMu.Unlock()
 	isBatch := bytes.HasPrefix(m.Data, outcomesPrefix)
-	if !jobWaiting && (!waiting || isBatch) {
+	if !jobWaiting && isBatch {
 		return
 	}
 	outs, sum, err := wire.DecodeOutcomeMsg(m.Data)
 	if jobWaiting {
 		d.routeJobs(gtok, m, outs, sum, err)
 	}
-	if !waiting || isBatch {
+	if isBatch {
 		return
 	}
 	var note summaryNote
@@ -227,6 +259,12 @@ func (d *Dispatcher) routeOutcomes(m *nats.Msg) {
 	incarnation := m.Header.Get(wire.HdrGroupSeq)
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
+	if d.recent != nil { // set with the subscription
+		d.remember(gtok, recentSummary{note: note, incarnation: incarnation})
+	}
+	if !waiting {
+		return
+	}
 	for w := range d.sumWaiters[gtok] {
 		if !sameIncarnation(w.openSeq, incarnation) {
 			continue

@@ -1,0 +1,71 @@
+package dispatcher
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// TestSummaryThatWentByJustBefore: a summary the shared subscription delivered before a waiter
+// registered (the server had not stored it yet, so the waiter's read could not find it) reaches
+// a WaitSummary registered after it, if it is of its incarnation, and makes a follower read again
+// soon; the subscription remembers at most recentSummaries of them.
+func TestSummaryThatWentByJustBefore(t *testing.T) {
+	t.Parallel()
+	srv := jstest.New(t)
+	nc := jstest.NewConn(t, srv.ClientURL())
+	d, err := New(nc, Config{Namespace: "recent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	summary := func(gtok string, incarnation uint64, done int) *nats.Msg {
+		m := nats.NewMsg(d.names.OutcomeSubject(gtok))
+		m.Header.Set(wire.HdrGroupSeq, fmt.Sprint(incarnation))
+		m.Data = wire.AppendSummary(nil, wire.GroupSummary{Jobs: uint64(done), Done: uint64(done)})
+		return m
+	}
+	// Start the subscription, then deliver a summary nobody waits for yet.
+	if ok, _, err := d.watchGroup("other", make(chan struct{}, 1)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	d.routeOutcomes(summary("g", 7, 3))
+
+	w, err := d.watchSummary("g", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-w.ch:
+		if n.err != nil || n.sum.Done != 3 {
+			t.Fatalf("note %+v, want the summary with 3 done", n)
+		}
+	default:
+		t.Fatal("a waiter registered just after its summary went by was not told of it")
+	}
+	if w2, _ := d.watchSummary("g", 8); len(w2.ch) != 0 {
+		t.Fatal("a waiter of another incarnation was told of incarnation 7's summary")
+	}
+	if _, recent, _ := d.watchGroup("g", make(chan struct{}, 1)); !recent {
+		t.Fatal("a follower registered just after its group's summary went by was not told to read again soon")
+	}
+	if _, recent, _ := d.watchGroup("quiet", make(chan struct{}, 1)); recent {
+		t.Fatal("a follower of a group without a recent summary was told to hurry")
+	}
+
+	// Bounded: the oldest is forgotten first.
+	for i := range recentSummaries {
+		d.routeOutcomes(summary(fmt.Sprint("x", i), 1, 1))
+	}
+	d.sumMu.Lock()
+	_, kept := d.recent["g"]
+	n := len(d.recent)
+	d.sumMu.Unlock()
+	if kept || n != recentSummaries {
+		t.Fatalf("after %d more summaries: g kept %v, %d remembered; want g forgotten and %d", recentSummaries, kept, n, recentSummaries)
+	}
+}
