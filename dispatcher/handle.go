@@ -249,7 +249,7 @@ func (h *Handle) WaitSummary(ctx context.Context) (Summary, error) {
 		found  bool
 		stored error
 	)
-	_, _, err := waitShared[struct{}](ctx, h.d, nil, func() bool {
+	_, _, err := waitShared[struct{}](ctx, h.d, nil, firstRecheck, func() bool {
 		sum, found, stored = h.storedSummary(ctx)
 		return found || errors.Is(stored, ErrMalformedOutcome) || errors.Is(stored, nats.ErrConnectionClosed)
 	})

@@ -67,11 +67,11 @@ func (w *jobWaiter) note(n jobNote) {
 
 // watchJob registers a waiter for one job of the group with token gtok, starting the shared
 // subscription if needed. It reports false, registering nothing, after Close.
-func (d *Dispatcher) watchJob(gtok string, w *jobWaiter) (bool, error) {
+func (d *Dispatcher) watchJob(gtok string, w *jobWaiter) (registered, hurry bool, err error) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
 	if ok, err := d.subscribeOutcomes(); !ok || err != nil {
-		return false, err
+		return false, false, err
 	}
 	gw := d.jobWaiters[gtok]
 	if gw == nil {
@@ -84,7 +84,7 @@ func (d *Dispatcher) watchJob(gtok string, w *jobWaiter) (bool, error) {
 	} else {
 		addWaiter(gw.byID, w.id, w)
 	}
-	return true, nil
+	return true, d.hurry(gtok), nil
 }
 
 // unwatchJob removes a waiter registered by watchJob.
@@ -212,7 +212,7 @@ func (s *jobScan) next(ctx context.Context) (out JobOutcome, found, finished boo
 // nothing more to wait, when the subscription is closed (Close); the caller then reads the
 // stored outcomes on a growing interval.
 func (h *Handle) waitJob(ctx context.Context, what string, w *jobWaiter) (out JobOutcome, ok bool, err error) {
-	registered, err := h.d.watchJob(h.gtok, w)
+	registered, hurry, err := h.d.watchJob(h.gtok, w)
 	if err != nil || !registered {
 		return JobOutcome{}, registered, err
 	}
@@ -246,7 +246,11 @@ func (h *Handle) waitJob(ctx context.Context, what string, w *jobWaiter) (out Jo
 		found, finished bool
 		scanErr         error
 	)
-	n, noted, err := waitShared(ctx, h.d, w.ch, func() bool {
+	first := firstRecheck
+	if hurry {
+		first = recheckSoon // an outcome of the group went by just before: it may not be stored yet
+	}
+	n, noted, err := waitShared(ctx, h.d, w.ch, first, func() bool {
 		out, found, finished, scanErr = scan.next(ctx)
 		switch {
 		case found || finished || errors.Is(scanErr, nats.ErrConnectionClosed):

@@ -13,7 +13,8 @@ import (
 // TestSummaryThatWentByJustBefore: a summary the shared subscription delivered before a waiter
 // registered (the server had not stored it yet, so the waiter's read could not find it) reaches
 // a WaitSummary registered after it, if it is of its incarnation, and makes a follower read again
-// soon; the subscription remembers at most recentSummaries of them.
+// soon; an outcome batch makes a WaitJob read again soon; the subscription remembers at most
+// recentSummaries groups.
 func TestSummaryThatWentByJustBefore(t *testing.T) {
 	t.Parallel()
 	srv := jstest.New(t)
@@ -55,6 +56,24 @@ func TestSummaryThatWentByJustBefore(t *testing.T) {
 	}
 	if _, recent, _ := d.watchGroup("quiet", make(chan struct{}, 1)); recent {
 		t.Fatal("a follower of a group without a recent summary was told to hurry")
+	}
+
+	// An outcome batch makes a job waiter registering just after it read again soon, and does
+	// not replace a summary remembered for the group.
+	batch := nats.NewMsg(d.names.OutcomeSubject("b"))
+	batch.Data = wire.AppendOutcomes(nil, []wire.Outcome{{ID: 5, State: wire.FinalDone}})
+	d.routeOutcomes(batch)
+	if _, hurry, _ := d.watchJob("b", &jobWaiter{id: 5, ch: make(chan jobNote, 1)}); !hurry {
+		t.Fatal("a job waiter registered just after an outcome batch of its group went by was not told to read again soon")
+	}
+	if _, hurry, _ := d.watchJob("quiet", &jobWaiter{id: 5, ch: make(chan jobNote, 1)}); hurry {
+		t.Fatal("a job waiter of a quiet group was told to hurry")
+	}
+	gb := nats.NewMsg(d.names.OutcomeSubject("g"))
+	gb.Data = batch.Data
+	d.routeOutcomes(gb)
+	if w3, _ := d.watchSummary("g", 7); len(w3.ch) != 1 {
+		t.Fatal("an outcome batch after the summary made the subscription forget the summary")
 	}
 
 	// Bounded: the oldest is forgotten first.

@@ -51,10 +51,21 @@ var (
 // waiter registering takes the summary from there (WaitSummary) or reads again soon (follow).
 const recentSummaries = 1024
 
-// recentSummary is a summary the shared subscription delivered, with its incarnation header.
+// recentSummary is what the shared subscription last delivered of a group: a summary (note,
+// with its incarnation header), or an outcome batch (summary false), and when.
 type recentSummary struct {
 	note        summaryNote
 	incarnation string
+	summary     bool
+	at          time.Time
+}
+
+// hurry reports whether a message of the group went by within firstRecheck: a waiter
+// registering now may not find it stored yet, so it reads again soon (recheckSoon, doubling)
+// rather than after firstRecheck. d.sumMu is held.
+func (d *Dispatcher) hurry(gtok string) bool {
+	r, ok := d.recent[gtok]
+	return ok && time.Since(r.at) < firstRecheck
 }
 
 // summaryWaiter is one WaitSummary call waiting on the shared subscription.
@@ -126,7 +137,7 @@ func (d *Dispatcher) watchGroup(gtok string, sig chan struct{}) (registered, rec
 	if ok, err := d.subscribeOutcomes(); !ok || err != nil {
 		return false, false, err
 	}
-	_, recent = d.recent[gtok]
+	recent = d.hurry(gtok)
 	sigs := d.followers[gtok]
 	if sigs == nil {
 		sigs = map[chan struct{}]struct{}{}
@@ -163,7 +174,7 @@ func (d *Dispatcher) watchSummary(gtok string, openSeq uint64) (*summaryWaiter, 
 		d.sumWaiters[gtok] = ws
 	}
 	ws[w] = struct{}{}
-	if r, ok := d.recent[gtok]; ok && sameIncarnation(openSeq, r.incarnation) {
+	if r, ok := d.recent[gtok]; ok && r.summary && sameIncarnation(openSeq, r.incarnation) {
 		w.ch <- r.note // it went by just before: the waiter need not find it stored
 	}
 	return w, nil
@@ -229,14 +240,22 @@ func (d *Dispatcher) routeOutcomes(m *nats.Msg) {
 	if !ok {
 		return
 	}
+	isBatch := bytes.HasPrefix(m.Data, outcomesPrefix)
 	d.sumMu.Lock()
 	waiting := len(d.sumWaiters[gtok]) > 0
 	jobWaiting := d.jobWaiters[gtok] != nil
 	for sig := range d.followers[gtok] {
 		wake(sig)
 	}
+	if isBatch && d.recent != nil {
+		if r, ok := d.recent[gtok]; ok && r.summary {
+			r.at = time.Now() // keep the summary: a batch of a later incarnation does not replace it
+			d.recent[gtok] = r
+		} else {
+			d.remember(gtok, recentSummary{at: time.Now()})
+		}
+	}
 	d.sumMu.Unlock()
-	isBatch := bytes.HasPrefix(m.Data, outcomesPrefix)
 	if !jobWaiting && isBatch {
 		return
 	}
@@ -260,7 +279,7 @@ func (d *Dispatcher) routeOutcomes(m *nats.Msg) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
 	if d.recent != nil { // set with the subscription
-		d.remember(gtok, recentSummary{note: note, incarnation: incarnation})
+		d.remember(gtok, recentSummary{note: note, incarnation: incarnation, summary: true, at: time.Now()})
 	}
 	if !waiting {
 		return
@@ -300,7 +319,7 @@ func (h *Handle) waitSummary(ctx context.Context) (sum Summary, ok bool, err err
 		return s, true, err
 	}
 	var stored error
-	n, noted, err := waitShared(ctx, h.d, w.ch, func() bool {
+	n, noted, err := waitShared(ctx, h.d, w.ch, firstRecheck, func() bool {
 		s, found, err := h.storedSummary(ctx)
 		switch {
 		case found || errors.Is(err, ErrMalformedOutcome) || errors.Is(err, nats.ErrConnectionClosed):
@@ -324,14 +343,15 @@ func (h *Handle) waitSummary(ctx context.Context) (sum Summary, ok bool, err err
 
 // waitShared waits for a waiter's note from the shared subscription (on ch). As the backstop for
 // notes the subscription missed (written while the connection was down, or before the stream
-// served them), it calls recheck after firstRecheck, then at doubling intervals up to
+// served them), it calls recheck after first (firstRecheck, or recheckSoon when a message of the
+// group went by just before the waiter registered), then at doubling intervals up to
 // maxRecheck, until recheck reports that it has the answer. It reports whether a note came, or
 // returns ctx's error.
-func waitShared[N any](ctx context.Context, d *Dispatcher, ch <-chan N, recheck func() bool) (note N, noted bool, err error) {
+func waitShared[N any](ctx context.Context, d *Dispatcher, ch <-chan N, first time.Duration, recheck func() bool) (note N, noted bool, err error) {
 	if hook := d.waitHook; hook != nil {
 		hook()
 	}
-	interval := firstRecheck
+	interval := first
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	for {
