@@ -243,26 +243,22 @@ func (r *run) releaseAtOnce(rel release) *sentBatch {
 	}
 	work := make([]wire.WorkJob, len(msgs))
 	maxAttempts := make([]int, len(msgs))
-	size := 0
 	for i, m := range msgs {
 		meta, err := wire.ParseJobMeta(m.Header)
-		if size += len(m.Data) + 64; err != nil || i > 0 && size > r.cfg.MaxBatchBytes {
-			return nil // the pipeline splits what is too large for one batch (publishWork)
+		if err != nil {
+			return nil
 		}
-		j := rel.jobs[i]
-		work[i] = wire.WorkJob{ID: j.id, Attempt: j.attempt, Timeout: meta.Timeout, Group: meta.Group, Key: meta.Key, Payload: m.Data,
-			Trace: wire.JobTrace(m.Header)}
-		maxAttempts[i] = meta.MaxAttempts
+		work[i], maxAttempts[i] = workJob(releaseJob{id: rel.jobs[i].id, attempt: rel.jobs[i].attempt}, m, meta), meta.MaxAttempts
+	}
+	if firstBatch(work, r.cfg.MaxBatchBytes) < len(work) {
+		return nil // the pipeline splits what is too large for one batch
 	}
 	r.payloads.take(ids)
 	for i, w := range work {
 		r.e.learn(w.ID, w.Key, maxAttempts[i]) // before any worker can report on it
 	}
-	m := nats.NewMsg(r.names.WorkSubject(rel.pool.key))
-	m.Data = wire.AppendWork(nil, work)
-	wire.SetWorkTraces(m, work)
-	f, err := r.c.js.PublishMsgAsync(m)
-	return &sentBatch{f: f, err: err}
+	s := r.sendWork(rel.pool.key, work)
+	return &s
 }
 
 // writeOutcomes hands the writer the outcomes, retention purges, summaries and purges.

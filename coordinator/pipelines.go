@@ -26,8 +26,10 @@ type releaseReq struct {
 	sent *sentBatch
 }
 
-// sentBatch is a work batch the loop published: its acknowledgement, or the publish's error.
+// sentBatch is a work batch on its way to WORK: its jobs, and its acknowledgement or the
+// publish's error.
 type sentBatch struct {
+	ids []uint64
 	f   jetstream.PubAckFuture
 	err error
 }
@@ -63,9 +65,28 @@ func (r *run) releaser(ctx context.Context) {
 
 // release carries out one release and returns the jobs that go back to pending.
 func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
-	if s := req.sent; s != nil {
-		return r.awaitSent(ctx, req.pool, req.jobs, s)
+	var sent []sentBatch
+	if req.sent != nil {
+		sent = []sentBatch{*req.sent} // the loop published it (releaseAtOnce)
+	} else {
+		if failed, sent = r.readAndSend(ctx, req); ctx.Err() != nil {
+			return nil // stopping: the jobs are not in WORK, so the next term releases them again
+		}
 	}
+	unstored, err := r.awaitWork(ctx, sent)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		r.log.Error().Err(err).Str("pool", req.pool).Int("jobs", len(unstored)).Msg("publishing work failed; jobs go back to pending")
+	}
+	return append(failed, unstored...)
+}
+
+// readAndSend reads the release's job messages (usually from the cache), tells the loop what it
+// learned and publishes the work batches. It returns the jobs whose message could not be read
+// (they go back to pending) and the batches sent.
+func (r *run) readAndSend(ctx context.Context, req releaseReq) (failed []uint64, sent []sentBatch) {
 	reqs := make([]fetchReq, len(req.jobs))
 	for i, j := range req.jobs {
 		reqs[i] = fetchReq{id: j.id, ahead: j.ahead}
@@ -74,7 +95,7 @@ func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
 	msgs, errs := r.payloads.fetch(fctx, reqs)
 	cancel()
 	if ctx.Err() != nil {
-		return nil // stopping: the jobs are not in WORK, so the next term releases them again
+		return nil, nil
 	}
 	infos := make([]learned, 0, len(msgs))
 	work := make([]wire.WorkJob, 0, len(msgs))
@@ -97,83 +118,67 @@ func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
 			continue
 		}
 		infos = append(infos, learned{id: j.id, key: meta.Key, maxAttempts: meta.MaxAttempts})
-		work = append(work, wire.WorkJob{ID: j.id, Attempt: j.attempt, Timeout: meta.Timeout, Group: meta.Group, Key: meta.Key, Payload: m.Data,
-			Trace: wire.JobTrace(m.Header)}) // the producer's trace context travels in the batch's header
+		work = append(work, workJob(j, m, meta))
 	}
 	// The loop learns keys and limits before any worker can report on these jobs.
 	r.notify(infos...)
-	unstored, err := r.publishWork(ctx, req.pool, work)
-	if ctx.Err() != nil {
-		return nil
-	}
-	if err != nil {
-		r.log.Error().Err(err).Str("pool", req.pool).Int("jobs", len(unstored)).Msg("publishing work failed; jobs go back to pending")
-	}
-	return append(failed, unstored...)
-}
-
-// awaitSent waits for the acknowledgement of a batch the loop published and returns its jobs if
-// it was not stored, as publishWork does.
-func (r *run) awaitSent(ctx context.Context, pool string, jobs []releaseJob, s *sentBatch) (failed []uint64) {
-	err := s.err
-	if err == nil {
-		select {
-		case <-s.f.Ok():
-			return nil
-		case err = <-s.f.Err():
-		case <-ctx.Done():
-			return nil // stopping: the next term releases them again if they are not in WORK
-		}
-	}
-	r.log.Error().Err(err).Str("pool", pool).Int("jobs", len(jobs)).Msg("publishing work failed; jobs go back to pending")
-	for _, j := range jobs {
-		failed = append(failed, j.id)
-	}
-	return failed
-}
-
-// publishWork publishes jobs as batches of at most MaxBatchBytes, waits for the acks, and
-// returns the IDs of the jobs whose batch was not stored (with the first error), or ctx's error.
-// A batch whose ack was lost may still be stored: its jobs are released twice, and the second
-// report of the same attempt is ignored.
-func (r *run) publishWork(ctx context.Context, pool string, work []wire.WorkJob) (failed []uint64, err error) {
-	type batch struct {
-		jobs []wire.WorkJob
-		f    jetstream.PubAckFuture
-	}
-	var batches []batch
 	for len(work) > 0 {
-		n, size := 0, 0
-		for n < len(work) && (n == 0 || size+len(work[n].Payload)+64 <= r.cfg.MaxBatchBytes) {
-			size += len(work[n].Payload) + 64
-			n++
-		}
-		m := nats.NewMsg(r.names.WorkSubject(pool))
-		m.Data = wire.AppendWork(nil, work[:n])
-		wire.SetWorkTraces(m, work[:n])
-		f, perr := r.c.js.PublishMsgAsync(m)
-		if perr != nil {
-			for _, j := range work[:n] {
-				failed = append(failed, j.ID)
-			}
-			err = cmp.Or(err, perr)
-		} else {
-			batches = append(batches, batch{work[:n], f})
-		}
+		n := firstBatch(work, r.cfg.MaxBatchBytes)
+		sent = append(sent, r.sendWork(req.pool, work[:n]))
 		work = work[n:]
 	}
-	for _, b := range batches {
-		select {
-		case <-b.f.Ok():
-			continue
-		case perr := <-b.f.Err():
-			err = cmp.Or(err, perr)
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	return failed, sent
+}
+
+// workJob is job j's entry in a work batch, from its stored message m and the message's meta.
+// The producer's trace context travels in the batch's header.
+func workJob(j releaseJob, m *directget.Msg, meta wire.JobMeta) wire.WorkJob {
+	return wire.WorkJob{ID: j.id, Attempt: j.attempt, Timeout: meta.Timeout, Group: meta.Group, Key: meta.Key, Payload: m.Data,
+		Trace: wire.JobTrace(m.Header)}
+}
+
+// firstBatch is how many of work's jobs the first work batch holds: at most MaxBatchBytes of
+// payload (counting 64 bytes of encoding per job), and at least one job.
+func firstBatch(work []wire.WorkJob, maxBytes int) int {
+	n, size := 0, 0
+	for n < len(work) && (n == 0 || size+len(work[n].Payload)+64 <= maxBytes) {
+		size += len(work[n].Payload) + 64
+		n++
+	}
+	return n
+}
+
+// sendWork publishes work as one batch to the pool's work subject, without waiting for its
+// acknowledgement (see awaitWork).
+func (r *run) sendWork(pool string, work []wire.WorkJob) sentBatch {
+	m := nats.NewMsg(r.names.WorkSubject(pool))
+	m.Data = wire.AppendWork(nil, work)
+	wire.SetWorkTraces(m, work)
+	s := sentBatch{ids: make([]uint64, len(work))}
+	for i, j := range work {
+		s.ids[i] = j.ID
+	}
+	s.f, s.err = r.c.js.PublishMsgAsync(m)
+	return s
+}
+
+// awaitWork waits for the batches' acknowledgements and returns the IDs of the jobs whose batch
+// was not stored (with the first error), or ctx's error. A batch whose ack was lost may still be
+// stored: its jobs are released twice, and the second report of the same attempt is ignored.
+func (r *run) awaitWork(ctx context.Context, sent []sentBatch) (failed []uint64, err error) {
+	for _, s := range sent {
+		perr := s.err
+		if perr == nil {
+			select {
+			case <-s.f.Ok():
+				continue
+			case perr = <-s.f.Err():
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
-		for _, j := range b.jobs {
-			failed = append(failed, j.ID)
-		}
+		err = cmp.Or(err, perr)
+		failed = append(failed, s.ids...)
 	}
 	return failed, err
 }
