@@ -42,22 +42,30 @@ func handedToWriter(r *run) (outcomeWrites [][]uint64, summaries int) {
 	}
 }
 
+// runningGroup has a worker of 8 slots, opens group g with n jobs (sealed if seal), and releases
+// them: their IDs and jobs, in the same order.
+func runningGroup(te *testEngine, n int, seal bool) (ids []uint64, jobs []*job) {
+	te.t.Helper()
+	te.worker("w", 8)
+	te.open("g")
+	for range n {
+		ids = append(ids, te.job(wire.JobMeta{Group: "g"}))
+	}
+	if seal {
+		te.seal("g")
+	}
+	if jobs = te.releases()["any"]; len(jobs) != n {
+		te.t.Fatalf("released %d jobs, want %d", len(jobs), n)
+	}
+	return ids, jobs
+}
+
 func TestOutcomeLingerCoalescesABusyGroup(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{OutcomeLinger: 10 * time.Millisecond})
 	r := lingerRun(te, true)
 	ctx := context.Background()
-	te.worker("w", 8)
-	te.open("g")
-	var ids []uint64
-	for range 4 {
-		ids = append(ids, te.job(wire.JobMeta{Group: "g"}))
-	}
-	te.seal("g")
-	jobs := te.releases()["any"]
-	if len(jobs) != 4 {
-		t.Fatalf("released %d jobs, want 4", len(jobs))
-	}
+	ids, jobs := runningGroup(te, 4, true)
 
 	// The group's first outcome after a quiet spell is written at once.
 	te.report(jobs[0], wire.StatusOK, "")
@@ -107,11 +115,8 @@ func TestOutcomeLingerCompleteGroupWritesWhatLingered(t *testing.T) {
 	te := newTestEngine(t, Config{OutcomeLinger: time.Hour})
 	r := lingerRun(te, true)
 	ctx := context.Background()
-	te.worker("w", 8)
-	te.open("g")
-	a, b, c := te.job(wire.JobMeta{Group: "g"}), te.job(wire.JobMeta{Group: "g"}), te.job(wire.JobMeta{Group: "g"})
-	te.seal("g")
-	jobs := te.releases()["any"]
+	ids, jobs := runningGroup(te, 3, true)
+	a, b, c := ids[0], ids[1], ids[2]
 	te.report(jobs[0], wire.StatusOK, "")
 	r.step(ctx)
 	te.report(jobs[1], wire.StatusOK, "")
@@ -129,12 +134,7 @@ func TestOutcomeLingerNegativeWritesAtOnce(t *testing.T) {
 	te := newTestEngine(t, Config{OutcomeLinger: -1})
 	r := lingerRun(te, true)
 	ctx := context.Background()
-	te.worker("w", 8)
-	te.open("g")
-	for range 3 {
-		te.job(wire.JobMeta{Group: "g"})
-	}
-	jobs := te.releases()["any"]
+	_, jobs := runningGroup(te, 3, false)
 	for _, j := range jobs {
 		te.report(j, wire.StatusOK, "")
 		r.step(ctx)
@@ -152,13 +152,7 @@ func TestOutcomeLingerOnlyUnderLoad(t *testing.T) {
 	te := newTestEngine(t, Config{OutcomeLinger: 10 * time.Millisecond})
 	r := lingerRun(te, false)
 	ctx := context.Background()
-	te.worker("w", 8)
-	te.open("g")
-	var ids []uint64
-	for range 4 {
-		ids = append(ids, te.job(wire.JobMeta{Group: "g"}))
-	}
-	jobs := te.releases()["any"]
+	ids, jobs := runningGroup(te, 4, false)
 
 	te.report(jobs[0], wire.StatusOK, "")
 	r.step(ctx)

@@ -1,16 +1,10 @@
 package coordinator
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/weavejobs/weave/integration/jstest"
-	"github.com/weavejobs/weave/internal/config"
-	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -18,18 +12,8 @@ import (
 // those of a later incarnation of the same group ID, stored before the purge ran.
 func TestPurgeGroupKeepsLaterIncarnation(t *testing.T) {
 	t.Parallel()
-	srv := jstest.New(t)
-	nc := jstest.NewConn(t, srv.ClientURL())
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	_, _, js, ctx := onServer(t, "purge")
 	names, _ := wire.NewNames("purge")
-	if _, err := topology.Init(ctx, js, names, config.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	pub := func(subject string, h nats.Header) uint64 {
 		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h})
 		if err != nil {

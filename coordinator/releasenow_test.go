@@ -1,18 +1,12 @@
 package coordinator
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/weavejobs/weave/integration/jstest"
-	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/directget"
-	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -22,18 +16,8 @@ import (
 // batch, is left to the pipeline untouched.
 func TestReleaseAtOnce(t *testing.T) {
 	t.Parallel()
-	srv := jstest.New(t)
-	nc := jstest.NewConn(t, srv.ClientURL())
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	_, nc, js, ctx := onServer(t, "now")
 	te := newTestEngine(t, Config{Namespace: "now", MaxBatchBytes: 1000})
-	if _, err := topology.Init(ctx, js, te.e.names, config.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	r := &run{c: &Coordinator{nc: nc, js: js}, e: te.e, cfg: te.e.cfg, names: te.e.names, log: zerolog.Nop(),
 		payloads: newPayloads(directget.New(nc, te.e.names.JobsStream()), 1<<20)}
 	te.worker("w", 8)

@@ -7,13 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
-	"github.com/weavejobs/weave/internal/config"
-	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -25,10 +22,8 @@ import (
 // the job neither reported nor in WORK and released it again: it ran twice, and its report was
 // refused as about a job never released.) Not parallel: it sets the package's replay hook.
 func TestReplayReportStoredDuringReplay(t *testing.T) {
-	srv := jstest.New(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
 	const ns = "order"
+	srv, _, js, ctx := onServer(t, ns)
 	cfg := Config{Namespace: ns, LeaseTTL: time.Second, Logger: zerolog.Nop()}
 
 	// Coordinator 1, a worker whose handler holds the job until released, and the job.
@@ -47,14 +42,7 @@ func TestReplayReportStoredDuringReplay(t *testing.T) {
 			}
 		}
 	}
-	js, err := jetstream.New(jstest.NewConn(t, srv.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	names, _ := wire.NewNames(ns)
-	if _, err := topology.Init(ctx, js, names, config.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	stop1 := run(cfg)
 	var runs atomic.Int32
 	started, release := make(chan struct{}, 1), make(chan struct{})
