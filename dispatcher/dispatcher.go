@@ -153,9 +153,9 @@ type Dispatcher struct {
 	jobWaiters map[string]*groupJobWaiters           // WaitJob and WaitKey calls by group token (see jobwait.go)
 	followers  map[string]map[chan struct{}]struct{} // Wait and Outcomes calls by group token (see follow)
 	sumClosed  bool
-	// recent holds the latest summaries the subscription delivered, by group token, for a
-	// waiter registered just after its summary went by (see recentSummaries).
-	recent      map[string]recentSummary
+	// recent holds what the subscription last delivered of the latest groups, by group token,
+	// for a waiter registered just after a message of its group went by (see recentGroups).
+	recent      map[string]*lastSeen
 	recentOrder []string // group tokens in recent, oldest first
 
 	// results reads the RESULTS stream with direct gets for every wait and scan of this

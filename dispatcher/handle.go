@@ -387,7 +387,7 @@ func (h *Handle) follow(ctx context.Context, each func(JobOutcome) bool, bad fun
 	from := uint64(1)
 	interval := firstRecheck
 	if recent {
-		interval = recheckSoon // its summary went by just now: the stream may not serve it yet
+		interval = recheckSoon // a message of the group went by just now: the stream may not serve it yet
 	}
 	waited := false // the test hook has been called
 	for {

@@ -14,7 +14,7 @@ import (
 // registered (the server had not stored it yet, so the waiter's read could not find it) reaches
 // a WaitSummary registered after it, if it is of its incarnation, and makes a follower read again
 // soon; an outcome batch makes a WaitJob read again soon; the subscription remembers at most
-// recentSummaries groups.
+// recentGroups groups.
 func TestSummaryThatWentByJustBefore(t *testing.T) {
 	t.Parallel()
 	srv := jstest.New(t)
@@ -77,14 +77,14 @@ func TestSummaryThatWentByJustBefore(t *testing.T) {
 	}
 
 	// Bounded: the oldest is forgotten first.
-	for i := range recentSummaries {
+	for i := range recentGroups {
 		d.routeOutcomes(summary(fmt.Sprint("x", i), 1, 1))
 	}
 	d.sumMu.Lock()
 	_, kept := d.recent["g"]
 	n := len(d.recent)
 	d.sumMu.Unlock()
-	if kept || n != recentSummaries {
-		t.Fatalf("after %d more summaries: g kept %v, %d remembered; want g forgotten and %d", recentSummaries, kept, n, recentSummaries)
+	if kept || n != recentGroups {
+		t.Fatalf("after %d more summaries: g kept %v, %d remembered; want g forgotten and %d", recentGroups, kept, n, recentGroups)
 	}
 }

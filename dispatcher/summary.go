@@ -44,28 +44,43 @@ var (
 	outcomesPrefix = wire.AppendOutcomes(nil, nil)[:2]
 )
 
-// recentSummaries bounds Dispatcher.recent. A summary reaches the subscription as the server
-// stores it, sometimes a moment before a direct get can read it: a WaitSummary, Wait or Outcomes
-// registered in that moment would neither be told of it nor find it stored, and would wait for
-// its first recheck (firstRecheck, 2s). The subscription remembers the latest summaries, so a
-// waiter registering takes the summary from there (WaitSummary) or reads again soon (follow).
-const recentSummaries = 1024
+// recentGroups bounds Dispatcher.recent. A message reaches the subscription as the server
+// stores it, sometimes a moment before a direct get can read it: a waiter registered in that
+// moment would neither be told of it nor find it stored, and would wait for its first recheck
+// (firstRecheck, 2s). So the subscription remembers what it last delivered of the latest groups:
+// a WaitSummary registering takes its summary from there, and the other waits read again soon.
+const recentGroups = 1024
 
-// recentSummary is what the shared subscription last delivered of a group: a summary (note,
-// with its incarnation header), or an outcome batch (summary false), and when.
-type recentSummary struct {
-	note        summaryNote
-	incarnation string
-	summary     bool
+// lastSeen is what the shared subscription last delivered of a group: when, and the latest
+// summary, if one came, with its incarnation header.
+type lastSeen struct {
 	at          time.Time
+	summary     *summaryNote
+	incarnation string
+}
+
+// seen returns the group's entry in recent, adding it (and dropping the oldest beyond
+// recentGroups) if it has none. d.sumMu is held.
+func (d *Dispatcher) seen(gtok string) *lastSeen {
+	e := d.recent[gtok]
+	if e == nil {
+		if len(d.recentOrder) >= recentGroups {
+			delete(d.recent, d.recentOrder[0])
+			d.recentOrder = d.recentOrder[1:]
+		}
+		d.recentOrder = append(d.recentOrder, gtok)
+		e = &lastSeen{}
+		d.recent[gtok] = e
+	}
+	return e
 }
 
 // hurry reports whether a message of the group went by within firstRecheck: a waiter
 // registering now may not find it stored yet, so it reads again soon (recheckSoon, doubling)
 // rather than after firstRecheck. d.sumMu is held.
 func (d *Dispatcher) hurry(gtok string) bool {
-	r, ok := d.recent[gtok]
-	return ok && time.Since(r.at) < firstRecheck
+	e := d.recent[gtok]
+	return e != nil && time.Since(e.at) < firstRecheck
 }
 
 // summaryWaiter is one WaitSummary call waiting on the shared subscription.
@@ -129,8 +144,8 @@ func wake(sig chan struct{}) {
 
 // watchGroup registers a follower of the group with token gtok (see follow), starting the shared
 // subscription if needed; each message on the group's outcome subject then signals sig. It
-// reports false, registering nothing, after Close; and whether a summary of the group went by
-// just now (see recentSummaries), which the follower's first reads may miss.
+// reports false, registering nothing, after Close; and whether a message of the group went by
+// just now (see recentGroups), which the follower's first reads may miss.
 func (d *Dispatcher) watchGroup(gtok string, sig chan struct{}) (registered, recent bool, err error) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
@@ -174,23 +189,10 @@ func (d *Dispatcher) watchSummary(gtok string, openSeq uint64) (*summaryWaiter, 
 		d.sumWaiters[gtok] = ws
 	}
 	ws[w] = struct{}{}
-	if r, ok := d.recent[gtok]; ok && r.summary && sameIncarnation(openSeq, r.incarnation) {
-		w.ch <- r.note // it went by just before: the waiter need not find it stored
+	if e := d.recent[gtok]; e != nil && e.summary != nil && sameIncarnation(openSeq, e.incarnation) {
+		w.ch <- *e.summary // it went by just before: the waiter need not find it stored
 	}
 	return w, nil
-}
-
-// remember keeps a summary the subscription delivered in recent, dropping the oldest beyond
-// recentSummaries. d.sumMu is held.
-func (d *Dispatcher) remember(gtok string, r recentSummary) {
-	if _, ok := d.recent[gtok]; !ok {
-		if len(d.recentOrder) >= recentSummaries {
-			delete(d.recent, d.recentOrder[0])
-			d.recentOrder = d.recentOrder[1:]
-		}
-		d.recentOrder = append(d.recentOrder, gtok)
-	}
-	d.recent[gtok] = r
 }
 
 // subscribeOutcomes starts the shared subscription if needed and reports whether it runs: not
@@ -213,7 +215,7 @@ func (d *Dispatcher) subscribeOutcomes() (bool, error) {
 		return false, fmt.Errorf("weave: subscribe to outcomes: %w", err)
 	}
 	d.sumSub = sub
-	d.recent = map[string]recentSummary{}
+	d.recent = map[string]*lastSeen{}
 	d.sumWaiters = map[string]map[*summaryWaiter]struct{}{}
 	d.jobWaiters = map[string]*groupJobWaiters{}
 	d.followers = map[string]map[chan struct{}]struct{}{}
@@ -232,9 +234,10 @@ func (d *Dispatcher) unwatchSummary(gtok string, w *summaryWaiter) {
 	}
 }
 
-// routeOutcomes is the shared subscription's handler: it hands a summary (or a malformed message)
-// to the WaitSummary waiters of its group and incarnation, and an outcome batch to the WaitJob
-// waiters of the jobs in it (see routeJobs), and ignores the rest without decoding it.
+// routeOutcomes is the shared subscription's handler: it notes when it saw each group (see
+// recentGroups), remembers and hands a summary (or a malformed message) to the WaitSummary
+// waiters of its group and incarnation, and an outcome batch to the WaitJob waiters of the jobs
+// in it (see routeJobs); a batch nobody waits for is not decoded.
 func (d *Dispatcher) routeOutcomes(m *nats.Msg) {
 	gtok, ok := strings.CutPrefix(m.Subject, d.names.OutcomeSubject(""))
 	if !ok {
@@ -242,19 +245,11 @@ func (d *Dispatcher) routeOutcomes(m *nats.Msg) {
 	}
 	isBatch := bytes.HasPrefix(m.Data, outcomesPrefix)
 	d.sumMu.Lock()
-	waiting := len(d.sumWaiters[gtok]) > 0
 	jobWaiting := d.jobWaiters[gtok] != nil
 	for sig := range d.followers[gtok] {
 		wake(sig)
 	}
-	if isBatch && d.recent != nil {
-		if r, ok := d.recent[gtok]; ok && r.summary {
-			r.at = time.Now() // keep the summary: a batch of a later incarnation does not replace it
-			d.recent[gtok] = r
-		} else {
-			d.remember(gtok, recentSummary{at: time.Now()})
-		}
-	}
+	d.seen(gtok).at = time.Now() // a summary it holds stays: a later incarnation's batch does not replace it
 	d.sumMu.Unlock()
 	if !jobWaiting && isBatch {
 		return
@@ -278,12 +273,10 @@ func (d *Dispatcher) routeOutcomes(m *nats.Msg) {
 	incarnation := m.Header.Get(wire.HdrGroupSeq)
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
-	if d.recent != nil { // set with the subscription
-		d.remember(gtok, recentSummary{note: note, incarnation: incarnation, summary: true, at: time.Now()})
-	}
-	if !waiting {
-		return
-	}
+	// Remembered, then handed to the waiters registered now, under one lock: a waiter
+	// registering at any moment gets it one way or the other.
+	e := d.seen(gtok)
+	e.summary, e.incarnation = &note, incarnation
 	for w := range d.sumWaiters[gtok] {
 		if !sameIncarnation(w.openSeq, incarnation) {
 			continue
