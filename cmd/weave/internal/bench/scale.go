@@ -226,7 +226,7 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	if err != nil {
 		return err
 	}
-	if err := d.WaitStatus(func(*coordinator.Status) (bool, string) { return true, "" }); err != nil {
+	if err := d.WaitStatus(inproc.Answering); err != nil {
 		return err
 	}
 	disp, err := d.Dispatcher()

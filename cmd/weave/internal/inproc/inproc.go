@@ -300,8 +300,11 @@ func (d *Deployment) Coordinator(cfg coordinator.Config) error {
 	if _, err := d.StartCoordinator(cfg); err != nil {
 		return err
 	}
-	return d.WaitStatus(func(*coordinator.Status) (bool, string) { return true, "" })
+	return d.WaitStatus(Answering)
 }
+
+// Answering is the WaitStatus condition met by any status answer: a coordinator is running.
+func Answering(*coordinator.Status) (bool, string) { return true, "" }
 
 // StartCoordinator starts a coordinator as Coordinator does, without waiting for it, and returns
 // its Service so that the caller can stop it (a clean stop gives up its lease at once).
