@@ -229,7 +229,7 @@ const releaseAtOnceMax = 4
 
 // releaseAtOnce publishes a small release whose jobs' messages are all cached from the loop,
 // instead of handing it to a release pipeline, so a lone job starts one goroutine hand-off
-// sooner; the pipeline then only waits for the batch to be stored (awaitSent). It returns nil,
+// sooner; the pipeline then only waits for the batch to be stored (awaitWork). It returns nil,
 // leaving the release to the pipeline, when a message is not cached or not valid: the pipeline
 // reads it and handles what is wrong with it.
 func (r *run) releaseAtOnce(rel release) *sentBatch {
