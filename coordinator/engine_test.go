@@ -800,3 +800,41 @@ func TestBusyShareIsARatioOfAverages(t *testing.T) {
 		t.Fatalf("busy share %.3f, want %.3f ± 10%%", g.busy, want)
 	}
 }
+
+// TestReleaseWithMoreRetriesThanCandidates: with more retries ready than one selection looks
+// at (maxCandidates), the selection is all retries, and least in-flight still compares their
+// loads: the retries are released, oldest first. (The loads were once computed only after the
+// offers, and a selection full of retries panicked in the loop.)
+func TestReleaseWithMoreRetriesThanCandidates(t *testing.T) {
+	t.Parallel()
+	const n = maxCandidates + 6
+	te := newTestEngine(t, Config{RetryBase: time.Second, RetryMax: time.Second, Prefetch: -1})
+	te.worker("w", n)
+	te.open("g")
+	for range n {
+		te.job(wire.JobMeta{Group: "g"})
+	}
+	te.seal("g")
+	first := te.releases()["any"]
+	if len(first) != n {
+		t.Fatalf("released %d jobs, want %d", len(first), n)
+	}
+	for _, j := range first {
+		te.report(j, wire.StatusError, "boom")
+	}
+	te.now = te.now.Add(time.Minute)
+	te.e.tick(te.now)
+	te.worker("w", n) // its heartbeat, a minute on
+	if len(te.e.retries.ready) != n {
+		t.Fatalf("%d retries ready, want %d", len(te.e.retries.ready), n)
+	}
+	again := te.releases()["any"]
+	if len(again) != n {
+		t.Fatalf("released %d retries, want %d", len(again), n)
+	}
+	for _, j := range again {
+		if j.attempt != 2 {
+			t.Fatalf("job %d released at attempt %d, want its retry (2)", j.id, j.attempt)
+		}
+	}
+}

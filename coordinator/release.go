@@ -127,7 +127,7 @@ func (p *pool) batchCap(maxBatch int) int {
 func (e *engine) candidates(cands []candidate, ids []uint64) ([]candidate, []uint64) {
 	for _, j := range e.retries.ready {
 		if len(cands) == maxCandidates {
-			return cands, ids
+			break // no room for offers either; the loads below are still needed (leastLoaded)
 		}
 		if e.sched.Capped(j.g) {
 			continue
