@@ -1,0 +1,186 @@
+package wire
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Job packs. A producer may store several jobs of one group in a single JOBS message, a pack, so
+// that a job does not cost a stored message of its own: one publish, one acknowledgement, one
+// store and one delivery to the coordinator's feed carry up to MaxPack jobs, and a job read back
+// from the stream (a release past the payload cache) reads its pack's other jobs along.
+//
+// A pack is a message on the group's job subject with the headers Weave-Version, Weave-Group and
+// Weave-Pack (the number of jobs, 2–MaxPack) and, if traced, the trace headers, which every job
+// of the pack shares. Its body is the binary pack (AppendPack). Only jobs without a key travel in
+// packs: a keyed job is deduplicated by JetStream with its own Nats-Msg-Id, so it keeps a message
+// of its own; so do single jobs and the jobs a coordinator publishes (redrives, schedules).
+//
+// Job IDs. The job stored alone in message seq has ID seq; job i of the pack stored at seq has ID
+// i<<48 | seq. So every ID names its message (JobSeq) and its place in it (JobIndex), the IDs of
+// jobs stored alone are the stream sequences they always were, and every ID stays below 2^53,
+// which a JavaScript number (the dashboard) holds exactly. Packs are accepted at sequences below
+// 2^48.
+const (
+	HdrPack = "Weave-Pack" // on a pack: how many jobs its body holds (2–MaxPack)
+
+	// MaxPack is the most jobs one pack holds.
+	MaxPack = 32
+
+	packShift = 48
+	// MaxPackSeq is the last stream sequence a pack may be stored at.
+	MaxPackSeq = 1<<packShift - 1
+)
+
+// kindPack is the binary kind of a pack's body.
+const kindPack byte = 'J'
+
+// JobID is the ID of job i of the message stored at seq (i is 0 for a job stored alone).
+func JobID(seq uint64, i int) uint64 { return uint64(i)<<packShift | seq }
+
+// JobSeq is the stream sequence of the message that stores job id.
+func JobSeq(id uint64) uint64 { return id & MaxPackSeq }
+
+// JobIndex is job id's place in its message: 0 for a job stored alone.
+func JobIndex(id uint64) int { return int(id >> packShift) }
+
+// PackJob is one job of a pack: everything about it but its group (the pack's) and its key (a
+// packed job has none).
+type PackJob struct {
+	Payload     []byte
+	Require     []string
+	Prefer      []string
+	MaxAttempts int
+	Timeout     time.Duration
+	RunAt       time.Time // zero = at once; millisecond precision
+}
+
+// PackHeader returns the headers of a pack of n jobs of group.
+func PackHeader(group string, n int) nats.Header {
+	h := nats.Header{}
+	h.Set(HdrVersion, strconv.Itoa(Version))
+	h.Set(HdrGroup, group)
+	h.Set(HdrPack, strconv.Itoa(n))
+	return h
+}
+
+// AppendPack appends the binary body of a pack holding jobs to dst.
+func AppendPack(dst []byte, jobs []PackJob) []byte {
+	dst = appendHeader(dst, kindPack)
+	dst = appendUvarint(dst, uint64(len(jobs)))
+	for i := range jobs {
+		j := &jobs[i]
+		dst = appendBytes(dst, j.Payload)
+		dst = appendStrings(dst, j.Require)
+		dst = appendStrings(dst, j.Prefer)
+		dst = appendUvarint(dst, uint64(j.MaxAttempts))
+		dst = appendUvarint(dst, uint64(j.Timeout))
+		var at uint64
+		if !j.RunAt.IsZero() {
+			at = uint64(j.RunAt.UnixMilli())
+		}
+		dst = appendUvarint(dst, at)
+	}
+	return dst
+}
+
+func appendStrings(dst []byte, ss []string) []byte {
+	dst = appendUvarint(dst, uint64(len(ss)))
+	for _, s := range ss {
+		dst = appendString(dst, s)
+	}
+	return dst
+}
+
+// StoredJob is one job of a stored JOBS message, as the coordinator and the inspection read it.
+type StoredJob struct {
+	ID      uint64
+	Meta    JobMeta
+	Payload []byte // aliases the message's body
+	Trace   string // the job's trace text (JobTrace), "" when untraced
+}
+
+// ParseStoredJobs decodes the jobs of the job message stored at seq with headers h and body data:
+// the one job of a message that holds one (ID seq), or every job of a pack. The message is
+// rejected whole if any part of it is malformed or invalid. Payloads alias data.
+func ParseStoredJobs(seq uint64, h nats.Header, data []byte) ([]StoredJob, error) {
+	n := h.Get(HdrPack)
+	if n == "" {
+		meta, err := ParseJobMeta(h)
+		if err != nil {
+			return nil, err
+		}
+		return []StoredJob{{ID: seq, Meta: meta, Payload: data, Trace: JobTrace(h)}}, nil
+	}
+	if err := checkVersion(h); err != nil {
+		return nil, err
+	}
+	count, err := strconv.Atoi(n)
+	switch {
+	case err != nil || count < 2 || count > MaxPack:
+		return nil, fmt.Errorf("%w: bad %s %q (2–%d jobs)", ErrMalformed, HdrPack, n, MaxPack)
+	case seq > MaxPackSeq:
+		return nil, fmt.Errorf("%w: a pack at stream sequence %d, past the last one a pack may take (%d)", ErrMalformed, seq, uint64(MaxPackSeq))
+	case h.Get(HdrKey) != "" || h.Get(HdrSingle) != "" || h.Get(HdrRequire) != "" || h.Get(HdrPrefer) != "" ||
+		h.Get(HdrMaxAttempts) != "" || h.Get(HdrTimeout) != "" || h.Get(HdrRunAt) != "":
+		return nil, fmt.Errorf("%w: a pack carries its jobs' options in its body, not in headers", ErrMalformed)
+	}
+	group := h.Get(HdrGroup)
+	if err := ValidateGroupID(group); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	trace := JobTrace(h)
+	r := newReader(data, kindPack)
+	if got := r.count(6); r.err == nil && got != count {
+		r.fail("%s says %d jobs, the body holds %d", HdrPack, count, got)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	jobs := make([]StoredJob, count)
+	for i := range jobs {
+		j := &jobs[i]
+		j.ID, j.Trace = JobID(seq, i), trace
+		j.Payload = r.bytes()
+		j.Meta = JobMeta{Group: group, Require: r.strings(), Prefer: r.strings()}
+		attempts, timeout, at := r.uvarint(), r.uvarint(), r.uvarint()
+		if r.err != nil {
+			return nil, r.err
+		}
+		switch {
+		case attempts > MaxAttemptsLimit:
+			return nil, fmt.Errorf("%w: job %d of the pack: MaxAttempts %d outside 0..%d", ErrMalformed, i, attempts, MaxAttemptsLimit)
+		case timeout > uint64(MaxTimeout):
+			return nil, fmt.Errorf("%w: job %d of the pack: Timeout %v outside 0..%v", ErrMalformed, i, time.Duration(min(timeout, 1<<62)), MaxTimeout)
+		case at > uint64(maxRunAtMilli):
+			return nil, fmt.Errorf("%w: job %d of the pack: run-at %d past the year 9999", ErrMalformed, i, at)
+		}
+		j.Meta.MaxAttempts, j.Meta.Timeout = int(attempts), time.Duration(timeout)
+		if at > 0 {
+			j.Meta.RunAt = time.UnixMilli(int64(at))
+		}
+		if err := j.Meta.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: job %d of the pack: %v", ErrMalformed, i, err)
+		}
+	}
+	if err := r.end(); err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+// strings reads a list of strings written by appendStrings; nil when empty.
+func (r *reader) strings() []string {
+	n := r.count(1)
+	if n == 0 || r.err != nil {
+		return nil
+	}
+	ss := make([]string, n)
+	for i := range ss {
+		ss[i] = r.string()
+	}
+	return ss
+}

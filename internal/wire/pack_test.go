@@ -1,0 +1,99 @@
+package wire
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestJobIDs(t *testing.T) {
+	for _, c := range []struct {
+		seq uint64
+		i   int
+	}{{1, 0}, {12345, 0}, {12345, 1}, {MaxPackSeq, MaxPack - 1}} {
+		id := JobID(c.seq, c.i)
+		if JobSeq(id) != c.seq || JobIndex(id) != c.i {
+			t.Errorf("JobID(%d, %d) = %d: seq %d index %d", c.seq, c.i, id, JobSeq(id), JobIndex(id))
+		}
+		if id >= 1<<53 {
+			t.Errorf("JobID(%d, %d) = %d is past 2^53", c.seq, c.i, id)
+		}
+	}
+	if JobID(42, 0) != 42 {
+		t.Error("a job stored alone does not keep its sequence as its ID")
+	}
+}
+
+func TestPackRoundTrip(t *testing.T) {
+	at := time.UnixMilli(1795000000123)
+	in := []PackJob{
+		{Payload: []byte("one")},
+		{Payload: nil, Require: []string{"gpu", "eu"}, Prefer: []string{"host:a"}, MaxAttempts: 4, Timeout: 3 * time.Second, RunAt: at},
+		{Payload: []byte(strings.Repeat("x", 1000))},
+	}
+	h := PackHeader("crawl/7", len(in))
+	h.Set(HdrTraceParent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	h.Set(HdrPublished, "1795000000000000")
+	jobs, err := ParseStoredJobs(900, h, AppendPack(nil, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 3 {
+		t.Fatalf("%d jobs, want 3", len(jobs))
+	}
+	for i, j := range jobs {
+		if j.ID != JobID(900, i) || j.Meta.Group != "crawl/7" || string(j.Payload) != string(in[i].Payload) {
+			t.Errorf("job %d: %+v", i, j)
+		}
+		if !strings.Contains(j.Trace, "b7ad6b7169203331") {
+			t.Errorf("job %d lost the pack's trace: %q", i, j.Trace)
+		}
+	}
+	m := jobs[1].Meta
+	if strings.Join(m.Require, ",") != "gpu,eu" || strings.Join(m.Prefer, ",") != "host:a" || m.MaxAttempts != 4 || m.Timeout != 3*time.Second || !m.RunAt.Equal(at) {
+		t.Errorf("job 1 meta %+v", m)
+	}
+	if !jobs[0].Meta.RunAt.IsZero() || jobs[0].Meta.Require != nil {
+		t.Errorf("job 0 meta %+v", jobs[0].Meta)
+	}
+
+	// A message holding one job parses as before, its ID its sequence.
+	one, err := ParseStoredJobs(901, JobMeta{Group: "g", Key: "k"}.Header(), []byte("p"))
+	if err != nil || len(one) != 1 || one[0].ID != 901 || one[0].Meta.Key != "k" || string(one[0].Payload) != "p" {
+		t.Fatalf("single message: %+v, %v", one, err)
+	}
+}
+
+func TestPackRejections(t *testing.T) {
+	good := AppendPack(nil, []PackJob{{Payload: []byte("a")}, {Payload: []byte("b")}})
+	keyed := PackHeader("g", 2)
+	keyed.Set(HdrKey, "k")
+	withOpt := PackHeader("g", 2)
+	withOpt.Set(HdrTimeout, "1s")
+	for name, c := range map[string]struct {
+		seq  uint64
+		h    func() map[string][]string
+		body []byte
+		want string
+	}{
+		"count mismatch": {1, func() map[string][]string { return PackHeader("g", 3) }, good, "holds 2"},
+		"count of one":   {1, func() map[string][]string { return PackHeader("g", 1) }, good, "bad Weave-Pack"},
+		"too many":       {1, func() map[string][]string { return PackHeader("g", MaxPack+1) }, good, "bad Weave-Pack"},
+		"past its seqs":  {MaxPackSeq + 1, func() map[string][]string { return PackHeader("g", 2) }, good, "past the last"},
+		"a key":          {1, func() map[string][]string { return keyed }, good, "not in headers"},
+		"options in hdr": {1, func() map[string][]string { return withOpt }, good, "not in headers"},
+		"bad group":      {1, func() map[string][]string { return PackHeader("", 2) }, good, "group"},
+		"truncated":      {1, func() map[string][]string { return PackHeader("g", 2) }, good[:len(good)-2], "malformed"},
+		"trailing":       {1, func() map[string][]string { return PackHeader("g", 2) }, append(append([]byte{}, good...), 0), "trailing"},
+		"bad resource":   {1, func() map[string][]string { return PackHeader("g", 2) }, AppendPack(nil, []PackJob{{}, {Require: []string{"a b"}}}), "job 1 of the pack"},
+		"attempts":       {1, func() map[string][]string { return PackHeader("g", 2) }, AppendPack(nil, []PackJob{{MaxAttempts: MaxAttemptsLimit + 1}, {}}), "job 0 of the pack: MaxAttempts"},
+		"timeout":        {1, func() map[string][]string { return PackHeader("g", 2) }, AppendPack(nil, []PackJob{{}, {Timeout: MaxTimeout + 1}}), "Timeout"},
+		"other kind":     {1, func() map[string][]string { return PackHeader("g", 2) }, AppendWork(nil, nil), "kind"},
+	} {
+		_, err := ParseStoredJobs(c.seq, c.h(), c.body)
+		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want ErrMalformed containing %q", name, err, c.want)
+		}
+	}
+}
