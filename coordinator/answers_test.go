@@ -66,9 +66,9 @@ func TestCancelNotAnsweredDuringReplay(t *testing.T) {
 	t.Parallel()
 	r := newReplayEngine(t, 1)
 	e, names := r.e, r.names
-	e.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
-	e.feed(names.GroupSubject("g"), 2, wire.GroupControl{Group: "g", Op: wire.OpCancel, Reply: "tok"}.Header(), time.Time{})
-	e.feed(names.GroupSubject("x"), 3, wire.GroupControl{Group: "x", Op: wire.OpCancel, Reply: "tok"}.Header(), time.Time{})
+	e.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), nil, time.Time{})
+	e.feed(names.GroupSubject("g"), 2, wire.GroupControl{Group: "g", Op: wire.OpCancel, Reply: "tok"}.Header(), nil, time.Time{})
+	e.feed(names.GroupSubject("x"), 3, wire.GroupControl{Group: "x", Op: wire.OpCancel, Reply: "tok"}.Header(), nil, time.Time{})
 	if len(e.out.answers) != 0 {
 		t.Fatalf("answered during replay: %+v", e.out.answers)
 	}
@@ -83,7 +83,7 @@ func TestCancelWithBadReplyTokenRejected(t *testing.T) {
 	h := wire.GroupControl{Group: "g", Op: wire.OpCancel}.Header()
 	h.Set(wire.HdrReply, "weave.group.g")
 	te.seq++
-	te.e.feed(te.e.names.GroupSubject("g"), te.seq, h, time.Time{})
+	te.e.feed(te.e.names.GroupSubject("g"), te.seq, h, nil, time.Time{})
 	if len(te.answers()) != 0 || len(te.e.out.rejections) != 1 {
 		t.Fatalf("answers %+v, rejections %+v: want the message rejected", te.e.out.answers, te.e.out.rejections)
 	}

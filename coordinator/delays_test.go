@@ -133,10 +133,10 @@ func TestReplayKeepsDelayedJobs(t *testing.T) {
 	te := newTestEngine(t, Config{})
 	names, now := te.e.names, te.now
 	e2 := te.restarted()
-	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
-	e2.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g", RunAt: now.Add(time.Minute)}.Header(), time.Time{})
-	e2.feed(names.JobSubject("g"), 3, wire.JobMeta{Group: "g", RunAt: now.Add(time.Minute)}.Header(), time.Time{})
-	e2.feed(names.GroupSubject("g"), 4, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 2}.Header(), time.Time{})
+	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), nil, time.Time{})
+	e2.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g", RunAt: now.Add(time.Minute)}.Header(), nil, time.Time{})
+	e2.feed(names.JobSubject("g"), 3, wire.JobMeta{Group: "g", RunAt: now.Add(time.Minute)}.Header(), nil, time.Time{})
+	e2.feed(names.GroupSubject("g"), 4, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 2}.Header(), nil, time.Time{})
 	e2.endReplay(map[uint64]aliveJob{3: {attempt: 1, pool: "any"}}, now)
 	if st, _ := e2.idx.State(2); st != jobindex.Delayed {
 		t.Fatalf("delayed job is %v after replay", st)

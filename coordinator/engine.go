@@ -158,29 +158,43 @@ func (e *engine) reject(subject string, seq uint64, reason string) {
 	e.out.rejections = append(e.out.rejections, rejection{subject: subject, seq: seq, reason: reason})
 }
 
-// feed applies one message of the JOBS stream, stored at the server's time stored, and reports
-// whether it admitted a job.
-func (e *engine) feed(subject string, seq uint64, h nats.Header, stored time.Time) bool {
+// feed applies one message of the JOBS stream, stored at the server's time stored, and returns
+// the jobs it admitted that are to be released now (not delayed), whose payloads the loop keeps
+// for their release. A job message holds one job or a pack of them (wire.ParseStoredJobs); a
+// message that is not valid is rejected whole.
+func (e *engine) feed(subject string, seq uint64, h nats.Header, data []byte, stored time.Time) []wire.StoredJob {
 	e.retention.jobsApplied = max(e.retention.jobsApplied, seq)
 	if strings.HasPrefix(subject, e.names.GroupSubject("")) {
 		c, err := wire.ParseGroupControl(h)
 		if err != nil {
 			e.reject(subject, seq, err.Error())
-			return false
+			return nil
 		}
 		e.control(subject, seq, c, stored)
-		return false
+		return nil
 	}
-	m, err := wire.ParseJobMeta(h)
+	jobs, err := wire.ParseStoredJobs(seq, h, data)
 	if err != nil {
 		e.reject(subject, seq, err.Error())
-		return false
+		return nil
 	}
 	e.mx.stored(seq, stored)
-	if m.Single {
-		return e.admitSingle(subject, seq, m, stored) // single.go
+	if jobs[0].Meta.Single {
+		if e.admitSingle(subject, seq, &jobs[0], stored) { // single.go
+			return jobs
+		}
+		return nil
 	}
-	return e.admit(subject, seq, m)
+	if !e.admitAll(subject, seq, jobs) {
+		return nil
+	}
+	admitted := jobs[:0]
+	for i := range jobs {
+		if e.admit(subject, seq, &jobs[i]) {
+			admitted = append(admitted, jobs[i])
+		}
+	}
+	return admitted
 }
 
 // tick moves due retries back to pending, makes due delayed jobs pending, forgets silent

@@ -59,7 +59,7 @@ func joinAny(e *engine, now time.Time) {
 
 func (te *testEngine) control(c wire.GroupControl) uint64 {
 	te.seq++
-	te.e.feed(te.e.names.GroupSubject(wire.GroupToken(c.Group)), te.seq, c.Header(), time.Time{})
+	te.e.feed(te.e.names.GroupSubject(wire.GroupToken(c.Group)), te.seq, c.Header(), nil, time.Time{})
 	return te.seq
 }
 
@@ -68,7 +68,7 @@ func (te *testEngine) seal(g string) { te.control(wire.GroupControl{Group: g, Op
 
 func (te *testEngine) job(m wire.JobMeta) uint64 {
 	te.seq++
-	te.e.feed(te.e.names.JobSubject(wire.GroupToken(m.Group)), te.seq, m.Header(), time.Time{})
+	te.e.feed(te.e.names.JobSubject(wire.GroupToken(m.Group)), te.seq, m.Header(), nil, time.Time{})
 	return te.seq
 }
 
@@ -353,7 +353,7 @@ func TestRejections(t *testing.T) {
 	te.job(wire.JobMeta{Group: "g"})
 	h := wire.JobMeta{Group: "g"}.Header()
 	h.Set(wire.HdrVersion, "9")
-	te.e.feed(te.e.names.JobSubject("g"), 99, h, time.Time{})
+	te.e.feed(te.e.names.JobSubject("g"), 99, h, nil, time.Time{})
 	if n := len(te.e.out.rejections); n != 4 {
 		t.Fatalf("want 4 rejections, got %d: %+v", n, te.e.out.rejections)
 	}
@@ -373,13 +373,13 @@ func TestReplay(t *testing.T) {
 	te := newTestEngine(t, Config{})
 	names, now := te.e.names, te.now
 	e2 := te.restarted()
-	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
+	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), nil, time.Time{})
 	for id := uint64(2); id <= 6; id++ {
-		e2.feed(names.JobSubject("g"), id, wire.JobMeta{Group: "g"}.Header(), time.Time{})
+		e2.feed(names.JobSubject("g"), id, wire.JobMeta{Group: "g"}.Header(), nil, time.Time{})
 	}
-	e2.feed(names.JobSubject("g"), 8, wire.JobMeta{Group: "g"}.Header(), time.Time{})
-	e2.feed(names.JobSubject("g"), 9, wire.JobMeta{Group: "g"}.Header(), time.Time{})
-	e2.feed(names.GroupSubject("g"), 7, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 7}.Header(), time.Time{})
+	e2.feed(names.JobSubject("g"), 8, wire.JobMeta{Group: "g"}.Header(), nil, time.Time{})
+	e2.feed(names.JobSubject("g"), 9, wire.JobMeta{Group: "g"}.Header(), nil, time.Time{})
+	e2.feed(names.GroupSubject("g"), 7, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 7}.Header(), nil, time.Time{})
 	e2.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
 	e2.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}, now)
 	e2.report("any", "w", 11, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusError}, now)
@@ -423,10 +423,10 @@ func TestReplaySealedGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
-	e.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g"}.Header(), time.Time{})
-	e.feed(names.JobSubject("g"), 3, wire.JobMeta{Group: "g"}.Header(), time.Time{})
-	e.feed(names.GroupSubject("g"), 4, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 2}.Header(), time.Time{})
+	e.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), nil, time.Time{})
+	e.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g"}.Header(), nil, time.Time{})
+	e.feed(names.JobSubject("g"), 3, wire.JobMeta{Group: "g"}.Header(), nil, time.Time{})
+	e.feed(names.GroupSubject("g"), 4, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 2}.Header(), nil, time.Time{})
 	e.endReplay(nil, time.Unix(0, 0))
 	e.heartbeat(names.HeartbeatSubject("any", "w"), wire.Heartbeat{Version: wire.Version, Worker: "w", Pool: "any", Concurrency: 4, IntervalMS: 1000}, time.Unix(0, 0))
 	e.releaseAll()

@@ -205,29 +205,40 @@ func (e *engine) abandon(now time.Time) {
 	}
 }
 
-func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) bool {
-	g := e.groups.byID[m.Group]
+// admitAll checks that the jobs of the message stored at seq may join their group (one group:
+// a pack holds jobs of one); if not, it rejects the message and reports false.
+func (e *engine) admitAll(subject string, seq uint64, jobs []wire.StoredJob) bool {
+	group := jobs[0].Meta.Group
+	g := e.groups.byID[group]
 	switch {
 	case g == nil:
-		e.reject(subject, seq, "job for a group that is not open: "+m.Group)
+		e.reject(subject, seq, "job for a group that is not open: "+group)
 		return false
 	case g.sealedByCancel:
-		e.reject(subject, seq, "job for group "+m.Group+", which was canceled")
+		e.reject(subject, seq, "job for group "+group+", which was canceled")
 		return false
 	case g.sealed:
-		e.reject(subject, seq, "job after the seal of group "+m.Group)
+		e.reject(subject, seq, "job after the seal of group "+group)
 		return false
 	case subject != e.names.JobSubject(g.tok):
-		e.reject(subject, seq, "job subject does not match its group "+m.Group)
+		e.reject(subject, seq, "job subject does not match its group "+group)
 		return false
 	}
+	return true
+}
+
+// admit indexes job j of the message stored at seq in its group, which admitAll checked, and
+// reports whether it is to be released now (its payload worth keeping).
+func (e *engine) admit(subject string, seq uint64, j *wire.StoredJob) bool {
+	m, id := &j.Meta, j.ID
+	g := e.groups.byID[m.Group]
 	// A job whose time is still ahead waits in the delays, outside the scheduler (delays.go).
 	delayed := !m.RunAt.IsZero() && m.RunAt.After(e.cfg.now())
 	st := jobindex.Pending
 	if delayed {
 		st = jobindex.Delayed
 	}
-	if err := e.idx.AddState(seq, g.idxKey, m.Require, m.Prefer, st); err != nil {
+	if err := e.idx.AddState(id, g.idxKey, m.Require, m.Prefer, st); err != nil {
 		e.reject(subject, seq, err.Error())
 		return false
 	}
@@ -237,19 +248,19 @@ func (e *engine) admit(subject string, seq uint64, m wire.JobMeta) bool {
 	e.stats.Admitted++
 	switch {
 	case g.cancelReq:
-		e.moveTerminal(seq, jobindex.Canceled)
-		e.recordOutcome(g, wire.Outcome{ID: seq, Key: m.Key, State: wire.FinalCanceled, Data: []byte("group canceled")}, 0)
+		e.moveTerminal(id, jobindex.Canceled)
+		e.recordOutcome(g, wire.Outcome{ID: id, Key: m.Key, State: wire.FinalCanceled, Data: []byte("group canceled")}, 0)
 		return false
 	case delayed:
-		e.delay(g, seq, m.RunAt)
+		e.delay(g, id, m.RunAt)
 		if e.replaying() {
-			e.replay.groupOf[seq] = g
+			e.replay.groupOf[id] = g
 		}
 		return false // its payload is read when it is released, not kept until then
 	case e.replaying():
-		e.replay.groupOf[seq] = g
+		e.replay.groupOf[id] = g
 	case g.inSched:
-		_ = e.sched.Push(g, seq)
+		_ = e.sched.Push(g, id)
 	}
 	return true
 }

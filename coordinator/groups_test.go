@@ -31,11 +31,11 @@ func newReplayEngine(t *testing.T, epoch uint64) *replayEngine {
 }
 
 func (r *replayEngine) control(seq uint64, c wire.GroupControl) {
-	r.e.feed(r.names.GroupSubject(wire.GroupToken(c.Group)), seq, c.Header(), time.Time{})
+	r.e.feed(r.names.GroupSubject(wire.GroupToken(c.Group)), seq, c.Header(), nil, time.Time{})
 }
 
 func (r *replayEngine) job(seq uint64, m wire.JobMeta) {
-	r.e.feed(r.names.JobSubject(wire.GroupToken(m.Group)), seq, m.Header(), time.Time{})
+	r.e.feed(r.names.JobSubject(wire.GroupToken(m.Group)), seq, m.Header(), nil, time.Time{})
 }
 
 // TestReplayKeepsEveryIncarnation is issue 8's scenario 3 at the engine's level: group g ends

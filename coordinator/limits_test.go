@@ -105,9 +105,9 @@ func TestLimitsAfterReplay(t *testing.T) {
 	names, now := te.e.names, te.now
 	e2 := te.restarted()
 	e2.setLimit(wire.Limit{Kind: wire.LimitResource, Name: "site", Concurrency: 2}, now)
-	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), time.Time{})
+	e2.feed(names.GroupSubject("g"), 1, wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header(), nil, time.Time{})
 	for id := uint64(2); id <= 6; id++ {
-		e2.feed(names.JobSubject("g"), id, wire.JobMeta{Group: "g", Require: []string{"site"}}.Header(), time.Time{})
+		e2.feed(names.JobSubject("g"), id, wire.JobMeta{Group: "g", Require: []string{"site"}}.Header(), nil, time.Time{})
 	}
 	e2.endReplay(map[uint64]aliveJob{2: {attempt: 1, pool: "p"}}, now)
 	e2.heartbeat(names.HeartbeatSubject("p", "w"), wire.Heartbeat{Version: wire.Version, Worker: "w", Pool: "p", Resources: []string{"site"}, Concurrency: 8, IntervalMS: 1000}, now)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/weavejobs/weave/internal/directget"
 	"github.com/weavejobs/weave/internal/journal"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -95,8 +94,8 @@ func (r *run) applyFeed(m streamMsg) {
 	if !r.jobs.fresh(m, s) {
 		return
 	}
-	if r.e.feed(m.Subject(), s, m.Headers(), at) {
-		r.payloads.add(&directget.Msg{Seq: s, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	if jobs := r.e.feed(m.Subject(), s, m.Headers(), m.Data(), at); len(jobs) > 0 {
+		r.payloads.add(jobs)
 	}
 }
 
@@ -237,25 +236,20 @@ func (r *run) releaseAtOnce(rel release) *sentBatch {
 	for i, j := range rel.jobs {
 		ids[i] = j.id
 	}
-	msgs := r.payloads.cached(ids)
-	if msgs == nil {
+	jobs := r.payloads.cached(ids)
+	if jobs == nil {
 		return nil
 	}
-	work := make([]wire.WorkJob, len(msgs))
-	maxAttempts := make([]int, len(msgs))
-	for i, m := range msgs {
-		meta, err := wire.ParseJobMeta(m.Header)
-		if err != nil {
-			return nil
-		}
-		work[i], maxAttempts[i] = workJob(releaseJob{id: rel.jobs[i].id, attempt: rel.jobs[i].attempt}, m, meta), meta.MaxAttempts
+	work := make([]wire.WorkJob, len(jobs))
+	for i, j := range jobs {
+		work[i] = workJob(rel.jobs[i].attempt, j)
 	}
 	if firstBatch(work, r.cfg.MaxBatchBytes) < len(work) {
 		return nil // the pipeline splits what is too large for one batch
 	}
 	r.payloads.take(ids)
-	for i, w := range work {
-		r.e.learn(w.ID, w.Key, maxAttempts[i]) // before any worker can report on it
+	for _, j := range jobs {
+		r.e.learn(j.ID, j.Meta.Key, j.Meta.MaxAttempts) // before any worker can report on it
 	}
 	s := r.sendWork(rel.pool.key, work)
 	return &s

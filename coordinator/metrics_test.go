@@ -37,7 +37,7 @@ func TestMetricsBoundGroupsAndAgeOldest(t *testing.T) {
 		te.open(g)
 		te.seq++
 		stored := te.now.Add(-time.Duration(60-i) * time.Second) // g00's job is a minute old
-		te.e.feed(te.e.names.JobSubject(wire.GroupToken(g)), te.seq, wire.JobMeta{Group: g}.Header(), stored)
+		te.e.feed(te.e.names.JobSubject(wire.GroupToken(g)), te.seq, wire.JobMeta{Group: g}.Header(), nil, stored)
 	}
 	c := &Coordinator{}
 	r := &run{c: c, e: te.e, cfg: te.e.cfg, names: te.e.names, log: zerolog.Nop()}
@@ -88,10 +88,10 @@ func BenchmarkObserve(b *testing.B) {
 	for i := range 1000 {
 		g := fmt.Sprintf("g%04d", i)
 		seq++
-		e.feed(names.GroupSubject(wire.GroupToken(g)), seq, wire.GroupControl{Group: g, Op: wire.OpOpen}.Header(), now)
+		e.feed(names.GroupSubject(wire.GroupToken(g)), seq, wire.GroupControl{Group: g, Op: wire.OpOpen}.Header(), nil, now)
 		for range 10 {
 			seq++
-			e.feed(names.JobSubject(wire.GroupToken(g)), seq, wire.JobMeta{Group: g}.Header(), now)
+			e.feed(names.JobSubject(wire.GroupToken(g)), seq, wire.JobMeta{Group: g}.Header(), nil, now)
 		}
 	}
 	c := &Coordinator{}

@@ -2,17 +2,22 @@ package coordinator
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 
 	"github.com/weavejobs/weave/internal/directget"
+	"github.com/weavejobs/weave/internal/wire"
 )
 
-// payloads holds the stored messages of jobs about to be released, in a cache bounded by the
-// memory its entries hold (payload, headers and bookkeeping; oldest out first), so memory is
-// bounded by the cache, never by the backlog. Jobs arrive from the JOBS feed. A miss (evicted, or
-// after a restart) reads the job and the next jobs of its group, whose IDs the scheduler knows,
-// each with a direct get by sequence, so the group's next releases find theirs cached.
+// payloads holds the jobs about to be released (their payloads and what else their stored message
+// says), in a cache bounded by the memory its entries hold (payload, metadata and bookkeeping;
+// oldest out first), so memory is bounded by the cache, never by the backlog. Jobs arrive from the
+// JOBS feed. A miss (evicted, or after a restart) reads the job's message and those of the next
+// jobs of its group, whose IDs the scheduler knows, with one direct get by sequence per message:
+// jobs stored in one pack (wire.HdrPack) are read together, so a group published in packs costs
+// a read per pack, not per job.
 //
 // Not one batch direct get by subject: for a batch the server counts the messages left on the
 // subject after the start, which on a large stream scans a whole message block per request.
@@ -23,96 +28,127 @@ type payloads struct {
 	maxBytes int
 
 	mu    sync.Mutex
-	m     map[uint64]*directget.Msg
+	m     map[uint64]*wire.StoredJob
 	order []uint64 // insertion order, for eviction
 	bytes int
 }
 
 func newPayloads(get *directget.Client, maxBytes int) *payloads {
-	return &payloads{get: get, maxBytes: maxBytes, m: map[uint64]*directget.Msg{}}
+	return &payloads{get: get, maxBytes: maxBytes, m: map[uint64]*wire.StoredJob{}}
 }
 
-// fetchReq is one job whose stored message is wanted.
+// fetchReq is one job that is wanted.
 type fetchReq struct {
 	id    uint64
 	ahead []uint64 // the next jobs of its group, read along if the job is not cached
 }
 
-// has reports whether the job's message is cached.
+// has reports whether the job is cached.
 func (p *payloads) has(id uint64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.m[id] != nil
 }
 
-// fetch returns the stored message of each job, in order. A nil entry is a job whose message
-// could not be read: errs says whether it is gone (wrapping directget.ErrNotFound) or the read
-// failed (the job is to be released again later).
-func (p *payloads) fetch(ctx context.Context, reqs []fetchReq) (out []*directget.Msg, errs []error) {
-	out = make([]*directget.Msg, len(reqs))
+// errNotAJob reports a stored message that is not a valid job message (it was never admitted, or
+// its bytes changed): no read will ever give the job.
+var errNotAJob = errors.New("not a valid job message")
+
+// fetch returns each job, in order. A nil entry is a job that could not be read: errs says
+// whether it is gone (wrapping directget.ErrNotFound), its stored message is not a valid job
+// message (wrapping errNotAJob), or the read failed (the job is to be released again later).
+func (p *payloads) fetch(ctx context.Context, reqs []fetchReq) (out []*wire.StoredJob, errs []error) {
+	out = make([]*wire.StoredJob, len(reqs))
 	errs = make([]error, len(reqs))
 	var (
-		seqs  []uint64           // to read: the missing jobs, then what to read ahead
-		index = map[uint64]int{} // seq → its request's index in reqs, for the missing jobs
+		seqs   []uint64            // the messages to read: the missing jobs', then the read-ahead's
+		wanted = map[uint64]bool{} // the jobs to keep from them: missing ones and read-ahead
+		read   = map[uint64]bool{} // seqs, as a set
 	)
+	want := func(id uint64) {
+		wanted[id] = true
+		if s := wire.JobSeq(id); !read[s] {
+			read[s] = true
+			seqs = append(seqs, s)
+		}
+	}
 	p.mu.Lock()
+	missing := false
 	for i, r := range reqs {
-		if m := p.m[r.id]; m != nil {
-			out[i] = m
+		if j := p.m[r.id]; j != nil {
+			out[i] = j
 			p.dropLocked(r.id)
 			continue
 		}
-		if _, ok := index[r.id]; !ok {
-			index[r.id] = i
-			seqs = append(seqs, r.id)
-		}
+		missing = true
+		want(r.id)
 	}
-	if len(seqs) > 0 {
+	if missing {
 		for i, r := range reqs {
 			if out[i] != nil {
 				continue
 			}
 			for _, id := range r.ahead {
-				if _, ok := index[id]; !ok && p.m[id] == nil {
-					index[id] = -1
-					seqs = append(seqs, id)
+				if p.m[id] == nil {
+					want(id)
 				}
 			}
 		}
 	}
 	p.mu.Unlock()
-	if len(seqs) == 0 {
+	if !missing {
 		return out, errs
 	}
 
 	msgs, getErrs := p.get.GetEach(ctx, seqs)
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	found := make(map[uint64]*wire.StoredJob, len(wanted))
+	msgErr := make(map[uint64]error, len(seqs)) // by sequence: why a message gave no job
 	for k, m := range msgs {
-		switch i := index[seqs[k]]; {
-		case i >= 0:
-			out[i], errs[i] = m, getErrs[k]
-		case m != nil:
-			p.addLocked(m)
+		if m == nil {
+			msgErr[seqs[k]] = getErrs[k]
+			continue
+		}
+		jobs, err := wire.ParseStoredJobs(m.Seq, m.Header, m.Data)
+		if err != nil {
+			msgErr[seqs[k]] = fmt.Errorf("%w: %w", errNotAJob, err)
+			continue
+		}
+		for i := range jobs {
+			if wanted[jobs[i].ID] {
+				found[jobs[i].ID] = &jobs[i]
+			}
 		}
 	}
-	// A request for the same job twice gets the same message.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	asked := make(map[uint64]bool, len(reqs))
 	for i, r := range reqs {
-		if out[i] == nil && errs[i] == nil {
-			if j := index[r.id]; j >= 0 {
-				out[i], errs[i] = out[j], errs[j]
-			}
+		if out[i] != nil {
+			continue
+		}
+		asked[r.id] = true
+		switch j, err := found[r.id], msgErr[wire.JobSeq(r.id)]; {
+		case j != nil:
+			out[i] = j
+		case err != nil:
+			errs[i] = err
+		default: // the message is there, the job is not in it
+			errs[i] = fmt.Errorf("job %d: %w", r.id, directget.ErrNotFound)
+		}
+	}
+	for id, j := range found {
+		if !asked[id] {
+			p.addLocked(j)
 		}
 	}
 	return out, errs
 }
 
-// cached returns the stored messages of all the jobs if every one is cached, else nil. They stay
-// cached until take.
-func (p *payloads) cached(ids []uint64) []*directget.Msg {
+// cached returns all the jobs if every one is cached, else nil. They stay cached until take.
+func (p *payloads) cached(ids []uint64) []*wire.StoredJob {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]*directget.Msg, len(ids))
+	out := make([]*wire.StoredJob, len(ids))
 	for i, id := range ids {
 		if out[i] = p.m[id]; out[i] == nil {
 			return nil
@@ -121,7 +157,7 @@ func (p *payloads) cached(ids []uint64) []*directget.Msg {
 	return out
 }
 
-// take drops the jobs' messages from the cache: they are released.
+// take drops the jobs from the cache: they are released.
 func (p *payloads) take(ids []uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -130,20 +166,22 @@ func (p *payloads) take(ids []uint64) {
 	}
 }
 
-// add keeps a job's stored message, read from the JOBS feed, for its release.
-func (p *payloads) add(m *directget.Msg) {
+// add keeps jobs read from the JOBS feed for their release.
+func (p *payloads) add(jobs []wire.StoredJob) {
 	p.mu.Lock()
-	p.addLocked(m)
+	for i := range jobs {
+		p.addLocked(&jobs[i])
+	}
 	p.mu.Unlock()
 }
 
-func (p *payloads) addLocked(m *directget.Msg) {
-	if _, ok := p.m[m.Seq]; ok {
+func (p *payloads) addLocked(j *wire.StoredJob) {
+	if _, ok := p.m[j.ID]; ok {
 		return
 	}
-	p.m[m.Seq] = m
-	p.order = append(p.order, m.Seq)
-	p.bytes += cost(m)
+	p.m[j.ID] = j
+	p.order = append(p.order, j.ID)
+	p.bytes += cost(j)
 	for p.bytes > p.maxBytes && len(p.order) > 0 {
 		p.dropLocked(p.order[0])
 	}
@@ -153,8 +191,8 @@ func (p *payloads) addLocked(m *directget.Msg) {
 }
 
 func (p *payloads) dropLocked(id uint64) {
-	if m := p.m[id]; m != nil {
-		p.bytes -= cost(m)
+	if j := p.m[id]; j != nil {
+		p.bytes -= cost(j)
 		delete(p.m, id)
 	}
 	for len(p.order) > 0 && p.m[p.order[0]] == nil {
@@ -162,19 +200,21 @@ func (p *payloads) dropLocked(id uint64) {
 	}
 }
 
-// entryOverhead approximates what a cached message costs besides its payload and headers: the
-// Msg struct, the header map's buckets, the cache's map entry and order slot.
+// entryOverhead approximates what a cached job costs besides its payload and the strings of its
+// metadata: the StoredJob, its slices' headers, the cache's map entry and order slot.
 const entryOverhead = 256
 
-// cost is the memory a cached message holds, so the cache's bound counts everything: with small
-// payloads, the headers and bookkeeping are most of it.
-func cost(m *directget.Msg) int {
-	n := len(m.Data) + len(m.Subject) + entryOverhead
-	for k, vs := range m.Header {
-		n += len(k)
-		for _, v := range vs {
-			n += len(v) + 16
-		}
+// cost is the memory a cached job holds, so the cache's bound counts everything: with small
+// payloads, the metadata and bookkeeping are most of it. (A payload from a pack aliases the
+// pack's body, which stays in memory while any of its jobs is cached: at most one pack per
+// group read ahead.)
+func cost(j *wire.StoredJob) int {
+	n := len(j.Payload) + len(j.Meta.Group) + len(j.Meta.Key) + len(j.Trace) + entryOverhead
+	for _, r := range j.Meta.Require {
+		n += len(r) + 16
+	}
+	for _, r := range j.Meta.Prefer {
+		n += len(r) + 16
 	}
 	return n
 }

@@ -92,33 +92,31 @@ func (r *run) readAndSend(ctx context.Context, req releaseReq) (failed []uint64,
 		reqs[i] = fetchReq{id: j.id, ahead: j.ahead}
 	}
 	fctx, cancel := context.WithTimeout(ctx, requestTimeout) // a read that a lost node never answers must not hold the release
-	msgs, errs := r.payloads.fetch(fctx, reqs)
+	jobs, errs := r.payloads.fetch(fctx, reqs)
 	cancel()
 	if ctx.Err() != nil {
 		return nil, nil
 	}
-	infos := make([]learned, 0, len(msgs))
-	work := make([]wire.WorkJob, 0, len(msgs))
-	for i, m := range msgs {
+	infos := make([]learned, 0, len(jobs))
+	work := make([]wire.WorkJob, 0, len(jobs))
+	for i, sj := range jobs {
 		j := req.jobs[i]
 		switch {
-		case m == nil && errors.Is(errs[i], directget.ErrNotFound):
-			infos = append(infos, learned{id: j.id, err: fmt.Errorf("job message %d is missing from the %s stream", j.id, r.names.JobsStream())})
+		case sj == nil && errors.Is(errs[i], directget.ErrNotFound):
+			infos = append(infos, learned{id: j.id, err: fmt.Errorf("job %d is missing from the %s stream", j.id, r.names.JobsStream())})
 			continue
-		case m == nil:
+		case sj == nil && errors.Is(errs[i], errNotAJob):
+			infos = append(infos, learned{id: j.id, err: errs[i]})
+			continue
+		case sj == nil:
 			// The read failed (no stream leader for a moment, say): the job is still stored,
 			// so it goes back to pending and is released again.
 			r.log.Warn().Err(errs[i]).Uint64("job", j.id).Msg("reading a job to release failed; it goes back to pending")
 			failed = append(failed, j.id)
 			continue
 		}
-		meta, err := wire.ParseJobMeta(m.Header)
-		if err != nil {
-			infos = append(infos, learned{id: j.id, err: err})
-			continue
-		}
-		infos = append(infos, learned{id: j.id, key: meta.Key, maxAttempts: meta.MaxAttempts})
-		work = append(work, workJob(j, m, meta))
+		infos = append(infos, learned{id: j.id, key: sj.Meta.Key, maxAttempts: sj.Meta.MaxAttempts})
+		work = append(work, workJob(j.attempt, sj))
 	}
 	// The loop learns keys and limits before any worker can report on these jobs.
 	r.notify(infos...)
@@ -130,11 +128,10 @@ func (r *run) readAndSend(ctx context.Context, req releaseReq) (failed []uint64,
 	return failed, sent
 }
 
-// workJob is job j's entry in a work batch, from its stored message m and the message's meta.
-// The producer's trace context travels in the batch's header.
-func workJob(j releaseJob, m *directget.Msg, meta wire.JobMeta) wire.WorkJob {
-	return wire.WorkJob{ID: j.id, Attempt: j.attempt, Timeout: meta.Timeout, Group: meta.Group, Key: meta.Key, Payload: m.Data,
-		Trace: wire.JobTrace(m.Header)}
+// workJob is the entry in a work batch of attempt of job j. The producer's trace context travels
+// in the batch's header.
+func workJob(attempt uint32, j *wire.StoredJob) wire.WorkJob {
+	return wire.WorkJob{ID: j.ID, Attempt: attempt, Timeout: j.Meta.Timeout, Group: j.Meta.Group, Key: j.Meta.Key, Payload: j.Payload, Trace: j.Trace}
 }
 
 // firstBatch is how many of work's jobs the first work batch holds: at most MaxBatchBytes of
@@ -434,25 +431,50 @@ func (r *run) fillKeys(ctx context.Context, outs []wire.Outcome) {
 	if len(ids) == 0 {
 		return
 	}
-	msgs := r.readJobs(ctx, ids)
-	for k, m := range msgs {
-		if m != nil {
-			outs[at[k]].Key = m.Header.Get(wire.HdrKey)
+	for k, j := range r.readJobs(ctx, ids) {
+		if j != nil {
+			outs[at[k]].Key = j.Meta.Key
 		}
 	}
 }
 
-// readJobs reads the stored messages of jobs, trying again the reads that failed (not the
-// messages that are gone) until they succeed or the term ends. out[i] answers ids[i], nil if
+// readJobs reads jobs from their stored messages (readMsgs). out[i] answers ids[i], nil if its
+// message is not there, is not a valid job message, or does not hold that job.
+func (r *run) readJobs(ctx context.Context, ids []uint64) []*wire.StoredJob {
+	seqs := make([]uint64, 0, len(ids))
+	at := make(map[uint64]int, len(ids)) // sequence → its index in seqs
+	for _, id := range ids {
+		if _, ok := at[wire.JobSeq(id)]; !ok {
+			at[wire.JobSeq(id)] = len(seqs)
+			seqs = append(seqs, wire.JobSeq(id))
+		}
+	}
+	msgs := r.readMsgs(ctx, seqs)
+	parsed := make([][]wire.StoredJob, len(msgs))
+	out := make([]*wire.StoredJob, len(ids))
+	for i, id := range ids {
+		k := at[wire.JobSeq(id)]
+		if m := msgs[k]; m != nil && parsed[k] == nil {
+			parsed[k], _ = wire.ParseStoredJobs(m.Seq, m.Header, m.Data)
+		}
+		if jobs, n := parsed[k], wire.JobIndex(id); n < len(jobs) && jobs[n].ID == id {
+			out[i] = &jobs[n]
+		}
+	}
+	return out
+}
+
+// readMsgs reads stored messages by sequence, trying again the reads that failed (not the
+// messages that are gone) until they succeed or the term ends. out[i] answers seqs[i], nil if
 // the message is not there.
-func (r *run) readJobs(ctx context.Context, ids []uint64) []*directget.Msg {
-	out := make([]*directget.Msg, len(ids))
-	todo := slices.Clone(ids)
-	at := make([]int, len(ids))
+func (r *run) readMsgs(ctx context.Context, seqs []uint64) []*directget.Msg {
+	out := make([]*directget.Msg, len(seqs))
+	todo := slices.Clone(seqs)
+	at := make([]int, len(seqs))
 	for i := range at {
 		at[i] = i
 	}
-	_ = r.retry(ctx, "read jobs", func(ctx context.Context) error {
+	_ = r.retry(ctx, "read messages", func(ctx context.Context) error {
 		msgs, errs := r.payloads.get.GetEach(ctx, todo)
 		var failed error
 		nextTodo, nextAt := todo[:0], at[:0]

@@ -136,18 +136,13 @@ func (r *run) learnKeys(ctx context.Context) {
 	if len(ids) == 0 {
 		return
 	}
-	msgs := r.readJobs(ctx, ids)
 	keys := make(map[uint64]string, len(ids))
-	for _, m := range msgs {
-		if m == nil {
+	for _, j := range r.readJobs(ctx, ids) {
+		if j == nil {
 			continue // gone: the job fails when it is next released, as any other
 		}
-		meta, err := wire.ParseJobMeta(m.Header)
-		if err != nil {
-			continue
-		}
-		keys[m.Seq] = meta.Key
-		r.e.learn(m.Seq, meta.Key, meta.MaxAttempts)
+		keys[j.ID] = j.Meta.Key
+		r.e.learn(j.ID, j.Meta.Key, j.Meta.MaxAttempts)
 	}
 	for _, g := range r.e.out.outcomes {
 		for i := range g.outcomes {

@@ -229,7 +229,7 @@ func (r *run) weightOf(ctx context.Context, openSeq uint64) int {
 	if openSeq == 0 {
 		return 0
 	}
-	m := r.readJobs(ctx, []uint64{openSeq})[0]
+	m := r.readMsgs(ctx, []uint64{openSeq})[0]
 	if m == nil {
 		return 0
 	}
@@ -298,8 +298,8 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 	if openSeq == 0 {
 		present := 0
 		for page := range slices.Chunk(ids, redrivePage) {
-			for _, m := range r.readJobs(ctx, page) {
-				if _, ok := r.redrivenJob(m, c.Group, o.tok); ok {
+			for _, j := range r.readJobs(ctx, page) {
+				if _, ok := r.redrivenJob(j, c.Group, o.tok); ok {
 					present++
 				}
 			}
@@ -335,8 +335,8 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 			msgs    []*nats.Msg
 			futures []jetstream.PubAckFuture
 		)
-		for i, m := range r.readJobs(ctx, page) {
-			job, ok := r.redrivenJob(m, c.Group, o.tok)
+		for i, j := range r.readJobs(ctx, page) {
+			job, ok := r.redrivenJob(j, c.Group, o.tok)
 			if !ok {
 				continue
 			}
@@ -475,17 +475,14 @@ func (r *run) redrivenSince(ctx context.Context, tok string, openSeq uint64) (ma
 }
 
 // redrivenJob rebuilds a failed job's message for its new incarnation: the same payload, key,
-// resources, attempts and timeout (other headers are not copied). It reports false when the
-// stored message is not the group's job (gone, or never admitted).
-func (r *run) redrivenJob(m *directget.Msg, group, tok string) (*nats.Msg, bool) {
-	if m == nil || m.Subject != r.names.JobSubject(tok) {
+// resources, attempts and timeout, in a message of its own (a job from a pack too), whose
+// Nats-Msg-Id the caller sets. It reports false when the job is not the group's (gone, or never
+// admitted).
+func (r *run) redrivenJob(j *wire.StoredJob, group, tok string) (*nats.Msg, bool) {
+	if j == nil || j.Meta.Group != group {
 		return nil, false
 	}
-	meta, err := wire.ParseJobMeta(m.Header)
-	if err != nil || meta.Group != group {
-		return nil, false
-	}
-	job := nats.NewMsg(m.Subject)
-	job.Header, job.Data = meta.Header(), m.Data
+	job := nats.NewMsg(r.names.JobSubject(tok))
+	job.Header, job.Data = j.Meta.Header(), j.Payload
 	return job, true
 }

@@ -23,8 +23,8 @@ func TestReleaseAtOnce(t *testing.T) {
 	te.worker("w", 8)
 	te.open("g")
 	cache := func(id uint64, key string, maxAttempts int, payload string) {
-		h := wire.JobMeta{Group: "g", Key: key, MaxAttempts: maxAttempts}.Header()
-		r.payloads.add(&directget.Msg{Seq: id, Subject: te.e.names.JobSubject("g"), Header: h, Data: []byte(payload)})
+		meta := wire.JobMeta{Group: "g", Key: key, MaxAttempts: maxAttempts}
+		r.payloads.add([]wire.StoredJob{{ID: id, Meta: meta, Payload: []byte(payload)}})
 	}
 	a := te.job(wire.JobMeta{Group: "g", Key: "a", MaxAttempts: 7})
 	b := te.job(wire.JobMeta{Group: "g", Key: "b"})

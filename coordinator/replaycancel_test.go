@@ -18,7 +18,7 @@ func TestCancelReadDuringReplayApplies(t *testing.T) {
 	seq := uint64(0)
 	feed := func(subject string, h map[string][]string) uint64 {
 		seq++
-		e.feed(subject, seq, h, time.Time{})
+		e.feed(subject, seq, h, nil, time.Time{})
 		return seq
 	}
 	control := func(c wire.GroupControl) uint64 { return feed(names.GroupSubject(c.Group), c.Header()) }

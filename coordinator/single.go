@@ -15,14 +15,15 @@ import (
 // opens its own group. During replay the feed is read before the outcomes, so whether a sealed
 // incarnation had completed is not known yet; as for an open (applyOpen), a single job still in
 // the stream after one is one the live coordinator accepted (it deletes those it refuses).
-func (e *engine) admitSingle(subject string, seq uint64, m wire.JobMeta, stored time.Time) bool {
+func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stored time.Time) bool {
+	m := &j.Meta
 	if g := e.groups.byID[m.Group]; g != nil && !g.complete && (!g.sealed || !e.replaying()) {
 		e.reject(subject, seq, "single job for group "+m.Group+", which is open or still running: a single job opens a group of its own")
 		return false
 	}
 	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen}, e.groups.byID[m.Group], stored)
 	g := e.groups.byID[m.Group]
-	admitted := e.admit(subject, seq, m)
+	admitted := e.admitAll(subject, seq, []wire.StoredJob{*j}) && e.admit(subject, seq, j)
 	if !g.sealed {
 		e.seal(g, seq)
 		g.count = 1

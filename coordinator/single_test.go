@@ -47,7 +47,7 @@ func TestReplaySingleJob(t *testing.T) {
 	te := newTestEngine(t, Config{})
 	names, now := te.e.names, te.now
 	e2 := te.restarted()
-	e2.feed(names.JobSubject("s"), 5, wire.JobMeta{Group: "s", Single: true}.Header(), time.Time{})
+	e2.feed(names.JobSubject("s"), 5, wire.JobMeta{Group: "s", Single: true}.Header(), nil, time.Time{})
 	e2.endReplay(nil, now)
 	g := e2.groups.byID["s"]
 	if g == nil || !g.sealed || g.openSeq != 5 || g.admitted != 1 {

@@ -101,6 +101,15 @@ type Config struct {
 	// size. Default 512 (DefaultMaxPending); at most 65,536 (MaxMaxPending).
 	MaxPending int
 
+	// MaxPack is the most jobs Publish stores in one JOBS message. Jobs without a key that the
+	// iterator yields faster than they are published travel in packs of up to MaxPack jobs (and
+	// 64 KiB), each pack one stored message, so a job costs a fraction of a publish, an
+	// acknowledgement and a read; a keyed job (deduplicated by JetStream on its own message ID)
+	// and a job yielded alone travel in a message of their own. Default 32 (wire.MaxPack), the
+	// most; 1 turns packing off, for coordinators of a build before packs, which
+	// refuses them. Job IDs name the message and the job's place in it (see Handle.FirstID).
+	MaxPack int
+
 	// MaxPayload is the largest job payload in bytes. Default 256 KiB (DefaultMaxPayload), or the
 	// server's max_payload minus 32 KiB kept for headers when that is smaller. New rejects a value
 	// above that bound.
@@ -190,6 +199,12 @@ func New(nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("%w: MaxPending %d outside 0..%d", ErrInvalidConfig, cfg.MaxPending, MaxMaxPending)
 	case cfg.MaxPending == 0:
 		cfg.MaxPending = DefaultMaxPending
+	}
+	switch {
+	case cfg.MaxPack < 0 || cfg.MaxPack > wire.MaxPack:
+		return nil, fmt.Errorf("%w: MaxPack %d outside 0..%d", ErrInvalidConfig, cfg.MaxPack, wire.MaxPack)
+	case cfg.MaxPack == 0:
+		cfg.MaxPack = wire.MaxPack
 	}
 	if cfg.MaxPayload, err = payloadLimit(cfg.MaxPayload, nc.MaxPayload()); err != nil {
 		return nil, err

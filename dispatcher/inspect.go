@@ -203,12 +203,13 @@ func (d *Dispatcher) job(ctx context.Context, id uint64, hint string) (*JobInfo,
 		if err != nil {
 			return nil, fmt.Errorf("weave: job %d: %w", id, err)
 		}
-		if id > si.State.LastSeq {
+		if wire.JobSeq(id) > si.State.LastSeq {
 			return nil, fmt.Errorf("%w: no job %d: the %s stream ends at %d", ErrJobNotFound, id, d.names.JobsStream(), si.State.LastSeq)
 		}
 	}
 	if msg != nil {
-		if meta, err := wire.ParseJobMeta(msg.Header); err == nil {
+		if job := jobOf(msg, id); job != nil {
+			meta := job.Meta
 			info.Group, info.Key, info.MaxAttempts, info.RunAt = meta.Group, meta.Key, meta.MaxAttempts, meta.RunAt
 			hint = meta.Group
 		}
@@ -375,13 +376,24 @@ func (d *Dispatcher) eachStored(ctx context.Context, stream, subject string, upT
 	return nil
 }
 
-// storedJob reads job id's message from JOBS, or nil if the stream does not hold it.
+// jobOf is job id of the stored message m (which holds one job, or a pack), nil if m does not
+// hold it or is not a valid job message.
+func jobOf(m *directget.Msg, id uint64) *wire.StoredJob {
+	jobs, err := wire.ParseStoredJobs(m.Seq, m.Header, m.Data)
+	if i := wire.JobIndex(id); err == nil && i < len(jobs) && jobs[i].ID == id {
+		return &jobs[i]
+	}
+	return nil
+}
+
+// storedJob reads the message that stores job id (alone or in a pack) from JOBS, or nil if the
+// stream does not hold it.
 func (d *Dispatcher) storedJob(ctx context.Context, id uint64) (*directget.Msg, error) {
 	get := directget.New(d.nc, d.names.JobsStream())
 	defer get.Close()
 	rctx, cancel := d.requestContext(ctx)
 	defer cancel()
-	msgs, errs := get.GetEach(rctx, []uint64{id})
+	msgs, errs := get.GetEach(rctx, []uint64{wire.JobSeq(id)})
 	switch {
 	case errors.Is(errs[0], directget.ErrNotFound):
 		return nil, nil

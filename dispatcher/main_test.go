@@ -142,9 +142,38 @@ func (e *env) storedJobs(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n := 0
+	msgs := 0
 	for _, c := range info.State.Subjects {
-		n += int(c)
+		msgs += int(c)
+	}
+	if msgs == 0 {
+		return 0, nil
+	}
+	// A message may be a pack of jobs: read them.
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.names.AllJobs()}})
+	if err != nil {
+		return 0, err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return 0, err
+	}
+	defer it.Stop()
+	n := 0
+	for range msgs {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return 0, err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return 0, err
+		}
+		jobs, err := wire.ParseStoredJobs(meta.Sequence.Stream, m.Headers(), m.Data())
+		if err != nil {
+			return 0, err
+		}
+		n += len(jobs)
 	}
 	return n, nil
 }
@@ -155,7 +184,8 @@ type groupMsgs struct {
 	controls []wire.GroupControl
 	jobs     []wire.JobMeta
 	payloads [][]byte
-	jobSeqs  []uint64
+	jobIDs   []uint64
+	packs    int // messages holding more than one job
 	order    []string // "open", "job", "seal", "cancel" in stream order
 }
 
@@ -176,14 +206,19 @@ func parseGroup(t *testing.T, names wire.Names, group string, msgs []stored) gro
 			g.controls = append(g.controls, c)
 			g.order = append(g.order, string(c.Op))
 		case names.JobSubject(gtok):
-			j, err := wire.ParseJobMeta(m.header)
+			jobs, err := wire.ParseStoredJobs(m.seq, m.header, m.data)
 			if err != nil {
 				t.Fatalf("seq %d: %v", m.seq, err)
 			}
-			g.jobs = append(g.jobs, j)
-			g.payloads = append(g.payloads, m.data)
-			g.jobSeqs = append(g.jobSeqs, m.seq)
-			g.order = append(g.order, "job")
+			if len(jobs) > 1 {
+				g.packs++
+			}
+			for _, j := range jobs {
+				g.jobs = append(g.jobs, j.Meta)
+				g.payloads = append(g.payloads, j.Payload)
+				g.jobIDs = append(g.jobIDs, j.ID)
+				g.order = append(g.order, "job")
+			}
 		default:
 			t.Fatalf("seq %d: unexpected subject %q", m.seq, m.subject)
 		}

@@ -219,26 +219,33 @@ func (d *Dispatcher) storeControl(ctx context.Context, c wire.GroupControl) (uin
 // a few seconds in all, enough for a leader election.
 const noLeaderRetries = 100
 
-// inflight is a job published asynchronously whose acknowledgement is not yet settled.
+// inflight is a message published asynchronously whose acknowledgement is not yet settled: one
+// job, or a pack of n jobs.
 type inflight struct {
 	ack   jetstream.PubAckFuture
-	index int
+	index int // the first job's index in the group
+	n     int // jobs in the message
 	key   string
 }
 
-// publication is the state of one Publish call; only that call's goroutine touches it.
+// publication is the state of one Publish call. The caller's goroutine pulls and checks the jobs
+// (publishJobs) and hands them to the publication's sender goroutine (send), which packs what
+// it finds waiting and publishes; the queue and the counters are the sender's until it has
+// ended, then the caller's again (finish).
 type publication struct {
 	d       *Dispatcher
 	h       *Handle
 	subject string
 
-	// queue is a ring of the jobs in flight, oldest at head. Acknowledgements of one connection
-	// arrive in publish order, so settling the oldest first rarely waits on a later one.
+	// queue is a ring of the messages in flight, oldest at head. Acknowledgements of one
+	// connection arrive in publish order, so settling the oldest first rarely waits on a later one.
 	queue      []inflight
 	head, size int
 
-	// failed is the first failed acknowledgement; once set, no more jobs are published.
+	// failed is the first failed publish; once set, no more jobs are published. stop is
+	// closed when the sender ends early (failed, or ctx done), so the caller stops pulling.
 	failed error
+	stop   chan struct{}
 
 	// stopKeepAlive stops the group's keep-alives (see keepAlive); nil until the open is stored.
 	stopKeepAlive func()
@@ -246,8 +253,30 @@ type publication struct {
 	trace jobTrace // the trace context each job carries (trace.go)
 }
 
-// publishJobs streams the jobs until the iterator ends or an error stops it.
-func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq[Job]) error {
+// checkedJob is a job the caller checked, on its way to the sender.
+type checkedJob struct {
+	index int
+	job   Job
+	meta  wire.JobMeta
+}
+
+// publishJobs streams the jobs until the iterator ends or an error stops it. It checks each job
+// and hands it to the sender goroutine; jobs handed over before an error are still published.
+func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq[Job]) (err error) {
+	ch := make(chan checkedJob, p.d.cfg.MaxPack)
+	p.stop = make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.send(ctx, ch)
+	}()
+	defer func() {
+		close(ch)
+		<-done
+		if err == nil {
+			err = p.failed
+		}
+	}()
 	index := 0
 	for job := range jobs {
 		if err := context.Cause(ctx); err != nil {
@@ -272,35 +301,132 @@ func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq[Job]) error
 		if len(job.Payload) > p.d.cfg.MaxPayload {
 			return fmt.Errorf("%w %d (key %q) of group %q: payload is %d bytes, at most %d", ErrInvalidJob, index, job.Key, p.h.group, len(job.Payload), p.d.cfg.MaxPayload)
 		}
-		if err := p.acquire(ctx); err != nil {
-			return fmt.Errorf("weave: publishing group %q stopped before job %d: %w", p.h.group, index, err)
-		}
-		if p.failed != nil {
-			<-p.d.slots
-			return p.failed
-		}
-		header := meta.Header()
-		p.trace.set(header)
-		// Like the open, retry a while if the stream has no leader (a cluster's leader change).
-		ack, err := p.d.js.PublishMsgAsync(&nats.Msg{Subject: p.subject, Header: header, Data: job.Payload},
-			jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
-		if err != nil {
-			<-p.d.slots
-			return fmt.Errorf("weave: publish job %d (key %q) of group %q: %w", index, job.Key, p.h.group, err)
-		}
-		p.push(inflight{ack: ack, index: index, key: job.Key})
-		p.settleReady()
-		if p.failed != nil {
-			return p.failed
+		select {
+		case ch <- checkedJob{index: index, job: job, meta: meta}:
+		case <-p.stop:
+			return nil // the sender's error, set by the deferred function
 		}
 		index++
 	}
-	return p.failed
+	return nil
+}
+
+// packBytes bounds the encoded size of one pack's jobs: a larger job travels alone.
+const packBytes = 64 << 10
+
+// packCost is about what a job takes in a pack's body.
+func packCost(j *Job) int {
+	n := len(j.Payload) + 32
+	for _, r := range j.Require {
+		n += len(r) + 2
+	}
+	for _, r := range j.Prefer {
+		n += len(r) + 2
+	}
+	return n
+}
+
+// send publishes the jobs from ch until it is closed, or until a publish fails or ctx ends,
+// which it records in p.failed before closing p.stop. Jobs without a key that wait in ch when it
+// takes one go together in one pack (up to MaxPack jobs and packBytes); a keyed job, which
+// JetStream deduplicates by its own Nats-Msg-Id, goes alone, as does a job nothing waits behind.
+// So a producer that yields jobs faster than they are published gets packs, and a job yielded
+// alone is not held back.
+func (p *publication) send(ctx context.Context, ch <-chan checkedJob) {
+	var (
+		batch []checkedJob
+		next  *checkedJob // a keyed job that ended a pack, to go on its own next
+	)
+	for {
+		batch = batch[:0]
+		if next != nil {
+			batch, next = append(batch, *next), nil
+		} else {
+			j, ok := <-ch
+			if !ok {
+				return
+			}
+			batch = append(batch, j)
+		}
+		if batch[0].job.Key == "" {
+			size := packCost(&batch[0].job)
+		gather:
+			for len(batch) < p.d.cfg.MaxPack && size < packBytes {
+				select {
+				case j, ok := <-ch:
+					switch {
+					case !ok:
+						break gather
+					case j.job.Key != "" || size+packCost(&j.job) > packBytes:
+						next = &j
+						break gather
+					}
+					batch = append(batch, j)
+					size += packCost(&j.job)
+				default:
+					break gather
+				}
+			}
+		}
+		if err := p.publish(ctx, batch); err != nil {
+			if p.failed == nil {
+				p.failed = err
+			}
+		}
+		if p.failed != nil {
+			close(p.stop)
+			for range ch { // let the caller's sends through until it sees stop
+			}
+			return
+		}
+	}
+}
+
+// publish takes a MaxPending slot and publishes batch: one job in a message of its own, several
+// in a pack. It returns an error only when ctx ended or the publish could not be made.
+func (p *publication) publish(ctx context.Context, batch []checkedJob) error {
+	if err := p.acquire(ctx); err != nil {
+		return fmt.Errorf("weave: publishing group %q stopped before job %d: %w", p.h.group, batch[0].index, err)
+	}
+	if p.failed != nil {
+		<-p.d.slots
+		return p.failed
+	}
+	first := &batch[0]
+	msg := &nats.Msg{Subject: p.subject}
+	if len(batch) == 1 {
+		msg.Header, msg.Data = first.meta.Header(), first.job.Payload
+	} else {
+		jobs := make([]wire.PackJob, len(batch))
+		for i, c := range batch {
+			jobs[i] = wire.PackJob{Payload: c.job.Payload, Require: c.meta.Require, Prefer: c.meta.Prefer,
+				MaxAttempts: c.meta.MaxAttempts, Timeout: c.meta.Timeout, RunAt: c.meta.RunAt}
+		}
+		msg.Header, msg.Data = wire.PackHeader(p.h.group, len(batch)), wire.AppendPack(nil, jobs)
+	}
+	p.trace.set(msg.Header)
+	// Like the open, retry a while if the stream has no leader (a cluster's leader change).
+	ack, err := p.d.js.PublishMsgAsync(msg, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
+	if err != nil {
+		<-p.d.slots
+		return fmt.Errorf("weave: publish %s of group %q: %w", jobsName(first.index, len(batch), first.job.Key), p.h.group, err)
+	}
+	p.push(inflight{ack: ack, index: first.index, n: len(batch), key: first.job.Key})
+	p.settleReady()
+	return nil
+}
+
+// jobsName names the jobs of a message in errors: "job 3 (key "k")", or "jobs 3–9" of a pack.
+func jobsName(index, n int, key string) string {
+	if n == 1 {
+		return fmt.Sprintf("job %d (key %q)", index, key)
+	}
+	return fmt.Sprintf("jobs %d–%d", index, index+n-1)
 }
 
 // acquire takes one of the dispatcher's MaxPending slots. When none is free it settles this
-// publication's oldest job, which frees a slot; only a publication with nothing in flight blocks
-// on the others, so concurrent publications cannot deadlock.
+// publication's oldest message, which frees a slot; only a publication with nothing in flight
+// blocks on the others, so concurrent publications cannot deadlock.
 func (p *publication) acquire(ctx context.Context) error {
 	for {
 		select {
@@ -327,8 +453,8 @@ func (p *publication) push(f inflight) {
 	p.size++
 }
 
-// settleOldest waits for the oldest job's acknowledgement and records it. It returns an error only
-// when ctx ends first; a failed publish is recorded in p.failed.
+// settleOldest waits for the oldest message's acknowledgement and records it. It returns an
+// error only when ctx ends first; a failed publish is recorded in p.failed.
 func (p *publication) settleOldest(ctx context.Context) error {
 	f := &p.queue[p.head]
 	select {
@@ -358,21 +484,21 @@ func (p *publication) settleReady() {
 	}
 }
 
-// record applies the oldest job's acknowledgement (or publish error), removes it from the queue
-// and frees its slot.
+// record applies the oldest message's acknowledgement (or publish error), removes it from the
+// queue and frees its slot.
 func (p *publication) record(ack *jetstream.PubAck, err error) {
 	f := &p.queue[p.head]
 	switch {
 	case err != nil:
 		if p.failed == nil {
-			p.failed = fmt.Errorf("weave: publish job %d (key %q) of group %q: %w", f.index, f.key, p.h.group, err)
+			p.failed = fmt.Errorf("weave: publish %s of group %q: %w", jobsName(f.index, f.n, f.key), p.h.group, err)
 		}
 	case ack.Duplicate:
-		p.h.duplicates++
+		p.h.duplicates += f.n
 	default:
-		p.h.accepted++
-		p.h.firstID = minID(p.h.firstID, ack.Sequence)
-		p.h.lastID = max(p.h.lastID, ack.Sequence)
+		p.h.accepted += f.n
+		p.h.firstID = minID(p.h.firstID, wire.JobID(ack.Sequence, 0))
+		p.h.lastID = max(p.h.lastID, wire.JobID(ack.Sequence, f.n-1))
 	}
 	*f = inflight{}
 	p.head = (p.head + 1) % len(p.queue)

@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -108,14 +109,14 @@ func TestPublishWireFormat(t *testing.T) {
 	if msgs[2].header.Get(wire.HdrMsgID) != "" {
 		t.Error("a job without key has a Nats-Msg-Id")
 	}
-	if h.FirstID() != g.jobSeqs[0] || h.LastID() != g.jobSeqs[2] {
-		t.Errorf("IDs %d..%d, want the stream sequences %d..%d", h.FirstID(), h.LastID(), g.jobSeqs[0], g.jobSeqs[2])
+	if h.FirstID() != g.jobIDs[0] || h.LastID() != g.jobIDs[2] || g.jobIDs[0] != msgs[1].seq {
+		t.Errorf("IDs %d..%d, want the stream sequences %d..%d", h.FirstID(), h.LastID(), g.jobIDs[0], g.jobIDs[2])
 	}
 }
 
 // TestPublishStreamsLazilyWithBoundedPending publishes an endless group. Before the iterator hands
-// over each job it checks the stream: every job handed over so far, but at most MaxPending, must
-// already be stored. That proves Publish streams jobs while the iterator runs, and never has more
+// over each job it checks the stream: every job handed over so far, but at most MaxPending
+// messages (each a pack of up to MaxPack jobs) and one pack on its way, must already be stored. That proves Publish streams jobs while the iterator runs, and never has more
 // than MaxPending publishes unacknowledged. The iterator finally cancels ctx.
 func TestPublishStreamsLazilyWithBoundedPending(t *testing.T) {
 	t.Parallel()
@@ -158,10 +159,11 @@ func TestPublishStreamsLazilyWithBoundedPending(t *testing.T) {
 		t.Fatal("no handle after a canceled publish")
 	}
 	t.Logf("at most %d jobs in flight, %d stored when the iterator canceled", maxInFlight, storedAtCancel)
-	if maxInFlight > maxPending {
-		t.Errorf("%d jobs handed over but not stored, more than MaxPending %d", maxInFlight, maxPending)
+	bound := (maxPending+1)*wire.MaxPack + 1
+	if maxInFlight > bound {
+		t.Errorf("%d jobs handed over but not stored, more than MaxPending %d packs and one on its way", maxInFlight, maxPending)
 	}
-	if storedAtCancel < cancelAt-maxPending {
+	if storedAtCancel < cancelAt-bound {
 		t.Errorf("only %d of %d jobs stored while the iterator was running", storedAtCancel, cancelAt)
 	}
 	// The job pulled after the cancel is dropped; every job before it is accepted and sealed.
@@ -224,8 +226,9 @@ func TestPublishPendingBoundIsShared(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("at most %d jobs in flight", maxInFlight.Load())
-	// Each other publication may hold one job it pulled but has no slot for yet.
-	if limit := int64(maxPending + groups - 1); maxInFlight.Load() > limit {
+	// Each other publication may hold a pack it gathered but has no slot for yet, and one
+	// being gathered.
+	if limit := int64((maxPending + 2*groups) * wire.MaxPack); maxInFlight.Load() > limit {
 		t.Errorf("%d jobs handed over but not stored, more than %d", maxInFlight.Load(), limit)
 	}
 	if n, err := e.storedJobs(ctx); err != nil || n != groups*perGroup {
@@ -666,5 +669,103 @@ func TestInvalidJobErrorReadsOnce(t *testing.T) {
 	msg := err.Error()
 	if !strings.Contains(msg, `invalid job 1 (key "b") of group "opts": invalid job option: MaxAttempts -3 outside 0..1000`) || strings.Count(msg, "weave:") != 1 {
 		t.Fatalf("error %q: want one weave: prefix and the option named", msg)
+	}
+}
+
+// TestPublishPacks publishes a group faster than its jobs are stored: jobs without a key travel
+// in packs of at most MaxPack, keyed jobs alone, every job in order with its own options, and the
+// Handle's IDs name them. With MaxPack 1 every job has a message of its own.
+func TestPublishPacks(t *testing.T) {
+	t.Parallel()
+	for _, maxPack := range []int{0, 1, 5} {
+		t.Run(fmt.Sprintf("MaxPack=%d", maxPack), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, dispatcher.Config{MaxPending: 4, MaxPack: maxPack})
+			ctx := testContext(t)
+			var jobs []dispatcher.Job
+			for i := range 300 {
+				j := dispatcher.Job{Payload: []byte(strconv.Itoa(i))}
+				switch {
+				case i%50 == 7:
+					j.Key = "k" + strconv.Itoa(i)
+				case i%3 == 1:
+					j.Require, j.Prefer, j.MaxAttempts, j.Timeout = []string{"r" + strconv.Itoa(i%5)}, []string{"p"}, 1+i%4, time.Duration(i)*time.Second
+				}
+				jobs = append(jobs, j)
+			}
+			h, err := e.d.Publish(ctx, "packed", slices.Values(jobs))
+			if err != nil || h.Accepted() != len(jobs) {
+				t.Fatalf("accepted %d of %d: %v", h.Accepted(), len(jobs), err)
+			}
+			msgs := e.readStream(ctx, t, e.names.JobsStream())
+			g := parseGroup(t, e.names, "packed", msgs)
+			wantSealed(t, g, len(jobs))
+			for i, j := range jobs {
+				want := wire.JobMeta{Group: "packed", Key: j.Key, Require: j.Require, Prefer: j.Prefer, MaxAttempts: j.MaxAttempts, Timeout: j.Timeout}
+				if !reflect.DeepEqual(g.jobs[i], want) || !bytes.Equal(g.payloads[i], j.Payload) {
+					t.Fatalf("job %d: %+v %q, want %+v %q", i, g.jobs[i], g.payloads[i], want, j.Payload)
+				}
+			}
+			limit := cmp.Or(maxPack, wire.MaxPack)
+			for _, m := range msgs {
+				stored, err := wire.ParseStoredJobs(m.seq, m.header, m.data)
+				switch {
+				case err != nil:
+					continue // a control message
+				case len(stored) > limit:
+					t.Fatalf("a pack of %d jobs, MaxPack %d", len(stored), limit)
+				case len(stored) > 1 && m.header.Get(wire.HdrMsgID) != "":
+					t.Fatal("a pack carries a Nats-Msg-Id")
+				}
+				for _, j := range stored {
+					if j.Meta.Key != "" && len(stored) > 1 {
+						t.Fatalf("keyed job %q in a pack", j.Meta.Key)
+					}
+				}
+			}
+			t.Logf("%d jobs in %d messages, %d of them packs", len(jobs), len(msgs)-2, g.packs)
+			if (limit == 1) != (g.packs == 0) {
+				t.Errorf("%d packs with MaxPack %d", g.packs, limit)
+			}
+			if h.FirstID() != slices.Min(g.jobIDs) || h.LastID() != slices.Max(g.jobIDs) {
+				t.Errorf("Handle IDs %d..%d, stored %d..%d", h.FirstID(), h.LastID(), slices.Min(g.jobIDs), slices.Max(g.jobIDs))
+			}
+		})
+	}
+}
+
+// TestPublishDoesNotHoldAJobBack publishes a group whose iterator yields a job only once the one
+// before is stored: a job waiting for company to fill a pack would never be.
+func TestPublishDoesNotHoldAJobBack(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	const n = 5
+	slow := func(yield func(dispatcher.Job) bool) {
+		for i := range n {
+			for {
+				stored, err := e.storedJobs(ctx)
+				if err != nil {
+					t.Errorf("count stored jobs: %v", err)
+					return
+				}
+				if stored == i {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					t.Errorf("job %d is not stored: %v", i-1, ctx.Err())
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			if !yield(dispatcher.Job{Payload: []byte{byte(i)}}) {
+				return
+			}
+		}
+	}
+	h, err := e.d.Publish(ctx, "slow", slow)
+	if err != nil || h.Accepted() != n {
+		t.Fatalf("accepted %d of %d: %v", h.Accepted(), n, err)
 	}
 }

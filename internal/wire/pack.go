@@ -13,8 +13,8 @@ import (
 // store and one delivery to the coordinator's feed carry up to MaxPack jobs, and a job read back
 // from the stream (a release past the payload cache) reads its pack's other jobs along.
 //
-// A pack is a message on the group's job subject with the headers Weave-Version, Weave-Group and
-// Weave-Pack (the number of jobs, 2–MaxPack) and, if traced, the trace headers, which every job
+// A pack is a message on the group's job subject with the headers Weave-Version (PackVersion),
+// Weave-Group and Weave-Pack (the number of jobs, 2–MaxPack) and, if traced, the trace headers, which every job
 // of the pack shares. Its body is the binary pack (AppendPack). Only jobs without a key travel in
 // packs: a keyed job is deduplicated by JetStream with its own Nats-Msg-Id, so it keeps a message
 // of its own; so do single jobs and the jobs a coordinator publishes (redrives, schedules).
@@ -26,6 +26,11 @@ import (
 // 2^48.
 const (
 	HdrPack = "Weave-Pack" // on a pack: how many jobs its body holds (2–MaxPack)
+
+	// PackVersion is the Weave-Version of a pack: a coordinator of a build before packs refuses
+	// it as a version it does not speak (and records the rejection) rather than taking the pack
+	// for one job whose payload is the pack's body.
+	PackVersion = 2
 
 	// MaxPack is the most jobs one pack holds.
 	MaxPack = 32
@@ -61,7 +66,7 @@ type PackJob struct {
 // PackHeader returns the headers of a pack of n jobs of group.
 func PackHeader(group string, n int) nats.Header {
 	h := nats.Header{}
-	h.Set(HdrVersion, strconv.Itoa(Version))
+	h.Set(HdrVersion, strconv.Itoa(PackVersion))
 	h.Set(HdrGroup, group)
 	h.Set(HdrPack, strconv.Itoa(n))
 	return h
@@ -115,8 +120,8 @@ func ParseStoredJobs(seq uint64, h nats.Header, data []byte) ([]StoredJob, error
 		}
 		return []StoredJob{{ID: seq, Meta: meta, Payload: data, Trace: JobTrace(h)}}, nil
 	}
-	if err := checkVersion(h); err != nil {
-		return nil, err
+	if v := h.Get(HdrVersion); v != strconv.Itoa(PackVersion) {
+		return nil, fmt.Errorf("%w: a pack with %s %q (packs are version %d)", ErrVersion, HdrVersion, v, PackVersion)
 	}
 	count, err := strconv.Atoi(n)
 	switch {

@@ -1,0 +1,156 @@
+package coordinator
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weavejobs/weave/internal/directget"
+	"github.com/weavejobs/weave/internal/jobindex"
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// pack feeds the engine a pack of jobs of group g and returns the stored message's sequence and
+// what feed returned.
+func (te *testEngine) pack(g string, jobs ...wire.PackJob) (uint64, []wire.StoredJob) {
+	te.seq++
+	return te.seq, te.e.feed(te.e.names.JobSubject(wire.GroupToken(g)), te.seq, wire.PackHeader(g, len(jobs)), wire.AppendPack(nil, jobs), time.Time{})
+}
+
+// TestPackAdmission: a pack's jobs are admitted one by one under the IDs that name their place
+// in it, each with its own options; the ones to release now come back for the payload cache;
+// they run and end like any job. A pack that is not valid, or may not join its group, is
+// rejected whole.
+func TestPackAdmission(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.worker("w", 8)
+	te.open("g")
+	seq, cache := te.pack("g",
+		wire.PackJob{Payload: []byte("a")},
+		wire.PackJob{Payload: []byte("b"), RunAt: te.now.Add(time.Hour)},
+		wire.PackJob{Payload: []byte("c"), Require: []string{"gpu"}, MaxAttempts: 2},
+		wire.PackJob{Payload: []byte("d"), Timeout: time.Minute},
+	)
+	ids := []uint64{wire.JobID(seq, 0), wire.JobID(seq, 1), wire.JobID(seq, 2), wire.JobID(seq, 3)}
+	if len(cache) != 3 || cache[0].ID != ids[0] || cache[1].ID != ids[2] || cache[2].ID != ids[3] || string(cache[2].Payload) != "d" || cache[2].Meta.Timeout != time.Minute {
+		t.Fatalf("feed returned %+v, want jobs 0, 2 and 3 of the pack", cache)
+	}
+	for i, want := range []jobindex.State{jobindex.Pending, jobindex.Delayed, jobindex.Pending, jobindex.Pending} {
+		if got := te.state(ids[i]); got != want {
+			t.Errorf("job %d of the pack: %v, want %v", i, got, want)
+		}
+	}
+	if g := te.e.groups.byID["g"]; g.admitted != 4 || g.lastSeq != seq {
+		t.Fatalf("group admitted %d, last sequence %d", g.admitted, g.lastSeq)
+	}
+	// No worker holds gpu: job 2 is parked; 0 and 3 run.
+	var released []uint64
+	for _, j := range te.releases()[wire.PoolKey(nil)] {
+		released = append(released, j.id)
+	}
+	slices.Sort(released)
+	if !slices.Equal(released, []uint64{ids[0], ids[3]}) {
+		t.Fatalf("released %v, want %v", released, []uint64{ids[0], ids[3]})
+	}
+	te.report(te.e.jobs[ids[0]], wire.StatusOK, "")
+	if te.state(ids[0]) != jobindex.Done {
+		t.Errorf("job 0 of the pack is %v after its report", te.state(ids[0]))
+	}
+
+	n := len(te.e.groups.byID["g"].outcomes)
+	for name, c := range map[string]struct {
+		subject string
+		h       nats.Header
+		body    []byte
+		want    string
+	}{
+		"malformed":               {te.e.names.JobSubject("g"), wire.PackHeader("g", 2), wire.AppendPack(nil, []wire.PackJob{{}, {Require: []string{"bad name"}}}), "job 1 of the pack"},
+		"a count that lies":       {te.e.names.JobSubject("g"), wire.PackHeader("g", 3), wire.AppendPack(nil, []wire.PackJob{{}, {}}), "holds 2"},
+		"another group's subject": {te.e.names.JobSubject(wire.GroupToken("other")), wire.PackHeader("g", 2), wire.AppendPack(nil, []wire.PackJob{{}, {}}), "does not match"},
+		"a group not open":        {te.e.names.JobSubject(wire.GroupToken("nope")), wire.PackHeader("nope", 2), wire.AppendPack(nil, []wire.PackJob{{}, {}}), "not open"},
+	} {
+		admitted := te.e.stats.Admitted
+		te.seq++
+		if got := te.e.feed(c.subject, te.seq, c.h, c.body, time.Time{}); len(got) != 0 || te.e.stats.Admitted != admitted {
+			t.Errorf("%s: admitted %d jobs", name, te.e.stats.Admitted-admitted)
+		}
+		if _, ok := te.e.idx.State(wire.JobID(te.seq, 0)); ok {
+			t.Errorf("%s: its first job is indexed", name)
+		}
+		if reason := te.lastRejection(); !strings.Contains(reason, c.want) {
+			t.Errorf("%s: rejected for %q, want %q", name, reason, c.want)
+		}
+	}
+	if len(te.e.groups.byID["g"].outcomes) != n {
+		t.Error("a rejected pack produced outcomes")
+	}
+
+	// After the seal, a pack is refused like a job.
+	te.seal("g")
+	if _, got := te.pack("g", wire.PackJob{}, wire.PackJob{}); len(got) != 0 || !strings.Contains(te.lastRejection(), "after the seal") {
+		t.Error("a pack after the seal was not refused")
+	}
+}
+
+// TestPacksReadOnce: a release that misses the payload cache reads a pack once for the job and
+// the jobs of its group it reads ahead; a job its message does not hold is not found, and a
+// message that is not a valid job message fails the job rather than the read.
+func TestPacksReadOnce(t *testing.T) {
+	t.Parallel()
+	_, nc, js, ctx := onServer(t, "packs")
+	names, _ := wire.NewNames("packs")
+	subject := names.JobSubject("g")
+	var packSeq, badSeq uint64
+	for i, m := range []*nats.Msg{
+		{Subject: subject, Header: wire.PackHeader("g", 3), Data: wire.AppendPack(nil, []wire.PackJob{{Payload: []byte("0")}, {Payload: []byte("1")}, {Payload: []byte("2")}})},
+		{Subject: subject, Header: wire.PackHeader("g", 2), Data: []byte("not a pack")},
+	} {
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			packSeq = ack.Sequence
+		} else {
+			badSeq = ack.Sequence
+		}
+	}
+	get := directget.New(nc, names.JobsStream())
+	t.Cleanup(get.Close)
+	p := newPayloads(get, 1<<20)
+	a, b, c := wire.JobID(packSeq, 0), wire.JobID(packSeq, 1), wire.JobID(packSeq, 2)
+	jobs, errs := p.fetch(ctx, []fetchReq{{id: a, ahead: []uint64{b, c}}})
+	if errs[0] != nil || string(jobs[0].Payload) != "0" || jobs[0].ID != a {
+		t.Fatalf("fetch of job 0: %+v, %v", jobs[0], errs[0])
+	}
+	if !p.has(b) || !p.has(c) || p.has(a) {
+		t.Fatalf("after the read: cached 0 %v, 1 %v, 2 %v; want the read-ahead only", p.has(a), p.has(b), p.has(c))
+	}
+	// The rest come from the cache: a stream without the pack still serves them.
+	stream, err := js.Stream(ctx, names.JobsStream())
+	if err == nil {
+		err = stream.DeleteMsg(ctx, packSeq)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, errs = p.fetch(ctx, []fetchReq{{id: b}, {id: c}})
+	if errs[0] != nil || errs[1] != nil || string(jobs[0].Payload) != "1" || string(jobs[1].Payload) != "2" {
+		t.Fatalf("cached jobs: %+v %v", jobs, errs)
+	}
+	jobs, errs = p.fetch(ctx, []fetchReq{{id: wire.JobID(packSeq, 0)}, {id: wire.JobID(badSeq, 1)}, {id: wire.JobID(badSeq+1, 0)}})
+	if jobs[0] != nil || !errors.Is(errs[0], directget.ErrNotFound) {
+		t.Errorf("a job of a deleted pack: %+v, %v", jobs[0], errs[0])
+	}
+	if jobs[1] != nil || !errors.Is(errs[1], errNotAJob) {
+		t.Errorf("a job of a malformed pack: %+v, %v", jobs[1], errs[1])
+	}
+	if jobs[2] != nil || !errors.Is(errs[2], directget.ErrNotFound) {
+		t.Errorf("a job past the stream's end: %+v, %v", jobs[2], errs[2])
+	}
+}
