@@ -185,7 +185,7 @@ type groupMsgs struct {
 	jobs     []wire.JobMeta
 	payloads [][]byte
 	jobIDs   []uint64
-	packs    int // messages holding more than one job
+	packs    int      // messages holding more than one job
 	order    []string // "open", "job", "seal", "cancel" in stream order
 }
 
