@@ -134,12 +134,14 @@ type Config struct {
 	// OutcomeLinger is, under load, the least time between two outcome messages of one group:
 	// while the coordinator writes more than 16 outcome messages per OutcomeLinger (1,600 a
 	// second by default), outcomes that end within it of their group's previous outcome message
-	// wait until it has passed and go in one message. Groups interleave, so without it a busy
+	// wait until it has passed and go in one message; with more than 16 groups waiting, the wait
+	// stretches so that they share about 16 messages per OutcomeLinger (at most 1s: 1,000 groups
+	// running at once write each about every 0.6s). Groups interleave, so without it a busy
 	// coordinator stores about one outcome message per job (weave bench throughput). Below that
 	// load, and for a complete group (a single job, the last jobs before Handle.Wait returns),
 	// outcomes are written at once; WaitJob, WaitKey and Outcomes on a group of a busy
-	// coordinator see them up to this much later. Default 10ms; negative writes every outcome at
-	// once.
+	// coordinator see them up to this much later (or the stretched wait). Default 10ms; negative
+	// writes every outcome at once.
 	OutcomeLinger time.Duration
 
 	// TrimInterval is how often the coordinator deletes what the streams no longer need to hold:

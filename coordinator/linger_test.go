@@ -185,3 +185,56 @@ func TestOutcomeLingerOnlyUnderLoad(t *testing.T) {
 		t.Fatalf("after the load: %v, want job %d written at once", w, ids[3])
 	}
 }
+
+// TestOutcomeLingerStretchesWithManyGroups: with more groups lingering than lingerAbove, each
+// waits longer, so that together they write about lingerAbove messages per OutcomeLinger.
+func TestOutcomeLingerStretchesWithManyGroups(t *testing.T) {
+	t.Parallel()
+	const groups = 3 * lingerAbove // a linger of 3 × OutcomeLinger
+	te := newTestEngine(t, Config{OutcomeLinger: 10 * time.Millisecond, Prefetch: -1})
+	r := lingerRun(te, true)
+	ctx := context.Background()
+	te.worker("w", 2*groups)
+	for g := range groups {
+		name := "g" + string(rune('A'+g))
+		te.open(name)
+		te.job(wire.JobMeta{Group: name})
+		te.job(wire.JobMeta{Group: name})
+	}
+	jobs := te.releases()["any"]
+	if len(jobs) != 2*groups {
+		t.Fatalf("released %d jobs, want %d", len(jobs), 2*groups)
+	}
+	first := map[*group]bool{}
+	var seconds []*job
+	for _, j := range jobs {
+		if g := j.g; !first[g] {
+			first[g] = true
+			te.report(j, wire.StatusOK, "") // each group's first outcome: written at once
+		} else {
+			seconds = append(seconds, j)
+		}
+	}
+	r.step(ctx)
+	if w, _ := handedToWriter(r); len(w) != groups {
+		t.Fatalf("%d first outcome writes, want %d", len(w), groups)
+	}
+	te.now = te.now.Add(time.Millisecond)
+	for _, j := range seconds {
+		te.report(j, wire.StatusOK, "")
+	}
+	r.step(ctx)
+	base := te.now.Add(-time.Millisecond) // the first outcomes' time
+	for _, after := range []time.Duration{15 * time.Millisecond, 29 * time.Millisecond} {
+		te.now = base.Add(after)
+		r.step(ctx)
+		if w, _ := handedToWriter(r); len(w) != 0 {
+			t.Fatalf("%v after the first outcomes, with %d groups lingering: %d writes, want none before 30ms", after, groups, len(w))
+		}
+	}
+	te.now = base.Add(30 * time.Millisecond)
+	r.step(ctx)
+	if w, _ := handedToWriter(r); len(w) != groups {
+		t.Fatalf("after the stretched linger: %d writes, want %d", len(w), groups)
+	}
+}

@@ -264,11 +264,12 @@ func (r *run) releaseAtOnce(rel release) *sentBatch {
 func (r *run) writeOutcomes(ctx context.Context, out *effects) {
 	now := r.cfg.now()
 	busy := r.outcomeLoad(now) > lingerAbove
+	linger := r.linger()
 	for _, g := range out.outcomes {
 		if len(g.outcomes) == 0 || g.lingering {
 			continue
 		}
-		if due := g.outcomesAt.Add(r.cfg.OutcomeLinger); busy && !g.complete && now.Before(due) {
+		if due := g.outcomesAt.Add(linger); busy && !g.complete && now.Before(due) {
 			g.lingering = true
 			r.lingering = append(r.lingering, g)
 			if r.lingerDue.IsZero() || due.Before(r.lingerDue) {
@@ -308,6 +309,19 @@ func (r *run) writeGroupOutcomes(ctx context.Context, g *group, now time.Time) {
 // 1,600 messages a second, a few percent of a core; below it, writing at once costs little.
 const lingerAbove = 16
 
+// maxLinger bounds how long a group's outcomes linger however many groups wait.
+const maxLinger = time.Second
+
+// linger is how long a group's outcomes wait after its previous outcome message under load:
+// OutcomeLinger, stretched so the groups lingering share about lingerAbove messages per
+// OutcomeLinger (with 1,000 groups running at once each group's outcomes go about every 0.6 s
+// instead of every 10 ms, and a job costs a fraction of an outcome message instead of one),
+// and at most maxLinger.
+func (r *run) linger() time.Duration {
+	shares := time.Duration(max(1, (len(r.lingering)+lingerAbove-1)/lingerAbove))
+	return min(r.cfg.OutcomeLinger*shares, max(r.cfg.OutcomeLinger, maxLinger))
+}
+
 // outcomeLoad moves the load window on to now's OutcomeLinger period and returns the outcome
 // writes of the busier of the current period and the one before.
 func (r *run) outcomeLoad(now time.Time) int {
@@ -331,11 +345,12 @@ func (r *run) writeLingering(ctx context.Context, now time.Time) {
 	}
 	keep := r.lingering[:0]
 	r.lingerDue = time.Time{}
+	linger := r.linger()
 	for _, g := range r.lingering {
 		if !g.lingering {
 			continue // written with its summary
 		}
-		if due := g.outcomesAt.Add(r.cfg.OutcomeLinger); now.Before(due) {
+		if due := g.outcomesAt.Add(linger); now.Before(due) {
 			keep = append(keep, g)
 			if r.lingerDue.IsZero() || due.Before(r.lingerDue) {
 				r.lingerDue = due
