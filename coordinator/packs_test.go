@@ -36,7 +36,7 @@ func TestPackAdmission(t *testing.T) {
 		wire.PackJob{Payload: []byte("c"), Require: []string{"gpu"}, MaxAttempts: 2},
 		wire.PackJob{Payload: []byte("d"), Timeout: time.Minute},
 	)
-	ids := []uint64{wire.JobID(seq, 0), wire.JobID(seq, 1), wire.JobID(seq, 2), wire.JobID(seq, 3)}
+	ids := []uint64{wire.PackedJobID(seq, 0), wire.PackedJobID(seq, 1), wire.PackedJobID(seq, 2), wire.PackedJobID(seq, 3)}
 	if len(cache) != 3 || cache[0].ID != ids[0] || cache[1].ID != ids[2] || cache[2].ID != ids[3] || string(cache[2].Payload) != "d" || cache[2].Meta.Timeout != time.Minute {
 		t.Fatalf("feed returned %+v, want jobs 0, 2 and 3 of the pack", cache)
 	}
@@ -79,7 +79,7 @@ func TestPackAdmission(t *testing.T) {
 		if got := te.e.feed(c.subject, te.seq, c.h, c.body, time.Time{}); len(got) != 0 || te.e.stats.Admitted != admitted {
 			t.Errorf("%s: admitted %d jobs", name, te.e.stats.Admitted-admitted)
 		}
-		if _, ok := te.e.idx.State(wire.JobID(te.seq, 0)); ok {
+		if _, ok := te.e.idx.State(wire.PackedJobID(te.seq, 0)); ok {
 			t.Errorf("%s: its first job is indexed", name)
 		}
 		if reason := te.lastRejection(); !strings.Contains(reason, c.want) {
@@ -123,7 +123,7 @@ func TestPacksReadOnce(t *testing.T) {
 	get := directget.New(nc, names.JobsStream())
 	t.Cleanup(get.Close)
 	p := newPayloads(get, 1<<20)
-	a, b, c := wire.JobID(packSeq, 0), wire.JobID(packSeq, 1), wire.JobID(packSeq, 2)
+	a, b, c := wire.PackedJobID(packSeq, 0), wire.PackedJobID(packSeq, 1), wire.PackedJobID(packSeq, 2)
 	jobs, errs := p.fetch(ctx, []fetchReq{{id: a, ahead: []uint64{b, c}}})
 	if errs[0] != nil || string(jobs[0].Payload) != "0" || jobs[0].ID != a {
 		t.Fatalf("fetch of job 0: %+v, %v", jobs[0], errs[0])
@@ -143,7 +143,7 @@ func TestPacksReadOnce(t *testing.T) {
 	if errs[0] != nil || errs[1] != nil || string(jobs[0].Payload) != "1" || string(jobs[1].Payload) != "2" {
 		t.Fatalf("cached jobs: %+v %v", jobs, errs)
 	}
-	jobs, errs = p.fetch(ctx, []fetchReq{{id: wire.JobID(packSeq, 0)}, {id: wire.JobID(badSeq, 1)}, {id: wire.JobID(badSeq+1, 0)}})
+	jobs, errs = p.fetch(ctx, []fetchReq{{id: wire.PackedJobID(packSeq, 0)}, {id: wire.PackedJobID(badSeq, 1)}, {id: badSeq + 1}})
 	if jobs[0] != nil || !errors.Is(errs[0], directget.ErrNotFound) {
 		t.Errorf("a job of a deleted pack: %+v, %v", jobs[0], errs[0])
 	}

@@ -122,9 +122,11 @@ func (h *Handle) Accepted() int { return h.accepted }
 // earlier job with the same key in the same group, within the dedup window.
 func (h *Handle) Duplicates() int { return h.duplicates }
 
-// FirstID returns the smallest ID of the jobs Publish stored, 0 if none. Job IDs are JOBS stream
-// sequence numbers: increasing in publish order, but not contiguous when other groups are being
-// published at the same time.
+// FirstID returns the smallest ID of the jobs Publish stored, 0 if none. A job's ID names where it
+// is stored in JOBS: the stream sequence of its message if it is stored alone, 2^52 + sequence·32
+// + index for a job of a pack (see Config.MaxPack and wire.PackedJobID). So IDs are unique and below
+// 2^53, and increase in publish order for jobs stored alone; FirstID and LastID bound the IDs but
+// do not list them.
 func (h *Handle) FirstID() uint64 { return h.firstID }
 
 // LastID returns the largest ID of the jobs Publish stored, 0 if none.

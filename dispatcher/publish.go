@@ -497,8 +497,12 @@ func (p *publication) record(ack *jetstream.PubAck, err error) {
 		p.h.duplicates += f.n
 	default:
 		p.h.accepted += f.n
-		p.h.firstID = minID(p.h.firstID, wire.JobID(ack.Sequence, 0))
-		p.h.lastID = max(p.h.lastID, wire.JobID(ack.Sequence, f.n-1))
+		first, last := ack.Sequence, ack.Sequence // a job stored alone
+		if f.n > 1 {
+			first, last = wire.PackedJobID(ack.Sequence, 0), wire.PackedJobID(ack.Sequence, f.n-1)
+		}
+		p.h.firstID = minID(p.h.firstID, first)
+		p.h.lastID = max(p.h.lastID, last)
 	}
 	*f = inflight{}
 	p.head = (p.head + 1) % len(p.queue)

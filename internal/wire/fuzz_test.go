@@ -122,7 +122,7 @@ func FuzzParsePack(f *testing.F) {
 		}
 		pack := make([]PackJob, len(jobs))
 		for i, j := range jobs {
-			if err := j.Meta.Validate(); err != nil || j.ID != JobID(7, i) || j.Meta.Group != "g" {
+			if err := j.Meta.Validate(); err != nil || j.ID != PackedJobID(7, i) || j.Meta.Group != "g" {
 				t.Fatalf("accepted job %d: %+v (%v)", i, j, err)
 			}
 			pack[i] = PackJob{Payload: j.Payload, Require: j.Meta.Require, Prefer: j.Meta.Prefer, MaxAttempts: j.Meta.MaxAttempts, Timeout: j.Meta.Timeout, RunAt: j.Meta.RunAt}

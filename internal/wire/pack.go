@@ -19,11 +19,14 @@ import (
 // packs: a keyed job is deduplicated by JetStream with its own Nats-Msg-Id, so it keeps a message
 // of its own; so do single jobs and the jobs a coordinator publishes (redrives, schedules).
 //
-// Job IDs. The job stored alone in message seq has ID seq; job i of the pack stored at seq has ID
-// i<<48 | seq. So every ID names its message (JobSeq) and its place in it (JobIndex), the IDs of
-// jobs stored alone are the stream sequences they always were, and every ID stays below 2^53,
-// which a JavaScript number (the dashboard) holds exactly. Packs are accepted at sequences below
-// 2^48.
+// Job IDs. A job stored alone in message seq has ID seq, as job IDs always were. Job i of the pack
+// stored at seq has ID 2^52 + seq·32 + i (PackedJobID): the jobs of a pack, and of the packs a
+// group stores one after another, have consecutive IDs, which the coordinator's index (roaring
+// bitmaps, and runs of IDs of one group) keeps as compactly as the sequences of jobs stored
+// alone. Every ID names its message (JobSeq) and its place in it (JobIndex) and stays below 2^53,
+// which a JavaScript number (the dashboard) holds exactly. Job messages are accepted at sequences
+// up to MaxJobSeq (2^47 − 1: 1.4·10^14 messages, four years at a million a second); past it an ID
+// would be ambiguous, and the coordinator refuses the message.
 const (
 	HdrPack = "Weave-Pack" // on a pack: how many jobs its body holds (2–MaxPack)
 
@@ -33,24 +36,36 @@ const (
 	PackVersion = 2
 
 	// MaxPack is the most jobs one pack holds.
-	MaxPack = 32
+	MaxPack = 1 << packBits
 
-	packShift = 48
-	// MaxPackSeq is the last stream sequence a pack may be stored at.
-	MaxPackSeq = 1<<packShift - 1
+	// MaxJobSeq is the last stream sequence a job message may be stored at.
+	MaxJobSeq = 1<<47 - 1
+
+	packBits = 5
+	packBase = 1 << 52 // the first packed job's ID
 )
 
 // kindPack is the binary kind of a pack's body.
 const kindPack byte = 'J'
 
-// JobID is the ID of job i of the message stored at seq (i is 0 for a job stored alone).
-func JobID(seq uint64, i int) uint64 { return uint64(i)<<packShift | seq }
+// PackedJobID is the ID of job i of the pack stored at seq.
+func PackedJobID(seq uint64, i int) uint64 { return packBase + seq<<packBits + uint64(i) }
 
 // JobSeq is the stream sequence of the message that stores job id.
-func JobSeq(id uint64) uint64 { return id & MaxPackSeq }
+func JobSeq(id uint64) uint64 {
+	if id < packBase {
+		return id
+	}
+	return (id - packBase) >> packBits
+}
 
 // JobIndex is job id's place in its message: 0 for a job stored alone.
-func JobIndex(id uint64) int { return int(id >> packShift) }
+func JobIndex(id uint64) int {
+	if id < packBase {
+		return 0
+	}
+	return int(id & (MaxPack - 1))
+}
 
 // PackJob is one job of a pack: everything about it but its group (the pack's) and its key (a
 // packed job has none).
@@ -112,6 +127,9 @@ type StoredJob struct {
 // the one job of a message that holds one (ID seq), or every job of a pack. The message is
 // rejected whole if any part of it is malformed or invalid. Payloads alias data.
 func ParseStoredJobs(seq uint64, h nats.Header, data []byte) ([]StoredJob, error) {
+	if seq > MaxJobSeq {
+		return nil, fmt.Errorf("%w: a job message at stream sequence %d, past the last one whose jobs' IDs are unambiguous (%d)", ErrMalformed, seq, uint64(MaxJobSeq))
+	}
 	n := h.Get(HdrPack)
 	if n == "" {
 		meta, err := ParseJobMeta(h)
@@ -127,8 +145,6 @@ func ParseStoredJobs(seq uint64, h nats.Header, data []byte) ([]StoredJob, error
 	switch {
 	case err != nil || count < 2 || count > MaxPack:
 		return nil, fmt.Errorf("%w: bad %s %q (2–%d jobs)", ErrMalformed, HdrPack, n, MaxPack)
-	case seq > MaxPackSeq:
-		return nil, fmt.Errorf("%w: a pack at stream sequence %d, past the last one a pack may take (%d)", ErrMalformed, seq, uint64(MaxPackSeq))
 	case h.Get(HdrKey) != "" || h.Get(HdrSingle) != "" || h.Get(HdrRequire) != "" || h.Get(HdrPrefer) != "" ||
 		h.Get(HdrMaxAttempts) != "" || h.Get(HdrTimeout) != "" || h.Get(HdrRunAt) != "":
 		return nil, fmt.Errorf("%w: a pack carries its jobs' options in its body, not in headers", ErrMalformed)
@@ -148,7 +164,7 @@ func ParseStoredJobs(seq uint64, h nats.Header, data []byte) ([]StoredJob, error
 	jobs := make([]StoredJob, count)
 	for i := range jobs {
 		j := &jobs[i]
-		j.ID, j.Trace = JobID(seq, i), trace
+		j.ID, j.Trace = PackedJobID(seq, i), trace
 		j.Payload = r.bytes()
 		j.Meta = JobMeta{Group: group, Require: r.strings(), Prefer: r.strings()}
 		attempts, timeout, at := r.uvarint(), r.uvarint(), r.uvarint()

@@ -11,17 +11,21 @@ func TestJobIDs(t *testing.T) {
 	for _, c := range []struct {
 		seq uint64
 		i   int
-	}{{1, 0}, {12345, 0}, {12345, 1}, {MaxPackSeq, MaxPack - 1}} {
-		id := JobID(c.seq, c.i)
+	}{{1, 0}, {12345, 0}, {12345, 1}, {MaxJobSeq, MaxPack - 1}} {
+		id := PackedJobID(c.seq, c.i)
 		if JobSeq(id) != c.seq || JobIndex(id) != c.i {
-			t.Errorf("JobID(%d, %d) = %d: seq %d index %d", c.seq, c.i, id, JobSeq(id), JobIndex(id))
+			t.Errorf("PackedJobID(%d, %d) = %d: seq %d index %d", c.seq, c.i, id, JobSeq(id), JobIndex(id))
 		}
 		if id >= 1<<53 {
-			t.Errorf("JobID(%d, %d) = %d is past 2^53", c.seq, c.i, id)
+			t.Errorf("PackedJobID(%d, %d) = %d is past 2^53", c.seq, c.i, id)
+		}
+		if JobSeq(c.seq) != c.seq || JobIndex(c.seq) != 0 {
+			t.Errorf("the job stored alone at %d: seq %d index %d", c.seq, JobSeq(c.seq), JobIndex(c.seq))
 		}
 	}
-	if JobID(42, 0) != 42 {
-		t.Error("a job stored alone does not keep its sequence as its ID")
+	// A group's packs, stored one after another, hold consecutive IDs.
+	if PackedJobID(7, MaxPack-1)+1 != PackedJobID(8, 0) {
+		t.Error("the IDs of consecutive full packs are not consecutive")
 	}
 }
 
@@ -43,7 +47,7 @@ func TestPackRoundTrip(t *testing.T) {
 		t.Fatalf("%d jobs, want 3", len(jobs))
 	}
 	for i, j := range jobs {
-		if j.ID != JobID(900, i) || j.Meta.Group != "crawl/7" || string(j.Payload) != string(in[i].Payload) {
+		if j.ID != PackedJobID(900, i) || j.Meta.Group != "crawl/7" || string(j.Payload) != string(in[i].Payload) {
 			t.Errorf("job %d: %+v", i, j)
 		}
 		if !strings.Contains(j.Trace, "b7ad6b7169203331") {
@@ -77,23 +81,30 @@ func TestPackRejections(t *testing.T) {
 		body []byte
 		want string
 	}{
-		"count mismatch": {1, func() map[string][]string { return PackHeader("g", 3) }, good, "holds 2"},
-		"count of one":   {1, func() map[string][]string { return PackHeader("g", 1) }, good, "bad Weave-Pack"},
-		"too many":       {1, func() map[string][]string { return PackHeader("g", MaxPack+1) }, good, "bad Weave-Pack"},
-		"past its seqs":  {MaxPackSeq + 1, func() map[string][]string { return PackHeader("g", 2) }, good, "past the last"},
-		"a key":          {1, func() map[string][]string { return keyed }, good, "not in headers"},
-		"options in hdr": {1, func() map[string][]string { return withOpt }, good, "not in headers"},
-		"bad group":      {1, func() map[string][]string { return PackHeader("", 2) }, good, "group"},
-		"truncated":      {1, func() map[string][]string { return PackHeader("g", 2) }, good[:len(good)-2], "malformed"},
-		"trailing":       {1, func() map[string][]string { return PackHeader("g", 2) }, append(append([]byte{}, good...), 0), "trailing"},
-		"bad resource":   {1, func() map[string][]string { return PackHeader("g", 2) }, AppendPack(nil, []PackJob{{}, {Require: []string{"a b"}}}), "job 1 of the pack"},
-		"attempts":       {1, func() map[string][]string { return PackHeader("g", 2) }, AppendPack(nil, []PackJob{{MaxAttempts: MaxAttemptsLimit + 1}, {}}), "job 0 of the pack: MaxAttempts"},
-		"timeout":        {1, func() map[string][]string { return PackHeader("g", 2) }, AppendPack(nil, []PackJob{{}, {Timeout: MaxTimeout + 1}}), "Timeout"},
-		"other kind":     {1, func() map[string][]string { return PackHeader("g", 2) }, AppendWork(nil, nil), "kind"},
+		"count mismatch":   {1, func() map[string][]string { return PackHeader("g", 3) }, good, "holds 2"},
+		"count of one":     {1, func() map[string][]string { return PackHeader("g", 1) }, good, "bad Weave-Pack"},
+		"too many":         {1, func() map[string][]string { return PackHeader("g", MaxPack+1) }, good, "bad Weave-Pack"},
+		"past its seqs":    {MaxJobSeq + 1, func() map[string][]string { return PackHeader("g", 2) }, good, "past the last"},
+		"single past seqs": {MaxJobSeq + 1, func() map[string][]string { return JobMeta{Group: "g"}.Header() }, nil, "ambiguous"},
+		"a key":            {1, func() map[string][]string { return keyed }, good, "not in headers"},
+		"options in hdr":   {1, func() map[string][]string { return withOpt }, good, "not in headers"},
+		"bad group":        {1, func() map[string][]string { return PackHeader("", 2) }, good, "group"},
+		"truncated":        {1, func() map[string][]string { return PackHeader("g", 2) }, good[:len(good)-2], "malformed"},
+		"trailing":         {1, func() map[string][]string { return PackHeader("g", 2) }, append(append([]byte{}, good...), 0), "trailing"},
+		"bad resource":     {1, func() map[string][]string { return PackHeader("g", 2) }, AppendPack(nil, []PackJob{{}, {Require: []string{"a b"}}}), "job 1 of the pack"},
+		"attempts":         {1, func() map[string][]string { return PackHeader("g", 2) }, AppendPack(nil, []PackJob{{MaxAttempts: MaxAttemptsLimit + 1}, {}}), "job 0 of the pack: MaxAttempts"},
+		"timeout":          {1, func() map[string][]string { return PackHeader("g", 2) }, AppendPack(nil, []PackJob{{}, {Timeout: MaxTimeout + 1}}), "Timeout"},
+		"other kind":       {1, func() map[string][]string { return PackHeader("g", 2) }, AppendWork(nil, nil), "kind"},
 	} {
 		_, err := ParseStoredJobs(c.seq, c.h(), c.body)
 		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want ErrMalformed containing %q", name, err, c.want)
 		}
+	}
+	// A pack that says version 1 is from no producer that knows packs: refused as a version.
+	h := PackHeader("g", 2)
+	h.Set(HdrVersion, "1")
+	if _, err := ParseStoredJobs(1, h, good); !errors.Is(err, ErrVersion) {
+		t.Errorf("a pack of version 1: %v, want ErrVersion", err)
 	}
 }
