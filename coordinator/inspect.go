@@ -114,9 +114,10 @@ func (e *engine) inspectJob(id uint64, hint string) wire.InspectReply {
 		// Not tracked: its group is complete and forgotten (or it never existed). The retained
 		// incarnations opened before it may hold its outcome, nearest first.
 		var rep wire.InspectReply
+		seq := wire.JobSeq(id) // the message that stores it
 		for i := len(e.retention.retained) - 1; i >= 0 && len(rep.Candidates) < wire.MaxInspectGroups; i-- {
 			r := &e.retention.retained[i]
-			if (hint == "" || r.id == hint) && r.openSeq < id && (r.jobsSeq == 0 || id <= r.jobsSeq) {
+			if (hint == "" || r.id == hint) && r.openSeq < seq && (r.jobsSeq == 0 || seq <= r.jobsSeq) {
 				rep.Candidates = append(rep.Candidates, retainedLive(r))
 			}
 		}
@@ -158,8 +159,9 @@ func (e *engine) inspectJob(id uint64, hint string) wire.InspectReply {
 func (e *engine) incarnationOf(id uint64, hint string) *group {
 	var found *group
 	n := 0
+	seq := wire.JobSeq(id) // the message that stores it
 	for _, g := range e.groups.incarnations {
-		if g.openSeq >= id || id > g.lastSeq || (hint != "" && g.id != hint) {
+		if g.openSeq >= seq || seq > g.lastSeq || (hint != "" && g.id != hint) {
 			continue
 		}
 		n++

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weavejobs/weave/internal/jobindex"
+	"github.com/weavejobs/weave/internal/wire"
 )
 
 // Metrics (see README "Operating Weave").
@@ -114,7 +115,8 @@ func (m *loopMetrics) stored(seq uint64, t time.Time) {
 
 // storedTime is about when job id was stored (no later than it), or zero if unknown.
 func (m *loopMetrics) storedTime(id uint64) time.Time {
-	i := sort.Search(len(m.arrivals), func(i int) bool { return m.arrivals[i].seq > id })
+	seq := wire.JobSeq(id)
+	i := sort.Search(len(m.arrivals), func(i int) bool { return m.arrivals[i].seq > seq })
 	if i == 0 {
 		return time.Time{}
 	}
@@ -224,11 +226,12 @@ func (r *run) observe() {
 		}
 	}
 	// The oldest pending job: the one pending longest among the groups' next jobs and those set
-	// aside. oldest is the lowest of their IDs: arrival samples before it are no longer needed.
+	// aside. oldest is the lowest of their messages' sequences: arrival samples before it are no
+	// longer needed.
 	oldest, since := uint64(0), time.Time{}
 	note := func(id uint64) {
-		if oldest == 0 || id < oldest {
-			oldest = id
+		if seq := wire.JobSeq(id); oldest == 0 || seq < oldest {
+			oldest = seq
 		}
 		if at := e.pendingSince(id); !at.IsZero() && (since.IsZero() || at.Before(since)) {
 			since = at
