@@ -101,9 +101,19 @@ func (e *env) startChildCoordinator(env ...string) *exec.Cmd {
 }
 
 // TestCoordinatorKill9: killing the coordinator process with SIGKILL mid-run and starting a new
-// one loses no job and completes none twice.
+// one loses no job and completes none twice, with keyed jobs (a message each) and with jobs
+// published in packs.
 func TestCoordinatorKill9(t *testing.T) {
 	t.Parallel()
+	for _, packed := range []bool{false, true} {
+		t.Run(fmt.Sprint("packed=", packed), func(t *testing.T) {
+			t.Parallel()
+			coordinatorKill9(t, packed)
+		})
+	}
+}
+
+func coordinatorKill9(t *testing.T, packed bool) {
 	e := setup(t)
 	first := e.startChildCoordinator()
 	tr := newTracker()
@@ -122,7 +132,11 @@ func TestCoordinatorKill9(t *testing.T) {
 	const groups, perGroup = 20, 100
 	var hs []*dispatcher.Handle
 	for g := range groups {
-		hs = append(hs, e.publish(fmt.Sprint("g", g), jobs(perGroup, nil)))
+		js := jobs(perGroup, nil)
+		if packed {
+			js = unkeyed(perGroup, "", nil)
+		}
+		hs = append(hs, e.publish(fmt.Sprint("g", g), js))
 	}
 	eventually(t, time.Minute, "a quarter of the jobs to complete", func() bool { return completed.Load() >= groups*perGroup/4 })
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {

@@ -149,7 +149,8 @@ func TestClusterReplayAfterTakeover(t *testing.T) {
 // its summary with every job done: writes lost with the node or failed during the election
 // are written again, releases that failed go back to pending. (Before, outcome writes that
 // failed were only written again after a restart, so groups whose jobs were all done never got
-// their summary.) It logs the longest pause between job starts after the loss.
+// their summary.) It logs the longest pause between job starts after the loss. Half the groups
+// are published in packs.
 const perGroupLoss = 100
 
 func TestClusterNodeLoss(t *testing.T) {
@@ -185,7 +186,11 @@ func TestClusterNodeLoss(t *testing.T) {
 	})
 	const groups, perGroup = 60, perGroupLoss
 	for g := 1; g < groups; g++ {
-		hs = append(hs, e.publish(fmt.Sprint("g", g), jobs(perGroup, nil)))
+		js := jobs(perGroup, nil)
+		if g%2 == 1 {
+			js = unkeyed(perGroup, "", nil) // in packs
+		}
+		hs = append(hs, e.publish(fmt.Sprint("g", g), js))
 	}
 	started := func() int {
 		mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -18,7 +19,7 @@ import (
 )
 
 // unkeyed yields n jobs without keys, payloads "<prefix><i>": a Publish packs them.
-func unkeyed(n int, prefix string, mod func(i int, j *dispatcher.Job)) func(func(dispatcher.Job) bool) {
+func unkeyed(n int, prefix string, mod func(i int, j *dispatcher.Job)) iter.Seq[dispatcher.Job] {
 	return func(yield func(dispatcher.Job) bool) {
 		for i := range n {
 			j := dispatcher.Job{Payload: []byte(fmt.Sprint(prefix, i))}
