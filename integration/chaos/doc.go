@@ -13,10 +13,12 @@
 //   - three workers, whose handler appends a start and an end record per execution (job ID,
 //     group, key, attempt, worker, time) to a file, one unbuffered write each, so every record
 //     written before a SIGKILL is kept;
-//   - a producer that publishes the groups of record.Workload (keys on every job; every fifth group
-//     ID a second time once it finished: a new incarnation), waits for each with Handle.Wait, and
-//     records what it published and what came out. Restarted, it publishes again the group it was
-//     in the middle of, with the same keys.
+//   - a producer that publishes the groups of record.Workload (keys on every job, except every
+//     third group, whose jobs go without keys, at once, so the dispatcher stores them in packs;
+//     every fifth group ID a second time once it finished: a new incarnation), waits for each with
+//     Handle.Wait, and records what it published and what came out. Restarted, it publishes again
+//     the group it was in the middle of, with the same keys (a packed group's jobs are then
+//     stored again: nothing deduplicates jobs without a key).
 //
 // A process that exits by itself with an error is restarted a second later, as a service manager
 // would, and counted.
@@ -36,9 +38,9 @@
 //
 //   - no job lost: every key of a fully published incarnation, and every job a handler ran, has a
 //     terminal outcome;
-//   - no job with two different terminal outcomes, every key stored as one job, every job done
-//     (handlers always succeed);
-//   - outcomes carry their key;
+//   - no job with two different terminal outcomes, every key stored as one job (a packed group's:
+//     once per Publish of it), every job done (handlers always succeed);
+//   - outcomes carry their key (a packed group's jobs have none);
 //   - executions beyond one per job at most the bound: the sum over the faults of the executions in
 //     flight at the fault on the workers it could interrupt. A worker kill or stop interrupts that
 //     worker's; a coordinator or node kill may make any worker's attempt in flight run again (its

@@ -131,7 +131,11 @@ func runWorker(ctx context.Context, args []string) error {
 
 	pid := os.Getpid()
 	note := func(ev string, j *worker.Job) error {
-		return out.Write(record.Exec{Event: ev, Job: j.ID, Group: j.Group, Key: j.Key, Attempt: j.Attempt, Worker: id, PID: pid, At: time.Now()})
+		key := j.Key
+		if key == "" {
+			key = record.KeyOf(j.Payload) // a packed group's job
+		}
+		return out.Write(record.Exec{Event: ev, Job: j.ID, Group: j.Group, Key: key, Attempt: j.Attempt, Worker: id, PID: pid, At: time.Now()})
 	}
 	handler := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
 		if err := note("start", j); err != nil {
@@ -147,7 +151,7 @@ func runWorker(ctx context.Context, args []string) error {
 		if err := note("end", j); err != nil {
 			return nil, err
 		}
-		return []byte(j.Key), nil
+		return []byte(record.KeyOf(j.Payload)), nil
 	})
 	w, err := worker.New(nc, worker.Config{
 		Namespace:         c.namespace,
@@ -276,7 +280,7 @@ func (p *producer) group(ctx context.Context, g record.Group) {
 			// Handle for a later one.
 			_ = p.out.Write(record.Producer{Event: record.Waited, Group: g.ID, Incarnation: inc.n, Skipped: true, At: time.Now(), PID: p.pid})
 		default:
-			h, err := p.publish(ctx, inc, keys)
+			h, err := p.publish(ctx, inc, keys, g.Packed)
 			if err != nil || !p.wait(ctx, inc, h) {
 				return
 			}
@@ -299,13 +303,17 @@ func (p *producer) release() { <-p.slots }
 // seal failed, as while the cluster elects a leader) is repeated with the same keys, which is
 // what the dispatcher's documentation tells a producer to do. Jobs it could not publish are
 // recorded in the error of the "published" record; the group is sealed without them.
-func (p *producer) publish(ctx context.Context, inc incarnation, keys []string) (*dispatcher.Handle, error) {
+func (p *producer) publish(ctx context.Context, inc incarnation, keys []string, packed bool) (*dispatcher.Handle, error) {
 	jobs := func(yield func(dispatcher.Job) bool) {
 		for i, k := range keys {
-			if i > 0 && p.jobGap > 0 {
-				time.Sleep(p.jobGap) // making the next job
+			if i > 0 && p.jobGap > 0 && !packed {
+				time.Sleep(p.jobGap) // making the next job (a packed group's come at once, so they pack)
 			}
-			if !yield(dispatcher.Job{Key: k, Payload: []byte(inc.group + "/" + k)}) {
+			j := dispatcher.Job{Key: k, Payload: []byte(inc.group + "/" + k)}
+			if packed {
+				j.Key = "" // stored in packs, the key only in the payload
+			}
+			if !yield(j) {
 				return
 			}
 		}

@@ -8,11 +8,19 @@ import (
 // Group is one group of the workload: its ID and its jobs' keys, and the keys of a second
 // incarnation of the same group ID, published once the first has finished (none if empty), as a
 // producer that crawls the same site again would.
+//
+// A Packed group's jobs are published without their keys (each job's payload names it), so the
+// dispatcher stores them in packs; a producer that publishes such a group again after a crash
+// stores its jobs again, since nothing deduplicates jobs without a key.
 type Group struct {
-	ID    string
-	Keys  []string
-	Again []string
+	ID     string
+	Keys   []string
+	Again  []string
+	Packed bool
 }
+
+// PackedEvery is how often a group is Packed: every PackedEvery-th group.
+const PackedEvery = 3
 
 // AgainEvery is how often a group is published a second time: every AgainEvery-th group.
 const AgainEvery = 5
@@ -31,12 +39,24 @@ func Workload(seed uint64, n, minJobs, maxJobs int) []Group {
 	}
 	groups := make([]Group, n)
 	for i := range groups {
-		groups[i] = Group{ID: fmt.Sprintf("g%05d", i), Keys: keys("k")}
+		groups[i] = Group{ID: fmt.Sprintf("g%05d", i), Keys: keys("k"), Packed: i%PackedEvery == 1}
 		if i%AgainEvery == AgainEvery-1 {
 			groups[i].Again = keys("r")
 		}
 	}
 	return groups
+}
+
+// KeyOf is the key of the job whose payload is payload: the key after the group ID and "/", as
+// the producer builds payloads.
+func KeyOf(payload []byte) string {
+	s := string(payload)
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '/' {
+			return s[i+1:]
+		}
+	}
+	return s
 }
 
 // Incarnations returns the key sets g is published with, in order.
