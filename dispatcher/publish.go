@@ -68,9 +68,12 @@ func (j *Job) runAt(now time.Time) (time.Time, error) {
 // Publish announces a group, streams its jobs into Weave and seals it, returning a Handle to wait
 // on the group's outcome.
 //
-// Jobs are pulled from the iterator (nil means none) one at a time, only when they can be published: at most
-// Config.MaxPending publishes await their acknowledgement at any moment (across all Publish calls
-// of d), so memory does not grow with the group's size and the iterator may be endless. Publishing
+// Jobs are pulled from the iterator (nil means none) one at a time, only when they can be
+// published: at most Config.MaxPending messages await their acknowledgement at any moment (across
+// all Publish calls of d), each holding one job or a pack of up to Config.MaxPack jobs, and at
+// most MaxPack more wait to be published, so memory does not grow with the group's size and the
+// iterator may be endless. Jobs without a key that are pulled faster than they are published go
+// in packs; a job pulled alone goes at once. Publishing
 // stops at ctx's end, at the first invalid job (an error wrapping ErrInvalidJob that names the
 // job's index and key) or when it learns of a failed publish (jobs already in flight still
 // complete and count). An iterator that blocks should watch ctx itself: Publish checks ctx only
