@@ -41,7 +41,7 @@ const (
 
 // batch is one work-batch message. It is acked once the reports of all its jobs are persisted.
 type batch struct {
-	msg      jetstream.Msg
+	msg      workMsg
 	jobs     int
 	received time.Time // when the worker got it; a job's wait is from here to its start
 

@@ -48,7 +48,7 @@ var errPullEndedEarly = errors.New("pull request ended early without messages")
 // fetchEvent is a pull forwarder's message to the shepherd: a received message, or (end set)
 // the end of its pull request, sent after its last message.
 type fetchEvent struct {
-	msg jetstream.Msg
+	msg workMsg
 	end *pullEnd
 }
 
@@ -118,7 +118,7 @@ type shepherd struct {
 	reports chan<- completerEvent
 
 	// State, owned by the shepherd goroutine.
-	cons      jetstream.Consumer
+	puller    *puller
 	pullCtx   context.Context // canceled when the drain begins: ends open pulls and repairs
 	queue     taskQueue
 	sleepers  int
@@ -240,8 +240,10 @@ func (s *shepherd) pull() {
 	if want <= 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.pullCtx, pullExpiry)
-	mb, err := s.cons.Fetch(want, jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(pullHeartbeat))
+	// The server ends the pull at pullExpiry; the context's extra second lets its own end (a
+	// 408) arrive first.
+	ctx, cancel := context.WithTimeout(s.pullCtx, pullExpiry+time.Second)
+	l, err := s.puller.pull(want, pullExpiry, pullHeartbeat)
 	if err != nil {
 		cancel()
 		s.pullFailed(err)
@@ -251,19 +253,20 @@ func (s *shepherd) pull() {
 	s.openPulls[p] = struct{}{}
 	s.credits += want
 	s.stats.pulls.Add(1)
-	go s.forward(p, mb, want, time.Now())
+	go s.forward(ctx, p, l, want, time.Now())
 }
 
 // forward passes one pull request's messages to the shepherd, then its end. The shepherd reads
 // fetched until every pull has ended, so the sends cannot block forever.
-func (s *shepherd) forward(p *openPull, mb jetstream.MessageBatch, requested int, started time.Time) {
+func (s *shepherd) forward(ctx context.Context, p *openPull, l *lane, requested int, started time.Time) {
 	defer p.cancel()
-	n := 0
-	for m := range mb.Messages() {
+	n, err := s.puller.collect(ctx, l, requested, pullHeartbeat, func(m workMsg) {
 		s.fetched <- fetchEvent{msg: m}
-		n++
+	})
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = nil // expired without the server's word: as a 408
 	}
-	s.fetched <- fetchEvent{end: &pullEnd{pull: p, requested: requested, received: n, err: mb.Error(), took: time.Since(started)}}
+	s.fetched <- fetchEvent{end: &pullEnd{pull: p, requested: requested, received: n, err: err, took: time.Since(started)}}
 }
 
 func (s *shepherd) onFetch(ev fetchEvent) {
@@ -581,7 +584,6 @@ func (s *shepherd) onRepaired(r repairResult) {
 		}
 		return
 	}
-	s.cons = r.cons
 	s.log.Info().Str("consumer", s.cfg.names.WorkConsumer(s.cfg.pool)).Msg("worker: consumer re-created")
 }
 

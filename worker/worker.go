@@ -111,10 +111,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)
 	}
-	cons, err := ensureConsumer(ctx, js, cfg, w.log)
+	if _, err := ensureConsumer(ctx, js, cfg, w.log); err != nil {
+		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)
+	}
+	pl, err := newPuller(w.nc, cfg.names.WorkStream(), cfg.names.WorkConsumer(cfg.pool), maxOpenPulls, cfg.Concurrency)
 	if err != nil {
 		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)
 	}
+	defer pl.close()
 
 	// Handlers' contexts keep ctx's values but not its cancellation: they are canceled only
 	// when the drain runs out of time.
@@ -146,7 +150,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		in:       reports,
 	}
 	shep := &shepherd{
-		cfg: cfg, nc: w.nc, js: js, log: w.log, stats: &w.stats, beat: beat, cons: cons,
+		cfg: cfg, nc: w.nc, js: js, log: w.log, stats: &w.stats, beat: beat, puller: pl,
 		fetched: make(chan fetchEvent), done: done, expired: expired, repaired: make(chan repairResult),
 		wake: wake, quit: quit, reports: reports, drainStarted: draining,
 	}

@@ -1,0 +1,282 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// puller sends the worker's pull requests to its pool's consumer and receives what the server
+// sends back on subscriptions kept for the worker's life, one per pull that may be open at once
+// (a lane): a pull on lane l answers on <inbox>.<l>.<n>.
+//
+// Not nats.go's Fetch: each Fetch subscribes a new inbox and unsubscribes it when the pull ends,
+// and a worker pulls about once per work batch, so with small batches (16 workers × 4 slots) the
+// subscriptions' churn took about a tenth of the process's CPU, most of it in the server, whose
+// subject index changes (and drops its match cache) with every subscription.
+//
+// A lane, not a pull, owns its subscription because the server delivers a pull's messages with
+// their own subject (the work subject), not the pull's reply subject: only the subscription they
+// arrive on tells which pull they answer. Status messages (a heartbeat, the pull's end) do carry
+// the reply subject, so a stale one, of a pull the lane had before, is told apart and dropped. A
+// message the server still delivers for a pull the worker gave up on (one that lost its
+// heartbeats, or was renewed after a reconnect) counts for the lane's next pull.
+type puller struct {
+	nc      *nats.Conn
+	subject string // $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
+	lanes   []*lane
+	mu      sync.Mutex // guards the lanes' pull state
+}
+
+// lane is one subscription and the pull it serves, if any.
+type lane struct {
+	prefix string // <inbox>.<l>.
+	sub    *nats.Subscription
+	// msgs carries the lane's work batches and the current pull's ending status. The server
+	// sends a pull no more messages than it asked for, and a lane serves one pull at a time.
+	msgs chan *nats.Msg
+	busy bool   // a pull is open; guarded by the puller's mu
+	gen  uint64 // the current (or last) pull's number
+	seen int64  // when the server last sent anything for it, Unix ns
+}
+
+func newPuller(nc *nats.Conn, stream, consumer string, lanes, maxBatch int) (*puller, error) {
+	p := &puller{nc: nc, subject: fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream, consumer)}
+	for range lanes {
+		l := &lane{msgs: make(chan *nats.Msg, 2*maxBatch+2)}
+		if err := p.subscribe(l); err != nil {
+			p.close()
+			return nil, err
+		}
+		p.lanes = append(p.lanes, l)
+	}
+	return p, nil
+}
+
+// subscribe gives lane l a subscription of its own on a new inbox.
+func (p *puller) subscribe(l *lane) error {
+	prefix := p.nc.NewInbox() + "."
+	var sub *nats.Subscription
+	sub, err := p.nc.Subscribe(prefix+"*", func(m *nats.Msg) { p.route(l, sub, m) })
+	if err != nil {
+		return fmt.Errorf("subscribe to pull replies: %w", err)
+	}
+	p.mu.Lock()
+	l.prefix, l.sub = prefix, sub
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *puller) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.lanes {
+		if l.sub != nil {
+			_ = l.sub.Unsubscribe()
+		}
+	}
+}
+
+// route hands a message that arrived on lane l's subscription sub to its pull. A message of a
+// subscription the lane has left, or a status message of another pull than the lane's current
+// one (late), is dropped; so is a heartbeat once it is noted. A work batch the lane has no room
+// for is dropped too (never expected). A dropped work batch is not acknowledged: it is delivered
+// again after its lease.
+func (p *puller) route(l *lane, sub *nats.Subscription, m *nats.Msg) {
+	status := len(m.Data) == 0 && m.Header.Get("Status") != ""
+	p.mu.Lock()
+	current := sub == l.sub && (!status || m.Subject == l.prefix+strconv.FormatUint(l.gen, 36))
+	if current {
+		l.seen = time.Now().UnixNano()
+	}
+	p.mu.Unlock()
+	if !current || status && m.Header.Get("Status") == "100" {
+		return
+	}
+	select {
+	case l.msgs <- m:
+	default:
+	}
+}
+
+// pullRequest is the JSON body of a pull request.
+type pullRequest struct {
+	Batch     int           `json:"batch"`
+	Expires   time.Duration `json:"expires"`
+	Heartbeat time.Duration `json:"idle_heartbeat,omitempty"`
+}
+
+// pull asks for up to batch messages on a free lane, waiting at the server up to expires, with a
+// heartbeat. The caller keeps at most len(lanes) pulls open.
+func (p *puller) pull(batch int, expires, heartbeat time.Duration) (*lane, error) {
+	p.mu.Lock()
+	var l *lane
+	for _, c := range p.lanes {
+		if !c.busy {
+			l = c
+			break
+		}
+	}
+	if l == nil {
+		p.mu.Unlock()
+		return nil, errors.New("weave: worker: every pull lane is busy") // a bug: the shepherd bounds its pulls
+	}
+	l.busy, l.seen = true, time.Now().UnixNano()
+	l.gen++
+	reply := l.prefix + strconv.FormatUint(l.gen, 36)
+	p.mu.Unlock()
+	// A status left from the lane's pull before (sent as it was given up) is not this pull's.
+	for drained := false; !drained; {
+		select {
+		case m := <-l.msgs:
+			if len(m.Data) > 0 || m.Header.Get("Status") == "" {
+				l.msgs <- m // a work batch: it counts for this pull; put it back and stop
+				drained = true
+			}
+		default:
+			drained = true
+		}
+	}
+	body, _ := json.Marshal(pullRequest{Batch: batch, Expires: expires, Heartbeat: heartbeat}) // plain fields
+	if err := p.nc.PublishRequest(p.subject, reply, body); err != nil {
+		p.release(l)
+		return nil, err
+	}
+	return l, nil
+}
+
+// release frees lane l for the next pull.
+func (p *puller) release(l *lane) {
+	p.mu.Lock()
+	l.busy = false
+	p.mu.Unlock()
+}
+
+// lastSeen is when the server last sent anything for l's pull.
+func (p *puller) lastSeen(l *lane) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Unix(0, l.seen)
+}
+
+// pullStatus is what a status message ends a pull with: nil for its normal ends (expired, or no
+// messages), else the error, in the terms of nats.go's jetstream package, so that the shepherd
+// tells a deleted consumer from a passing failure as it did with Fetch.
+func pullStatus(m *nats.Msg) error {
+	code, descr := m.Header.Get("Status"), strings.ToLower(m.Header.Get("Description"))
+	switch {
+	case code == "408", code == "404":
+		return nil
+	case code == "503":
+		return nats.ErrNoResponders
+	case code == "409" && strings.Contains(descr, "consumer deleted"):
+		return jetstream.ErrConsumerDeleted
+	case code == "409" && strings.Contains(descr, "leadership change"):
+		return jetstream.ErrConsumerLeadershipChanged
+	case code == "409" && strings.Contains(descr, "server shutdown"):
+		return jetstream.ErrServerShutdown
+	}
+	return fmt.Errorf("nats: pull ended with status %s: %s", code, m.Header.Get("Description"))
+}
+
+// errMissedHeartbeats ends a pull whose server sent nothing for two heartbeats: lost with a node,
+// or left at a consumer leader that moved away.
+var errMissedHeartbeats = errors.New("pull request: no heartbeat from the server")
+
+// collect receives the messages of the pull open on lane l until it has requested of them, the
+// server ends it, two heartbeats pass in silence, or ctx ends (context.Canceled: renewed or
+// drained on purpose), then frees the lane. deliver is called for each message, in order.
+func (p *puller) collect(ctx context.Context, l *lane, requested int, heartbeat time.Duration, deliver func(workMsg)) (received int, err error) {
+	defer p.release(l)
+	check := time.NewTicker(heartbeat)
+	defer check.Stop()
+	for received < requested {
+		select {
+		case m := <-l.msgs:
+			if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+				return received, pullStatus(m)
+			}
+			deliver(pulledMsg{m: m, nc: p.nc})
+			received++
+		case <-check.C:
+			if time.Since(p.lastSeen(l)) > 2*heartbeat {
+				return received + p.abandon(l, deliver), errMissedHeartbeats
+			}
+		case <-ctx.Done():
+			return received + p.abandon(l, deliver), ctx.Err()
+		}
+	}
+	return received, nil
+}
+
+// abandon gives up lane l's open pull: the server keeps a pull request until it expires and
+// would go on delivering to it, so the lane leaves its subscription (the server then drops the
+// request, which has no listener left) for a new one, after delivering the work batches that had
+// arrived. It returns how many it delivered. A batch on its way at that moment is not
+// acknowledged, so it is delivered again after its lease, as with a pull that ends by itself.
+func (p *puller) abandon(l *lane, deliver func(workMsg)) int {
+	p.mu.Lock()
+	old := l.sub
+	l.sub = nil // route drops what the old subscription still brings
+	p.mu.Unlock()
+	if old != nil {
+		_ = old.Unsubscribe()
+	}
+	n := 0
+	for {
+		select {
+		case m := <-l.msgs:
+			if len(m.Data) > 0 || m.Header.Get("Status") == "" {
+				deliver(pulledMsg{m: m, nc: p.nc})
+				n++
+			}
+			continue
+		default:
+		}
+		break
+	}
+	if err := p.subscribe(l); err != nil {
+		// The connection is closing: the lane stays without a subscription, and a pull on
+		// it fails (the shepherd backs off and ends with the connection).
+		p.mu.Lock()
+		l.prefix = p.nc.NewInbox() + "." // a pull on it is answered to nobody: it times out
+		p.mu.Unlock()
+	}
+	return n
+}
+
+// workMsg is a work batch as the worker handles it.
+type workMsg interface {
+	Data() []byte
+	Headers() nats.Header
+	Subject() string
+	Metadata() (*nats.MsgMetadata, error)
+	Ack() error
+	InProgress() error
+	TermWithReason(reason string) error
+}
+
+// pulledMsg is a work batch received on the puller's subscription; acknowledgements go to its
+// reply subject, as nats.go's do.
+type pulledMsg struct {
+	m  *nats.Msg
+	nc *nats.Conn
+}
+
+func (w pulledMsg) Data() []byte                         { return w.m.Data }
+func (w pulledMsg) Headers() nats.Header                 { return w.m.Header }
+func (w pulledMsg) Subject() string                      { return w.m.Subject }
+func (w pulledMsg) Metadata() (*nats.MsgMetadata, error) { return w.m.Metadata() }
+func (w pulledMsg) Ack() error                           { return w.nc.Publish(w.m.Reply, []byte("+ACK")) }
+func (w pulledMsg) InProgress() error                    { return w.nc.Publish(w.m.Reply, []byte("+WPI")) }
+func (w pulledMsg) TermWithReason(reason string) error {
+	return w.nc.Publish(w.m.Reply, []byte("+TERM "+reason))
+}
