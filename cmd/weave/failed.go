@@ -294,12 +294,16 @@ func parseJobIDs(args []string) ([]uint64, error) {
 
 // newDispatcher connects and returns a dispatcher of the namespace the flags name, waiting at
 // most --timeout for each answer; the caller closes the session.
-func newDispatcher(ctx context.Context, conn *connFlags, name string, log zerolog.Logger) (*dispatcher.Dispatcher, *session, error) {
+func newDispatcher(ctx context.Context, conn *connFlags, name string, log zerolog.Logger, opts ...func(*dispatcher.Config)) (*dispatcher.Dispatcher, *session, error) {
 	s, err := conn.open(ctx, name, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := dispatcher.New(s.nc, dispatcher.Config{Namespace: conn.namespace, Logger: log, RequestTimeout: conn.timeout})
+	cfg := dispatcher.Config{Namespace: conn.namespace, Logger: log, RequestTimeout: conn.timeout}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	d, err := dispatcher.New(s.nc, cfg)
 	if err != nil {
 		s.close()
 		if errors.Is(err, dispatcher.ErrInvalidConfig) {

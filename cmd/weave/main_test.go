@@ -40,6 +40,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"demo", "--jobs", "5", "--sites", "10"}, exitUsage, "one page per site"},
 		{[]string{"submit"}, exitUsage, "--group is required"},
 		{[]string{"submit", "--group", "g\x01"}, exitUsage, "--group"},
+		{[]string{"submit", "--group", "g", "--max-pack", "0"}, exitUsage, "--max-pack 0 outside 1..32"},
+		{[]string{"submit", "--group", "g", "--max-pack", "33"}, exitUsage, "--max-pack 33 outside 1..32"},
 		{[]string{"worker"}, exitUsage, "requires at least 1 arg"},
 		{[]string{"worker", "--", "/no/such/command"}, exitUsage, "/no/such/command"},
 		{[]string{"status", "--namespace", "bad.name"}, exitUsage, "namespace"},

@@ -30,6 +30,7 @@ type submitCmd struct {
 	jsonOut     bool
 	noProgress  bool
 	waitTimeout time.Duration
+	maxPack     int
 	weight      int
 	single      bool
 	nc          *nats.Conn // the session's connection, for asking the coordinator's status
@@ -85,6 +86,7 @@ a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b
 	f.DurationVar(&s.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
 	f.IntVar(&s.weight, "weight", 1, "the group's weight in the fair share of the slots under least in-flight (1-1000)")
 	f.BoolVar(&s.single, "single", false, "submit one job (the input's only line) as a group of its own, in one message; --group is then optional (default: generated)")
+	f.IntVar(&s.maxPack, "max-pack", wire.MaxPack, "most jobs without a key stored in one message (a pack); 1 stores each job alone, for a coordinator built before packs")
 	f.BoolVar(&s.allowDuplicates, "allow-duplicates", false, "exit 0 even if every job was a duplicate (re-submitted within the dedup window)")
 	f.BoolVar(&s.jsonOut, "json", false, "print the submission (and summary) as JSON")
 	s.conn.registerTimeout(f, dispatcher.DefaultRequestTimeout)
@@ -103,6 +105,9 @@ func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
 	if s.weight < 1 || s.weight > wire.MaxWeight {
 		return usageErrorf("--weight %d outside 1..%d", s.weight, wire.MaxWeight)
 	}
+	if s.maxPack < 1 || s.maxPack > wire.MaxPack {
+		return usageErrorf("--max-pack %d outside 1..%d", s.maxPack, wire.MaxPack)
+	}
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	in, size, closeIn, err := openJobs(cmd, s.file)
 	if err != nil {
@@ -119,7 +124,7 @@ func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
 
 	ctx, stop := signalContext(cmd.Context())
 	defer stop()
-	d, sess, err := newDispatcher(ctx, &s.conn, "submit", s.g.log)
+	d, sess, err := newDispatcher(ctx, &s.conn, "submit", s.g.log, func(c *dispatcher.Config) { c.MaxPack = s.maxPack })
 	if err != nil {
 		return err
 	}
