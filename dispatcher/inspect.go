@@ -203,8 +203,12 @@ func (d *Dispatcher) job(ctx context.Context, id uint64, hint string) (*JobInfo,
 		if err != nil {
 			return nil, fmt.Errorf("weave: job %d: %w", id, err)
 		}
-		if wire.JobSeq(id) > si.State.LastSeq {
-			return nil, fmt.Errorf("%w: no job %d: the %s stream ends at %d", ErrJobNotFound, id, d.names.JobsStream(), si.State.LastSeq)
+		if seq := wire.JobSeq(id); seq > si.State.LastSeq {
+			where := ""
+			if seq != id {
+				where = fmt.Sprintf(" (a job of the pack at sequence %d)", seq)
+			}
+			return nil, fmt.Errorf("%w: no job %d%s: the %s stream ends at %d", ErrJobNotFound, id, where, d.names.JobsStream(), si.State.LastSeq)
 		}
 	}
 	if msg != nil {
