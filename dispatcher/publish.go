@@ -314,7 +314,8 @@ func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq[Job]) (err 
 	return nil
 }
 
-// packBytes bounds the encoded size of one pack's jobs: a larger job travels alone.
+// packBytes bounds the encoded size of one pack's jobs, together with Config.MaxPayload (the
+// server's max_payload less the room kept for headers): a larger job travels alone.
 const packBytes = 64 << 10
 
 // packCost is about what a job takes in a pack's body.
@@ -352,15 +353,15 @@ func (p *publication) send(ctx context.Context, ch <-chan checkedJob) {
 			batch = append(batch, j)
 		}
 		if batch[0].job.Key == "" {
-			size := packCost(&batch[0].job)
+			size, limit := packCost(&batch[0].job), min(packBytes, p.d.cfg.MaxPayload)
 		gather:
-			for len(batch) < p.d.cfg.MaxPack && size < packBytes {
+			for len(batch) < p.d.cfg.MaxPack && size < limit {
 				select {
 				case j, ok := <-ch:
 					switch {
 					case !ok:
 						break gather
-					case j.job.Key != "" || size+packCost(&j.job) > packBytes:
+					case j.job.Key != "" || size+packCost(&j.job) > limit:
 						next = &j
 						break gather
 					}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/dispatcher"
@@ -768,4 +769,40 @@ func TestPublishDoesNotHoldAJobBack(t *testing.T) {
 	if err != nil || h.Accepted() != n {
 		t.Fatalf("accepted %d of %d: %v", h.Accepted(), n, err)
 	}
+}
+
+// TestPacksFitTheServersMaxPayload publishes jobs near MaxPayload to a server whose max_payload
+// (64 KiB) is below the packs' own bound: each pack stays within what the server takes, with a
+// long group ID and a trace's headers beside it.
+func TestPacksFitTheServersMaxPayload(t *testing.T) {
+	t.Parallel()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), MaxPayload: 64 << 10, NoLog: true, NoSigs: true}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(srv.Shutdown)
+	nc := jstest.NewConn(t, srv.ClientURL())
+	d, err := dispatcher.New(nc, dispatcher.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := wire.NewNames("")
+	e := &env{nc: nc, js: newJetStream(t, nc), names: names, d: d}
+	e.initNamespace(t, names)
+	var jobs []dispatcher.Job
+	for range 64 {
+		jobs = append(jobs, dispatcher.Job{Payload: make([]byte, 16<<10-32)}) // four fill 64 KiB of body
+	}
+	group := strings.Repeat("g", 256)
+	h, err := d.Publish(testContext(t), group, slices.Values(jobs))
+	if err != nil || h.Accepted() != len(jobs) {
+		t.Fatalf("accepted %d of %d: %v", h.Accepted(), len(jobs), err)
+	}
+	g := parseGroup(t, names, group, e.readStream(testContext(t), t, names.JobsStream()))
+	wantSealed(t, g, len(jobs))
 }
