@@ -90,15 +90,19 @@ func (p *puller) close() {
 // one (late), is dropped; so is a heartbeat once it is noted. A work batch the lane has no room
 // for is dropped too (never expected). A dropped work batch is not acknowledged: it is delivered
 // again after its lease.
+//
+// The send happens under the lock (it never blocks), so a message routed as current is on the
+// lane before anything can change the lane: abandon, which delivers what the lane holds, and the
+// next pull, which starts from an empty lane, both see it or neither does.
 func (p *puller) route(l *lane, sub *nats.Subscription, m *nats.Msg) {
 	status := len(m.Data) == 0 && m.Header.Get("Status") != ""
 	p.mu.Lock()
-	current := sub == l.sub && (!status || m.Subject == l.prefix+strconv.FormatUint(l.gen, 36))
-	if current {
-		l.seen = time.Now().UnixNano()
+	defer p.mu.Unlock()
+	if sub != l.sub || status && m.Subject != l.prefix+strconv.FormatUint(l.gen, 36) {
+		return
 	}
-	p.mu.Unlock()
-	if !current || status && m.Header.Get("Status") == "100" {
+	l.seen = time.Now().UnixNano()
+	if status && m.Header.Get("Status") == "100" {
 		return
 	}
 	select {
@@ -132,19 +136,15 @@ func (p *puller) pull(batch int, expires, heartbeat time.Duration) (*lane, error
 	l.busy, l.seen = true, time.Now().UnixNano()
 	l.gen++
 	reply := l.prefix + strconv.FormatUint(l.gen, 36)
-	p.mu.Unlock()
-	// A status left from the lane's pull before (sent as it was given up) is not this pull's.
-	for drained := false; !drained; {
-		select {
-		case m := <-l.msgs:
-			if len(m.Data) > 0 || m.Header.Get("Status") == "" {
-				l.msgs <- m // a work batch: it counts for this pull; put it back and stop
-				drained = true
-			}
-		default:
-			drained = true
+	// The lane is normally empty here. Should a status of its pull before be left (none is
+	// expected: a pull the server did not end is abandoned), it is not this pull's: drop it,
+	// keeping any work batch, in order. route sends under the lock, so nothing arrives meanwhile.
+	for range len(l.msgs) {
+		if m := <-l.msgs; len(m.Data) > 0 || m.Header.Get("Status") == "" {
+			l.msgs <- m
 		}
 	}
+	p.mu.Unlock()
 	body, _ := json.Marshal(pullRequest{Batch: batch, Expires: expires, Heartbeat: heartbeat}) // plain fields
 	if err := p.nc.PublishRequest(p.subject, reply, body); err != nil {
 		p.release(l)
@@ -193,7 +193,8 @@ var errMissedHeartbeats = errors.New("pull request: no heartbeat from the server
 
 // collect receives the messages of the pull open on lane l until it has requested of them, the
 // server ends it, two heartbeats pass in silence, or ctx ends (context.Canceled: renewed or
-// drained on purpose), then frees the lane. deliver is called for each message, in order.
+// drained on purpose), then frees the lane. deliver is called for each message, in order. A pull
+// the server did not end is given up (abandon), so the lane holds nothing when it is freed.
 func (p *puller) collect(ctx context.Context, l *lane, requested int, heartbeat time.Duration, deliver func(workMsg)) (received int, err error) {
 	defer p.release(l)
 	check := time.NewTicker(heartbeat)
