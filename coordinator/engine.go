@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -187,6 +188,14 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header, data []byte, st
 	}
 	if !e.admitAll(subject, seq, jobs) {
 		return nil
+	}
+	for i := range jobs {
+		if _, known := e.idx.State(jobs[i].ID); known {
+			// Never expected (the feed applies each message once): refused before any of its
+			// jobs is indexed, so a refused message, which is then deleted, holds no live job.
+			e.reject(subject, seq, "job "+strconv.FormatUint(jobs[i].ID, 10)+" is already admitted")
+			return nil
+		}
 	}
 	admitted := jobs[:0]
 	for i := range jobs {

@@ -154,3 +154,11 @@ func TestPacksReadOnce(t *testing.T) {
 		t.Errorf("a job past the stream's end: %+v, %v", jobs[2], errs[2])
 	}
 }
+
+// TestPackedIDsAgree: the index keeps a group's packed jobs apart from its others at the ID where
+// the wire's packed IDs start.
+func TestPackedIDsAgree(t *testing.T) {
+	if got := wire.PackedJobID(0, 0); got != jobindex.PackedIDs {
+		t.Fatalf("packed IDs start at %d on the wire, at %d in the index", got, uint64(jobindex.PackedIDs))
+	}
+}

@@ -179,6 +179,11 @@ func (p *payloads) addLocked(j *wire.StoredJob) {
 	if _, ok := p.m[j.ID]; ok {
 		return
 	}
+	if wire.IsPacked(j.ID) {
+		// A packed job's payload aliases its whole pack: kept alone, it would hold the others'
+		// bytes too, which its cost does not count.
+		j.Payload = slices.Clone(j.Payload)
+	}
 	p.m[j.ID] = j
 	p.order = append(p.order, j.ID)
 	p.bytes += cost(j)
@@ -205,9 +210,8 @@ func (p *payloads) dropLocked(id uint64) {
 const entryOverhead = 256
 
 // cost is the memory a cached job holds, so the cache's bound counts everything: with small
-// payloads, the metadata and bookkeeping are most of it. (A payload from a pack aliases the
-// pack's body, which stays in memory while any of its jobs is cached: at most one pack per
-// group read ahead.)
+// payloads, the metadata and bookkeeping are most of it. (A packed job's payload is copied out
+// of its pack when cached, so it holds no more than its own bytes.)
 func cost(j *wire.StoredJob) int {
 	n := len(j.Payload) + len(j.Meta.Group) + len(j.Meta.Key) + len(j.Trace) + entryOverhead
 	for _, r := range j.Meta.Require {

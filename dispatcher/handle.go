@@ -31,7 +31,7 @@ type JobOutcome struct {
 	// Group is the ID of the job's group. A Handle's readers know it already; Dispatcher.Failed
 	// lists the jobs of every group and needs it to tell them apart.
 	Group string
-	// ID is the job's ID: its sequence number in the JOBS stream (see Handle.FirstID).
+	// ID is the job's ID, which names where it is stored in the JOBS stream (see Handle.FirstID).
 	ID       uint64
 	Key      string
 	State    State

@@ -393,6 +393,9 @@ func jobOf(m *directget.Msg, id uint64) *wire.StoredJob {
 // storedJob reads the message that stores job id (alone or in a pack) from JOBS, or nil if the
 // stream does not hold it.
 func (d *Dispatcher) storedJob(ctx context.Context, id uint64) (*directget.Msg, error) {
+	if wire.JobSeq(id) == 0 {
+		return nil, nil // no message has sequence 0
+	}
 	get := directget.New(d.nc, d.names.JobsStream())
 	defer get.Close()
 	rctx, cancel := d.requestContext(ctx)

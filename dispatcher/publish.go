@@ -389,6 +389,9 @@ func (p *publication) send(ctx context.Context, ch <-chan checkedJob) {
 // publish takes a MaxPending slot and publishes batch: one job in a message of its own, several
 // in a pack. It returns an error only when ctx ended or the publish could not be made.
 func (p *publication) publish(ctx context.Context, batch []checkedJob) error {
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("weave: publishing group %q stopped before job %d: %w", p.h.group, batch[0].index, err)
+	}
 	if err := p.acquire(ctx); err != nil {
 		return fmt.Errorf("weave: publishing group %q stopped before job %d: %w", p.h.group, batch[0].index, err)
 	}

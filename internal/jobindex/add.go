@@ -31,7 +31,8 @@ func (x *Index) AddState(id uint64, group string, require, prefer []string, st S
 	x.counts[st]++
 	g := &x.groups[gid]
 	g.counts[st]++
-	g.first, g.last = min(g.first, id), max(g.last, id)
+	r := &g.runs[runOf(id)]
+	r.first, r.last = min(r.first, id), max(r.last, id)
 	p := &x.profiles[pid]
 	p.jobs++
 	p.counts[st]++

@@ -18,8 +18,8 @@ type span struct {
 
 // catalog maps every job ID to its group and profile, run-length encoded.
 //
-// Job IDs are stream sequence numbers, and a group's jobs are published together, so
-// consecutive IDs usually share group and profile: a group of 100 jobs is one 12-byte span,
+// Job IDs grow as jobs are published (see the package doc), and a group's jobs are published
+// together, so consecutive IDs usually share group and profile: a group of 100 jobs is one 12-byte span,
 // not 100 entries. Interleaved publishing only splits a group into more spans. The catalog is
 // what lets a state change find the job's group and profile (to keep per-group and
 // per-profile counters) and lets selection check a candidate's resources in O(log spans).

@@ -1,9 +1,11 @@
 // Package jobindex is the coordinator's job index: the state of every job, counts per state,
 // group and resource, and the choice of which pending job a worker pool should run next.
 //
-// Job IDs are JetStream stream sequence numbers: unique, increasing, 64-bit. Jobs of one group
-// are published together, so their IDs are close; most jobs are done, and the jobs still
-// moving sit near the newest IDs. The index is built around that shape.
+// Job IDs are unique 64-bit numbers that grow as jobs are published: in Weave, JetStream stream
+// sequence numbers, and for jobs stored several to a message (packs) 2^52 + 32·sequence + index,
+// a second run of IDs above the first (PackedIDs). Jobs of one group are published together, so
+// their IDs are close within each run; most jobs are done, and the jobs still moving sit near the
+// newest IDs. The index is built around that shape.
 //
 // # State machine
 //

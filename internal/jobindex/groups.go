@@ -10,9 +10,36 @@ import (
 // group would cost 150-260 bytes of container overhead each, more than the rest of the index
 // for typical groups of ~100 jobs.
 type group struct {
-	name        string // "" marks a free slot
-	first, last uint64 // lowest and highest job ID: the catalog range holding the group
-	counts      counts
+	name   string // "" marks a free slot
+	runs   [2]idRange
+	counts counts
+}
+
+// PackedIDs is where the second run of job IDs starts: Weave's jobs stored in packs
+// (wire.PackedJobID). A group keeps its lowest and highest ID in each run apart, so a group with
+// jobs in both (keyed jobs, each in a message of its own, and packed ones) reads only its own
+// stretches of the catalog, not every block between its first job and its last.
+const PackedIDs = 1 << 52
+
+// idRange is the lowest and highest job ID of a group in one run of IDs: the catalog stretch
+// holding those jobs. first is noJob while the group has none there.
+type idRange struct{ first, last uint64 }
+
+// runOf is the run of IDs id belongs to.
+func runOf(id uint64) int {
+	if id >= PackedIDs {
+		return 1
+	}
+	return 0
+}
+
+// scanRuns calls fn for the catalog stretch of each run the group has jobs in, in ID order.
+func (g *group) scanRuns(fn func(first, last uint64) bool) {
+	for _, r := range g.runs {
+		if r.first != noJob && !fn(r.first, r.last) {
+			return
+		}
+	}
 }
 
 func (x *Index) internGroup(name string) uint32 {
@@ -25,7 +52,7 @@ func (x *Index) internGroup(name string) uint32 {
 		if gid == uint32(len(x.groups)) {
 			x.groups = append(x.groups, group{})
 		}
-		x.groups[gid] = group{name: name, first: noJob}
+		x.groups[gid] = group{name: name, runs: [2]idRange{{first: noJob}, {first: noJob}}}
 		x.groupIDs[name] = gid
 	}
 	x.w.group, x.w.groupID, x.w.groupOK = name, gid, true
@@ -68,14 +95,19 @@ func (x *Index) GroupJobs(group string, s State) iter.Seq[uint64] {
 		}
 		g := &x.groups[gid]
 		it := x.states[s].Iterator()
-		x.catalog.scan(gid, g.first, g.last, func(lo, hi uint64) bool {
-			it.AdvanceIfNeeded(lo)
-			for it.HasNext() && it.PeekNext() <= hi {
-				if !yield(it.Next()) {
-					return false
+		g.scanRuns(func(first, last uint64) bool {
+			more := true
+			x.catalog.scan(gid, first, last, func(lo, hi uint64) bool {
+				it.AdvanceIfNeeded(lo)
+				for it.HasNext() && it.PeekNext() <= hi {
+					if !yield(it.Next()) {
+						more = false
+						return false
+					}
 				}
-			}
-			return true
+				return true
+			})
+			return more
 		})
 	}
 }
@@ -102,7 +134,7 @@ func (x *Index) Forget(name string) (uint64, error) {
 		}
 	}
 	var touched []uint32
-	x.catalog.removeGroup(gid, g.first, g.last, func(lo, hi uint64, pid uint32) {
+	remove := func(lo, hi uint64, pid uint32) {
 		p := &x.profiles[pid]
 		if single == 1 {
 			x.states[only].RemoveRange(lo, hi+1)
@@ -122,6 +154,10 @@ func (x *Index) Forget(name string) (uint64, error) {
 		if p.jobs == 0 && pid != 0 {
 			touched = append(touched, pid)
 		}
+	}
+	g.scanRuns(func(first, last uint64) bool {
+		x.catalog.removeGroup(gid, first, last, remove)
+		return true
 	})
 	n := g.counts.total()
 	x.counts.sub(&g.counts)

@@ -66,10 +66,10 @@ func (x *Index) checkInvariants() error {
 	profileCounts := make([]counts, len(x.profiles))
 	profileJobs := make([]uint64, len(x.profiles))
 	profilePending := make([]*roaring64.Bitmap, len(x.profiles))
-	first := make([]uint64, len(x.groups))
-	last := make([]uint64, len(x.groups))
+	first := make([][2]uint64, len(x.groups)) // per run of IDs (runOf)
+	last := make([][2]uint64, len(x.groups))
 	for i := range first {
-		first[i] = noJob
+		first[i] = [2]uint64{noJob, noJob}
 	}
 	var err error
 	x.catalog.each(func(lo, hi uint64, gid, pid uint32) bool {
@@ -81,7 +81,12 @@ func (x *Index) checkInvariants() error {
 			err = fmt.Errorf("span %d-%d names free profile %d", lo, hi, pid)
 			return false
 		}
-		first[gid], last[gid] = min(first[gid], lo), max(last[gid], hi)
+		if runOf(lo) != runOf(hi) {
+			err = fmt.Errorf("span %d-%d crosses PackedIDs", lo, hi)
+			return false
+		}
+		r := runOf(lo)
+		first[gid][r], last[gid][r] = min(first[gid][r], lo), max(last[gid][r], hi)
 		profileJobs[pid] += hi - lo + 1
 		for id := lo; ; id++ {
 			s, _ := x.stateOf(id)
@@ -121,9 +126,12 @@ func (x *Index) checkInvariants() error {
 		if g.counts.total() == 0 {
 			return fmt.Errorf("group %q is empty", g.name)
 		}
-		// first/last may be loose after nothing but they must bound the group's spans.
-		if g.first > first[gid] || g.last < last[gid] {
-			return fmt.Errorf("group %q span %d-%d does not cover %d-%d", g.name, g.first, g.last, first[gid], last[gid])
+		// first/last may be loose after nothing but they must bound the group's spans, in
+		// each run of IDs.
+		for r, run := range g.runs {
+			if first[gid][r] != noJob && (run.first > first[gid][r] || run.last < last[gid][r]) {
+				return fmt.Errorf("group %q run %d: span %d-%d does not cover %d-%d", g.name, r, run.first, run.last, first[gid][r], last[gid][r])
+			}
 		}
 	}
 	if liveGroups != len(x.groupIDs) {

@@ -51,6 +51,9 @@ const kindPack byte = 'J'
 // PackedJobID is the ID of job i of the pack stored at seq.
 func PackedJobID(seq uint64, i int) uint64 { return packBase + seq<<packBits + uint64(i) }
 
+// IsPacked reports whether job id is stored in a pack.
+func IsPacked(id uint64) bool { return id >= packBase }
+
 // JobSeq is the stream sequence of the message that stores job id.
 func JobSeq(id uint64) uint64 {
 	if id < packBase {
@@ -193,10 +196,15 @@ func ParseStoredJobs(seq uint64, h nats.Header, data []byte) ([]StoredJob, error
 	return jobs, nil
 }
 
-// strings reads a list of strings written by appendStrings; nil when empty.
+// strings reads a list of resource names written by appendStrings; nil when empty. A list
+// longer than a job may have (MaxResources) is malformed before anything is allocated for it.
 func (r *reader) strings() []string {
 	n := r.count(1)
 	if n == 0 || r.err != nil {
+		return nil
+	}
+	if n > MaxResources {
+		r.fail("%d resource names, at most %d", n, MaxResources)
 		return nil
 	}
 	ss := make([]string, n)

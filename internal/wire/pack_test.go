@@ -101,6 +101,13 @@ func TestPackRejections(t *testing.T) {
 			t.Errorf("%s: %v, want ErrMalformed containing %q", name, err, c.want)
 		}
 	}
+	// A resource list longer than a job may have is refused before it is read.
+	long := AppendPack(nil, []PackJob{{}, {}})
+	long = append(long[:len(long)-6], 0, 0xe8, 0x07) // job 1: no payload, 1,000 required names...
+	long = append(long, make([]byte, 2000)...)
+	if _, err := ParseStoredJobs(1, PackHeader("g", 2), long); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "resource names") {
+		t.Errorf("a pack with 1,000 resource names: %v", err)
+	}
 	// A pack that says version 1 is from no producer that knows packs: refused as a version.
 	h := PackHeader("g", 2)
 	h.Set(HdrVersion, "1")
