@@ -338,13 +338,14 @@ func packCost(j *Job) int {
 // alone is not held back.
 func (p *publication) send(ctx context.Context, ch <-chan checkedJob) {
 	var (
-		batch []checkedJob
-		next  *checkedJob // a keyed job that ended a pack, to go on its own next
+		batch   []checkedJob
+		next    checkedJob // a keyed or large job that ended a pack, to go next
+		hasNext bool
 	)
 	for {
 		batch = batch[:0]
-		if next != nil {
-			batch, next = append(batch, *next), nil
+		if hasNext {
+			batch, hasNext = append(batch, next), false
 		} else {
 			j, ok := <-ch
 			if !ok {
@@ -362,7 +363,7 @@ func (p *publication) send(ctx context.Context, ch <-chan checkedJob) {
 					case !ok:
 						break gather
 					case j.job.Key != "" || size+packCost(&j.job) > limit:
-						next = &j
+						next, hasNext = j, true
 						break gather
 					}
 					batch = append(batch, j)

@@ -92,6 +92,19 @@ func PackHeader(group string, n int) nats.Header {
 
 // AppendPack appends the binary body of a pack holding jobs to dst.
 func AppendPack(dst []byte, jobs []PackJob) []byte {
+	if dst == nil {
+		n := 12 // header and count
+		for i := range jobs {
+			n += len(jobs[i].Payload) + 40 // and the varints
+			for _, r := range jobs[i].Require {
+				n += len(r) + 2
+			}
+			for _, r := range jobs[i].Prefer {
+				n += len(r) + 2
+			}
+		}
+		dst = make([]byte, 0, n)
+	}
 	dst = appendHeader(dst, kindPack)
 	dst = appendUvarint(dst, uint64(len(jobs)))
 	for i := range jobs {

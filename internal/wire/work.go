@@ -17,6 +17,13 @@ type WorkJob struct {
 
 // AppendWork encodes a work batch onto dst.
 func AppendWork(dst []byte, jobs []WorkJob) []byte {
+	if dst == nil {
+		n := 12 // header and count
+		for i := range jobs {
+			n += len(jobs[i].Group) + len(jobs[i].Key) + len(jobs[i].Payload) + 40 // and their varints
+		}
+		dst = make([]byte, 0, n)
+	}
 	dst = appendHeader(dst, kindWork)
 	dst = appendUvarint(dst, uint64(len(jobs)))
 	for i := range jobs {
