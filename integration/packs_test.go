@@ -108,7 +108,7 @@ func TestPackedGroups(t *testing.T) {
 			case dispatcher.StateFailed:
 				failedIDs[h.GroupID()] = append(failedIDs[h.GroupID()], o.ID)
 			}
-			if wire.JobIndex(o.ID) > 0 {
+			if wire.JobIndex(o.ID) > 0 && o.State == dispatcher.StateDone {
 				packedID = o.ID
 			}
 		}
@@ -118,7 +118,7 @@ func TestPackedGroups(t *testing.T) {
 		}
 	}
 	if packedID == 0 {
-		t.Fatal("no outcome of a job stored in a pack")
+		t.Fatal("no done job stored in a pack")
 	}
 
 	info2, err := e.d.Job(e.ctx, packedID)
