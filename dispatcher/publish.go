@@ -142,7 +142,7 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 		d:       d,
 		h:       h,
 		subject: d.names.JobSubject(h.gtok),
-		queue:   make([]inflight, d.cfg.MaxPending),
+		queue:   make([]inflight, min(d.cfg.MaxPending, initialQueue)),
 		trace:   newJobTrace(ctx),
 	}
 	defer func() {
@@ -456,7 +456,18 @@ func (p *publication) acquire(ctx context.Context) error {
 	}
 }
 
+// initialQueue is the ring's first size; it doubles as publishes pile up, up to MaxPending, so
+// a small group does not allocate a ring for MaxPending (512 by default) messages.
+const initialQueue = 16
+
 func (p *publication) push(f inflight) {
+	if p.size == len(p.queue) { // full: the slot held for f says MaxPending allows one more
+		grown := make([]inflight, min(2*len(p.queue), max(p.d.cfg.MaxPending, p.size+1)))
+		for i := range p.size {
+			grown[i] = p.queue[(p.head+i)%len(p.queue)]
+		}
+		p.queue, p.head = grown, 0
+	}
 	p.queue[(p.head+p.size)%len(p.queue)] = f
 	p.size++
 }
