@@ -15,8 +15,8 @@ import (
 )
 
 // puller sends the worker's pull requests to its pool's consumer and receives what the server
-// sends back on subscriptions kept for the worker's life, one per pull that may be open at once
-// (a lane): a pull on lane l answers on <inbox>.<l>.<n>.
+// sends back on long-lived subscriptions, one per pull that may be open at once (a lane): the
+// lane's n-th pull answers on <the lane's inbox>.<n>.
 //
 // Not nats.go's Fetch: each Fetch subscribes a new inbox and unsubscribes it when the pull ends,
 // and a worker pulls about once per work batch, so with small batches (16 workers × 4 slots) the
@@ -27,8 +27,8 @@ import (
 // their own subject (the work subject), not the pull's reply subject: only the subscription they
 // arrive on tells which pull they answer. Status messages (a heartbeat, the pull's end) do carry
 // the reply subject, so a stale one, of a pull the lane had before, is told apart and dropped. A
-// message the server still delivers for a pull the worker gave up on (one that lost its
-// heartbeats, or was renewed after a reconnect) counts for the lane's next pull.
+// pull the worker gives up on (it lost its heartbeats, or is renewed after a reconnect) moves its
+// lane to a new subscription, so nothing the server still sends for it reaches the next pull.
 type puller struct {
 	nc      *nats.Conn
 	subject string // $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
@@ -38,7 +38,7 @@ type puller struct {
 
 // lane is one subscription and the pull it serves, if any.
 type lane struct {
-	prefix string // <inbox>.<l>.
+	prefix string // the lane's inbox and a dot
 	sub    *nats.Subscription
 	// msgs carries the lane's work batches and the current pull's ending status. The server
 	// sends a pull no more messages than it asked for, and a lane serves one pull at a time.
@@ -95,7 +95,7 @@ func (p *puller) close() {
 // lane before anything can change the lane: abandon, which delivers what the lane holds, and the
 // next pull, which starts from an empty lane, both see it or neither does.
 func (p *puller) route(l *lane, sub *nats.Subscription, m *nats.Msg) {
-	status := len(m.Data) == 0 && m.Header.Get("Status") != ""
+	status := isStatus(m)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if sub != l.sub || status && m.Subject != l.prefix+strconv.FormatUint(l.gen, 36) {
@@ -110,6 +110,10 @@ func (p *puller) route(l *lane, sub *nats.Subscription, m *nats.Msg) {
 	default:
 	}
 }
+
+// isStatus reports whether m is a status message of a pull (a heartbeat, its end), not a work
+// batch.
+func isStatus(m *nats.Msg) bool { return len(m.Data) == 0 && m.Header.Get("Status") != "" }
 
 // pullRequest is the JSON body of a pull request.
 type pullRequest struct {
@@ -140,7 +144,7 @@ func (p *puller) pull(batch int, expires, heartbeat time.Duration) (*lane, error
 	// expected: a pull the server did not end is abandoned), it is not this pull's: drop it,
 	// keeping any work batch, in order. route sends under the lock, so nothing arrives meanwhile.
 	for range len(l.msgs) {
-		if m := <-l.msgs; len(m.Data) > 0 || m.Header.Get("Status") == "" {
+		if m := <-l.msgs; !isStatus(m) {
 			l.msgs <- m
 		}
 	}
@@ -202,7 +206,7 @@ func (p *puller) collect(ctx context.Context, l *lane, requested int, heartbeat 
 	for received < requested {
 		select {
 		case m := <-l.msgs:
-			if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+			if isStatus(m) {
 				return received, pullStatus(m)
 			}
 			deliver(pulledMsg{m: m, nc: p.nc})
@@ -232,17 +236,11 @@ func (p *puller) abandon(l *lane, deliver func(workMsg)) int {
 		_ = old.Unsubscribe()
 	}
 	n := 0
-	for {
-		select {
-		case m := <-l.msgs:
-			if len(m.Data) > 0 || m.Header.Get("Status") == "" {
-				deliver(pulledMsg{m: m, nc: p.nc})
-				n++
-			}
-			continue
-		default:
+	for len(l.msgs) > 0 { // nothing is added now: route drops what comes
+		if m := <-l.msgs; !isStatus(m) {
+			deliver(pulledMsg{m: m, nc: p.nc})
+			n++
 		}
-		break
 	}
 	if err := p.subscribe(l); err != nil {
 		// The connection is closing: the lane stays without a subscription, and a pull on
