@@ -457,9 +457,7 @@ func (r *run) readJobs(ctx context.Context, ids []uint64) []*wire.StoredJob {
 		if m := msgs[k]; m != nil && parsed[k] == nil {
 			parsed[k], _ = wire.ParseStoredJobs(m.Seq, m.Header, m.Data)
 		}
-		if jobs, n := parsed[k], wire.JobIndex(id); n < len(jobs) && jobs[n].ID == id {
-			out[i] = &jobs[n]
-		}
+		out[i] = wire.JobIn(parsed[k], id)
 	}
 	return out
 }

@@ -383,11 +383,8 @@ func (d *Dispatcher) eachStored(ctx context.Context, stream, subject string, upT
 // jobOf is job id of the stored message m (which holds one job, or a pack), nil if m does not
 // hold it or is not a valid job message.
 func jobOf(m *directget.Msg, id uint64) *wire.StoredJob {
-	jobs, err := wire.ParseStoredJobs(m.Seq, m.Header, m.Data)
-	if i := wire.JobIndex(id); err == nil && i < len(jobs) && jobs[i].ID == id {
-		return &jobs[i]
-	}
-	return nil
+	jobs, _ := wire.ParseStoredJobs(m.Seq, m.Header, m.Data) // nil if not a valid job message
+	return wire.JobIn(jobs, id)
 }
 
 // storedJob reads the message that stores job id (alone or in a pack) from JOBS, or nil if the

@@ -318,17 +318,8 @@ func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq[Job]) (err 
 // server's max_payload less the room kept for headers): a larger job travels alone.
 const packBytes = 64 << 10
 
-// packCost is about what a job takes in a pack's body.
-func packCost(j *Job) int {
-	n := len(j.Payload) + 32
-	for _, r := range j.Require {
-		n += len(r) + 2
-	}
-	for _, r := range j.Prefer {
-		n += len(r) + 2
-	}
-	return n
-}
+// packCost is what a job takes in a pack's body, at most.
+func packCost(j *Job) int { return wire.PackedSize(j.Payload, j.Require, j.Prefer) }
 
 // send publishes the jobs from ch until it is closed, or until a publish fails or ctx ends,
 // which it records in p.failed before closing p.stop. Jobs without a key that wait in ch when it
@@ -390,10 +381,11 @@ func (p *publication) send(ctx context.Context, ch <-chan checkedJob) {
 // publish takes a MaxPending slot and publishes batch: one job in a message of its own, several
 // in a pack. It returns an error only when ctx ended or the publish could not be made.
 func (p *publication) publish(ctx context.Context, batch []checkedJob) error {
-	if err := context.Cause(ctx); err != nil {
-		return fmt.Errorf("weave: publishing group %q stopped before job %d: %w", p.h.group, batch[0].index, err)
+	err := context.Cause(ctx) // acquire looks at ctx only when it has to wait
+	if err == nil {
+		err = p.acquire(ctx)
 	}
-	if err := p.acquire(ctx); err != nil {
+	if err != nil {
 		return fmt.Errorf("weave: publishing group %q stopped before job %d: %w", p.h.group, batch[0].index, err)
 	}
 	if p.failed != nil {

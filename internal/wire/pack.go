@@ -95,13 +95,7 @@ func AppendPack(dst []byte, jobs []PackJob) []byte {
 	if dst == nil {
 		n := 12 // header and count
 		for i := range jobs {
-			n += len(jobs[i].Payload) + 40 // and the varints
-			for _, r := range jobs[i].Require {
-				n += len(r) + 2
-			}
-			for _, r := range jobs[i].Prefer {
-				n += len(r) + 2
-			}
+			n += PackedSize(jobs[i].Payload, jobs[i].Require, jobs[i].Prefer)
 		}
 		dst = make([]byte, 0, n)
 	}
@@ -121,6 +115,19 @@ func AppendPack(dst []byte, jobs []PackJob) []byte {
 		dst = appendUvarint(dst, at)
 	}
 	return dst
+}
+
+// PackedSize bounds the bytes a job with this payload and these resources takes in a pack's
+// body: the fields, their lengths and the job's varints.
+func PackedSize(payload []byte, require, prefer []string) int {
+	n := len(payload) + 40
+	for _, r := range require {
+		n += len(r) + 2
+	}
+	for _, r := range prefer {
+		n += len(r) + 2
+	}
+	return n
 }
 
 func appendStrings(dst []byte, ss []string) []byte {
@@ -207,6 +214,15 @@ func ParseStoredJobs(seq uint64, h nats.Header, data []byte) ([]StoredJob, error
 		return nil, err
 	}
 	return jobs, nil
+}
+
+// JobIn is job id among the jobs parsed from its message (ParseStoredJobs), or nil if the
+// message does not hold it.
+func JobIn(jobs []StoredJob, id uint64) *StoredJob {
+	if i := JobIndex(id); i < len(jobs) && jobs[i].ID == id {
+		return &jobs[i]
+	}
+	return nil
 }
 
 // strings reads a list of resource names written by appendStrings; nil when empty. A list
