@@ -186,16 +186,15 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header, data []byte, st
 		}
 		return nil
 	}
-	if !e.admitAll(subject, seq, jobs) {
+	if !e.mayJoin(subject, seq, jobs[0].Meta.Group) {
 		return nil
 	}
-	for i := range jobs {
-		if _, known := e.idx.State(jobs[i].ID); known {
-			// Never expected (the feed applies each message once): refused before any of its
-			// jobs is indexed, so a refused message, which is then deleted, holds no live job.
-			e.reject(subject, seq, "job "+strconv.FormatUint(jobs[i].ID, 10)+" is already admitted")
-			return nil
-		}
+	if _, known := e.idx.State(jobs[0].ID); known {
+		// Never expected (the feed applies each message once). A message's jobs are admitted
+		// together, so a message fed again has its first job known: refused before any of its
+		// jobs is indexed, since a refused message is then deleted.
+		e.reject(subject, seq, "job "+strconv.FormatUint(jobs[0].ID, 10)+" is already admitted")
+		return nil
 	}
 	admitted := jobs[:0]
 	for i := range jobs {

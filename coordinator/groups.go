@@ -205,10 +205,9 @@ func (e *engine) abandon(now time.Time) {
 	}
 }
 
-// admitAll checks that the jobs of the message stored at seq may join their group (one group:
-// a pack holds jobs of one); if not, it rejects the message and reports false.
-func (e *engine) admitAll(subject string, seq uint64, jobs []wire.StoredJob) bool {
-	group := jobs[0].Meta.Group
+// mayJoin checks that the jobs of the message stored at seq may join group (a message, a pack
+// too, holds jobs of one group); if not, it rejects the message and reports false.
+func (e *engine) mayJoin(subject string, seq uint64, group string) bool {
 	g := e.groups.byID[group]
 	switch {
 	case g == nil:
@@ -227,7 +226,7 @@ func (e *engine) admitAll(subject string, seq uint64, jobs []wire.StoredJob) boo
 	return true
 }
 
-// admit indexes job j of the message stored at seq in its group, which admitAll checked, and
+// admit indexes job j of the message stored at seq in its group, which mayJoin checked, and
 // reports whether it is to be released now (its payload worth keeping).
 func (e *engine) admit(subject string, seq uint64, j *wire.StoredJob) bool {
 	m, id := &j.Meta, j.ID

@@ -23,7 +23,7 @@ func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stor
 	}
 	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen}, e.groups.byID[m.Group], stored)
 	g := e.groups.byID[m.Group]
-	admitted := e.admitAll(subject, seq, []wire.StoredJob{*j}) && e.admit(subject, seq, j)
+	admitted := e.mayJoin(subject, seq, m.Group) && e.admit(subject, seq, j)
 	if !g.sealed {
 		e.seal(g, seq)
 		g.count = 1
