@@ -23,10 +23,7 @@ func TestFollowerMendsAStalledRead(t *testing.T) {
 
 	srv := jstest.New(t)
 	nc := jstest.NewConn(t, srv.ClientURL())
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jstest.NewJetStream(t, nc)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "F", Subjects: []string{"f.>"}, AllowDirect: true}); err != nil {

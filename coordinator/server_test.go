@@ -21,10 +21,7 @@ func onServer(t *testing.T, ns string) (*jstest.Server, *nats.Conn, jetstream.Je
 	t.Helper()
 	srv := jstest.New(t)
 	nc := jstest.NewConn(t, srv.ClientURL())
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jstest.NewJetStream(t, nc)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	names, err := wire.NewNames(ns)

@@ -49,7 +49,7 @@ func setupEmpty(t *testing.T, cfg dispatcher.Config) *env {
 	t.Helper()
 	srv := jstest.New(t)
 	nc := jstest.NewConn(t, srv.ClientURL())
-	js := newJetStream(t, nc)
+	js := jstest.NewJetStream(t, nc)
 	d, err := dispatcher.New(nc, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -67,15 +67,6 @@ func (e *env) initNamespace(t *testing.T, names wire.Names) {
 	if _, err := topology.Init(testContext(t), e.js, names, config.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func newJetStream(t testing.TB, nc *nats.Conn) jetstream.JetStream {
-	t.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
 }
 
 func testContext(t *testing.T) context.Context {

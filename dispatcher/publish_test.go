@@ -792,7 +792,7 @@ func TestPacksFitTheServersMaxPayload(t *testing.T) {
 		t.Fatal(err)
 	}
 	names, _ := wire.NewNames("")
-	e := &env{nc: nc, js: newJetStream(t, nc), names: names, d: d}
+	e := &env{nc: nc, js: jstest.NewJetStream(t, nc), names: names, d: d}
 	e.initNamespace(t, names)
 	var jobs []dispatcher.Job
 	for range 64 {

@@ -197,7 +197,7 @@ func TestAttachFromAnotherProcess(t *testing.T) {
 		defer close(done)
 		res, waitErr = d.Attach("later").Wait(ctx)
 	}()
-	coordinator := &env{js: newJetStream(t, nc), names: e.names}
+	coordinator := &env{js: jstest.NewJetStream(t, nc), names: e.names}
 	wantLater := coordinator.finishABC(ctx, t, later)
 	<-done
 	if waitErr != nil || !reflect.DeepEqual(res, wantLater) {

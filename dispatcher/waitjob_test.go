@@ -277,7 +277,7 @@ func TestWaitJobFromAttach(t *testing.T) {
 		t.Fatalf("WaitKey = %+v, %v; want %+v", got, err, want.Jobs[1])
 	}
 
-	coordinator := &env{js: newJetStream(t, nc), names: e.names, d: d}
+	coordinator := &env{js: jstest.NewJetStream(t, nc), names: e.names, d: d}
 	waiting := expectWaiting(coordinator, 1)
 	done := make(chan jobAnswer, 1)
 	go func() {

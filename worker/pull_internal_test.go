@@ -17,10 +17,7 @@ func pullFixture(t *testing.T) (*nats.Conn, jetstream.JetStream, *puller, contex
 	t.Helper()
 	srv := jstest.New(t)
 	nc := jstest.NewConn(t, srv.ClientURL())
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jstest.NewJetStream(t, nc)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // New starts a single-node server for a test and shuts it down, removing its store, when
@@ -40,4 +41,14 @@ func NewConn(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// NewJetStream returns nc's JetStream handle. It stops the test if there is none.
+func NewJetStream(t testing.TB, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }

@@ -18,10 +18,7 @@ func setup(t *testing.T) (*directget.Client, jetstream.JetStream, context.Contex
 	t.Helper()
 	s := jstest.New(t)
 	nc := jstest.NewConn(t, s.ClientURL())
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jstest.NewJetStream(t, nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
