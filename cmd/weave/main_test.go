@@ -75,3 +75,20 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestIDRange: a submission's IDs read as a range of sequences, or, once packed jobs are among
+// them, as the span of IDs they are.
+func TestIDRange(t *testing.T) {
+	for _, c := range []struct {
+		first, last uint64
+		want        string
+	}{
+		{7, 7, ", ID 7"},
+		{7, 9, ", IDs 7-9"},
+		{9, 1<<52 + 40, ", IDs from 9 to 4503599627370536 (jobs stored in packs have IDs from 2^52 on)"},
+	} {
+		if got := idRange(c.first, c.last); got != c.want {
+			t.Errorf("idRange(%d, %d) = %q, want %q", c.first, c.last, got, c.want)
+		}
+	}
+}

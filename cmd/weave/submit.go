@@ -397,10 +397,15 @@ func (s *submitCmd) waitError(err error) error {
 	return fmt.Errorf("wait for group %q: %w", s.group, err)
 }
 
-// idRange is ", ID n" or ", IDs first-last": the IDs a submission was given.
+// idRange is ", ID n" or ", IDs first-last": the IDs a submission was given. Jobs stored in
+// packs have IDs from 2^52 on (wire.PackedJobID), so a range reaching them is said to be one
+// of IDs, not of consecutive jobs.
 func idRange(first, last uint64) string {
-	if first == last {
+	switch {
+	case first == last:
 		return fmt.Sprintf(", ID %d", first)
+	case wire.IsPacked(last):
+		return fmt.Sprintf(", IDs from %d to %d (jobs stored in packs have IDs from 2^52 on)", first, last)
 	}
 	return fmt.Sprintf(", IDs %d-%d", first, last)
 }
