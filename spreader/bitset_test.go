@@ -60,6 +60,13 @@ func TestReadySetModel(t *testing.T) {
 				x.add(slot, rank)
 				want[slot] = rank
 			}
+			top := 0 // ranks kept: up to the highest in use (ordered looks at no more)
+			for _, r := range want {
+				top = max(top, r+1)
+			}
+			if len(x.ranks) != top || len(x.sizes) != top {
+				t.Fatalf("seed %d: %d ranks kept, want %d", seed, len(x.ranks), top)
+			}
 			if slots > 1000 && rng.IntN(20) != 0 {
 				continue // the model is O(slots): check large sets now and then
 			}

@@ -14,7 +14,7 @@ import "iter"
 // the lowest rank in use, by at most one. A rank that empties hands its bitset
 // to the next rank that needs one rather than keeping it. Bitset memory is
 // therefore bounded by the number of distinct ranks in use at once. Only a
-// small header per rank follows the highest rank ever seen.
+// small header per rank up to the highest rank in use is kept.
 type readySet struct {
 	ranks []bitset // ranks[r] holds the ready slots of rank r; zero when none
 	sizes []int    // sizes[r] is the number of slots in ranks[r]
@@ -43,6 +43,13 @@ func (x *readySet) remove(slot, rank int) {
 	if x.sizes[rank]--; x.sizes[rank] == 0 {
 		x.spare = append(x.spare, x.ranks[rank])
 		x.ranks[rank] = bitset{}
+		// Drop the empty ranks at the top, so a pass over the ranks (ordered) stops at the
+		// highest in use, not at the highest ever seen (one group given every slot at the start).
+		n := len(x.ranks)
+		for n > 0 && x.sizes[n-1] == 0 {
+			n--
+		}
+		x.ranks, x.sizes = x.ranks[:n], x.sizes[:n]
 	}
 }
 
@@ -58,6 +65,15 @@ func (x *readySet) first(from int) int {
 	return x.ranks[x.low].nextFrom(from)
 }
 
+// next returns the first slot of rank r at or after i, or -1; the ranks above
+// the highest in use are gone (see remove).
+func (x *readySet) next(r, i int) int {
+	if r >= len(x.ranks) {
+		return -1
+	}
+	return x.ranks[r].next(i)
+}
+
 // ordered yields every slot in offer order from the rotation point from. It
 // reads the set as it goes, so the caller may change the set between slots.
 // Changes to a rank the loop has passed, or to slots earlier in the current
@@ -66,9 +82,12 @@ func (x *readySet) first(from int) int {
 func (x *readySet) ordered(from int) iter.Seq[int] {
 	return func(yield func(int) bool) {
 		for r := x.low; r < len(x.ranks); r++ {
+			if x.sizes[r] == 0 {
+				continue
+			}
 			// The cycle runs from from to the end, then from 0 up to from.
 			for i := from; ; {
-				slot := x.ranks[r].next(i)
+				slot := x.next(r, i)
 				if slot < 0 {
 					break
 				}
@@ -78,7 +97,7 @@ func (x *readySet) ordered(from int) iter.Seq[int] {
 				i = slot + 1
 			}
 			for i := 0; ; {
-				slot := x.ranks[r].next(i)
+				slot := x.next(r, i)
 				if slot < 0 || slot >= from {
 					break
 				}
