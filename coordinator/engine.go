@@ -44,11 +44,13 @@ type engine struct {
 	retention retention
 	replay    *replayState // nil once replay has ended
 
-	stats   counters
-	mx      loopMetrics // metrics and alarms (metrics.go)
-	out     effects
-	tierBuf []uint64  // scratch for leastLoaded
-	loads   []float64 // the loads of the latest candidates, in their order (LeastInFlight only)
+	stats        counters
+	mx           loopMetrics // metrics and alarms (metrics.go)
+	out          effects
+	tierBuf      []uint64       // scratch for leastLoaded
+	loads        []float64      // the loads of the latest candidates, in their order (LeastInFlight only)
+	one          [1]uint64      // scratch for settles
+	settledMatch jobindex.Match // the match of the candidate that settled the latest choice
 
 	rd redriveState // redrive requests (redrive.go)
 }

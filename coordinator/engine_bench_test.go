@@ -43,3 +43,61 @@ func BenchmarkReleaseFromBacklog(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReleaseToFleet measures the engine alone (no NATS) sharing a fleet between 200
+// groups, as `weave bench throughput` does: the oldest jobs released are reported done, and a
+// release decision follows each worker's batch of reports, so each decision releases about one
+// batch. One op is one job reported, and released in its place.
+func BenchmarkReleaseToFleet(b *testing.B) {
+	for _, fleet := range []struct{ workers, slots int }{{1, 8}, {16, 4}, {1, 64}} {
+		b.Run(fmt.Sprintf("fleet=%dx%d", fleet.workers, fleet.slots), func(b *testing.B) {
+			te := newTestEngine(&testing.T{}, Config{})
+			groups := 0
+			publish := func() {
+				for range 200 {
+					group := fmt.Sprint("g", groups)
+					groups++
+					te.open(group)
+					for range 100 {
+						te.job(wire.JobMeta{Group: group})
+					}
+					te.seal(group)
+				}
+			}
+			publish()
+			for w := range fleet.workers {
+				te.worker(fmt.Sprint("w", w), fleet.slots)
+			}
+			var running []*job
+			release := func() {
+				for _, js := range te.releases() {
+					running = append(running, js...)
+				}
+				// What the run does once outcomes and summaries are stored.
+				for _, g := range te.e.out.outcomes {
+					te.e.retention.outcomeStored(g.outcomeSeqs)
+					g.outcomes, g.outcomeSeqs = nil, nil
+				}
+				for _, g := range te.e.out.summaries {
+					te.e.forget(g)
+				}
+				te.e.out = effects{}
+			}
+			release()
+			reported := 0
+			for b.Loop() {
+				te.report(running[0], wire.StatusOK, "")
+				running = running[1:]
+				if reported++; reported%fleet.slots == 0 || len(running) == 0 {
+					release()
+				}
+				if len(running) == 0 {
+					b.StopTimer()
+					publish()
+					release()
+					b.StartTimer()
+				}
+			}
+		})
+	}
+}

@@ -62,18 +62,22 @@ func (e *engine) releaseAll() {
 			// Prefetch places are a budget for the whole fleet, not per pool: released jobs stay
 			// within slots + Prefetch, which is F by default, so groups stay spread.
 			for p.free(prefetch) > 0 && len(batches[p]) < p.batchCap(e.cfg.MaxBatch) && (!pass.prefetch || outstanding < e.fleet.slots+window) {
-				cands, ids = e.candidates(cands[:0], ids[:0])
+				var settled bool
+				cands, ids, settled = e.candidates(cands[:0], ids[:0], p.held)
 				if len(cands) == 0 {
 					break
 				}
-				// Preference only breaks ties: it chooses among the least loaded groups, so a
-				// group preferring what a pool holds cannot take all of its slots.
-				id, m, ok := e.idx.Select(p.held, e.leastLoaded(cands, ids))
-				if !ok && !affinityOnly {
-					id, m, ok = e.idx.Select(p.held, ids) // nothing in the tier fits this pool
-				}
-				if !ok && !affinityOnly && e.parkUnplaceable(cands) {
-					continue // the heads that blocked their groups are set aside: look again
+				id, m, ok := ids[len(ids)-1], e.settledMatch, settled
+				if !settled {
+					// Preference only breaks ties: it chooses among the least loaded groups, so a
+					// group preferring what a pool holds cannot take all of its slots.
+					id, m, ok = e.idx.Select(p.held, e.leastLoaded(cands, ids))
+					if !ok && !affinityOnly {
+						id, m, ok = e.idx.Select(p.held, ids) // nothing in the tier fits this pool
+					}
+					if !ok && !affinityOnly && e.parkUnplaceable(cands) {
+						continue // the heads that blocked their groups are set aside: look again
+					}
 				}
 				if !ok || (affinityOnly && m == jobindex.MatchFallback) {
 					break
@@ -123,17 +127,33 @@ func (p *pool) batchCap(maxBatch int) int {
 }
 
 // candidates lists the jobs on offer: retries first (oldest first), then the scheduler's offers
-// in policy order.
-func (e *engine) candidates(cands []candidate, ids []uint64) ([]candidate, []uint64) {
+// in policy order, with their loads in e.loads (under LeastInFlight).
+//
+// It stops early, settled, at a candidate that is the choice for a pool holding held whatever
+// the rest of the list holds: when the pool prefers and learned nothing, Select takes the first
+// pending fit of the least loaded tier, so the first fit with nothing in flight (no load is
+// lower) under LeastInFlight, or the first fit under RoundRobin, is the answer. It is then the
+// last candidate listed and its match is in e.settledMatch. Most releases settle within the
+// first few offers instead of listing maxCandidates of them.
+func (e *engine) candidates(cands []candidate, ids []uint64, held *jobindex.ResourceSet) ([]candidate, []uint64, bool) {
+	lif := e.cfg.Policy == spreader.LeastInFlight
+	quick := !e.idx.MayPrefer(held)
+	e.loads = e.loads[:0]
 	for _, j := range e.retries.ready {
 		if len(cands) == maxCandidates {
-			break // no room for offers either; the loads below are still needed (leastLoaded)
+			break // no room for offers either
 		}
 		if e.sched.Capped(j.g) {
 			continue
 		}
 		cands = append(cands, candidate{g: j.g, id: j.id, retry: j})
 		ids = append(ids, j.id)
+		if lif {
+			e.loads = append(e.loads, e.load(j.g))
+		}
+		if quick && e.settles(held, j.id, lif) {
+			return cands, ids, true
+		}
 	}
 	first := len(cands)
 	for g, id := range e.sched.Offers() {
@@ -142,15 +162,29 @@ func (e *engine) candidates(cands []candidate, ids []uint64) ([]candidate, []uin
 		}
 		cands = append(cands, candidate{g: g, id: id})
 		ids = append(ids, id)
-	}
-	if e.cfg.Policy == spreader.LeastInFlight {
-		e.loads = e.loads[:0]
-		for _, c := range cands {
-			e.loads = append(e.loads, e.load(c.g))
+		if lif {
+			e.loads = append(e.loads, e.load(g))
 		}
+		if quick && e.settles(held, id, lif) {
+			return cands, ids, true
+		}
+	}
+	if lif {
 		e.preferLeastRunning(cands[first:], ids[first:], e.loads[first:])
 	}
-	return cands, ids
+	return cands, ids, false
+}
+
+// settles reports whether the candidate just listed, id, is the choice for a pool holding held
+// that prefers nothing (see candidates), and keeps its match in e.settledMatch.
+func (e *engine) settles(held *jobindex.ResourceSet, id uint64, lif bool) bool {
+	if lif && e.loads[len(e.loads)-1] != 0 {
+		return false
+	}
+	e.one[0] = id
+	_, m, ok := e.idx.Select(held, e.one[:])
+	e.settledMatch = m
+	return ok
 }
 
 // preferLeastRunning moves to the front the offer whose group has the fewest jobs running as the
