@@ -98,7 +98,7 @@ func TestPackAdmission(t *testing.T) {
 }
 
 // TestPacksReadOnce: a release that misses the payload cache reads a pack once for the job and
-// the jobs of its group it reads ahead; a job its message does not hold is not found, and a
+// the jobs of its group it reads ahead, and keeps the rest of the pack; a job its message does not hold is not found, and a
 // message that is not a valid job message fails the job rather than the read.
 func TestPacksReadOnce(t *testing.T) {
 	t.Parallel()
@@ -130,6 +130,23 @@ func TestPacksReadOnce(t *testing.T) {
 	}
 	if !p.has(b) || !p.has(c) || p.has(a) {
 		t.Fatalf("after the read: cached 0 %v, 1 %v, 2 %v; want the read-ahead only", p.has(a), p.has(b), p.has(c))
+	}
+
+	// A pack read for a group's next jobs is kept from the first job wanted on, even past the
+	// read-ahead, so a backlog's packs are read once; one read for a job alone keeps nothing else.
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: wire.PackHeader("g", 4), Data: wire.AppendPack(nil, make([]wire.PackJob, 4))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	four := func(i int) uint64 { return wire.PackedJobID(ack.Sequence, i) }
+	if _, errs := p.fetch(ctx, []fetchReq{{id: four(1), ahead: []uint64{four(2)}}}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if p.has(four(0)) || p.has(four(1)) || !p.has(four(2)) || !p.has(four(3)) {
+		t.Fatalf("after a read of job 1 with job 2 ahead: cached %v %v %v %v, want jobs 2 and 3", p.has(four(0)), p.has(four(1)), p.has(four(2)), p.has(four(3)))
+	}
+	if _, errs := p.fetch(ctx, []fetchReq{{id: four(0)}}); errs[0] != nil || p.has(four(0)) {
+		t.Fatalf("a read of job 0 alone: %v, cached %v", errs[0], p.has(four(0)))
 	}
 	// The rest come from the cache: a stream without the pack still serves them.
 	stream, err := js.Stream(ctx, names.JobsStream())

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,91 +58,108 @@ var errNotAJob = errors.New("not a valid job message")
 // fetch returns each job, in order. A nil entry is a job that could not be read: errs says
 // whether it is gone (wrapping directget.ErrNotFound), its stored message is not a valid job
 // message (wrapping errNotAJob), or the read failed (the job is to be released again later).
+//
+// A job not cached is read with the jobs its request reads ahead, each message once. A message
+// read for a group's next jobs (one holding a job read ahead) is kept whole from the first job
+// wanted of it: a pack holds consecutive jobs of one group, so the rest of it are the group's
+// next jobs too, and keeping them means each pack of a backlog is read once, not once per
+// ReadAhead jobs.
 func (p *payloads) fetch(ctx context.Context, reqs []fetchReq) (out []*wire.StoredJob, errs []error) {
 	out = make([]*wire.StoredJob, len(reqs))
 	errs = make([]error, len(reqs))
-	var (
-		seqs   []uint64            // the messages to read: the missing jobs', then the read-ahead's
-		wanted = map[uint64]bool{} // the jobs to keep from them: missing ones and read-ahead
-		read   = map[uint64]bool{} // seqs, as a set
-	)
-	want := func(id uint64) {
-		wanted[id] = true
-		if s := wire.JobSeq(id); !read[s] {
-			read[s] = true
-			seqs = append(seqs, s)
-		}
-	}
+	var missing []uint64 // the jobs asked for and not cached
 	p.mu.Lock()
-	missing := false
 	for i, r := range reqs {
 		if j := p.m[r.id]; j != nil {
 			out[i] = j
 			p.dropLocked(r.id)
 			continue
 		}
-		missing = true
-		want(r.id)
+		missing = append(missing, r.id)
 	}
-	if missing {
-		for i, r := range reqs {
-			if out[i] != nil {
-				continue
-			}
+	if len(missing) == 0 {
+		p.mu.Unlock()
+		return out, errs
+	}
+	// The messages to read, each once, in sequence order.
+	reads := make([]msgRead, 0, len(missing))
+	for _, id := range missing {
+		reads = addRead(reads, id, false)
+	}
+	for i, r := range reqs {
+		if out[i] == nil {
 			for _, id := range r.ahead {
 				if p.m[id] == nil {
-					want(id)
+					reads = addRead(reads, id, true)
 				}
 			}
 		}
 	}
 	p.mu.Unlock()
-	if !missing {
-		return out, errs
-	}
 
+	seqs := make([]uint64, len(reads))
+	for k := range reads {
+		seqs[k] = reads[k].seq
+	}
 	msgs, getErrs := p.get.GetEach(ctx, seqs)
-	found := make(map[uint64]*wire.StoredJob, len(wanted))
-	msgErr := make(map[uint64]error, len(seqs)) // by sequence: why a message gave no job
 	for k, m := range msgs {
 		if m == nil {
-			msgErr[seqs[k]] = getErrs[k]
+			reads[k].err = getErrs[k]
 			continue
 		}
 		jobs, err := wire.ParseStoredJobs(m.Seq, m.Header, m.Data)
 		if err != nil {
-			msgErr[seqs[k]] = fmt.Errorf("%w: %w", errNotAJob, err)
+			reads[k].err = fmt.Errorf("%w: %w", errNotAJob, err)
 			continue
 		}
-		for i := range jobs {
-			if wanted[jobs[i].ID] {
-				found[jobs[i].ID] = &jobs[i]
-			}
-		}
+		reads[k].jobs = jobs
 	}
+
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	asked := make(map[uint64]bool, len(reqs))
 	for i, r := range reqs {
 		if out[i] != nil {
 			continue
 		}
-		asked[r.id] = true
-		switch j, err := found[r.id], msgErr[wire.JobSeq(r.id)]; {
-		case j != nil:
-			out[i] = j
-		case err != nil:
+		k, _ := slices.BinarySearchFunc(reads, wire.JobSeq(r.id), func(rd msgRead, seq uint64) int { return cmp.Compare(rd.seq, seq) })
+		if err := reads[k].err; err != nil {
 			errs[i] = err
-		default: // the message is there, the job is not in it
-			errs[i] = fmt.Errorf("job %d: %w", r.id, directget.ErrNotFound)
+		} else if out[i] = wire.JobIn(reads[k].jobs, r.id); out[i] == nil {
+			errs[i] = fmt.Errorf("job %d: %w", r.id, directget.ErrNotFound) // the message is there, the job is not in it
 		}
 	}
-	for id, j := range found {
-		if !asked[id] {
-			p.addLocked(j)
+	for _, rd := range reads {
+		if !rd.ahead {
+			continue // read only for jobs asked for, which are released now
+		}
+		for i := range rd.jobs {
+			if j := &rd.jobs[i]; j.ID >= rd.low && !slices.Contains(missing, j.ID) {
+				p.addLocked(j)
+			}
 		}
 	}
 	return out, errs
+}
+
+// msgRead is one message fetch reads.
+type msgRead struct {
+	seq   uint64
+	low   uint64 // the lowest job wanted of it
+	ahead bool   // it holds a job read ahead
+	jobs  []wire.StoredJob
+	err   error // why it gave no jobs
+}
+
+// addRead adds job id's message to reads, kept in sequence order, or notes id in it.
+func addRead(reads []msgRead, id uint64, ahead bool) []msgRead {
+	seq := wire.JobSeq(id)
+	k, found := slices.BinarySearchFunc(reads, seq, func(rd msgRead, seq uint64) int { return cmp.Compare(rd.seq, seq) })
+	if !found {
+		reads = slices.Insert(reads, k, msgRead{seq: seq, low: id})
+	}
+	reads[k].low = min(reads[k].low, id)
+	reads[k].ahead = reads[k].ahead || ahead
+	return reads
 }
 
 // cached returns all the jobs if every one is cached, else nil. They stay cached until take.
