@@ -49,7 +49,7 @@ func BenchmarkReleaseFromBacklog(b *testing.B) {
 // release decision follows each worker's batch of reports, so each decision releases about one
 // batch. One op is one job reported, and released in its place.
 func BenchmarkReleaseToFleet(b *testing.B) {
-	for _, fleet := range []struct{ workers, slots int }{{1, 8}, {16, 4}, {1, 64}} {
+	for _, fleet := range []struct{ workers, slots int }{{1, 8}, {4, 8}, {16, 4}, {1, 64}} {
 		b.Run(fmt.Sprintf("fleet=%dx%d", fleet.workers, fleet.slots), func(b *testing.B) {
 			te := newTestEngine(&testing.T{}, Config{})
 			groups := 0
