@@ -12,7 +12,7 @@ import (
 // job is reported done at once. One op is one job released and reported; the cost per op should
 // not grow with the backlog.
 func BenchmarkReleaseFromBacklog(b *testing.B) {
-	for _, pending := range []int{100_000, 1_000_000} {
+	for _, pending := range []int{10_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("pending=%d", pending), func(b *testing.B) {
 			te := newTestEngine(&testing.T{}, Config{})
 			for g := range pending / 1000 {
