@@ -33,8 +33,14 @@ type ScaleConfig struct {
 	// slowing large runs less.
 	MemProfileRate int `json:"mem_profile_rate"`
 	// DrainProfile, if set, is the prefix of a CPU profile of each size's drain alone, written to
-	// <DrainProfile>-<pending jobs>.prof: where the time per job goes at each backlog.
+	// <DrainProfile>-<pending jobs>.prof (<DrainProfile>-r<run>-<pending jobs>.prof when Repeat
+	// is above 1): where the time per job goes at each backlog.
 	DrainProfile string `json:"drain_profile,omitempty"`
+	// Repeat is how many times each size is measured with the default configuration (the drain,
+	// the restart); default 1. The runs go size after size, round after round, so a change in
+	// the machine's load falls on every size alike, and the drain figures reported are the
+	// medians of the runs (each run's are kept in ScaleStep.DrainRuns).
+	Repeat int `json:"repeat,omitempty"`
 }
 
 // DefaultScaleSizes are the sizes measured by default; FullScaleSizes with weave bench --full.
@@ -53,14 +59,15 @@ func (c *ScaleConfig) defaults() error {
 	setDefault(&c.GroupSize, 1000)
 	setDefault(&c.PayloadSize, 16)
 	setDefault(&c.DrainJobs, 5000)
+	setDefault(&c.Repeat, 1)
 	setDefault(&c.Concurrency, 64)
 	switch {
 	case c.Sizes[0] < 100:
 		return fmt.Errorf("scale: sizes must be at least 100 jobs (%d)", c.Sizes[0])
 	case c.Sizes[len(c.Sizes)-1] > 100_000_000:
 		return fmt.Errorf("scale: sizes above 100,000,000 jobs")
-	case c.GroupSize < 1 || c.PayloadSize < 0 || c.DrainJobs < 2 || c.Concurrency < 1 || c.MemProfileRate < 0:
-		return fmt.Errorf("scale: group size, drain jobs (at least 2), concurrency and profile rate must be positive")
+	case c.GroupSize < 1 || c.PayloadSize < 0 || c.DrainJobs < 2 || c.Concurrency < 1 || c.MemProfileRate < 0 || c.Repeat < 1:
+		return fmt.Errorf("scale: group size, drain jobs (at least 2), concurrency, profile rate and repeat must be positive")
 	}
 	return nil
 }
@@ -114,13 +121,22 @@ type ScaleStep struct {
 	Default        ScaleMemory `json:"default_config"`
 	StatusMS       float64     `json:"status_ms"` // median time to answer a status request at this backlog
 	DrainJobs      int         `json:"drain_jobs"`
-	DrainJobsPerS  float64     `json:"drain_jobs_per_s"`
-	DrainCPUPerJob float64     `json:"drain_cpu_us_per_job"`
+	DrainJobsPerS  float64     `json:"drain_jobs_per_s"`     // the median of DrainRuns' when repeated
+	DrainCPUPerJob float64     `json:"drain_cpu_us_per_job"` // the median of DrainRuns' when repeated
+	// DrainRuns are each run's drain figures when ScaleConfig.Repeat is above 1; the step's
+	// other figures with the default configuration are the last run's.
+	DrainRuns []ScaleDrain `json:"drain_runs,omitempty"`
 	// RestartSeconds runs from a new coordinator's start, after the drain and a clean stop of the
 	// first, to its first status answer that holds every job admitted: replay of the backlog.
 	RestartSeconds  float64 `json:"restart_s"`
 	PeakRSSBytes    uint64  `json:"peak_rss_bytes"` // with the default configuration
 	PeakRSSFromBase bool    `json:"peak_rss_reset"` // the peak was reset at the start of the step
+}
+
+// ScaleDrain is one run's drain.
+type ScaleDrain struct {
+	JobsPerS  float64 `json:"jobs_per_s"`
+	CPUPerJob float64 `json:"cpu_us_per_job"`
 }
 
 // ScaleSlope is the growth between two consecutive sizes, per added job.
@@ -169,23 +185,42 @@ func RunScale(ctx context.Context, env *Env, cfg ScaleConfig) (*ScaleResult, err
 		old := runtime.MemProfileRate
 		defer func() { runtime.MemProfileRate = old }()
 	}
-	for _, n := range cfg.Sizes {
-		step := &ScaleStep{Jobs: n, Groups: (n + cfg.GroupSize - 1) / cfg.GroupSize}
-		for _, defaults := range []bool{false, true} {
-			var err error
-			if res.Isolated {
-				err = scaleStepChild(ctx, env, cfg, step, defaults)
-			} else {
-				err = scaleStep(ctx, env, cfg, step, defaults)
-			}
-			if err != nil {
-				if !defaults {
-					return nil, fmt.Errorf("%d jobs, payload cache off: %w", n, err)
-				}
-				return nil, fmt.Errorf("%d jobs: %w", n, err)
-			}
+	measure := func(cfg ScaleConfig, step *ScaleStep, defaults bool) error {
+		if res.Isolated {
+			return scaleStepChild(ctx, env, cfg, step, defaults)
 		}
-		res.Steps = append(res.Steps, *step)
+		return scaleStep(ctx, env, cfg, step, defaults)
+	}
+	for _, n := range cfg.Sizes {
+		step := ScaleStep{Jobs: n, Groups: (n + cfg.GroupSize - 1) / cfg.GroupSize}
+		if err := measure(cfg, &step, false); err != nil {
+			return nil, fmt.Errorf("%d jobs, payload cache off: %w", n, err)
+		}
+		res.Steps = append(res.Steps, step)
+	}
+	// The default configuration and the drain: size after size, round after round.
+	for run := range cfg.Repeat {
+		rc := cfg
+		if cfg.Repeat > 1 && cfg.DrainProfile != "" {
+			rc.DrainProfile = fmt.Sprintf("%s-r%d", cfg.DrainProfile, run+1)
+		}
+		for i := range res.Steps {
+			step := &res.Steps[i]
+			runs := step.DrainRuns
+			if err := measure(rc, step, true); err != nil {
+				return nil, fmt.Errorf("%d jobs: %w", step.Jobs, err)
+			}
+			step.DrainRuns = append(runs, ScaleDrain{JobsPerS: step.DrainJobsPerS, CPUPerJob: step.DrainCPUPerJob})
+		}
+	}
+	for i := range res.Steps {
+		step := &res.Steps[i]
+		if cfg.Repeat == 1 {
+			step.DrainRuns = nil
+			continue
+		}
+		step.DrainJobsPerS = median(step.DrainRuns, func(d ScaleDrain) float64 { return d.JobsPerS })
+		step.DrainCPUPerJob = median(step.DrainRuns, func(d ScaleDrain) float64 { return d.CPUPerJob })
 	}
 	for i := 1; i < len(res.Steps); i++ {
 		a, b := res.Steps[i-1], res.Steps[i]
@@ -204,7 +239,27 @@ func RunScale(ctx context.Context, env *Env, cfg ScaleConfig) (*ScaleResult, err
 	for _, s := range res.Slopes {
 		res.Checks = append(res.Checks, atMost(fmt.Sprintf("memory per added job excluding payloads, %s → %s (bytes)", count(s.From), count(s.To)), s.NoCachePerJob, 64, "%.1f"))
 	}
+	if k := len(res.Steps); k > 1 && res.Steps[0].DrainCPUPerJob > 0 && res.Steps[0].DrainJobsPerS > 0 {
+		small, large := res.Steps[0], res.Steps[k-1]
+		res.Checks = append(res.Checks,
+			atMost(fmt.Sprintf("drain CPU per job at %s pending ÷ at %s", count(large.Jobs), count(small.Jobs)), large.DrainCPUPerJob/small.DrainCPUPerJob, 1.3, "%.2f"),
+			atLeast(fmt.Sprintf("drain jobs/s at %s pending ÷ at %s", count(large.Jobs), count(small.Jobs)), large.DrainJobsPerS/small.DrainJobsPerS, 0.8, "%.2f"),
+			atLeast(fmt.Sprintf("admission of a published backlog of %s, jobs/s", count(large.Jobs)), float64(large.Jobs)/large.AdmitSeconds, 100_000, "%.0f"))
+	}
 	return res, nil
+}
+
+// median is the median of f over xs (the mean of the middle two for an even count).
+func median[T any](xs []T, f func(T) float64) float64 {
+	v := make([]float64, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
+	}
+	slices.Sort(v)
+	if n := len(v); n%2 == 0 {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	return v[len(v)/2]
 }
 
 // scaleStep measures one size on a fresh deployment; with defaults, the coordinator's default
@@ -510,6 +565,23 @@ func (r *ScaleResult) Section() Section {
 		})
 	}
 	tables = append(tables, cost)
+	if c.Repeat > 1 {
+		runs := Table{
+			Title:  fmt.Sprintf("The drain's %d runs (the table above gives their medians), run by run: jobs/s, CPU µs per job", c.Repeat),
+			Header: []string{"pending jobs"},
+		}
+		for i := range c.Repeat {
+			runs.Header = append(runs.Header, fmt.Sprintf("run %d", i+1))
+		}
+		for _, s := range r.Steps {
+			row := []string{count(s.Jobs)}
+			for _, d := range s.DrainRuns {
+				row = append(row, fmt.Sprintf("%s, %.0f", rate(d.JobsPerS), d.CPUPerJob))
+			}
+			runs.Rows = append(runs.Rows, row)
+		}
+		tables = append(tables, runs)
+	}
 	outside := "the whole process's heap growth minus the embedded server's own allocations (heap profile)"
 	if !r.Embedded {
 		outside = "the whole process's heap growth (the server is external)"
@@ -525,8 +597,8 @@ func (r *ScaleResult) Section() Section {
 	}
 	return Section{
 		Scenario: r.Scenario(),
-		Setup: fmt.Sprintf("For each size, two fresh deployments (coordinator payload cache off, then default configuration): publish the jobs (%d-byte payloads, groups of %s) with no worker, wait until the coordinator has admitted all of them, measure the heap; then, with the default configuration, one worker × %d slots runs %s jobs from the backlog.",
-			c.PayloadSize, count(c.GroupSize), c.Concurrency, count(c.DrainJobs)),
+		Setup: fmt.Sprintf("For each size, two fresh deployments (coordinator payload cache off, then default configuration): publish the jobs (%d-byte payloads, groups of %s) with no worker, wait until the coordinator has admitted all of them, measure the heap; then, with the default configuration, one worker × %d slots runs %s jobs from the backlog.%s",
+			c.PayloadSize, count(c.GroupSize), c.Concurrency, count(c.DrainJobs), repeated(c.Repeat)),
 		Tables: tables,
 		Notes: []string{
 			where,
@@ -537,4 +609,12 @@ func (r *ScaleResult) Section() Section {
 		},
 		Checks: r.Checks,
 	}
+}
+
+// repeated says how the default configuration's runs were repeated, if they were.
+func repeated(n int) string {
+	if n < 2 {
+		return ""
+	}
+	return fmt.Sprintf(" The default configuration's deployment ran %d times per size, size after size, round after round; the drain figures are the runs' medians, the other figures the last run's.", n)
 }

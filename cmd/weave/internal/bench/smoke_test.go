@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -119,17 +120,30 @@ func TestScaleSmall(t *testing.T) {
 	defer func() { settleMax = 5 * time.Second }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := RunScale(ctx, &Env{}, ScaleConfig{Sizes: []int{1000, 200}, GroupSize: 100, DrainJobs: 50})
+	res, err := RunScale(ctx, &Env{}, ScaleConfig{Sizes: []int{1000, 200}, GroupSize: 100, DrainJobs: 50, Repeat: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Isolated || len(res.Steps) != 2 || len(res.Slopes) != 1 || len(res.Checks) != 3 {
+	// Checks: memory at each size and between them, then the drain's cost and rate and the
+	// admission at the largest size against the smallest.
+	if res.Isolated || len(res.Steps) != 2 || len(res.Slopes) != 1 || len(res.Checks) != 6 {
 		t.Fatalf("result %+v", res)
 	}
 	for _, s := range res.Steps {
 		if s.Admitted != uint64(s.Jobs) || s.Pending != uint64(s.Jobs) || s.Groups != s.Jobs/100 || s.DrainJobs != 50 || s.DrainJobsPerS <= 0 || s.NoCache.CoordBytes == 0 || s.Default.CoordBytes == 0 {
 			t.Errorf("step %+v", s)
 		}
+		if len(s.DrainRuns) != 3 {
+			t.Fatalf("%d drain runs at %d jobs, want 3", len(s.DrainRuns), s.Jobs)
+		}
+		rates := []float64{s.DrainRuns[0].JobsPerS, s.DrainRuns[1].JobsPerS, s.DrainRuns[2].JobsPerS}
+		slices.Sort(rates)
+		if s.DrainJobsPerS != rates[1] {
+			t.Errorf("drain rate %.0f at %d jobs, want the runs' median %.0f (%v)", s.DrainJobsPerS, s.Jobs, rates[1], rates)
+		}
+	}
+	if got := res.Checks[3].Value; got != res.Steps[1].DrainCPUPerJob/res.Steps[0].DrainCPUPerJob {
+		t.Errorf("drain cost check measured %v, want the largest size's median over the smallest's", got)
 	}
 	if res.Steps[0].Jobs != 200 {
 		t.Errorf("sizes not sorted: %d first", res.Steps[0].Jobs)
