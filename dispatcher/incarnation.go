@@ -24,8 +24,7 @@ type groupState struct {
 // controlState reads the group's control messages stored before sequence upTo (one batch direct
 // get per 256 of them).
 func (d *Dispatcher) controlState(ctx context.Context, gtok string, upTo uint64) (groupState, error) {
-	get := directget.New(d.nc, d.names.JobsStream())
-	defer get.Close()
+	get := d.jobs
 	subject := d.names.GroupSubject(gtok)
 	var st groupState
 	for from := uint64(1); from < upTo; {

@@ -151,7 +151,7 @@ func (d *Dispatcher) JobByKey(ctx context.Context, groupID, key string) (*JobInf
 	gtok := wire.GroupToken(groupID)
 	var id uint64
 	// Jobs still stored: the group's job subject.
-	err := d.eachStored(ctx, d.names.JobsStream(), d.names.JobSubject(gtok), math.MaxUint64, func(m *directget.Msg) bool {
+	err := d.eachStored(ctx, d.jobs, d.names.JobSubject(gtok), math.MaxUint64, func(m *directget.Msg) bool {
 		if m.Header.Get(wire.HdrKey) == key {
 			id = max(id, m.Seq)
 		}
@@ -161,7 +161,7 @@ func (d *Dispatcher) JobByKey(ctx context.Context, groupID, key string) (*JobInf
 		return nil, err
 	}
 	// Jobs that ended: the group's outcomes.
-	err = d.eachStored(ctx, d.names.ResultsStream(), d.names.OutcomeSubject(gtok), math.MaxUint64, func(m *directget.Msg) bool {
+	err = d.eachStored(ctx, d.results, d.names.OutcomeSubject(gtok), math.MaxUint64, func(m *directget.Msg) bool {
 		outs, _, err := wire.DecodeOutcomeMsg(m.Data)
 		if err == nil {
 			for _, o := range outs {
@@ -323,7 +323,7 @@ func (d *Dispatcher) findOutcome(ctx context.Context, info *JobInfo, where []wir
 			want = strconv.FormatUint(g.Incarnation, 10)
 		}
 		found := false
-		err := d.eachStored(ctx, d.names.ResultsStream(), subject, upTo, func(m *directget.Msg) bool {
+		err := d.eachStored(ctx, d.results, subject, upTo, func(m *directget.Msg) bool {
 			if want != "" && m.Header.Get(wire.HdrGroupSeq) != want {
 				return true
 			}
@@ -355,11 +355,9 @@ func (d *Dispatcher) findOutcome(ctx context.Context, info *JobInfo, where []wir
 	return false, nil
 }
 
-// eachStored calls fn with each message of stream on subject (wildcards allowed) up to sequence
-// upTo, in order, reading a page per batch direct get, until fn returns false.
-func (d *Dispatcher) eachStored(ctx context.Context, stream, subject string, upTo uint64, fn func(*directget.Msg) bool) error {
-	get := directget.New(d.nc, stream)
-	defer get.Close()
+// eachStored calls fn with each message on subject (wildcards allowed) of the stream get reads, up
+// to sequence upTo, in order, reading a page per batch direct get, until fn returns false.
+func (d *Dispatcher) eachStored(ctx context.Context, get *directget.Client, subject string, upTo uint64, fn func(*directget.Msg) bool) error {
 	for from := uint64(1); from <= upTo; {
 		rctx, cancel := d.requestContext(ctx)
 		msgs, err := get.Next(rctx, subject, from, scanPage)
@@ -393,11 +391,9 @@ func (d *Dispatcher) storedJob(ctx context.Context, id uint64) (*directget.Msg, 
 	if wire.JobSeq(id) == 0 {
 		return nil, nil // no message has sequence 0
 	}
-	get := directget.New(d.nc, d.names.JobsStream())
-	defer get.Close()
 	rctx, cancel := d.requestContext(ctx)
 	defer cancel()
-	msgs, errs := get.GetEach(rctx, []uint64{wire.JobSeq(id)})
+	msgs, errs := d.jobs.GetEach(rctx, []uint64{wire.JobSeq(id)})
 	switch {
 	case errors.Is(errs[0], directget.ErrNotFound):
 		return nil, nil
@@ -547,11 +543,9 @@ func (d *Dispatcher) fillSummaries(ctx context.Context, gis []*GroupInfo, seqs [
 	if len(seqs) == 0 {
 		return nil
 	}
-	get := directget.New(d.nc, d.names.ResultsStream())
-	defer get.Close()
 	rctx, cancel := d.requestContext(ctx)
 	defer cancel()
-	msgs, errs := get.GetEach(rctx, seqs)
+	msgs, errs := d.results.GetEach(rctx, seqs)
 	for i, m := range msgs {
 		if errs[i] != nil && !errors.Is(errs[i], directget.ErrNotFound) {
 			return fmt.Errorf("weave: read the summary of group %q: %w", gis[i].ID, errs[i])

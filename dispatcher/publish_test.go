@@ -806,3 +806,36 @@ func TestPacksFitTheServersMaxPayload(t *testing.T) {
 	g := parseGroup(t, names, group, e.readStream(testContext(t), t, names.JobsStream()))
 	wantSealed(t, g, len(jobs))
 }
+
+// TestPublishOpensNoSubscriptionPerGroup: Publish reads its group's control messages (is an
+// incarnation of it still running?) on the Dispatcher's shared JOBS reader: a subscription
+// opened and closed per group changed the server's subject index and dropped its match cache
+// each time, about a tenth of the process's CPU with groups of 40 jobs.
+func TestPublishOpensNoSubscriptionPerGroup(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	publish := func(group string) {
+		t.Helper()
+		if _, err := e.d.Publish(ctx, group, slices.Values([]dispatcher.Job{{Payload: []byte("x")}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inserts := func() uint64 {
+		t.Helper()
+		sz, err := e.srv.NATS().Subsz(&server.SubszOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sz.NumInserts
+	}
+	publish("first") // the Dispatcher's own subscriptions open with its first group
+	before := inserts()
+	const groups = 20
+	for i := range groups {
+		publish(fmt.Sprint("g", i))
+	}
+	if added := inserts() - before; added >= groups/2 {
+		t.Fatalf("%d subscriptions opened for %d groups published", added, groups)
+	}
+}

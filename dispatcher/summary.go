@@ -131,6 +131,7 @@ func (d *Dispatcher) Close() {
 	}
 	d.followers = nil
 	d.results.Close()
+	d.jobs.Close()
 }
 
 // wake signals a follower without blocking: one pending signal is all it needs, as it reads
