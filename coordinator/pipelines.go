@@ -155,7 +155,7 @@ func (r *run) sendWork(pool string, work []wire.WorkJob) sentBatch {
 	for i, j := range work {
 		s.ids[i] = j.ID
 	}
-	s.f, s.err = r.c.js.PublishMsgAsync(m)
+	s.f, s.err = r.publishAsync(m)
 	return s
 }
 
@@ -274,7 +274,7 @@ func (r *run) writer(ctx context.Context) {
 	publish := func(w *written, m *nats.Msg) {
 		n++
 		m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.%d", r.epoch, n))
-		f, err := r.c.js.PublishMsgAsync(m)
+		f, err := r.publishAsync(m)
 		if err != nil {
 			f = nil // the acker publishes it again
 		}
@@ -331,7 +331,7 @@ func (r *run) acker(ctx context.Context) {
 			// Everything written before it is stored: the group's outcomes are.
 			m := r.outcomeMsg(*op, wire.AppendSummary(nil, *op.summary))
 			m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.s.%s.%d", r.epoch, op.gtok, op.openSeq))
-			f, err := r.c.js.PublishMsgAsync(m)
+			f, err := r.publishAsync(m)
 			if err != nil {
 				f = nil
 			}
@@ -392,12 +392,22 @@ func (r *run) summarizer(ctx context.Context) {
 	}
 }
 
+// publishAsync publishes m without waiting for its acknowledgement, which the future gives (nil
+// when the publish failed at once).
+func (r *run) publishAsync(m *nats.Msg) (jetstream.PubAckFuture, error) {
+	f, err := r.pub.Publish(m)
+	if err != nil {
+		return nil, err // not a nil *Future in the interface: callers test the future for nil
+	}
+	return f, nil
+}
+
 // stored waits for the acknowledgement of m's asynchronous publish (f, nil if that failed at
 // once) and, if it did not come, publishes m again until it is stored or the term ends.
 func (r *run) stored(ctx context.Context, m *nats.Msg, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
 	if f != nil {
-		// The JetStream context times out every async publish (WithPublishAsyncTimeout); the
-		// timer only guards against a future that never resolves.
+		// The publisher times out every async publish (requestTimeout); the timer only guards
+		// against a future that never resolves.
 		t := time.NewTimer(requestTimeout + time.Second)
 		defer t.Stop()
 		select {

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/weavejobs/weave/internal/asyncpub"
 	"strings"
 	"testing"
 
@@ -19,7 +20,8 @@ func TestReleaseAtOnce(t *testing.T) {
 	_, nc, js, ctx := onServer(t, "now")
 	te := newTestEngine(t, Config{Namespace: "now", MaxBatchBytes: 1000})
 	r := &run{c: &Coordinator{nc: nc, js: js}, e: te.e, cfg: te.e.cfg, names: te.e.names, log: zerolog.Nop(),
-		payloads: newPayloads(directget.New(nc, te.e.names.JobsStream()), 1<<20)}
+		payloads: newPayloads(directget.New(nc, te.e.names.JobsStream()), 1<<20), pub: asyncpub.New(nc, requestTimeout)}
+	t.Cleanup(r.pub.Close)
 	te.worker("w", 8)
 	te.open("g")
 	cache := func(id uint64, key string, maxAttempts int, payload string) {

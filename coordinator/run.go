@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"github.com/weavejobs/weave/internal/asyncpub"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ type run struct {
 	log      zerolog.Logger
 	e        *engine
 	payloads *payloads
+	pub      *asyncpub.Publisher // the term's async publishes: work batches, outcomes, summaries
 
 	// Written by consumer callbacks and subscriptions, read by the loop.
 	feedCh   chan streamMsg   // JOBS feed, headers only
@@ -85,6 +87,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 	r := &run{
 		c: c, fail: fail, epoch: epoch, cfg: c.cfg, names: c.names, log: c.cfg.Logger, e: e,
 		payloads:    newPayloads(c.directGet(c.names.JobsStream()), c.cfg.PayloadCacheBytes),
+		pub:         asyncpub.New(c.nc, requestTimeout), // every publish resolves: a lost ack times out
 		feedCh:      make(chan streamMsg, chanSize),
 		eventsCh:    make(chan streamMsg, chanSize),
 		hbCh:        make(chan heartbeatIn, chanSize),
@@ -112,6 +115,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 
 // shutdown stops the inputs, then lets the pipelines carry out what the loop handed them.
 func (r *run) shutdown() {
+	defer r.pub.Close()
 	defer r.payloads.get.Close()
 	close(r.done)
 	for _, stop := range r.stop {

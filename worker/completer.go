@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weavejobs/weave/internal/asyncpub"
 	"sync"
 	"time"
 
@@ -109,7 +110,7 @@ type publication struct {
 type completer struct {
 	cfg      *resolved
 	nc       *nats.Conn
-	js       jetstream.JetStream
+	pub      *asyncpub.Publisher // publishes the report messages
 	log      zerolog.Logger
 	stats    *counters
 	subject  string // this worker's report subject
@@ -294,8 +295,18 @@ func (c *completer) flush() {
 }
 
 func (c *completer) publish(p *publication) {
-	fut, err := c.js.PublishMsgAsync(p.msg, jetstream.WithMsgID(p.id), jetstream.WithExpectStream(c.cfg.names.EventsStream()))
-	p.fut, p.err = fut, err
+	if p.msg.Header == nil {
+		p.msg.Header = nats.Header{
+			jetstream.MsgIDHeader:          []string{p.id},
+			jetstream.ExpectedStreamHeader: []string{c.cfg.names.EventsStream()},
+		}
+	}
+	fut, err := c.pub.Publish(p.msg)
+	if err != nil {
+		p.fut, p.err = nil, err // a nil future, not a nil *Future in the interface
+		return
+	}
+	p.fut, p.err = fut, nil
 }
 
 // persisted handles the acknowledgement of the head publication: every batch whose reports are

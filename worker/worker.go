@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weavejobs/weave/internal/asyncpub"
 	"sync/atomic"
 	"time"
 
@@ -142,8 +143,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	if maxPayload <= 0 {
 		maxPayload = 1 << 20
 	}
+	pub := asyncpub.New(w.nc, reportAckTimeout) // every report publish resolves: a lost ack times out
+	defer pub.Close()
 	comp := &completer{
-		cfg: cfg, nc: w.nc, js: js, log: w.log, stats: &w.stats,
+		cfg: cfg, nc: w.nc, pub: pub, log: w.log, stats: &w.stats,
 		subject:  cfg.names.ReportSubject(cfg.pool, cfg.ID),
 		maxBytes: maxPayload - reportOverhead/2,
 		runID:    w.runID,
