@@ -1,12 +1,12 @@
 package coordinator
 
 import (
-	"github.com/weavejobs/weave/internal/asyncpub"
 	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/internal/asyncpub"
 	"github.com/weavejobs/weave/internal/directget"
 	"github.com/weavejobs/weave/internal/wire"
 )

@@ -2,13 +2,13 @@ package coordinator
 
 import (
 	"context"
-	"github.com/weavejobs/weave/internal/asyncpub"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/internal/asyncpub"
 	"github.com/weavejobs/weave/internal/wire"
 )
 

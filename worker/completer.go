@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weavejobs/weave/internal/asyncpub"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/weavejobs/weave/internal/asyncpub"
 	"github.com/weavejobs/weave/internal/wire"
 )
 

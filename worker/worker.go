@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weavejobs/weave/internal/asyncpub"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/internal/asyncpub"
 	"github.com/weavejobs/weave/internal/natsver"
 	"github.com/weavejobs/weave/internal/tracing"
 	"github.com/weavejobs/weave/internal/wire"
