@@ -51,31 +51,67 @@ type batch struct {
 	reported  int  // reports the completer received
 	settled   bool // acked or lapsed: its reports no longer count in completer.unreported
 
-	// The batch's lease as this worker last extended it: set by the shepherd at receipt, then
-	// by the completer at each extension, read by both (see lapsed).
+	// The batch's lease as far as this worker can be sure of it (see lapsed): guarded by mu,
+	// read by the shepherd, the slots, the completer and the answers to extensions.
 	mu        sync.Mutex
-	leaseFrom time.Time // receipt or last extension, with the monotonic clock reading
+	leaseFrom time.Time // the receipt (see lane.stamp), or the sending of the latest extension the server confirmed in time
+	asked     time.Time // the sending of the last extension, confirmed or not (zero: none yet)
 	gone      bool      // the lease lapsed: the batch is redelivered, never extended or acked here
 }
 
-// extend records an extension of the batch's lease at now and reports whether to send it: not
-// once the lease has lapsed, since the batch then belongs to whichever worker the server
-// redelivers it to.
-func (b *batch) extend(now time.Time, lease time.Duration) bool {
+// leaseState is what a batch's lease needs at a tick of the lease keeper.
+type leaseState uint8
+
+const (
+	leaseRecent leaseState = iota // extended (or asked to be) less than a quarter lease ago
+	leaseDue                      // due for an extension
+	leaseLapsed                   // lapsed: the server's to redeliver
+)
+
+// check tells what b's lease needs at now: an extension once a quarter lease has passed since
+// the last one sent (or since its receipt), none once it has lapsed. For leaseDue it records
+// the extension's sending at now.
+func (b *batch) check(now time.Time, lease time.Duration) leaseState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.gone || now.Sub(b.leaseFrom) >= lease {
 		b.gone = true
+		return leaseLapsed
+	}
+	if now.Sub(b.leaseFrom) < lease/4 || !b.asked.IsZero() && now.Sub(b.asked) < lease/4 {
+		return leaseRecent
+	}
+	b.asked = now
+	return leaseDue
+}
+
+// confirm takes the server's answer, at now, to an extension sent at sent. The lease then runs
+// from the sending, but only if it had not lapsed by now: the server handled the extension at
+// some moment between its sending and now, so only then is it sure that the lease held without
+// a gap (an extension delayed past the lease, in a buffer while the connection was down, renews
+// whoever holds the batch by then). It reports whether it counted.
+func (b *batch) confirm(sent, now time.Time, lease time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.gone {
 		return false
 	}
-	b.leaseFrom = now
+	if now.Sub(b.leaseFrom) >= lease {
+		b.gone = true
+		return false
+	}
+	if sent.After(b.leaseFrom) {
+		b.leaseFrom = sent
+	}
 	return true
 }
 
-// lapsed reports whether the batch's lease ran out: no extension for a whole lease, as when the
-// process was stopped (SIGSTOP, a long GC or VM pause) for longer than its lease. Its jobs not
-// started must not start: the server redelivers the batch, and the worker that gets it reports
-// them lost. The clock is monotonic, so a wall clock change neither triggers nor hides it.
+// lapsed reports whether the batch's lease ran out: a whole lease has passed since its receipt
+// or the last extension the server confirmed in time. That happens when the process was stopped
+// (SIGSTOP, a long GC or VM pause) or cut off from the server for longer than its lease; the
+// server may then have redelivered the batch, and the worker that gets it reports its jobs lost,
+// so the jobs not started here must not start. The clock is monotonic, so a wall clock change
+// neither triggers nor hides it.
 func (b *batch) lapsed(now time.Time, lease time.Duration) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -131,7 +167,7 @@ type completer struct {
 	inflight       []*publication // publish order; only the head's outcome is awaited
 	retry          *time.Timer    // set while waiting to publish the head again
 	backoff        backoff
-	leases         *leaseKeeper // the batches not acked yet
+	leases         *leaseKeeper // the batches not acked yet; listening before run
 	seq            uint64
 }
 
@@ -140,7 +176,6 @@ type completer struct {
 // ErrReportsNotPersisted.
 func (c *completer) run(ctx context.Context) error {
 	c.pace = newPacer()
-	c.leases = newLeaseKeeper(c.cfg.Lease, c.cfg.now)
 	c.backoff = backoff{lo: minReportBackoff, hi: maxReportBackoff}
 	defer func() {
 		c.pace.disarm()
@@ -364,17 +399,17 @@ func (c *completer) failed(err error) {
 	c.log.Warn().Err(err).Stringer("backoff", pause).Str("msg_id", c.inflight[0].id).Msg("worker: publish reports failed")
 }
 
-// extendLeases sends InProgress for the batches whose lease is due for an extension (see
-// leaseKeeper). A batch whose lease lapsed meanwhile (the process was stopped) is not extended:
-// it is the server's to redeliver.
+// extendLeases sends an extension (InProgress) for each batch whose lease is due for one (see
+// leaseKeeper). A batch whose lease lapsed meanwhile (the process was stopped or cut off) is not
+// extended: it is the server's to redeliver.
 func (c *completer) extendLeases() {
 	extend, lapsed := c.leases.due()
 	for _, b := range lapsed {
 		c.settle(b)
-		c.log.Warn().Stringer("lease", c.cfg.Lease).Msg("worker: a work batch's lease lapsed (was the process stopped?); its jobs not started are left to the worker it is redelivered to")
+		c.log.Warn().Stringer("lease", c.cfg.Lease).Msg("worker: a work batch's lease lapsed (was the process stopped or cut off from the server?); its jobs not started are left to the worker it is redelivered to")
 	}
-	for _, b := range extend {
-		if err := b.msg.InProgress(); err != nil {
+	for _, e := range extend {
+		if err := e.b.msg.InProgress(c.leases.replyTo(e.token)); err != nil {
 			c.log.Warn().Err(err).Msg("worker: extend work batch lease")
 		}
 	}

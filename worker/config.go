@@ -82,7 +82,8 @@ type Config struct {
 	// Lease is how long a work batch stays assigned to this worker without news: the AckWait
 	// of the pool's consumer. While any job of a batch is queued, running or being reported,
 	// the worker extends the lease every Lease/3, so Lease only bounds how fast a crashed
-	// worker's batches go to another worker. All workers of a pool should use the same
+	// worker's batches go to another worker (and how long a worker cut off from the server
+	// goes on starting a batch's queued jobs: extensions count once the server confirms them). All workers of a pool should use the same
 	// Lease: each start updates the shared consumer. Default 30s; at least MinLease.
 	Lease time.Duration
 

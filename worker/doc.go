@@ -49,7 +49,10 @@
 // Config.ReportLinger, to the worker's report subject in the EVENTS stream, with asynchronous
 // publishes. A work batch is acked only once JetStream has persisted the reports of all its
 // jobs, so a crash can repeat an attempt but never lose an outcome. While a batch is not acked
-// the worker extends its lease every Config.Lease/3.
+// the worker extends its lease every Config.Lease/3. An extension counts once the server
+// confirms it; a worker that has had no confirmation for a whole lease (stopped, or cut off
+// from the server) starts none of the batch's queued jobs, since the server may have given the
+// batch to another worker.
 //
 // # Shutdown
 //

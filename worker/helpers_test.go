@@ -82,7 +82,13 @@ type running struct {
 // start runs a worker on its own connection until the test ends or stop is called.
 func (f *fixture) start(cfg worker.Config, h worker.Handler) *running {
 	f.t.Helper()
-	nc := jstest.NewConn(f.t, f.srv.ClientURL(), connOpts...)
+	return f.startVia(f.srv.ClientURL(), cfg, h)
+}
+
+// startVia is start with the worker's connection to url (a jstest.Proxy in front of the server).
+func (f *fixture) startVia(url string, cfg worker.Config, h worker.Handler) *running {
+	f.t.Helper()
+	nc := jstest.NewConn(f.t, url, connOpts...)
 	w, err := worker.New(nc, cfg, h)
 	if err != nil {
 		f.t.Fatal(err)

@@ -31,7 +31,8 @@ import (
 // lane to a new subscription, so nothing the server still sends for it reaches the next pull.
 type puller struct {
 	nc      *nats.Conn
-	subject string // $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
+	now     func() time.Time // cfg.now: the clock receipts are stamped with
+	subject string           // $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
 	lanes   []*lane
 	mu      sync.Mutex // guards the lanes' pull state
 }
@@ -42,16 +43,46 @@ type lane struct {
 	sub    *nats.Subscription
 	// msgs carries the lane's work batches and the current pull's ending status. The server
 	// sends a pull no more messages than it asked for, and a lane serves one pull at a time.
-	msgs chan *nats.Msg
-	busy bool   // a pull is open; guarded by the puller's mu
-	gen  uint64 // the current (or last) pull's number
-	seen int64  // when the server last sent anything for it, Unix ns
+	msgs chan laneMsg
+	// The current (or last) pull's state; guarded by the puller's mu.
+	busy      bool          // a pull is open
+	gen       uint64        // its number
+	heartbeat time.Duration // its heartbeat interval
+	seen      time.Time     // when the server last sent anything for it (or it was sent)
+	silence   time.Time     // see stamp; zero until a silence is met
 }
 
-func newPuller(nc *nats.Conn, stream, consumer string, lanes, maxBatch int) (*puller, error) {
-	p := &puller{nc: nc, subject: fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream, consumer)}
+// laneMsg is a message as it arrived on a lane, stamped with its receipt (see stamp).
+type laneMsg struct {
+	m  *nats.Msg
+	at time.Time
+}
+
+// stamp returns the receipt time of a message arriving now on lane l: the moment from which the
+// worker counts its batch's lease. The server started the lease when it delivered the message,
+// a little before, so the worker's count must not start later than that delivery, or the worker
+// would go on starting the batch's jobs after the server has redelivered it. Normally the
+// message is read as soon as it comes, and now will do. But if the lane heard nothing for
+// longer than two heartbeats, which an open pull's server sends every heartbeat while it
+// has nothing to send, the worker could not read: its process was stopped, or starved, or its
+// connection stalled. The message may then have waited in a buffer since just after the last
+// thing read before that silence, so the rest of the pull counts from then. Called with the
+// puller's mu held.
+func (l *lane) stamp(now time.Time) time.Time {
+	if l.silence.IsZero() && now.Sub(l.seen) > 2*l.heartbeat {
+		l.silence = l.seen
+	}
+	l.seen = now
+	if !l.silence.IsZero() {
+		return l.silence
+	}
+	return now
+}
+
+func newPuller(nc *nats.Conn, now func() time.Time, stream, consumer string, lanes, maxBatch int) (*puller, error) {
+	p := &puller{nc: nc, now: now, subject: fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream, consumer)}
 	for range lanes {
-		l := &lane{msgs: make(chan *nats.Msg, 2*maxBatch+2)}
+		l := &lane{msgs: make(chan laneMsg, 2*maxBatch+2)}
 		if err := p.subscribe(l); err != nil {
 			p.close()
 			return nil, err
@@ -96,17 +127,18 @@ func (p *puller) close() {
 // next pull, which starts from an empty lane, both see it or neither does.
 func (p *puller) route(l *lane, sub *nats.Subscription, m *nats.Msg) {
 	status := isStatus(m)
+	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if sub != l.sub || status && m.Subject != l.prefix+strconv.FormatUint(l.gen, 36) {
 		return
 	}
-	l.seen = time.Now().UnixNano()
+	at := l.stamp(now)
 	if status && m.Header.Get("Status") == "100" {
 		return
 	}
 	select {
-	case l.msgs <- m:
+	case l.msgs <- laneMsg{m: m, at: at}:
 	default:
 	}
 }
@@ -137,14 +169,14 @@ func (p *puller) pull(batch int, expires, heartbeat time.Duration) (*lane, error
 		p.mu.Unlock()
 		return nil, errors.New("weave: worker: every pull lane is busy") // a bug: the shepherd bounds its pulls
 	}
-	l.busy, l.seen = true, time.Now().UnixNano()
+	l.busy, l.seen, l.heartbeat, l.silence = true, p.now(), heartbeat, time.Time{}
 	l.gen++
 	reply := l.prefix + strconv.FormatUint(l.gen, 36)
 	// The lane is normally empty here. Should a status of its pull before be left (none is
 	// expected: a pull the server did not end is abandoned), it is not this pull's: drop it,
 	// keeping any work batch, in order. route sends under the lock, so nothing arrives meanwhile.
 	for range len(l.msgs) {
-		if m := <-l.msgs; !isStatus(m) {
+		if m := <-l.msgs; !isStatus(m.m) {
 			l.msgs <- m
 		}
 	}
@@ -168,7 +200,7 @@ func (p *puller) release(l *lane) {
 func (p *puller) lastSeen(l *lane) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return time.Unix(0, l.seen)
+	return l.seen
 }
 
 // pullStatus is what a status message ends a pull with: nil for its normal ends (expired, or no
@@ -206,13 +238,13 @@ func (p *puller) collect(ctx context.Context, l *lane, requested int, heartbeat 
 	for received < requested {
 		select {
 		case m := <-l.msgs:
-			if isStatus(m) {
-				return received, pullStatus(m)
+			if isStatus(m.m) {
+				return received, pullStatus(m.m)
 			}
-			deliver(pulledMsg{m: m, nc: p.nc})
+			deliver(pulledMsg{m: m.m, at: m.at, nc: p.nc})
 			received++
 		case <-check.C:
-			if time.Since(p.lastSeen(l)) > 2*heartbeat {
+			if p.now().Sub(p.lastSeen(l)) > 2*heartbeat {
 				return received + p.abandon(l, deliver), errMissedHeartbeats
 			}
 		case <-ctx.Done():
@@ -237,8 +269,8 @@ func (p *puller) abandon(l *lane, deliver func(workMsg)) int {
 	}
 	n := 0
 	for len(l.msgs) > 0 { // nothing is added now: route drops what comes
-		if m := <-l.msgs; !isStatus(m) {
-			deliver(pulledMsg{m: m, nc: p.nc})
+		if m := <-l.msgs; !isStatus(m.m) {
+			deliver(pulledMsg{m: m.m, at: m.at, nc: p.nc})
 			n++
 		}
 	}
@@ -259,7 +291,8 @@ type workMsg interface {
 	Subject() string
 	Metadata() (*nats.MsgMetadata, error)
 	Ack() error
-	InProgress() error
+	InProgress(reply string) error // answered on reply once the server has it
+	ReceivedAt() time.Time         // see lane.stamp
 	TermWithReason(reason string) error
 }
 
@@ -267,6 +300,7 @@ type workMsg interface {
 // reply subject, as nats.go's do.
 type pulledMsg struct {
 	m  *nats.Msg
+	at time.Time // its receipt, from which its lease counts (lane.stamp)
 	nc *nats.Conn
 }
 
@@ -275,7 +309,10 @@ func (w pulledMsg) Headers() nats.Header                 { return w.m.Header }
 func (w pulledMsg) Subject() string                      { return w.m.Subject }
 func (w pulledMsg) Metadata() (*nats.MsgMetadata, error) { return w.m.Metadata() }
 func (w pulledMsg) Ack() error                           { return w.nc.Publish(w.m.Reply, []byte("+ACK")) }
-func (w pulledMsg) InProgress() error                    { return w.nc.Publish(w.m.Reply, []byte("+WPI")) }
+func (w pulledMsg) InProgress(reply string) error {
+	return w.nc.PublishRequest(w.m.Reply, reply, []byte("+WPI"))
+}
+func (w pulledMsg) ReceivedAt() time.Time { return w.at }
 func (w pulledMsg) TermWithReason(reason string) error {
 	return w.nc.Publish(w.m.Reply, []byte("+TERM "+reason))
 }

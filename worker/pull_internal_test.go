@@ -26,7 +26,7 @@ func pullFixture(t *testing.T) (*nats.Conn, jetstream.JetStream, *puller, contex
 	if _, err := js.CreateOrUpdateConsumer(ctx, "S", jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := newPuller(nc, "S", "C", 2, 4)
+	p, err := newPuller(nc, time.Now, "S", "C", 2, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestPullerEnds(t *testing.T) {
 		t.Fatalf("the pull after a stale end: %d messages, %v", n, err)
 	}
 
-	missing, err := newPuller(nc, "S", "nobody", 1, 1)
+	missing, err := newPuller(nc, time.Now, "S", "nobody", 1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,5 +150,88 @@ func TestPullerAbandon(t *testing.T) {
 	var got []workMsg
 	if n, err := p.collect(ctx, open, 1, time.Second, func(m workMsg) { got = append(got, m) }); n != 1 || err != nil || string(got[0].Data()) != "y" {
 		t.Fatalf("the pull open beside an abandoned one: %d messages, %v", n, err)
+	}
+}
+
+// TestLaneStampCoversSilence: a message read on a lane is stamped with its receipt, unless the
+// lane heard nothing for longer than two heartbeats before it (the process could not read: it
+// was stopped or starved), when it and the rest of the pull are stamped with the last thing read
+// before the silence, the latest moment the server can be sure to have delivered them after.
+// A new pull starts afresh.
+func TestLaneStampCoversSilence(t *testing.T) {
+	t0 := time.Now()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	l := &lane{heartbeat: time.Second, seen: t0}
+	for _, c := range []struct {
+		now, want time.Duration
+	}{
+		{1500 * time.Millisecond, 1500 * time.Millisecond}, // a heartbeat's gap: normal
+		{3500 * time.Millisecond, 3500 * time.Millisecond}, // two heartbeats exactly: normal
+		{6 * time.Second, 3500 * time.Millisecond},         // silence: from the last thing read
+		{6001 * time.Millisecond, 3500 * time.Millisecond}, // the rest of the pull too
+	} {
+		if got := l.stamp(at(c.now)); !got.Equal(at(c.want)) {
+			t.Fatalf("read at %v: stamped %v, want %v", c.now, got.Sub(t0), c.want)
+		}
+	}
+	l.seen, l.silence = at(10*time.Second), time.Time{} // a new pull (puller.pull)
+	if got := l.stamp(at(10500 * time.Millisecond)); !got.Equal(at(10500 * time.Millisecond)) {
+		t.Fatalf("a new pull's message stamped %v", got.Sub(t0))
+	}
+}
+
+// TestLeaseKeeperAnswers: on a live server, the answer to an extension sent as InProgress with
+// the keeper's reply subject confirms it, and a status on that subject (503: nobody took the
+// extension) does not. Answers reach the keeper's one subscription in order, so once a later
+// extension is confirmed the status before it has been handled.
+func TestLeaseKeeperAnswers(t *testing.T) {
+	nc, js, p, ctx := pullFixture(t)
+	k := newLeaseKeeper(time.Minute, time.Now)
+	if err := k.listen(nc); err != nil {
+		t.Fatal(err)
+	}
+	defer k.close()
+	if _, err := js.Publish(ctx, "s.1", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	l, err := p.pull(1, 5*time.Second, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []workMsg
+	if n, err := p.collect(ctx, l, 1, time.Second, func(m workMsg) { msgs = append(msgs, m) }); n != 1 || err != nil {
+		t.Fatalf("pulled %d, %v", n, err)
+	}
+	now := time.Now()
+	noone := &batch{received: now, leaseFrom: now}
+	real := &batch{msg: msgs[0], received: now, leaseFrom: now}
+	k.add(noone)
+	k.add(real)
+	defer k.stop()
+	sent := now.Add(time.Millisecond)
+	k.mu.Lock()
+	k.asked[1], k.asked[2] = asked{b: noone, at: sent}, asked{b: real, at: sent}
+	k.mu.Unlock()
+	// Nobody listens on this ack subject: the server answers 503.
+	if err := nc.PublishRequest("$JS.ACK.S.nobody.1.1.1.0.0", k.replyTo(1), []byte("+WPI")); err != nil {
+		t.Fatal(err)
+	}
+	if err := real.msg.InProgress(k.replyTo(2)); err != nil {
+		t.Fatal(err)
+	}
+	confirmed := func(b *batch) bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.leaseFrom.Equal(sent)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !confirmed(real) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server's answer to InProgress did not confirm the extension")
+		}
+		time.Sleep(time.Millisecond) // poll the condition
+	}
+	if confirmed(noone) {
+		t.Fatal("a 503 status confirmed an extension")
 	}
 }

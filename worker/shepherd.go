@@ -299,8 +299,8 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 		}
 		return
 	}
-	now := s.cfg.now()
-	b := &batch{msg: ev.msg, jobs: len(jobs), received: now, leaseFrom: now}
+	at := ev.msg.ReceivedAt()
+	b := &batch{msg: ev.msg, jobs: len(jobs), received: at, leaseFrom: at}
 	s.reports <- completerEvent{batch: b}
 	var deliveries uint64
 	if md, err := ev.msg.Metadata(); err == nil {

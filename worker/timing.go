@@ -1,11 +1,17 @@
 package worker
 
-import "time"
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
 
 // The worker's timing decisions, each in a small unit that owns its timer and reads the clock
 // through time.Now, so it is tested exactly with testing/synctest (timing_test.go) and used
 // unchanged by the goroutines below. Each unit belongs to the one goroutine named in its
-// comment; none is safe for concurrent use.
+// comment; none is safe for concurrent use, except where a method says so.
 
 // backoff is a pause that doubles after each failure, from lo up to hi, and starts again from lo
 // after a success. The shepherd backs off pulls with one, the completer report publishes.
@@ -86,17 +92,84 @@ func (p *pacer) disarm() {
 // leaseKeeper keeps the leases of the work batches this worker holds: every Lease/6 it picks
 // the batches whose lease was last extended (or which arrived) at least Lease/4 ago, so each
 // lease is extended every second tick, every Lease/3, with half a lease to spare for a late
-// tick; and it gives up the batches whose lease lapsed meanwhile (the process was stopped for
-// longer than the lease), which are the server's to redeliver. Owned by the completer.
+// tick; and it gives up the batches whose lease lapsed meanwhile (the process was stopped, or
+// cut off from the server, for longer than the lease), which are the server's to redeliver.
+//
+// An extension counts only once the server confirms it (batch.confirm): each is sent as a
+// request whose answer comes to the keeper's inbox, <inbox>.<token>. A worker whose extensions
+// go unanswered for a whole lease (its connection is down, the server is unreachable) cannot
+// know that the server kept its batch, so it lets the batch go rather than start its jobs.
+// Owned by the completer, except answer, which the inbox's subscription calls.
 type leaseKeeper struct {
 	lease time.Duration
 	now   func() time.Time // cfg.now: time.Now, or a test's clock
 	live  map[*batch]struct{}
 	tick  *time.Ticker // runs while live is not empty
+	token uint64       // the last extension's
+
+	inbox string             // where the server's answers come, with a token appended
+	sub   *nats.Subscription // on inbox.*, once listening
+	mu    sync.Mutex         // guards asked
+	asked map[uint64]asked   // extensions sent within the last lease, by token
+}
+
+// asked is an extension sent: its batch and when.
+type asked struct {
+	b  *batch
+	at time.Time
+}
+
+// extension is an extension due: the batch and the token its answer will carry.
+type extension struct {
+	b     *batch
+	token uint64
 }
 
 func newLeaseKeeper(lease time.Duration, now func() time.Time) *leaseKeeper {
-	return &leaseKeeper{lease: lease, now: now, live: make(map[*batch]struct{})}
+	return &leaseKeeper{lease: lease, now: now, live: make(map[*batch]struct{}), asked: make(map[uint64]asked)}
+}
+
+// listen subscribes to the answers to extensions on a new inbox of nc.
+func (k *leaseKeeper) listen(nc *nats.Conn) error {
+	k.inbox = nc.NewInbox()
+	sub, err := nc.Subscribe(k.inbox+".*", func(m *nats.Msg) {
+		// The server's answer is an empty message. A status (503: no consumer took the
+		// extension) is no confirmation.
+		if m.Header.Get("Status") != "" {
+			return
+		}
+		if token, err := strconv.ParseUint(m.Subject[len(k.inbox)+1:], 36, 64); err == nil {
+			k.answer(token)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	k.sub = sub
+	return nil
+}
+
+// close ends the subscription listen made.
+func (k *leaseKeeper) close() {
+	if k.sub != nil {
+		_ = k.sub.Unsubscribe()
+	}
+}
+
+// replyTo is the subject the answer to the extension with token goes to.
+func (k *leaseKeeper) replyTo(token uint64) string {
+	return k.inbox + "." + strconv.FormatUint(token, 36)
+}
+
+// answer takes the server's confirmation of the extension with token. Safe for concurrent use.
+func (k *leaseKeeper) answer(token uint64) {
+	k.mu.Lock()
+	a, ok := k.asked[token]
+	delete(k.asked, token)
+	k.mu.Unlock()
+	if ok {
+		a.b.confirm(a.at, k.now(), k.lease)
+	}
 }
 
 // add starts keeping b's lease (b.leaseFrom is its receipt).
@@ -107,7 +180,8 @@ func (k *leaseKeeper) add(b *batch) {
 	}
 }
 
-// forget stops keeping b's lease: it was acked, or its lease lapsed.
+// forget stops keeping b's lease: it was acked, or its lease lapsed. An answer still to come
+// for it changes nothing that matters; due drops its record within a lease.
 func (k *leaseKeeper) forget(b *batch) {
 	delete(k.live, b)
 	if len(k.live) == 0 {
@@ -124,19 +198,25 @@ func (k *leaseKeeper) C() <-chan time.Time {
 }
 
 // due is called on each tick. It records an extension of every batch that needs one and returns
-// them (the caller sends InProgress for each), and returns the batches whose lease lapsed, which
-// it forgets.
-func (k *leaseKeeper) due() (extend, lapsed []*batch) {
+// them (the caller sends each, answered to replyTo(token)), and returns the batches whose lease
+// lapsed, which it forgets. It drops the records of extensions sent a lease ago or more: an
+// answer to one of those could not count.
+func (k *leaseKeeper) due() (extend []extension, lapsed []*batch) {
 	now := k.now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for token, a := range k.asked {
+		if now.Sub(a.at) >= k.lease {
+			delete(k.asked, token)
+		}
+	}
 	for b := range k.live {
-		b.mu.Lock()
-		recent := now.Sub(b.leaseFrom) < k.lease/4
-		b.mu.Unlock()
-		switch {
-		case recent:
-		case b.extend(now, k.lease):
-			extend = append(extend, b)
-		default:
+		switch b.check(now, k.lease) {
+		case leaseDue:
+			k.token++
+			k.asked[k.token] = asked{b: b, at: now}
+			extend = append(extend, extension{b, k.token})
+		case leaseLapsed:
 			lapsed = append(lapsed, b)
 		}
 	}

@@ -46,7 +46,8 @@ func TestLeaseKeeperSchedule(t *testing.T) {
 			<-k.C()
 			ext, lapsed := k.due()
 			for _, x := range ext {
-				got = append(got, event{at(), name(x), false})
+				got = append(got, event{at(), name(x.b), false})
+				k.answer(x.token) // the server confirms at once
 			}
 			for _, x := range lapsed {
 				got = append(got, event{at(), name(x), true})
@@ -88,25 +89,98 @@ func TestLeaseKeeperSchedule(t *testing.T) {
 }
 
 // TestBatchLapsesAfterExactlyOneLease: a batch's lease lapses when a whole lease has passed
-// since its receipt or last extension, not a nanosecond before; an extension after that is
-// refused, and a lapsed batch stays lapsed.
+// since its receipt or the sending of the latest extension the server confirmed in time, not a
+// nanosecond before; a confirmation after that is refused, and a lapsed batch stays lapsed.
 func TestBatchLapsesAfterExactlyOneLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const lease = time.Second
 		b := &batch{received: time.Now(), leaseFrom: time.Now()}
-		time.Sleep(lease - time.Nanosecond)
+		time.Sleep(lease / 2)
+		sent := time.Now() // an extension sent at 0.5s
+		time.Sleep(lease/2 - time.Nanosecond)
 		if b.lapsed(time.Now(), lease) {
 			t.Fatal("lapsed a nanosecond before its lease ran out")
 		}
-		if !b.extend(time.Now(), lease) {
-			t.Fatal("extension within the lease refused")
+		if !b.confirm(sent, time.Now(), lease) {
+			t.Fatal("a confirmation within the lease refused")
 		}
-		time.Sleep(lease)
-		if b.extend(time.Now(), lease) {
-			t.Fatal("extension a whole lease after the last one accepted")
+		time.Sleep(lease / 2) // 1.5s - 1ns: a lease from the extension's sending, less 1ns
+		if b.lapsed(time.Now(), lease) {
+			t.Fatal("lapsed before a lease had passed since the confirmed extension was sent")
 		}
+		sent = time.Now()
+		time.Sleep(time.Nanosecond)
 		if !b.lapsed(time.Now(), lease) {
-			t.Fatal("not lapsed after a whole lease")
+			t.Fatal("not lapsed a whole lease after the confirmed extension was sent")
+		}
+		if b.confirm(sent, time.Now(), lease) || !b.lapsed(time.Now(), lease) {
+			t.Fatal("a confirmation after the lease lapsed revived it")
+		}
+	})
+}
+
+// TestUnansweredExtensionsLapse: extensions the server does not confirm (the worker is cut off:
+// they wait in a buffer, or are lost) do not keep a lease. The keeper goes on sending them, and
+// the batch lapses a lease after its receipt; an answer that comes after that changes nothing.
+// An answer in time moves the lease to its extension's sending, not to the answer's arrival,
+// even if a later extension has gone meanwhile.
+func TestUnansweredExtensionsLapse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 6 * time.Second // ticks every 1s; extension once 1.5s have passed
+		start := time.Now()
+		at := func() time.Duration { return time.Since(start) }
+		k := newLeaseKeeper(lease, time.Now)
+		// tick runs the keeper's next tick and returns the extensions it sent and whether the
+		// batch lapsed.
+		tick := func() ([]extension, bool) {
+			<-k.C()
+			ext, lapsed := k.due()
+			return ext, len(lapsed) == 1
+		}
+
+		a := &batch{received: start, leaseFrom: start}
+		k.add(a)
+		var sent []extension
+		for at() < 5*time.Second {
+			ext, lapsed := tick()
+			if lapsed {
+				t.Fatalf("lapsed at %v, before a lease", at())
+			}
+			sent = append(sent, ext...)
+		}
+		if len(sent) != 2 { // at 2s and 4s
+			t.Fatalf("%d extensions sent in 5s, want 2 (at 2s and 4s)", len(sent))
+		}
+		if ext, lapsed := tick(); !lapsed || len(ext) != 0 || at() != lease {
+			t.Fatalf("at %v: %d extended, lapsed %v; want lapsed a lease after its receipt", at(), len(ext), lapsed)
+		}
+		k.answer(sent[1].token) // too late
+		if !a.lapsed(time.Now(), lease) {
+			t.Fatal("a late answer revived a lapsed lease")
+		}
+
+		// b arrives at 6s; extensions at 8s and 10s; the 8s one is answered at 11s, after the
+		// 10s one went: the lease runs from 8s, to 14s.
+		start = time.Now()
+		b := &batch{received: start, leaseFrom: start}
+		k.add(b)
+		sent = sent[:0]
+		for at() < 5*time.Second {
+			ext, lapsed := tick()
+			if lapsed {
+				t.Fatalf("b lapsed at %v", at())
+			}
+			sent = append(sent, ext...)
+		}
+		k.answer(sent[0].token)
+		for {
+			_, lapsed := tick()
+			if lapsed {
+				break
+			}
+		}
+		if at() != 2*time.Second+lease {
+			t.Fatalf("b lapsed %v after its receipt, want %v: a lease from its first extension's sending", at(), 2*time.Second+lease)
 		}
 	})
 }

@@ -115,7 +115,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if _, err := ensureConsumer(ctx, js, cfg, w.log); err != nil {
 		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)
 	}
-	pl, err := newPuller(w.nc, cfg.names.WorkStream(), cfg.names.WorkConsumer(cfg.pool), maxOpenPulls, cfg.Concurrency)
+	pl, err := newPuller(w.nc, cfg.now, cfg.names.WorkStream(), cfg.names.WorkConsumer(cfg.pool), maxOpenPulls, cfg.Concurrency)
 	if err != nil {
 		return fmt.Errorf("weave: worker %s: %w", cfg.ID, err)
 	}
@@ -145,8 +145,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	pub := asyncpub.New(w.nc, reportAckTimeout) // every report publish resolves: a lost ack times out
 	defer pub.Close()
+	leases := newLeaseKeeper(cfg.Lease, cfg.now)
+	if err := leases.listen(w.nc); err != nil {
+		return fmt.Errorf("weave: worker %s: subscribe to lease extensions' answers: %w", cfg.ID, err)
+	}
+	defer leases.close()
 	comp := &completer{
-		cfg: cfg, nc: w.nc, pub: pub, log: w.log, stats: &w.stats,
+		cfg: cfg, nc: w.nc, pub: pub, log: w.log, stats: &w.stats, leases: leases,
 		subject:  cfg.names.ReportSubject(cfg.pool, cfg.ID),
 		maxBytes: maxPayload - reportOverhead/2,
 		runID:    w.runID,

@@ -956,6 +956,57 @@ func TestLapsedLeaseDropsQueuedJobs(t *testing.T) {
 	}
 }
 
+// TestCutOffWorkerLetsItsBatchGo: a worker cut off from the server for longer than its lease
+// (its connection silently passes nothing, as in a partition or while its node dies) cannot know
+// that the server kept its batch: its lease extensions wait in a buffer, unconfirmed. The server
+// redelivers the batch to another worker, which reports its jobs lost, so the cut-off worker
+// must not start the batch's queued job when its running one returns. Before, an extension
+// counted once sent, and the cut-off worker ran that job after the other had reported it lost
+// (the chaos test's "no stale attempt run" caught it when a node's loss cut a worker off).
+func TestCutOffWorkerLetsItsBatchGo(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	rr := f.reports()
+	proxy, err := jstest.StartProxy(f.srv.ClientURL())
+	must(t, err)
+	t.Cleanup(proxy.Close)
+	const lease = time.Second
+	started := make(chan string, 8)
+	hold := make(gate)
+	handler := func(name string) worker.Handler {
+		return worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+			started <- fmt.Sprintf("job %d on %s", j.ID, name)
+			if name == "cut" && j.ID == 1 {
+				<-hold
+			}
+			return nil, nil
+		})
+	}
+	cut := f.startVia(proxy.URL(), worker.Config{ID: "cut", Concurrency: 1, Lease: lease}, handler("cut"))
+	f.publish(cut.w.Pool(), job(1, "a"), job(2, "b")) // one slot: job 2 waits in the queue
+	if s := recv(t, "handler start", started); s != "job 1 on cut" {
+		t.Fatalf("%s started first, want job 1 on cut", s)
+	}
+	proxy.Freeze()
+	defer proxy.Thaw()
+	f.start(worker.Config{ID: "other", Concurrency: 4, Lease: lease}, handler("other"))
+	// A lease after the last extension the server had, it redelivers the batch: the other worker
+	// gets it and reports both jobs lost.
+	got := rr.collect(2)
+	for id := uint64(1); id <= 2; id++ {
+		if got[id].Status != wire.StatusLapsed {
+			t.Fatalf("job %d reported %v, want lost (its batch redelivered)", id, got[id].Status)
+		}
+	}
+	hold.open() // job 1 returns on the cut-off worker: job 2 is next in its queue
+	waitFor(t, "the cut-off worker to drop job 2", func() bool { return cut.w.Stats().Dropped == 1 || len(started) > 0 })
+	select {
+	case s := <-started:
+		t.Fatalf("%s started after the server had redelivered its batch and its job was reported lost", s)
+	default:
+	}
+}
+
 // TestReportsOfABatchTravelTogether: the jobs of one work batch that end together report in one
 // message (the first report, which would go at once, waits for the others), and a report waits
 // for a sibling still running no longer than the sibling wait. The linger and the sibling wait

@@ -334,3 +334,61 @@ func TestClusterFailover(t *testing.T) {
 	// The restarted node caught up with what was published while it was down.
 	read(ctx, t, jstest.NewConn(t, old.ClientURL()), "S", 0, 20)
 }
+
+// TestProxyFreeze: a client behind a frozen proxy sees no error, but nothing passes either way
+// (its flush, a round trip to the server, times out; a message published to it waits); after
+// Thaw what waited arrives and the connection works on. Close ends the proxy's connections.
+func TestProxyFreeze(t *testing.T) {
+	t.Parallel()
+	s := jstest.New(t)
+	p, err := jstest.StartProxy(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := make(chan struct{}, 1)
+	behind := jstest.NewConn(t, p.URL(), nats.DisconnectErrHandler(func(*nats.Conn, error) {
+		select {
+		case gone <- struct{}{}:
+		default:
+		}
+	}))
+	direct := jstest.NewConn(t, s.ClientURL())
+	got := make(chan *nats.Msg, 1)
+	if _, err := behind.ChanSubscribe("x", got); err != nil {
+		t.Fatal(err)
+	}
+	if err := behind.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p.Freeze()
+	if err := direct.Publish("x", []byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := behind.FlushTimeout(300 * time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("flush through a frozen proxy: %v, want a timeout", err)
+	}
+	if len(got) != 0 || !behind.IsConnected() {
+		t.Fatalf("frozen: %d messages received, connected %v; want 0, true", len(got), behind.IsConnected())
+	}
+	p.Thaw()
+	select {
+	case m := <-got:
+		if string(m.Data) != "held" {
+			t.Fatalf("received %q", m.Data)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message held by the frozen proxy never arrived after Thaw")
+	}
+	if err := behind.Flush(); err != nil {
+		t.Fatalf("flush after Thaw: %v", err)
+	}
+	p.Close()
+	select {
+	case <-gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("still connected after the proxy closed")
+	}
+}
