@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -68,6 +69,12 @@ func (c *ScaleConfig) defaults() error {
 		return fmt.Errorf("scale: sizes above 100,000,000 jobs")
 	case c.GroupSize < 1 || c.PayloadSize < 0 || c.DrainJobs < 2 || c.Concurrency < 1 || c.MemProfileRate < 0 || c.Repeat < 1:
 		return fmt.Errorf("scale: group size, drain jobs (at least 2), concurrency, profile rate and repeat must be positive")
+	}
+	if c.DrainProfile != "" {
+		// Said now, not after minutes of publishing the first backlog.
+		if st, err := os.Stat(filepath.Dir(c.DrainProfile)); err != nil || !st.IsDir() {
+			return fmt.Errorf("scale: drain profile %q: its directory %s does not exist", c.DrainProfile, filepath.Dir(c.DrainProfile))
+		}
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"math"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,5 +115,19 @@ func TestSpreadWorkload(t *testing.T) {
 	}
 	if w2 := newSpreadWorkload(c); !slices.Equal(w2.queue(), q) {
 		t.Error("the workload is not deterministic")
+	}
+}
+
+// TestScaleConfigRefusesProfileInMissingDir: a drain profile prefix in a directory that does not
+// exist is refused before anything runs (it used to fail after the first backlog's publishing).
+func TestScaleConfigRefusesProfileInMissingDir(t *testing.T) {
+	t.Parallel()
+	c := ScaleConfig{DrainProfile: filepath.Join(t.TempDir(), "missing", "d")}
+	if err := c.defaults(); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("defaults() = %v, want the missing directory refused", err)
+	}
+	c = ScaleConfig{DrainProfile: filepath.Join(t.TempDir(), "d")}
+	if err := c.defaults(); err != nil {
+		t.Fatalf("a profile prefix in an existing directory: %v", err)
 	}
 }
