@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -177,5 +178,70 @@ func TestPacksReadOnce(t *testing.T) {
 func TestPackedIDsAgree(t *testing.T) {
 	if got := wire.PackedJobID(0, 0); got != jobindex.PackedIDs {
 		t.Fatalf("packed IDs start at %d on the wire, at %d in the index", got, uint64(jobindex.PackedIDs))
+	}
+}
+
+// TestPayloadCacheAccounts: under random adds, hits, takes and evictions of packed and lone
+// jobs, the cache (keyed by message) counts exactly the bytes of the jobs it holds, stays within
+// its bound, returns a job as added, and forgets every job of a message it evicts.
+func TestPayloadCacheAccounts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	one := cost(&wire.StoredJob{Payload: make([]byte, 8)})
+	p := newPayloads(nil, 12*one)
+	added := map[uint64]*wire.StoredJob{} // what was added, by ID
+	randomID := func() uint64 {
+		seq := uint64(1 + rng.IntN(20))
+		if seq%3 == 0 {
+			return seq // a job stored alone
+		}
+		return wire.PackedJobID(seq, rng.IntN(wire.MaxPack))
+	}
+	for step := range 20000 {
+		id := randomID()
+		switch rng.IntN(3) {
+		case 0:
+			j := &wire.StoredJob{ID: id, Payload: make([]byte, 8)}
+			had := p.has(id)
+			p.add([]wire.StoredJob{*j})
+			if !had {
+				p.mu.Lock()
+				added[id] = p.lookupLocked(id)
+				p.mu.Unlock()
+			}
+		case 1:
+			if got := p.cached([]uint64{id}); got != nil && got[0] != added[id] {
+				t.Fatalf("step %d: job %d cached as %p, added as %p", step, id, got[0], added[id])
+			}
+		default:
+			p.take([]uint64{id})
+		}
+		p.mu.Lock()
+		sum, jobs := 0, 0
+		for seq, e := range p.m {
+			n := 0
+			for i, j := range e.jobs {
+				if j == nil {
+					continue
+				}
+				if wire.JobSeq(j.ID) != seq || wire.JobIndex(j.ID) != i {
+					t.Fatalf("step %d: job %d kept under message %d place %d", step, j.ID, seq, i)
+				}
+				sum += cost(j)
+				n++
+			}
+			if n == 0 || n != e.n {
+				t.Fatalf("step %d: message %d holds %d jobs, counts %d", step, seq, n, e.n)
+			}
+			jobs += n
+		}
+		if sum != p.bytes || p.bytes > p.maxBytes || len(p.order) > 2*len(p.m)+64 {
+			t.Fatalf("step %d: %d jobs cost %d, counted %d, bound %d; order %d for %d messages", step, jobs, sum, p.bytes, p.maxBytes, len(p.order), len(p.m))
+		}
+		for seq := range p.m {
+			if !slices.Contains(p.order, seq) {
+				t.Fatalf("step %d: message %d cached but not in the eviction order", step, seq)
+			}
+		}
+		p.mu.Unlock()
 	}
 }
