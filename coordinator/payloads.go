@@ -44,7 +44,8 @@ type payloads struct {
 // (wire.JobIndex; nil where not held).
 type cachedMsg struct {
 	jobs []*wire.StoredJob
-	n    int // jobs held
+	n    int                // jobs held
+	one  [1]*wire.StoredJob // jobs' array for a job stored alone: one allocation per entry
 }
 
 func newPayloads(get *directget.Client, maxBytes int) *payloads {
@@ -223,6 +224,11 @@ func (p *payloads) addLocked(j *wire.StoredJob) {
 	e := p.m[seq]
 	if e == nil {
 		e = &cachedMsg{}
+		if wire.IsPacked(j.ID) {
+			e.jobs = make([]*wire.StoredJob, 0, wire.MaxPack)
+		} else {
+			e.jobs = e.one[:0]
+		}
 		p.m[seq] = e
 		p.order = append(p.order, seq)
 	}
@@ -230,7 +236,7 @@ func (p *payloads) addLocked(j *wire.StoredJob) {
 		return
 	}
 	if i >= len(e.jobs) {
-		e.jobs = slices.Grow(e.jobs, i+1-len(e.jobs))[:i+1]
+		e.jobs = e.jobs[:i+1] // within its capacity: a job's index is below MaxPack
 	}
 	if wire.IsPacked(j.ID) {
 		// A packed job's payload aliases its whole pack: kept alone, it would hold the others'
