@@ -37,6 +37,6 @@ func (w *Worker) answerHeld(running *cancelRegistry) (*nats.Subscription, error)
 func (r *cancelRegistry) startedAt(id uint64) (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t, ok := r.started[id]
-	return t, ok
+	j, ok := r.running[id]
+	return j.started, ok
 }

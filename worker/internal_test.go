@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"strings"
@@ -110,3 +111,34 @@ func TestAdaptiveReportLinger(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelRegistryForce: forceAll cancels the context of every job running, and of every job
+// starting after it, with the plain cause a canceled parent would have given; a cancellation
+// request's cause stays ErrJobCanceled; and end forgets the job.
+func TestCancelRegistryForce(t *testing.T) {
+	r := newCancelRegistry()
+	base := context.WithoutCancel(context.WithValue(context.Background(), ctxKeyTest{}, "v"))
+	a, cancelA, _ := r.start(base, 1)
+	defer cancelA(nil)
+	b, cancelB, _ := r.start(base, 2)
+	defer cancelB(nil)
+	r.cancel([]uint64{2}, time.Now())
+	if a.Err() != nil || !errors.Is(context.Cause(b), ErrJobCanceled) || a.Value(ctxKeyTest{}) != "v" {
+		t.Fatalf("before forceAll: a %v, b's cause %v, a's value %v", a.Err(), context.Cause(b), a.Value(ctxKeyTest{}))
+	}
+	if _, ok := r.startedAt(1); !ok {
+		t.Fatal("a running job has no start time")
+	}
+	r.forceAll()
+	c, cancelC, canceled := r.start(base, 3)
+	defer cancelC(nil)
+	if canceled || !errors.Is(a.Err(), context.Canceled) || !errors.Is(context.Cause(a), context.Canceled) || c.Err() == nil {
+		t.Fatalf("after forceAll: a %v (cause %v), a job starting after it: %v, canceled before start %v", a.Err(), context.Cause(a), c.Err(), canceled)
+	}
+	r.end(1)
+	if _, ok := r.startedAt(1); ok {
+		t.Fatal("an ended job is still running")
+	}
+}
+
+type ctxKeyTest struct{}

@@ -65,7 +65,8 @@ type completion struct {
 // something else: the workers holding the same resources, cfg.pool.)
 type slots struct {
 	handler   Handler
-	base      context.Context // parent of every handler's context; canceled to force shutdown
+	base      context.Context // parent of every handler's context: ctx's values, never canceled (cancels cancels them)
+	forced    context.Context // canceled when the drain ran out of time and forced the handlers' contexts
 	cancels   *cancelRegistry // running jobs' contexts, for cancellation requests
 	grace     time.Duration   // TimeoutGrace
 	maxResult int
@@ -238,7 +239,7 @@ func (sl *slots) outcome(ctx context.Context, t *task, took time.Duration, resul
 		return sl.failure(t, took, kindPermanent, wire.StatusPermanent, err.Error())
 	}
 	k, text := kindError, err.Error()
-	if sl.base.Err() != nil {
+	if sl.forced.Err() != nil {
 		k, text = kindShutdown, "canceled at worker shutdown: "+text
 	}
 	out := sl.failure(t, took, k, wire.StatusError, text)

@@ -122,9 +122,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer pl.close()
 
 	// Handlers' contexts keep ctx's values but not its cancellation: they are canceled only
-	// when the drain runs out of time.
-	handlerCtx, force := context.WithCancel(context.WithoutCancel(ctx))
-	defer force()
+	// when the drain runs out of time (forceAll below), or at Run's return for a handler still
+	// stuck then.
+	forced, markForced := context.WithCancel(context.Background())
+	defer markForced()
 	giveUpCtx, giveUp := context.WithCancelCause(context.Background())
 	defer giveUp(nil)
 
@@ -164,6 +165,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// Cancellation requests (core NATS) cancel the contexts of the jobs they name.
 	cancels := newCancelRegistry()
+	force := func() {
+		markForced() // first: an attempt its cancellation ends is reported as shutdown's
+		cancels.forceAll()
+	}
+	defer force()
 	cancelSub, err := w.nc.Subscribe(cfg.names.CancelSubject(), func(m *nats.Msg) {
 		ids, err := wire.DecodeCancel(m.Data)
 		if err != nil {
@@ -183,7 +189,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer func() { _ = heldSub.Unsubscribe() }()
 
 	sl := &slots{
-		handler: w.handler, base: handlerCtx, cancels: cancels, grace: cfg.TimeoutGrace, maxResult: cfg.MaxResultSize,
+		handler: w.handler, base: context.WithoutCancel(ctx), forced: forced, cancels: cancels, grace: cfg.TimeoutGrace, maxResult: cfg.MaxResultSize,
 		log: w.log, stats: &w.stats,
 		lapsed: func(t *task) bool { return t.batch.lapsed(cfg.now(), cfg.Lease) },
 		tracer: tracing.New(cfg.TracerProvider), workerID: cfg.ID,
