@@ -30,6 +30,7 @@ type benchOptions struct {
 	strict     bool
 	dir        string
 	cpuProfile string
+	memProfile string
 	scaleSizes []int
 	inProcess  bool
 	scaleChild string // set in a child process started for one scale measurement
@@ -139,6 +140,11 @@ each one includes.`,
 				env.ChildCommand, env.ChildEnv = child, childEnv
 			}
 			report, err := bench.Run(ctx, env, args, cfg)
+			if o.memProfile != "" {
+				if perr := writeAllocProfile(o.memProfile); perr != nil {
+					return errors.Join(err, perr)
+				}
+			}
 			if report == nil {
 				return err
 			}
@@ -189,6 +195,7 @@ each one includes.`,
 	f.BoolVar(&o.strict, "strict", false, "exit with status 1 when a target is missed")
 	f.StringVar(&o.dir, "dir", "", "directory for the embedded servers' storage (default: the system's temporary directory)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file (samples carry the label component=...)")
+	f.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile (what every allocation site allocated during the run, sampled) to this file at the end")
 	f.BoolVar(&o.inProcess, "scale-in-process", false, "scale: measure in this process instead of a fresh child process per measurement (noisier at small sizes)")
 	f.StringVar(&o.scaleChild, "scale-child", "", "run one scale measurement (JSON spec) and print it as JSON: how weave bench runs its children")
 	_ = f.MarkHidden("scale-child")
@@ -281,6 +288,20 @@ func writeFile(path string, write func(io.Writer) error) error {
 	if err := write(f); err != nil {
 		f.Close()
 		return err
+	}
+	return f.Close()
+}
+
+// writeAllocProfile writes the allocations profile (alloc_space, alloc_objects: everything
+// allocated since the process started, sampled) to path.
+func writeAllocProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("write allocation profile: %w", err)
 	}
 	return f.Close()
 }
