@@ -116,6 +116,10 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	}
 }
 
+// single reports whether g is a single job (admitSingle): its one message in JOBS is its open,
+// its job and its seal.
+func (g *group) single() bool { return g.openSeq == g.lastSeq }
+
 // applyKeepAlive records a sign of life from an unsealed group's producer.
 func (e *engine) applyKeepAlive(subject string, seq uint64, c wire.GroupControl, g *group) {
 	if g == nil || g.sealed {
@@ -152,9 +156,14 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g 
 		return
 	}
 	if g.complete {
+		// Rejected like a cancel of a group gone already, so its message is deleted: the
+		// group's purge has gone or is on its way, and would not cover it.
+		e.reject(subject, seq, "cancel of a group that is complete: "+c.Group)
 		e.answerNotOpen(seq, c)
 		return
 	}
+	// The cancel is the group's message in JOBS, to be purged with it.
+	g.lastSeq = max(g.lastSeq, seq)
 	if len(c.Jobs) == 0 && !g.sealed {
 		// No job may join a canceled group, so it can complete without its producer. Sealed at
 		// the cancel's place in the stream, also while replaying, so a replay refuses the

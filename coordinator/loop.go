@@ -286,10 +286,10 @@ func (r *run) writeOutcomes(ctx context.Context, out *effects) {
 	for _, g := range out.summaries {
 		r.writeGroupOutcomes(ctx, g, now) // a complete group's outcomes go before its summary
 		sum := wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled, Abandoned: g.abandoned}
-		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, summary: &sum, purge: g.failed == 0, lastSeq: g.lastSeq})
+		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, summary: &sum, purge: g.failed == 0, lastSeq: g.lastSeq, single: g.single()})
 	}
 	for _, g := range out.purges {
-		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, purge: g.failed == 0, lastSeq: g.lastSeq})
+		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, purge: g.failed == 0, lastSeq: g.lastSeq, single: g.single()})
 	}
 }
 

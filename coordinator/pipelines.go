@@ -217,6 +217,7 @@ type writeOp struct {
 	summary  *wire.GroupSummary
 	purge    bool
 	lastSeq  uint64 // purge only up to here: a later incarnation of the group ID shares its subjects
+	single   bool   // the group is a single job: lastSeq is its one message in JOBS
 	journal  *journal.Record
 
 	evSeqs     []uint64    // with outcomes: the EVENTS sequence of the report behind each, or 0
@@ -518,6 +519,9 @@ func (r *run) purgeComplete(ctx context.Context, op writeOp, summarySeq uint64) 
 			if err != nil {
 				return err
 			}
+			if op.single {
+				return deleteSingle(ctx, jobs, r.names, op.gtok, op.lastSeq)
+			}
 			return purgeGroup(ctx, jobs, r.names, op.gtok, op.lastSeq)
 		})
 		if err != nil {
@@ -558,6 +562,18 @@ func purgeGroup(ctx context.Context, jobs jetstream.Stream, names wire.Names, gt
 		return fmt.Errorf("weave: purge %s: %w", subject, err)
 	}
 	return nil
+}
+
+// deleteSingle deletes a complete single job's message, its group's only one in JOBS, at seq. By
+// sequence, the server finds it at once, where a purge by the group's subjects (a wildcard, see
+// purgeGroup) walks the stream's subjects: with a job submitted alone 1,000 times a second, the
+// purges took a sixth of the process's CPU in `weave bench single`. If the delete fails (the
+// message is gone already: an earlier term deleted it), the purge, which does not mind, follows.
+func deleteSingle(ctx context.Context, jobs jetstream.Stream, names wire.Names, gtok string, seq uint64) error {
+	if err := jobs.DeleteMsg(ctx, seq); err == nil {
+		return nil
+	}
+	return purgeGroup(ctx, jobs, names, gtok, seq)
 }
 
 // stream returns a handle on one of the namespace's streams, asking the server for it (a stream

@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -78,4 +81,32 @@ func TestSubmitSingleJobs(t *testing.T) {
 	if id != 1 || id1 != 2 || idf != 3 || idc != 4 {
 		t.Fatalf("job IDs %d, %d, %d, %d: want 1, 2, 3, 4, one message per single job", id, id1, idf, idc)
 	}
+
+	// A complete single job's message is deleted from JOBS (by its sequence): all four, once
+	// the deduplicated one has ended too.
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := wire.NewNames(e.ns)
+	jobsStream, err := js.Stream(e.ctx, names.JobsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h1.WaitJob(e.ctx, id1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the complete single jobs' messages deleted from JOBS", func() bool {
+		for _, seq := range []uint64{id, id1, idf, idc} {
+			if _, err := jobsStream.GetMsg(e.ctx, seq); !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return false
+			}
+		}
+		return true
+	})
+	// The cancel's message too: it is the group's, purged with it (it was left behind before).
+	eventually(t, 10*time.Second, "JOBS empty", func() bool {
+		info, err := jobsStream.Info(e.ctx)
+		return err == nil && info.State.Msgs == 0
+	})
 }
