@@ -90,6 +90,12 @@ type Config struct {
 	// DefaultTimeout bounds an attempt whose job sets no timeout. Default 0: no deadline.
 	DefaultTimeout time.Duration
 
+	// NamespaceWait is how long Run waits for the namespace's streams, which the coordinator or
+	// 'weave init' creates, before it gives up with an error wrapping ErrNamespaceNotFound: a
+	// worker started beside its coordinator (one compose file, two units) may come first.
+	// Default 0: it does not wait.
+	NamespaceWait time.Duration
+
 	// TimeoutGrace is how long the worker waits, after an attempt's deadline or after
 	// canceling it at shutdown, for the handler to return before it reports the attempt
 	// failed without it. Such a handler keeps its slot until it returns (see Stats.Stuck).
@@ -184,6 +190,7 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 		{"DrainTimeout", &c.DrainTimeout, DefaultDrainTimeout, 0, wire.MaxTimeout},
 		{"ReportLinger", &c.ReportLinger, DefaultReportLinger, 0, time.Minute},
 		{"DefaultTimeout", &c.DefaultTimeout, 0, 0, wire.MaxTimeout},
+		{"NamespaceWait", &c.NamespaceWait, 0, 0, 24 * time.Hour},
 	}
 	for _, d := range durations {
 		if *d.v < 0 {

@@ -600,12 +600,28 @@ func (s *shepherd) gauges() {
 // themselves are tried again, pausing up to 2s, until ctx ends.
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolved, log zerolog.Logger) (jetstream.Consumer, error) {
 	wait := 100 * time.Millisecond
+	nsDeadline, nsLogged := time.Now().Add(cfg.NamespaceWait), false
 	for {
 		// Each try has its own deadline: a request lost with a node would otherwise wait for
 		// ctx's, however far it is.
 		tctx, cancel := context.WithTimeout(ctx, ensureTimeout)
 		cons, err := tryEnsureConsumer(tctx, js, cfg)
 		cancel()
+		if errors.Is(err, ErrNamespaceNotFound) && time.Now().Before(nsDeadline) && ctx.Err() == nil {
+			// Config.NamespaceWait: the coordinator may be starting too.
+			if !nsLogged {
+				log.Warn().Err(err).Stringer("wait", cfg.NamespaceWait).Msg("worker: waiting for the namespace's streams")
+				nsLogged = true
+			}
+			t := time.NewTimer(namespacePoll)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, err
+			case <-t.C:
+			}
+			continue
+		}
 		if err == nil || !topology.Transient(err) || ctx.Err() != nil {
 			return cons, err
 		}
@@ -620,6 +636,9 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolved, 
 		wait = min(2*wait, 2*time.Second)
 	}
 }
+
+// namespacePoll is how often a worker waiting for its namespace (Config.NamespaceWait) looks.
+const namespacePoll = 250 * time.Millisecond
 
 // ensureTimeout bounds one try of ensureConsumer.
 const ensureTimeout = 5 * time.Second

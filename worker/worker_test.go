@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/weavejobs/weave/integration/jstest"
 	"github.com/weavejobs/weave/internal/config"
@@ -907,6 +908,58 @@ func TestRunOnUninitialisedNamespace(t *testing.T) {
 		}
 	}
 	must(t, names.Err())
+}
+
+// TestRunWaitsForNamespace: with NamespaceWait, a worker started before its namespace exists
+// (beside a coordinator that is starting too) waits for the streams, says so once, and runs once
+// they appear; without them it gives up with ErrNamespaceNotFound when the wait is over.
+func TestRunWaitsForNamespace(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	logs := make(chan string, 16)
+	logger := zerolog.New(zerolog.ConsoleWriter{Out: lineWriter(logs), NoColor: true})
+	nc := jstest.NewConn(t, f.srv.ClientURL())
+	w, err := worker.New(nc, worker.Config{Namespace: "late", NamespaceWait: time.Minute, Logger: logger},
+		worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) { return nil, nil }))
+	must(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	for line := recv(t, "a log line", logs); !strings.Contains(line, "waiting for the namespace's streams"); line = recv(t, "a log line", logs) {
+	}
+	names, err := wire.NewNames("late")
+	must(t, err)
+	_, err = topology.Init(f.ctx(), f.js, names, streams)
+	must(t, err)
+	waitFor(t, "the worker's consumer on the namespace created late", func() bool {
+		_, err := f.js.Consumer(f.ctx(), names.WorkStream(), names.WorkConsumer(w.Pool()))
+		return err == nil
+	})
+	cancel()
+	if err := recv(t, "Run's end", done); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	// Never created: the wait ends with the error.
+	nc2 := jstest.NewConn(t, f.srv.ClientURL())
+	w2, err := worker.New(nc2, worker.Config{Namespace: "never", NamespaceWait: 300 * time.Millisecond},
+		worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) { return nil, nil }))
+	must(t, err)
+	start := time.Now()
+	if err := w2.Run(t.Context()); !errors.Is(err, worker.ErrNamespaceNotFound) || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("Run on a namespace never created: %v after %v, want ErrNamespaceNotFound after the wait", err, time.Since(start))
+	}
+}
+
+// lineWriter sends each write (a log line) to ch, dropping it if ch is full.
+type lineWriter chan<- string
+
+func (w lineWriter) Write(p []byte) (int, error) {
+	select {
+	case w <- string(p):
+	default:
+	}
+	return len(p), nil
 }
 
 // TestLapsedLeaseDropsQueuedJobs: a worker that finds its batch's lease lapsed since it last

@@ -113,6 +113,7 @@ On SIGINT or SIGTERM the worker stops taking jobs and lets the running ones fini
 	_ = f.MarkDeprecated("replicas", "a worker no longer creates streams: 'weave init --replicas N' or the coordinator's --replicas does")
 	f.StringVar(&metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. :9091 (default: off)")
 	f.DurationVar(&cfg.Lease, "lease", worker.DefaultLease, "how long a crashed worker's jobs stay assigned to it before another worker gets them")
+	f.DurationVar(&cfg.NamespaceWait, "wait-namespace", time.Minute, "how long to wait at start for the namespace's streams, which the coordinator or 'weave init' creates (0: not at all)")
 	return cmd
 }
 
