@@ -69,7 +69,7 @@ type laneMsg struct {
 // thing read before that silence, so the rest of the pull counts from then. Called with the
 // puller's mu held.
 func (l *lane) stamp(now time.Time) time.Time {
-	if l.silence.IsZero() && now.Sub(l.seen) > 2*l.heartbeat {
+	if l.silence.IsZero() && l.heartbeat > 0 && now.Sub(l.seen) > 2*l.heartbeat {
 		l.silence = l.seen
 	}
 	l.seen = now

@@ -178,6 +178,10 @@ func TestLaneStampCoversSilence(t *testing.T) {
 	if got := l.stamp(at(10500 * time.Millisecond)); !got.Equal(at(10500 * time.Millisecond)) {
 		t.Fatalf("a new pull's message stamped %v", got.Sub(t0))
 	}
+	l.heartbeat = 0 // a pull without heartbeats tells nothing by its silence
+	if got := l.stamp(at(time.Minute)); !got.Equal(at(time.Minute)) {
+		t.Fatalf("a message of a pull without heartbeats stamped %v", got.Sub(t0))
+	}
 }
 
 // TestLeaseKeeperAnswers: on a live server, the answer to an extension sent as InProgress with
