@@ -21,8 +21,8 @@ const canceledMemory = 10 * time.Minute
 //
 // A handler's context is not a child of a cancelable context: the worker cancels it through
 // here, for a cancellation request or at the drain's deadline. A child of a cancelable parent
-// registers with it on creation and unregisters on cancel, under the parent's lock, which with
-// 64 slots took about a twentieth of the worker's CPU per job.
+// registers with it on creation and unregisters on cancel, under the parent's lock, which took
+// an eighth of the worker's CPU draining a backlog on 64 slots (0.11 s of 0.85 s).
 type cancelRegistry struct {
 	mu      sync.Mutex
 	running map[uint64]runningJob
