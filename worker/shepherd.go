@@ -607,33 +607,28 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolved, 
 		tctx, cancel := context.WithTimeout(ctx, ensureTimeout)
 		cons, err := tryEnsureConsumer(tctx, js, cfg)
 		cancel()
-		if errors.Is(err, ErrNamespaceNotFound) && time.Now().Before(nsDeadline) && ctx.Err() == nil {
+		var pause time.Duration
+		switch {
+		case errors.Is(err, ErrNamespaceNotFound) && time.Now().Before(nsDeadline) && ctx.Err() == nil:
 			// Config.NamespaceWait: the coordinator may be starting too.
 			if !nsLogged {
 				log.Warn().Err(err).Stringer("wait", cfg.NamespaceWait).Msg("worker: waiting for the namespace's streams")
 				nsLogged = true
 			}
-			t := time.NewTimer(namespacePoll)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, err
-			case <-t.C:
-			}
-			continue
-		}
-		if err == nil || !topology.Transient(err) || ctx.Err() != nil {
+			pause = namespacePoll
+		case err == nil || !topology.Transient(err) || ctx.Err() != nil:
 			return cons, err
+		default:
+			log.Warn().Err(err).Stringer("retry_in", wait).Msg("worker: streams not reachable yet; trying again")
+			pause, wait = wait, min(2*wait, 2*time.Second)
 		}
-		log.Warn().Err(err).Stringer("retry_in", wait).Msg("worker: streams not reachable yet; trying again")
-		t := time.NewTimer(wait)
+		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, err
 		case <-t.C:
 		}
-		wait = min(2*wait, 2*time.Second)
 	}
 }
 
