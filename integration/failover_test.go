@@ -61,15 +61,22 @@ func clusterConn(t *testing.T, c *jstest.Cluster, first ...*jstest.Server) *nats
 	return nc
 }
 
-// clusterCoordinator runs a coordinator on its own connection (to node first, if given) until
-// the test ends, or until the returned stop is called.
-func (e *clusterEnv) clusterCoordinator(cfg coordinator.Config, first ...*jstest.Server) (stop func()) {
+// newCoordinator makes a coordinator of the test's namespace on its own connection (to node
+// first, if given).
+func (e *clusterEnv) newCoordinator(cfg coordinator.Config, first ...*jstest.Server) *coordinator.Coordinator {
 	cfg.Namespace, cfg.Streams = e.ns, e.streams
 	cfg.Logger = testLogger("coordinator")
 	c, err := coordinator.New(clusterConn(e.t, e.c, first...), cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	return c
+}
+
+// clusterCoordinator runs a coordinator on its own connection (to node first, if given) until
+// the test ends, or until the returned stop is called.
+func (e *clusterEnv) clusterCoordinator(cfg coordinator.Config, first ...*jstest.Server) (stop func()) {
+	c := e.newCoordinator(cfg, first...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -92,12 +99,7 @@ func (e *clusterEnv) clusterCoordinator(cfg coordinator.Config, first ...*jstest
 // streams unreachable at its start), another follows, as 'weave coordinator' does (Run's
 // documented use), so the test sees a coordinator again once the cluster is back.
 func (e *clusterEnv) clusterCoordinatorStandingBy(cfg coordinator.Config, first ...*jstest.Server) {
-	cfg.Namespace, cfg.Streams = e.ns, e.streams
-	cfg.Logger = testLogger("coordinator")
-	c, err := coordinator.New(clusterConn(e.t, e.c, first...), cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	c := e.newCoordinator(cfg, first...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

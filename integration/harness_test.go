@@ -21,6 +21,7 @@ import (
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
 	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -182,6 +183,21 @@ func jobs(n int, mod func(i int, j *dispatcher.Job)) iter.Seq[dispatcher.Job] {
 			}
 		}
 	}
+}
+
+// jobsStream returns a handle on the namespace's JOBS stream, for tests that look at what it holds.
+func (e *env) jobsStream() jetstream.Stream {
+	e.t.Helper()
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	names, _ := wire.NewNames(e.ns)
+	s, err := js.Stream(e.ctx, names.JobsStream())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
 }
 
 // eventually waits for cond with a deadline.

@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/wire"
@@ -52,15 +50,7 @@ func TestPackedGroups(t *testing.T) {
 			}
 		})))
 	}
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, _ := wire.NewNames(e.ns)
-	jobsStream, err := js.Stream(e.ctx, names.JobsStream())
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobsStream := e.jobsStream()
 	info, err := jobsStream.Info(e.ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
@@ -265,15 +264,8 @@ func TestRedriveKeepsWeight(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "the redriven job to start", func() bool { return w.hold.started.Load() == 1 })
 
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	names, _ := wire.NewNames(e.ns)
-	s, err := js.Stream(e.ctx, names.JobsStream())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := e.jobsStream()
 	var weights []int
 	for seq := uint64(1); seq <= s.CachedInfo().State.LastSeq; seq++ {
 		m, err := s.GetMsg(e.ctx, seq)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
-	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -84,15 +83,7 @@ func TestSubmitSingleJobs(t *testing.T) {
 
 	// A complete single job's message is deleted from JOBS (by its sequence): all four, once
 	// the deduplicated one has ended too.
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, _ := wire.NewNames(e.ns)
-	jobsStream, err := js.Stream(e.ctx, names.JobsStream())
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobsStream := e.jobsStream()
 	if _, err := h1.WaitJob(e.ctx, id1); err != nil {
 		t.Fatal(err)
 	}
