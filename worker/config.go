@@ -153,6 +153,13 @@ type resolved struct {
 	resources      []string // normalized
 }
 
+// Validate reports what New would refuse in c, an error wrapping ErrInvalidConfig, without a
+// connection: all but MaxResultSize's fit in the server's max payload, which New checks.
+func (c Config) Validate() error {
+	_, err := resolve(c, 0)
+	return err
+}
+
 // resolve validates c and fills in defaults. maxPayload is the server's limit (0 = unknown).
 func resolve(c Config, maxPayload int64) (resolved, error) {
 	names, err := wire.NewNames(c.Namespace)

@@ -789,11 +789,19 @@ func TestNewValidation(t *testing.T) {
 		"negative result":  {MaxResultSize: -1},
 		"result > payload": {MaxResultSize: 64 << 20},
 		"negative linger":  {ReportLinger: -time.Millisecond},
+		"negative wait":    {NamespaceWait: -time.Second},
 	}
 	for name, cfg := range cases {
 		if _, err := worker.New(f.nc, cfg, h); !errors.Is(err, worker.ErrInvalidConfig) {
 			t.Errorf("%s: New returned %v, want ErrInvalidConfig", name, err)
 		}
+		// Validate, without a connection, says the same, except for the server's max payload.
+		if err := cfg.Validate(); name != "result > payload" && !errors.Is(err, worker.ErrInvalidConfig) {
+			t.Errorf("%s: Validate returned %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	if err := (worker.Config{}).Validate(); err != nil {
+		t.Errorf("Validate of the zero Config: %v", err)
 	}
 	if _, err := worker.New(f.nc, worker.Config{}, nil); !errors.Is(err, worker.ErrInvalidConfig) {
 		t.Errorf("nil handler: %v", err)

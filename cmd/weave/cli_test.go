@@ -261,9 +261,15 @@ func TestCLIInit(t *testing.T) {
 			t.Errorf("%v on a misspelt namespace: exit %d\nstdout: %s\nstderr: %s", args, code, out, errOut)
 		}
 	}
-	code, out, errOut = runCLI(t, "", append(append([]string{"worker"}, typo...), "--", "true")...)
+	// --wait-namespace 0: at once (by default a worker waits a minute for its coordinator).
+	code, out, errOut = runCLI(t, "", append(append([]string{"worker", "--wait-namespace", "0"}, typo...), "--", "true")...)
 	if code != exitError || !strings.Contains(errOut, `namespace "acmee" is not initialised (stream acmee_WORK not found)`) {
 		t.Errorf("worker on a misspelt namespace: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	// A bad flag is said before connecting, which would wait for a server that is not there.
+	code, out, errOut = runCLI(t, "", "worker", "--nats", "nats://127.0.0.1:1", "--wait-namespace", "-1s", "--", "true")
+	if code != exitUsage || !strings.Contains(errOut, "--wait-namespace -1s is negative") {
+		t.Errorf("worker with a negative --wait-namespace and no server: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	nc := jstest.NewConn(t, srv.ClientURL())
 	js, err := jetstream.New(nc)

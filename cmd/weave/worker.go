@@ -68,6 +68,10 @@ On SIGINT or SIGTERM the worker stops taking jobs and lets the running ones fini
 			h.stderr = cmd.ErrOrStderr()
 			cfg.Logger = g.log.With().Str("component", "worker").Logger()
 
+			// Said before connecting, which waits for a server that is not up yet.
+			if err := cfg.Validate(); errors.Is(err, worker.ErrInvalidConfig) {
+				return usageError{errors.New(inFlagWords(err.Error(), workerFlags))}
+			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			nc, err := conn.connect(ctx, "worker "+cfg.ID, true, g.log)
@@ -142,5 +146,5 @@ func defaultWorkerID() string {
 var workerFlags = map[string]string{
 	"ID": "--id", "Resources": "--resources", "Concurrency": "--concurrency", "DefaultTimeout": "--timeout",
 	"DrainTimeout": "--drain-timeout", "MaxResultSize": "--max-output", "HeartbeatInterval": "--heartbeat-interval",
-	"Lease": "--lease",
+	"Lease": "--lease", "NamespaceWait": "--wait-namespace",
 }
