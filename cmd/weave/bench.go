@@ -139,9 +139,18 @@ each one includes.`,
 				}
 				env.ChildCommand, env.ChildEnv = child, childEnv
 			}
-			report, err := bench.Run(ctx, env, args, cfg)
+			var memProfile *os.File
 			if o.memProfile != "" {
-				if perr := writeAllocProfile(o.memProfile); perr != nil {
+				// Created now, so a bad path is said before the run, not after it.
+				f, err := os.Create(o.memProfile)
+				if err != nil {
+					return err
+				}
+				memProfile = f
+			}
+			report, err := bench.Run(ctx, env, args, cfg)
+			if memProfile != nil {
+				if perr := writeAllocProfile(memProfile); perr != nil {
 					return errors.Join(err, perr)
 				}
 			}
@@ -293,12 +302,8 @@ func writeFile(path string, write func(io.Writer) error) error {
 }
 
 // writeAllocProfile writes the allocations profile (alloc_space, alloc_objects: everything
-// allocated since the process started, sampled) to path.
-func writeAllocProfile(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
+// allocated since the process started, sampled) to f and closes it.
+func writeAllocProfile(f *os.File) error {
 	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
 		f.Close()
 		return fmt.Errorf("write allocation profile: %w", err)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -28,8 +30,11 @@ func TestBenchUsage(t *testing.T) {
 }
 
 // TestBenchJSON runs a tiny throughput scenario through the command and decodes its JSON.
+// With --memprofile it writes the run's allocation profile (gzipped protobuf); a path in a
+// missing directory is refused before the run.
 func TestBenchJSON(t *testing.T) {
-	code, out, errOut := runCLI(t, "", "bench", "throughput", "--jobs", "300", "--groups", "5", "--rounds", "1", "--concurrency", "8", "--json")
+	mem := filepath.Join(t.TempDir(), "a.mem")
+	code, out, errOut := runCLI(t, "", "bench", "throughput", "--jobs", "300", "--groups", "5", "--rounds", "1", "--concurrency", "8", "--json", "--memprofile", mem)
 	if code != exitOK {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
@@ -54,5 +59,12 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "throughput: round 1/1") {
 		t.Errorf("no progress on stderr: %s", errOut)
+	}
+	if b, err := os.ReadFile(mem); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("allocation profile: %d bytes, %v; want a gzipped profile", len(b), err)
+	}
+	code, out, errOut = runCLI(t, "", "bench", "throughput", "--memprofile", filepath.Join(t.TempDir(), "missing", "a.mem"))
+	if code != exitError || !strings.Contains(errOut, "no such file or directory") || strings.Contains(errOut, "round 1/") {
+		t.Errorf("memprofile in a missing directory: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }
