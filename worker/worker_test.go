@@ -924,7 +924,7 @@ func TestRunOnUninitialisedNamespace(t *testing.T) {
 func TestRunWaitsForNamespace(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	logs := make(chan string, 16)
+	logs := make(chan string, 256)
 	logger := zerolog.New(zerolog.ConsoleWriter{Out: lineWriter(logs), NoColor: true})
 	nc := jstest.NewConn(t, f.srv.ClientURL())
 	w, err := worker.New(nc, worker.Config{Namespace: "late", NamespaceWait: time.Minute, Logger: logger},
@@ -939,10 +939,13 @@ func TestRunWaitsForNamespace(t *testing.T) {
 	must(t, err)
 	_, err = topology.Init(f.ctx(), f.js, names, streams)
 	must(t, err)
-	waitFor(t, "the worker's consumer on the namespace created late", func() bool {
-		_, err := f.js.Consumer(f.ctx(), names.WorkStream(), names.WorkConsumer(w.Pool()))
-		return err == nil
-	})
+	// Running: its consumer made (the consumer's existence alone is not it: the worker may not
+	// have had the server's answer yet), its goroutines started.
+	for line := recv(t, "a log line", logs); !strings.Contains(line, "worker: running"); line = recv(t, "a log line", logs) {
+	}
+	if _, err := f.js.Consumer(f.ctx(), names.WorkStream(), names.WorkConsumer(w.Pool())); err != nil {
+		t.Fatalf("the worker's consumer on the namespace created late: %v", err)
+	}
 	cancel()
 	if err := recv(t, "Run's end", done); err != nil {
 		t.Fatalf("Run: %v", err)
