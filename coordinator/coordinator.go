@@ -80,6 +80,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	}()
 
 	if err := c.prepare(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	host, _ := os.Hostname()

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -56,13 +57,25 @@ var ErrServerTooOld = natsver.ErrServerTooOld
 // MinServerVersion is the oldest nats-server Weave runs on.
 const MinServerVersion = natsver.Minimum
 
+// prepareTimeout bounds one try of prepare's stream creation and checks.
+const prepareTimeout = 10 * time.Second
+
 // prepare starts Run: it checks the server's version, creates the namespace's missing streams,
 // and warns about existing ones that differ from Config.Streams (they are used as they are).
 func (c *Coordinator) prepare(ctx context.Context) error {
 	if err := natsver.CheckConn(c.nc); err != nil {
 		return err
 	}
-	sts, err := topology.Init(ctx, c.js, c.names, c.cfg.Streams)
+	// A coordinator (re)started while a cluster elects leaders, or under a load that times its
+	// requests out, waits that out rather than return: errors that pass by themselves are tried
+	// again until ctx ends.
+	var sts []topology.StreamStatus
+	err := topology.Retry(ctx, prepareTimeout, func(ctx context.Context) (err error) {
+		sts, err = topology.Init(ctx, c.js, c.names, c.cfg.Streams)
+		return err
+	}, func(err error, pause time.Duration) {
+		c.cfg.Logger.Warn().Err(err).Stringer("retry_in", pause).Msg("coordinator: streams not reachable yet; trying again")
+	})
 	if err != nil {
 		return err
 	}

@@ -292,7 +292,10 @@ func (d *Dispatcher) ensure(ctx context.Context) error {
 	if err := natsver.CheckConn(d.nc); err != nil {
 		return err
 	}
-	if err := topology.Check(ctx, d.js, d.names, d.names.JobsStream(), d.names.ResultsStream()); err != nil {
+	err := d.retry(ctx, func(ctx context.Context) error {
+		return topology.Check(ctx, d.js, d.names, d.names.JobsStream(), d.names.ResultsStream())
+	})
+	if err != nil {
 		return err
 	}
 	d.checked = true
@@ -309,6 +312,15 @@ func (d *Dispatcher) finishContext(ctx context.Context) (context.Context, contex
 // so that a server that does not answer cannot hold a caller whose ctx has no deadline.
 func (d *Dispatcher) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d.cfg.RequestTimeout)
+}
+
+// retry calls try until it succeeds or fails with an error that will not pass by itself (see
+// topology.Retry), within RequestTimeout: each try gets a quarter of it, so a request lost with
+// a node (which would wait for the whole window) leaves time to try again.
+func (d *Dispatcher) retry(ctx context.Context, try func(context.Context) error) error {
+	ctx, cancel := d.requestContext(ctx)
+	defer cancel()
+	return topology.Retry(ctx, d.cfg.RequestTimeout/4, try, nil)
 }
 
 // publishControl publishes a group control message and waits for its acknowledgement. It

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/weavejobs/weave/internal/directget"
-	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -58,24 +56,12 @@ func (d *Dispatcher) controlState(ctx context.Context, gtok string, upTo uint64)
 // nextControls reads up to 256 control messages from sequence from, trying again within
 // RequestTimeout while the stream cannot answer (a new or re-elected stream leader), as the
 // dispatcher's other requests do.
-func (d *Dispatcher) nextControls(ctx context.Context, get *directget.Client, subject string, from uint64) ([]*directget.Msg, error) {
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
-	defer cancel()
-	wait := 50 * time.Millisecond
-	for {
-		tctx, tcancel := context.WithTimeout(ctx, d.cfg.RequestTimeout/4)
-		msgs, err := get.Next(tctx, subject, from, 256)
-		tcancel()
-		if err == nil || ctx.Err() != nil || !topology.Transient(err) {
-			return msgs, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, time.Second)
-	}
+func (d *Dispatcher) nextControls(ctx context.Context, get *directget.Client, subject string, from uint64) (msgs []*directget.Msg, err error) {
+	err = d.retry(ctx, func(ctx context.Context) (err error) {
+		msgs, err = get.Next(ctx, subject, from, 256)
+		return err
+	})
+	return msgs, err
 }
 
 // running returns the open sequence of the group's incarnation that is sealed and still

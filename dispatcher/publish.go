@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -194,28 +193,18 @@ var ErrNotOpened = errors.New("weave: group not opened")
 func (d *Dispatcher) storeControl(ctx context.Context, c wire.GroupControl) (uint64, error) {
 	msg := &nats.Msg{Subject: d.names.GroupSubject(wire.GroupToken(c.Group)), Header: c.Header()}
 	msg.Header.Set(wire.HdrMsgID, string(c.Op)+":"+nuid.Next())
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
-	defer cancel()
-	wait := 50 * time.Millisecond
-	for {
-		// Each try gets a share of the window, so a request lost with a node leaves time to
-		// try again.
-		tctx, tcancel := context.WithTimeout(ctx, d.cfg.RequestTimeout/4)
-		ack, err := d.js.PublishMsg(tctx, msg, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
-		tcancel()
+	var seq uint64
+	err := d.retry(ctx, func(ctx context.Context) error {
+		ack, err := d.js.PublishMsg(ctx, msg, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
 		if err == nil {
-			return ack.Sequence, nil
+			seq = ack.Sequence
 		}
-		if ctx.Err() != nil || !topology.Transient(err) {
-			return 0, fmt.Errorf("weave: publish %s of group %q: %w", c.Op, c.Group, err)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("weave: publish %s of group %q: %w", c.Op, c.Group, err)
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, time.Second)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("weave: publish %s of group %q: %w", c.Op, c.Group, err)
 	}
+	return seq, nil
 }
 
 // noLeaderRetries bounds the retries of a publish that finds no stream leader: 50ms apart,

@@ -123,6 +123,18 @@ func (e *clusterEnv) clusterCoordinatorStandingBy(cfg coordinator.Config, first 
 	})
 }
 
+// waitStreamsReady waits for each of the namespace's job streams to have a leader and its
+// replicas caught up (after nodes restart).
+func (e *clusterEnv) waitStreamsReady() {
+	e.t.Helper()
+	names, _ := wire.NewNames(e.ns)
+	for _, stream := range []string{names.JobsStream(), names.WorkStream(), names.EventsStream(), names.ResultsStream()} {
+		if err := e.c.WaitStreamReady(e.ctx, stream); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
 func (e *clusterEnv) clusterWorker(slots int, h worker.HandlerFunc) {
 	w, err := worker.New(clusterConn(e.t, e.c), worker.Config{Namespace: e.ns, Concurrency: slots,
 		HeartbeatInterval: 250 * time.Millisecond, Logger: testLogger("worker")}, h)
@@ -492,12 +504,47 @@ func TestWorkerStartsThroughLostQuorum(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	names, _ := wire.NewNames(e.ns)
-	for _, stream := range []string{names.JobsStream(), names.WorkStream(), names.EventsStream(), names.ResultsStream()} {
-		if err := e.c.WaitStreamReady(e.ctx, stream); err != nil {
+	e.waitStreamsReady()
+	h := e.publish("after", jobs(5, nil))
+	if res := e.waitRetrying(h); res.Summary.Done != 5 {
+		t.Fatalf("summary %+v", res.Summary)
+	}
+}
+
+// TestCoordinatorStartsThroughLostQuorum: a coordinator started while the cluster cannot answer
+// for the namespace's streams (two of three nodes down) waits for them instead of returning, and
+// coordinates once the nodes are back. (CI saw a coordinator, started while a loaded cluster
+// timed its stream lookups out, return "stream ..._JOBS: context deadline exceeded" at once.)
+func TestCoordinatorStartsThroughLostQuorum(t *testing.T) {
+	t.Parallel()
+	e := setupCluster(t)
+	servers := e.c.Servers()
+	for _, s := range servers[1:] {
+		s.Stop()
+	}
+	c := e.newCoordinator(coordinator.Config{}, servers[0])
+	ctx, cancel := context.WithCancel(e.ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("coordinator: %v", err)
+		}
+	}()
+	select {
+	case err := <-ran:
+		ran <- err // for the deferred wait
+		t.Fatalf("coordinator returned while the cluster had no quorum: %v", err)
+	case <-time.After(3 * time.Second): // the fault lasts this long: the coordinator's start spans it
+	}
+	for _, s := range servers[1:] {
+		if err := s.Restart(e.ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
+	e.waitStreamsReady()
+	e.clusterWorker(2, func(context.Context, *worker.Job) ([]byte, error) { return []byte("ok"), nil })
 	h := e.publish("after", jobs(5, nil))
 	if res := e.waitRetrying(h); res.Summary.Done != 5 {
 		t.Fatalf("summary %+v", res.Summary)

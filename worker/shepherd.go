@@ -599,30 +599,24 @@ func (s *shepherd) gauges() {
 // (re)started while a cluster elects leaders waits that out rather than exit: errors that pass by
 // themselves are tried again, pausing up to 2s, until ctx ends.
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolved, log zerolog.Logger) (jetstream.Consumer, error) {
-	wait := 100 * time.Millisecond
 	nsDeadline, nsLogged := time.Now().Add(cfg.NamespaceWait), false
 	for {
-		// Each try has its own deadline: a request lost with a node would otherwise wait for
-		// ctx's, however far it is.
-		tctx, cancel := context.WithTimeout(ctx, ensureTimeout)
-		cons, err := tryEnsureConsumer(tctx, js, cfg)
-		cancel()
-		var pause time.Duration
-		switch {
-		case errors.Is(err, ErrNamespaceNotFound) && time.Now().Before(nsDeadline) && ctx.Err() == nil:
-			// Config.NamespaceWait: the coordinator may be starting too.
-			if !nsLogged {
-				log.Warn().Err(err).Stringer("wait", cfg.NamespaceWait).Msg("worker: waiting for the namespace's streams")
-				nsLogged = true
-			}
-			pause = namespacePoll
-		case err == nil || !topology.Transient(err) || ctx.Err() != nil:
+		var cons jetstream.Consumer
+		err := topology.Retry(ctx, ensureTimeout, func(ctx context.Context) (err error) {
+			cons, err = tryEnsureConsumer(ctx, js, cfg)
+			return err
+		}, func(err error, pause time.Duration) {
+			log.Warn().Err(err).Stringer("retry_in", pause).Msg("worker: streams not reachable yet; trying again")
+		})
+		if !errors.Is(err, ErrNamespaceNotFound) || !time.Now().Before(nsDeadline) || ctx.Err() != nil {
 			return cons, err
-		default:
-			log.Warn().Err(err).Stringer("retry_in", wait).Msg("worker: streams not reachable yet; trying again")
-			pause, wait = wait, min(2*wait, 2*time.Second)
 		}
-		t := time.NewTimer(pause)
+		// Config.NamespaceWait: the coordinator may be starting too.
+		if !nsLogged {
+			log.Warn().Err(err).Stringer("wait", cfg.NamespaceWait).Msg("worker: waiting for the namespace's streams")
+			nsLogged = true
+		}
+		t := time.NewTimer(namespacePoll)
 		select {
 		case <-ctx.Done():
 			t.Stop()

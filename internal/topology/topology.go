@@ -245,6 +245,33 @@ func Transient(err error) bool {
 		errors.As(err, &apiErr) && apiErr.Code == 503
 }
 
+// Retry calls try until it returns nil or an error that is not Transient, or until ctx ends; it
+// returns try's last error. Each call gets its own deadline, perTry, since a request lost with a
+// node would otherwise wait for ctx's. Between calls it pauses, from 100ms doubling up to 2s,
+// after passing the error and the pause to retrying (to log them), if it is not nil.
+func Retry(ctx context.Context, perTry time.Duration, try func(context.Context) error, retrying func(err error, pause time.Duration)) error {
+	pause := 100 * time.Millisecond
+	for {
+		tctx, cancel := context.WithTimeout(ctx, perTry)
+		err := try(tctx)
+		cancel()
+		if err == nil || !Transient(err) || ctx.Err() != nil {
+			return err
+		}
+		if retrying != nil {
+			retrying(err, pause)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
 // An API error with code 503 is the server's "service unavailable" class: "JetStream system
 // temporarily unavailable" (10008: no meta leader), or "insufficient resources" (10023) when a
 // replicated consumer cannot be placed because peers are down. Both pass once the cluster has its

@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/integration/jstest"
@@ -97,4 +99,49 @@ func TestCheckAndInit(t *testing.T) {
 	if c := s.CachedInfo().Config; c.Replicas != 1 || c.Duplicates != config.DefaultDedupWindow {
 		t.Errorf("Init changed an existing stream: %+v", c)
 	}
+}
+
+// TestRetry: Retry tries again after errors that pass by themselves, pausing longer each time,
+// gives each try its own deadline, and stops at the first other error or when ctx ends.
+func TestRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var pauses []time.Duration
+		retrying := func(_ error, p time.Duration) { pauses = append(pauses, p) }
+		tries := 0
+		start := time.Now()
+		err := topology.Retry(t.Context(), time.Second, func(ctx context.Context) error {
+			if dl, ok := ctx.Deadline(); !ok || dl.Sub(time.Now()) != time.Second {
+				t.Errorf("try %d: deadline %v (set %v), want 1s from now", tries, dl.Sub(time.Now()), ok)
+			}
+			if tries++; tries < 7 {
+				return nats.ErrTimeout
+			}
+			return nil
+		}, retrying)
+		want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
+			800 * time.Millisecond, 1600 * time.Millisecond, 2 * time.Second}
+		if err != nil || !slices.Equal(pauses, want) || time.Since(start) != 5100*time.Millisecond {
+			t.Fatalf("err %v, pauses %v after %v; want nil, %v after 5.1s", err, pauses, time.Since(start), want)
+		}
+
+		pauses, tries = nil, 0
+		denied := errors.New("permissions violation")
+		err = topology.Retry(t.Context(), time.Second, func(context.Context) error {
+			if tries++; tries == 1 {
+				return jetstream.ErrNoStreamResponse
+			}
+			return denied
+		}, retrying)
+		if err != denied || tries != 2 {
+			t.Fatalf("err %v after %d tries, want %v after 2", err, tries, denied)
+		}
+
+		ctx, cancel := context.WithTimeout(t.Context(), 250*time.Millisecond)
+		defer cancel()
+		tries = 0
+		err = topology.Retry(ctx, time.Second, func(context.Context) error { tries++; return nats.ErrNoResponders }, retrying)
+		if !errors.Is(err, nats.ErrNoResponders) || tries != 2 {
+			t.Fatalf("err %v after %d tries, want the last try's error after 2 (ctx ended in the second pause)", err, tries)
+		}
+	})
 }
