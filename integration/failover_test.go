@@ -74,31 +74,11 @@ func (e *clusterEnv) newCoordinator(cfg coordinator.Config, first ...*jstest.Ser
 }
 
 // clusterCoordinator runs a coordinator on its own connection (to node first, if given) until
-// the test ends, or until the returned stop is called.
+// the test ends, or until the returned stop is called. Whatever ends a term (the lease lost
+// while a loaded cluster elects leaders, a read that stalled), the coordinator stands by again
+// after weave coordinator's pause, as Run's documentation asks: a test then sees a coordinator
+// again once the cluster answers, and the term's end in its log.
 func (e *clusterEnv) clusterCoordinator(cfg coordinator.Config, first ...*jstest.Server) (stop func()) {
-	c := e.newCoordinator(cfg, first...)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var stopped atomic.Bool
-	stop = func() {
-		if stopped.Swap(true) {
-			return
-		}
-		cancel()
-		if err := <-done; err != nil {
-			e.t.Errorf("coordinator: %v", err)
-		}
-	}
-	e.t.Cleanup(stop)
-	return stop
-}
-
-// clusterCoordinatorStandingBy is clusterCoordinator for a test whose fault may outlast the
-// coordinator's lease (all nodes but one stopped): whatever ends a term (the lease lost, the
-// streams unreachable at its start), another follows, as 'weave coordinator' does (Run's
-// documented use), so the test sees a coordinator again once the cluster is back.
-func (e *clusterEnv) clusterCoordinatorStandingBy(cfg coordinator.Config, first ...*jstest.Server) {
 	c := e.newCoordinator(cfg, first...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -110,17 +90,19 @@ func (e *clusterEnv) clusterCoordinatorStandingBy(cfg coordinator.Config, first 
 				return
 			}
 			e.t.Logf("coordinator term ended (%v); standing by again", err)
-			select { // weave coordinator's first pause
+			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(250 * time.Millisecond):
 			}
 		}
 	}()
-	e.t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		cancel()
 		<-done
 	})
+	e.t.Cleanup(stop)
+	return stop
 }
 
 // waitStreamsReady waits for each of the namespace's job streams to have a leader and its
@@ -469,7 +451,7 @@ func TestWorkerStartsThroughLostQuorum(t *testing.T) {
 	// in CI, which ended the coordinator's term, and nothing ran it again. A lease shorter than
 	// the fault makes that certain: the coordinator stands by again, as 'weave coordinator'
 	// does, and must carry on once the cluster is back, beside the worker started through it.
-	e.clusterCoordinatorStandingBy(coordinator.Config{LeaseTTL: 2 * time.Second}, servers[0])
+	e.clusterCoordinator(coordinator.Config{LeaseTTL: 2 * time.Second}, servers[0])
 	eventually(t, time.Minute, "the coordinator to answer status", func() bool {
 		_, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		return err == nil
