@@ -166,6 +166,9 @@ type Dispatcher struct {
 	// for a waiter registered just after a message of its group went by (see recentGroups).
 	recent      map[string]*lastSeen
 	recentOrder []string // group tokens in recent, oldest first
+	// recentDropped is the latest delivery time of an entry dropped from recent: a group
+	// seen after it is still there (see outcomeMark).
+	recentDropped time.Time
 
 	// results and jobs read the RESULTS and JOBS streams with direct gets for every wait, check
 	// and scan of this Dispatcher, so they share one reply subscription each instead of opening

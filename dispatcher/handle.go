@@ -97,6 +97,9 @@ type Handle struct {
 	openSeq    uint64
 	resolveMu  sync.Mutex
 	resolvedAt uint64 // the open sequence resolved, or 0 while not yet
+	// submitted is the shared outcome subscription's state just before Submit stored the job,
+	// if it was live then (see outcomeMark); zero otherwise.
+	submitted outcomeMark
 }
 
 // Attach returns a Handle for a group published earlier, possibly by another process, for example

@@ -63,10 +63,10 @@ func TestSummaryThatWentByJustBefore(t *testing.T) {
 	batch := nats.NewMsg(d.names.OutcomeSubject("b"))
 	batch.Data = wire.AppendOutcomes(nil, []wire.Outcome{{ID: 5, State: wire.FinalDone}})
 	d.routeOutcomes(batch)
-	if _, hurry, _ := d.watchJob("b", &jobWaiter{id: 5, ch: make(chan jobNote, 1)}); !hurry {
+	if _, hurry, _, _ := d.watchJob("b", &jobWaiter{id: 5, ch: make(chan jobNote, 1)}, outcomeMark{}); !hurry {
 		t.Fatal("a job waiter registered just after an outcome batch of its group went by was not told to read again soon")
 	}
-	if _, hurry, _ := d.watchJob("quiet", &jobWaiter{id: 5, ch: make(chan jobNote, 1)}); hurry {
+	if _, hurry, _, _ := d.watchJob("quiet", &jobWaiter{id: 5, ch: make(chan jobNote, 1)}, outcomeMark{}); hurry {
 		t.Fatal("a job waiter of a quiet group was told to hurry")
 	}
 	gb := nats.NewMsg(d.names.OutcomeSubject("g"))
@@ -74,6 +74,30 @@ func TestSummaryThatWentByJustBefore(t *testing.T) {
 	d.routeOutcomes(gb)
 	if w3, _ := d.watchSummary("g", 7); len(w3.ch) != 1 {
 		t.Fatal("an outcome batch after the summary made the subscription forget the summary")
+	}
+
+	// Quiet since a mark: nothing of the group delivered after it, nothing dropped after it.
+	mark := d.outcomeMark()
+	if mark.at.IsZero() {
+		t.Fatal("no mark with the subscription live")
+	}
+	quiet := func(gtok string, mark outcomeMark) bool {
+		_, _, q, _ := d.watchJob(gtok, &jobWaiter{id: 5, ch: make(chan jobNote, 1)}, mark)
+		return q
+	}
+	switch {
+	case !quiet("s", mark):
+		t.Fatal("a group nothing was delivered of since the mark is not quiet")
+	case !quiet("b", mark):
+		t.Fatal("a group last delivered before the mark is not quiet")
+	case quiet("s", outcomeMark{}):
+		t.Fatal("a zero mark is quiet")
+	case quiet("s", outcomeMark{at: mark.at, reconnects: mark.reconnects + 1}):
+		t.Fatal("quiet across a reconnect (messages published while disconnected are lost)")
+	}
+	d.routeOutcomes(batch)
+	if quiet("b", mark) {
+		t.Fatal("a group delivered after the mark is quiet")
 	}
 
 	// Bounded: the oldest is forgotten first.
@@ -86,5 +110,9 @@ func TestSummaryThatWentByJustBefore(t *testing.T) {
 	d.sumMu.Unlock()
 	if kept || n != recentGroups {
 		t.Fatalf("after %d more summaries: g kept %v, %d remembered; want g forgotten and %d", recentGroups, kept, n, recentGroups)
+	}
+	// Groups delivered after the mark were forgotten: no group is quiet since it any more.
+	if quiet("s", mark) {
+		t.Fatal("quiet since a mark although groups delivered after it were forgotten")
 	}
 }

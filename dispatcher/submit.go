@@ -49,6 +49,7 @@ func (d *Dispatcher) Submit(ctx context.Context, groupID string, job Job) (h *Ha
 	header := meta.Header()
 	newJobTrace(ctx).set(header)
 	msg := &nats.Msg{Subject: d.names.JobSubject(wire.GroupToken(groupID)), Header: header, Data: job.Payload}
+	mark := d.outcomeMark()
 	rctx, cancel := d.requestContext(ctx)
 	defer cancel()
 	// Like an open, retry a while if the stream has no leader; the message ID makes a retry of a
@@ -61,9 +62,10 @@ func (d *Dispatcher) Submit(ctx context.Context, groupID string, job Job) (h *Ha
 	h.openSeq, h.resolvedAt = ack.Sequence, ack.Sequence // a single job is its own incarnation
 	h.firstID, h.lastID = ack.Sequence, ack.Sequence
 	if ack.Duplicate {
-		h.duplicates = 1
+		h.duplicates = 1 // stored before: its outcome may be too
 	} else {
 		h.accepted = 1
+		h.submitted = mark
 	}
 	return h, ack.Sequence, nil
 }

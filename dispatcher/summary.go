@@ -65,6 +65,9 @@ func (d *Dispatcher) seen(gtok string) *lastSeen {
 	e := d.recent[gtok]
 	if e == nil {
 		if len(d.recentOrder) >= recentGroups {
+			if old := d.recent[d.recentOrder[0]]; old.at.After(d.recentDropped) {
+				d.recentDropped = old.at
+			}
 			delete(d.recent, d.recentOrder[0])
 			d.recentOrder = d.recentOrder[1:]
 		}

@@ -3,10 +3,12 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/coordinator"
@@ -100,4 +102,66 @@ func TestSubmitSingleJobs(t *testing.T) {
 		info, err := jobsStream.Info(e.ctx)
 		return err == nil && info.State.Msgs == 0
 	})
+}
+
+// TestSubmitWaitReadsNothing: once the Dispatcher listens for outcomes (after its first wait), a
+// job Submit stores is waited for on the subscription alone, without reading RESULTS: a tenth
+// of a single job's messages. (A wait that registers after its job's outcome went by reads it,
+// rightly; each job here takes 5ms so that the waits come first, and a few late ones are
+// allowed: without the fast path all 20 read.) A duplicate submission, whose outcome may be
+// stored already, still reads it.
+func TestSubmitWaitReadsNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	e.worker(worker.Config{ID: "w", Concurrency: 4}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		select {
+		case <-time.After(5 * time.Millisecond): // the job's work
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return j.Payload, nil
+	})
+	submitWait := func(group, key, payload string) dispatcher.JobOutcome {
+		t.Helper()
+		h, id, err := e.d.Submit(e.ctx, group, dispatcher.Job{Key: key, Payload: []byte(payload)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := h.WaitJob(e.ctx, id)
+		if err != nil || out.State != dispatcher.StateDone || string(out.Result) != payload {
+			t.Fatalf("job %s: %+v, %v", payload, out, err)
+		}
+		return out
+	}
+	submitWait("first", "", "first") // starts the subscription
+
+	var reads atomic.Int64
+	sub, err := e.nc.Subscribe("$JS.API.DIRECT.GET."+e.ns+"_RESULTS.>", func(*nats.Msg) { reads.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	sub2, err := e.nc.Subscribe("$JS.API.DIRECT.GET."+e.ns+"_RESULTS", func(*nats.Msg) { reads.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub2.Unsubscribe() }()
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		submitWait("", "", fmt.Sprint("job ", i))
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.Load(); n > 5 {
+		t.Fatalf("20 single jobs submitted and waited for read RESULTS %d times, want 0 (at most 5)", n)
+	}
+
+	// A duplicate's outcome was stored before: it is read.
+	submitWait("dup", "k", "once")
+	submitWait("dup", "k", "once")
+	eventually(t, 10*time.Second, "the duplicate's wait to read RESULTS", func() bool { return reads.Load() > 0 })
 }

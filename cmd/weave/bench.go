@@ -222,6 +222,7 @@ each one includes.`,
 	f.IntVar(&cfg.Throughput.Concurrency, "concurrency", 64, "throughput: slots per worker")
 	f.IntVar(&cfg.Latency.Rate, "rate", 1000, "latency: jobs submitted per second")
 	f.DurationVar(&cfg.Latency.Duration, "duration", 3*time.Second, "latency: how long jobs are submitted")
+	f.DurationVar(&cfg.Single.Duration, "single-duration", 3*time.Second, "single: how long single jobs are submitted (at 1,000/s; longer runs give a steadier p99)")
 	f.DurationVar(&cfg.Fairness.Work, "fairness-work", 3*time.Second, "fairness: handler time of each group's jobs in all")
 	f.DurationVar(&cfg.Weights.Work, "weights-work", 6*time.Second, "weights: handler time of each group's jobs in all")
 	f.IntVar(&cfg.Spread.Jobs, "spread-jobs", 5000, "spread: jobs")
