@@ -165,46 +165,52 @@ func (e *engine) reject(subject string, seq uint64, reason string) {
 // the jobs it admitted that are to be released now (not delayed), whose payloads the loop keeps
 // for their release. A job message holds one job or a pack of them (wire.ParseStoredJobs); a
 // message that is not valid is rejected whole.
-func (e *engine) feed(subject string, seq uint64, h nats.Header, data []byte, stored time.Time) []wire.StoredJob {
+//
+// It returns the jobs admitted for release, whose payloads the caller keeps for it, and how many
+// jobs of their group were ahead of them (admitted and not terminal): the payload cache keeps
+// those nearest release first.
+func (e *engine) feed(subject string, seq uint64, h nats.Header, data []byte, stored time.Time) (jobs []wire.StoredJob, ahead uint64) {
 	e.retention.jobsApplied = max(e.retention.jobsApplied, seq)
 	if strings.HasPrefix(subject, e.names.GroupSubject("")) {
 		c, err := wire.ParseGroupControl(h)
 		if err != nil {
 			e.reject(subject, seq, err.Error())
-			return nil
+			return nil, 0
 		}
 		e.control(subject, seq, c, stored)
-		return nil
+		return nil, 0
 	}
 	jobs, err := wire.ParseStoredJobs(seq, h, data)
 	if err != nil {
 		e.reject(subject, seq, err.Error())
-		return nil
+		return nil, 0
 	}
 	e.mx.stored(seq, stored)
 	if jobs[0].Meta.Single {
 		if e.admitSingle(subject, seq, &jobs[0], stored) { // single.go
-			return jobs
+			return jobs, 0
 		}
-		return nil
+		return nil, 0
 	}
 	if !e.mayJoin(subject, seq, jobs[0].Meta.Group) {
-		return nil
+		return nil, 0
 	}
 	if _, known := e.idx.State(jobs[0].ID); known {
 		// Never expected (the feed applies each message once). A message's jobs are admitted
 		// together, so a message fed again has its first job known: refused before any of its
 		// jobs is indexed, since a refused message is then deleted.
 		e.reject(subject, seq, "job "+strconv.FormatUint(jobs[0].ID, 10)+" is already admitted")
-		return nil
+		return nil, 0
 	}
+	g := e.groups.byID[jobs[0].Meta.Group]
+	ahead = g.admitted - g.terminal()
 	admitted := jobs[:0]
 	for i := range jobs {
 		if e.admit(subject, seq, &jobs[i]) {
 			admitted = append(admitted, jobs[i])
 		}
 	}
-	return admitted
+	return admitted, ahead
 }
 
 // tick moves due retries back to pending, makes due delayed jobs pending, forgets silent

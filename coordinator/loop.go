@@ -94,8 +94,8 @@ func (r *run) applyFeed(m streamMsg) {
 	if !r.jobs.fresh(m, s) {
 		return
 	}
-	if jobs := r.e.feed(m.Subject(), s, m.Headers(), m.Data(), at); len(jobs) > 0 {
-		r.payloads.add(jobs)
+	if jobs, ahead := r.e.feed(m.Subject(), s, m.Headers(), m.Data(), at); len(jobs) > 0 {
+		r.payloads.add(jobs, ahead)
 	}
 }
 

@@ -19,7 +19,8 @@ import (
 // what feed returned.
 func (te *testEngine) pack(g string, jobs ...wire.PackJob) (uint64, []wire.StoredJob) {
 	te.seq++
-	return te.seq, te.e.feed(te.e.names.JobSubject(wire.GroupToken(g)), te.seq, wire.PackHeader(g, len(jobs)), wire.AppendPack(nil, jobs), time.Time{})
+	got, _ := te.e.feed(te.e.names.JobSubject(wire.GroupToken(g)), te.seq, wire.PackHeader(g, len(jobs)), wire.AppendPack(nil, jobs), time.Time{})
+	return te.seq, got
 }
 
 // TestPackAdmission: a pack's jobs are admitted one by one under the IDs that name their place
@@ -77,7 +78,7 @@ func TestPackAdmission(t *testing.T) {
 	} {
 		admitted := te.e.stats.Admitted
 		te.seq++
-		if got := te.e.feed(c.subject, te.seq, c.h, c.body, time.Time{}); len(got) != 0 || te.e.stats.Admitted != admitted {
+		if got, _ := te.e.feed(c.subject, te.seq, c.h, c.body, time.Time{}); len(got) != 0 || te.e.stats.Admitted != admitted {
 			t.Errorf("%s: admitted %d jobs", name, te.e.stats.Admitted-admitted)
 		}
 		if _, ok := te.e.idx.State(wire.PackedJobID(te.seq, 0)); ok {
@@ -202,7 +203,7 @@ func TestPayloadCacheAccounts(t *testing.T) {
 		case 0:
 			j := &wire.StoredJob{ID: id, Payload: make([]byte, 8)}
 			had := p.has(id)
-			p.add([]wire.StoredJob{*j})
+			p.add([]wire.StoredJob{*j}, uint64(rng.IntN(100)))
 			if !had {
 				p.mu.Lock()
 				added[id] = p.lookupLocked(id)
@@ -234,14 +235,64 @@ func TestPayloadCacheAccounts(t *testing.T) {
 			}
 			jobs += n
 		}
-		if sum != p.bytes || p.bytes > p.maxBytes || len(p.order) > 2*len(p.m)+64 {
-			t.Fatalf("step %d: %d jobs cost %d, counted %d, bound %d; order %d for %d messages", step, jobs, sum, p.bytes, p.maxBytes, len(p.order), len(p.m))
+		listed := 0
+		for _, q := range p.order {
+			listed += len(q)
 		}
-		for seq := range p.m {
-			if !slices.Contains(p.order, seq) {
-				t.Fatalf("step %d: message %d cached but not in the eviction order", step, seq)
+		if sum != p.bytes || p.bytes > p.maxBytes || listed != p.listed || listed > 2*len(p.m)+64 {
+			t.Fatalf("step %d: %d jobs cost %d, counted %d, bound %d; order %d (counted %d) for %d messages", step, jobs, sum, p.bytes, p.maxBytes, listed, p.listed, len(p.m))
+		}
+		for seq, e := range p.m {
+			if !slices.Contains(p.order[e.bucket], seq) || e.bucket > p.top {
+				t.Fatalf("step %d: message %d cached but not in the eviction order (bucket %d, top %d)", step, seq, e.bucket, p.top)
 			}
 		}
 		p.mu.Unlock()
+	}
+}
+
+// TestPayloadCacheKeepsNearest: a full cache evicts the messages farthest from release (most
+// jobs of their group ahead of them) first, and keeps a newcomer only if it is nearer than
+// something it holds: a backlog larger than the cache, admitted group after group, leaves every
+// group's first jobs cached, not the last groups admitted.
+func TestPayloadCacheKeepsNearest(t *testing.T) {
+	one := cost(&wire.StoredJob{Payload: make([]byte, 8)})
+	const groups, perGroup, room = 10, 100, 200
+	p := newPayloads(nil, room*one)
+	seq := uint64(0)
+	for range groups { // group after group, each job its own message, ahead = its place
+		for i := range perGroup {
+			seq++
+			p.add([]wire.StoredJob{{ID: seq, Payload: make([]byte, 8)}}, uint64(i))
+		}
+	}
+	// Every group's first 16 jobs (ranks 0-15: buckets 0-4) are kept; the 200 kept are the
+	// nearest buckets.
+	kept := map[int]int{} // jobs kept by place in the group
+	for s := uint64(1); s <= seq; s++ {
+		if p.has(s) {
+			kept[int((s-1)%perGroup)]++
+		}
+	}
+	for i := range 16 {
+		if kept[i] != groups {
+			t.Fatalf("place %d: %d of %d groups' jobs cached; kept by place: %v", i, kept[i], groups, kept)
+		}
+	}
+	for i := 64; i < perGroup; i++ {
+		if kept[i] != 0 {
+			t.Fatalf("place %d (bucket 7) cached while nearer places were evicted: %v", i, kept)
+		}
+	}
+	// A newcomer farther than all it holds is not kept; a nearer one is, at a farther one's cost.
+	seq++
+	p.add([]wire.StoredJob{{ID: seq, Payload: make([]byte, 8)}}, 1000)
+	if p.has(seq) {
+		t.Fatal("a job 1,000 places from release was cached in a cache full of nearer ones")
+	}
+	seq++
+	p.add([]wire.StoredJob{{ID: seq, Payload: make([]byte, 8)}}, 0)
+	if !p.has(seq) {
+		t.Fatal("a group's first job was not cached")
 	}
 }

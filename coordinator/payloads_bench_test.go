@@ -29,7 +29,7 @@ func BenchmarkPayloadCache(b *testing.B) {
 			for i, id := range ids[g] {
 				jobs[i] = wire.StoredJob{ID: id, Payload: make([]byte, 16)}
 			}
-			p.add(jobs)
+			p.add(jobs, 0)
 		}
 		for i := range perGroup {
 			for g := range groups {

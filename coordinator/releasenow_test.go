@@ -26,7 +26,7 @@ func TestReleaseAtOnce(t *testing.T) {
 	te.open("g")
 	cache := func(id uint64, key string, maxAttempts int, payload string) {
 		meta := wire.JobMeta{Group: "g", Key: key, MaxAttempts: maxAttempts}
-		r.payloads.add([]wire.StoredJob{{ID: id, Meta: meta, Payload: []byte(payload)}})
+		r.payloads.add([]wire.StoredJob{{ID: id, Meta: meta, Payload: []byte(payload)}}, 0)
 	}
 	a := te.job(wire.JobMeta{Group: "g", Key: "a", MaxAttempts: 7})
 	b := te.job(wire.JobMeta{Group: "g", Key: "b"})
