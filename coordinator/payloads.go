@@ -15,8 +15,8 @@ import (
 
 // payloads holds the jobs about to be released (their payloads and what else their stored message
 // says), in a cache bounded by the memory its entries hold (payload, metadata and bookkeeping;
-// those farthest from release out first: see rankBucket), so memory is bounded by the cache, never by the backlog. Jobs arrive from the
-// JOBS feed. A miss (evicted, or after a restart) reads the job's message and those of the next
+// those farthest from release out first: see rankBucket), so memory is bounded by the cache,
+// never by the backlog. Jobs arrive from the JOBS feed. A miss (evicted, or after a restart) reads the job's message and those of the next
 // jobs of its group, whose IDs the scheduler knows, with one direct get by sequence per message:
 // jobs stored in one pack (wire.HdrPack) are read together, so a group published in packs costs
 // a read per pack, not per job.
