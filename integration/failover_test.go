@@ -62,10 +62,11 @@ func clusterConn(t *testing.T, c *jstest.Cluster, first ...*jstest.Server) *nats
 }
 
 // newCoordinator makes a coordinator of the test's namespace on its own connection (to node
-// first, if given).
+// first, if given). Its log is shown if the test fails (failureLogger): its callers stop it
+// before the test ends.
 func (e *clusterEnv) newCoordinator(cfg coordinator.Config, first ...*jstest.Server) *coordinator.Coordinator {
 	cfg.Namespace, cfg.Streams = e.ns, e.streams
-	cfg.Logger = testLogger("coordinator")
+	cfg.Logger = failureLogger(e.t, "coordinator")
 	c, err := coordinator.New(clusterConn(e.t, e.c, first...), cfg)
 	if err != nil {
 		e.t.Fatal(err)
@@ -103,6 +104,39 @@ func (e *clusterEnv) clusterCoordinator(cfg coordinator.Config, first ...*jstest
 	})
 	e.t.Cleanup(stop)
 	return stop
+}
+
+// startThroughLostQuorum stops two of the cluster's three nodes, starts run (a component's Run,
+// connected to the first node) and checks that it has not returned when the fault has lasted
+// 3s: it waits for the streams instead of exiting. It then brings the nodes back and waits for
+// the streams. run must return nil once the test ends (its context is canceled then).
+func (e *clusterEnv) startThroughLostQuorum(what string, run func(context.Context) error) {
+	e.t.Helper()
+	servers := e.c.Servers()
+	for _, s := range servers[1:] {
+		s.Stop()
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- run(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-ran; err != nil {
+			e.t.Errorf("%s: %v", what, err)
+		}
+	})
+	select {
+	case err := <-ran:
+		ran <- err // for the cleanup's wait
+		e.t.Fatalf("%s returned while the cluster had no quorum: %v", what, err)
+	case <-time.After(3 * time.Second): // the fault lasts this long: the start spans it
+	}
+	for _, s := range servers[1:] {
+		if err := s.Restart(e.ctx); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	e.waitStreamsReady()
 }
 
 // waitStreamsReady waits for each of the namespace's job streams to have a leader and its
@@ -456,37 +490,13 @@ func TestWorkerStartsThroughLostQuorum(t *testing.T) {
 		_, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		return err == nil
 	})
-	for _, s := range servers[1:] {
-		s.Stop()
-	}
 	w, err := worker.New(clusterConn(e.t, e.c, servers[0]), worker.Config{Namespace: e.ns, Concurrency: 2,
 		HeartbeatInterval: 250 * time.Millisecond, Logger: testLogger("worker")},
 		worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) { return []byte("ok"), nil }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ran := make(chan error, 1)
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	}()
-	go func() { ran <- w.Run(ctx) }()
-	// The worker keeps trying while the streams cannot answer: it has not returned.
-	select {
-	case err := <-ran:
-		ran <- err // for the deferred wait
-		t.Fatalf("worker returned while the cluster had no quorum: %v", err)
-	case <-time.After(3 * time.Second): // the fault lasts this long: the worker's start spans it
-	}
-	for _, s := range servers[1:] {
-		if err := s.Restart(e.ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.waitStreamsReady()
+	e.startThroughLostQuorum("worker", w.Run)
 	h := e.publish("after", jobs(5, nil))
 	if res := e.waitRetrying(h); res.Summary.Done != 5 {
 		t.Fatalf("summary %+v", res.Summary)
@@ -500,32 +510,8 @@ func TestWorkerStartsThroughLostQuorum(t *testing.T) {
 func TestCoordinatorStartsThroughLostQuorum(t *testing.T) {
 	t.Parallel()
 	e := setupCluster(t)
-	servers := e.c.Servers()
-	for _, s := range servers[1:] {
-		s.Stop()
-	}
-	c := e.newCoordinator(coordinator.Config{}, servers[0])
-	ctx, cancel := context.WithCancel(e.ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("coordinator: %v", err)
-		}
-	}()
-	select {
-	case err := <-ran:
-		ran <- err // for the deferred wait
-		t.Fatalf("coordinator returned while the cluster had no quorum: %v", err)
-	case <-time.After(3 * time.Second): // the fault lasts this long: the coordinator's start spans it
-	}
-	for _, s := range servers[1:] {
-		if err := s.Restart(e.ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.waitStreamsReady()
+	c := e.newCoordinator(coordinator.Config{}, e.c.Servers()[0])
+	e.startThroughLostQuorum("coordinator", c.Run)
 	e.clusterWorker(2, func(context.Context, *worker.Job) ([]byte, error) { return []byte("ok"), nil })
 	h := e.publish("after", jobs(5, nil))
 	if res := e.waitRetrying(h); res.Summary.Done != 5 {

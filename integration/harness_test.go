@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"iter"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -112,6 +113,25 @@ func (e *env) background(name string, fn func(ctx context.Context) error) {
 			e.t.Errorf("%s: %v", name, err)
 		}
 	})
+}
+
+// failureLogger is testLogger for a component that ends before the test does: without
+// WEAVE_TEST_LOG it keeps its Info lines and above in t's log, which go test shows only if the
+// test fails, so a failure in CI says what the component went through.
+func failureLogger(t *testing.T, component string) zerolog.Logger {
+	if os.Getenv("WEAVE_TEST_LOG") != "" {
+		return testLogger(component)
+	}
+	w := zerolog.ConsoleWriter{Out: tLogWriter{t}, NoColor: true, TimeFormat: "15:04:05.000"}
+	return zerolog.New(w).Level(zerolog.InfoLevel).With().Timestamp().Str("c", component).Logger()
+}
+
+// tLogWriter writes each log line to t.Log.
+type tLogWriter struct{ t *testing.T }
+
+func (w tLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
 
 // testLogger logs to stderr when WEAVE_TEST_LOG is set (debugging), else nowhere.
