@@ -94,6 +94,7 @@ func (r *run) applyFeed(m streamMsg) {
 	if !r.jobs.fresh(m, s) {
 		return
 	}
+	r.jobsFed.Store(s)
 	if jobs, ahead := r.e.feed(m.Subject(), s, m.Headers(), m.Data(), at); len(jobs) > 0 {
 		r.payloads.add(jobs, ahead)
 	}

@@ -307,7 +307,7 @@ func (r *run) writer(ctx context.Context) {
 			r.wg.Go(func() { r.expire(ctx, *op.retention) })
 			continue
 		case op.g != nil:
-			r.wg.Go(func() { r.purgeComplete(ctx, op, 0) })
+			r.complete(ctx, op, 0)
 			continue
 		default:
 			continue
@@ -355,42 +355,36 @@ func (r *run) acker(ctx context.Context) {
 			case <-r.done:
 			}
 		}
-		if len(w.refused) > 0 {
-			r.wg.Go(func() { r.deleteRefused(ctx, w.refused) })
-		}
-	}
-}
-
-// deleteRefused deletes messages refused from the JOBS stream once their rejection is recorded:
-// they can never run, and would otherwise stay (and be refused again by every replay).
-// Deleted in a later term if this one ends first: replay refuses them again.
-func (r *run) deleteRefused(ctx context.Context, seqs []uint64) {
-	for _, seq := range seqs {
-		err := r.retry(ctx, "delete a refused message", func(ctx context.Context) error {
-			s, err := r.c.js.Stream(ctx, r.names.JobsStream())
-			if err == nil {
-				err = s.DeleteMsg(ctx, seq)
-			}
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				return nil
-			}
-			return err
-		})
-		if err != nil {
-			return
+		// Messages refused are deleted once their rejection is recorded: they can never run,
+		// and would otherwise stay (and be refused again by every replay). Deleted in a later
+		// term if this one ends first: replay refuses them again.
+		for _, seq := range w.refused {
+			r.deletes <- jobDelete{seq: seq}
 		}
 	}
 }
 
 // summarizer waits until each summary is stored, then completes its group (see above).
 func (r *run) summarizer(ctx context.Context) {
+	defer close(r.deletes) // the writer and the acker, before it in the pipeline, are done too
 	for s := range r.summaries {
 		ack, err := r.stored(ctx, s.msg, s.future)
 		if err != nil {
 			continue // the term is ending; the next writes the summary again
 		}
-		r.wg.Go(func() { r.purgeComplete(ctx, s.op, ack.Sequence) })
+		r.complete(ctx, s.op, ack.Sequence)
 	}
+}
+
+// complete purges a complete group's job messages, if they are to be, and then tells the loop to
+// forget the group: a single job's one message goes to the deleter, a group's are purged by
+// purgeComplete.
+func (r *run) complete(ctx context.Context, op writeOp, summarySeq uint64) {
+	if op.purge && op.single {
+		r.deletes <- jobDelete{seq: op.lastSeq, done: &completedGroup{g: op.g, summarySeq: summarySeq}}
+		return
+	}
+	r.wg.Go(func() { r.purgeComplete(ctx, op, summarySeq) })
 }
 
 // publishAsync publishes m without waiting for its acknowledgement, which the future gives (nil
@@ -519,9 +513,6 @@ func (r *run) purgeComplete(ctx context.Context, op writeOp, summarySeq uint64) 
 			if err != nil {
 				return err
 			}
-			if op.single {
-				return deleteSingle(ctx, jobs, r.names, op.gtok, op.lastSeq)
-			}
 			return purgeGroup(ctx, jobs, r.names, op.gtok, op.lastSeq)
 		})
 		if err != nil {
@@ -562,18 +553,6 @@ func purgeGroup(ctx context.Context, jobs jetstream.Stream, names wire.Names, gt
 		return fmt.Errorf("weave: purge %s: %w", subject, err)
 	}
 	return nil
-}
-
-// deleteSingle deletes a complete single job's message, its group's only one in JOBS, at seq. By
-// sequence, the server finds it at once, where a purge by the group's subjects (a wildcard, see
-// purgeGroup) walks the stream's subjects: with a job submitted alone 1,000 times a second, the
-// purges took 15% of the process's CPU in `weave bench single`. If the delete fails (the
-// message is gone already: an earlier term deleted it), the purge, which does not mind, follows.
-func deleteSingle(ctx context.Context, jobs jetstream.Stream, names wire.Names, gtok string, seq uint64) error {
-	if err := jobs.DeleteMsg(ctx, seq); err == nil {
-		return nil
-	}
-	return purgeGroup(ctx, jobs, names, gtok, seq)
 }
 
 // stream returns a handle on one of the namespace's streams, asking the server for it (a stream

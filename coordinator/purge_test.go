@@ -1,11 +1,9 @@
 package coordinator
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -45,41 +43,6 @@ func TestPurgeGroupKeepsLaterIncarnation(t *testing.T) {
 	}
 	if _, err := s.GetMsg(ctx, next); err != nil {
 		t.Fatalf("the next incarnation's job is gone: %v", err)
-	}
-}
-
-// TestDeleteSingle: a complete single job's message is deleted by its sequence, leaving the next
-// single of the same group ID; deleting it again (an earlier term did) falls back to the purge,
-// which does not mind, rather than failing forever.
-func TestDeleteSingle(t *testing.T) {
-	t.Parallel()
-	_, _, js, ctx := onServer(t, "single")
-	names, _ := wire.NewNames("single")
-	pub := func(key string) uint64 {
-		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: names.JobSubject("g"), Header: wire.JobMeta{Group: "g", Key: key, Single: true}.Header()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ack.Sequence
-	}
-	first, next := pub("a"), pub("b")
-	if first == next {
-		t.Fatal("the second single was taken for the first")
-	}
-	s, err := js.Stream(ctx, names.JobsStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		if err := deleteSingle(ctx, s, names, "g", first); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := s.GetMsg(ctx, first); !errors.Is(err, jetstream.ErrMsgNotFound) {
-		t.Fatalf("the deleted single: %v, want not found", err)
-	}
-	if _, err := s.GetMsg(ctx, next); err != nil {
-		t.Fatalf("the next single of the group: %v", err)
 	}
 }
 

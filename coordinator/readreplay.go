@@ -104,7 +104,7 @@ func (r *run) readStreams(ctx context.Context) (map[uint64]aliveJob, error) {
 // have missed.
 var afterEventsRead func()
 
-// startPipelines starts the release pipelines and the writer, acker and summarizer.
+// startPipelines starts the release pipelines and the writer, acker, summarizer and deleter.
 func (r *run) startPipelines(ctx context.Context) {
 	for range r.cfg.ReleaseParallelism {
 		r.wg.Go(func() { r.releaser(ctx) })
@@ -112,6 +112,7 @@ func (r *run) startPipelines(ctx context.Context) {
 	r.wg.Go(func() { r.writer(ctx) })
 	r.wg.Go(func() { r.acker(ctx) })
 	r.wg.Go(func() { r.summarizer(ctx) })
+	r.wg.Go(func() { r.deleter(ctx) })       // deletes.go
 	r.wg.Go(func() { r.fireSchedules(ctx) }) // schedules.go
 }
 

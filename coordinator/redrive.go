@@ -381,7 +381,9 @@ func (r *run) refuseRedrive(ctx context.Context, o redriveOrder, a wire.ControlA
 	if _, err := r.stored(ctx, rec, nil); err != nil {
 		return
 	}
-	r.deleteRefused(ctx, []uint64{o.ask.seq})
+	if err := r.deleteNow(ctx, o.ask.seq); err != nil {
+		return
+	}
 	if ctx.Err() != nil {
 		return
 	}

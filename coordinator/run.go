@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,6 +58,11 @@ type run struct {
 	acks chan written
 	// Written (and closed) by the acker, read by the summarizer.
 	summaries chan storedSummary
+	// Written by the writer, the acker and the summarizer (which closes it), read by the deleter
+	// (deletes.go).
+	deletes chan jobDelete
+	// The newest JOBS sequence the loop has read (written by the loop, read by the deleter).
+	jobsFed atomic.Uint64
 
 	// Groups whose outcomes wait for Config.OutcomeLinger, and the earliest time one is due
 	// (owned by the loop; see writeOutcomes).
@@ -101,6 +107,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 		redriveEnds: make(chan redriveEnd, 16),
 		acks:        make(chan written, chanSize),
 		summaries:   make(chan storedSummary, chanSize),
+		deletes:     make(chan jobDelete, chanSize),
 		releaseQ:    make(chan releaseReq, chanSize),
 		done:        make(chan struct{}),
 		writeQ:      make(chan writeOp, chanSize),
