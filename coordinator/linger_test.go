@@ -20,20 +20,20 @@ func lingerRun(te *testEngine, busy bool) *run {
 	return r
 }
 
-// handedToWriter drains what the loop handed the writer: the outcome IDs of each outcome write, and
-// whether a summary was written after them.
+// handedToWriter drains what the loop handed the writer: the outcome IDs of each outcome write
+// (a summary's last outcomes included), and whether a summary was written after them.
 func handedToWriter(r *run) (outcomeWrites [][]uint64, summaries int) {
 	for {
 		select {
 		case op := <-r.writeQ:
-			switch {
-			case op.outcomes != nil:
+			if op.outcomes != nil {
 				var ids []uint64
 				for _, o := range op.outcomes {
 					ids = append(ids, o.ID)
 				}
 				outcomeWrites = append(outcomeWrites, ids)
-			case op.summary != nil:
+			}
+			if op.summary != nil { // after the group's last outcomes, if it carries them
 				summaries++
 			}
 		default:
@@ -236,5 +236,42 @@ func TestOutcomeLingerStretchesWithManyGroups(t *testing.T) {
 	r.step(ctx)
 	if w, _ := handedToWriter(r); len(w) != groups {
 		t.Fatalf("after the stretched linger: %d writes, want %d", len(w), groups)
+	}
+}
+
+// TestLastOutcomesGoWithSummary: a complete group's outcomes not yet written go in its summary's
+// write (a single job ends with one message), unless there are more than one message holds:
+// then they are written first, and the summary alone.
+func TestLastOutcomesGoWithSummary(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	r := lingerRun(te, false)
+	ctx := context.Background()
+	te.worker("w", 4)
+	id := te.job(wire.JobMeta{Group: "s", Single: true})
+	te.report(te.releases()["any"][0], wire.StatusOK, "r")
+	r.step(ctx)
+	var ops []writeOp
+	for len(r.writeQ) > 0 {
+		ops = append(ops, <-r.writeQ)
+	}
+	if len(ops) != 1 || ops[0].summary == nil || len(ops[0].outcomes) != 1 || ops[0].outcomes[0].ID != id || len(ops[0].evSeqs) != 1 {
+		t.Fatalf("a single job's end: %d writes %+v, want one with its outcome, the report behind it and the summary", len(ops), ops)
+	}
+
+	n := maxOutcomesPerMsg + 1
+	te.open("big")
+	for range n {
+		te.job(wire.JobMeta{Group: "big"})
+	}
+	te.seal("big")
+	te.control(wire.GroupControl{Group: "big", Op: wire.OpCancel})
+	r.step(ctx)
+	ops = ops[:0]
+	for len(r.writeQ) > 0 {
+		ops = append(ops, <-r.writeQ)
+	}
+	if len(ops) != 2 || len(ops[0].outcomes) != n || ops[0].summary != nil || ops[1].summary == nil || ops[1].outcomes != nil {
+		t.Fatalf("a group ending with %d outcomes: writes %+v, want the outcomes, then the summary alone", n, ops)
 	}
 }

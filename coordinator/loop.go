@@ -38,6 +38,7 @@ func (r *run) loop(ctx context.Context) error {
 		case <-r.learnNotify:
 			r.drainLearned()
 		case f := <-r.forgetCh:
+			r.e.retention.outcomeStored(f.evSeqs)
 			if f.summarySeq > 0 {
 				r.e.retain(f.g.id, f.g.openSeq, f.summarySeq, f.g.failed > 0, f.g.lastSeq, f.at)
 			}
@@ -267,8 +268,8 @@ func (r *run) writeOutcomes(ctx context.Context, out *effects) {
 	busy := r.outcomeLoad(now) > lingerAbove
 	linger := r.linger()
 	for _, g := range out.outcomes {
-		if len(g.outcomes) == 0 || g.lingering {
-			continue
+		if len(g.outcomes) == 0 || g.lingering || g.complete {
+			continue // a complete group's go with its summary, below
 		}
 		if due := g.outcomesAt.Add(linger); busy && !g.complete && now.Before(due) {
 			g.lingering = true
@@ -285,9 +286,19 @@ func (r *run) writeOutcomes(ctx context.Context, out *effects) {
 		r.enqueueWrite(ctx, writeOp{retention: &p})
 	}
 	for _, g := range out.summaries {
-		r.writeGroupOutcomes(ctx, g, now) // a complete group's outcomes go before its summary
-		sum := wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled, Abandoned: g.abandoned}
-		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, summary: &sum, purge: g.failed == 0, lastSeq: g.lastSeq, single: g.single()})
+		// A complete group's last outcomes go in its summary's message (a single job's one
+		// outcome, its summary: one message), or before it if there are too many for one.
+		op := writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, purge: g.failed == 0, lastSeq: g.lastSeq, single: g.single()}
+		if len(g.outcomes) > maxOutcomesPerMsg {
+			r.writeGroupOutcomes(ctx, g, now)
+		} else if len(g.outcomes) > 0 {
+			r.outcomeLoad(now)
+			r.outThis++
+			op.outcomes, op.evSeqs = g.outcomes, g.outcomeSeqs
+			g.outcomes, g.outcomeSeqs, g.lingering = nil, nil, false // (writeLingering drops it)
+		}
+		op.summary = &wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled, Abandoned: g.abandoned}
+		r.enqueueWrite(ctx, op)
 	}
 	for _, g := range out.purges {
 		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, purge: g.failed == 0, lastSeq: g.lastSeq, single: g.single()})

@@ -214,7 +214,7 @@ type writeOp struct {
 	gtok     string
 	openSeq  uint64
 	outcomes []wire.Outcome
-	summary  *wire.GroupSummary
+	summary  *wire.GroupSummary // with outcomes: the group's last ones, in the summary's message
 	purge    bool
 	lastSeq  uint64 // purge only up to here: a later incarnation of the group ID shares its subjects
 	single   bool   // the group is a single job: lastSeq is its one message in JOBS
@@ -230,6 +230,7 @@ type writeOp struct {
 type completedGroup struct {
 	g          *group
 	summarySeq uint64
+	evSeqs     []uint64 // the reports behind the outcomes written with the summary (see storedCh)
 	at         time.Time
 }
 
@@ -261,9 +262,12 @@ const maxOutcomesPerMsg = 256
 //   - the acker waits for each acknowledgement in that order, publishes again (until it is
 //     stored, or the term ends) what failed, tells the loop which reports are no longer needed,
 //     and publishes a summary once everything before it is stored: so a group's outcomes are
-//     always stored before its summary, which readers take for the end of the group;
+//     always stored before its summary, which readers take for the end of the group. A
+//     summary's message also carries the group's last outcomes (wire.AppendLast): a single
+//     job's outcome and summary are one message;
 //   - the summarizer waits for each summary's acknowledgement (publishing again what failed),
-//     then purges the group and tells the loop.
+//     then completes the group: purges its messages (or hands its one message to the deleter)
+//     and tells the loop, with the reports behind the outcomes the summary carried.
 //
 // Each message carries a Nats-Msg-Id unique to the term, so publishing again a message whose
 // first acknowledgement was lost stores it once.
@@ -293,6 +297,9 @@ func (r *run) writer(ctx context.Context) {
 					w.refused = append(w.refused, rj.seq)
 				}
 			}
+		case op.summary != nil:
+			r.fillKeys(ctx, op.outcomes) // its group's last outcomes, if any
+			w.summary = &op
 		case op.outcomes != nil:
 			r.fillKeys(ctx, op.outcomes)
 			w.evSeqs = op.evSeqs
@@ -301,8 +308,6 @@ func (r *run) writer(ctx context.Context) {
 				publish(&w, r.outcomeMsg(op, wire.AppendOutcomes(nil, outs[:k])))
 				outs = outs[k:]
 			}
-		case op.summary != nil:
-			w.summary = &op
 		case op.retention != nil:
 			r.wg.Go(func() { r.expire(ctx, *op.retention) })
 			continue
@@ -330,7 +335,7 @@ func (r *run) acker(ctx context.Context) {
 		}
 		if op := w.summary; op != nil {
 			// Everything written before it is stored: the group's outcomes are.
-			m := r.outcomeMsg(*op, wire.AppendSummary(nil, *op.summary))
+			m := r.outcomeMsg(*op, wire.AppendLast(nil, op.outcomes, *op.summary))
 			m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.s.%s.%d", r.epoch, op.gtok, op.openSeq))
 			f, err := r.publishAsync(m)
 			if err != nil {
@@ -381,7 +386,7 @@ func (r *run) summarizer(ctx context.Context) {
 // purgeComplete.
 func (r *run) complete(ctx context.Context, op writeOp, summarySeq uint64) {
 	if op.purge && op.single {
-		r.deletes <- jobDelete{seq: op.lastSeq, done: &completedGroup{g: op.g, summarySeq: summarySeq}}
+		r.deletes <- jobDelete{seq: op.lastSeq, done: &completedGroup{g: op.g, summarySeq: summarySeq, evSeqs: op.evSeqs}}
 		return
 	}
 	r.wg.Go(func() { r.purgeComplete(ctx, op, summarySeq) })
@@ -520,7 +525,7 @@ func (r *run) purgeComplete(ctx context.Context, op writeOp, summarySeq uint64) 
 		}
 	}
 	select {
-	case r.forgetCh <- completedGroup{g: op.g, summarySeq: summarySeq, at: time.Now()}:
+	case r.forgetCh <- completedGroup{g: op.g, summarySeq: summarySeq, evSeqs: op.evSeqs, at: time.Now()}:
 	case <-r.done:
 	}
 }

@@ -149,6 +149,9 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 	if g != nil && g.id != id {
 		g = nil
 	}
+	if g != nil {
+		e.replayOutcomes(g, outs)
+	}
 	if sum != nil {
 		// A complete incarnation: its outcomes are retained until its retention expires, and its job
 		// messages too while they are in JOBS (some failed, or it was not purged yet).
@@ -158,11 +161,12 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 			jobsSeq = g.lastSeq
 		}
 		e.retain(id, openSeq, msgSeq, sum.Failed > 0, jobsSeq, at)
-		return
 	}
-	if g == nil {
-		return // a purged incarnation
-	}
+}
+
+// replayOutcomes applies outcomes written before the restart to their incarnation g, whose
+// messages are still in JOBS (a purged incarnation is not replayed).
+func (e *engine) replayOutcomes(g *group, outs []wire.Outcome) {
 	for _, o := range outs {
 		st, ok := e.idx.State(o.ID)
 		if !ok || st.Terminal() {

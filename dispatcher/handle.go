@@ -415,14 +415,14 @@ func (h *Handle) follow(ctx context.Context, each func(JobOutcome) bool, bad fun
 				continue
 			}
 			from = m.seq + 1
-			if m.sum != nil {
-				s := summaryOf(m.sum)
-				return &s, nil
-			}
 			for i := range m.outs {
 				if !each(jobOutcome(h.group, &m.outs[i])) {
 					return nil, nil
 				}
+			}
+			if m.sum != nil { // after the group's last outcomes, if it carries them
+				s := summaryOf(m.sum)
+				return &s, nil
 			}
 		}
 		if hook := h.d.waitHook; hook != nil && !waited {

@@ -125,8 +125,8 @@ func removeWaiter[K comparable](m map[K]map[*jobWaiter]struct{}, k K, w *jobWait
 }
 
 // routeJobs hands one decoded message of the group with token gtok to its job waiters: each
-// outcome to the waiters of its job, a summary to all of them, and a decoding error to all of
-// them as a note on the side (a waiter keeps waiting, since its job may come later).
+// outcome to the waiters of its job, then a summary to all of them, and a decoding error to all
+// of them as a note on the side (a waiter keeps waiting, since its job may come later).
 func (d *Dispatcher) routeJobs(gtok string, m *nats.Msg, outs []wire.Outcome, sum *wire.GroupSummary, err error) {
 	incarnation := m.Header.Get(wire.HdrGroupSeq)
 	d.sumMu.Lock()
@@ -135,28 +135,28 @@ func (d *Dispatcher) routeJobs(gtok string, m *nats.Msg, outs []wire.Outcome, su
 	if gw == nil {
 		return
 	}
-	switch {
-	case err != nil:
+	if err != nil {
 		for w := range gw.all {
 			if w.bad == nil && sameIncarnation(w.openSeq, incarnation) {
 				w.bad = fmt.Errorf("%w: group %q, subject %s: %w", ErrMalformedOutcome, w.group, m.Subject, err)
 			}
 		}
-	case sum != nil:
+		return
+	}
+	for i := range outs {
+		o := &outs[i]
+		for _, ws := range []map[*jobWaiter]struct{}{gw.byID[o.ID], gw.byKey[o.Key]} {
+			for w := range ws {
+				if w.matches(o) && sameIncarnation(w.openSeq, incarnation) {
+					w.note(jobNote{out: jobOutcome(w.group, o), found: true})
+				}
+			}
+		}
+	}
+	if sum != nil { // after the outcomes it came with: a waiter keeps the first note
 		for w := range gw.all {
 			if sameIncarnation(w.openSeq, incarnation) {
 				w.note(jobNote{finished: true})
-			}
-		}
-	default:
-		for i := range outs {
-			o := &outs[i]
-			for _, ws := range []map[*jobWaiter]struct{}{gw.byID[o.ID], gw.byKey[o.Key]} {
-				for w := range ws {
-					if w.matches(o) && sameIncarnation(w.openSeq, incarnation) {
-						w.note(jobNote{out: jobOutcome(w.group, o), found: true})
-					}
-				}
 			}
 		}
 	}

@@ -41,6 +41,22 @@ func TestSubmitSingleJobs(t *testing.T) {
 	if sum, err := h.WaitSummary(e.ctx); err != nil || sum.Jobs != 1 || sum.Done != 1 {
 		t.Fatalf("single job's group summary: %+v, %v", sum, err)
 	}
+	// Its outcome and its summary are one message in RESULTS, which Wait reads too.
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := js.Stream(e.ctx, e.ns+"_RESULTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := results.Info(e.ctx, jetstream.WithSubjectFilter(e.ns+".out.>"))
+	if err != nil || len(info.State.Subjects) != 1 || info.State.Msgs != 1 {
+		t.Fatalf("RESULTS after one single job: %v subjects, %d messages (%v); want one message", info.State.Subjects, info.State.Msgs, err)
+	}
+	if res, err := h.Wait(e.ctx); err != nil || res.Summary.Done != 1 || len(res.Jobs) != 1 || res.Jobs[0].ID != id || string(res.Jobs[0].Result) != "ran alone" {
+		t.Fatalf("Wait on a single job: %+v, %v", res, err)
+	}
 
 	// The same group and key again: stored once, the first ID.
 	h1, id1, err := e.d.Submit(e.ctx, "dedup", dispatcher.Job{Key: "k", Payload: []byte("1")})

@@ -15,6 +15,7 @@ const (
 	kindReports  byte = 'R'
 	kindOutcomes byte = 'O'
 	kindFinal    byte = 'F'
+	kindLast     byte = 'L' // a group's last outcomes and its summary
 	kindCancel   byte = 'C'
 )
 

@@ -140,6 +140,22 @@ func TestOutcomesRoundTrip(t *testing.T) {
 	if _, _, err := DecodeOutcomeMsg(append(AppendSummary(nil, s), 2)); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("unknown summary flag accepted: %v", err)
 	}
+
+	// A group's last message: its outcomes not yet written and its summary.
+	last := GroupSummary{Jobs: 2, Done: 1, Failed: 1, Abandoned: true}
+	out, sum, err = DecodeOutcomeMsg(AppendLast(nil, in, last))
+	if err != nil || !reflect.DeepEqual(out, in) || sum == nil || *sum != last {
+		t.Fatalf("last message: %+v %v %v", out, sum, err)
+	}
+	if b := AppendLast(nil, nil, s); !bytes.Equal(b, AppendSummary(nil, s)) {
+		t.Fatalf("a last message without outcomes is %q, want the summary alone", b)
+	}
+	whole := AppendLast(nil, in, s)
+	for _, b := range [][]byte{whole[:len(whole)-1], append(whole, 1, 1), AppendLast(nil, in, GroupSummary{Jobs: 3})} {
+		if _, _, err := DecodeOutcomeMsg(b); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("%q accepted: %v", b, err)
+		}
+	}
 }
 
 func TestDecodersReject(t *testing.T) {

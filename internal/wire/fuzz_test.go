@@ -43,15 +43,22 @@ func FuzzDecodeReports(f *testing.F) {
 func FuzzDecodeOutcomeMsg(f *testing.F) {
 	f.Add(AppendOutcomes(nil, []Outcome{{ID: 1, State: FinalDone, Attempts: 1}}))
 	f.Add(AppendSummary(nil, GroupSummary{Jobs: 1, Done: 1}))
+	f.Add(AppendLast(nil, []Outcome{{ID: 1, Key: "k", State: FinalFailed, Attempts: 2, Data: []byte("e")}}, GroupSummary{Jobs: 1, Failed: 1}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		outs, sum, err := DecodeOutcomeMsg(b)
 		if err != nil {
 			return
 		}
-		if sum == nil {
-			if _, _, err := DecodeOutcomeMsg(AppendOutcomes(nil, outs)); err != nil {
-				t.Fatalf("re-encode of accepted outcomes failed: %v", err)
-			}
+		var again []byte
+		switch {
+		case sum == nil:
+			again = AppendOutcomes(nil, outs)
+		default:
+			again = AppendLast(nil, outs, *sum)
+		}
+		outs2, sum2, err := DecodeOutcomeMsg(again)
+		if err != nil || len(outs2) != len(outs) || (sum == nil) != (sum2 == nil) || sum != nil && *sum != *sum2 {
+			t.Fatalf("re-encode of an accepted message: %d outcomes, summary %v; again %d, %v, %v", len(outs), sum, len(outs2), sum2, err)
 		}
 	})
 }

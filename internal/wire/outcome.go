@@ -59,7 +59,25 @@ const summaryAbandoned = 1
 
 // AppendOutcomes encodes a batch of outcomes onto dst.
 func AppendOutcomes(dst []byte, outs []Outcome) []byte {
-	dst = appendHeader(dst, kindOutcomes)
+	return appendOutcomes(appendHeader(dst, kindOutcomes), outs)
+}
+
+// AppendSummary encodes a group summary onto dst.
+func AppendSummary(dst []byte, s GroupSummary) []byte {
+	return appendSummary(appendHeader(dst, kindFinal), s)
+}
+
+// AppendLast encodes a complete group's last message onto dst: the outcomes not written yet
+// and the summary, in one message (kind L); a summary alone (kind F) when outs is empty. A
+// group of one job ends with one message instead of two.
+func AppendLast(dst []byte, outs []Outcome, s GroupSummary) []byte {
+	if len(outs) == 0 {
+		return AppendSummary(dst, s)
+	}
+	return appendSummary(appendOutcomes(appendHeader(dst, kindLast), outs), s)
+}
+
+func appendOutcomes(dst []byte, outs []Outcome) []byte {
 	dst = appendUvarint(dst, uint64(len(outs)))
 	for i := range outs {
 		o := &outs[i]
@@ -78,9 +96,7 @@ func AppendOutcomes(dst []byte, outs []Outcome) []byte {
 	return dst
 }
 
-// AppendSummary encodes a group's final summary onto dst.
-func AppendSummary(dst []byte, s GroupSummary) []byte {
-	dst = appendHeader(dst, kindFinal)
+func appendSummary(dst []byte, s GroupSummary) []byte {
 	for _, v := range [...]uint64{s.Jobs, s.Done, s.Failed, s.Canceled} {
 		dst = appendUvarint(dst, v)
 	}
@@ -90,30 +106,31 @@ func AppendSummary(dst []byte, s GroupSummary) []byte {
 	return dst
 }
 
-// DecodeOutcomeMsg decodes a message from an outcome subject: either a batch of outcomes or the
-// group summary (then summary is non-nil). Data fields alias b.
+// DecodeOutcomeMsg decodes a message from an outcome subject: a batch of outcomes, the group
+// summary (then summary is non-nil), or both: a complete group's last outcomes and its summary
+// (AppendLast). A reader takes the outcomes first. Data fields alias b.
 func DecodeOutcomeMsg(b []byte) (outs []Outcome, summary *GroupSummary, err error) {
-	if len(b) >= 2 && b[0] == Version && b[1] == kindFinal {
-		r := newReader(b, kindFinal)
-		s := &GroupSummary{Jobs: r.uvarint(), Done: r.uvarint(), Failed: r.uvarint(), Canceled: r.uvarint()}
-		if r.err == nil && len(r.b) > 0 {
-			flags := r.uvarint()
-			if flags&^summaryAbandoned != 0 {
-				r.fail("unknown summary flags %#x", flags)
-			}
-			s.Abandoned = flags&summaryAbandoned != 0
-		}
-		if err := r.end(); err != nil {
-			return nil, nil, err
-		}
-		if s.Done+s.Failed+s.Canceled != s.Jobs {
-			return nil, nil, fmt.Errorf("%w: summary counts %d+%d+%d do not add up to %d jobs", ErrMalformed, s.Done, s.Failed, s.Canceled, s.Jobs)
-		}
-		return nil, s, nil
+	kind := kindOutcomes
+	if len(b) >= 2 && b[0] == Version && (b[1] == kindFinal || b[1] == kindLast) {
+		kind = b[1]
 	}
-	r := newReader(b, kindOutcomes)
+	r := newReader(b, kind)
+	if kind != kindFinal {
+		outs = r.outcomes()
+	}
+	if kind != kindOutcomes {
+		summary = r.summary()
+	}
+	if err := r.end(); err != nil {
+		return nil, nil, err
+	}
+	return outs, summary, nil
+}
+
+// outcomes reads a batch of outcomes.
+func (r *reader) outcomes() []Outcome {
 	n := r.count(5)
-	outs = make([]Outcome, 0, n)
+	outs := make([]Outcome, 0, n)
 	for range n {
 		o := Outcome{ID: r.uvarint(), Key: r.string(), State: Final(r.byte()), Attempts: r.uint32(), Data: r.bytes()}
 		if nh := r.count(3); nh > 0 {
@@ -135,10 +152,23 @@ func DecodeOutcomeMsg(b []byte) (outs []Outcome, summary *GroupSummary, err erro
 		}
 		outs = append(outs, o)
 	}
-	if err := r.end(); err != nil {
-		return nil, nil, err
+	return outs
+}
+
+// summary reads a group summary: its counts, then flags if any are set (the message's end).
+func (r *reader) summary() *GroupSummary {
+	s := &GroupSummary{Jobs: r.uvarint(), Done: r.uvarint(), Failed: r.uvarint(), Canceled: r.uvarint()}
+	if r.err == nil && len(r.b) > 0 {
+		flags := r.uvarint()
+		if flags&^summaryAbandoned != 0 {
+			r.fail("unknown summary flags %#x", flags)
+		}
+		s.Abandoned = flags&summaryAbandoned != 0
 	}
-	return outs, nil, nil
+	if r.err == nil && s.Done+s.Failed+s.Canceled != s.Jobs {
+		r.fail("summary counts %d+%d+%d do not add up to %d jobs", s.Done, s.Failed, s.Canceled, s.Jobs)
+	}
+	return s
 }
 
 // AppendCancel encodes a cancellation request: the IDs of running jobs whose handlers must stop.
