@@ -169,7 +169,13 @@ type completer struct {
 	backoff        backoff
 	leases         *leaseKeeper // the batches not acked yet; listening before run
 	seq            uint64
+	lastBatch      *batch      // the latest batch received
+	held           *batch      // persisted, its ack held back (see ack)
+	heldTimer      *time.Timer // acks held past holdAck
 }
+
+// holdAck bounds how long the ack of the latest batch received waits (see completer.ack).
+const holdAck = 50 * time.Millisecond
 
 // run works until the shepherd has closed in and every report is persisted, or until ctx is
 // canceled (Run gives up waiting): then it discards what is left and returns an error wrapping
@@ -182,6 +188,7 @@ func (c *completer) run(ctx context.Context) error {
 		if c.retry != nil {
 			c.retry.Stop()
 		}
+		c.releaseHeld() // its reports are persisted
 		c.leases.stop()
 	}()
 
@@ -190,6 +197,7 @@ func (c *completer) run(ctx context.Context) error {
 		var (
 			inC                       <-chan completerEvent
 			lingerC, retryC, refreshC <-chan time.Time
+			heldC                     <-chan time.Time
 			okC                       <-chan *jetstream.PubAck
 			errC                      <-chan error
 		)
@@ -197,6 +205,9 @@ func (c *completer) run(ctx context.Context) error {
 			inC = in
 		}
 		lingerC, refreshC = c.pace.C(), c.leases.C()
+		if c.heldTimer != nil {
+			heldC = c.heldTimer.C
+		}
 		if len(c.inflight) > 0 {
 			head := c.inflight[0]
 			switch {
@@ -233,6 +244,9 @@ func (c *completer) run(ctx context.Context) error {
 			c.publish(c.inflight[0])
 		case <-refreshC:
 			c.extendLeases()
+		case <-heldC:
+			c.heldTimer = nil
+			c.releaseHeld()
 		case <-ctx.Done():
 			return c.giveUp(in, context.Cause(ctx))
 		}
@@ -244,6 +258,7 @@ func (c *completer) add(ev completerEvent) {
 	if !ev.isReport {
 		c.leases.add(ev.batch)
 		c.unreported += ev.batch.jobs
+		c.lastBatch = ev.batch
 		return
 	}
 	size := len(ev.report.Data) + reportFieldsSize
@@ -369,7 +384,39 @@ func (c *completer) persisted() {
 	}
 }
 
+// ack acknowledges b, whose reports are all persisted, except that the ack of the latest batch
+// this worker received waits for the next ack after a later batch came, or holdAck: WORK is a
+// work queue, and acking the last message of its last file-store block makes the server replace
+// the block (a new file, a tombstone, the old file removed). A pool that keeps up with single
+// jobs empties WORK after nearly every job: those replacements were about 8% of the process's
+// CPU in `weave bench single` (BENCHMARKS.md, session 12). The ack goes with a later one, not
+// when the later batch arrives: the server and the worker are busy with that batch then.
 func (c *completer) ack(b *batch) {
+	if b == c.lastBatch {
+		c.releaseHeld() // older than b, which stays in WORK
+		c.held = b
+		c.heldTimer = time.NewTimer(holdAck)
+		return
+	}
+	c.sendAck(b)
+	if c.held != nil && c.held != c.lastBatch {
+		c.releaseHeld() // a later batch came, not acked yet
+	}
+}
+
+// releaseHeld acks the batch whose ack was held, if any.
+func (c *completer) releaseHeld() {
+	if c.heldTimer != nil {
+		c.heldTimer.Stop()
+		c.heldTimer = nil
+	}
+	if b := c.held; b != nil {
+		c.held = nil
+		c.sendAck(b)
+	}
+}
+
+func (c *completer) sendAck(b *batch) {
 	// Fire and forget: if the ack is lost, the batch runs again after its lease.
 	if err := b.msg.Ack(); err != nil {
 		c.log.Warn().Err(err).Msg("worker: ack work batch; it will run again after its lease")

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/rs/zerolog"
 
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -142,3 +145,64 @@ func TestCancelRegistryForce(t *testing.T) {
 }
 
 type ctxKeyTest struct{}
+
+// ackCounter is a work message that counts its acks.
+type ackCounter struct {
+	workMsg
+	acks int
+}
+
+func (m *ackCounter) Ack() error { m.acks++; return nil }
+
+// TestAckHeldWhileLatest: the ack of the latest batch received waits for the next ack after a
+// later batch came (so that WORK's last message is not the one acked), or holdAck; others go at
+// once; the end of the run sends what is held.
+func TestAckHeldWhileLatest(t *testing.T) {
+	c := &completer{leases: newLeaseKeeper(time.Minute, time.Now), log: zerolog.Nop()}
+	defer c.leases.stop()
+	msgs := make([]*ackCounter, 4)
+	batches := make([]*batch, 4)
+	for i := range batches {
+		msgs[i] = &ackCounter{}
+		batches[i] = &batch{msg: msgs[i], jobs: 1}
+	}
+	receive := func(b *batch) { c.add(completerEvent{batch: b}) }
+	acks := func() (n []int) {
+		for _, m := range msgs {
+			n = append(n, m.acks)
+		}
+		return n
+	}
+	want := func(w ...int) {
+		t.Helper()
+		if got := acks(); !slices.Equal(got, w) {
+			t.Fatalf("acks %v, want %v", got, w)
+		}
+	}
+
+	receive(batches[0])
+	c.ack(batches[0]) // the latest received: held
+	want(0, 0, 0, 0)
+	receive(batches[1])
+	want(0, 0, 0, 0) // a later batch alone does not send it
+	receive(batches[2])
+	c.ack(batches[1]) // not the latest: at once, and the held one with it
+	want(1, 1, 0, 0)
+	c.ack(batches[2]) // the latest: held
+	want(1, 1, 0, 0)
+	if c.heldTimer == nil {
+		t.Fatal("no timer for the held ack")
+	}
+	<-c.heldTimer.C // holdAck passed (the run loop does this)
+	c.heldTimer = nil
+	c.releaseHeld()
+	want(1, 1, 1, 0)
+	receive(batches[3])
+	c.ack(batches[3])
+	want(1, 1, 1, 0)
+	c.releaseHeld() // the run ends
+	want(1, 1, 1, 1)
+	if len(c.leases.live) != 0 {
+		t.Fatalf("%d batches still leased after their acks", len(c.leases.live))
+	}
+}
