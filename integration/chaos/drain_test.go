@@ -108,15 +108,16 @@ func (r *run) readResults(ctx context.Context) (storedGroups, error) {
 		// The workload's group IDs are their own subject tokens (wire.GroupToken).
 		group := strings.TrimPrefix(m.Subject(), r.names.OutcomeSubject(""))
 		outs, sum, err := wire.DecodeOutcomeMsg(m.Data())
-		switch {
-		case err != nil:
+		if err != nil {
 			st.bad++
-		case sum != nil:
+			return
+		}
+		// A message holds outcomes, a summary, or a group's last outcomes and its summary.
+		for _, o := range outs {
+			st.outcomes = append(st.outcomes, storedOutcome{group: group, incarnation: m.Headers().Get(wire.HdrGroupSeq), Outcome: o})
+		}
+		if sum != nil {
 			st.summaries[group] = append(st.summaries[group], *sum)
-		default:
-			for _, o := range outs {
-				st.outcomes = append(st.outcomes, storedOutcome{group: group, incarnation: m.Headers().Get(wire.HdrGroupSeq), Outcome: o})
-			}
 		}
 	})
 	return st, err
