@@ -189,14 +189,17 @@ func (r *run) analyse(ctx context.Context) *report {
 		}
 	}
 	rep.figure("form", fmt.Sprintf("%s: %d rounds of %s; %d faults injected", r.cfg.name, r.cfg.rounds, strings.Join(r.cfg.faults, ", "), len(r.faults)))
-	nPacked := 0
+	nPacked, nSingle := 0, 0
 	for _, g := range r.workload {
 		if g.Packed {
 			nPacked++
 		}
+		if g.Single {
+			nSingle++
+		}
 	}
-	rep.figure("workload", fmt.Sprintf("%d groups (%d incarnations; %d groups published in packs, without keys), %d jobs; %d workers × %d slots; jobs %v–%v",
-		len(r.workload), r.incarnations(), nPacked, planned, r.cfg.workers, r.cfg.slots, r.cfg.minJob, r.cfg.maxJob))
+	rep.figure("workload", fmt.Sprintf("%d groups (%d incarnations; %d groups published in packs, without keys; %d single jobs submitted alone), %d jobs; %d workers × %d slots; jobs %v–%v",
+		len(r.workload), r.incarnations(), nPacked, nSingle, planned, r.cfg.workers, r.cfg.slots, r.cfg.minJob, r.cfg.maxJob))
 	if skipped > 0 {
 		rep.figure("not waited for", fmt.Sprintf("%d later incarnations published before a producer restart (no Handle to attach to them)", skipped))
 	}

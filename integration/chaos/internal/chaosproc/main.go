@@ -280,7 +280,7 @@ func (p *producer) group(ctx context.Context, g record.Group) {
 			// Handle for a later one.
 			_ = p.out.Write(record.Producer{Event: record.Waited, Group: g.ID, Incarnation: inc.n, Skipped: true, At: time.Now(), PID: p.pid})
 		default:
-			h, err := p.publish(ctx, inc, keys, g.Packed)
+			h, err := p.publish(ctx, inc, keys, g.Packed, g.Single)
 			if err != nil || !p.wait(ctx, inc, h) {
 				return
 			}
@@ -303,7 +303,7 @@ func (p *producer) release() { <-p.slots }
 // seal failed, as while the cluster elects a leader) is repeated with the same keys, which is
 // what the dispatcher's documentation tells a producer to do. Jobs it could not publish are
 // recorded in the error of the "published" record; the group is sealed without them.
-func (p *producer) publish(ctx context.Context, inc incarnation, keys []string, packed bool) (*dispatcher.Handle, error) {
+func (p *producer) publish(ctx context.Context, inc incarnation, keys []string, packed, single bool) (*dispatcher.Handle, error) {
 	jobs := func(yield func(dispatcher.Job) bool) {
 		for i, k := range keys {
 			if i > 0 && p.jobGap > 0 && !packed {
@@ -322,7 +322,15 @@ func (p *producer) publish(ctx context.Context, inc incarnation, keys []string, 
 		if err := p.out.Write(record.Producer{Event: record.Publishing, Group: inc.group, Incarnation: inc.n, Jobs: len(keys), At: time.Now(), PID: p.pid}); err != nil {
 			return nil, err
 		}
-		h, err := p.d.Publish(ctx, inc.group, jobs)
+		var h *dispatcher.Handle
+		var err error
+		if single {
+			// One job, submitted alone; submitted again with its key after a crash, it is
+			// deduplicated.
+			h, _, err = p.d.Submit(ctx, inc.group, dispatcher.Job{Key: keys[0], Payload: []byte(inc.group + "/" + keys[0])})
+		} else {
+			h, err = p.d.Publish(ctx, inc.group, jobs)
+		}
 		r := record.Producer{Event: record.Published, Group: inc.group, Incarnation: inc.n, Jobs: len(keys), Handle: h != nil, At: time.Now(), PID: p.pid}
 		if h != nil {
 			r.Accepted, r.Duplicates = h.Accepted(), h.Duplicates()

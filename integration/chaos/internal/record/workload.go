@@ -12,15 +12,22 @@ import (
 // A Packed group's jobs are published without their keys (each job's payload names it), so the
 // dispatcher stores them in packs; a producer that publishes such a group again after a crash
 // stores its jobs again, since nothing deduplicates jobs without a key.
+//
+// A Single group is one job submitted alone (dispatcher.Submit): one message, its group's open,
+// job and seal.
 type Group struct {
 	ID     string
 	Keys   []string
 	Again  []string
 	Packed bool
+	Single bool
 }
 
 // PackedEvery is how often a group is Packed: every PackedEvery-th group.
 const PackedEvery = 3
+
+// SingleEvery is how often a group (not Packed) is a Single job: every SingleEvery-th group.
+const SingleEvery = 4
 
 // AgainEvery is how often a group is published a second time: every AgainEvery-th group.
 const AgainEvery = 5
@@ -39,10 +46,18 @@ func Workload(seed uint64, n, minJobs, maxJobs int) []Group {
 	}
 	groups := make([]Group, n)
 	for i := range groups {
-		groups[i] = Group{ID: fmt.Sprintf("g%05d", i), Keys: keys("k"), Packed: i%PackedEvery == 1}
+		g := Group{ID: fmt.Sprintf("g%05d", i), Keys: keys("k"), Packed: i%PackedEvery == 1}
+		g.Single = !g.Packed && i%SingleEvery == 2
 		if i%AgainEvery == AgainEvery-1 {
-			groups[i].Again = keys("r")
+			g.Again = keys("r")
 		}
+		if g.Single {
+			g.Keys = g.Keys[:1]
+			if len(g.Again) > 0 {
+				g.Again = g.Again[:1]
+			}
+		}
+		groups[i] = g
 	}
 	return groups
 }
