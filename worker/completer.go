@@ -171,7 +171,8 @@ type completer struct {
 	seq            uint64
 	lastBatch      *batch      // the latest batch received
 	held           *batch      // persisted, its ack held back (see ack)
-	heldTimer      *time.Timer // acks held past holdAck
+	heldTimer      *time.Timer // acks held past holdAck (created once, reset for each hold)
+	heldArmed      bool        // heldTimer runs for the held ack
 }
 
 // holdAck bounds how long the ack of the latest batch received waits (see completer.ack).
@@ -205,7 +206,7 @@ func (c *completer) run(ctx context.Context) error {
 			inC = in
 		}
 		lingerC, refreshC = c.pace.C(), c.leases.C()
-		if c.heldTimer != nil {
+		if c.heldArmed {
 			heldC = c.heldTimer.C
 		}
 		if len(c.inflight) > 0 {
@@ -245,7 +246,7 @@ func (c *completer) run(ctx context.Context) error {
 		case <-refreshC:
 			c.extendLeases()
 		case <-heldC:
-			c.heldTimer = nil
+			c.heldArmed = false
 			c.releaseHeld()
 		case <-ctx.Done():
 			return c.giveUp(in, context.Cause(ctx))
@@ -395,7 +396,12 @@ func (c *completer) ack(b *batch) {
 	if b == c.lastBatch {
 		c.releaseHeld() // older than b, which stays in WORK
 		c.held = b
-		c.heldTimer = time.NewTimer(holdAck)
+		if c.heldTimer == nil {
+			c.heldTimer = time.NewTimer(holdAck)
+		} else {
+			c.heldTimer.Reset(holdAck) // stopped by releaseHeld, or fired and received
+		}
+		c.heldArmed = true
 		return
 	}
 	c.sendAck(b)
@@ -406,9 +412,9 @@ func (c *completer) ack(b *batch) {
 
 // releaseHeld acks the batch whose ack was held, if any.
 func (c *completer) releaseHeld() {
-	if c.heldTimer != nil {
+	if c.heldArmed {
 		c.heldTimer.Stop()
-		c.heldTimer = nil
+		c.heldArmed = false
 	}
 	if b := c.held; b != nil {
 		c.held = nil

@@ -190,16 +190,19 @@ func TestAckHeldWhileLatest(t *testing.T) {
 	want(1, 1, 0, 0)
 	c.ack(batches[2]) // the latest: held
 	want(1, 1, 0, 0)
-	if c.heldTimer == nil {
+	if !c.heldArmed {
 		t.Fatal("no timer for the held ack")
 	}
 	<-c.heldTimer.C // holdAck passed (the run loop does this)
-	c.heldTimer = nil
+	c.heldArmed = false
 	c.releaseHeld()
 	want(1, 1, 1, 0)
 	receive(batches[3])
-	c.ack(batches[3])
+	c.ack(batches[3]) // held again, on the same timer
 	want(1, 1, 1, 0)
+	if !c.heldArmed {
+		t.Fatal("the timer was not armed again")
+	}
 	c.releaseHeld() // the run ends
 	want(1, 1, 1, 1)
 	if len(c.leases.live) != 0 {
