@@ -38,7 +38,7 @@ type ScaleConfig struct {
 	// is above 1): where the time per job goes at each backlog.
 	DrainProfile string `json:"drain_profile,omitempty"`
 	// Repeat is how many times each size is measured with the default configuration (the drain,
-	// the restart); default 3. The runs go size after size, round after round, so a change in
+	// the restart); default 5. The runs go size after size, round after round, so a change in
 	// the machine's load falls on every size alike, and the drain figures reported are the
 	// medians of the runs (each run's are kept in ScaleStep.DrainRuns).
 	Repeat int `json:"repeat,omitempty"`
@@ -60,10 +60,10 @@ func (c *ScaleConfig) defaults() error {
 	setDefault(&c.GroupSize, 1000)
 	setDefault(&c.PayloadSize, 16)
 	setDefault(&c.DrainJobs, 5000)
-	// Three runs by default: one 5,000-job drain's CPU per job varies by a third from run to
-	// run on a shared 2-core machine, enough to flip the ratio targets either way
-	// (BENCHMARKS.md, session 12); medians of three rarely do.
-	setDefault(&c.Repeat, 3)
+	// Five runs by default: a 5,000-job drain lasts about 30 ms, and its CPU per job varies by
+	// a third from run to run on a shared 2-core machine, enough to flip the ratio targets
+	// either way (BENCHMARKS.md, session 12); medians of five seldom do.
+	setDefault(&c.Repeat, 5)
 	setDefault(&c.Concurrency, 64)
 	switch {
 	case c.Sizes[0] < 100:
