@@ -193,12 +193,11 @@ func (r *run) deleter(ctx context.Context) {
 	q := newDeleteQueue()
 	in := r.deletes
 	var forgets []completedGroup // done, to hand to the loop
-	var ticker *time.Ticker
-	defer func() {
-		if ticker != nil {
-			ticker.Stop()
-		}
-	}()
+	// The ticker runs only while there is something to time: an idle coordinator stays quiet.
+	ticker := time.NewTicker(deleteTick)
+	ticker.Stop()
+	ticking := false
+	defer ticker.Stop()
 	done, loopGone := r.done, false
 	failing := time.Time{} // when deletes started failing, zero while they go through
 	fail := func(d *deleting, err error, now time.Time) {
@@ -234,10 +233,15 @@ func (r *run) deleter(ctx context.Context) {
 			return
 		}
 		var tick <-chan time.Time
-		if !q.idle() {
-			if ticker == nil {
-				ticker = time.NewTicker(deleteTick)
-			}
+		switch idle := q.idle(); {
+		case !idle && !ticking:
+			ticker.Reset(deleteTick)
+			ticking = true
+		case idle && ticking:
+			ticker.Stop()
+			ticking = false
+		}
+		if ticking {
 			tick = ticker.C
 		}
 		var forgetCh chan<- completedGroup
