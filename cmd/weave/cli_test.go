@@ -312,6 +312,16 @@ func TestSubmitSingle(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "job 1 submitted as group \"job-") || !strings.Contains(out, "job 1 done after 1 attempt") {
 		t.Fatalf("submit --single: exit %d\n%s%s", code, out, errOut)
 	}
+	// --outcomes: the outcome as a JSON line on stdout, the rest on stderr, as for a group.
+	code, out, errOut = runCLI(t, `{"key":"o","payload":"out"}`, append([]string{"submit", "--single", "-g", "solo", "--outcomes", "--wait-timeout", "30s"}, conn...)...)
+	var line struct {
+		ID                 uint64
+		Key, State, Result string
+	}
+	if err := json.Unmarshal([]byte(out), &line); code != exitOK || err != nil || line.Key != "o" || line.State != "done" || line.Result != "out" ||
+		!strings.Contains(errOut, `submitted as group "solo"`) || !strings.Contains(errOut, "done after 1 attempt") {
+		t.Fatalf("submit --single --outcomes: exit %d, %v\nstdout: %s\nstderr: %s", code, err, out, errOut)
+	}
 	code, out, errOut = runCLI(t, "{\"key\":\"a\"}\n{\"key\":\"b\"}\n", append([]string{"submit", "--single", "-g", "two"}, conn...)...)
 	if code != exitUsage || !strings.Contains(errOut, "more than one job") {
 		t.Fatalf("submit --single of two jobs: exit %d\n%s%s", code, out, errOut)

@@ -429,12 +429,17 @@ func (s *submitCmd) submitSingle(ctx context.Context, d *dispatcher.Dispatcher, 
 		return err
 	}
 	res := singleResult{Group: h.GroupID(), ID: id, Duplicate: h.Duplicates() > 0}
+	// Human-readable lines go to stdout, unless stdout carries the outcome line (as for a group).
+	info := stdout
+	if s.outcomes {
+		info = stderr
+	}
 	if !s.jsonOut {
-		fmt.Fprintf(stdout, "job %d submitted as group %q", id, res.Group)
+		fmt.Fprintf(info, "job %d submitted as group %q", id, res.Group)
 		if res.Duplicate {
-			fmt.Fprint(stdout, " (a duplicate of one submitted within the dedup window: not stored again)")
+			fmt.Fprint(info, " (a duplicate of one submitted within the dedup window: not stored again)")
 		}
-		fmt.Fprintln(stdout)
+		fmt.Fprintln(info)
 	}
 	if s.wait || s.outcomes {
 		wctx, cancel := contextWithTimeout(ctx, s.waitTimeout)
@@ -447,11 +452,16 @@ func (s *submitCmd) submitSingle(ctx context.Context, d *dispatcher.Dispatcher, 
 		line := outcomeLine(o)
 		res.Outcome = &line
 		if !s.jsonOut {
-			fmt.Fprintf(stdout, "job %d %s after %s", id, o.State, count(o.Attempts, "attempt"))
-			if o.Err != "" {
-				fmt.Fprintf(stdout, ": %s", o.Err)
+			if s.outcomes {
+				if err := json.NewEncoder(stdout).Encode(line); err != nil {
+					return err
+				}
 			}
-			fmt.Fprintln(stdout)
+			fmt.Fprintf(info, "job %d %s after %s", id, o.State, count(o.Attempts, "attempt"))
+			if o.Err != "" {
+				fmt.Fprintf(info, ": %s", o.Err)
+			}
+			fmt.Fprintln(info)
 		}
 	}
 	if s.jsonOut {
