@@ -54,12 +54,20 @@ func TestWorkload(t *testing.T) {
 	if len(a) != 20 {
 		t.Fatalf("%d groups, want 20", len(a))
 	}
-	again := 0
+	again, singles := 0, 0
 	for i := range a {
 		if a[i].ID != b[i].ID || !slices.Equal(a[i].Keys, b[i].Keys) || !slices.Equal(a[i].Again, b[i].Again) {
 			t.Fatalf("group %d differs between two calls with the same seed", i)
 		}
-		if n := len(a[i].Keys); n < 10 || n > 90 {
+		switch n := len(a[i].Keys); {
+		case a[i].Single && (n != 1 || len(a[i].Again) > 1):
+			t.Fatalf("single job %d has %d jobs (%d again), want 1", i, n, len(a[i].Again))
+		case a[i].Single:
+			singles++
+			if a[i].Packed {
+				t.Fatalf("group %d is packed and single", i)
+			}
+		case n < 10 || n > 90:
 			t.Fatalf("group %d has %d jobs, want 10..90", i, n)
 		}
 		incs := a[i].Incarnations()
@@ -74,5 +82,8 @@ func TestWorkload(t *testing.T) {
 	}
 	if again != 20/record.AgainEvery {
 		t.Fatalf("%d groups published again, want %d", again, 20/record.AgainEvery)
+	}
+	if singles == 0 {
+		t.Fatal("no single job in the workload")
 	}
 }
