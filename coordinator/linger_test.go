@@ -275,3 +275,47 @@ func TestLastOutcomesGoWithSummary(t *testing.T) {
 		t.Fatalf("a group ending with %d outcomes: writes %+v, want the outcomes, then the summary alone", n, ops)
 	}
 }
+
+// TestOutcomesFitting: an outcome message holds at most maxOutcomesPerMsg outcomes and, past
+// its first, none that would take it over the server's max payload; a complete group's last
+// outcomes that do not fit in one message are written before its summary.
+func TestOutcomesFitting(t *testing.T) {
+	t.Parallel()
+	r := &run{outcomeBytes: 1 << 20}
+	outs := func(n, size int) []wire.Outcome {
+		o := make([]wire.Outcome, n)
+		for i := range o {
+			o[i] = wire.Outcome{ID: uint64(i + 1), Key: "k", State: wire.FinalDone, Attempts: 1, Data: make([]byte, size)}
+		}
+		return o
+	}
+	for _, c := range []struct{ n, size, want int }{
+		{300, 10, maxOutcomesPerMsg},
+		{64, 60 << 10, 17},
+		{3, 2 << 20, 1}, // larger than a message: alone (a worker's MaxResultSize prevents it)
+		{1, 10, 1},
+	} {
+		got := r.outcomesFitting(outs(c.n, c.size))
+		if got != c.want {
+			t.Errorf("%d outcomes of %d bytes: %d fit, want %d", c.n, c.size, got, c.want)
+		}
+		if o := outs(c.n, c.size)[:got]; got > 1 && len(wire.AppendLast(nil, o, wire.GroupSummary{Jobs: uint64(got), Done: uint64(got)})) > r.outcomeBytes {
+			t.Errorf("%d outcomes of %d bytes: the message is over %d bytes", got, c.size, r.outcomeBytes)
+		}
+	}
+
+	te := newTestEngine(t, Config{})
+	lr := lingerRun(te, false)
+	ids, jobs := runningGroup(te, 8, true)
+	for _, j := range jobs {
+		te.report(j, wire.StatusOK, string(make([]byte, 150<<10))) // 1.2 MB in all
+	}
+	lr.step(context.Background())
+	var ops []writeOp
+	for len(lr.writeQ) > 0 {
+		ops = append(ops, <-lr.writeQ)
+	}
+	if len(ops) != 2 || len(ops[0].outcomes) != len(ids) || ops[0].summary != nil || ops[1].summary == nil || ops[1].outcomes != nil {
+		t.Fatalf("writes %+v, want the 8 outcomes (too large for one message) then the summary alone", ops)
+	}
+}

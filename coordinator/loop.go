@@ -287,9 +287,9 @@ func (r *run) writeOutcomes(ctx context.Context, out *effects) {
 	}
 	for _, g := range out.summaries {
 		// A complete group's last outcomes go in its summary's message (a single job's one
-		// outcome, its summary: one message), or before it if there are too many for one.
+		// outcome, its summary: one message), or before it if they do not fit in one.
 		op := writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, purge: g.failed == 0, lastSeq: g.lastSeq, single: g.single()}
-		if len(g.outcomes) > maxOutcomesPerMsg {
+		if r.outcomesFitting(g.outcomes) < len(g.outcomes) {
 			r.writeGroupOutcomes(ctx, g, now)
 		} else if len(g.outcomes) > 0 {
 			r.outcomeLoad(now)

@@ -250,8 +250,31 @@ type storedSummary struct {
 	future jetstream.PubAckFuture
 }
 
-// maxOutcomesPerMsg bounds one outcome message (results are size-limited by workers).
+// maxOutcomesPerMsg bounds the outcomes of one outcome message; run.outcomeBytes bounds its
+// size.
 const maxOutcomesPerMsg = 256
+
+// defaultOutcomeBytes is run.outcomeBytes when the run was built without a connection (tests):
+// the server's default max payload, 1 MiB, less room for headers.
+const defaultOutcomeBytes = 1<<20 - 64<<10
+
+// outcomesFitting returns how many of outs, from the first, go in one outcome message: at most
+// maxOutcomesPerMsg, within the server's max payload (run.outcomeBytes), and at least one.
+// Results are up to 64 KiB each by default: with a count alone, a group whose jobs ended
+// together wrote a message the server refused, again and again, and the coordinator stalled.
+func (r *run) outcomesFitting(outs []wire.Outcome) int {
+	limit := r.outcomeBytes
+	if limit <= 0 {
+		limit = defaultOutcomeBytes
+	}
+	size := wire.OutcomeMsgOverhead
+	for i := range outs {
+		if size += wire.OutcomeSize(&outs[i]); i == maxOutcomesPerMsg || i > 0 && size > limit {
+			return i
+		}
+	}
+	return len(outs)
+}
 
 // The writes behind the state (outcomes, summaries, journal records, rejections) go through
 // three stages, each one goroutine, so that none waits for a round trip per write yet every
@@ -304,7 +327,7 @@ func (r *run) writer(ctx context.Context) {
 			r.fillKeys(ctx, op.outcomes)
 			w.evSeqs = op.evSeqs
 			for outs := op.outcomes; len(outs) > 0; {
-				k := min(len(outs), maxOutcomesPerMsg)
+				k := r.outcomesFitting(outs)
 				publish(&w, r.outcomeMsg(op, wire.AppendOutcomes(nil, outs[:k])))
 				outs = outs[k:]
 			}

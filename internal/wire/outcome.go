@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/binary"
 	"fmt"
 	"time"
 )
@@ -76,6 +77,20 @@ func AppendLast(dst []byte, outs []Outcome, s GroupSummary) []byte {
 	}
 	return appendSummary(appendOutcomes(appendHeader(dst, kindLast), outs), s)
 }
+
+// OutcomeSize bounds the bytes o takes in an outcome message (AppendOutcomes, AppendLast).
+func OutcomeSize(o *Outcome) int {
+	const v = binary.MaxVarintLen64
+	n := 4*v + 1 + len(o.Key) + v + len(o.Data) + v
+	for _, a := range o.History {
+		n += 3*v + len(a.Worker) + len(a.Error)
+	}
+	return n
+}
+
+// OutcomeMsgOverhead bounds the bytes of an outcome message besides its outcomes: the version,
+// the kind, the count and a summary.
+const OutcomeMsgOverhead = 2 + 6*binary.MaxVarintLen64
 
 func appendOutcomes(dst []byte, outs []Outcome) []byte {
 	dst = appendUvarint(dst, uint64(len(outs)))
