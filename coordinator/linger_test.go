@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/internal/journal"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -281,7 +282,7 @@ func TestLastOutcomesGoWithSummary(t *testing.T) {
 // outcomes that do not fit in one message are written before its summary.
 func TestOutcomesFitting(t *testing.T) {
 	t.Parallel()
-	r := &run{outcomeBytes: 1 << 20}
+	r := &run{msgBytes: 1 << 20}
 	outs := func(n, size int) []wire.Outcome {
 		o := make([]wire.Outcome, n)
 		for i := range o {
@@ -299,8 +300,8 @@ func TestOutcomesFitting(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%d outcomes of %d bytes: %d fit, want %d", c.n, c.size, got, c.want)
 		}
-		if o := outs(c.n, c.size)[:got]; got > 1 && len(wire.AppendLast(nil, o, wire.GroupSummary{Jobs: uint64(got), Done: uint64(got)})) > r.outcomeBytes {
-			t.Errorf("%d outcomes of %d bytes: the message is over %d bytes", got, c.size, r.outcomeBytes)
+		if o := outs(c.n, c.size)[:got]; got > 1 && len(wire.AppendLast(nil, o, wire.GroupSummary{Jobs: uint64(got), Done: uint64(got)})) > r.msgBytes {
+			t.Errorf("%d outcomes of %d bytes: the message is over %d bytes", got, c.size, r.msgBytes)
 		}
 	}
 
@@ -317,5 +318,36 @@ func TestOutcomesFitting(t *testing.T) {
 	}
 	if len(ops) != 2 || len(ops[0].outcomes) != len(ids) || ops[0].summary != nil || ops[1].summary == nil || ops[1].outcomes != nil {
 		t.Fatalf("writes %+v, want the 8 outcomes (too large for one message) then the summary alone", ops)
+	}
+}
+
+// TestJournalRecordsFit: retry decisions too many for one message go in several journal
+// records, each within the server's max payload, in order.
+func TestJournalRecordsFit(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	r := &run{e: te.e, msgBytes: 1 << 20, writeQ: make(chan writeOp, 16)}
+	entries := make([]journal.Entry, 100_000)
+	for i := range entries {
+		entries[i] = journal.Entry{ID: 1<<52 + uint64(i), Attempt: 1 << 20, At: time.Now().Add(time.Hour)}
+	}
+	r.writeJournal(context.Background(), journal.KindRetry, entries)
+	next := uint64(1 << 52)
+	records := 0
+	for len(r.writeQ) > 0 {
+		op := <-r.writeQ
+		records++
+		if n := len(journal.Append(nil, *op.journal)); n > r.msgBytes {
+			t.Fatalf("record %d is %d bytes, over %d", records, n, r.msgBytes)
+		}
+		for _, e := range op.journal.Entries {
+			if e.ID != next {
+				t.Fatalf("entry %d where %d was next", e.ID, next)
+			}
+			next++
+		}
+	}
+	if records < 2 || next != 1<<52+100_000 {
+		t.Fatalf("%d records, up to entry %d", records, next)
 	}
 }

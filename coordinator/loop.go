@@ -187,13 +187,20 @@ func (r *run) writeRecords(ctx context.Context, out *effects) {
 	if len(out.rejections) > 0 {
 		r.enqueueWrite(ctx, writeOp{rejections: out.rejections})
 	}
-	if len(out.retries) > 0 {
-		rec := journal.Record{Kind: journal.KindRetry, Epoch: r.e.epoch, Entries: out.retries}
+	r.writeJournal(ctx, journal.KindRetry, out.retries)
+	r.writeJournal(ctx, journal.KindRefused, out.refused)
+}
+
+// writeJournal hands the writer journal records of kind holding entries, as many records as
+// the server's max payload needs: a burst of failures (1,024 report messages applied in one
+// step) can decide over 100,000 retries at once, more than a megabyte.
+func (r *run) writeJournal(ctx context.Context, kind journal.Kind, entries []journal.Entry) {
+	per := max(1, (r.msgLimit()-journal.MaxOverhead)/journal.MaxEntrySize)
+	for len(entries) > 0 {
+		k := min(len(entries), per)
+		rec := journal.Record{Kind: kind, Epoch: r.e.epoch, Entries: entries[:k]}
 		r.enqueueWrite(ctx, writeOp{journal: &rec})
-	}
-	if len(out.refused) > 0 {
-		rec := journal.Record{Kind: journal.KindRefused, Epoch: r.e.epoch, Entries: out.refused}
-		r.enqueueWrite(ctx, writeOp{journal: &rec})
+		entries = entries[k:]
 	}
 }
 

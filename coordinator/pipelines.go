@@ -250,23 +250,28 @@ type storedSummary struct {
 	future jetstream.PubAckFuture
 }
 
-// maxOutcomesPerMsg bounds the outcomes of one outcome message; run.outcomeBytes bounds its
+// maxOutcomesPerMsg bounds the outcomes of one outcome message; run.msgBytes bounds its
 // size.
 const maxOutcomesPerMsg = 256
 
-// defaultOutcomeBytes is run.outcomeBytes when the run was built without a connection (tests):
+// defaultMsgBytes is run.msgBytes when the run was built without a connection (tests):
 // the server's default max payload, 1 MiB, less room for headers.
-const defaultOutcomeBytes = 1<<20 - 64<<10
+const defaultMsgBytes = 1<<20 - 64<<10
+
+// msgLimit bounds the body of a message the writer publishes (see run.msgBytes).
+func (r *run) msgLimit() int {
+	if r.msgBytes > 0 {
+		return r.msgBytes
+	}
+	return defaultMsgBytes
+}
 
 // outcomesFitting returns how many of outs, from the first, go in one outcome message: at most
-// maxOutcomesPerMsg, within the server's max payload (run.outcomeBytes), and at least one.
+// maxOutcomesPerMsg, within the server's max payload (run.msgBytes), and at least one.
 // Results are up to 64 KiB each by default: with a count alone, a group whose jobs ended
 // together wrote a message the server refused, again and again, and the coordinator stalled.
 func (r *run) outcomesFitting(outs []wire.Outcome) int {
-	limit := r.outcomeBytes
-	if limit <= 0 {
-		limit = defaultOutcomeBytes
-	}
+	limit := r.msgLimit()
 	size := wire.OutcomeMsgOverhead
 	for i := range outs {
 		if size += wire.OutcomeSize(&outs[i]); i == maxOutcomesPerMsg || i > 0 && size > limit {

@@ -25,9 +25,9 @@ type run struct {
 	e        *engine
 	payloads *payloads
 	pub      *asyncpub.Publisher // the term's async publishes: work batches, outcomes, summaries
-	// outcomeBytes bounds an outcome message's body: the server's max payload less room for
-	// headers (see outcomesFitting).
-	outcomeBytes int
+	// msgBytes bounds the body of an outcome message or a journal record: the server's max
+	// payload less room for headers (see msgLimit).
+	msgBytes int
 
 	// Written by consumer callbacks and subscriptions, read by the loop.
 	feedCh   chan streamMsg   // JOBS feed, headers only
@@ -95,27 +95,27 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 	}
 	r := &run{
 		c: c, fail: fail, epoch: epoch, cfg: c.cfg, names: c.names, log: c.cfg.Logger, e: e,
-		payloads:     newPayloads(c.directGet(c.names.JobsStream()), c.cfg.PayloadCacheBytes),
-		pub:          asyncpub.New(c.nc, requestTimeout), // every publish resolves: a lost ack times out
-		outcomeBytes: max(int(c.nc.MaxPayload())-64<<10, int(c.nc.MaxPayload())/2),
-		feedCh:       make(chan streamMsg, chanSize),
-		eventsCh:     make(chan streamMsg, chanSize),
-		hbCh:         make(chan heartbeatIn, chanSize),
-		limitsCh:     make(chan streamMsg, 64),
-		statusCh:     make(chan chan *Status),
-		insp:         newInspector(),
-		learnNotify:  make(chan struct{}, 1),
-		forgetCh:     make(chan completedGroup, chanSize),
-		storedCh:     make(chan []uint64, chanSize),
-		trimmedCh:    make(chan uint64, 1),
-		redriveEnds:  make(chan redriveEnd, 16),
-		acks:         make(chan written, chanSize),
-		summaries:    make(chan storedSummary, chanSize),
-		deletes:      make(chan jobDelete, chanSize),
-		releaseQ:     make(chan releaseReq, chanSize),
-		done:         make(chan struct{}),
-		writeQ:       make(chan writeOp, chanSize),
-		rescues:      map[string]context.CancelFunc{},
+		payloads:    newPayloads(c.directGet(c.names.JobsStream()), c.cfg.PayloadCacheBytes),
+		pub:         asyncpub.New(c.nc, requestTimeout), // every publish resolves: a lost ack times out
+		msgBytes:    max(int(c.nc.MaxPayload())-64<<10, int(c.nc.MaxPayload())/2),
+		feedCh:      make(chan streamMsg, chanSize),
+		eventsCh:    make(chan streamMsg, chanSize),
+		hbCh:        make(chan heartbeatIn, chanSize),
+		limitsCh:    make(chan streamMsg, 64),
+		statusCh:    make(chan chan *Status),
+		insp:        newInspector(),
+		learnNotify: make(chan struct{}, 1),
+		forgetCh:    make(chan completedGroup, chanSize),
+		storedCh:    make(chan []uint64, chanSize),
+		trimmedCh:   make(chan uint64, 1),
+		redriveEnds: make(chan redriveEnd, 16),
+		acks:        make(chan written, chanSize),
+		summaries:   make(chan storedSummary, chanSize),
+		deletes:     make(chan jobDelete, chanSize),
+		releaseQ:    make(chan releaseReq, chanSize),
+		done:        make(chan struct{}),
+		writeQ:      make(chan writeOp, chanSize),
+		rescues:     map[string]context.CancelFunc{},
 	}
 	if err := r.replay(ctx); err != nil {
 		r.shutdown()

@@ -47,6 +47,13 @@ type Record struct {
 	Entries []Entry
 }
 
+// MaxEntrySize bounds the bytes one entry takes in a record, and MaxOverhead a record's bytes
+// besides its entries.
+const (
+	MaxEntrySize = 3 * binary.MaxVarintLen64
+	MaxOverhead  = 2 + 2*binary.MaxVarintLen64
+)
+
 // Append encodes r onto dst.
 func Append(dst []byte, r Record) []byte {
 	dst = append(dst, version, byte(r.Kind))
