@@ -179,7 +179,8 @@ func (q *deleteQueue) idle() bool {
 func (r *run) deleter(ctx context.Context) {
 	nc := r.c.nc
 	prefix := nc.NewInbox() + "."
-	answers := make(chan *nats.Msg, maxDeletesInFlight)
+	// Room for every request in flight and a late answer to each one sent again.
+	answers := make(chan *nats.Msg, 2*maxDeletesInFlight)
 	sub, err := nc.ChanSubscribe(prefix+"*", answers)
 	if err != nil {
 		r.log.Error().Err(err).Msg("delete JOBS messages: subscribe to the answers")
