@@ -212,8 +212,11 @@ func (r *run) deleter(ctx context.Context) {
 	}
 	for {
 		if ctx.Err() != nil {
-			// The term is ending: what is left is deleted by the next one.
-			for range in {
+			// The term is ending: what is left is deleted by the next one. (in is nil once
+			// closed: ranging over it would block for ever.)
+			if in != nil {
+				for range in {
+				}
 			}
 			return
 		}

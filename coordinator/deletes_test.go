@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -240,5 +241,43 @@ func TestDeleteAnswer(t *testing.T) {
 		if err := deleteAnswer(m); (err == nil) != c.ok {
 			t.Errorf("%q (status %q): %v, want ok %v", c.data, c.status, err, c.ok)
 		}
+	}
+}
+
+// TestDeleterEndsWithTheTerm: a deleter whose input is closed while a delete is still in flight
+// returns when the term ends, without its answer (shutdown waits for it).
+func TestDeleterEndsWithTheTerm(t *testing.T) {
+	t.Parallel()
+	srv, nc, js, ctx := onServer(t, "delend")
+	names, _ := wire.NewNames("delend")
+	tctx, cancel := context.WithCancelCause(ctx)
+	t0 := time.Now()
+	// The deleter reads its clock once per turn of its loop: the third turn comes after it has
+	// taken the delete, then the end of its input, and sent the request.
+	var turns atomic.Int32
+	third := make(chan struct{})
+	now := func() time.Time {
+		if turns.Add(1) == 3 {
+			close(third)
+		}
+		return t0
+	}
+	r := &run{c: &Coordinator{nc: nc, js: js}, cfg: Config{LeaseTTL: time.Minute, now: now}, names: names,
+		log: zerolog.Nop(), fail: cancel, deletes: make(chan jobDelete, 1), forgetCh: make(chan completedGroup, 1), done: make(chan struct{})}
+	srv.Shutdown() // no answer will come
+	ended := make(chan struct{})
+	go func() { defer close(ended); r.deleter(tctx) }()
+	r.deletes <- jobDelete{seq: 1}
+	close(r.deletes)
+	select {
+	case <-third:
+	case <-ctx.Done():
+		t.Fatal("the deleter did not take its input")
+	}
+	cancel(errors.New("the term ends"))
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		t.Fatal("the deleter did not return when the term ended")
 	}
 }
