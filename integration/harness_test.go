@@ -208,12 +208,25 @@ func jobs(n int, mod func(i int, j *dispatcher.Job)) iter.Seq[dispatcher.Job] {
 // jobsStream returns a handle on the namespace's JOBS stream, for tests that look at what it holds.
 func (e *env) jobsStream() jetstream.Stream {
 	e.t.Helper()
+	names, _ := wire.NewNames(e.ns)
+	return e.stream(names.JobsStream())
+}
+
+// resultsStream returns a handle on the namespace's RESULTS stream.
+func (e *env) resultsStream() jetstream.Stream {
+	e.t.Helper()
+	names, _ := wire.NewNames(e.ns)
+	return e.stream(names.ResultsStream())
+}
+
+// stream returns a handle on the stream called name.
+func (e *env) stream(name string) jetstream.Stream {
+	e.t.Helper()
 	js, err := jetstream.New(e.nc)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	names, _ := wire.NewNames(e.ns)
-	s, err := js.Stream(e.ctx, names.JobsStream())
+	s, err := js.Stream(e.ctx, name)
 	if err != nil {
 		e.t.Fatal(err)
 	}

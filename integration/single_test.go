@@ -42,15 +42,7 @@ func TestSubmitSingleJobs(t *testing.T) {
 		t.Fatalf("single job's group summary: %+v, %v", sum, err)
 	}
 	// Its outcome and its summary are one message in RESULTS, which Wait reads too.
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	results, err := js.Stream(e.ctx, e.ns+"_RESULTS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := results.Info(e.ctx, jetstream.WithSubjectFilter(e.ns+".out.>"))
+	info, err := e.resultsStream().Info(e.ctx, jetstream.WithSubjectFilter(e.ns+".out.>"))
 	if err != nil || len(info.State.Subjects) != 1 || info.State.Msgs != 1 {
 		t.Fatalf("RESULTS after one single job: %v subjects, %d messages (%v); want one message", info.State.Subjects, info.State.Msgs, err)
 	}
