@@ -171,8 +171,7 @@ type completer struct {
 	seq            uint64
 	lastBatch      *batch      // the latest batch received
 	held           *batch      // persisted, its ack held back (see ack)
-	heldTimer      *time.Timer // acks held past holdAck (created once, reset for each hold)
-	heldArmed      bool        // heldTimer runs for the held ack
+	heldTimer      *time.Timer // runs while held is set: acks held past holdAck (created once)
 }
 
 // holdAck bounds how long the ack of the latest batch received waits (see completer.ack).
@@ -206,7 +205,7 @@ func (c *completer) run(ctx context.Context) error {
 			inC = in
 		}
 		lingerC, refreshC = c.pace.C(), c.leases.C()
-		if c.heldArmed {
+		if c.held != nil {
 			heldC = c.heldTimer.C
 		}
 		if len(c.inflight) > 0 {
@@ -246,7 +245,6 @@ func (c *completer) run(ctx context.Context) error {
 		case <-refreshC:
 			c.extendLeases()
 		case <-heldC:
-			c.heldArmed = false
 			c.releaseHeld()
 		case <-ctx.Done():
 			return c.giveUp(in, context.Cause(ctx))
@@ -401,7 +399,6 @@ func (c *completer) ack(b *batch) {
 		} else {
 			c.heldTimer.Reset(holdAck) // stopped by releaseHeld, or fired and received
 		}
-		c.heldArmed = true
 		return
 	}
 	c.sendAck(b)
@@ -412,11 +409,8 @@ func (c *completer) ack(b *batch) {
 
 // releaseHeld acks the batch whose ack was held, if any.
 func (c *completer) releaseHeld() {
-	if c.heldArmed {
-		c.heldTimer.Stop()
-		c.heldArmed = false
-	}
 	if b := c.held; b != nil {
+		c.heldTimer.Stop()
 		c.held = nil
 		c.sendAck(b)
 	}

@@ -190,18 +190,17 @@ func TestAckHeldWhileLatest(t *testing.T) {
 	want(1, 1, 0, 0)
 	c.ack(batches[2]) // the latest: held
 	want(1, 1, 0, 0)
-	if !c.heldArmed {
-		t.Fatal("no timer for the held ack")
+	if c.held == nil || c.heldTimer == nil {
+		t.Fatal("no held ack, or no timer for it")
 	}
 	<-c.heldTimer.C // holdAck passed (the run loop does this)
-	c.heldArmed = false
 	c.releaseHeld()
 	want(1, 1, 1, 0)
 	receive(batches[3])
 	c.ack(batches[3]) // held again, on the same timer
 	want(1, 1, 1, 0)
-	if !c.heldArmed {
-		t.Fatal("the timer was not armed again")
+	if c.held != batches[3] {
+		t.Fatal("the latest batch's ack is not held")
 	}
 	c.releaseHeld() // the run ends
 	want(1, 1, 1, 1)
