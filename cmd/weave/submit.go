@@ -69,7 +69,8 @@ group is then sealed with the jobs before that line.
   {"key": "c", "payload_b64": "AAECAw=="}
 
 With --single, the input's one job is submitted as a group of its own in a single message (the
-group is --group, or a generated "job-..." ID), and --wait prints its outcome.
+group is --group, or a generated "job-..." ID), --wait prints its outcome, and --outcomes
+prints it as a JSON line on stdout (the other lines then go to stderr), as for a group.
 
 With --wait, submit waits for every job of the group to end and prints the counts; it exits
 with status 1 if any job failed or was canceled. --outcomes also prints each job's outcome as
