@@ -34,6 +34,34 @@ func pullFixture(t *testing.T) (*nats.Conn, jetstream.JetStream, *puller, contex
 	return nc, js, p, ctx
 }
 
+// collect reads lane l's open pull as the shepherd does (puller.receive; overdue once per
+// heartbeat; abandon when ctx ends) until the pull ends, and returns how many work batches it
+// delivered and how it ended.
+func collect(ctx context.Context, p *puller, l *lane, heartbeat time.Duration, deliver func(workMsg)) (int, error) {
+	check := time.NewTicker(heartbeat)
+	defer check.Stop()
+	for {
+		select {
+		case m := <-l.msgs:
+			w, ended, err := p.receive(l, m)
+			if w != nil {
+				deliver(w)
+			}
+			if ended {
+				return l.received, err
+			}
+		case <-check.C:
+			if give, err := p.overdue(l, time.Now()); give {
+				p.abandon(l, deliver)
+				return l.received, err
+			}
+		case <-ctx.Done():
+			p.abandon(l, deliver)
+			return l.received, ctx.Err()
+		}
+	}
+}
+
 // TestPullerDeliversAndAcks: a pull gets the messages it asked for, with their own subject, and
 // acknowledging them through the puller's messages moves the consumer on.
 func TestPullerDeliversAndAcks(t *testing.T) {
@@ -49,7 +77,7 @@ func TestPullerDeliversAndAcks(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []workMsg
-	n, err := p.collect(ctx, l, 2, time.Second, func(m workMsg) { got = append(got, m) })
+	n, err := collect(ctx, p, l, time.Second, func(m workMsg) { got = append(got, m) })
 	if err != nil || n != 2 || got[0].Subject() != "s.a" || string(got[1].Data()) != "s.b" {
 		t.Fatalf("collect: %d messages, %v", n, err)
 	}
@@ -90,7 +118,7 @@ func TestPullerEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := l.prefix + "1"
-	if n, err := p.collect(ctx, l, 1, 100*time.Millisecond, func(workMsg) {}); n != 0 || err != nil {
+	if n, err := collect(ctx, p, l, 100*time.Millisecond, func(workMsg) {}); n != 0 || err != nil {
 		t.Fatalf("an expired pull: %d messages, %v; want 0, nil", n, err)
 	}
 
@@ -107,7 +135,7 @@ func TestPullerEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []workMsg
-	if n, err := p.collect(ctx, l2, 1, time.Second, func(m workMsg) { got = append(got, m) }); n != 1 || err != nil || string(got[0].Data()) != "x" {
+	if n, err := collect(ctx, p, l2, time.Second, func(m workMsg) { got = append(got, m) }); n != 1 || err != nil || string(got[0].Data()) != "x" {
 		t.Fatalf("the pull after a stale end: %d messages, %v", n, err)
 	}
 
@@ -120,7 +148,7 @@ func TestPullerEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := missing.collect(ctx, l3, 1, 200*time.Millisecond, func(workMsg) {}); !errors.Is(err, nats.ErrNoResponders) {
+	if _, err := collect(ctx, missing, l3, 200*time.Millisecond, func(workMsg) {}); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("a pull to a missing consumer: %v, want no responders", err)
 	}
 }
@@ -141,14 +169,14 @@ func TestPullerAbandon(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if n, err := p.collect(cctx, abandoned, 1, time.Second, func(workMsg) {}); n != 0 || !errors.Is(err, context.Canceled) {
+	if n, err := collect(cctx, p, abandoned, time.Second, func(workMsg) {}); n != 0 || !errors.Is(err, context.Canceled) {
 		t.Fatalf("an abandoned pull: %d messages, %v", n, err)
 	}
 	if _, err := js.Publish(ctx, "s.y", []byte("y")); err != nil {
 		t.Fatal(err)
 	}
 	var got []workMsg
-	if n, err := p.collect(ctx, open, 1, time.Second, func(m workMsg) { got = append(got, m) }); n != 1 || err != nil || string(got[0].Data()) != "y" {
+	if n, err := collect(ctx, p, open, time.Second, func(m workMsg) { got = append(got, m) }); n != 1 || err != nil || string(got[0].Data()) != "y" {
 		t.Fatalf("the pull open beside an abandoned one: %d messages, %v", n, err)
 	}
 }
@@ -203,7 +231,7 @@ func TestLeaseKeeperAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var msgs []workMsg
-	if n, err := p.collect(ctx, l, 1, time.Second, func(m workMsg) { msgs = append(msgs, m) }); n != 1 || err != nil {
+	if n, err := collect(ctx, p, l, time.Second, func(m workMsg) { msgs = append(msgs, m) }); n != 1 || err != nil {
 		t.Fatalf("pulled %d, %v", n, err)
 	}
 	now := time.Now()
@@ -237,5 +265,30 @@ func TestLeaseKeeperAnswers(t *testing.T) {
 	}
 	if confirmed(noone) {
 		t.Fatal("a 503 status confirmed an extension")
+	}
+}
+
+// TestPullOverdue: an open pull is given up once the server has sent nothing for two heartbeats
+// (errMissedHeartbeats), or once it outlived its expiry by a second without the server's end
+// (no error, as for that end); not before.
+func TestPullOverdue(t *testing.T) {
+	t0 := time.Now()
+	now := t0
+	p := &puller{now: func() time.Time { return now }}
+	l := &lane{busy: true, requested: 4, started: t0, expires: 10 * time.Second, heartbeat: time.Second, seen: t0}
+	for _, c := range []struct {
+		at, seen time.Duration
+		give     bool
+		err      error
+	}{
+		{2 * time.Second, 0, false, nil},                                // two heartbeats exactly
+		{2001 * time.Millisecond, 0, true, errMissedHeartbeats},         // silence
+		{10500 * time.Millisecond, 10 * time.Second, false, nil},        // heard from, not expired yet
+		{11001 * time.Millisecond, 10500 * time.Millisecond, true, nil}, // past its expiry by a second
+	} {
+		now, l.seen = t0.Add(c.at), t0.Add(c.seen)
+		if give, err := p.overdue(l, now); give != c.give || !errors.Is(err, c.err) {
+			t.Fatalf("at %v, last heard at %v: give up %v, %v; want %v, %v", c.at, c.seen, give, err, c.give, c.err)
+		}
 	}
 }

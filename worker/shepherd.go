@@ -45,26 +45,8 @@ const (
 // error, which the server does for a consumer that no longer exists.
 var errPullEndedEarly = errors.New("pull request ended early without messages")
 
-// fetchEvent is a pull forwarder's message to the shepherd: a received message, or (end set)
-// the end of its pull request, sent after its last message.
-type fetchEvent struct {
-	msg workMsg
-	end *pullEnd
-}
-
-type pullEnd struct {
-	pull      *openPull
-	requested int
-	received  int
-	err       error
-	took      time.Duration
-}
-
-// openPull is a pull request waiting at the server.
-type openPull struct {
-	cancel  context.CancelFunc
-	renewed bool // canceled after a reconnect (the server forgot it), not failed
-}
+// The shepherd's select has one case per pull lane.
+var _ = [1]struct{}{}[maxOpenPulls-2]
 
 type repairResult struct {
 	cons jetstream.Consumer
@@ -101,16 +83,13 @@ type shepherd struct {
 	stats *counters
 	beat  chan<- struct{} // asks the heartbeat goroutine for an early heartbeat; never blocks
 
-	// Channels. The shepherd reads fetched, done, expired and repaired, and writes wake and
-	// reports. Writers of the channels it reads select on quit, which it closes on return.
-	fetched  chan fetchEvent   // written by pull forwarders, one goroutine per open pull
+	// Channels. The shepherd reads its open pulls' lanes (puller.lanes), done, expired and
+	// repaired, and writes the slots' channels and reports. Writers of the channels it reads
+	// select on quit, which it closes on return.
 	done     chan completion   // written by slot goroutines
 	expired  chan *task        // written by watchdog timers of attempts with a deadline
 	repaired chan repairResult // written by the repair goroutine
-	// wake is read by sleeping slots. It has capacity Concurrency and the shepherd sends only
-	// for slots it counts as sleeping, so a send never blocks and wakes exactly one slot.
-	wake chan *task
-	quit chan struct{}
+	quit     chan struct{}
 	// drainStarted is closed when the drain begins, for Run to bound it.
 	drainStarted chan struct{}
 	// reports is read by the completer and closed by the shepherd on return. A send blocks
@@ -118,14 +97,18 @@ type shepherd struct {
 	reports chan<- completerEvent
 
 	// State, owned by the shepherd goroutine.
-	puller    *puller
-	pullCtx   context.Context // canceled when the drain begins: ends open pulls and repairs
-	queue     taskQueue
-	sleepers  int
+	puller  *puller         // its lanes' pull state is the shepherd's too
+	pullCtx context.Context // canceled when the drain begins: ends repairs
+	queue   taskQueue
+	// sleeping are the channels of the slots waiting for a task, the last to sleep on top: a
+	// slot's channel has room for one task and the shepherd sends it one only when it is
+	// awake (onDone) or taken from here, so a send never blocks and wakes exactly that slot.
+	// Set to every slot's channel before run.
+	sleeping  []chan<- *task
 	active    map[*task]struct{} // handed to a slot, outcome not reported yet
 	stuck     int                // reported without their handler, which has not returned
 	credits   int                // messages that open pulls may still bring
-	openPulls map[*openPull]struct{}
+	openPulls int                // lanes with a pull open
 	backoff   backoff
 	retry     *time.Timer // pull back-off timer; nil when not backing off
 	repairing bool
@@ -142,18 +125,20 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 	pullCtx, stopPulls := context.WithCancel(ctx)
 	defer stopPulls()
 	s.pullCtx = pullCtx
-	s.sleepers = s.cfg.Concurrency
-	s.stats.sleeping.Store(int64(s.sleepers))
+	s.stats.sleeping.Store(int64(len(s.sleeping)))
 	s.active = make(map[*task]struct{}, s.cfg.Concurrency)
-	s.openPulls = make(map[*openPull]struct{}, maxOpenPulls)
 	s.backoff = backoff{lo: minPullBackoff, hi: maxPullBackoff}
 	// A reconnect loses the server's side of open pulls: renew them at once rather than wait
 	// for their missing heartbeats. A closed connection ends the worker.
 	status := s.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
 	defer s.nc.RemoveStatusListener(status)
 
+	// Open pulls are checked for missed heartbeats and overdue ends once per heartbeat.
+	checkPulls := time.NewTicker(pullHeartbeat)
+	lanes := s.puller.lanes
 	drain := drainSchedule{drainTimeout: s.cfg.DrainTimeout, grace: s.cfg.TimeoutGrace}
 	defer func() {
+		checkPulls.Stop()
 		drain.stop()
 		if s.retry != nil {
 			s.retry.Stop()
@@ -166,7 +151,7 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 			s.startDrain(stopPulls)
 			drain.begin()
 		}
-		if s.draining && len(s.active) == 0 && len(s.openPulls) == 0 && !s.repairing {
+		if s.draining && len(s.active) == 0 && s.openPulls == 0 && !s.repairing {
 			break
 		}
 		var retryC <-chan time.Time
@@ -174,10 +159,14 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 			retryC = s.retry.C
 		}
 		select {
-		case ev := <-s.fetched:
-			s.onFetch(ev)
+		case m := <-laneC(lanes[0]):
+			s.onLane(lanes[0], m)
+		case m := <-laneC(lanes[1]):
+			s.onLane(lanes[1], m)
 		case c := <-s.done:
 			s.onDone(c)
+		case <-checkPulls.C:
+			s.checkPulls(s.cfg.now())
 		case t := <-s.expired:
 			s.onExpired(t)
 		case r := <-s.repaired:
@@ -211,13 +200,24 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 	return s.fatal
 }
 
+// laneC is l's channel if a pull is open on it, else nil (its case never fires).
+func laneC(l *lane) <-chan laneMsg {
+	if l.busy {
+		return l.msgs
+	}
+	return nil
+}
+
 // absorb handles events that are already waiting, so that their effect on pulls is decided
 // once ("batch, then signal once").
 func (s *shepherd) absorb() {
+	lanes := s.puller.lanes
 	for range absorbLimit {
 		select {
-		case ev := <-s.fetched:
-			s.onFetch(ev)
+		case m := <-laneC(lanes[0]):
+			s.onLane(lanes[0], m)
+		case m := <-laneC(lanes[1]):
+			s.onLane(lanes[1], m)
 		case c := <-s.done:
 			s.onDone(c)
 		default:
@@ -233,77 +233,88 @@ func (s *shepherd) pull() {
 	// Pulls go on while a repair runs: the error behind it ("no responders") also comes from a
 	// cluster electing the consumer's leader, and then the repair's own requests may wait out
 	// their timeout while the consumer is back already.
-	if s.draining || s.retry != nil || len(s.openPulls) >= maxOpenPulls {
+	if s.draining || s.retry != nil || s.openPulls >= maxOpenPulls {
 		return
 	}
-	want := s.sleepers - s.queue.len() - s.credits
+	want := len(s.sleeping) - s.queue.len() - s.credits
 	if want <= 0 {
 		return
 	}
-	// The server ends the pull at pullExpiry; the context's extra second lets its own end (a
-	// 408) arrive first.
-	ctx, cancel := context.WithTimeout(s.pullCtx, pullExpiry+time.Second)
-	l, err := s.puller.pull(want, pullExpiry, pullHeartbeat)
-	if err != nil {
-		cancel()
+	if _, err := s.puller.pull(want, pullExpiry, pullHeartbeat); err != nil {
 		s.pullFailed(err)
 		return
 	}
-	p := &openPull{cancel: cancel}
-	s.openPulls[p] = struct{}{}
+	s.openPulls++
 	s.credits += want
 	s.stats.pulls.Add(1)
-	go s.forward(ctx, p, l, want, time.Now())
 }
 
-// forward passes one pull request's messages to the shepherd, then its end. The shepherd reads
-// fetched until every pull has ended, so the sends cannot block forever.
-func (s *shepherd) forward(ctx context.Context, p *openPull, l *lane, requested int, started time.Time) {
-	defer p.cancel()
-	n, err := s.puller.collect(ctx, l, requested, pullHeartbeat, func(m workMsg) {
-		s.fetched <- fetchEvent{msg: m}
-	})
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = nil // expired without the server's word: as a 408
+// onLane takes a message read from lane l, whose pull is open.
+func (s *shepherd) onLane(l *lane, m laneMsg) {
+	w, ended, err := s.puller.receive(l, m)
+	if w != nil {
+		s.onBatch(w)
 	}
-	s.fetched <- fetchEvent{end: &pullEnd{pull: p, requested: requested, received: n, err: err, took: time.Since(started)}}
+	if ended {
+		s.onPullEnd(l, err)
+	}
 }
 
-func (s *shepherd) onFetch(ev fetchEvent) {
-	if ev.end != nil {
-		s.onPullEnd(*ev.end)
-		return
+// checkPulls gives up the open pulls that are overdue at now (puller.overdue).
+func (s *shepherd) checkPulls(now time.Time) {
+	for _, l := range s.puller.lanes {
+		if !l.busy {
+			continue
+		}
+		if give, err := s.puller.overdue(l, now); give {
+			s.puller.abandon(l, s.onBatch)
+			s.onPullEnd(l, err)
+		}
 	}
+}
+
+// endPulls gives up every open pull, on purpose (a drain, a reconnect): no back-off follows.
+func (s *shepherd) endPulls() {
+	for _, l := range s.puller.lanes {
+		if l.busy {
+			s.puller.abandon(l, s.onBatch)
+			s.pullEnded(l)
+		}
+	}
+}
+
+// onBatch takes a work batch that an open pull received.
+func (s *shepherd) onBatch(msg workMsg) {
 	s.credits--
 	s.stats.batches.Add(1)
-	data := ev.msg.Data()
+	data := msg.Data()
 	jobs, err := wire.DecodeWork(data)
-	wire.WorkTraces(ev.msg.Headers(), jobs)
+	wire.WorkTraces(msg.Headers(), jobs)
 	if err == nil && len(jobs) == 0 {
 		err = fmt.Errorf("%w: work batch without jobs", wire.ErrMalformed)
 	}
 	if err != nil {
 		// It can never succeed: terminate it rather than let it come back after every lease.
 		s.stats.malformed.Add(1)
-		s.log.Error().Err(err).Str("subject", ev.msg.Subject()).Int("bytes", len(data)).
+		s.log.Error().Err(err).Str("subject", msg.Subject()).Int("bytes", len(data)).
 			Msg("worker: malformed work batch terminated")
-		if err := ev.msg.TermWithReason("weave: " + err.Error()); err != nil {
+		if err := msg.TermWithReason("weave: " + err.Error()); err != nil {
 			s.log.Warn().Err(err).Msg("worker: terminate malformed work batch")
 		}
 		var seq uint64
-		if md, err := ev.msg.Metadata(); err == nil {
+		if md, err := msg.Metadata(); err == nil {
 			seq = md.Sequence.Stream
 		}
-		if _, err := s.js.PublishMsgAsync(s.cfg.names.RejectionMsg(ev.msg.Subject(), seq, err.Error())); err != nil {
+		if _, err := s.js.PublishMsgAsync(s.cfg.names.RejectionMsg(msg.Subject(), seq, err.Error())); err != nil {
 			s.log.Warn().Err(err).Msg("worker: record a rejected work batch")
 		}
 		return
 	}
-	at := ev.msg.ReceivedAt()
-	b := &batch{msg: ev.msg, jobs: len(jobs), received: at, leaseFrom: at}
+	at := msg.ReceivedAt()
+	b := &batch{msg: msg, jobs: len(jobs), received: at, leaseFrom: at}
 	s.reports <- completerEvent{batch: b}
 	var deliveries uint64
-	if md, err := ev.msg.Metadata(); err == nil {
+	if md, err := msg.Metadata(); err == nil {
 		deliveries = md.NumDelivered
 	}
 	for _, wj := range jobs {
@@ -330,21 +341,22 @@ func (s *shepherd) onFetch(ev fetchEvent) {
 		}
 	}
 	// Every job queued first, then the wakeups: one sleeper per job.
-	for s.sleepers > 0 {
+	for len(s.sleeping) > 0 {
 		t := s.next()
 		if t == nil {
 			break
 		}
-		s.sleepers--
+		slot := s.sleeping[len(s.sleeping)-1]
+		s.sleeping = s.sleeping[:len(s.sleeping)-1]
 		s.start(t)
-		s.wake <- t
+		slot <- t
 		s.stats.wakeups.Add(1)
 	}
 	s.gauges()
 }
 
-// onDone takes a slot's outcome and answers with the slot's next task: the oldest queued job,
-// run by this already awake goroutine, or nil to sleep.
+// onDone takes a slot's outcome and gives the slot its next task: the oldest queued job, run by
+// this already awake goroutine; or, with nothing queued, counts it as sleeping.
 func (s *shepherd) onDone(c completion) {
 	t := c.task
 	switch {
@@ -361,10 +373,9 @@ func (s *shepherd) onDone(c completion) {
 	}
 	if next := s.next(); next != nil {
 		s.start(next)
-		c.reply <- next
+		c.slot <- next
 	} else {
-		s.sleepers++
-		c.reply <- nil
+		s.sleeping = append(s.sleeping, c.slot)
 	}
 	s.gauges()
 }
@@ -475,9 +486,11 @@ func (s *shepherd) startDrain(stopPulls context.CancelFunc) {
 	s.draining = true
 	s.stats.draining.Store(true)
 	close(s.drainStarted)
-	// Canceling a pull unsubscribes its inbox, so the server stops delivering to it; a batch
-	// already on its way is not received and goes to another worker after its lease.
+	// Giving up a pull unsubscribes its inbox, so the server stops delivering to it; a batch
+	// already on its way is not received and goes to another worker after its lease. Batches
+	// received already are returned (onBatch, draining).
 	stopPulls()
+	s.endPulls()
 	if s.retry != nil {
 		s.retry.Stop()
 		s.retry = nil
@@ -499,21 +512,27 @@ func (s *shepherd) startDrain(stopPulls context.CancelFunc) {
 	ev.Msg("worker: draining")
 }
 
-func (s *shepherd) onPullEnd(e pullEnd) {
-	delete(s.openPulls, e.pull)
-	s.credits -= e.requested - e.received
+// onPullEnd follows the end of lane l's pull, with err (nil for its normal ends): after one that
+// brought nothing, long before its expiry or with an error, the next pull waits (pullFailed).
+func (s *shepherd) onPullEnd(l *lane, err error) {
+	s.pullEnded(l)
 	switch {
-	case s.draining || e.pull.renewed:
+	case s.draining:
 		return // ended on purpose
-	case e.received > 0 || (e.err == nil && e.took >= pullExpiry/2):
+	case l.received > 0 || (err == nil && s.cfg.now().Sub(l.started) >= pullExpiry/2):
 		s.backoff.reset()
 		return
 	}
-	err := e.err
 	if err == nil {
 		err = errPullEndedEarly
 	}
 	s.pullFailed(err)
+}
+
+// pullEnded counts lane l's pull as ended: what it did not bring is no longer expected.
+func (s *shepherd) pullEnded(l *lane) {
+	s.openPulls--
+	s.credits -= l.requested - l.received
 }
 
 // pullFailed backs off before the next pull and, if the consumer seems gone, re-creates it.
@@ -563,11 +582,8 @@ func (s *shepherd) onStatus(st nats.Status) {
 	case nats.CLOSED:
 		s.fatal = fmt.Errorf("weave: worker %s: %w", s.cfg.ID, nats.ErrConnectionClosed)
 	case nats.CONNECTED:
-		s.log.Info().Int("pulls", len(s.openPulls)).Msg("worker: reconnected, renewing pull requests")
-		for p := range s.openPulls {
-			p.renewed = true
-			p.cancel()
-		}
+		s.log.Info().Int("pulls", s.openPulls).Msg("worker: reconnected, renewing pull requests")
+		s.endPulls()
 		if s.retry != nil {
 			s.retry.Stop()
 			s.retry = nil
@@ -589,7 +605,7 @@ func (s *shepherd) onRepaired(r repairResult) {
 
 // gauges publishes the state that Stats and heartbeats read.
 func (s *shepherd) gauges() {
-	s.stats.sleeping.Store(int64(s.sleepers))
+	s.stats.sleeping.Store(int64(len(s.sleeping)))
 	s.stats.queued.Store(int64(s.queue.len()))
 	s.stats.stuck.Store(int64(s.stuck))
 }

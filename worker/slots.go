@@ -55,14 +55,16 @@ type completion struct {
 	task    *task
 	out     outcome
 	dropped bool         // not run: its batch's lease had lapsed when the slot got to it (see slot)
-	reply   chan<- *task // the goroutine's own: the shepherd answers with its next task, or nil to sleep
+	slot    chan<- *task // the slot's own channel: its next task goes there, now or when it comes
 }
 
-// slots runs handlers on exactly Concurrency goroutines, the slots. A slot sleeps on wake until
-// the shepherd hands it a task; after running it, it sends the outcome to the shepherd and runs
-// whatever task the shepherd answers with. An awake slot thus takes queued work without any
-// wakeup; only the shepherd decides to wake a sleeper, once per job. (The worker's pool is
-// something else: the workers holding the same resources, cfg.pool.)
+// slots runs handlers on exactly Concurrency goroutines, the slots. Each slot has a channel of
+// its own (capacity one) and waits on it for a task from the shepherd; after running it, it
+// sends the outcome to the shepherd and waits again. The shepherd answers with the next queued
+// task at once if there is one (the slot takes queued work without sleeping), or keeps the
+// slot's channel among its sleepers until a job comes: it never sends a slot anything but a
+// task, so no goroutine is woken for nothing. (The worker's pool is something else: the workers
+// holding the same resources, cfg.pool.)
 type slots struct {
 	handler   Handler
 	base      context.Context // parent of every handler's context: ctx's values, never canceled (cancels cancels them)
@@ -76,23 +78,22 @@ type slots struct {
 	tracer    *tracing.Tracer  // see trace.go
 	workerID  string
 
-	wake    <-chan *task      // written by the shepherd; read by sleeping slots
 	done    chan<- completion // read by the shepherd
 	expired chan<- *task      // written by watchdog timers; read by the shepherd
 	quit    <-chan struct{}   // closed by the shepherd when it returns: slots not in a handler return
 	exited  chan<- struct{}   // one signal per slot goroutine that returns; Run counts them
 }
 
-// start launches n slot goroutines.
-func (sl *slots) start(n int) {
-	for range n {
-		go sl.slot(nil)
+// start launches a slot goroutine on each of the channels, which it waits on for tasks.
+func (sl *slots) start(channels []chan *task) {
+	for _, own := range channels {
+		go sl.slot(own, nil)
 	}
 }
 
-// slot is one slot's goroutine. If carry is set, the goroutine starts by reporting it: it
-// replaces a goroutine that a handler ended with runtime.Goexit.
-func (sl *slots) slot(carry *completion) {
+// slot is one slot's goroutine, waiting for tasks on own. If carry is set, the goroutine starts
+// by reporting it: it replaces a goroutine that a handler ended with runtime.Goexit.
+func (sl *slots) slot(own chan *task, carry *completion) {
 	var (
 		cur   *task // the task whose handler is running, for the Goexit case
 		start time.Time
@@ -108,44 +109,35 @@ func (sl *slots) slot(carry *completion) {
 		sl.log.Error().Uint64("job", cur.job.ID).Msg("worker: handler called runtime.Goexit")
 		c := completion{task: cur, out: sl.failure(cur, time.Since(start), kindError, wire.StatusError,
 			"handler called runtime.Goexit")}
-		go sl.slot(&c)
+		go sl.slot(own, &c)
 	}()
 
-	reply := make(chan *task, 1)
 	var out completion
 	pending := carry != nil
 	if pending {
 		out = *carry
 	}
 	for {
-		var t *task
 		if pending {
-			out.reply = reply
+			out.slot = own
 			select {
 			case sl.done <- out:
 			case <-sl.quit:
 				clean = true
 				return
 			}
-			select {
-			case t = <-reply:
-			case <-sl.quit:
-				clean = true
-				return
-			}
 			pending = false
 		}
+		var t *task
+		select {
+		case t = <-own:
+		case <-sl.quit:
+			clean = true
+			return
+		}
 		if t == nil {
-			select {
-			case t = <-sl.wake:
-			case <-sl.quit:
-				clean = true
-				return
-			}
-			if t == nil {
-				sl.stats.spurious.Add(1)
-				continue
-			}
+			sl.stats.spurious.Add(1) // never sent: see slots
+			continue
 		}
 		// The shepherd checked the lease when it handed the task over; check again right before
 		// the handler runs: a process stopped in between (SIGSTOP, a VM pause) must not start a

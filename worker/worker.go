@@ -133,7 +133,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	var (
 		quit     = make(chan struct{})                              // closed by the shepherd on return
 		reports  = make(chan completerEvent, min(max(n, 64), 1024)) // shepherd → completer
-		wake     = make(chan *task, n)                              // shepherd → sleeping slots
 		done     = make(chan completion)                            // slots → shepherd
 		expired  = make(chan *task)                                 // watchdog timers → shepherd
 		exited   = make(chan struct{}, n)                           // slots → Run, one per returned goroutine
@@ -160,8 +159,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	shep := &shepherd{
 		cfg: cfg, nc: w.nc, js: js, log: w.log, stats: &w.stats, beat: beat, puller: pl,
-		fetched: make(chan fetchEvent), done: done, expired: expired, repaired: make(chan repairResult),
-		wake: wake, quit: quit, reports: reports, drainStarted: draining,
+		done: done, expired: expired, repaired: make(chan repairResult),
+		quit: quit, reports: reports, drainStarted: draining,
 	}
 	// Cancellation requests (core NATS) cancel the contexts of the jobs they name.
 	cancels := newCancelRegistry()
@@ -193,7 +192,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		log: w.log, stats: &w.stats,
 		lapsed: func(t *task) bool { return t.batch.lapsed(cfg.now(), cfg.Lease) },
 		tracer: tracing.New(cfg.TracerProvider), workerID: cfg.ID,
-		wake: wake, done: done, expired: expired, quit: quit, exited: exited,
+		done: done, expired: expired, quit: quit, exited: exited,
 	}
 
 	w.log.Info().Int("concurrency", n).Strs("resources", cfg.resources).Msg("worker: running")
@@ -202,7 +201,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	// a handler that ignores its context).
 	compDone := make(chan error, 1)
 	go func() { compDone <- comp.run(giveUpCtx) }()
-	sl.start(n)
+	// Each slot waits for tasks on a channel of its own (see slots); all sleep at first.
+	channels := make([]chan *task, n)
+	shep.sleeping = make([]chan<- *task, n)
+	for i := range channels {
+		channels[i] = make(chan *task, 1)
+		shep.sleeping[i] = channels[i]
+	}
+	sl.start(channels)
 	shepDone := make(chan error, 1)
 	go func() { shepDone <- shep.run(ctx, force) }()
 	hbStop, hbDone := make(chan struct{}), make(chan struct{})
