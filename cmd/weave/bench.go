@@ -217,9 +217,9 @@ each one includes.`,
 
 	f.IntVar(&cfg.Throughput.Jobs, "jobs", 20_000, "throughput: jobs per round")
 	f.IntVar(&cfg.Throughput.Groups, "groups", 200, "throughput: groups the jobs are split into")
-	f.IntVar(&cfg.Throughput.Rounds, "rounds", 2, "throughput: rounds (Weave and the reference alternate which runs first)")
-	f.IntVar(&cfg.Throughput.Workers, "workers", 1, "throughput: workers, each with --concurrency slots")
-	f.IntVar(&cfg.Throughput.Concurrency, "concurrency", 64, "throughput: slots per worker")
+	f.IntVar(&cfg.Throughput.Rounds, "rounds", 3, "throughput: rounds per fleet (Weave and the reference alternate which runs first; the targets take the median round)")
+	f.IntVar(&cfg.Throughput.Workers, "workers", 0, "throughput: measure this fleet alone: workers, each with --concurrency slots (default: the fleets 1 × 64, 1 × 8, 4 × 8 and 16 × 4; 1 if only --concurrency is set)")
+	f.IntVar(&cfg.Throughput.Concurrency, "concurrency", 0, "throughput: measure this fleet alone: slots per worker (64 if only --workers is set)")
 	f.IntVar(&cfg.Latency.Rate, "rate", 1000, "latency: jobs submitted per second")
 	f.DurationVar(&cfg.Latency.Duration, "duration", 3*time.Second, "latency: how long jobs are submitted")
 	f.DurationVar(&cfg.Single.Duration, "single-duration", 3*time.Second, "single: how long single jobs are submitted (at 1,000/s; longer runs give a steadier p99)")

@@ -44,20 +44,22 @@ func TestBenchJSON(t *testing.T) {
 			Scenario string
 			Checks   []struct{ Name string }
 			Result   struct {
-				WeaveJobsPerSec float64 `json:"weave_jobs_per_s"`
+				Fleets []struct {
+					WeaveJobsPerSec float64 `json:"weave_jobs_per_s"`
+				}
 			}
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if len(got.Scenarios) != 1 || got.Scenarios[0].Scenario != "throughput" || got.Scenarios[0].Result.WeaveJobsPerSec <= 0 || len(got.Scenarios[0].Checks) != 1 {
+	if len(got.Scenarios) != 1 || got.Scenarios[0].Scenario != "throughput" || len(got.Scenarios[0].Result.Fleets) != 1 || got.Scenarios[0].Result.Fleets[0].WeaveJobsPerSec <= 0 || len(got.Scenarios[0].Checks) != 2 {
 		t.Errorf("decoded %+v", got)
 	}
 	if !strings.HasPrefix(got.Command, "weave bench throughput --") || !strings.Contains(got.Command, "--jobs=300") {
 		t.Errorf("command %q", got.Command)
 	}
-	if !strings.Contains(errOut, "throughput: round 1/1") {
+	if !strings.Contains(errOut, "throughput 1 × 8: round 1/1") {
 		t.Errorf("no progress on stderr: %s", errOut)
 	}
 	if b, err := os.ReadFile(mem); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {

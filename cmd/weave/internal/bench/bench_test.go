@@ -69,6 +69,9 @@ func BenchmarkThroughput(b *testing.B) {
 		workers, conc, prefetch, batch int
 	}{
 		{1, 64, 0, 0}, // the coordinator's defaults
+		{1, 8, 0, 0},  // few slots (issue 13)
+		{4, 8, 0, 0},
+		{16, 4, 0, 0},
 		{2, 32, 0, 0},
 		{1, 64, 1, 64}, // a fixed window of one job beyond the slots
 		{1, 64, 256, 256},
@@ -82,7 +85,7 @@ func BenchmarkThroughput(b *testing.B) {
 			batch = "default"
 		}
 		name := fmt.Sprintf("w%dx%d/prefetch=%s/batch=%s", bc.workers, bc.conc, prefetch, batch)
-		cfg := bench.ThroughputConfig{Workers: bc.workers, Concurrency: bc.conc, Prefetch: bc.prefetch, MaxBatch: bc.batch, Rounds: 1}
+		cfg := bench.ThroughputConfig{Jobs: 20_000, Workers: bc.workers, Concurrency: bc.conc, Prefetch: bc.prefetch, MaxBatch: bc.batch, Rounds: 1}
 		b.Run(name, func(b *testing.B) { benchmarkThroughput(b, cfg) })
 	}
 }
@@ -94,11 +97,15 @@ func benchmarkThroughput(b *testing.B, cfg bench.ThroughputConfig) {
 		batchesPerJob, reportsPerJob, loops float64
 	)
 	for b.Loop() {
-		res := runScenario(b, func(ctx context.Context, env *bench.Env) (*bench.ThroughputResult, error) {
-			return bench.RunThroughput(ctx, env, cfg)
+		res := runScenario(b, func(ctx context.Context, env *bench.Env) (*bench.FleetResult, error) {
+			r, err := bench.RunThroughput(ctx, env, cfg)
+			if err != nil {
+				return nil, err
+			}
+			return &r.Fleets[0], nil
 		})
 		for _, r := range res.Rounds {
-			n += float64(res.Config.Jobs)
+			n += float64(cfg.Jobs)
 			weave, ran, raw = weave+r.WeaveSeconds, ran+r.RanSeconds, raw+r.RawSeconds
 			weaveCPU, rawCPU = weaveCPU+r.WeaveCPUSeconds, rawCPU+r.RawCPUSeconds
 		}

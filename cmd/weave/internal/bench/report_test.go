@@ -177,6 +177,7 @@ func TestSectionsRender(t *testing.T) {
 		&FairnessResult{Runs: []FairnessRun{{Policy: "least-in-flight", Groups: []FairnessGroup{{Group: "A", TaskMS: 10, Jobs: 3, InFlight: 2}}}}},
 		&WeightsResult{Runs: []WeightsRun{{Groups: []WeightsGroup{{Group: "A", TaskMS: 10, Weight: 3, Jobs: 3, InFlight: 2}}}}},
 		&ScaleResult{Steps: []ScaleStep{{Jobs: 10}, {Jobs: 100}}, Slopes: []ScaleSlope{{From: 10, To: 100}}},
+		&ThroughputResult{Config: ThroughputConfig{Shapes: []Shape{{16, 4}}}, Fleets: []FleetResult{{Shape: Shape{16, 4}, Rounds: []ThroughputRound{{}}}}},
 	}
 	r := &Report{Results: results}
 	for _, write := range []func(*bytes.Buffer) error{

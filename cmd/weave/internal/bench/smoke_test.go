@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -47,13 +48,20 @@ func TestSmoke(t *testing.T) {
 	if !ok {
 		t.Fatalf("first result %T", r.Results[0])
 	}
-	if len(thr.Rounds) != 1 || thr.WeaveJobsPerSec <= 0 || thr.RawJobsPerSec <= 0 || thr.Ratio != thr.WeaveJobsPerSec/thr.RawJobsPerSec {
-		t.Errorf("throughput %+v", thr)
+	if len(thr.Fleets) != 1 || thr.Fleets[0].Shape != (Shape{1, 8}) {
+		t.Fatalf("throughput fleets %+v", thr.Fleets)
 	}
-	if thr.JobsPerWorkBatch < 1 || thr.JobsPerReportMsg < 1 {
-		t.Errorf("jobs per batch %.1f, per report %.1f: below one", thr.JobsPerWorkBatch, thr.JobsPerReportMsg)
+	f := thr.Fleets[0]
+	if len(f.Rounds) != 1 || f.WeaveJobsPerSec <= 0 || f.RawJobsPerSec <= 0 || math.Abs(f.Ratio-f.WeaveJobsPerSec/f.RawJobsPerSec) > 1e-9 {
+		t.Errorf("throughput %+v", f)
 	}
-	if len(thr.Checks) != 1 || thr.Checks[0].Value != thr.Ratio {
+	if r := f.Rounds[0]; math.Abs(f.CPURatio-r.WeaveCPUSeconds/r.RawCPUSeconds) > 1e-9 {
+		t.Errorf("CPU ratio %.3f, round %+v", f.CPURatio, r)
+	}
+	if f.JobsPerWorkBatch < 1 || f.JobsPerReportMsg < 1 || f.PullsPerBatch <= 0 {
+		t.Errorf("jobs per batch %.1f, per report %.1f, pulls per batch %.2f", f.JobsPerWorkBatch, f.JobsPerReportMsg, f.PullsPerBatch)
+	}
+	if len(thr.Checks) != 2 || thr.Checks[0].Value != f.Ratio || thr.Checks[0].Limit != 0.5 || thr.Checks[1].Value != f.CPURatio || thr.Checks[1].Limit != 2.5 {
 		t.Errorf("throughput checks %+v", thr.Checks)
 	}
 
@@ -79,6 +87,35 @@ func TestSmoke(t *testing.T) {
 	}
 	if r.Machine.CPUs < 1 || r.Machine.NATSServer == "" || r.Finished.Before(r.Started) {
 		t.Errorf("report %+v", r)
+	}
+}
+
+// TestThroughputFleets: by default the throughput scenario measures the four fleets issue 13
+// sets targets for; --workers or --concurrency (either) names one fleet instead.
+func TestThroughputFleets(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cfg  ThroughputConfig
+		want []Shape
+	}{
+		{ThroughputConfig{}, []Shape{{1, 64}, {1, 8}, {4, 8}, {16, 4}}},
+		{ThroughputConfig{Workers: 16}, []Shape{{16, 64}}},
+		{ThroughputConfig{Concurrency: 4}, []Shape{{1, 4}}},
+		{ThroughputConfig{Workers: 4, Concurrency: 8, Shapes: []Shape{{2, 2}}}, []Shape{{4, 8}}},
+		{ThroughputConfig{Shapes: []Shape{{2, 2}}}, []Shape{{2, 2}}},
+	} {
+		cfg := c.cfg
+		if err := cfg.defaults(); err != nil || !slices.Equal(cfg.Shapes, c.want) || cfg.Rounds != 3 {
+			t.Errorf("%+v: fleets %v, %d rounds, %v; want %v, 3 rounds", c.cfg, cfg.Shapes, cfg.Rounds, err, c.want)
+		}
+	}
+	if err := (&ThroughputConfig{Shapes: []Shape{{0, 4}}}).defaults(); err == nil {
+		t.Error("a fleet of no worker was accepted")
+	}
+	for sh, want := range map[Shape]float64{{1, 64}: 0.75, {1, 256}: 0.75, {2, 32}: 0.5, {16, 4}: 0.5, {1, 8}: 0.5} {
+		if got := minRatio(sh); got != want {
+			t.Errorf("fleet %s: throughput target %.2f, want %.2f", sh, got, want)
+		}
 	}
 }
 

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,14 +22,29 @@ import (
 	"github.com/weavejobs/weave/worker"
 )
 
+// Shape is a fleet of workers: Workers workers of Concurrency slots each.
+type Shape struct {
+	Workers     int `json:"workers"`
+	Concurrency int `json:"concurrency"`
+}
+
+func (s Shape) String() string { return fmt.Sprintf("%d × %d", s.Workers, s.Concurrency) }
+
+// DefaultShapes are the fleets the throughput scenario measures by default: one worker of 64
+// slots, and the few-slot fleets users run (peers' defaults are 8–10 goroutines per worker).
+var DefaultShapes = []Shape{{1, 64}, {1, 8}, {4, 8}, {16, 4}}
+
 // ThroughputConfig configures the throughput scenario. Zero fields take the defaults.
 type ThroughputConfig struct {
 	Jobs        int `json:"jobs"`         // no-op jobs per round; default 20,000
 	Groups      int `json:"groups"`       // groups they are split into (log-uniform sizes); default 200
 	PayloadSize int `json:"payload_size"` // bytes per job; default 128
-	Workers     int `json:"workers"`      // default 1
-	Concurrency int `json:"concurrency"`  // slots per worker; default 64
-	Rounds      int `json:"rounds"`       // Weave and reference runs each; default 2
+	// The fleet: Workers workers of Concurrency slots (either set: that fleet alone, the other
+	// defaulting to 1 worker or 64 slots), else each of Shapes (default DefaultShapes).
+	Workers     int     `json:"workers,omitempty"`
+	Concurrency int     `json:"concurrency,omitempty"`
+	Shapes      []Shape `json:"shapes"`
+	Rounds      int     `json:"rounds"` // Weave and reference runs each, per fleet; default 3
 
 	// The coordinator's Prefetch (-1 or more) and MaxBatch; 0: its defaults (adaptive, 64).
 	Prefetch int `json:"prefetch,omitempty"`
@@ -37,11 +55,22 @@ func (c *ThroughputConfig) defaults() error {
 	setDefault(&c.Jobs, 20_000)
 	setDefault(&c.Groups, 200)
 	setDefault(&c.PayloadSize, 128)
-	setDefault(&c.Workers, 1)
-	setDefault(&c.Concurrency, 64)
-	setDefault(&c.Rounds, 2)
+	setDefault(&c.Rounds, 3)
 	switch {
-	case c.Jobs < 1 || c.Groups < 1 || c.PayloadSize < 0 || c.Workers < 1 || c.Concurrency < 1 || c.Rounds < 1:
+	case c.Workers != 0 || c.Concurrency != 0:
+		setDefault(&c.Workers, 1)
+		setDefault(&c.Concurrency, 64)
+		c.Shapes = []Shape{{c.Workers, c.Concurrency}}
+	case len(c.Shapes) == 0:
+		c.Shapes = slices.Clone(DefaultShapes)
+	}
+	for _, sh := range c.Shapes {
+		if sh.Workers < 1 || sh.Concurrency < 1 {
+			return fmt.Errorf("throughput: fleet %s: workers and slots per worker must be positive", sh)
+		}
+	}
+	switch {
+	case c.Jobs < 1 || c.Groups < 1 || c.PayloadSize < 0 || c.Rounds < 1:
 		return fmt.Errorf("throughput: jobs, groups, workers, concurrency and rounds must be positive")
 	case c.Prefetch < -1 || c.MaxBatch < 0:
 		return fmt.Errorf("throughput: prefetch %d below -1 or max batch %d negative", c.Prefetch, c.MaxBatch)
@@ -71,27 +100,60 @@ type ThroughputRound struct {
 	RawCPUSeconds   float64 `json:"raw_cpu_s"`
 }
 
-// ThroughputResult is what the throughput scenario measured.
+// The throughput targets (issue 13): Weave's throughput at least minRatioWide of raw JetStream's
+// for one worker of wideSlots slots or more and minRatioFew for other fleets, its CPU per job at
+// most maxCPURatio times raw's, in every fleet.
+const (
+	minRatioWide  = 0.75
+	minRatioFew   = 0.5
+	maxCPURatio   = 2.5
+	wideSlots     = 64
+	ratioFormat   = "%.2f"
+	cpuRatioLabel = "CPU per job, Weave ÷ raw JetStream"
+)
+
+// minRatio is the throughput target for fleet sh.
+func minRatio(sh Shape) float64 {
+	if sh.Workers == 1 && sh.Concurrency >= wideSlots {
+		return minRatioWide
+	}
+	return minRatioFew
+}
+
+// ThroughputResult is what the throughput scenario measured, fleet by fleet.
 type ThroughputResult struct {
-	Config           ThroughputConfig  `json:"config"`
-	Embedded         bool              `json:"embedded_server"`
-	Rounds           []ThroughputRound `json:"rounds"`
-	WeaveJobsPerSec  float64           `json:"weave_jobs_per_s"` // jobs ÷ (first Publish → last group summary)
-	RanJobsPerSec    float64           `json:"ran_jobs_per_s"`   // jobs ÷ (first Publish → last handler call)
-	RawJobsPerSec    float64           `json:"raw_jobs_per_s"`   // messages ÷ (first publish → last ack flushed)
-	Ratio            float64           `json:"ratio"`            // Weave ÷ raw
-	WeaveCPUPer1000  float64           `json:"weave_cpu_s_per_1000_jobs"`
-	RawCPUPer1000    float64           `json:"raw_cpu_s_per_1000_jobs"`
-	WeaveCores       float64           `json:"weave_cores"` // CPU time ÷ wall time of the Weave runs
-	JobsPerWorkBatch float64           `json:"jobs_per_work_batch"`
-	JobsPerReportMsg float64           `json:"jobs_per_report_msg"`
+	Config   ThroughputConfig `json:"config"`
+	Embedded bool             `json:"embedded_server"`
+	Fleets   []FleetResult    `json:"fleets"`
+	Checks   []Check          `json:"checks"`
+}
+
+// FleetResult is what the throughput scenario measured with one fleet.
+type FleetResult struct {
+	Shape  Shape             `json:"shape"`
+	Rounds []ThroughputRound `json:"rounds"`
+	// Over all rounds: jobs ÷ the rounds' times added up.
+	WeaveJobsPerSec float64 `json:"weave_jobs_per_s"` // jobs ÷ (first Publish → last group summary)
+	RanJobsPerSec   float64 `json:"ran_jobs_per_s"`   // jobs ÷ (first Publish → last handler call)
+	RawJobsPerSec   float64 `json:"raw_jobs_per_s"`   // messages ÷ (first publish → last ack flushed)
+	WeaveCPUPer1000 float64 `json:"weave_cpu_s_per_1000_jobs"`
+	RawCPUPer1000   float64 `json:"raw_cpu_s_per_1000_jobs"`
+	// The targets' measures: the median over rounds of each round's Weave ÷ raw, so that a
+	// machine whose speed drifts (shared, throttled) compares each Weave run with the raw run
+	// beside it.
+	Ratio    float64 `json:"ratio"`     // throughput, Weave ÷ raw
+	CPURatio float64 `json:"cpu_ratio"` // CPU per job, Weave ÷ raw
+
+	WeaveCores       float64 `json:"weave_cores"` // CPU time ÷ wall time of the Weave runs
+	JobsPerWorkBatch float64 `json:"jobs_per_work_batch"`
+	JobsPerReportMsg float64 `json:"jobs_per_report_msg"`
+	PullsPerBatch    float64 `json:"pulls_per_work_batch"` // the workers' pull requests ÷ the work batches they received
 	// StoredPerJob is the messages each stream (JOBS, WORK, EVENTS, RESULTS) stored per job over
 	// the Weave runs: every stored message is a publish, an acknowledgement and a delivery or a
 	// read, so this is what the server's share of the cost per job grows with.
 	StoredPerJob      map[string]float64 `json:"stored_msgs_per_job"`
 	PeakRSSBytes      uint64             `json:"peak_rss_bytes"`       // VmHWM over the Weave runs
 	PeakRSSSinceStart bool               `json:"peak_rss_since_start"` // the peak could not be reset: it is since the process started
-	Checks            []Check            `json:"checks"`
 }
 
 // Scenario implements Result.
@@ -100,17 +162,33 @@ func (r *ThroughputResult) Scenario() string { return "throughput" }
 // RunThroughput pushes Jobs no-op jobs through Weave end to end (dispatcher → coordinator →
 // workers → outcomes) and, on the same server in the same run, the same number of messages
 // through a raw JetStream work queue (async publish, pull consume, ack): one hop, the floor of
-// what any job system on JetStream costs. Rounds alternate which runs first.
-func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *ThroughputResult, err error) {
+// what any job system on JetStream costs. Rounds alternate which runs first. Each fleet runs
+// on a deployment of its own.
+func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (*ThroughputResult, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	res := &ThroughputResult{Config: cfg, Embedded: !env.External()}
+	for _, sh := range cfg.Shapes {
+		f, err := runFleet(ctx, env, cfg, sh)
+		if err != nil {
+			return nil, fmt.Errorf("fleet %s: %w", sh, err)
+		}
+		res.Fleets = append(res.Fleets, *f)
+		res.Checks = append(res.Checks,
+			atLeast(fmt.Sprintf("%s: Weave ÷ raw JetStream throughput", sh), f.Ratio, minRatio(sh), ratioFormat),
+			atMost(fmt.Sprintf("%s: %s", sh, cpuRatioLabel), f.CPURatio, maxCPURatio, ratioFormat))
+	}
+	return res, nil
+}
+
+func runFleet(ctx context.Context, env *Env, cfg ThroughputConfig, sh Shape) (res *FleetResult, err error) {
 	d, err := env.deploy(ctx, "thr")
 	if err != nil {
 		return nil, err
 	}
 	defer d.closeInto(&err)
-	res = &ThroughputResult{Config: cfg, Embedded: !env.External()}
+	res = &FleetResult{Shape: sh}
 	sizes := logUniformSizes(cfg.Jobs, cfg.Groups)
 	payload := make([]byte, cfg.PayloadSize)
 
@@ -123,8 +201,8 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 		return nil, nil
 	}
 	var ws []*worker.Worker
-	for i := range cfg.Workers {
-		w, _, err := d.Worker(worker.Config{ID: fmt.Sprint("w", i), Concurrency: cfg.Concurrency}, noop)
+	for i := range sh.Workers {
+		w, _, err := d.Worker(worker.Config{ID: fmt.Sprint("w", i), Concurrency: sh.Concurrency}, noop)
 		if err != nil {
 			return nil, err
 		}
@@ -138,7 +216,7 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 	if err != nil {
 		return nil, err
 	}
-	if err := d.WaitStatus(inproc.FleetReady(cfg.Workers, cfg.Workers*cfg.Concurrency)); err != nil {
+	if err := d.WaitStatus(inproc.FleetReady(sh.Workers, sh.Workers*sh.Concurrency)); err != nil {
 		return nil, err
 	}
 	if err := warmUp(ctx, disp, payload); err != nil {
@@ -174,7 +252,7 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 				storedMsgs[name] += n - stored0[name]
 			}
 			weaveTime, weaveCPU, ranTime = weaveTime+took, weaveCPU+cpu, ranTime+ran
-			env.progressf("throughput: round %d/%d: Weave %s jobs/s", round+1, cfg.Rounds, rate(float64(cfg.Jobs)/took.Seconds()))
+			env.progressf("throughput %s: round %d/%d: Weave %s jobs/s", sh, round+1, cfg.Rounds, rate(float64(cfg.Jobs)/took.Seconds()))
 			return nil
 		}
 		raw := func() error {
@@ -186,7 +264,7 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 			cpu := processCPU() - cpu0
 			r.RawSeconds, r.RawCPUSeconds = took.Seconds(), cpu.Seconds()
 			rawTime, rawCPU = rawTime+took, rawCPU+cpu
-			env.progressf("throughput: round %d/%d: raw JetStream %s msgs/s", round+1, cfg.Rounds, rate(float64(cfg.Jobs)/took.Seconds()))
+			env.progressf("throughput %s: round %d/%d: raw JetStream %s msgs/s", sh, round+1, cfg.Rounds, rate(float64(cfg.Jobs)/took.Seconds()))
 			return nil
 		}
 		// Alternate the order, so that neither path always runs on a server busy with the
@@ -208,18 +286,24 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (res *Th
 	res.WeaveJobsPerSec = n / weaveTime.Seconds()
 	res.RanJobsPerSec = n / ranTime.Seconds()
 	res.RawJobsPerSec = n / rawTime.Seconds()
-	res.Ratio = res.WeaveJobsPerSec / res.RawJobsPerSec
 	res.WeaveCPUPer1000 = weaveCPU.Seconds() / n * 1000
 	res.RawCPUPer1000 = rawCPU.Seconds() / n * 1000
+	res.Ratio = median(res.Rounds, func(r ThroughputRound) float64 { return r.RawSeconds / r.WeaveSeconds })
+	res.CPURatio = median(res.Rounds, func(r ThroughputRound) float64 {
+		if r.RawCPUSeconds <= 0 {
+			return math.Inf(1) // no CPU figure (not Unix): no ratio to meet
+		}
+		return r.WeaveCPUSeconds / r.RawCPUSeconds
+	})
 	res.WeaveCores = weaveCPU.Seconds() / weaveTime.Seconds()
 	jobs := float64(after.JobsRun - before.JobsRun)
 	res.JobsPerWorkBatch = jobs / float64(max(after.Batches-before.Batches, 1))
 	res.JobsPerReportMsg = jobs / float64(max(after.ReportBatches-before.ReportBatches, 1))
+	res.PullsPerBatch = float64(after.Pulls-before.Pulls) / float64(max(after.Batches-before.Batches, 1))
 	res.StoredPerJob = map[string]float64{}
 	for name, m := range storedMsgs {
 		res.StoredPerJob[name] = float64(m) / n
 	}
-	res.Checks = []Check{atLeast("Weave ÷ raw JetStream throughput", res.Ratio, 0.5, "%.2f")}
 	return res, nil
 }
 
@@ -230,38 +314,41 @@ func (r *ThroughputResult) Section() Section {
 	if c.Prefetch != 0 || c.MaxBatch != 0 {
 		coord = fmt.Sprintf("coordinator Prefetch %d, MaxBatch %d (0: default)", c.Prefetch, c.MaxBatch)
 	}
+	fleets := make([]string, len(c.Shapes))
+	for i, sh := range c.Shapes {
+		fleets[i] = sh.String()
+	}
 	s := Section{
 		Scenario: r.Scenario(),
-		Setup: fmt.Sprintf("%s no-op jobs of %d B in %d groups (log-uniform sizes), %d worker(s) × %d slots, %s; %d round(s), alternating which path runs first.",
-			count(c.Jobs), c.PayloadSize, c.Groups, c.Workers, c.Concurrency, coord, c.Rounds),
-		Tables: []Table{{
-			Header: []string{"path", "jobs/s", "CPU s / 1,000 jobs", "what is timed"},
-			Rows: [][]string{
-				{"Weave end to end", rate(r.WeaveJobsPerSec), fmt.Sprintf("%.3f", r.WeaveCPUPer1000), "first Publish → every group's summary received"},
-				{"Weave, handlers only", rate(r.RanJobsPerSec), "", "first Publish → last handler call"},
-				{"raw JetStream, one hop", rate(r.RawJobsPerSec), fmt.Sprintf("%.3f", r.RawCPUPer1000), "first async publish → last ack flushed (work queue, file storage)"},
-			},
-		}, {
-			Header: []string{"also measured", "value"},
-			Rows: [][]string{
-				{"Weave ÷ raw", fmt.Sprintf("%.2f", r.Ratio)},
-				{"CPU cores used by the Weave runs", fmt.Sprintf("%.2f", r.WeaveCores)},
-				{"jobs per work batch", fmt.Sprintf("%.1f", r.JobsPerWorkBatch)},
-				{"jobs per report message", fmt.Sprintf("%.1f", r.JobsPerReportMsg)},
-				{"messages stored per job: JOBS / WORK / EVENTS / RESULTS", fmt.Sprintf("%.2f / %.2f / %.2f / %.2f",
-					r.StoredPerJob["JOBS"], r.StoredPerJob["WORK"], r.StoredPerJob["EVENTS"], r.StoredPerJob["RESULTS"])},
-				{"peak RSS of the process", mib(r.PeakRSSBytes)},
-			},
-		}},
+		Setup: fmt.Sprintf("%s no-op jobs of %d B in %d groups (log-uniform sizes) per round, %s; fleets (workers × slots) %s, each on its own server; %d round(s) per fleet, alternating which path runs first.",
+			count(c.Jobs), c.PayloadSize, c.Groups, coord, strings.Join(fleets, ", "), c.Rounds),
 		Checks: r.Checks,
 	}
+	rates := Table{
+		Title:  "jobs per second and CPU per job; ratios are the median over rounds of each round's Weave ÷ raw",
+		Header: []string{"fleet", "Weave jobs/s", "Weave, handlers only", "raw JetStream msgs/s", "Weave ÷ raw", "CPU s / 1,000 jobs (Weave / raw)", "CPU Weave ÷ raw"},
+	}
+	also := Table{
+		Title:  "the Weave runs",
+		Header: []string{"fleet", "CPU cores used", "jobs per work batch", "jobs per report message", "pull requests per work batch", "stored per job: JOBS / WORK / EVENTS / RESULTS", "peak RSS"},
+	}
+	for _, f := range r.Fleets {
+		rates.Rows = append(rates.Rows, []string{f.Shape.String(), rate(f.WeaveJobsPerSec), rate(f.RanJobsPerSec), rate(f.RawJobsPerSec),
+			fmt.Sprintf(ratioFormat, f.Ratio), fmt.Sprintf("%.3f / %.3f", f.WeaveCPUPer1000, f.RawCPUPer1000), fmt.Sprintf(ratioFormat, f.CPURatio)})
+		also.Rows = append(also.Rows, []string{f.Shape.String(), fmt.Sprintf("%.2f", f.WeaveCores), fmt.Sprintf("%.1f", f.JobsPerWorkBatch),
+			fmt.Sprintf("%.1f", f.JobsPerReportMsg), fmt.Sprintf("%.2f", f.PullsPerBatch),
+			fmt.Sprintf("%.2f / %.2f / %.2f / %.2f", f.StoredPerJob["JOBS"], f.StoredPerJob["WORK"], f.StoredPerJob["EVENTS"], f.StoredPerJob["RESULTS"]),
+			mib(f.PeakRSSBytes)})
+	}
+	s.Tables = []Table{rates, also}
+	s.Notes = append(s.Notes, "Weave is timed from the first Publish to every group's summary received (handlers only: to the last handler call); raw JetStream from the first async publish to the last ack flushed (one work-queue stream, file storage, one pull consumer).")
 	if r.Embedded {
 		s.Notes = append(s.Notes, "CPU is the whole process's (getrusage): the embedded NATS server, coordinator, workers and dispatcher together.")
 	} else {
 		s.Notes = append(s.Notes, "CPU is this process's (getrusage): coordinator, workers and dispatcher; the external server's CPU is not included.")
 	}
 	rss := "Peak RSS is VmHWM, reset before each Weave run"
-	if r.PeakRSSSinceStart {
+	if slices.ContainsFunc(r.Fleets, func(f FleetResult) bool { return f.PeakRSSSinceStart }) {
 		rss = "Peak RSS is VmHWM since the process started (it could not be reset)"
 	}
 	what := "coordinator, workers, dispatcher"
