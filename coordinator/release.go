@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"slices"
+	"time"
 
 	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/spreader"
@@ -95,7 +96,7 @@ func (e *engine) releaseAll() {
 					}
 					useLimits(limited, now)
 				}
-				batches[p] = append(batches[p], e.take(c, p))
+				batches[p] = append(batches[p], e.take(c, p, now))
 				e.learnAffinity(p, c.id, m, now)
 				outstanding++
 				if len(batches[p]) == p.batchCap(e.cfg.MaxBatch) {
@@ -255,8 +256,8 @@ func (e *engine) load(g *group) float64 {
 // minBusy is the least busy share load counts a job in flight for.
 const minBusy = 1e-3
 
-// take moves a chosen candidate to running in pool p.
-func (e *engine) take(c candidate, p *pool) *job {
+// take moves a chosen candidate to running in pool p, at now (the release's time).
+func (e *engine) take(c candidate, p *pool, now time.Time) *job {
 	j := c.retry
 	if j != nil {
 		e.retries.ready = slices.DeleteFunc(e.retries.ready, func(r *job) bool { return r == j })
@@ -267,14 +268,14 @@ func (e *engine) take(c candidate, p *pool) *job {
 			e.log.Error().Uint64("want", c.id).Uint64("got", got).Msg("scheduler head changed under selection")
 		}
 		j = &job{id: c.id, g: c.g, counted: true}
-		e.mx.released(e.pendingSince(c.id), e.cfg.now())
+		e.mx.released(e.pendingSince(c.id), now)
 		e.jobs[j.id] = j
 	}
 	if !j.reuse {
 		j.attempt++
 	}
 	j.reuse = false
-	j.pool, j.since = p, e.cfg.now()
+	j.pool, j.since = p, now
 	j.evSeq = 0 // its latest attempt is in WORK from now on: no report is needed
 	p.outstanding++
 	e.mustMove(j.id, jobindex.Running)
