@@ -19,6 +19,41 @@ import (
 // server's work too.
 func processCPU() time.Duration { return rusageCPU() }
 
+// osCounts are counters the kernel keeps for the process, for what they say about its work
+// beside its CPU time, with far less noise on a shared machine: the same work makes the same
+// system calls.
+type osCounts struct {
+	ioSyscalls uint64 // read- and write-family system calls (syscr + syscw of /proc/self/io; Linux)
+	switches   uint64 // context switches of its threads (getrusage; Unix)
+}
+
+// readOSCounts reads the process's osCounts; zero where not available.
+func readOSCounts() osCounts {
+	c := osCounts{switches: rusageSwitches()}
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return c
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if !ok || k != "syscr" && k != "syscw" {
+			continue
+		}
+		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+			c.ioSyscalls += n
+		}
+	}
+	return c
+}
+
+func (c osCounts) plus(o osCounts) osCounts {
+	return osCounts{ioSyscalls: c.ioSyscalls + o.ioSyscalls, switches: c.switches + o.switches}
+}
+
+func (c osCounts) minus(o osCounts) osCounts {
+	return osCounts{ioSyscalls: c.ioSyscalls - o.ioSyscalls, switches: c.switches - o.switches}
+}
+
 // waitQuiet waits until the process uses less than 0.5% of a core over a quarter of a second,
 // at most maxWait, and returns how long it waited. Where process CPU is not available it returns
 // at once.

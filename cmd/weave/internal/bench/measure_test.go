@@ -2,6 +2,8 @@ package bench
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -82,5 +84,28 @@ func TestPeakRSS(t *testing.T) {
 	}
 	if peakRSS() == 0 {
 		t.Error("no VmHWM")
+	}
+}
+
+// TestOSCounts: the process's I/O system calls count each write (on Linux, where
+// /proc/self/io exists), and never go down.
+func TestOSCounts(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before := readOSCounts()
+	for range 20 {
+		if _, err := f.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := readOSCounts().minus(before)
+	if _, err := os.Stat("/proc/self/io"); err == nil && (d.ioSyscalls < 20 || d.ioSyscalls > 1<<40) {
+		t.Errorf("20 writes counted as %d I/O system calls", d.ioSyscalls)
+	}
+	if d.switches > 1<<40 {
+		t.Errorf("context switches went down: %d", int64(d.switches))
 	}
 }

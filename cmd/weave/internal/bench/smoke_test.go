@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -57,6 +58,9 @@ func TestSmoke(t *testing.T) {
 	}
 	if r := f.Rounds[0]; math.Abs(f.CPURatio-r.WeaveCPUSeconds/r.RawCPUSeconds) > 1e-9 {
 		t.Errorf("CPU ratio %.3f, round %+v", f.CPURatio, r)
+	}
+	if runtime.GOOS == "linux" && (f.WeaveSyscallsPerJob <= 0 || f.RawSyscallsPerJob <= 0) {
+		t.Errorf("I/O system calls per job %.2f (Weave) and %.2f (raw): want both counted", f.WeaveSyscallsPerJob, f.RawSyscallsPerJob)
 	}
 	if f.JobsPerWorkBatch < 1 || f.JobsPerReportMsg < 1 || f.PullsPerBatch <= 0 {
 		t.Errorf("jobs per batch %.1f, per report %.1f, pulls per batch %.2f", f.JobsPerWorkBatch, f.JobsPerReportMsg, f.PullsPerBatch)

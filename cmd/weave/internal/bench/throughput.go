@@ -144,6 +144,13 @@ type FleetResult struct {
 	Ratio    float64 `json:"ratio"`     // throughput, Weave ÷ raw
 	CPURatio float64 `json:"cpu_ratio"` // CPU per job, Weave ÷ raw
 
+	// The process's I/O system calls and thread context switches per job (readOSCounts), a
+	// measure of the work per job far steadier than CPU time on a shared machine.
+	WeaveSyscallsPerJob float64 `json:"weave_io_syscalls_per_job"`
+	RawSyscallsPerJob   float64 `json:"raw_io_syscalls_per_job"`
+	WeaveSwitchesPerJob float64 `json:"weave_switches_per_job"`
+	RawSwitchesPerJob   float64 `json:"raw_switches_per_job"`
+
 	WeaveCores       float64 `json:"weave_cores"` // CPU time ÷ wall time of the Weave runs
 	JobsPerWorkBatch float64 `json:"jobs_per_work_batch"`
 	JobsPerReportMsg float64 `json:"jobs_per_report_msg"`
@@ -225,6 +232,7 @@ func runFleet(ctx context.Context, env *Env, cfg ThroughputConfig, sh Shape) (re
 	before := sumStats(ws)
 	res.PeakRSSSinceStart = true
 	var weaveTime, ranTime, rawTime, weaveCPU, rawCPU time.Duration
+	var weaveOS, rawOS osCounts
 	storedMsgs := map[string]uint64{}
 	for round := range cfg.Rounds {
 		var r ThroughputRound
@@ -236,11 +244,12 @@ func runFleet(ctx context.Context, env *Env, cfg ThroughputConfig, sh Shape) (re
 			if err != nil {
 				return err
 			}
-			cpu0, start := processCPU(), time.Now()
+			os0, cpu0, start := readOSCounts(), processCPU(), time.Now()
 			if err := publishAndWait(ctx, disp, fmt.Sprint("r", round, "-"), sizes, payload); err != nil {
 				return err
 			}
 			took, cpu := time.Since(start), processCPU()-cpu0
+			weaveOS = weaveOS.plus(readOSCounts().minus(os0))
 			ran := time.Unix(0, lastRun.Load()).Sub(start)
 			res.PeakRSSBytes = max(res.PeakRSSBytes, peakRSS())
 			r.WeaveSeconds, r.WeaveCPUSeconds, r.RanSeconds = took.Seconds(), cpu.Seconds(), ran.Seconds()
@@ -256,12 +265,13 @@ func runFleet(ctx context.Context, env *Env, cfg ThroughputConfig, sh Shape) (re
 			return nil
 		}
 		raw := func() error {
-			cpu0 := processCPU()
+			os0, cpu0 := readOSCounts(), processCPU()
 			took, err := ref.run(ctx, cfg.Jobs, payload)
 			if err != nil {
 				return fmt.Errorf("raw JetStream reference: %w", err)
 			}
 			cpu := processCPU() - cpu0
+			rawOS = rawOS.plus(readOSCounts().minus(os0))
 			r.RawSeconds, r.RawCPUSeconds = took.Seconds(), cpu.Seconds()
 			rawTime, rawCPU = rawTime+took, rawCPU+cpu
 			env.progressf("throughput %s: round %d/%d: raw JetStream %s msgs/s", sh, round+1, cfg.Rounds, rate(float64(cfg.Jobs)/took.Seconds()))
@@ -296,6 +306,8 @@ func runFleet(ctx context.Context, env *Env, cfg ThroughputConfig, sh Shape) (re
 		return r.WeaveCPUSeconds / r.RawCPUSeconds
 	})
 	res.WeaveCores = weaveCPU.Seconds() / weaveTime.Seconds()
+	res.WeaveSyscallsPerJob, res.RawSyscallsPerJob = float64(weaveOS.ioSyscalls)/n, float64(rawOS.ioSyscalls)/n
+	res.WeaveSwitchesPerJob, res.RawSwitchesPerJob = float64(weaveOS.switches)/n, float64(rawOS.switches)/n
 	jobs := float64(after.JobsRun - before.JobsRun)
 	res.JobsPerWorkBatch = jobs / float64(max(after.Batches-before.Batches, 1))
 	res.JobsPerReportMsg = jobs / float64(max(after.ReportBatches-before.ReportBatches, 1))
@@ -330,7 +342,7 @@ func (r *ThroughputResult) Section() Section {
 	}
 	also := Table{
 		Title:  "the Weave runs",
-		Header: []string{"fleet", "CPU cores used", "jobs per work batch", "jobs per report message", "pull requests per work batch", "stored per job: JOBS / WORK / EVENTS / RESULTS", "peak RSS"},
+		Header: []string{"fleet", "CPU cores used", "jobs per work batch", "jobs per report message", "pull requests per work batch", "stored per job: JOBS / WORK / EVENTS / RESULTS", "I/O syscalls per job (Weave / raw)", "context switches per job (Weave / raw)", "peak RSS"},
 	}
 	for _, f := range r.Fleets {
 		rates.Rows = append(rates.Rows, []string{f.Shape.String(), rate(f.WeaveJobsPerSec), rate(f.RanJobsPerSec), rate(f.RawJobsPerSec),
@@ -338,6 +350,7 @@ func (r *ThroughputResult) Section() Section {
 		also.Rows = append(also.Rows, []string{f.Shape.String(), fmt.Sprintf("%.2f", f.WeaveCores), fmt.Sprintf("%.1f", f.JobsPerWorkBatch),
 			fmt.Sprintf("%.1f", f.JobsPerReportMsg), fmt.Sprintf("%.2f", f.PullsPerBatch),
 			fmt.Sprintf("%.2f / %.2f / %.2f / %.2f", f.StoredPerJob["JOBS"], f.StoredPerJob["WORK"], f.StoredPerJob["EVENTS"], f.StoredPerJob["RESULTS"]),
+			fmt.Sprintf("%.2f / %.2f", f.WeaveSyscallsPerJob, f.RawSyscallsPerJob), fmt.Sprintf("%.2f / %.2f", f.WeaveSwitchesPerJob, f.RawSwitchesPerJob),
 			mib(f.PeakRSSBytes)})
 	}
 	s.Tables = []Table{rates, also}
