@@ -39,6 +39,17 @@ type Status struct {
 	// OldestPending is when the oldest pending job was stored (to about 10ms), as of the latest
 	// tick; zero when no job is pending.
 	OldestPending time.Time `json:"oldest_pending,omitzero"`
+
+	// How many entries the lists above have in full. Groups lists at most the 100 oldest open
+	// groups; and when the whole answer would not fit in the server's max payload (thousands
+	// of workers or resources), its longest lists are cut, from the end, until it does, and Cut
+	// is set. A list shorter than its count was cut.
+	OpenGroups    int  `json:"open_groups"`
+	WorkerCount   int  `json:"worker_count"`
+	ResourceCount int  `json:"resource_count"`
+	LimitCount    int  `json:"limit_count"`
+	PoolCount     int  `json:"pool_count"`
+	Cut           bool `json:"cut,omitempty"`
 }
 
 // Totals are counters since this coordinator took over.
@@ -124,6 +135,36 @@ func (s *Status) Marshal() []byte {
 	return b
 }
 
+// fit encodes s in at most limit bytes if it can: while it does not fit, the longest of its lists
+// (workers, resources, limits, pools, groups) loses its second half, and Cut is set. An answer
+// larger than the server's max payload is refused by the server: the status request would time
+// out, for `weave status` and the dashboard alike, for as long as the namespace stays that large.
+func (s *Status) fit(limit int) []byte {
+	data := s.Marshal()
+	for len(data) > limit {
+		switch n := max(len(s.Workers), len(s.Resources), len(s.Limits), len(s.Pools), len(s.Groups)); n {
+		case 0:
+			return data // nothing left to cut: the rest is a few kilobytes
+		case len(s.Workers):
+			s.Workers = s.Workers[:n/2]
+		case len(s.Resources):
+			s.Resources = s.Resources[:n/2]
+		case len(s.Limits):
+			s.Limits = s.Limits[:n/2]
+		case len(s.Pools):
+			s.Pools = s.Pools[:n/2]
+		default:
+			s.Groups = s.Groups[:n/2]
+		}
+		s.Cut = true
+		data = s.Marshal()
+	}
+	return data
+}
+
+// statusMargin is the room left in a status answer for what the server adds to it.
+const statusMargin = 4 << 10
+
 // maxGroupsInStatus bounds the groups listed (open groups in arrival order).
 const maxGroupsInStatus = 100
 
@@ -152,6 +193,7 @@ func (e *engine) status() *Status {
 	for _, st := range jobindex.AllStates() {
 		s.Jobs[st.String()] = e.idx.Count(st)
 	}
+	s.OpenGroups = len(e.groups.arrival)
 	for _, g := range e.groups.arrival {
 		if len(s.Groups) == maxGroupsInStatus {
 			break
@@ -185,6 +227,7 @@ func (e *engine) status() *Status {
 	slices.SortFunc(s.Limits, func(a, b LimitStatus) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
 	})
+	s.WorkerCount, s.ResourceCount, s.LimitCount, s.PoolCount = len(s.Workers), len(s.Resources), len(s.Limits), len(s.Pools)
 	return s
 }
 
@@ -198,7 +241,7 @@ func (r *run) serveStatus(m *nats.Msg) {
 	}
 	st := <-reply
 	st.Standbys = r.insp.standbys.list(time.Now())
-	if err := m.Respond(st.Marshal()); err != nil && !errors.Is(err, nats.ErrMsgNoReply) {
+	if err := m.Respond(st.fit(int(r.c.nc.MaxPayload()) - statusMargin)); err != nil && !errors.Is(err, nats.ErrMsgNoReply) {
 		r.log.Warn().Err(err).Msg("status reply failed")
 	}
 }

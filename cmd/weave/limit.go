@@ -165,6 +165,9 @@ each released and not reported (running), and those it holds back (waiting).`,
 			if err != nil {
 				return s.explain(err)
 			}
+			if len(st.Limits) < st.LimitCount {
+				fmt.Fprintf(cmd.ErrOrStderr(), "weave: the first %d of %d limits listed: the coordinator's status answer was cut to fit the server's max payload\n", len(st.Limits), st.LimitCount)
+			}
 			if jsonOut {
 				return writeJSON(cmd.OutOrStdout(), st.Limits, true)
 			}

@@ -193,7 +193,11 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 	fmt.Fprintf(w, "since this coordinator took over: %d admitted, %d released, %d retried, %d rejected (%d reports, %d heartbeats), %d vanished (message gone), %d attempts lapsed with their worker, %d rescued, %d stale reports\n",
 		t.Admitted, t.Released, t.Retried, t.Rejected, t.RejectedReports, t.RejectedHeartbeats, t.LostJobs, t.LostAttempts, t.Rescued, t.StaleReports)
 
-	section(fmt.Sprintf("GROUPS (%d open, %d not sealed%s)", len(st.Groups), st.Unsealed, more(len(st.Groups), 100)))
+	groupsNote := ""
+	if len(st.Groups) < st.OpenGroups {
+		groupsNote = fmt.Sprintf("; the oldest %d listed", len(st.Groups))
+	}
+	section(fmt.Sprintf("GROUPS (%d open, %d not sealed%s)", max(st.OpenGroups, len(st.Groups)), st.Unsealed, groupsNote))
 	if len(st.Groups) > 0 {
 		row(append([]string{"ID", "AGE", "SEALED", "QUEUED", "IN FLIGHT"}, upper(names)...)...)
 		for _, g := range st.Groups {
@@ -208,7 +212,7 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 		}
 	}
 
-	section("RESOURCES")
+	section("RESOURCES" + listed(len(st.Resources), st.ResourceCount))
 	var unheld []string
 	if len(st.Resources) > 0 {
 		row("NAME", "HOLDERS", "REQUIRED: PENDING", "RUNNING", "DONE", "PREFERRED: PENDING", "RUNNING", "DONE", "")
@@ -225,14 +229,14 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 	}
 
 	if len(st.Limits) > 0 {
-		section("LIMITS")
+		section("LIMITS" + listed(len(st.Limits), st.LimitCount))
 		row("KIND", "NAME", "LIMIT", "RUNNING", "WAITING")
 		for _, l := range st.Limits {
 			row(string(l.Kind), l.Name, l.Limit.String(), strconv.Itoa(l.Running), strconv.Itoa(l.Waiting))
 		}
 	}
 
-	section("POOLS")
+	section("POOLS" + listed(len(st.Pools), st.PoolCount))
 	if len(st.Pools) > 0 {
 		row("POOL", "RESOURCES", "WORKERS", "SLOTS", "OUTSTANDING", "LEARNED")
 		for _, p := range st.Pools {
@@ -245,7 +249,11 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 		busy += wk.Busy
 		sleeping += wk.Sleeping
 	}
-	section(fmt.Sprintf("WORKERS (%d live: %d slots busy, %d sleeping)", len(st.Workers), busy, sleeping))
+	if len(st.Workers) < st.WorkerCount {
+		section(fmt.Sprintf("WORKERS (%d live; of the %d listed, %d slots busy, %d sleeping)", st.WorkerCount, len(st.Workers), busy, sleeping))
+	} else {
+		section(fmt.Sprintf("WORKERS (%d live: %d slots busy, %d sleeping)", len(st.Workers), busy, sleeping))
+	}
 	if len(st.Workers) > 0 {
 		row("ID", "POOL", "RESOURCES", "CONCURRENCY", "BUSY", "SLEEPING", "STATE", "LAST SEEN")
 		for _, wk := range st.Workers {
@@ -330,9 +338,11 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-func more(n, limit int) string {
-	if n >= limit {
-		return ", showing the first " + strconv.Itoa(limit)
+// listed notes a list of which the coordinator's answer holds only the first n of total: cut to
+// fit the server's max payload (coordinator.Status.Cut).
+func listed(n, total int) string {
+	if n < total {
+		return fmt.Sprintf(" (the first %d of %d listed)", n, total)
 	}
 	return ""
 }
