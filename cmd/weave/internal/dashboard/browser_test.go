@@ -416,3 +416,40 @@ func TestAlarmsAndStandbysInBrowser(t *testing.T) {
 		poll(`document.querySelector('#coordinator').textContent.includes('Oldest pending job1m')`),
 	)
 }
+
+// TestCutListsInBrowser: when the coordinator's status answer had to cut its lists to fit the
+// server's max payload, the overview counts from the full counts and the resources view says
+// how many of how many it lists.
+func TestCutListsInBrowser(t *testing.T) {
+	t.Parallel()
+	srv, err := dashboard.New(dashboard.Config{Backend: statusBackend{raw: `{"namespace":"n","epoch":3,"time":"2026-01-02T03:05:05Z",
+		"jobs":{"pending":6000},"totals":{},"cut":true,"open_groups":250,"worker_count":5000,"resource_count":6000,"pool_count":1,"limit_count":0,
+		"groups":[{"id":"g1","sealed":true,"opened_at":"2026-01-02T03:04:05Z","jobs":{"pending":3}}],
+		"resources":[{"name":"customer-00000","holders":0,"required":{"pending":1},"preferred":{}}],
+		"pools":[{"key":"any","workers":5000,"slots":40000,"outstanding":0}],
+		"workers":[{"id":"w0","pool":"any","concurrency":8,"busy":0,"sleeping":8,"last_seen":"2026-01-02T03:05:04Z"}]}`}, Interval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	ctx := browser(t)
+	pollCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Run(pollCtx)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+	run(t, ctx, "cut lists counted and noted",
+		chromedp.Navigate(ts.URL+"/"),
+		poll(`(() => { const c = document.querySelector('#coordinator').textContent;
+			return c.includes('Open groups250') && c.includes('Workers5,000 live, 40,000 slots') && c.includes('(of the workers listed)'); })()`),
+		chromedp.KeyEvent("3"),
+		chromedp.WaitVisible(`#resources-cut`),
+		poll(`document.querySelector('#resources-cut').textContent.includes('the first 1 of 6,000 resources, the first 1 of 5,000 workers')`),
+	)
+}

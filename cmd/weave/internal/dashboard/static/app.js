@@ -258,8 +258,9 @@ function renderOverview() {
   for (const p of st.pools || []) slots += p.slots;
   const kv = [
     ['Namespace', st.namespace], ['Epoch (leader term)', st.epoch], ['Policy', st.policy], ['Feeders', st.feeders],
-    ['Open groups', fmt((st.groups || []).length) + (st.unsealed ? ' (' + st.unsealed + ' not sealed)' : '')],
-    ['Workers', fmt((st.workers || []).length) + ' live, ' + fmt(slots) + ' slots: ' + fmt(busy) + ' busy, ' + fmt(sleeping) + ' sleeping'],
+    ['Open groups', fmt(Math.max(st.open_groups || 0, (st.groups || []).length)) + (st.unsealed ? ' (' + st.unsealed + ' not sealed)' : '')],
+    ['Workers', fmt(Math.max(st.worker_count || 0, (st.workers || []).length)) + ' live, ' + fmt(slots) + ' slots: ' +
+      fmt(busy) + ' busy, ' + fmt(sleeping) + ' sleeping' + (listedOf(st.workers, st.worker_count) ? ' (of the workers listed)' : '')],
     ['Status read', new Date(st.time).toLocaleTimeString() + (snap.error ? ' (stale)' : '')],
     ['Since takeover', fmt(st.totals.retried) + ' retried, ' + fmt(st.totals.rejected) + ' rejected, ' + fmt(st.totals.rescued) + ' rescued, ' + fmt(st.totals.lost_attempts) + ' attempts lapsed'],
   ];
@@ -362,8 +363,20 @@ async function loadEnded() {
 
 // ---- Resources and pools
 
+// listedOf is the note "N of M" for a list the coordinator cut (its answer keeps within the
+// server's max payload), or '' for a list it sent whole.
+function listedOf(list, count) {
+  const n = (list || []).length;
+  return typeof count === 'number' && n < count ? fmt(n) + ' of ' + fmt(count) : '';
+}
+
 function renderResources() {
   const st = snap.status;
+  const cut = [['resources', st.resources, st.resource_count], ['pools', st.pools, st.pool_count], ['workers', st.workers, st.worker_count]]
+    .filter(([, list, count]) => listedOf(list, count)).map(([what, list, count]) => 'the first ' + listedOf(list, count) + ' ' + what);
+  const note = $('#resources-cut');
+  note.textContent = cut.length ? 'Listed: ' + cut.join(', ') + ". The coordinator's answer keeps within the server's maximum message size, so it cuts its longest lists." : '';
+  note.hidden = !cut.length;
   const holders = {};
   for (const w of st.workers || []) for (const r of w.resources || []) (holders[r] = holders[r] || []).push(w.id);
   fill($('#resources-table tbody'), (st.resources || []).map((r) => {
