@@ -251,11 +251,12 @@ func (p *puller) receive(l *lane, m laneMsg) (w workMsg, ended bool, err error) 
 }
 
 // overdue tells whether lane l's open pull is to be given up at now (abandon): the server sent
-// nothing for two heartbeats (err errMissedHeartbeats), or the pull outlived its expiry by a
-// second without the server's end (err nil, as for that end).
+// nothing for two heartbeats (err errMissedHeartbeats; a pull without heartbeats tells nothing
+// by its silence), or the pull outlived its expiry by a second without the server's end (err
+// nil, as for that end).
 func (p *puller) overdue(l *lane, now time.Time) (bool, error) {
 	switch {
-	case now.Sub(p.lastSeen(l)) > 2*l.heartbeat:
+	case l.heartbeat > 0 && now.Sub(p.lastSeen(l)) > 2*l.heartbeat:
 		return true, errMissedHeartbeats
 	case now.Sub(l.started) > l.expires+time.Second:
 		return true, nil
