@@ -407,8 +407,9 @@ func FleetReady(workers, slots int) func(*coordinator.Status) (bool, string) {
 		for _, p := range st.Pools {
 			n += p.Slots
 		}
-		return len(st.Workers) == workers && n == slots,
-			fmt.Sprintf("the coordinator to know %d workers with %d slots (it knows %d with %d)", workers, slots, len(st.Workers), n)
+		live := max(st.WorkerCount, len(st.Workers)) // the list may be cut to fit the max payload
+		return live == workers && n == slots,
+			fmt.Sprintf("the coordinator to know %d workers with %d slots (it knows %d with %d)", workers, slots, live, n)
 	}
 }
 
