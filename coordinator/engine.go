@@ -31,6 +31,9 @@ type engine struct {
 
 	epoch    uint64 // this coordinator's fencing token
 	maxEpoch uint64 // highest epoch seen in the journal; records of lower epochs after it are fenced off
+	// maxOutcome bounds an outcome's size (wire.OutcomeSize), so that one outcome always fits
+	// an outcome message (set by the run from the server's max payload; 0: unbounded).
+	maxOutcome int
 
 	idx   *jobindex.Index                     // every admitted job's state, by group and resource
 	sched *spreader.Scheduler[*group, uint64] // the groups' pending jobs and feeder slots

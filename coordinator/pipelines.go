@@ -258,6 +258,11 @@ const maxOutcomesPerMsg = 256
 // the server's default max payload, 1 MiB, less room for headers.
 const defaultMsgBytes = 1<<20 - 64<<10
 
+// outcomeRoom is what an outcome message holds beside its one outcome when that outcome is as
+// large as an outcome may be (engine.maxOutcome): the message's own fields and a summary, whose
+// group ID is at most a few hundred bytes.
+const outcomeRoom = 4 << 10
+
 // msgLimit bounds the body of a message the writer publishes (see run.msgBytes).
 func (r *run) msgLimit() int {
 	if r.msgBytes > 0 {

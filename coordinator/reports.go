@@ -169,13 +169,20 @@ func historyWorker(reporter string, st wire.Status) string {
 	return reporter
 }
 
-// addHistory records a failed attempt, keeping the first one and the latest ones.
+// addHistory records a failed attempt, keeping the first one and the latest ones, each error cut
+// to maxHistoryError: the last error travels whole as the outcome's data.
 func (j *job) addHistory(worker string, errText []byte, now time.Time) {
 	if len(j.history) >= wire.MaxHistory {
 		j.history = append(j.history[:1], j.history[2:]...)
 	}
-	j.history = append(j.history, wire.Attempt{At: now.Truncate(time.Millisecond), Worker: worker, Error: string(errText)})
+	j.history = append(j.history, wire.Attempt{At: now.Truncate(time.Millisecond), Worker: worker, Error: wire.Truncate(string(errText), maxHistoryError)})
 }
+
+// maxHistoryError bounds each error a job's history keeps (the worker sends up to its
+// MaxResultSize, 64 KiB by default): a history of wire.MaxHistory attempts then holds at most
+// 128 KiB of errors, in the coordinator's memory, in outcomes and in inspection answers. Whole,
+// 32 errors of 64 KiB made an outcome of 2 MiB, which no message could carry.
+const maxHistoryError = 4 << 10
 
 // busyWeight is the weight of one report in a group's busy share.
 const busyWeight = 0.1
@@ -249,7 +256,12 @@ func (e *engine) end(j *job, to jobindex.State, data []byte, evSeq uint64) {
 	case jobindex.Canceled:
 		state = wire.FinalCanceled
 	}
-	e.recordOutcome(j.g, wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempt, Data: data, History: j.history}, evSeq)
+	o := wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempt, Data: data, History: j.history}
+	if e.maxOutcome > 0 && wire.FitOutcome(&o, e.maxOutcome) {
+		e.log.Warn().Uint64("job", j.id).Str("group", j.g.id).Int("attempts", int(j.attempt)).Int("limit", e.maxOutcome).
+			Msg("outcome larger than a message may be: its history's middle attempts were left out, or errors cut")
+	}
+	e.recordOutcome(j.g, o, evSeq)
 }
 
 // learn records what the release pipeline learned from a job's stored message: its key and

@@ -117,6 +117,8 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 		writeQ:      make(chan writeOp, chanSize),
 		rescues:     map[string]context.CancelFunc{},
 	}
+	// One outcome, with a summary beside it, fits any outcome message (see outcomesFitting).
+	e.maxOutcome = r.msgLimit() - outcomeRoom
 	if err := r.replay(ctx); err != nil {
 		r.shutdown()
 		return nil, err

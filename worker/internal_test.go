@@ -8,33 +8,11 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
 	"github.com/weavejobs/weave/internal/wire"
 )
-
-func TestTruncate(t *testing.T) {
-	cases := []struct {
-		s    string
-		max  int
-		want string
-	}{
-		{"short", 10, "short"},
-		{"exactly10!", 10, "exactly10!"},
-		{strings.Repeat("a", 30), 20, "aaaaa …(truncated)"},
-		{strings.Repeat("é", 20), 20, "éé …(truncated)"}, // never cut inside a rune
-		{"abcdefgh", 4, "abcd"},                          // no room for the mark
-		{"ééé", 3, "é"},
-	}
-	for _, c := range cases {
-		got := truncate(c.s, c.max)
-		if got != c.want || len(got) > c.max || !utf8.ValidString(got) {
-			t.Errorf("truncate(%q, %d) = %q, want %q", c.s, c.max, got, c.want)
-		}
-	}
-}
 
 func TestRetryDelay(t *testing.T) {
 	cases := map[time.Duration]time.Duration{

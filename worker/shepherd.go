@@ -429,7 +429,7 @@ func (s *shepherd) abandon(t *task, k kind, text string) {
 		Msg("worker: attempt reported without its handler, which keeps its slot until it returns")
 	s.report(t, outcome{kind: k, report: wire.Report{
 		ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: wire.StatusError,
-		Duration: clampDuration(time.Since(t.started)), Data: []byte(truncate(text, s.cfg.MaxResultSize)),
+		Duration: clampDuration(time.Since(t.started)), Data: []byte(wire.Truncate(text, s.cfg.MaxResultSize)),
 	}})
 	s.gauges()
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"time"
-	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
@@ -246,27 +245,8 @@ func (sl *slots) outcome(ctx context.Context, t *task, took time.Duration, resul
 func (sl *slots) failure(t *task, took time.Duration, k kind, st wire.Status, text string) outcome {
 	return outcome{kind: k, report: wire.Report{
 		ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: st, Duration: clampDuration(took),
-		Data: []byte(truncate(text, sl.maxResult)),
+		Data: []byte(wire.Truncate(text, sl.maxResult)),
 	}}
-}
-
-// truncate cuts s to at most max bytes on a rune boundary, marking the cut.
-func truncate(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	const mark = " …(truncated)"
-	n := max - len(mark)
-	if n < 0 {
-		n = max
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	if n+len(mark) > max {
-		return s[:n]
-	}
-	return s[:n] + mark
 }
 
 // clampDuration keeps a duration within what a report can carry.

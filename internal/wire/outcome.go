@@ -3,7 +3,9 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // Final states of a job, as recorded in a group's outcomes.
@@ -86,6 +88,54 @@ func OutcomeSize(o *Outcome) int {
 		n += 3*v + len(a.Worker) + len(a.Error)
 	}
 	return n
+}
+
+// Truncate cuts s to at most max bytes on a rune boundary, marking the cut.
+func Truncate(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	const mark = " …(truncated)"
+	n := max - len(mark)
+	if n < 0 {
+		n = max
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	if n+len(mark) > max {
+		return s[:n]
+	}
+	return s[:n] + mark
+}
+
+// FitOutcome makes o take at most limit bytes in an outcome message (OutcomeSize), if it does
+// not: it drops the attempts of its history after the first, oldest first (the history keeps
+// the first and the latest, as when it has more than MaxHistory), then cuts the remaining
+// attempts' errors, and last, for an outcome that is not done, its error (Data); a result is
+// never cut (the worker's MaxResultSize keeps it within the max payload). It reports whether it
+// changed o, whose History it then replaces rather than changes.
+func FitOutcome(o *Outcome, limit int) bool {
+	size := OutcomeSize(o)
+	if size <= limit {
+		return false
+	}
+	h := slices.Clone(o.History)
+	for len(h) > 2 && size > limit {
+		size -= OutcomeSize(&Outcome{History: h[1:2]}) - OutcomeSize(&Outcome{})
+		h = slices.Delete(h, 1, 2)
+	}
+	for i := len(h) - 1; i >= 0 && size > limit; i-- {
+		cut := Truncate(h[i].Error, max(len(h[i].Error)-(size-limit), 0))
+		size -= len(h[i].Error) - len(cut)
+		h[i].Error = cut
+	}
+	o.History = h
+	if size > limit && o.State != FinalDone {
+		cut := Truncate(string(o.Data), max(len(o.Data)-(size-limit), 0))
+		o.Data = []byte(cut)
+	}
+	return true
 }
 
 // OutcomeMsgOverhead bounds the bytes of an outcome message besides its outcomes: the version,
