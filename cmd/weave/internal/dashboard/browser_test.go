@@ -380,14 +380,11 @@ func (b statusBackend) Status(context.Context) (*dashboard.Status, error) {
 	return &st, nil
 }
 
-// TestAlarmsAndStandbysInBrowser: the overview renders the status's alarms, whatever their
-// values, and its standby coordinators, from the JSON as the coordinator sends it.
-func TestAlarmsAndStandbysInBrowser(t *testing.T) {
-	t.Parallel()
-	srv, err := dashboard.New(dashboard.Config{Backend: statusBackend{raw: `{"namespace":"n","epoch":7,"time":"2026-01-02T03:05:05Z",
-		"jobs":{"pending":40},"totals":{},"oldest_pending":"2026-01-02T03:04:05Z",
-		"alarms":[{"name":"pending_growth","raised_at":"2026-01-02T03:04:35Z","message":"PENDING grows: add capacity","values":{"rate_in":12.5,"suggested_slots":8}}],
-		"standbys":[{"holder":"host-b/41","since":"2026-01-02T03:00:00Z","last_seen":"2026-01-02T03:05:04Z"},{"holder":"host-c/42","since":"2026-01-02T03:01:00Z","last_seen":"2026-01-02T03:05:04Z"}]}`}, Interval: 100 * time.Millisecond})
+// serveStatusJSON serves the dashboard of a backend whose status is raw, and opens a browser: it
+// returns the dashboard's URL and the browser's context. Both end with the test.
+func serveStatusJSON(t *testing.T, raw string) (string, context.Context) {
+	t.Helper()
+	srv, err := dashboard.New(dashboard.Config{Backend: statusBackend{raw: raw}, Interval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,8 +403,19 @@ func TestAlarmsAndStandbysInBrowser(t *testing.T) {
 		stop()
 		<-done
 	})
+	return ts.URL, ctx
+}
+
+// TestAlarmsAndStandbysInBrowser: the overview renders the status's alarms, whatever their
+// values, and its standby coordinators, from the JSON as the coordinator sends it.
+func TestAlarmsAndStandbysInBrowser(t *testing.T) {
+	t.Parallel()
+	url, ctx := serveStatusJSON(t, `{"namespace":"n","epoch":7,"time":"2026-01-02T03:05:05Z",
+		"jobs":{"pending":40},"totals":{},"oldest_pending":"2026-01-02T03:04:05Z",
+		"alarms":[{"name":"pending_growth","raised_at":"2026-01-02T03:04:35Z","message":"PENDING grows: add capacity","values":{"rate_in":12.5,"suggested_slots":8}}],
+		"standbys":[{"holder":"host-b/41","since":"2026-01-02T03:00:00Z","last_seen":"2026-01-02T03:05:04Z"},{"holder":"host-c/42","since":"2026-01-02T03:01:00Z","last_seen":"2026-01-02T03:05:04Z"}]}`)
 	run(t, ctx, "alarms and standbys shown",
-		chromedp.Navigate(ts.URL+"/"),
+		chromedp.Navigate(url+"/"),
 		chromedp.WaitVisible(`.alarm[data-alarm="pending_growth"]`),
 		poll(`(() => { const a = document.querySelector('.alarm[data-alarm="pending_growth"]').textContent;
 			return a.includes('PENDING grows: add capacity') && a.includes('raised 30s ago') && a.includes('rate_in12.5') &&
@@ -422,30 +430,14 @@ func TestAlarmsAndStandbysInBrowser(t *testing.T) {
 // how many of how many it lists.
 func TestCutListsInBrowser(t *testing.T) {
 	t.Parallel()
-	srv, err := dashboard.New(dashboard.Config{Backend: statusBackend{raw: `{"namespace":"n","epoch":3,"time":"2026-01-02T03:05:05Z",
+	url, ctx := serveStatusJSON(t, `{"namespace":"n","epoch":3,"time":"2026-01-02T03:05:05Z",
 		"jobs":{"pending":6000},"totals":{},"cut":true,"open_groups":250,"worker_count":5000,"resource_count":6000,"pool_count":1,"limit_count":0,
 		"groups":[{"id":"g1","sealed":true,"opened_at":"2026-01-02T03:04:05Z","jobs":{"pending":3}}],
 		"resources":[{"name":"customer-00000","holders":0,"required":{"pending":1},"preferred":{}}],
 		"pools":[{"key":"any","workers":5000,"slots":40000,"outstanding":0}],
-		"workers":[{"id":"w0","pool":"any","concurrency":8,"busy":0,"sleeping":8,"last_seen":"2026-01-02T03:05:04Z"}]}`}, Interval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	ctx := browser(t)
-	pollCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Run(pollCtx)
-	}()
-	t.Cleanup(func() {
-		stop()
-		<-done
-	})
+		"workers":[{"id":"w0","pool":"any","concurrency":8,"busy":0,"sleeping":8,"last_seen":"2026-01-02T03:05:04Z"}]}`)
 	run(t, ctx, "cut lists counted and noted",
-		chromedp.Navigate(ts.URL+"/"),
+		chromedp.Navigate(url+"/"),
 		poll(`(() => { const c = document.querySelector('#coordinator').textContent;
 			return c.includes('Open groups250') && c.includes('Workers5,000 live, 40,000 slots') && c.includes('(of the workers listed)'); })()`),
 		chromedp.KeyEvent("3"),
