@@ -50,7 +50,8 @@ absolute rates), and prints each scenario's numbers, its target and PASS or MISS
 
 Scenarios (all of them, in this order, when none is named; each takes well under a minute):
 
-  throughput  no-op jobs end to end, against a raw JetStream work queue on the same server
+  throughput  no-op jobs end to end with 1 × 64, 1 × 8, 4 × 8 and 16 × 4 workers × slots, each
+              against a raw JetStream work queue on the same server: throughput and CPU per job
   latency     open-loop submission at a fixed rate: submit → start and submit → outcome
   single      single jobs (one message each) at 1,000/s, each submitter waiting: against raw JetStream
   fairness    6 slots, groups of 10, 5 and 1 ms tasks, under round robin and least in-flight
