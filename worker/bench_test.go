@@ -55,6 +55,7 @@ func BenchmarkThroughput(b *testing.B) {
 				b.Fatalf("stats %+v for %d jobs", st, b.N)
 			}
 			b.ReportMetric(float64(st.Pulls)/float64(b.N), "pulls/job")
+			b.ReportMetric(float64(st.AcksWithPulls)/float64(b.N), "ackpulls/job")
 			b.ReportMetric(float64(st.Wakeups)/float64(b.N), "wakeups/job")
 			b.ReportMetric(float64(st.ReportBatches)/float64(b.N), "reportmsgs/job")
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/job")

@@ -172,6 +172,69 @@ type completer struct {
 	lastBatch      *batch      // the latest batch received
 	held           *batch      // persisted, its ack held back (see ack)
 	heldTimer      *time.Timer // runs while held is set: acks held past holdAck (created once)
+	acks           *ackQueue   // acks handed to the shepherd's next pulls (see handOver); nil: none
+	queueTimer     *time.Timer // runs while acks may hold some of ours (created once)
+	queueArmed     bool
+}
+
+// ackQueue holds acknowledgements the completer hands to the shepherd, so that each goes in
+// the shepherd's next pull request (+NXT): a worker that gets its batches one at a time (16
+// workers × 4 slots) then sends the server one message per batch instead of an ack and a pull.
+// Whichever of the two takes an ack out sends it: the shepherd with a pull, or the completer
+// alone once it has waited ackWait (or, beyond maxQueuedAcks, at once).
+type ackQueue struct {
+	mu sync.Mutex
+	q  []queuedAck // oldest first
+}
+
+type queuedAck struct {
+	msg workMsg
+	at  time.Time
+}
+
+// maxQueuedAcks bounds the acks waiting for a pull: a pull carries one.
+const maxQueuedAcks = 4
+
+// push queues m, handed over at at, and returns the oldest ack if the queue was full: it is
+// for the caller to send.
+func (a *ackQueue) push(m workMsg, at time.Time) (over workMsg) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.q) == maxQueuedAcks {
+		over = a.q[0].msg
+		a.q = append(a.q[:0], a.q[1:]...)
+	}
+	a.q = append(a.q, queuedAck{msg: m, at: at})
+	return over
+}
+
+// take removes and returns the oldest queued ack, or nil.
+func (a *ackQueue) take() workMsg {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.q) == 0 {
+		return nil
+	}
+	m := a.q[0].msg
+	a.q = append(a.q[:0], a.q[1:]...)
+	return m
+}
+
+// due removes and returns the acks queued at or before t, and when the oldest left was queued
+// (zero if none is left).
+func (a *ackQueue) due(t time.Time) (msgs []workMsg, next time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for n < len(a.q) && !a.q[n].at.After(t) {
+		msgs = append(msgs, a.q[n].msg)
+		n++
+	}
+	a.q = append(a.q[:0], a.q[n:]...)
+	if len(a.q) > 0 {
+		next = a.q[0].at
+	}
+	return msgs, next
 }
 
 // holdAck bounds how long the ack of the latest batch received waits (see completer.ack).
@@ -188,7 +251,11 @@ func (c *completer) run(ctx context.Context) error {
 		if c.retry != nil {
 			c.retry.Stop()
 		}
-		c.releaseHeld() // its reports are persisted
+		c.releaseHeld()                         // its reports are persisted
+		c.sendQueued(time.Now().Add(time.Hour)) // every ack still queued: no pull will take them now
+		if c.queueTimer != nil {
+			c.queueTimer.Stop()
+		}
 		c.leases.stop()
 	}()
 
@@ -197,7 +264,7 @@ func (c *completer) run(ctx context.Context) error {
 		var (
 			inC                       <-chan completerEvent
 			lingerC, retryC, refreshC <-chan time.Time
-			heldC                     <-chan time.Time
+			heldC, queueC             <-chan time.Time
 			okC                       <-chan *jetstream.PubAck
 			errC                      <-chan error
 		)
@@ -207,6 +274,9 @@ func (c *completer) run(ctx context.Context) error {
 		lingerC, refreshC = c.pace.C(), c.leases.C()
 		if c.held != nil {
 			heldC = c.heldTimer.C
+		}
+		if c.queueArmed {
+			queueC = c.queueTimer.C
 		}
 		if len(c.inflight) > 0 {
 			head := c.inflight[0]
@@ -246,6 +316,9 @@ func (c *completer) run(ctx context.Context) error {
 			c.extendLeases()
 		case <-heldC:
 			c.releaseHeld()
+		case <-queueC:
+			c.queueArmed = false
+			c.sendQueued(time.Now().Add(-c.ackWait()))
 		case <-ctx.Done():
 			return c.giveUp(in, context.Cause(ctx))
 		}
@@ -258,6 +331,14 @@ func (c *completer) add(ev completerEvent) {
 		c.leases.add(ev.batch)
 		c.unreported += ev.batch.jobs
 		c.lastBatch = ev.batch
+		if c.held != nil && c.acks != nil {
+			// A later batch came: the held ack may go, with the shepherd's next pull, which it
+			// sends once this batch's jobs leave slots free.
+			b := c.held
+			c.heldTimer.Stop()
+			c.held = nil
+			c.handOver(b)
+		}
 		return
 	}
 	size := len(ev.report.Data) + reportFieldsSize
@@ -401,9 +482,56 @@ func (c *completer) ack(b *batch) {
 		}
 		return
 	}
-	c.sendAck(b)
+	c.handOver(b)
 	if c.held != nil && c.held != c.lastBatch {
 		c.releaseHeld() // a later batch came, not acked yet
+	}
+}
+
+// handOver acks b, whose reports are all persisted and which is not the latest batch: with the
+// shepherd's next pull, if one comes within ackWait (see ackQueue), else alone.
+func (c *completer) handOver(b *batch) {
+	if c.acks == nil {
+		c.sendAck(b)
+		return
+	}
+	c.forget(b) // no more extensions: it is acked within ackWait, a quarter lease at most
+	if over := c.acks.push(b.msg, time.Now()); over != nil {
+		c.ackAlone(over)
+	}
+	if !c.queueArmed {
+		if c.queueTimer == nil {
+			c.queueTimer = time.NewTimer(c.ackWait())
+		} else {
+			c.queueTimer.Reset(c.ackWait()) // stopped, or fired and received
+		}
+		c.queueArmed = true
+	}
+}
+
+// ackWait is how long a handed-over ack waits for a pull: holdAck, and at most a quarter lease,
+// since its lease is no longer extended (leases are extended every third of one).
+func (c *completer) ackWait() time.Duration { return min(holdAck, c.cfg.Lease/4) }
+
+// sendQueued sends alone the queued acks handed over at or before t, and arms the queue timer
+// for the next one due, if any is left.
+func (c *completer) sendQueued(t time.Time) {
+	if c.acks == nil {
+		return
+	}
+	due, next := c.acks.due(t)
+	for _, m := range due {
+		c.ackAlone(m)
+	}
+	if !next.IsZero() && !c.queueArmed {
+		c.queueTimer.Reset(max(next.Add(c.ackWait()).Sub(time.Now()), 0))
+		c.queueArmed = true
+	}
+}
+
+func (c *completer) ackAlone(m workMsg) {
+	if err := m.Ack(); err != nil {
+		c.log.Warn().Err(err).Msg("worker: ack work batch; it will run again after its lease")
 	}
 }
 

@@ -186,3 +186,36 @@ func TestAckHeldWhileLatest(t *testing.T) {
 		t.Fatalf("%d batches still leased after their acks", len(c.leases.live))
 	}
 }
+
+// fakeAck is a workMsg for the ack queue's tests: only its identity matters.
+type fakeAck struct{ workMsg }
+
+// TestAckQueue: acks come out oldest first, to the shepherd (take) or as they fall due; a
+// full queue gives back its oldest for the caller to send.
+func TestAckQueue(t *testing.T) {
+	t0 := time.Now()
+	var q ackQueue
+	a := make([]*fakeAck, maxQueuedAcks+1)
+	for i := range a {
+		a[i] = &fakeAck{}
+	}
+	for i := range maxQueuedAcks {
+		if over := q.push(a[i], t0.Add(time.Duration(i)*time.Millisecond)); over != nil {
+			t.Fatalf("push %d gave back %v", i, over)
+		}
+	}
+	if over := q.push(a[maxQueuedAcks], t0.Add(time.Second)); over != a[0] {
+		t.Fatalf("a full queue gave back %v, want the oldest", over)
+	}
+	if got := q.take(); got != a[1] {
+		t.Fatalf("take: %v, want the oldest left", got)
+	}
+	due, next := q.due(t0.Add(2 * time.Millisecond)) // a[2] was queued at +2ms, a[3] at +3ms
+	if len(due) != 1 || due[0] != a[2] || !next.Equal(t0.Add(3*time.Millisecond)) {
+		t.Fatalf("due: %v, next %v", due, next.Sub(t0))
+	}
+	due, next = q.due(t0.Add(time.Hour))
+	if len(due) != 2 || due[0] != a[3] || due[1] != a[maxQueuedAcks] || !next.IsZero() || q.take() != nil {
+		t.Fatalf("the rest due: %v, next %v", due, next)
+	}
+}

@@ -169,8 +169,10 @@ func pullRequest(batch int, expires, heartbeat time.Duration) []byte {
 
 // pull asks for up to batch messages on a free lane, waiting at the server up to expires, with a
 // heartbeat. The caller keeps at most len(lanes) pulls open, reads each open lane's msgs and
-// hands what it reads to receive, until the pull ends there, or is given up (abandon).
-func (p *puller) pull(batch int, expires, heartbeat time.Duration) (*lane, error) {
+// hands what it reads to receive, until the pull ends there, or is given up (abandon). With
+// ack set, the request goes as that message's acknowledgement (+NXT): one message to the server
+// instead of two; if it cannot be sent, neither is the acknowledgement.
+func (p *puller) pull(batch int, expires, heartbeat time.Duration, ack workMsg) (*lane, error) {
 	var l *lane
 	for _, c := range p.lanes {
 		if !c.busy {
@@ -196,7 +198,14 @@ func (p *puller) pull(batch int, expires, heartbeat time.Duration) (*lane, error
 		}
 	}
 	p.mu.Unlock()
-	if err := p.nc.PublishRequest(p.subject, reply, pullRequest(batch, expires, heartbeat)); err != nil {
+	req := pullRequest(batch, expires, heartbeat)
+	var err error
+	if ack != nil {
+		err = ack.AckNext(reply, req)
+	} else {
+		err = p.nc.PublishRequest(p.subject, reply, req)
+	}
+	if err != nil {
 		l.busy = false
 		return nil, err
 	}
@@ -302,7 +311,10 @@ type workMsg interface {
 	Metadata() (*nats.MsgMetadata, error)
 	Ack() error
 	InProgress(reply string) error // answered on reply once the server has it
-	ReceivedAt() time.Time         // see lane.stamp
+	// AckNext acknowledges the message and, in the same message, asks the consumer for more
+	// (req, a pull request's JSON body), answered on reply.
+	AckNext(reply string, req []byte) error
+	ReceivedAt() time.Time // see lane.stamp
 	TermWithReason(reason string) error
 }
 
@@ -321,6 +333,9 @@ func (w pulledMsg) Metadata() (*nats.MsgMetadata, error) { return w.m.Metadata()
 func (w pulledMsg) Ack() error                           { return w.nc.Publish(w.m.Reply, []byte("+ACK")) }
 func (w pulledMsg) InProgress(reply string) error {
 	return w.nc.PublishRequest(w.m.Reply, reply, []byte("+WPI"))
+}
+func (w pulledMsg) AckNext(reply string, req []byte) error {
+	return w.nc.PublishRequest(w.m.Reply, reply, append([]byte("+NXT "), req...))
 }
 func (w pulledMsg) ReceivedAt() time.Time { return w.at }
 func (w pulledMsg) TermWithReason(reason string) error {

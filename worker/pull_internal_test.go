@@ -72,7 +72,7 @@ func TestPullerDeliversAndAcks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l, err := p.pull(2, 5*time.Second, time.Second)
+	l, err := p.pull(2, 5*time.Second, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestPullerDeliversAndAcks(t *testing.T) {
 func TestPullerEnds(t *testing.T) {
 	t.Parallel()
 	nc, js, p, ctx := pullFixture(t)
-	l, err := p.pull(1, 300*time.Millisecond, 100*time.Millisecond)
+	l, err := p.pull(1, 300*time.Millisecond, 100*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestPullerEnds(t *testing.T) {
 	}
 
 	// The lane's next pull, with a forged end of the first one arriving on the lane.
-	l2, err := p.pull(1, 5*time.Second, time.Second)
+	l2, err := p.pull(1, 5*time.Second, time.Second, nil)
 	if err != nil || l2 != l {
 		t.Fatalf("next pull on lane %p (want %p): %v", l2, l, err)
 	}
@@ -144,7 +144,7 @@ func TestPullerEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer missing.close()
-	l3, err := missing.pull(1, time.Second, 200*time.Millisecond)
+	l3, err := missing.pull(1, time.Second, 200*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,11 +159,11 @@ func TestPullerEnds(t *testing.T) {
 func TestPullerAbandon(t *testing.T) {
 	t.Parallel()
 	_, js, p, ctx := pullFixture(t)
-	abandoned, err := p.pull(1, 30*time.Second, time.Second)
+	abandoned, err := p.pull(1, 30*time.Second, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	open, err := p.pull(1, 3*time.Second, time.Second)
+	open, err := p.pull(1, 3*time.Second, time.Second, nil)
 	if err != nil || open == abandoned {
 		t.Fatalf("second pull: lane %p, %v", open, err)
 	}
@@ -226,7 +226,7 @@ func TestLeaseKeeperAnswers(t *testing.T) {
 	if _, err := js.Publish(ctx, "s.1", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	l, err := p.pull(1, 5*time.Second, time.Second)
+	l, err := p.pull(1, 5*time.Second, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,6 +98,7 @@ type shepherd struct {
 
 	// State, owned by the shepherd goroutine.
 	puller  *puller         // its lanes' pull state is the shepherd's too
+	acks    *ackQueue       // acks the completer hands to the next pulls
 	pullCtx context.Context // canceled when the drain begins: ends repairs
 	queue   taskQueue
 	// sleeping are the channels of the slots waiting for a task, the last to sleep on top: a
@@ -240,13 +241,24 @@ func (s *shepherd) pull() {
 	if want <= 0 {
 		return
 	}
-	if _, err := s.puller.pull(want, pullExpiry, pullHeartbeat); err != nil {
+	// The oldest ack the completer handed over goes with the pull (see ackQueue).
+	var ack workMsg
+	if s.acks != nil {
+		ack = s.acks.take()
+	}
+	if _, err := s.puller.pull(want, pullExpiry, pullHeartbeat, ack); err != nil {
+		if ack != nil {
+			_ = ack.Ack() // best effort; if lost, its batch is redelivered after its lease
+		}
 		s.pullFailed(err)
 		return
 	}
 	s.openPulls++
 	s.credits += want
 	s.stats.pulls.Add(1)
+	if ack != nil {
+		s.stats.acksWithPulls.Add(1)
+	}
 }
 
 // onLane takes a message read from lane l, whose pull is open.

@@ -14,6 +14,7 @@ type Stats struct {
 	Batches          uint64 // work batches received
 	MalformedBatches uint64 // work batches that could not be decoded, terminated
 	Pulls            uint64 // pull requests sent to JetStream
+	AcksWithPulls    uint64 // of them, sent as a work batch's acknowledgement (+NXT)
 	Wakeups          uint64 // sleeping goroutines woken with a job (one per job, never more)
 	SpuriousWakeups  uint64 // goroutines woken that found nothing to do: 0 by construction
 
@@ -39,6 +40,7 @@ type counters struct {
 	sleeping, queued, stuck       atomic.Int64
 	draining                      atomic.Bool
 	batches, malformed, pulls     atomic.Uint64
+	acksWithPulls                 atomic.Uint64
 	wakeups, jobsRun              atomic.Uint64
 	jobsOK, jobsFailed            atomic.Uint64
 	canceled                      atomic.Uint64
@@ -65,6 +67,7 @@ func (c *counters) snapshot(concurrency int) Stats {
 		Batches:          c.batches.Load(),
 		MalformedBatches: c.malformed.Load(),
 		Pulls:            c.pulls.Load(),
+		AcksWithPulls:    c.acksWithPulls.Load(),
 		Wakeups:          c.wakeups.Load(),
 		SpuriousWakeups:  c.spurious.Load(),
 		JobsRun:          c.jobsRun.Load(),

@@ -150,15 +150,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("weave: worker %s: subscribe to lease extensions' answers: %w", cfg.ID, err)
 	}
 	defer leases.close()
+	acks := new(ackQueue) // the completer's acks, handed to the shepherd's next pulls
 	comp := &completer{
-		cfg: cfg, nc: w.nc, pub: pub, log: w.log, stats: &w.stats, leases: leases,
+		cfg: cfg, nc: w.nc, pub: pub, log: w.log, stats: &w.stats, leases: leases, acks: acks,
 		subject:  cfg.names.ReportSubject(cfg.pool, cfg.ID),
 		maxBytes: maxPayload - reportOverhead/2,
 		runID:    w.runID,
 		in:       reports,
 	}
 	shep := &shepherd{
-		cfg: cfg, nc: w.nc, js: js, log: w.log, stats: &w.stats, beat: beat, puller: pl,
+		cfg: cfg, nc: w.nc, js: js, log: w.log, stats: &w.stats, beat: beat, puller: pl, acks: acks,
 		done: done, expired: expired, repaired: make(chan repairResult),
 		quit: quit, reports: reports, drainStarted: draining,
 	}

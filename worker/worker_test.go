@@ -1120,3 +1120,31 @@ func TestReportsOfABatchTravelTogether(t *testing.T) {
 		t.Fatalf("the slow job's report: %+v, want job 6", m.reports)
 	}
 }
+
+// TestAcksGoWithPulls: a worker that gets its batches one at a time sends each batch's ack as
+// a later pull request (+NXT) rather than as a message of its own; every batch is acked all
+// the same, once, none redelivered.
+func TestAcksGoWithPulls(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	rr := f.reports()
+	const slots, batches = 4, 30
+	w := f.start(worker.Config{Concurrency: slots}, worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		return nil, nil
+	})).w
+	id := uint64(0)
+	for range batches {
+		var jobs []wire.WorkJob
+		for range slots {
+			id++
+			jobs = append(jobs, job(id, "x"))
+		}
+		f.publish(w.Pool(), jobs...)
+		rr.collect(slots) // one batch at a time: the next comes once this one reported
+	}
+	f.waitWorkEmpty()
+	st := w.Stats()
+	if st.AcksWithPulls == 0 || st.AcksWithPulls > st.Pulls || st.Batches != batches || st.Lost != 0 {
+		t.Fatalf("%d acks sent with %d pulls for %d batches received (want some), %d lost", st.AcksWithPulls, st.Pulls, st.Batches, st.Lost)
+	}
+}

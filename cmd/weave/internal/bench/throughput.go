@@ -376,6 +376,7 @@ func sumStats(ws []*worker.Worker) worker.Stats {
 		s := w.Stats()
 		t.Batches += s.Batches
 		t.Pulls += s.Pulls
+		t.AcksWithPulls += s.AcksWithPulls
 		t.Wakeups += s.Wakeups
 		t.SpuriousWakeups += s.SpuriousWakeups
 		t.JobsRun += s.JobsRun
