@@ -172,7 +172,7 @@ type completer struct {
 	lastBatch      *batch      // the latest batch received
 	held           *batch      // persisted, its ack held back (see ack)
 	heldTimer      *time.Timer // runs while held is set: acks held past holdAck (created once)
-	acks           *ackQueue   // acks handed to the shepherd's next pulls (see handOver); nil: none
+	acks           *ackQueue   // acks handed to the shepherd's next pulls (see handOver)
 	queueTimer     *time.Timer // runs while acks may hold some of ours (created once)
 	queueArmed     bool
 }
@@ -331,7 +331,7 @@ func (c *completer) add(ev completerEvent) {
 		c.leases.add(ev.batch)
 		c.unreported += ev.batch.jobs
 		c.lastBatch = ev.batch
-		if c.held != nil && c.acks != nil {
+		if c.held != nil {
 			// A later batch came: the held ack may go, with the shepherd's next pull, which it
 			// sends once this batch's jobs leave slots free.
 			b := c.held
@@ -464,13 +464,14 @@ func (c *completer) persisted() {
 	}
 }
 
-// ack acknowledges b, whose reports are all persisted, except that the ack of the latest batch
-// this worker received waits for the next ack after a later batch came, or holdAck: WORK is a
-// work queue, and acking the last message of its last file-store block makes the server replace
-// the block (a new file, a tombstone, the old file removed). A pool that keeps up with single
-// jobs empties WORK after nearly every job: those replacements were about 8% of the process's
-// CPU in `weave bench single` (BENCHMARKS.md, session 12). The ack goes with a later one, not
-// when the later batch arrives: the server and the worker are busy with that batch then.
+// ack acknowledges b, whose reports are all persisted (handOver), except that the ack of the
+// latest batch this worker received is held until a later batch came (then handed over), or
+// holdAck: WORK is a work queue, and acking the last message of its last file-store block makes
+// the server replace the block (a new file, a tombstone, the old file removed). A pool that keeps
+// up with single jobs empties WORK after nearly every job: those replacements were about 8% of
+// the process's CPU in `weave bench single` (BENCHMARKS.md, session 12). Handed over, the ack
+// goes with the shepherd's next pull, not when the later batch arrives: the server and the
+// worker are busy with that batch then. So held is never a batch older than lastBatch.
 func (c *completer) ack(b *batch) {
 	if b == c.lastBatch {
 		c.releaseHeld() // older than b, which stays in WORK
@@ -483,18 +484,11 @@ func (c *completer) ack(b *batch) {
 		return
 	}
 	c.handOver(b)
-	if c.held != nil && c.held != c.lastBatch {
-		c.releaseHeld() // a later batch came, not acked yet
-	}
 }
 
 // handOver acks b, whose reports are all persisted and which is not the latest batch: with the
 // shepherd's next pull, if one comes within ackWait (see ackQueue), else alone.
 func (c *completer) handOver(b *batch) {
-	if c.acks == nil {
-		c.sendAck(b)
-		return
-	}
 	c.forget(b) // no more extensions: it is acked within ackWait, a quarter lease at most
 	if over := c.acks.push(b.msg, time.Now()); over != nil {
 		c.ackAlone(over)
@@ -516,9 +510,6 @@ func (c *completer) ackWait() time.Duration { return min(holdAck, c.cfg.Lease/4)
 // sendQueued sends alone the queued acks handed over at or before t, and arms the queue timer
 // for the next one due, if any is left.
 func (c *completer) sendQueued(t time.Time) {
-	if c.acks == nil {
-		return
-	}
 	due, next := c.acks.due(t)
 	for _, m := range due {
 		c.ackAlone(m)
@@ -529,6 +520,8 @@ func (c *completer) sendQueued(t time.Time) {
 	}
 }
 
+// ackAlone sends m's ack in a message of its own. Fire and forget: if the ack is lost, the batch
+// is redelivered after its lease (and its jobs reported lapsed).
 func (c *completer) ackAlone(m workMsg) {
 	if err := m.Ack(); err != nil {
 		c.log.Warn().Err(err).Msg("worker: ack work batch; it will run again after its lease")
@@ -545,10 +538,7 @@ func (c *completer) releaseHeld() {
 }
 
 func (c *completer) sendAck(b *batch) {
-	// Fire and forget: if the ack is lost, the batch runs again after its lease.
-	if err := b.msg.Ack(); err != nil {
-		c.log.Warn().Err(err).Msg("worker: ack work batch; it will run again after its lease")
-	}
+	c.ackAlone(b.msg)
 	c.forget(b)
 }
 

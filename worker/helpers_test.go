@@ -132,6 +132,16 @@ func job(id uint64, payload string) wire.WorkJob {
 	return wire.WorkJob{ID: id, Attempt: 1, Group: "g", Key: "k" + strconv.FormatUint(id, 10), Payload: []byte(payload)}
 }
 
+// jobsFrom returns n first attempts numbered from *next on, and moves *next past them.
+func jobsFrom(next *uint64, n int) []wire.WorkJob {
+	jobs := make([]wire.WorkJob, 0, n)
+	for range n {
+		*next++
+		jobs = append(jobs, job(*next, "x"))
+	}
+	return jobs
+}
+
 // publish releases one work batch to a pool, as the coordinator does.
 func (f *fixture) publish(pool string, jobs ...wire.WorkJob) {
 	f.t.Helper()

@@ -132,11 +132,13 @@ type ackCounter struct {
 
 func (m *ackCounter) Ack() error { m.acks++; return nil }
 
-// TestAckHeldWhileLatest: the ack of the latest batch received waits for the next ack after a
-// later batch came (so that WORK's last message is not the one acked), or holdAck; others go at
-// once; the end of the run sends what is held.
+// TestAckHeldWhileLatest: the ack of the latest batch received is held until a later batch came
+// (so that WORK's last message is not the one acked), or holdAck; then, like the others, it is
+// handed to the shepherd's next pull, or goes alone once it waited ackWait; the end of the run
+// sends what is held.
 func TestAckHeldWhileLatest(t *testing.T) {
-	c := &completer{leases: newLeaseKeeper(time.Minute, time.Now), log: zerolog.Nop()}
+	c := &completer{cfg: &resolved{Config: Config{Lease: time.Minute}}, leases: newLeaseKeeper(time.Minute, time.Now),
+		log: zerolog.Nop(), acks: new(ackQueue)}
 	defer c.leases.stop()
 	msgs := make([]*ackCounter, 4)
 	batches := make([]*batch, 4)
@@ -161,27 +163,34 @@ func TestAckHeldWhileLatest(t *testing.T) {
 	receive(batches[0])
 	c.ack(batches[0]) // the latest received: held
 	want(0, 0, 0, 0)
-	receive(batches[1])
-	want(0, 0, 0, 0) // a later batch alone does not send it
+	if c.acks.take() != nil {
+		t.Fatal("the latest batch's ack was handed to the next pull")
+	}
+	receive(batches[1]) // a later batch: the held ack is handed over, for the next pull
+	want(0, 0, 0, 0)
+	if m := c.acks.take(); m != msgs[0] { // the shepherd's pull takes it (and sends it: +NXT)
+		t.Fatalf("the next pull took %v, want batch 0's ack", m)
+	}
 	receive(batches[2])
-	c.ack(batches[1]) // not the latest: at once, and the held one with it
-	want(1, 1, 0, 0)
+	c.ack(batches[1]) // not the latest: handed over
 	c.ack(batches[2]) // the latest: held
-	want(1, 1, 0, 0)
+	want(0, 0, 0, 0)
+	c.sendQueued(time.Now()) // no pull took batch 1's ack within ackWait (the run loop does this)
+	want(0, 1, 0, 0)
 	if c.held == nil || c.heldTimer == nil {
 		t.Fatal("no held ack, or no timer for it")
 	}
 	<-c.heldTimer.C // holdAck passed (the run loop does this)
 	c.releaseHeld()
-	want(1, 1, 1, 0)
+	want(0, 1, 1, 0)
 	receive(batches[3])
 	c.ack(batches[3]) // held again, on the same timer
-	want(1, 1, 1, 0)
+	want(0, 1, 1, 0)
 	if c.held != batches[3] {
 		t.Fatal("the latest batch's ack is not held")
 	}
 	c.releaseHeld() // the run ends
-	want(1, 1, 1, 1)
+	want(0, 1, 1, 1)
 	if len(c.leases.live) != 0 {
 		t.Fatalf("%d batches still leased after their acks", len(c.leases.live))
 	}

@@ -242,10 +242,7 @@ func (s *shepherd) pull() {
 		return
 	}
 	// The oldest ack the completer handed over goes with the pull (see ackQueue).
-	var ack workMsg
-	if s.acks != nil {
-		ack = s.acks.take()
-	}
+	ack := s.acks.take()
 	if _, err := s.puller.pull(want, pullExpiry, pullHeartbeat, ack); err != nil {
 		if ack != nil {
 			_ = ack.Ack() // best effort; if lost, its batch is redelivered after its lease

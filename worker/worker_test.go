@@ -126,12 +126,7 @@ func TestConcurrencyBound(t *testing.T) {
 
 	id := uint64(0)
 	for range batches {
-		var jobs []wire.WorkJob
-		for range perBatch {
-			id++
-			jobs = append(jobs, job(id, "x"))
-		}
-		f.publish(w.Pool(), jobs...)
+		f.publish(w.Pool(), jobsFrom(&id, perBatch)...)
 	}
 	waitFor(t, "all slots busy and jobs queued", func() bool {
 		st := w.Stats()
@@ -1134,12 +1129,7 @@ func TestAcksGoWithPulls(t *testing.T) {
 	})).w
 	id := uint64(0)
 	for range batches {
-		var jobs []wire.WorkJob
-		for range slots {
-			id++
-			jobs = append(jobs, job(id, "x"))
-		}
-		f.publish(w.Pool(), jobs...)
+		f.publish(w.Pool(), jobsFrom(&id, slots)...)
 		rr.collect(slots) // one batch at a time: the next comes once this one reported
 	}
 	f.waitWorkEmpty()
