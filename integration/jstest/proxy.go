@@ -58,6 +58,17 @@ func (p *Proxy) Thaw() {
 	}
 }
 
+// Cut closes every connection through the proxy, as a node or a network path that goes away
+// does. The proxy keeps listening: clients reconnect through it.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}
+
 // Close stops listening, closes every connection and waits for the proxy's goroutines.
 func (p *Proxy) Close() {
 	p.mu.Lock()

@@ -10,15 +10,24 @@
 // 16 workers × 4 slots, decoding acknowledgements with encoding/json and the futures' timers
 // and bookkeeping took about a tenth of the CPU of Weave's components.
 //
-// Errors are jetstream's: jetstream.ErrNoStreamResponse when no stream answers (a 503 status),
-// jetstream.ErrAsyncPublishTimeout when nothing answers in time, a *jetstream.APIError when the
-// stream refuses the message, jetstream.ErrInvalidJSAck for an answer that is not an
+// A publish still unanswered when the connection reconnects fails with ErrAckLost once
+// reconnectGrace has passed since the sweep saw the reconnect, rather than at its timeout: the
+// server answers on the connection the publish came by, so an answer sent while that connection
+// was being replaced is lost, and a caller that waited out the whole timeout held up everything
+// behind it (a coordinator connected to a node that stopped paused every release for the 5 s
+// timeout). The message may have been stored: callers publish again (with a message ID, stored
+// once) or give the work back, as for a timeout.
+//
+// Other errors are jetstream's: jetstream.ErrNoStreamResponse when no stream answers (a 503
+// status), jetstream.ErrAsyncPublishTimeout when nothing answers in time, a *jetstream.APIError
+// when the stream refuses the message, jetstream.ErrInvalidJSAck for an answer that is not an
 // acknowledgement, nats.ErrConnectionClosed for publishes pending when the publisher is closed.
 package asyncpub
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -26,6 +35,17 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// ErrAckLost is the error of a publish whose acknowledgement did not come before the connection
+// reconnected, and not within reconnectGrace after: it was lost with the connection.
+var ErrAckLost = errors.New("weave: no acknowledgement: the connection reconnected since the publish")
+
+// reconnectGrace is how long after a reconnect is seen the publishes sent before it may still be
+// answered (an answer the server sent after the client subscribed again on its new connection).
+const reconnectGrace = 500 * time.Millisecond
+
+// maxSweep bounds the sweep's period, so a reconnect is seen soon whatever the timeout.
+const maxSweep = 250 * time.Millisecond
 
 // Publisher publishes on one connection. Its methods are safe for concurrent use.
 type Publisher struct {
@@ -38,8 +58,11 @@ type Publisher struct {
 	next     uint64
 	pending  map[string]*Future
 	sweeping bool // a sweep goroutine runs
-	closed   bool
-	stop     chan struct{} // closed by Close: the sweep goroutine ends
+	// The connection's reconnect count when the sweep last looked, and when it saw it change.
+	reconnects    uint64
+	reconnectedAt time.Time
+	closed        bool
+	stop          chan struct{} // closed by Close: the sweep goroutine ends
 }
 
 // New returns a publisher on nc whose publishes fail with jetstream.ErrAsyncPublishTimeout when
@@ -55,6 +78,7 @@ type Future struct {
 	ok       chan *jetstream.PubAck
 	err      chan error
 	deadline time.Time
+	epoch    uint64 // the connection's reconnect count when it was published
 }
 
 // Ok implements jetstream.PubAckFuture.
@@ -69,7 +93,8 @@ func (f *Future) Msg() *nats.Msg { return f.msg }
 // Publish publishes m to its subject, with its reply subject set to one of the publisher's, and
 // returns its future. An error means m was not sent.
 func (p *Publisher) Publish(m *nats.Msg) (*Future, error) {
-	f := &Future{msg: m, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1), deadline: time.Now().Add(p.timeout)}
+	f := &Future{msg: m, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1), deadline: time.Now().Add(p.timeout),
+		epoch: p.nc.Stats().Reconnects}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -89,6 +114,7 @@ func (p *Publisher) Publish(m *nats.Msg) (*Future, error) {
 	p.pending[tok] = f
 	if !p.sweeping {
 		p.sweeping = true
+		p.reconnects = f.epoch // reconnects while nothing was pending concern no publish
 		go p.sweep()
 	}
 	m.Reply = p.prefix + tok
@@ -144,10 +170,10 @@ func (p *Publisher) resolve(m *nats.Msg) {
 	f.ok <- ack
 }
 
-// sweep fails the publishes whose acknowledgement is late, every tenth of the timeout, while
-// any is pending.
+// sweep fails the publishes whose acknowledgement is late, or was lost with a reconnect, every
+// tenth of the timeout (at most maxSweep), while any is pending.
 func (p *Publisher) sweep() {
-	t := time.NewTicker(max(p.timeout/10, time.Millisecond))
+	t := time.NewTicker(max(min(p.timeout/10, maxSweep), time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
@@ -155,10 +181,22 @@ func (p *Publisher) sweep() {
 		case <-p.stop:
 			return
 		}
+		reconnects := p.nc.Stats().Reconnects
 		now := time.Now()
 		p.mu.Lock()
+		if reconnects != p.reconnects {
+			p.reconnects, p.reconnectedAt = reconnects, now
+		}
+		lostBefore := uint64(0) // publishes of an earlier connection than this are lost
+		if !p.reconnectedAt.IsZero() && now.Sub(p.reconnectedAt) >= reconnectGrace {
+			lostBefore = p.reconnects
+		}
 		for tok, f := range p.pending {
-			if now.After(f.deadline) {
+			switch {
+			case f.epoch < lostBefore:
+				delete(p.pending, tok)
+				f.err <- ErrAckLost
+			case now.After(f.deadline):
 				delete(p.pending, tok)
 				f.err <- jetstream.ErrAsyncPublishTimeout
 			}

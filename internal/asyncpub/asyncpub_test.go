@@ -150,3 +150,75 @@ func TestPublisher(t *testing.T) {
 		t.Fatalf("Publish after Close: %v", err)
 	}
 }
+
+// TestAckLostWithReconnect: a publish whose answer had not come when the connection was replaced
+// fails with ErrAckLost soon after the reconnect, not at its timeout (a minute here); a publish on
+// the new connection is answered as usual.
+func TestAckLostWithReconnect(t *testing.T) {
+	t.Parallel()
+	srv := jstest.New(t)
+	proxy, err := jstest.StartProxy(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	// Someone listens on "quiet" and never answers, as a stream whose answer is lost.
+	other := jstest.NewConn(t, srv.ClientURL())
+	if _, err := other.Subscribe("quiet", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	js := jstest.NewJetStream(t, other)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	reconnected := make(chan struct{}, 1)
+	nc, err := nats.Connect(proxy.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		nats.ReconnectHandler(func(*nats.Conn) { reconnected <- struct{}{} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	p := New(nc, time.Minute)
+	defer p.Close()
+
+	lost, err := p.Publish(&nats.Msg{Subject: "quiet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut()
+	select {
+	case <-reconnected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reconnect through the proxy")
+	}
+	after, err := p.Publish(&nats.Msg{Subject: "s.a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ack := <-after.Ok():
+		if ack.Stream != "S" {
+			t.Fatalf("a publish after the reconnect: %+v", ack)
+		}
+	case err := <-after.Err():
+		t.Fatalf("a publish after the reconnect: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a publish after the reconnect: no answer")
+	}
+	select {
+	case ack := <-lost.Ok():
+		t.Fatalf("answered: %+v", ack)
+	case err := <-lost.Err():
+		if !errors.Is(err, ErrAckLost) {
+			t.Fatalf("a publish pending at the reconnect: %v, want %v", err, ErrAckLost)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a publish pending at the reconnect still waits 10s later (its timeout is a minute)")
+	}
+}
