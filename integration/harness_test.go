@@ -27,6 +27,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	zerolog.TimeFieldFormat = time.RFC3339Nano // the logs' times show milliseconds
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
@@ -139,7 +140,8 @@ func testLogger(component string) zerolog.Logger {
 	if os.Getenv("WEAVE_TEST_LOG") == "" {
 		return zerolog.Nop()
 	}
-	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.DebugLevel).With().Timestamp().Str("c", component).Logger()
+	w := zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}
+	return zerolog.New(w).Level(zerolog.DebugLevel).With().Timestamp().Str("c", component).Logger()
 }
 
 func (e *env) coordinator(cfg coordinator.Config) {
