@@ -235,11 +235,15 @@ func TestClusterNodeLoss(t *testing.T) {
 		mu     sync.Mutex
 		starts []time.Time
 		runs   = map[uint64]int{}
+		later  int // starts of a second attempt or later
 	)
 	e.clusterWorker(16, func(ctx context.Context, j *worker.Job) ([]byte, error) {
 		mu.Lock()
 		starts = append(starts, time.Now())
 		runs[j.ID]++
+		if j.Attempt > 1 {
+			later++
+		}
 		mu.Unlock()
 		select {
 		case <-time.After(5 * time.Millisecond):
@@ -295,7 +299,10 @@ func TestClusterNodeLoss(t *testing.T) {
 			pause = max(pause, starts[i].Sub(from))
 		}
 	}
-	t.Logf("longest pause between job starts after the node loss: %v; %d jobs ran twice", pause, dupes)
+	// A later attempt without a second run is a job whose batch never reached a worker: delivered
+	// to a connection cut with the node, it is delivered again only after the lease, and then
+	// reported lapsed (ARCHITECTURE.md, "Failover and node loss").
+	t.Logf("longest pause between job starts after the node loss: %v; %d jobs ran twice; %d starts of a later attempt", pause, dupes, later)
 }
 
 // TestWritesRetried: for a while the RESULTS stream refuses every write (a message limit with
