@@ -838,3 +838,62 @@ func TestReleaseWithMoreRetriesThanCandidates(t *testing.T) {
 		}
 	}
 }
+
+// TestLostBatches: a pool is named for taking back its batches lost in delivery only while it
+// owes jobs, every worker of it has said, for lostAfter since the last release, that it runs
+// nothing and holds no batch, and a heartbeat well after the release said so; a worker that
+// does not say what it holds (before Held), or holds a batch, or runs a job, keeps it off.
+func TestLostBatches(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Feeders: 10, Prefetch: -1})
+	pool := wire.PoolKey(nil)
+	beat := func(busy, held int, noHeld bool) {
+		hb := wire.Heartbeat{Version: wire.Version, Worker: "w", Pool: pool, Concurrency: 2, Busy: busy, Sleeping: 2 - busy,
+			IntervalMS: 100, Run: "run-w"}
+		if !noHeld {
+			hb.Held = &held
+		}
+		if ref := te.e.heartbeat(te.e.names.HeartbeatSubject(pool, "w"), hb, te.now); ref.reason != "" {
+			t.Fatalf("heartbeat refused: %s", ref.reason)
+		}
+	}
+	lost := func() bool { return len(te.e.fleet.lost(te.now, lostAfter)) == 1 }
+	beat(0, 0, false)
+	te.open("g")
+	te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	if len(te.releases()[pool]) != 1 {
+		t.Fatal("the job was not released")
+	}
+	step := func(d time.Duration, busy, held int, noHeld bool) {
+		te.now = te.now.Add(d)
+		beat(busy, held, noHeld)
+	}
+	for range 29 {
+		step(100*time.Millisecond, 0, 0, false)
+	}
+	if lost() {
+		t.Fatal("lost before lostAfter")
+	}
+	step(100*time.Millisecond, 0, 0, false)
+	if !lost() {
+		t.Fatal("not lost after lostAfter of quiet heartbeats")
+	}
+	for _, tc := range []struct {
+		name       string
+		busy, held int
+		noHeld     bool
+	}{{"holding a batch", 0, 1, false}, {"running a job", 1, 0, false}, {"not saying what it holds", 0, 0, true}} {
+		step(100*time.Millisecond, tc.busy, tc.held, tc.noHeld)
+		te.now = te.now.Add(lostAfter)
+		if lost() {
+			t.Fatalf("lost with a worker %s", tc.name)
+		}
+		for range 31 { // quiet again for lostAfter
+			step(100*time.Millisecond, 0, 0, false)
+		}
+		if !lost() {
+			t.Fatalf("not lost after quiet again (%s)", tc.name)
+		}
+	}
+}

@@ -35,6 +35,8 @@ type pool struct {
 	// replay, before any heartbeat). Jobs released to an orphaned pool are rescued once it has
 	// stayed so for Config.RescueAfter (see orphans).
 	orphanSince time.Time
+	// lastRelease is when jobs were last released to the pool (see lost).
+	lastRelease time.Time
 }
 
 // workerInfo is what the coordinator knows of one worker, from its heartbeats. Owned by the
@@ -44,6 +46,9 @@ type workerInfo struct {
 	pool     *pool
 	slots    int // slots it contributes: its concurrency, or 0 while it drains
 	lastSeen time.Time
+	// quietSince is since when its heartbeats say it runs nothing and holds no batch (zero
+	// otherwise, and for a worker whose heartbeats do not say what it holds): see lost.
+	quietSince time.Time
 }
 
 // heartbeat applies a worker heartbeat received on subject, after checkHeartbeat. It returns a
@@ -74,6 +79,13 @@ func (e *engine) heartbeat(subject string, hb wire.Heartbeat, now time.Time) ref
 		e.fleet.slots -= w.slots
 	}
 	w.hb, w.lastSeen, w.slots = hb, now, hb.Concurrency
+	if hb.Busy == 0 && hb.Held != nil && *hb.Held == 0 && !hb.Draining {
+		if w.quietSince.IsZero() {
+			w.quietSince = now
+		}
+	} else {
+		w.quietSince = time.Time{}
+	}
 	if hb.Draining {
 		w.slots = 0 // it takes no more work: release nothing more to it
 	}
@@ -180,6 +192,35 @@ func (f *fleet) orphans(now time.Time, rescueAfter time.Duration) []string {
 	var keys []string
 	for _, p := range f.poolOrder {
 		if p.workers == 0 && p.outstanding > 0 && now.Sub(p.orphanSince) >= rescueAfter {
+			keys = append(keys, p.key)
+		}
+	}
+	return keys
+}
+
+// lost returns the pools whose released jobs are in batches lost in delivery: every live worker
+// of the pool has said, in every heartbeat since lostAfter after the last release to the pool
+// (and in one received after half that), that it runs nothing and holds no batch, while jobs
+// released to the pool are still unreported. A batch the server delivered to a connection that
+// was cut (a node lost with it, a network path gone) never arrives; JetStream counts it
+// delivered and sends it again only when its lease runs out. Workers that hold nothing and pull
+// for every slot would have taken any batch still waiting, so what the pool owes is in such
+// batches (see lost.go).
+func (f *fleet) lost(now time.Time, lostAfter time.Duration) []string {
+	var keys []string
+	for _, p := range f.poolOrder {
+		if p.outstanding == 0 || p.workers == 0 || now.Sub(p.lastRelease) < lostAfter {
+			continue
+		}
+		quiet := true
+		for _, w := range f.workers {
+			if w.pool == p && (w.quietSince.IsZero() || now.Sub(w.quietSince) < lostAfter ||
+				w.lastSeen.Sub(p.lastRelease) < lostAfter/2) {
+				quiet = false
+				break
+			}
+		}
+		if quiet {
 			keys = append(keys, p.key)
 		}
 	}

@@ -64,6 +64,7 @@ func (r *run) loop(ctx context.Context) error {
 		case <-expiry.C:
 			r.e.tick(r.cfg.now())
 			r.reconcileRescues(ctx)
+			r.reconcileLost(ctx)
 			r.observe()
 		}
 		r.drainInputs()

@@ -278,6 +278,7 @@ func (e *engine) take(c candidate, p *pool, now time.Time) *job {
 	j.pool, j.since = p, now
 	j.evSeq = 0 // its latest attempt is in WORK from now on: no report is needed
 	p.outstanding++
+	p.lastRelease = now
 	e.mustMove(j.id, jobindex.Running)
 	e.stats.Released++
 	return j

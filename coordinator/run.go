@@ -77,6 +77,9 @@ type run struct {
 	outThis, outPrev int
 
 	rescues map[string]context.CancelFunc // running rescues by pool (owned by the loop; see rescue.go)
+	// Pools whose lost batches are being taken back (lost.go).
+	lostMu     sync.Mutex
+	recovering map[string]bool
 
 	streamsMu sync.Mutex
 	streams   map[string]jetstream.Stream // handles on the streams purged (run.stream)
@@ -116,6 +119,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 		done:        make(chan struct{}),
 		writeQ:      make(chan writeOp, chanSize),
 		rescues:     map[string]context.CancelFunc{},
+		recovering:  map[string]bool{},
 	}
 	// One outcome, with a summary beside it, fits any outcome message (see outcomesFitting).
 	e.maxOutcome = r.msgLimit() - outcomeRoom

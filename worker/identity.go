@@ -103,6 +103,7 @@ func (w *Worker) heartbeatMsg(stopped bool) wire.Heartbeat {
 		Concurrency: w.cfg.Concurrency,
 		Busy:        st.Busy,
 		Sleeping:    st.Sleeping,
+		Held:        &st.Held,
 		Draining:    st.Draining,
 		Stopped:     stopped,
 		IntervalMS:  w.cfg.HeartbeatInterval.Milliseconds(),

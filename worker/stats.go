@@ -10,6 +10,7 @@ type Stats struct {
 	Queued   int  // jobs received and waiting for a slot
 	Stuck    int  // handlers whose attempt was reported without them and that have not returned
 	Draining bool // Run's context is done: no more pulls, running jobs finishing
+	Held     int  // work batches received and not yet acknowledged (nor let go, their lease lapsed)
 
 	Batches          uint64 // work batches received
 	MalformedBatches uint64 // work batches that could not be decoded, terminated
@@ -52,6 +53,7 @@ type counters struct {
 
 	// Written by the completer.
 	reportBatches, reportRetries atomic.Uint64
+	held                         atomic.Int64 // its lease keeper's batches
 
 	mx workerMetrics // written by the shepherd (metrics.go)
 }
@@ -64,6 +66,7 @@ func (c *counters) snapshot(concurrency int) Stats {
 		Queued:           int(c.queued.Load()),
 		Stuck:            int(c.stuck.Load()),
 		Draining:         c.draining.Load(),
+		Held:             int(c.held.Load()),
 		Batches:          c.batches.Load(),
 		MalformedBatches: c.malformed.Load(),
 		Pulls:            c.pulls.Load(),

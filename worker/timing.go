@@ -3,6 +3,7 @@ package worker
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -104,8 +105,9 @@ type leaseKeeper struct {
 	lease time.Duration
 	now   func() time.Time // cfg.now: time.Now, or a test's clock
 	live  map[*batch]struct{}
-	tick  *time.Ticker // runs while live is not empty
-	token uint64       // the last extension's
+	held  *atomic.Int64 // set to len(live) for heartbeats (Stats.Held), if set
+	tick  *time.Ticker  // runs while live is not empty
+	token uint64        // the last extension's
 
 	inbox string             // where the server's answers come, with a token appended
 	sub   *nats.Subscription // on inbox.*, once listening
@@ -175,6 +177,7 @@ func (k *leaseKeeper) answer(token uint64) {
 // add starts keeping b's lease (b.leaseFrom is its receipt).
 func (k *leaseKeeper) add(b *batch) {
 	k.live[b] = struct{}{}
+	k.count()
 	if k.tick == nil {
 		k.tick = time.NewTicker(k.lease / 6)
 	}
@@ -184,8 +187,16 @@ func (k *leaseKeeper) add(b *batch) {
 // for it changes nothing that matters; due drops its record within a lease.
 func (k *leaseKeeper) forget(b *batch) {
 	delete(k.live, b)
+	k.count()
 	if len(k.live) == 0 {
 		k.stop()
+	}
+}
+
+// count publishes how many batches are kept.
+func (k *leaseKeeper) count() {
+	if k.held != nil {
+		k.held.Store(int64(len(k.live)))
 	}
 }
 

@@ -146,6 +146,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	pub := asyncpub.New(w.nc, reportAckTimeout) // every report publish resolves: a lost ack times out
 	defer pub.Close()
 	leases := newLeaseKeeper(cfg.Lease, cfg.now)
+	leases.held = &w.stats.held
 	if err := leases.listen(w.nc); err != nil {
 		return fmt.Errorf("weave: worker %s: subscribe to lease extensions' answers: %w", cfg.ID, err)
 	}

@@ -187,6 +187,21 @@ func TestHeartbeat(t *testing.T) {
 	if err != nil || back.Worker != "w1" || back.Busy != 1 || back.Interval() != time.Second {
 		t.Fatalf("round trip: %+v %v", back, err)
 	}
+	if back.Held != nil {
+		t.Fatalf("a heartbeat without held parsed with %d", *back.Held)
+	}
+	for _, held := range []int{0, 3} {
+		h.Held = &held
+		if back, err := ParseHeartbeat(h.Marshal()); err != nil || back.Held == nil || *back.Held != held {
+			t.Fatalf("held %d: %+v %v", held, back.Held, err)
+		}
+	}
+	neg := -1
+	h.Held = &neg
+	if _, err := ParseHeartbeat(h.Marshal()); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("negative held accepted: %v", err)
+	}
+	h.Held = nil
 	h.Pool = "any"
 	if _, err := ParseHeartbeat(h.Marshal()); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("mismatched pool accepted: %v", err)

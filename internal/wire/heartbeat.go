@@ -16,9 +16,12 @@ type Heartbeat struct {
 	Concurrency int      `json:"concurrency"`
 	Busy        int      `json:"busy"`     // slots running a job
 	Sleeping    int      `json:"sleeping"` // slots waiting for work
-	Draining    bool     `json:"draining,omitempty"`
-	Stopped     bool     `json:"stopped,omitempty"` // last heartbeat: forget this worker now
-	IntervalMS  int64    `json:"interval_ms"`       // the sender's heartbeat period
+	// Held is how many work batches the worker holds: received, and not yet acknowledged nor
+	// let go. Workers before it was added leave it out (nil).
+	Held       *int  `json:"held,omitempty"`
+	Draining   bool  `json:"draining,omitempty"`
+	Stopped    bool  `json:"stopped,omitempty"` // last heartbeat: forget this worker now
+	IntervalMS int64 `json:"interval_ms"`       // the sender's heartbeat period
 	// Run identifies the worker process (a NUID per Run): a heartbeat of another run of a live
 	// worker's ID is a second process with the same ID, and the coordinator refuses it.
 	Run string `json:"run"`
@@ -88,6 +91,9 @@ func ParseHeartbeat(b []byte) (Heartbeat, error) {
 	}
 	if h.Concurrency < 1 || h.Concurrency > 1<<16 || h.Busy < 0 || h.Sleeping < 0 || h.Busy+h.Sleeping > h.Concurrency {
 		return Heartbeat{}, fmt.Errorf("%w: heartbeat slots busy=%d sleeping=%d concurrency=%d", ErrMalformed, h.Busy, h.Sleeping, h.Concurrency)
+	}
+	if h.Held != nil && (*h.Held < 0 || *h.Held > 1<<20) {
+		return Heartbeat{}, fmt.Errorf("%w: heartbeat holds %d batches", ErrMalformed, *h.Held)
 	}
 	if len(h.Run) > 64 {
 		return Heartbeat{}, fmt.Errorf("%w: heartbeat run ID of %d bytes", ErrMalformed, len(h.Run))

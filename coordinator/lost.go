@@ -1,0 +1,95 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// Batches lost in delivery (see fleet.lost).
+//
+// A work batch the server delivered to a worker's connection that was cut (a node lost with the
+// connection, or a consumer leader lost while sending) never arrives. JetStream counts it
+// delivered and sends it again only when its lease (the consumer's AckWait, the workers' Lease,
+// 30 s by default) runs out; while such batches hold every job released to a pool, nothing more
+// is released to it and its workers sit idle for the rest of the lease. When the pool's workers
+// have all said, for lostAfter, that they run nothing and hold no batch, and nothing was released
+// to the pool since, the coordinator takes back what is left on the pool's work subject: as a
+// rescue does (rescue.go), it stores a returned report for the batch's jobs on the pool's rescue
+// report subject, then deletes the batch from WORK, and the jobs are released again keeping
+// their attempt numbers. A crash in between leaves the batch, taken back again or, after its
+// lease, reported lapsed by the worker that gets it.
+
+// lostAfter is how long a pool must stay quiet while owing jobs before they are taken back:
+// three heartbeats at the default interval, so a batch on its way to a worker that was quiet
+// shows in a heartbeat (busy or held) first.
+const lostAfter = 3 * time.Second
+
+// reconcileLost starts taking back the lost batches of each pool fleet.lost names, unless that
+// is under way already. Called by the loop.
+func (r *run) reconcileLost(ctx context.Context) {
+	if r.e.replaying() {
+		return
+	}
+	for _, key := range r.e.fleet.lost(r.cfg.now(), lostAfter) {
+		r.lostMu.Lock()
+		busy := r.recovering[key]
+		if !busy {
+			r.recovering[key] = true
+		}
+		r.lostMu.Unlock()
+		if busy {
+			continue
+		}
+		r.wg.Go(func() {
+			defer func() {
+				r.lostMu.Lock()
+				delete(r.recovering, key)
+				r.lostMu.Unlock()
+			}()
+			if err := r.takeBackLost(ctx, key); err != nil && ctx.Err() == nil {
+				r.log.Warn().Err(err).Str("pool", key).Msg("take back work batches lost in delivery")
+			}
+		})
+	}
+}
+
+// takeBackLost returns the jobs of every batch left on pool's work subject and deletes the
+// batches.
+func (r *run) takeBackLost(ctx context.Context, pool string) error {
+	stream, subject := r.names.WorkStream(), r.names.WorkSubject(pool)
+	work := r.c.directGet(stream)
+	defer work.Close()
+	msgs, err := work.Next(ctx, subject, 1, r.cfg.MaxBatch)
+	if err != nil {
+		return fmt.Errorf("read the pool's work: %w", err)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	ws, err := r.c.js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("look up %s: %w", stream, err)
+	}
+	for _, m := range msgs {
+		jobs, err := wire.DecodeWork(m.Data)
+		if err != nil || len(jobs) == 0 {
+			continue // a malformed batch is a worker's to reject
+		}
+		reports := make([]wire.Report, len(jobs))
+		for i, j := range jobs {
+			reports[i] = wire.Report{ID: j.ID, Attempt: j.Attempt, Status: wire.StatusReturned}
+		}
+		if _, err := r.c.js.Publish(ctx, r.names.ReportSubject(pool, wire.RescueWorker), wire.AppendReports(nil, wire.RescueWorker, reports)); err != nil {
+			return fmt.Errorf("store returned report: %w", err)
+		}
+		if err := ws.DeleteMsg(ctx, m.Seq); err != nil {
+			return fmt.Errorf("delete work batch %d: %w", m.Seq, err)
+		}
+		r.log.Warn().Str("pool", pool).Uint64("seq", m.Seq).Int("jobs", len(jobs)).
+			Msg("work batch lost in delivery (the pool's workers hold nothing and run nothing): its jobs are released again")
+	}
+	return nil
+}
