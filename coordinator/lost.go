@@ -16,7 +16,8 @@ import (
 // 30 s by default) runs out; while such batches hold every job released to a pool, nothing more
 // is released to it and its workers sit idle for the rest of the lease. When the pool's workers
 // have all said, for lostAfter, that they run nothing and hold no batch, and nothing was released
-// to the pool since, the coordinator takes back what is left on the pool's work subject: as a
+// to the pool since, and the pool's consumer has nothing left to deliver but batches delivered and
+// unacknowledged, the coordinator takes back what is left on the pool's work subject: as a
 // rescue does (rescue.go), it stores a returned report for the batch's jobs on the pool's rescue
 // report subject, then deletes the batch from WORK, and the jobs are released again keeping
 // their attempt numbers. A crash in between leaves the batch, taken back again or, after its
@@ -60,6 +61,20 @@ func (r *run) reconcileLost(ctx context.Context) {
 // batches.
 func (r *run) takeBackLost(ctx context.Context, pool string) error {
 	stream, subject := r.names.WorkStream(), r.names.WorkSubject(pool)
+	// Lost batches are delivered and unacknowledged. Batches still waiting to be delivered mean
+	// the workers cannot pull (an election, a permission): those are not lost, and taking them
+	// back would only put them back.
+	cons, err := r.c.js.Consumer(ctx, stream, r.names.WorkConsumer(pool))
+	if err != nil {
+		return fmt.Errorf("look up the pool's consumer: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("the pool's consumer: %w", err)
+	}
+	if info.NumPending > 0 || info.NumAckPending == 0 {
+		return nil
+	}
 	work := r.c.directGet(stream)
 	defer work.Close()
 	msgs, err := work.Next(ctx, subject, 1, r.cfg.MaxBatch)
