@@ -310,8 +310,8 @@ const packBytes = 64 << 10
 // packCost is what a job takes in a pack's body, at most.
 func packCost(j *Job) int { return wire.PackedSize(j.Payload, j.Require, j.Prefer) }
 
-// send publishes the jobs from ch until it is closed, or until a publish fails or ctx ends,
-// which it records in p.failed before closing p.stop. Jobs without a key that wait in ch when it
+// send publishes the jobs from ch until it is closed, or until a publish fails, which it
+// records in p.failed before closing p.stop (publishJobs stops handing jobs over at ctx's end). Jobs without a key that wait in ch when it
 // takes one go together in one pack (up to MaxPack jobs and packBytes); a keyed job, which
 // JetStream deduplicates by its own Nats-Msg-Id, goes alone, as does a job nothing waits behind.
 // So a producer that yields jobs faster than they are published gets packs, and a job yielded
@@ -368,11 +368,16 @@ func (p *publication) send(ctx context.Context, ch <-chan checkedJob) {
 }
 
 // publish takes a MaxPending slot and publishes batch: one job in a message of its own, several
-// in a pack. It returns an error only when ctx ended or the publish could not be made.
+// in a pack. Its jobs were handed over before ctx ended (Publish checks ctx between jobs, and the
+// iterator has yielded them), so they are published also when ctx ends meanwhile: the wait for a
+// slot then goes on within Config.RequestTimeout. It returns an error only when no slot came or
+// the publish could not be made.
 func (p *publication) publish(ctx context.Context, batch []checkedJob) error {
-	err := context.Cause(ctx) // acquire looks at ctx only when it has to wait
-	if err == nil {
-		err = p.acquire(ctx)
+	err := p.acquire(ctx)
+	if err != nil && ctx.Err() != nil {
+		fctx, cancel := p.d.finishContext(ctx)
+		err = p.acquire(fctx)
+		cancel()
 	}
 	if err != nil {
 		return fmt.Errorf("weave: publishing group %q stopped before job %d: %w", p.h.group, batch[0].index, err)
