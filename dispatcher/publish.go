@@ -76,7 +76,7 @@ func (j *Job) runAt(now time.Time) (time.Time, error) {
 // stops at ctx's end, at the first invalid job (an error wrapping ErrInvalidJob that names the
 // job's index and key) or when it learns of a failed publish (jobs already in flight still
 // complete and count). An iterator that blocks should watch ctx itself: Publish checks ctx only
-// between jobs.
+// between jobs, and every job pulled before ctx ended is still published and counts.
 //
 // Publish always seals a group it opened, also when it stops early or the iterator panics: it
 // settles the publishes in flight and publishes the seal with the number of jobs accepted, using a
