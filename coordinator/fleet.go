@@ -207,20 +207,27 @@ func (f *fleet) orphans(now time.Time, rescueAfter time.Duration) []string {
 // for every slot would have taken any batch still waiting, so what the pool owes is in such
 // batches (see lost.go).
 func (f *fleet) lost(now time.Time, lostAfter time.Duration) []string {
+	var owing map[*pool]bool // pools that owe jobs and released none for lostAfter: usually none
+	for _, p := range f.poolOrder {
+		if p.outstanding > 0 && p.workers > 0 && now.Sub(p.lastRelease) >= lostAfter {
+			if owing == nil {
+				owing = map[*pool]bool{}
+			}
+			owing[p] = true
+		}
+	}
+	if owing == nil {
+		return nil
+	}
+	for _, w := range f.workers { // one pass: a worker not quiet long enough clears its pool
+		p := w.pool
+		if owing[p] && (w.quietSince.IsZero() || now.Sub(w.quietSince) < lostAfter || w.lastSeen.Sub(p.lastRelease) < lostAfter/2) {
+			owing[p] = false
+		}
+	}
 	var keys []string
 	for _, p := range f.poolOrder {
-		if p.outstanding == 0 || p.workers == 0 || now.Sub(p.lastRelease) < lostAfter {
-			continue
-		}
-		quiet := true
-		for _, w := range f.workers {
-			if w.pool == p && (w.quietSince.IsZero() || now.Sub(w.quietSince) < lostAfter ||
-				w.lastSeen.Sub(p.lastRelease) < lostAfter/2) {
-				quiet = false
-				break
-			}
-		}
-		if quiet {
+		if owing[p] {
 			keys = append(keys, p.key)
 		}
 	}
