@@ -64,15 +64,11 @@ func (r *run) takeBackLost(ctx context.Context, pool string) error {
 	// Lost batches are delivered and unacknowledged. Batches still waiting to be delivered mean
 	// the workers cannot pull (an election, a permission): those are not lost, and taking them
 	// back would only put them back.
-	cons, err := r.c.js.Consumer(ctx, stream, r.names.WorkConsumer(pool))
+	cons, err := r.c.js.Consumer(ctx, stream, r.names.WorkConsumer(pool)) // its info, fetched now
 	if err != nil {
 		return fmt.Errorf("look up the pool's consumer: %w", err)
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("the pool's consumer: %w", err)
-	}
-	if info.NumPending > 0 || info.NumAckPending == 0 {
+	if info := cons.CachedInfo(); info.NumPending > 0 || info.NumAckPending == 0 {
 		return nil
 	}
 	work := r.c.directGet(stream)
@@ -93,12 +89,8 @@ func (r *run) takeBackLost(ctx context.Context, pool string) error {
 		if err != nil || len(jobs) == 0 {
 			continue // a malformed batch is a worker's to reject
 		}
-		reports := make([]wire.Report, len(jobs))
-		for i, j := range jobs {
-			reports[i] = wire.Report{ID: j.ID, Attempt: j.Attempt, Status: wire.StatusReturned}
-		}
-		if _, err := r.c.js.Publish(ctx, r.names.ReportSubject(pool, wire.RescueWorker), wire.AppendReports(nil, wire.RescueWorker, reports)); err != nil {
-			return fmt.Errorf("store returned report: %w", err)
+		if err := r.storeRescueReports(ctx, pool, returnedReports(jobs)); err != nil {
+			return err
 		}
 		if err := ws.DeleteMsg(ctx, m.Seq); err != nil {
 			return fmt.Errorf("delete work batch %d: %w", m.Seq, err)

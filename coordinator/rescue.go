@@ -124,17 +124,32 @@ func (r *run) handBack(ctx context.Context, pool string, m jetstream.Msg) error 
 		// The dead worker had taken the batch (redelivered): its attempts lapsed, as a worker would report.
 		reports = wire.LapsedReports(jobs, md.NumDelivered)
 	} else {
-		reports = make([]wire.Report, len(jobs))
-		for i, j := range jobs {
-			reports[i] = wire.Report{ID: j.ID, Attempt: j.Attempt, Status: wire.StatusReturned}
-		}
+		reports = returnedReports(jobs)
 	}
-	subject := r.names.ReportSubject(pool, wire.RescueWorker)
-	if _, err := r.c.js.Publish(ctx, subject, wire.AppendReports(nil, wire.RescueWorker, reports)); err != nil {
-		// Not stored: the batch comes back after its AckWait and is rescued then.
-		return fmt.Errorf("store returned report: %w", err)
+	if err := r.storeRescueReports(ctx, pool, reports); err != nil {
+		return err // not stored: the batch comes back after its AckWait and is rescued then
 	}
 	return m.DoubleAck(ctx)
+}
+
+// returnedReports give a batch's jobs back unrun, keeping their attempts (wire.StatusReturned).
+func returnedReports(jobs []wire.WorkJob) []wire.Report {
+	reports := make([]wire.Report, len(jobs))
+	for i, j := range jobs {
+		reports[i] = wire.Report{ID: j.ID, Attempt: j.Attempt, Status: wire.StatusReturned}
+	}
+	return reports
+}
+
+// storeRescueReports stores reports the coordinator makes for jobs of pool it takes back (a
+// rescue, a batch lost in delivery) on the pool's rescue report subject, and waits until they are
+// stored.
+func (r *run) storeRescueReports(ctx context.Context, pool string, reports []wire.Report) error {
+	subject := r.names.ReportSubject(pool, wire.RescueWorker)
+	if _, err := r.c.js.Publish(ctx, subject, wire.AppendReports(nil, wire.RescueWorker, reports)); err != nil {
+		return fmt.Errorf("store returned report: %w", err)
+	}
+	return nil
 }
 
 // sleepCtx waits d or until ctx is done.

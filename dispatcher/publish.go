@@ -311,9 +311,10 @@ const packBytes = 64 << 10
 func packCost(j *Job) int { return wire.PackedSize(j.Payload, j.Require, j.Prefer) }
 
 // send publishes the jobs from ch until it is closed, or until a publish fails, which it
-// records in p.failed before closing p.stop (publishJobs stops handing jobs over at ctx's end). Jobs without a key that wait in ch when it
-// takes one go together in one pack (up to MaxPack jobs and packBytes); a keyed job, which
-// JetStream deduplicates by its own Nats-Msg-Id, goes alone, as does a job nothing waits behind.
+// records in p.failed before closing p.stop (publishJobs stops handing jobs over at ctx's end).
+// Jobs without a key that wait in ch when it takes one go together in one pack (up to MaxPack
+// jobs and packBytes); a keyed job, which JetStream deduplicates by its own Nats-Msg-Id, goes
+// alone, as does a job nothing waits behind.
 // So a producer that yields jobs faster than they are published gets packs, and a job yielded
 // alone is not held back.
 func (p *publication) send(ctx context.Context, ch <-chan checkedJob) {
