@@ -18,9 +18,10 @@ import (
 // node was lost at the moment a pull failed with "no responders", the chaos test caught a feed
 // that never delivered again, with no error after the first (the coordinator then held a full
 // window of jobs it never heard end, and released nothing for minutes). So the follower watches
-// its own progress: when the loop has applied nothing for followStallAfter although the stream
-// holds messages past the last one applied and none wait in the channel, it stops the consumer
-// and starts a new one right after that message. Each consumer's messages carry its generation:
+// its own progress: when the loop has applied nothing for followStallAfter (half a second in
+// the seconds after the connection reconnects) although the stream holds messages past the last one applied
+// and none wait in the channel, it stops the consumer and starts a new one right after that
+// message. Each consumer's messages carry its generation:
 // once the loop has seen a message of the new consumer it ignores the old one's (a message the
 // old consumer was handing over as it was stopped could otherwise come after the new one's and
 // skip them), and it ignores a message at or below the last one it applied (see fresh), so the
@@ -48,10 +49,16 @@ type streamMsg struct {
 
 // followCheckEvery is how often a follower compares its progress with the stream;
 // followStallAfter how long it lets the loop apply nothing while the stream holds more before
-// it starts the consumer again. Variables so that tests can shorten them.
+// it starts the consumer again. For followReconnectWindow after the coordinator's connection
+// reconnects it waits followStallAfterReconnect instead: a consumer's pulls may be lost with the
+// connection (a coordinator connected to a node that stopped), and nats.go's ordered consumer
+// does not always resume, so the read is checked sooner while messages written around the
+// reconnect arrive. Variables so that tests can shorten them.
 var (
-	followCheckEvery = time.Second
-	followStallAfter = 3 * time.Second
+	followCheckEvery          = 250 * time.Millisecond
+	followStallAfter          = 3 * time.Second
+	followStallAfterReconnect = 500 * time.Millisecond
+	followReconnectWindow     = 3 * time.Second
 )
 
 // follow starts a follower over a whole stream from its first message, delivering into ch, and
@@ -145,7 +152,8 @@ func (f *follower) stop() {
 
 // watch checks the follower's progress every followCheckEvery until the term ends, and starts
 // the consumer again after the last message applied when the loop applied nothing for
-// followStallAfter, nothing waits in the channel and the stream holds more.
+// followStallAfter (followStallAfterReconnect within followReconnectWindow of a reconnect),
+// nothing waits in the channel and the stream holds more.
 func (f *follower) watch() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -155,28 +163,41 @@ func (f *follower) watch() {
 	}()
 	tick := time.NewTicker(followCheckEvery)
 	defer tick.Stop()
-	seen, since := f.applied.Load(), time.Now()
+	reconnects := func() uint64 { return f.r.c.nc.Stats().Reconnects }
+	// seen is the last sequence applied and since when (or since the last check while idle);
+	// conns the connection's reconnect count the watch last saw, and soon the end of the window
+	// after the last reconnect it saw.
+	seen, since, conns := f.applied.Load(), time.Now(), reconnects()
+	var soon time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		now := time.Now()
+		if n := reconnects(); n != conns {
+			conns, soon = n, now.Add(followReconnectWindow)
+		}
 		if a := f.applied.Load(); a != seen {
-			seen, since = a, time.Now()
+			seen, since = a, now
 			continue
 		}
-		if time.Since(since) < followStallAfter || len(f.ch) > 0 {
+		stallAfter := followStallAfter
+		if now.Before(soon) {
+			stallAfter = followStallAfterReconnect
+		}
+		if now.Sub(since) < stallAfter || len(f.ch) > 0 {
 			continue // recent progress, or messages wait for the loop (busy, or replaying another stream)
 		}
-		since = time.Now() // one check per followStallAfter while idle
+		since = now // one check per stallAfter while idle
 		rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
 		last, err := f.lastHeld(rctx, seen)
 		rcancel()
 		if err != nil || last <= seen {
 			continue // idle, not stalled (or the stream cannot say yet: look again later)
 		}
-		f.log.Warn().Uint64("applied", seen).Uint64("stream_last", last).Stringer("idle", followStallAfter).
+		f.log.Warn().Uint64("applied", seen).Uint64("stream_last", last).Stringer("idle", stallAfter).
 			Msg("reading the stream stalled: starting its consumer again after the last message applied")
 		if err := f.start(ctx, seen+1); err != nil && ctx.Err() == nil {
 			f.log.Error().Err(err).Msg("starting the stream's consumer again failed; the term ends")
