@@ -19,7 +19,7 @@ import (
 // that never delivered again, with no error after the first (the coordinator then held a full
 // window of jobs it never heard end, and released nothing for minutes). So the follower watches
 // its own progress: when the loop has applied nothing for followStallAfter (half a second in
-// the seconds after the connection reconnects) although the stream holds messages past the last one applied
+// the seconds after the connection reconnects or the consumer reports an error) although the stream holds messages past the last one applied
 // and none wait in the channel, it stops the consumer and starts a new one right after that
 // message. Each consumer's messages carry its generation:
 // once the loop has seen a message of the new consumer it ignores the old one's (a message the
@@ -36,6 +36,7 @@ type follower struct {
 	applied atomic.Uint64 // the sequence of the last message the loop applied (set by the loop)
 	current uint32        // the newest consumer generation the loop has seen (owned by the loop)
 	gens    atomic.Uint32 // consumers started
+	errs    atomic.Uint64 // errors the consumers reported (read by watch)
 
 	mu sync.Mutex
 	cc jetstream.ConsumeContext // the current consumer's; guarded by mu
@@ -49,16 +50,18 @@ type streamMsg struct {
 
 // followCheckEvery is how often a follower compares its progress with the stream;
 // followStallAfter how long it lets the loop apply nothing while the stream holds more before
-// it starts the consumer again. For followReconnectWindow after the coordinator's connection
-// reconnects it waits followStallAfterReconnect instead: a consumer's pulls may be lost with the
-// connection (a coordinator connected to a node that stopped), and nats.go's ordered consumer
-// does not always resume, so the read is checked sooner while messages written around the
-// reconnect arrive. Variables so that tests can shorten them.
+// it starts the consumer again. For followAlertWindow after the coordinator's connection
+// reconnects, the consumer reports an error, or a check cannot reach the stream, it waits
+// followStallAfterAlert instead: a consumer's pulls may be lost with the connection (a
+// coordinator connected to a node that stopped), or the consumer with its node, and nats.go's
+// ordered consumer does not always resume, so the read is checked sooner while messages written
+// around the fault arrive and the stream elects a leader. Variables so that tests can shorten
+// them.
 var (
-	followCheckEvery          = 250 * time.Millisecond
-	followStallAfter          = 3 * time.Second
-	followStallAfterReconnect = 500 * time.Millisecond
-	followReconnectWindow     = 3 * time.Second
+	followCheckEvery      = 250 * time.Millisecond
+	followStallAfter      = 3 * time.Second
+	followStallAfterAlert = 500 * time.Millisecond
+	followAlertWindow     = 3 * time.Second
 )
 
 // follow starts a follower over a whole stream from its first message, delivering into ch, and
@@ -127,6 +130,7 @@ func (f *follower) start(ctx context.Context, from uint64) error {
 		case <-f.r.done:
 		}
 	}, append(f.opts, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		f.errs.Add(1)
 		f.log.Warn().Err(err).Msg("reading the stream: the ordered consumer reported an error")
 	}))...)
 	if err != nil {
@@ -152,8 +156,8 @@ func (f *follower) stop() {
 
 // watch checks the follower's progress every followCheckEvery until the term ends, and starts
 // the consumer again after the last message applied when the loop applied nothing for
-// followStallAfter (followStallAfterReconnect within followReconnectWindow of a reconnect),
-// nothing waits in the channel and the stream holds more.
+// followStallAfter (followStallAfterAlert within followAlertWindow of a reconnect, a consumer's
+// error or a failed check), nothing waits in the channel and the stream holds more.
 func (f *follower) watch() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -163,12 +167,13 @@ func (f *follower) watch() {
 	}()
 	tick := time.NewTicker(followCheckEvery)
 	defer tick.Stop()
-	reconnects := func() uint64 { return f.r.c.nc.Stats().Reconnects }
+	// alerts counts what opens the alert window: the connection's reconnects and the
+	// consumers' errors.
+	alerts := func() uint64 { return f.r.c.nc.Stats().Reconnects + f.errs.Load() }
 	// seen is the last sequence applied and since when (or since the last check while idle);
-	// conns the connection's reconnect count the watch last saw, and soon the end of the window
-	// after the last reconnect it saw.
-	seen, since, conns := f.applied.Load(), time.Now(), reconnects()
-	var soon time.Time
+	// counted the alerts the watch last saw, and alert the end of the window they opened.
+	seen, since, counted := f.applied.Load(), time.Now(), alerts()
+	var alert time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -176,16 +181,16 @@ func (f *follower) watch() {
 		case <-tick.C:
 		}
 		now := time.Now()
-		if n := reconnects(); n != conns {
-			conns, soon = n, now.Add(followReconnectWindow)
+		if n := alerts(); n != counted {
+			counted, alert = n, now.Add(followAlertWindow)
 		}
 		if a := f.applied.Load(); a != seen {
 			seen, since = a, now
 			continue
 		}
 		stallAfter := followStallAfter
-		if now.Before(soon) {
-			stallAfter = followStallAfterReconnect
+		if now.Before(alert) {
+			stallAfter = followStallAfterAlert
 		}
 		if now.Sub(since) < stallAfter || len(f.ch) > 0 {
 			continue // recent progress, or messages wait for the loop (busy, or replaying another stream)
@@ -194,8 +199,13 @@ func (f *follower) watch() {
 		rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
 		last, err := f.lastHeld(rctx, seen)
 		rcancel()
-		if err != nil || last <= seen {
-			continue // idle, not stalled (or the stream cannot say yet: look again later)
+		if err != nil {
+			// The stream cannot say (no leader, during an election): look again soon.
+			alert = time.Now().Add(followAlertWindow)
+			continue
+		}
+		if last <= seen {
+			continue // idle, not stalled
 		}
 		f.log.Warn().Uint64("applied", seen).Uint64("stream_last", last).Stringer("idle", stallAfter).
 			Msg("reading the stream stalled: starting its consumer again after the last message applied")

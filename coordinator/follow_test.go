@@ -95,11 +95,11 @@ func (ft *followTest) silence() {
 
 // setFollowIntervals sets the follower's intervals for the test. Tests that call it are not
 // parallel: they are package variables.
-func setFollowIntervals(t *testing.T, check, stall, stallReconnect, window time.Duration) {
-	c, s, sr, w := followCheckEvery, followStallAfter, followStallAfterReconnect, followReconnectWindow
-	followCheckEvery, followStallAfter, followStallAfterReconnect, followReconnectWindow = check, stall, stallReconnect, window
+func setFollowIntervals(t *testing.T, check, stall, stallAlert, window time.Duration) {
+	c, s, sr, w := followCheckEvery, followStallAfter, followStallAfterAlert, followAlertWindow
+	followCheckEvery, followStallAfter, followStallAfterAlert, followAlertWindow = check, stall, stallAlert, window
 	t.Cleanup(func() {
-		followCheckEvery, followStallAfter, followStallAfterReconnect, followReconnectWindow = c, s, sr, w
+		followCheckEvery, followStallAfter, followStallAfterAlert, followAlertWindow = c, s, sr, w
 	})
 }
 
@@ -123,37 +123,47 @@ func TestFollowerMendsAStalledRead(t *testing.T) {
 	}
 }
 
-// TestFollowerChecksSoonAfterAReconnect: in the window after the coordinator's connection
-// reconnects, a read that stalled is mended after followStallAfterReconnect, not
-// followStallAfter (a node loss paused every job start for the 3 s of followStallAfter). Here
-// followStallAfter is a minute: without the shorter wait the test times out.
-func TestFollowerChecksSoonAfterAReconnect(t *testing.T) {
-	setFollowIntervals(t, 20*time.Millisecond, time.Minute, 100*time.Millisecond, 10*time.Second)
-	srv := jstest.New(t)
-	proxy, err := jstest.StartProxy(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	nc := jstest.NewConn(t, proxy.URL(), nats.ReconnectWait(10*time.Millisecond), nats.MaxReconnects(-1))
-	ft := newFollowTest(t, srv.ClientURL(), nc)
+// TestFollowerChecksSoonAfterAnAlert: in the window after the coordinator's connection
+// reconnects, or its consumer reports an error, a read that stalled is mended after
+// followStallAfterAlert, not followStallAfter (a node loss paused every job start for the 3 s of
+// followStallAfter). Here followStallAfter is a minute: without the shorter wait the test times
+// out.
+func TestFollowerChecksSoonAfterAnAlert(t *testing.T) {
+	for _, alert := range []string{"reconnect", "consumer error"} {
+		t.Run(alert, func(t *testing.T) {
+			setFollowIntervals(t, 20*time.Millisecond, time.Minute, 100*time.Millisecond, 10*time.Second)
+			srv := jstest.New(t)
+			proxy, err := jstest.StartProxy(srv.ClientURL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(proxy.Close)
+			nc := jstest.NewConn(t, proxy.URL(), nats.ReconnectWait(10*time.Millisecond), nats.MaxReconnects(-1))
+			ft := newFollowTest(t, srv.ClientURL(), nc)
 
-	ft.silence()
-	proxy.Cut()
-	for nc.Stats().Reconnects == 0 || !nc.IsConnected() {
-		select {
-		case <-ft.ctx.Done():
-			t.Fatal("the connection did not reconnect")
-		case <-time.After(10 * time.Millisecond):
-		}
+			ft.silence()
+			switch alert {
+			case "reconnect":
+				proxy.Cut()
+				for nc.Stats().Reconnects == 0 || !nc.IsConnected() {
+					select {
+					case <-ft.ctx.Done():
+						t.Fatal("the connection did not reconnect")
+					case <-time.After(10 * time.Millisecond):
+					}
+				}
+			case "consumer error":
+				ft.f.errs.Add(1) // what the consumer's error handler counts (see follower.start)
+			}
+			start := time.Now()
+			ft.publish(5)
+			ft.applyUntil(10)
+			if want := []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}; !slices.Equal(ft.applied, want) {
+				t.Fatalf("applied %v, want %v", ft.applied, want)
+			}
+			t.Logf("mended %v after the %s", time.Since(start), alert)
+		})
 	}
-	start := time.Now()
-	ft.publish(5)
-	ft.applyUntil(10)
-	if want := []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}; !slices.Equal(ft.applied, want) {
-		t.Fatalf("applied %v, want %v", ft.applied, want)
-	}
-	t.Logf("mended %v after the reconnect", time.Since(start))
 }
 
 // TestFollowerIgnoresAReplacedConsumer: once the loop has seen a message of the consumer that
