@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -266,9 +267,17 @@ func TestClusterNodeLoss(t *testing.T) {
 		return len(starts)
 	}
 	eventually(t, time.Minute, "a quarter of the jobs to start", func() bool { return started() >= groups*perGroup/4 })
+	// The streams the node leads: job starts pause for the election of each (nats-server draws
+	// its election timeout between 4 and 9 s), most for EVENTS, which carries every report.
+	var led []string
+	for _, s := range []string{"JOBS", "WORK", "EVENTS", "RESULTS"} {
+		if e.c.StreamLeader(e.ns+"_"+s) == leader {
+			led = append(led, s)
+		}
+	}
 	lostAt := time.Now()
 	leader.Stop()
-	t.Logf("stopped %s (leader of %s) after %d job starts", leader.Name(), results, started())
+	t.Logf("stopped %s (leader of %s) after %d job starts", leader.Name(), strings.Join(led, ", "), started())
 
 	for _, h := range hs {
 		res := e.waitRetrying(h)
