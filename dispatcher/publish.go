@@ -91,9 +91,11 @@ func (j *Job) runAt(now time.Time) (time.Time, error) {
 // leader election, or no answer in time), for up to Config.RequestTimeout and within ctx; the
 // tries carry one Nats-Msg-Id, so an open stored although its answer was lost is stored once.
 //
-// Before the open, Publish reads the group ID's control messages: if its latest incarnation is
-// sealed and still running, it publishes nothing and returns an error wrapping ErrGroupRunning
-// with a Handle for that incarnation.
+// The open of a group ID with no control message stored (a new one, or one whose incarnations
+// finished and were purged) is stored on that condition, in one request. Otherwise Publish reads
+// the group ID's control messages first: if its latest incarnation is sealed and still running,
+// it publishes nothing and returns an error wrapping ErrGroupRunning with a Handle for that
+// incarnation.
 //
 // Publishing a group ID again is allowed, typically to finish a group after the producer crashed:
 // the dispatcher does not detect it, jobs whose keys were already accepted within the dedup window
@@ -118,25 +120,39 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 	if err := d.ensure(ctx); err != nil {
 		return nil, err
 	}
-	if !d.skipRunningCheck {
-		inc, err := d.running(ctx, groupID)
-		if err != nil {
-			return nil, err
+	open := wire.GroupControl{Group: groupID, Op: wire.OpOpen, Weight: o.weight}
+	// A group ID with no control message stored (new, or its last incarnation finished and
+	// purged) is opened in one request: the open is stored only if the group's control subject
+	// is still empty, so it starts a new incarnation, nothing can be running, and its Handle
+	// knows its incarnation without reading the controls. Otherwise (another incarnation's
+	// controls are there, or another producer's open came first) Publish reads them as below.
+	ifEmpty := !d.skipRunningCheck
+	openSeq, err := d.storeControl(ctx, open, ifEmpty)
+	fresh := ifEmpty && err == nil
+	if errors.Is(err, errControlsExist) {
+		if !d.skipRunningCheck {
+			inc, err := d.running(ctx, groupID)
+			if err != nil {
+				return nil, err
+			}
+			if inc != 0 {
+				h := d.Attach(groupID)
+				h.openSeq, h.resolvedAt = inc, inc
+				return h, fmt.Errorf("%w: group %q is sealed and still running (its incarnation opened at %s sequence %d); "+
+					"the Handle waits for it; publish the group again once it has finished", ErrGroupRunning, groupID, d.names.JobsStream(), inc)
+			}
 		}
-		if inc != 0 {
-			h := d.Attach(groupID)
-			h.openSeq, h.resolvedAt = inc, inc
-			return h, fmt.Errorf("%w: group %q is sealed and still running (its incarnation opened at %s sequence %d); "+
-				"the Handle waits for it; publish the group again once it has finished", ErrGroupRunning, groupID, d.names.JobsStream(), inc)
-		}
+		openSeq, err = d.storeControl(ctx, open, false)
 	}
-	openSeq, err := d.storeControl(ctx, wire.GroupControl{Group: groupID, Op: wire.OpOpen, Weight: o.weight})
 	if err != nil {
 		// A seal of a group that is not open is refused, and jobs of it would be: publish none.
 		return nil, fmt.Errorf("%w: %w", ErrNotOpened, err)
 	}
 	h = d.Attach(groupID)
 	h.openSeq = openSeq
+	if fresh {
+		h.resolvedAt = openSeq
+	}
 	p := &publication{
 		d:       d,
 		h:       h,
@@ -190,9 +206,17 @@ var ErrNotOpened = errors.New("weave: group not opened")
 // message stored although its acknowledgement was lost is stored once, and the next try learns
 // that it was: a seal reported failed while it was stored would have the producer publish the
 // group again, and the coordinator refuse those jobs (the chaos run saw it).
-func (d *Dispatcher) storeControl(ctx context.Context, c wire.GroupControl) (uint64, error) {
+//
+// With ifEmpty, the message is stored only if the group's control subject holds no message
+// (Nats-Expected-Last-Subject-Sequence: 0); otherwise storeControl returns errControlsExist.
+// (A try after one stored but unanswered may find its own message there instead of being told
+// it is a duplicate: the caller then takes the path of a group with controls, which is right.)
+func (d *Dispatcher) storeControl(ctx context.Context, c wire.GroupControl, ifEmpty bool) (uint64, error) {
 	msg := &nats.Msg{Subject: d.names.GroupSubject(wire.GroupToken(c.Group)), Header: c.Header()}
 	msg.Header.Set(wire.HdrMsgID, string(c.Op)+":"+nuid.Next())
+	if ifEmpty {
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	}
 	var seq uint64
 	err := d.retry(ctx, func(ctx context.Context) error {
 		ack, err := d.js.PublishMsg(ctx, msg, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
@@ -201,11 +225,20 @@ func (d *Dispatcher) storeControl(ctx context.Context, c wire.GroupControl) (uin
 		}
 		return err
 	})
-	if err != nil {
+	var apiErr *jetstream.APIError
+	switch {
+	case ifEmpty && errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+		return 0, errControlsExist
+	case err != nil:
 		return 0, fmt.Errorf("weave: publish %s of group %q: %w", c.Op, c.Group, err)
 	}
 	return seq, nil
 }
+
+// errControlsExist is storeControl's answer to a message it was to store only on an empty
+// control subject, when the subject held one.
+var errControlsExist = errors.New("weave: the group has control messages")
 
 // noLeaderRetries bounds the retries of a publish that finds no stream leader: 50ms apart,
 // a few seconds in all, enough for a leader election.
@@ -537,7 +570,7 @@ func (p *publication) finish(ctx context.Context, err error) error {
 		err = p.failed
 	}
 	seal := wire.GroupControl{Group: p.h.group, Op: wire.OpSeal, Count: uint64(p.h.accepted)}
-	if _, serr := p.d.storeControl(fctx, seal); serr != nil {
+	if _, serr := p.d.storeControl(fctx, seal, false); serr != nil {
 		err = errors.Join(err, fmt.Errorf("%w: %w", ErrNotSealed, serr))
 	}
 	p.d.log.Debug().Str("group", p.h.group).Int("accepted", p.h.accepted).Int("duplicates", p.h.duplicates).

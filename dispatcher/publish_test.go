@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/dispatcher"
@@ -837,5 +838,77 @@ func TestPublishOpensNoSubscriptionPerGroup(t *testing.T) {
 	}
 	if added := inserts() - before; added >= groups/2 {
 		t.Fatalf("%d subscriptions opened for %d groups published", added, groups)
+	}
+}
+
+// TestPublishFreshGroupInOneRequest: a group ID with controls stored (here an open left unsealed
+// by a producer that died) is read as before: Publish resumes that incarnation and its Handle
+// waits for it. A group ID with no control message stored is opened in one request, on the
+// condition that its control subject is empty, and its Handle knows its incarnation: neither
+// Publish nor WaitSummary reads the group's controls (two direct gets on JOBS before).
+func TestPublishFreshGroupInOneRequest(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dispatcher.Config{})
+	ctx := testContext(t)
+	watcher := jstest.NewConn(t, e.srv.ClientURL())
+	var reads atomic.Int64 // direct gets on JOBS
+	if _, err := watcher.Subscribe("$JS.API.DIRECT.GET.>", func(m *nats.Msg) {
+		if strings.HasPrefix(m.Subject, "$JS.API.DIRECT.GET."+e.names.JobsStream()) {
+			reads.Add(1)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := watcher.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	readsSoFar := func() int64 {
+		t.Helper()
+		if err := watcher.Flush(); err != nil { // the requests' copies were queued before their answers
+			t.Fatal(err)
+		}
+		return reads.Load()
+	}
+
+	// A producer died after its open: the control subject holds it.
+	raw := &nats.Msg{Subject: e.names.GroupSubject(wire.GroupToken("resumed")),
+		Header: wire.GroupControl{Group: "resumed", Op: wire.OpOpen}.Header()}
+	ack, err := e.js.PublishMsg(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.d.Publish(ctx, "resumed", slices.Values([]dispatcher.Job{{Key: "b"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := readsSoFar(); n == 0 {
+		t.Fatal("Publish of a group with controls stored did not read them")
+	}
+	if opens := e.openSeqs(ctx, t, "resumed"); len(opens) != 2 || opens[0] != ack.Sequence {
+		t.Fatalf("opens %v, want the dead producer's (%d) and Publish's", opens, ack.Sequence)
+	}
+	e.recordIncarnation(ctx, t, "resumed", ack.Sequence,
+		outcomes(wire.Outcome{ID: h.FirstID(), Key: "b", State: wire.FinalDone, Attempts: 1}), summary(1, 1, 0, 0))
+	if sum, err := h.WaitSummary(ctx); err != nil || sum.Done != 1 {
+		t.Fatalf("WaitSummary of the resumed group = %+v, %v; want its first open's incarnation", sum, err)
+	}
+
+	readsSoFar() // every copy of the reads so far has arrived
+	reads.Store(0)
+	h, err = e.d.Publish(ctx, "fresh", slices.Values([]dispatcher.Job{{Key: "a"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opens := e.openSeqs(ctx, t, "fresh")
+	if len(opens) != 1 {
+		t.Fatalf("opens %v, want one", opens)
+	}
+	e.recordIncarnation(ctx, t, "fresh", opens[0],
+		outcomes(wire.Outcome{ID: h.FirstID(), Key: "a", State: wire.FinalDone, Attempts: 1}), summary(1, 1, 0, 0))
+	if sum, err := h.WaitSummary(ctx); err != nil || sum.Done != 1 {
+		t.Fatalf("WaitSummary = %+v, %v", sum, err)
+	}
+	if n := readsSoFar(); n != 0 {
+		t.Fatalf("%d direct gets on %s for a fresh group, want none", n, e.names.JobsStream())
 	}
 }
