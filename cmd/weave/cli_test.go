@@ -302,6 +302,23 @@ func TestSubmitWaitWithoutCoordinator(t *testing.T) {
 	}
 }
 
+// TestSubmitIntoRunningGroup: submitting a group ID whose last incarnation is sealed and still
+// running (here no coordinator serves the namespace, so it never finishes) submits nothing and
+// says so, without the note that the group was sealed (it said "the group was sealed with the 0
+// jobs submitted before", which was not true).
+func TestSubmitIntoRunningGroup(t *testing.T) {
+	t.Parallel()
+	conn := newCLINamespace(t, "busy")
+	if code, out, errOut := runCLI(t, `{"key":"a"}`+"\n", append([]string{"submit", "-g", "g"}, conn...)...); code != 0 {
+		t.Fatalf("first submit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	code, out, errOut := runCLI(t, `{"key":"b"}`+"\n", append([]string{"submit", "-g", "g"}, conn...)...)
+	if code != exitError || !strings.Contains(errOut, `group "g" is sealed and still running, so nothing was submitted`) ||
+		strings.Contains(errOut, "was sealed with") {
+		t.Errorf("second submit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+}
+
 // TestSubmitSingle: submit --single submits one job as its own group and --wait prints its
 // outcome; more than one job is a usage error.
 func TestSubmitSingle(t *testing.T) {
