@@ -19,13 +19,13 @@ import (
 // that never delivered again, with no error after the first (the coordinator then held a full
 // window of jobs it never heard end, and released nothing for minutes). So the follower watches
 // its own progress: when the loop has applied nothing for followStallAfter (half a second in
-// the seconds after the connection reconnects or the consumer reports an error) although the stream holds messages past the last one applied
-// and none wait in the channel, it stops the consumer and starts a new one right after that
-// message. Each consumer's messages carry its generation:
-// once the loop has seen a message of the new consumer it ignores the old one's (a message the
-// old consumer was handing over as it was stopped could otherwise come after the new one's and
-// skip them), and it ignores a message at or below the last one it applied (see fresh), so the
-// overlap of the two consumers is harmless.
+// the seconds after the connection reconnects, the consumer reports an error or a check fails)
+// although the stream holds messages past the last one applied and none wait in the channel, it
+// stops the consumer and starts a new one right after that message. Each consumer's messages
+// carry its generation: once the loop has seen a message of the new consumer it ignores the old
+// one's (a message the old consumer was handing over as it was stopped could otherwise come
+// after the new one's and skip them), and it ignores a message at or below the last one it
+// applied (see fresh), so the overlap of the two consumers is harmless.
 type follower struct {
 	r      *run
 	stream string
