@@ -129,18 +129,16 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 	ifEmpty := !d.skipRunningCheck
 	openSeq, err := d.storeControl(ctx, open, ifEmpty)
 	fresh := ifEmpty && err == nil
-	if errors.Is(err, errControlsExist) {
-		if !d.skipRunningCheck {
-			inc, err := d.running(ctx, groupID)
-			if err != nil {
-				return nil, err
-			}
-			if inc != 0 {
-				h := d.Attach(groupID)
-				h.openSeq, h.resolvedAt = inc, inc
-				return h, fmt.Errorf("%w: group %q is sealed and still running (its incarnation opened at %s sequence %d); "+
-					"the Handle waits for it; publish the group again once it has finished", ErrGroupRunning, groupID, d.names.JobsStream(), inc)
-			}
+	if errors.Is(err, errControlsExist) { // only with ifEmpty
+		inc, rerr := d.running(ctx, groupID)
+		if rerr != nil {
+			return nil, rerr
+		}
+		if inc != 0 {
+			h := d.Attach(groupID)
+			h.openSeq, h.resolvedAt = inc, inc
+			return h, fmt.Errorf("%w: group %q is sealed and still running (its incarnation opened at %s sequence %d); "+
+				"the Handle waits for it; publish the group again once it has finished", ErrGroupRunning, groupID, d.names.JobsStream(), inc)
 		}
 		openSeq, err = d.storeControl(ctx, open, false)
 	}
