@@ -80,7 +80,7 @@ func (r *run) takeBackLost(ctx context.Context, pool string) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	ws, err := r.c.js.Stream(ctx, stream)
+	ws, err := r.stream(ctx, stream)
 	if err != nil {
 		return fmt.Errorf("look up %s: %w", stream, err)
 	}

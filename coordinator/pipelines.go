@@ -594,7 +594,8 @@ func purgeGroup(ctx context.Context, jobs jetstream.Stream, names wire.Names, gt
 }
 
 // stream returns a handle on one of the namespace's streams, asking the server for it (a stream
-// info request) only the first time in the term: purges come once per group.
+// info request) only the first time in the term: purges come once per group, and takebacks of
+// lost batches delete by sequence.
 func (r *run) stream(ctx context.Context, name string) (jetstream.Stream, error) {
 	r.streamsMu.Lock()
 	defer r.streamsMu.Unlock()
