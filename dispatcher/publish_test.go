@@ -650,11 +650,7 @@ func TestPublishIntoRunningGroup(t *testing.T) {
 	if len(opens) != 1 {
 		t.Fatalf("opens %v: the refused Publish stored an open", opens)
 	}
-	e.recordIncarnation(ctx, t, "g", opens[0],
-		outcomes(wire.Outcome{ID: first.FirstID(), Key: "a", State: wire.FinalDone, Attempts: 1}), summary(1, 1, 0, 0))
-	if sum, err := h.WaitSummary(ctx); err != nil || sum.Done != 1 {
-		t.Fatalf("the returned Handle's WaitSummary = %+v, %v; want the running incarnation's", sum, err)
-	}
+	e.finishOne(ctx, t, h, "g", opens[0], first.FirstID(), "a") // the returned Handle waits for the running incarnation
 	if _, err := e.d.Publish(ctx, "g", slices.Values([]dispatcher.Job{{Key: "b"}})); err != nil {
 		t.Fatalf("Publish after the incarnation finished: %v", err)
 	}
@@ -887,11 +883,7 @@ func TestPublishFreshGroupInOneRequest(t *testing.T) {
 	if opens := e.openSeqs(ctx, t, "resumed"); len(opens) != 2 || opens[0] != ack.Sequence {
 		t.Fatalf("opens %v, want the dead producer's (%d) and Publish's", opens, ack.Sequence)
 	}
-	e.recordIncarnation(ctx, t, "resumed", ack.Sequence,
-		outcomes(wire.Outcome{ID: h.FirstID(), Key: "b", State: wire.FinalDone, Attempts: 1}), summary(1, 1, 0, 0))
-	if sum, err := h.WaitSummary(ctx); err != nil || sum.Done != 1 {
-		t.Fatalf("WaitSummary of the resumed group = %+v, %v; want its first open's incarnation", sum, err)
-	}
+	e.finishOne(ctx, t, h, "resumed", ack.Sequence, h.FirstID(), "b") // the first open's incarnation
 
 	readsSoFar() // every copy of the reads so far has arrived
 	reads.Store(0)
@@ -903,12 +895,19 @@ func TestPublishFreshGroupInOneRequest(t *testing.T) {
 	if len(opens) != 1 {
 		t.Fatalf("opens %v, want one", opens)
 	}
-	e.recordIncarnation(ctx, t, "fresh", opens[0],
-		outcomes(wire.Outcome{ID: h.FirstID(), Key: "a", State: wire.FinalDone, Attempts: 1}), summary(1, 1, 0, 0))
-	if sum, err := h.WaitSummary(ctx); err != nil || sum.Done != 1 {
-		t.Fatalf("WaitSummary = %+v, %v", sum, err)
-	}
+	e.finishOne(ctx, t, h, "fresh", opens[0], h.FirstID(), "a")
 	if n := readsSoFar(); n != 0 {
 		t.Fatalf("%d direct gets on %s for a fresh group, want none", n, e.names.JobsStream())
+	}
+}
+
+// finishOne records, as the coordinator would, that the incarnation of group opened at openSeq
+// ran its one job (id, key) to done, and checks that h's WaitSummary returns that summary.
+func (e *env) finishOne(ctx context.Context, t *testing.T, h *dispatcher.Handle, group string, openSeq, id uint64, key string) {
+	t.Helper()
+	e.recordIncarnation(ctx, t, group, openSeq,
+		outcomes(wire.Outcome{ID: id, Key: key, State: wire.FinalDone, Attempts: 1}), summary(1, 1, 0, 0))
+	if sum, err := h.WaitSummary(ctx); err != nil || sum.Done != 1 {
+		t.Fatalf("group %q: WaitSummary = %+v, %v; want the incarnation opened at %d, one job done", group, sum, err, openSeq)
 	}
 }
