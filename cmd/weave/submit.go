@@ -157,7 +157,9 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 	if s.outcomes {
 		info = stderr
 	}
-	if !s.jsonOut {
+	// The count is said once the group was opened: not when Publish stored nothing (a namespace
+	// not initialised, a group still running).
+	if !s.jsonOut && h != nil && !errors.Is(err, dispatcher.ErrGroupRunning) {
 		fmt.Fprintf(info, "group %q: %s submitted", s.group, count(res.Accepted, "job"))
 		if res.Duplicates > 0 {
 			fmt.Fprintf(info, ", %d duplicates dropped", res.Duplicates)
