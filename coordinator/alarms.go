@@ -219,8 +219,12 @@ func (a *alarms) observe(in alarmInput) []AlarmEvent {
 	if departure > 0 {
 		suggested = math.Ceil(float64(max(in.slots, 1)) * arrival / departure)
 	}
+	advice := fmt.Sprintf("about %.0f %s would keep up (%d live)", suggested, plural(suggested, "slot", "slots"), in.slots)
+	if in.slots == 0 {
+		advice = "no worker is live to take them"
+	}
 	set(AlarmPendingGrowth, growth >= int64(a.cfg.PendingGrowth) && inN > outN,
-		fmt.Sprintf("pending grew by %d in the last %v: %.1f jobs/s arrive, %.1f/s leave; about %.0f slots would keep up (%d live)", growth, a.cfg.Window, arrival, departure, suggested, in.slots),
+		fmt.Sprintf("pending grew by %d in the last %v: %.1f jobs/s arrive, %.1f/s leave; %s", growth, a.cfg.Window, arrival, departure, advice),
 		map[string]float64{"pending": float64(cur.pending), "growth": float64(growth), "arrival_rate": arrival, "departure_rate": departure, "slots": float64(in.slots), "suggested_slots": suggested})
 
 	// Backlog above the live slots for too long.
@@ -299,6 +303,13 @@ func (a *alarms) observe(in alarmInput) []AlarmEvent {
 		fmt.Sprintf("workers whose heartbeats lapsed in the last %v: %s", a.cfg.LostFor, strings.Join(lost, ", ")),
 		map[string]float64{"workers": float64(len(lost))})
 	return events
+}
+
+func plural(n float64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func durationSince(now, since time.Time) time.Duration {

@@ -173,3 +173,18 @@ func TestStatusAlarmsJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestAlarmsPendingGrowthWithNoWorker(t *testing.T) {
+	r := newAlarmRun(t, AlarmConfig{Window: time.Second, PendingGrowth: 100})
+	var in uint64
+	for range 12 { // 200 jobs/s arrive, no slot is live and nothing leaves
+		in += 20
+		r.step(alarmInput{pending: in, enteredPending: in})
+	}
+	if r.last(AlarmPendingGrowth) != "raised" {
+		t.Fatalf("not raised: %+v", r.events)
+	}
+	if msg := r.a.raised[AlarmPendingGrowth].Message; !strings.HasSuffix(msg, "; no worker is live to take them") {
+		t.Fatalf("message %q, want it to say that no worker is live", msg)
+	}
+}

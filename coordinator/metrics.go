@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/internal/wire"
@@ -302,7 +303,11 @@ func (r *run) observe() {
 		if err := r.c.nc.Publish(r.names.AlarmSubject(ev.Name), ev.Marshal()); err != nil {
 			r.log.Warn().Err(err).Str("alarm", ev.Name).Msg("publishing an alarm event failed")
 		}
-		r.log.Warn().Str("alarm", ev.Name).Str("state", ev.State).Msg(ev.Message)
+		lvl := zerolog.WarnLevel
+		if ev.State == "cleared" {
+			lvl = zerolog.InfoLevel // the all-clear is news, not a warning
+		}
+		r.log.WithLevel(lvl).Str("alarm", ev.Name).Str("state", ev.State).Msg(ev.Message)
 	}
 }
 

@@ -63,6 +63,9 @@ func (r *run) fireSchedules(ctx context.Context) {
 			})
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return // the term ended while asking: nothing to warn about
+			}
 			r.log.Warn().Err(err).Stringer("retry_in", wait).Msg("schedules: cannot follow the schedules stream yet")
 			if sleepCtx(ctx, wait); ctx.Err() != nil {
 				return
