@@ -25,18 +25,8 @@ func newFailedCmd(g *globals) *cobra.Command {
 its outcome, with the history of its attempts, and its payload are kept for the result
 retention (24 hours by default). "failed list" shows them; "failed retry" publishes a group's
 failed jobs again, as a new run of the group.`,
-		// Runs only to reject a missing or unknown subcommand with a usage error.
-		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usageErrorf("unknown command %q for %q", args[0], cmd.CommandPath())
-			}
-			_ = cmd.Help()
-			return usageErrorf("no subcommand given: list or retry")
-		},
 	}
-	cmd.AddCommand(newFailedListCmd(g), newFailedRetryCmd(g))
-	return cmd
+	return withSubcommands(cmd, newFailedListCmd(g), newFailedRetryCmd(g))
 }
 
 func newFailedListCmd(g *globals) *cobra.Command {

@@ -31,8 +31,7 @@ listing them needs only the status API.`,
   weave limit list
   weave limit remove --resource example.com`,
 	}
-	cmd.AddCommand(newLimitSetCmd(g), newLimitListCmd(g), newLimitRemoveCmd(g))
-	return cmd
+	return withSubcommands(cmd, newLimitSetCmd(g), newLimitListCmd(g), newLimitRemoveCmd(g))
 }
 
 // limitTarget is the --resource or --group a limit command names.

@@ -53,6 +53,11 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"failed", "retry"}, exitUsage, "Run 'weave failed retry --help' for usage."},
 		{[]string{"failed"}, exitUsage, "no subcommand"},
 		{[]string{"failed", "frob"}, exitUsage, `unknown command "frob"`},
+		// Every command that groups subcommands: alone, misspelt, or given a subcommand's flag.
+		{[]string{"schedule", "ad"}, exitUsage, `unknown command "ad" for "weave schedule" (did you mean "add"?): it takes add, list or remove`},
+		{[]string{"limit"}, exitUsage, "no subcommand given: list, remove or set"},
+		{[]string{"limit", "lst"}, exitUsage, `(did you mean "list"?)`},
+		{[]string{"failed", "--nats", "nats://127.0.0.1:1"}, exitUsage, "weave failed takes a subcommand first (list or retry), then its flags"},
 		{[]string{"failed", "list", "--group", "g\x01"}, exitUsage, "--group"},
 		{[]string{"failed", "retry"}, exitUsage, "--group is required"},
 		{[]string{"failed", "retry", "-g", "g", "0"}, exitUsage, `job ID "0"`},

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -39,7 +41,13 @@ Try it without any setup:  weave demo`,
 		g.log = log
 		return nil
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		if cmd.HasSubCommands() && cmd != root {
+			// "weave failed --nats URL": the flags are the subcommand's.
+			return usageErrorf("%v: %s takes a subcommand first (%s), then its flags", err, cmd.CommandPath(), subcommandNames(cmd))
+		}
+		return usageError{err}
+	})
 	root.AddCommand(
 		newDemoCmd(g),
 		newBenchCmd(g),
@@ -60,6 +68,63 @@ Try it without any setup:  weave demo`,
 		newVersionCmd(),
 	)
 	return root
+}
+
+// withSubcommands adds subs to parent, a command that only groups them: run alone it prints its
+// help and fails with a usage error, as it does with an unknown subcommand (cobra would print
+// the help and succeed, so a misspelt "weave schedule ad" did nothing with exit code 0).
+func withSubcommands(parent *cobra.Command, subs ...*cobra.Command) *cobra.Command {
+	parent.AddCommand(subs...)
+	parent.Args = cobra.ArbitraryArgs
+	parent.SuggestionsMinimumDistance = 2
+	parent.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			hint := ""
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				best := slices.MinFunc(s, func(a, b string) int { return editDistance(args[0], a) - editDistance(args[0], b) })
+				hint = fmt.Sprintf(" (did you mean %q?)", best)
+			}
+			return usageErrorf("unknown command %q for %q%s: it takes %s", args[0], cmd.CommandPath(), hint, subcommandNames(cmd))
+		}
+		_ = cmd.Help()
+		return usageErrorf("no subcommand given: %s", subcommandNames(cmd))
+	}
+	return parent
+}
+
+// editDistance is the Levenshtein distance between a and b, for ranking cobra's suggestions.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := range len(a) {
+		cur := make([]int, len(b)+1)
+		cur[0] = i + 1
+		for j := range len(b) {
+			cost := 1
+			if a[i] == b[j] {
+				cost = 0
+			}
+			cur[j+1] = min(prev[j+1]+1, cur[j]+1, prev[j]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+// subcommandNames lists cmd's subcommands: "list or retry", "add, list or remove".
+func subcommandNames(cmd *cobra.Command) string {
+	var names []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // globals are set from the root command's flags before any subcommand runs.

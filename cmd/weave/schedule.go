@@ -28,8 +28,7 @@ fires, once, when one runs again.`,
   weave schedule list
   weave schedule remove --name poll`,
 	}
-	cmd.AddCommand(newScheduleAddCmd(g), newScheduleListCmd(g), newScheduleRemoveCmd(g))
-	return cmd
+	return withSubcommands(cmd, newScheduleAddCmd(g), newScheduleListCmd(g), newScheduleRemoveCmd(g))
 }
 
 func newScheduleAddCmd(g *globals) *cobra.Command {
