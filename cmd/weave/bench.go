@@ -182,7 +182,7 @@ each one includes.`,
 				return errors.Join(err, werr)
 			}
 			if o.strict && report.Missed() > 0 {
-				return silentError{fmt.Errorf("%d targets missed", report.Missed())}
+				return silentError{fmt.Errorf("%s missed", count(report.Missed(), "target"))}
 			}
 			return nil
 		},

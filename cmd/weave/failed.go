@@ -149,7 +149,7 @@ func listFailed(ctx context.Context, d *dispatcher.Dispatcher, group string, std
 		if n == 0 {
 			fmt.Fprintln(stdout, "no failed jobs stored")
 		} else {
-			fmt.Fprintf(stdout, "%d failed jobs\n", n)
+			fmt.Fprintln(stdout, count(n, "failed job"))
 		}
 	}
 	if skipped != nil {
@@ -263,7 +263,7 @@ func (r *failedRetryCmd) retry(ctx context.Context, stdout io.Writer, d *dispatc
 	}
 	if res.Summary != nil {
 		if n := res.Summary.Failed + res.Summary.Canceled; n > 0 {
-			return silentError{fmt.Errorf("%d jobs did not succeed", n)}
+			return silentError{fmt.Errorf("%s did not succeed", count(n, "job"))}
 		}
 	}
 	return nil

@@ -80,7 +80,7 @@ func TestCLIFailedJobs(t *testing.T) {
 	}
 	id := strconv.FormatUint(bad.ID, 10)
 	code, out, _ = cli("", "failed", "list", "--history")
-	for _, want := range []string{"GROUP", "LAST ERROR", id, "bad", "nope on attempt 1", "#1", " on w1: ", "1 failed jobs"} {
+	for _, want := range []string{"GROUP", "LAST ERROR", id, "bad", "nope on attempt 1", "#1", " on w1: ", "1 failed job\n"} {
 		if code != exitOK || !strings.Contains(out, want) {
 			t.Errorf("failed list --history: exit %d, output lacks %q:\n%s", code, want, out)
 		}

@@ -209,7 +209,7 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 	}
 	if res.Summary != nil {
 		if n := res.Summary.Failed + res.Summary.Canceled; n > 0 {
-			return silentError{fmt.Errorf("%d jobs did not succeed", n)}
+			return silentError{fmt.Errorf("%s did not succeed", count(n, "job"))}
 		}
 	}
 	return nil
