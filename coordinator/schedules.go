@@ -126,6 +126,9 @@ func (r *run) applySchedule(states map[string]*scheduleState, m jetstream.Msg) {
 			return
 		}
 		if d.Removed {
+			if st != nil && st.def.Name != "" {
+				r.log.Info().Str("schedule", name).Msg("schedule removed")
+			}
 			delete(states, name)
 			return
 		}
@@ -134,6 +137,8 @@ func (r *run) applySchedule(states map[string]*scheduleState, m jetstream.Msg) {
 			states[name] = st
 		}
 		st.def = d
+		// At takeover each stored schedule is logged once, as limits are.
+		r.log.Info().Str("schedule", name).Str("when", d.When()).Str("group", d.Group+"@…").Int("jobs", len(d.Jobs)).Msg("schedule set")
 		return
 	}
 	var f schedule.Fired

@@ -223,10 +223,8 @@ func (d *Dispatcher) storeControl(ctx context.Context, c wire.GroupControl, ifEm
 		}
 		return err
 	})
-	var apiErr *jetstream.APIError
 	switch {
-	case ifEmpty && errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+	case ifEmpty && isWrongLastSequence(err):
 		return 0, errControlsExist
 	case err != nil:
 		return 0, fmt.Errorf("weave: publish %s of group %q: %w", c.Op, c.Group, err)

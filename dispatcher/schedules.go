@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -46,6 +47,12 @@ type ScheduleInfo struct {
 	Next      time.Time `json:"next"`
 }
 
+// When says when s ticks, for people: its cron expression, or "every 30s".
+func (s Schedule) When() string { return schedule.Def{Cron: s.Cron, Every: s.Every}.When() }
+
+// ErrScheduleNotFound is returned by RemoveSchedule for a name with no schedule stored.
+var ErrScheduleNotFound = errors.New("weave: no such schedule")
+
 // AddSchedule stores a schedule (replacing one of the same name); the active coordinator fires
 // it from its next tick on. An invalid schedule returns an error wrapping ErrInvalidOption.
 func (d *Dispatcher) AddSchedule(ctx context.Context, s Schedule) error {
@@ -68,16 +75,49 @@ func (d *Dispatcher) AddSchedule(ctx context.Context, s Schedule) error {
 	return d.storeSchedule(ctx, def)
 }
 
-// RemoveSchedule removes a schedule: no tick of it fires any more.
+// RemoveSchedule removes a schedule: no tick of it fires any more. A name with no schedule
+// stored (or one removed already) returns an error wrapping ErrScheduleNotFound, so a misspelt
+// name is not taken for a removal.
 func (d *Dispatcher) RemoveSchedule(ctx context.Context, name string) error {
 	def := schedule.Def{Name: name, Removed: true}
 	if err := def.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	return d.storeSchedule(ctx, def)
+	if err := d.ensure(ctx); err != nil {
+		return err
+	}
+	seq, err := d.scheduleSeq(ctx, name)
+	if err != nil {
+		return err
+	}
+	// Only if the definition read is still the latest: a schedule added again meanwhile stays.
+	if err := d.storeSchedule(ctx, def, jetstream.WithExpectLastSequencePerSubject(seq)); isWrongLastSequence(err) {
+		return fmt.Errorf("weave: schedule %q changed while it was being removed; nothing removed, try again", name)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
-func (d *Dispatcher) storeSchedule(ctx context.Context, def schedule.Def) error {
+// scheduleSeq returns the sequence of the stored definition of schedule name, or an error
+// wrapping ErrScheduleNotFound when there is none (or it was removed).
+func (d *Dispatcher) scheduleSeq(ctx context.Context, name string) (uint64, error) {
+	rctx, cancel := d.requestContext(ctx)
+	defer cancel()
+	m, err := directget.Last(rctx, d.nc, d.names.SchedulesStream(), d.names.ScheduleSubject(name))
+	if errors.Is(err, directget.ErrNotFound) {
+		return 0, fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
+	} else if err != nil {
+		return 0, fmt.Errorf("weave: read schedule %q: %w", name, err)
+	}
+	var def schedule.Def
+	if err := schedule.Decode(m.Data, &def); err != nil || def.Removed {
+		return 0, fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
+	}
+	return m.Seq, nil
+}
+
+func (d *Dispatcher) storeSchedule(ctx context.Context, def schedule.Def, opts ...jetstream.PublishOpt) error {
 	body, err := json.Marshal(def)
 	if err != nil {
 		return err
@@ -91,7 +131,8 @@ func (d *Dispatcher) storeSchedule(ctx context.Context, def schedule.Def) error 
 	rctx, cancel := d.requestContext(ctx)
 	defer cancel()
 	msg := &nats.Msg{Subject: d.names.ScheduleSubject(def.Name), Data: body}
-	if _, err := d.js.PublishMsg(rctx, msg, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond)); err != nil {
+	opts = append(opts, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
+	if _, err := d.js.PublishMsg(rctx, msg, opts...); err != nil {
 		return fmt.Errorf("weave: store schedule %q: %w", def.Name, err)
 	}
 	return nil

@@ -316,6 +316,13 @@ func TestPermissions(t *testing.T) {
 	if infos, err := od.Schedules(pe.ctx); err != nil || len(infos) != 1 || infos[0].Name != "hourly" {
 		t.Fatalf("observer listing the schedules: %+v, %v", infos, err)
 	}
+	// The producer removes it (RemoveSchedule reads the definition first, with a direct get).
+	if err := d.RemoveSchedule(pe.ctx, "hourly"); err != nil {
+		t.Fatalf("producer removing a schedule: %v", err)
+	}
+	if infos, err := od.Schedules(pe.ctx); err != nil || len(infos) != 0 {
+		t.Fatalf("schedules after the producer removed its one: %+v, %v", infos, err)
+	}
 	if err := wbNC.Publish(names.ScheduleSubject("sneaky"), []byte("{}")); err != nil {
 		t.Fatal(err)
 	}

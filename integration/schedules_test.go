@@ -102,6 +102,12 @@ func TestScheduleFiresEachTickOnce(t *testing.T) {
 	if infos, err := e.d.Schedules(e.ctx); err != nil || len(infos) != 0 {
 		t.Fatalf("Schedules after the removal: %+v, %v", infos, err)
 	}
+	// Removing it again, or a name never added, is not taken for a removal.
+	for _, name := range []string{"tick", "tock"} {
+		if err := e.d.RemoveSchedule(e.ctx, name); !errors.Is(err, dispatcher.ErrScheduleNotFound) {
+			t.Errorf("RemoveSchedule(%q) with no such schedule: %v, want ErrScheduleNotFound", name, err)
+		}
+	}
 	// No tick fires after the removal: a witness schedule added after it, on the same interval,
 	// fires three ticks meanwhile (one tick of the removed one may have been on its way).
 	before, _ := rc.groups("tick", 2)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -128,12 +130,17 @@ func storeLimit(cmd *cobra.Command, g *globals, conn *connFlags, l wire.Limit, v
 		return err
 	}
 	defer s.close()
-	if err := d.SetLimit(s.ctx, l); err != nil {
-		return s.explain(err)
-	}
 	if verb == "removed" {
+		if err := d.RemoveLimit(s.ctx, l.Kind, l.Name); errors.Is(err, dispatcher.ErrLimitNotFound) {
+			return fmt.Errorf("%w: nothing removed ('weave limit list' shows the limits)", err)
+		} else if err != nil {
+			return s.explain(err)
+		}
 		fmt.Fprintf(cmd.OutOrStdout(), "limit of %s %q removed\n", l.Kind, l.Name)
 		return nil
+	}
+	if err := d.SetLimit(s.ctx, l); err != nil {
+		return s.explain(err)
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "limit of %s %q set: %v\n", l.Kind, l.Name, l)
 	return nil

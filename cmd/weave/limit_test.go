@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -38,4 +39,11 @@ func TestLimitCommands(t *testing.T) {
 		code, out, _ := runCLI(t, "", append([]string{"limit", "list"}, conn...)...)
 		return code == exitOK && strings.TrimSpace(out) == "no limits"
 	})
+	// Removing it again, or a misspelt name, removes nothing and says so.
+	for _, name := range []string{"example.com", "exmple.com"} {
+		code, out, errOut := runCLI(t, "", append([]string{"limit", "remove", "--resource", name}, conn...)...)
+		if code != exitError || out != "" || !strings.Contains(errOut, fmt.Sprintf(`weave: no such limit on resource %q: nothing removed`, name)) {
+			t.Fatalf("limit remove of no limit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -84,11 +85,7 @@ month day-of-week) or 6 with seconds first, or is a descriptor: @hourly, @daily,
 			if err := d.AddSchedule(sess.ctx, s); err != nil {
 				return sess.explain(err)
 			}
-			what := s.Cron
-			if s.Every > 0 {
-				what = "every " + s.Every.String()
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "schedule %q added: %s, %s per tick\n", s.Name, what, count(len(s.Jobs), "job"))
+			fmt.Fprintf(cmd.OutOrStdout(), "schedule %q added: %s, %s per tick\n", s.Name, s.When(), count(len(s.Jobs), "job"))
 			return nil
 		},
 	}
@@ -124,7 +121,9 @@ func newScheduleRemoveCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer sess.close()
-			if err := d.RemoveSchedule(sess.ctx, name); err != nil {
+			if err := d.RemoveSchedule(sess.ctx, name); errors.Is(err, dispatcher.ErrScheduleNotFound) {
+				return fmt.Errorf("%w: nothing removed ('weave schedule list' shows the schedules)", err)
+			} else if err != nil {
 				return sess.explain(err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "schedule %q removed\n", name)
@@ -178,15 +177,11 @@ func printSchedules(w io.Writer, infos []dispatcher.ScheduleInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tWHEN\tGROUP\tJOBS\tLAST FIRED\tNEXT")
 	for _, s := range infos {
-		when := s.Cron
-		if s.Every > 0 {
-			when = "every " + s.Every.String()
-		}
 		last := "-"
 		if !s.LastFired.IsZero() {
 			last = s.LastFired.UTC().Format(time.DateTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s@…\t%d\t%s\t%s\n", s.Name, when, s.Group, len(s.Jobs), last, s.Next.UTC().Format(time.DateTime))
+		fmt.Fprintf(tw, "%s\t%s\t%s@…\t%d\t%s\t%s\n", s.Name, s.When(), s.Group, len(s.Jobs), last, s.Next.UTC().Format(time.DateTime))
 	}
 	return tw.Flush()
 }

@@ -40,4 +40,9 @@ func TestScheduleCommands(t *testing.T) {
 	if code, out, _ := runCLI(t, "", append([]string{"schedule", "list"}, conn...)...); code != exitOK || strings.TrimSpace(out) != "no schedules" {
 		t.Fatalf("schedule list after remove: exit %d\n%s", code, out)
 	}
+	// Removing it again (or a misspelt name) removes nothing, and says so.
+	code, out, errOut = runCLI(t, "", append([]string{"schedule", "remove", "--name", "poll"}, conn...)...)
+	if code != exitError || out != "" || !strings.Contains(errOut, `weave: no such schedule: "poll": nothing removed`) {
+		t.Fatalf("schedule remove of no schedule: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
 }

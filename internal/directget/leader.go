@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 )
@@ -50,4 +51,30 @@ func LastBySubject(ctx context.Context, nc *nats.Conn, stream, subject string) (
 		}
 	}
 	return m, nil
+}
+
+// Last reads the last message on subject of stream with a direct get, which any replica may
+// answer (a lagging one with an older message, or none: pair a write that depends on it with
+// Nats-Expected-Last-Subject-Sequence). It returns an error wrapping ErrNotFound when the stream
+// holds no message on subject. Unlike LastBySubject it needs only the direct get permission.
+func Last(ctx context.Context, nc *nats.Conn, stream, subject string) (*Msg, error) {
+	req, _ := json.Marshal(struct {
+		Last string `json:"last_by_subj"`
+	}{subject})
+	resp, err := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, req)
+	if err != nil {
+		return nil, fmt.Errorf("weave: last message of %s on %s: %w", stream, subject, err)
+	}
+	switch status := resp.Header.Get("Status"); status {
+	case "":
+	case "404":
+		return nil, fmt.Errorf("%w: no message of %s on %s", ErrNotFound, stream, subject)
+	default:
+		return nil, fmt.Errorf("weave: last message of %s on %s: status %s %s", stream, subject, status, resp.Header.Get("Description"))
+	}
+	seq, err := strconv.ParseUint(resp.Header.Get("Nats-Sequence"), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("weave: last message of %s on %s: sequence %q", stream, subject, resp.Header.Get("Nats-Sequence"))
+	}
+	return &Msg{Seq: seq, Subject: resp.Header.Get("Nats-Subject"), Header: resp.Header, Data: resp.Data}, nil
 }

@@ -50,6 +50,14 @@ type Job struct {
 	Timeout     time.Duration `json:"timeout,omitempty"`
 }
 
+// When says when the schedule ticks, for people: its cron expression, or "every 30s".
+func (d Def) When() string {
+	if d.Every > 0 {
+		return "every " + d.Every.String()
+	}
+	return d.Cron
+}
+
 // Limits of a definition.
 const (
 	MaxJobs  = 1000
