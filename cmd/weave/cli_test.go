@@ -126,7 +126,7 @@ func TestCLI(t *testing.T) {
 	}
 	// A bad line stops the submission; the jobs before it are sealed in the group.
 	code, out, errOut = runCLI(t, "{\"key\":\"c\"}\n{\"nope\":1}\n", append([]string{"submit", "-g", "g2", "--wait"}, conn...)...)
-	if code != exitError || !strings.Contains(errOut, "line 2") || !strings.Contains(out, "1 job submitted") {
+	if code != exitError || !strings.Contains(errOut, "line 2") || !strings.Contains(errOut, "(the group was sealed with the 1 job submitted before it)") || !strings.Contains(out, "1 job submitted") {
 		t.Errorf("bad line: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 

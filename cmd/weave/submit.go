@@ -175,7 +175,7 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 			// Nothing was published, nor sealed: the group ID's last incarnation has not finished.
 			err = fmt.Errorf("group %q is sealed and still running, so nothing was submitted: submit it again once it has finished ('weave status' lists it while it runs)", s.group)
 		case h != nil:
-			err = fmt.Errorf("%w (the group was sealed with the %d jobs submitted before)", err, res.Accepted)
+			err = fmt.Errorf("%w (the group was sealed with the %s submitted before it)", err, count(res.Accepted, "job"))
 		}
 		return err
 	}
