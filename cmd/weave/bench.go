@@ -53,7 +53,8 @@ Scenarios (all of them, in this order, when none is named; each takes well under
   throughput  no-op jobs end to end with 1 × 64, 1 × 8, 4 × 8 and 16 × 4 workers × slots, each
               against a raw JetStream work queue on the same server: throughput and CPU per job
   latency     open-loop submission at a fixed rate: submit → start and submit → outcome
-  single      single jobs (one message each) at 1,000/s, each submitter waiting: against raw JetStream
+  single      single jobs (one message each) at 1,000/s, each submitter waiting, against raw
+              JetStream
   fairness    6 slots, groups of 10, 5 and 1 ms tasks, under round robin and least in-flight
   weights     8 slots, groups of 10 and 1 ms tasks with weights 3 and 1, then 1 and 3
   limits      delayed jobs' lateness; a rate and concurrency limit's achieved rate under backlog

@@ -5,6 +5,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
 
 	"go.uber.org/goleak"
 )
@@ -96,4 +99,24 @@ func TestIDRange(t *testing.T) {
 			t.Errorf("idRange(%d, %d) = %q, want %q", c.first, c.last, got, c.want)
 		}
 	}
+}
+
+// TestHelpTextsFitATerminal: every command's long help and examples keep to 100 columns, so
+// `weave CMD --help` reads in an ordinary terminal (the worker's once ran to 130).
+func TestHelpTextsFitATerminal(t *testing.T) {
+	t.Parallel()
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, text := range []string{c.Long, c.Example} {
+			for i, line := range strings.Split(text, "\n") {
+				if n := utf8.RuneCountInString(line); n > 100 {
+					t.Errorf("%s: help line %d is %d columns: %q", c.CommandPath(), i+1, n, line)
+				}
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
 }

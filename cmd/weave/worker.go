@@ -34,7 +34,8 @@ The command gets the job's payload on stdin, and these environment variables:
   WEAVE_NAMESPACE, WEAVE_WORKER_ID
 
 Its stdout, at most --max-output bytes, is the job's result. Its stderr goes to the worker's
-stderr, each line prefixed "[job ID key "K" attempt N] ", and its end becomes the error of a failed attempt. The exit status decides the outcome:
+stderr, each line prefixed "[job ID key "K" attempt N] ", and its end becomes the error of a
+failed attempt. The exit status decides the outcome:
   0          success
   65         permanent failure (EX_DATAERR): the job fails at once, without retries
   other      retryable failure (75, EX_TEMPFAIL, is the conventional one): the coordinator
