@@ -17,8 +17,9 @@ race: ## Run the tests with the race detector
 	go test -race -count=1 ./...
 
 .PHONY: vet
-vet: ## go vet and gofmt check
+vet: ## go vet, staticcheck (pinned, staticcheck.conf) and gofmt check
 	go vet ./...
+	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 
 .PHONY: bench

@@ -130,7 +130,7 @@ func (e *engine) inspectJob(id uint64, hint string) wire.InspectReply {
 		jl.Group, jl.Incarnation = j.g.id, j.g.openSeq
 		jl.Key, jl.Attempt, jl.MaxAttempts, jl.Released = j.key, j.attempt, j.maxAtt, j.since
 		for _, a := range j.history {
-			jl.History = append(jl.History, wire.AttemptJSON{At: a.At, Worker: a.Worker, Error: a.Error})
+			jl.History = append(jl.History, wire.AttemptJSON(a))
 		}
 		if st == jobindex.RetryWait {
 			jl.RetryAt = j.retryAt

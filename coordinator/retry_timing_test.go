@@ -26,7 +26,7 @@ func TestRetrySchedule(t *testing.T) {
 		var tries []time.Duration
 		err := r.retry(ctx, "write", func(tctx context.Context) error {
 			tries = append(tries, time.Since(start))
-			if d, ok := tctx.Deadline(); !ok || d.Sub(time.Now()) != requestTimeout {
+			if d, ok := tctx.Deadline(); !ok || time.Until(d) != requestTimeout {
 				t.Errorf("try's deadline %v ahead, want %v", time.Until(d), requestTimeout)
 			}
 			if len(tries) < 7 {

@@ -38,11 +38,8 @@ const (
 	recheckSoon = 10 * time.Millisecond
 )
 
-// Message prefixes (format version and kind) of a summary and of an outcome batch.
-var (
-	summaryPrefix  = wire.AppendSummary(nil, wire.GroupSummary{})[:2]
-	outcomesPrefix = wire.AppendOutcomes(nil, nil)[:2]
-)
+// outcomesPrefix is the message prefix (format version and kind) of an outcome batch.
+var outcomesPrefix = wire.AppendOutcomes(nil, nil)[:2]
 
 // recentGroups bounds Dispatcher.recent. A message reaches the subscription as the server
 // stores it, sometimes a moment before a direct get can read it: a waiter registered in that

@@ -515,7 +515,7 @@ func (c *completer) sendQueued(t time.Time) {
 		c.ackAlone(m)
 	}
 	if !next.IsZero() && !c.queueArmed {
-		c.queueTimer.Reset(max(next.Add(c.ackWait()).Sub(time.Now()), 0))
+		c.queueTimer.Reset(max(time.Until(next.Add(c.ackWait())), 0))
 		c.queueArmed = true
 	}
 }

@@ -200,26 +200,6 @@ func (b *natsBackend) Ended(ctx context.Context, limit int) ([]EndedGroup, error
 	return out[:min(len(out), limit)], nil
 }
 
-// outcome converts a stored outcome like the dispatcher does for Failed.
-func outcome(group string, o *wire.Outcome) dispatcher.JobOutcome {
-	out := dispatcher.JobOutcome{Group: group, ID: o.ID, Key: o.Key, Attempts: int(o.Attempts)}
-	for _, a := range o.History {
-		out.History = append(out.History, dispatcher.Attempt{At: a.At, Worker: a.Worker, Err: a.Error})
-	}
-	switch o.State {
-	case wire.FinalDone:
-		out.State = dispatcher.StateDone
-		if len(o.Data) > 0 {
-			out.Result = append([]byte(nil), o.Data...)
-		}
-	case wire.FinalFailed:
-		out.State, out.Err = dispatcher.StateFailed, string(o.Data)
-	case wire.FinalCanceled:
-		out.State, out.Err = dispatcher.StateCanceled, string(o.Data)
-	}
-	return out
-}
-
 func (b *natsBackend) Retry(ctx context.Context, group string, ids []uint64) (int, error) {
 	h, err := b.d.Redrive(ctx, group, ids...)
 	if h == nil {
