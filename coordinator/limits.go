@@ -27,6 +27,8 @@ import (
 //     burst − (tat − now)/interval tokens, and each release takes one by moving tat an interval
 //     on. A coordinator that takes over starts with an empty bucket, so the starts of the two
 //     terms together stay within the bucket's bound.
+//   - Paused: no room at all (room is 0) until the limit is set again without it; the jobs it
+//     holds back wait in its line, and the resume offers them again like any change of a limit.
 type limits struct {
 	byKey     map[limitKey]*limitState
 	resources int // resource limits in byKey: none means no job's resources need looking up
@@ -140,8 +142,11 @@ func (ls *limitState) takeToken(now time.Time) {
 	ls.tat = ls.tat.Add(iv)
 }
 
-// room is how many more jobs the limit lets start now.
+// room is how many more jobs the limit lets start now: none while it is paused.
 func (ls *limitState) room(now time.Time) int {
+	if ls.Paused {
+		return 0
+	}
 	n := math.MaxInt
 	if ls.Concurrency > 0 {
 		n = max(ls.Concurrency-ls.running, 0)
@@ -239,7 +244,7 @@ func (e *engine) refillLimits(now time.Time) {
 func (l *limits) nextToken(now time.Time) time.Time {
 	var next time.Time
 	for _, ls := range l.byKey {
-		if ls.Rate == 0 || len(ls.waiting) == 0 {
+		if ls.Rate == 0 || len(ls.waiting) == 0 || ls.Paused { // a token lets none of them go
 			continue
 		}
 		at := ls.tat.Add(-time.Duration(ls.burst()-1) * ls.interval()) // one token then

@@ -174,3 +174,44 @@ func TestRateLimitKeepsItsSchedule(t *testing.T) {
 		t.Fatalf("after a pause the next token is at +%v, want +1.1s", next.Sub(t0))
 	}
 }
+
+// TestPausedLimit: a paused group releases none of its jobs while the other group's take every
+// slot; its jobs wait in the limit's line (no feeder slot: one is configured); a paused rate arms
+// no timer; the resume offers them all at once under the limit's concurrency.
+func TestPausedLimit(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Feeders: 1, Prefetch: -1})
+	te.e.setLimit(wire.Limit{Kind: wire.LimitGroup, Name: "held", Paused: true, Concurrency: 3, Rate: 100, Per: time.Second, Burst: 100}, te.now)
+	te.open("held")
+	for range 5 {
+		te.job(wire.JobMeta{Group: "held"})
+	}
+	te.seal("held")
+	te.open("other")
+	for range 4 {
+		te.job(wire.JobMeta{Group: "other"})
+	}
+	te.seal("other")
+	te.worker("w", 8)
+	got := te.releases()["any"]
+	if n := countBy(got); n["held"] != 0 || n["other"] != 4 {
+		t.Fatalf("released %v while paused, want only the other group's 4", n)
+	}
+	ls := te.e.limits.byKey[limitKey{wire.LimitGroup, "held"}]
+	if len(ls.waiting) != 5 {
+		t.Fatalf("%d jobs in the paused limit's line, want 5", len(ls.waiting))
+	}
+	te.now = te.now.Add(time.Hour) // the rate's bucket is full: a token changes nothing
+	te.worker("w", 8)              // a heartbeat: the worker is live at the new time
+	if next := te.e.limits.nextToken(te.now); !next.IsZero() {
+		t.Fatalf("a paused rate limit asks for a wakeup at %v", next)
+	}
+	te.e.tick(te.now)
+	if n := countBy(te.releases()["any"]); n["held"] != 0 {
+		t.Fatalf("released %v of the paused group after its rate refilled", n)
+	}
+	te.e.setLimit(wire.Limit{Kind: wire.LimitGroup, Name: "held", Concurrency: 3, Rate: 100, Per: time.Second, Burst: 100}, te.now)
+	if n := countBy(te.releases()["any"]); n["held"] != 3 {
+		t.Fatalf("the resume released %v, want 3 of the held group (its concurrency)", n)
+	}
+}

@@ -41,19 +41,22 @@ const (
 // ErrLimitNotFound is returned by RemoveLimit when the resource or group has no limit set.
 var ErrLimitNotFound = errors.New("weave: no such limit")
 
-// SetLimit stores a limit, replacing the one on the same resource or group; the coordinator
-// applies it at once. A Limit with neither Concurrency nor Rate removes the limit (as
-// RemoveLimit does, without its check that there is one). An invalid limit returns an error
-// wrapping ErrInvalidOption. Writing limits needs the coordinator's NATS permissions
-// (internal/auth): they are the operator's.
+// SetLimit stores a limit's concurrency and rate, replacing those on the same resource or group;
+// the coordinator applies it at once. A pause in place stays (Resume ends it; l.Paused set
+// pauses too). A Limit with neither Concurrency nor Rate leaves only a pause, if there is one,
+// else removes the limit (as RemoveLimit does, without its check that there is one). An
+// invalid limit returns an error wrapping ErrInvalidOption. Writing limits needs the
+// coordinator's NATS permissions (internal/auth): they are the operator's.
 func (d *Dispatcher) SetLimit(ctx context.Context, l Limit) error {
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("%w: limit: %w", ErrInvalidOption, err)
 	}
-	if err := d.ensure(ctx); err != nil {
+	cur, seq, err := d.storedLimit(ctx, l.Kind, l.Name)
+	if err != nil {
 		return err
 	}
-	return d.storeLimit(ctx, l)
+	l.Paused = l.Paused || cur.Paused
+	return d.replaceLimit(ctx, l, seq, "set")
 }
 
 func (d *Dispatcher) storeLimit(ctx context.Context, l Limit, opts ...jetstream.PublishOpt) error {
@@ -67,33 +70,97 @@ func (d *Dispatcher) storeLimit(ctx context.Context, l Limit, opts ...jetstream.
 	return nil
 }
 
-// RemoveLimit removes the limit on a resource or group ID. With no limit set there it returns
-// an error wrapping ErrLimitNotFound, so a misspelt name is not taken for a removal.
+// RemoveLimit removes the limit on a resource or group ID (a pause included). With no limit set
+// there it returns an error wrapping ErrLimitNotFound, so a misspelt name is not taken for a
+// removal.
 func (d *Dispatcher) RemoveLimit(ctx context.Context, kind LimitKind, name string) error {
-	l := Limit{Kind: kind, Name: name}
-	if err := l.Validate(); err != nil {
-		return fmt.Errorf("%w: limit: %w", ErrInvalidOption, err)
+	cur, seq, err := d.storedLimit(ctx, kind, name)
+	switch {
+	case err != nil:
+		return err
+	case cur.Removes():
+		return fmt.Errorf("%w on %s %q", ErrLimitNotFound, kind, name)
+	}
+	return d.replaceLimit(ctx, Limit{Kind: kind, Name: name}, seq, "removed")
+}
+
+// ErrNotPaused is returned by Resume when the resource or group ID is not paused.
+var ErrNotPaused = errors.New("weave: not paused")
+
+// Pause holds back every job of a resource (the jobs that require or prefer it) or of a group ID
+// across the whole fleet: the coordinator releases none of them until Resume, while the jobs
+// released before go on and other work runs. A limit set there keeps its concurrency and rate
+// for the resume. A pause is a limit: it is kept in the LIMITS stream across restarts and
+// failovers, listed by `weave limit list`, and setting it needs the coordinator's NATS
+// permissions. Pausing what is paused already changes nothing.
+func (d *Dispatcher) Pause(ctx context.Context, kind LimitKind, name string) error {
+	return d.setPaused(ctx, kind, name, true)
+}
+
+// Resume ends a Pause: the jobs it held back are offered again at once, under the limit's
+// concurrency and rate if it has them. One not paused returns an error wrapping ErrNotPaused.
+func (d *Dispatcher) Resume(ctx context.Context, kind LimitKind, name string) error {
+	return d.setPaused(ctx, kind, name, false)
+}
+
+func (d *Dispatcher) setPaused(ctx context.Context, kind LimitKind, name string, paused bool) error {
+	cur, seq, err := d.storedLimit(ctx, kind, name)
+	switch {
+	case err != nil:
+		return err
+	case cur.Paused == paused && paused:
+		return nil
+	case cur.Paused == paused:
+		return fmt.Errorf("%w: %s %q", ErrNotPaused, kind, name)
+	}
+	cur.Paused = paused
+	verb := "paused"
+	if !paused {
+		verb = "resumed"
+	}
+	return d.replaceLimit(ctx, cur, seq, verb)
+}
+
+// LimitOf returns the limit stored on a resource or group ID, as the coordinator applies it:
+// with none, a Limit whose Removes() is true. Reading limits needs the coordinator's NATS
+// permissions, as writing them does (the status API, `weave limit list`, shows them to any role
+// with their use).
+func (d *Dispatcher) LimitOf(ctx context.Context, kind LimitKind, name string) (Limit, error) {
+	l, _, err := d.storedLimit(ctx, kind, name)
+	return l, err
+}
+
+// storedLimit reads the limit stored on a resource or group ID, and the sequence of its message
+// (0 if none; the Limit is then a removal, as it is when a removal is stored).
+func (d *Dispatcher) storedLimit(ctx context.Context, kind LimitKind, name string) (Limit, uint64, error) {
+	none := Limit{Kind: kind, Name: name}
+	if err := none.Validate(); err != nil {
+		return none, 0, fmt.Errorf("%w: limit: %w", ErrInvalidOption, err)
 	}
 	if err := d.ensure(ctx); err != nil {
-		return err
+		return none, 0, err
 	}
 	rctx, cancel := d.requestContext(ctx)
+	defer cancel()
 	m, err := directget.Last(rctx, d.nc, d.names.LimitsStream(), d.names.LimitSubject(kind, name))
-	cancel()
-	if err == nil {
-		if cur, perr := d.names.ParseLimit(m.Subject, m.Data); perr != nil || cur.Removes() {
-			err = directget.ErrNotFound
-		}
-	}
 	switch {
 	case errors.Is(err, directget.ErrNotFound):
-		return fmt.Errorf("%w on %s %q", ErrLimitNotFound, kind, name)
+		return none, 0, nil
 	case err != nil:
-		return fmt.Errorf("weave: read the limit of %s %q: %w", kind, name, err)
+		return none, 0, fmt.Errorf("weave: read the limit of %s %q: %w", kind, name, err)
 	}
-	// Only if the limit read is still the latest: one set again meanwhile stays.
-	if err := d.storeLimit(ctx, l, jetstream.WithExpectLastSequencePerSubject(m.Seq)); isWrongLastSequence(err) {
-		return fmt.Errorf("weave: the limit of %s %q changed while it was being removed; nothing removed, try again", kind, name)
+	cur, err := d.names.ParseLimit(m.Subject, m.Data)
+	if err != nil { // refused by the coordinator too: as if none were stored
+		return none, m.Seq, nil
+	}
+	return cur, m.Seq, nil
+}
+
+// replaceLimit stores l if the limit's message is still the one at seq (0: none): a limit
+// changed meanwhile by someone else is not overwritten unseen.
+func (d *Dispatcher) replaceLimit(ctx context.Context, l Limit, seq uint64, verb string) error {
+	if err := d.storeLimit(ctx, l, jetstream.WithExpectLastSequencePerSubject(seq)); isWrongLastSequence(err) {
+		return fmt.Errorf("weave: the limit of %s %q changed while it was being %s; nothing done, try again", l.Kind, l.Name, verb)
 	} else if err != nil {
 		return err
 	}

@@ -2,11 +2,13 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/worker"
 )
@@ -109,4 +111,87 @@ func TestLimitsHoldAcrossCoordinatorKill(t *testing.T) {
 	}
 	t.Logf("peak %d of %d at once; %d rate-limited starts over %v", sitePeak, siteLimit, len(politeStarts),
 		politeStarts[len(politeStarts)-1].Sub(politeStarts[0]).Round(time.Millisecond))
+}
+
+// TestPauseAndResume: a paused group releases none of its jobs while another group, published
+// after it, runs to the end; a limit set meanwhile keeps the pause; Resume lets its jobs run,
+// under that limit; resuming it again, or what was never paused, is ErrNotPaused; RemoveLimit
+// ends a pause too.
+func TestPauseAndResume(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	var (
+		mu            sync.Mutex
+		running, peak int
+		heldStarted   int
+	)
+	e.worker(worker.Config{ID: "w", Concurrency: 4}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		mu.Lock()
+		if j.Group == "held" {
+			heldStarted++
+			running++
+			peak = max(peak, running)
+		}
+		mu.Unlock()
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		mu.Lock()
+		if j.Group == "held" {
+			running--
+		}
+		mu.Unlock()
+		return nil, nil
+	})
+	if err := e.d.Pause(e.ctx, dispatcher.LimitGroup, "held"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.SetLimit(e.ctx, dispatcher.Limit{Kind: dispatcher.LimitGroup, Name: "held", Concurrency: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := e.d.LimitOf(e.ctx, dispatcher.LimitGroup, "held"); err != nil || !l.Paused || l.Concurrency != 2 {
+		t.Fatalf("the limit after SetLimit on a paused group: %+v, %v; want still paused, 2 at once", l, err)
+	}
+	held := e.publish("held", jobs(12, nil))
+	other := e.publish("other", jobs(12, nil))
+	if sum := e.wait(other).Summary; sum.Done != 12 {
+		t.Fatalf("the other group: %+v", sum)
+	}
+	mu.Lock()
+	n := heldStarted
+	mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d jobs of the paused group started while it was paused", n)
+	}
+	if info, err := e.d.Group(e.ctx, "held"); err != nil || info.Jobs[dispatcher.StatePending] != 12 {
+		t.Fatalf("the paused group: %+v, %v; want its 12 jobs pending", info, err)
+	}
+	if err := e.d.Resume(e.ctx, dispatcher.LimitGroup, "held"); err != nil {
+		t.Fatal(err)
+	}
+	if sum := e.wait(held).Summary; sum.Done != 12 {
+		t.Fatalf("the resumed group: %+v", sum)
+	}
+	mu.Lock()
+	if peak > 2 {
+		t.Errorf("the resumed group ran %d jobs at once, above its limit of 2", peak)
+	}
+	mu.Unlock()
+	for _, name := range []string{"held", "never"} {
+		if err := e.d.Resume(e.ctx, dispatcher.LimitGroup, name); !errors.Is(err, dispatcher.ErrNotPaused) {
+			t.Errorf("Resume of %q, not paused: %v, want ErrNotPaused", name, err)
+		}
+	}
+	if err := e.d.Pause(e.ctx, dispatcher.LimitResource, "api"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.RemoveLimit(e.ctx, dispatcher.LimitResource, "api"); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := e.d.LimitOf(e.ctx, dispatcher.LimitResource, "api"); err != nil || !l.Removes() {
+		t.Fatalf("a pause after RemoveLimit: %+v, %v", l, err)
+	}
 }

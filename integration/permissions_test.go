@@ -340,6 +340,13 @@ func TestPermissions(t *testing.T) {
 	}
 	lcancel()
 	ld.Close()
+	// Refused at its first request: SetLimit reads the stored limit (to keep a pause) before it
+	// writes, and the producer may not read LIMITS either.
+	limErrs.waitFor(t, fmt.Sprintf("Permissions Violation for Publish to %q", "$JS.API.DIRECT.GET."+names.LimitsStream()))
+	// Nor may it write a limit's subject directly.
+	if err := limNC.Publish(names.LimitSubject(wire.LimitResource, "a"), wire.AppendLimit(nil, wire.Limit{Kind: wire.LimitResource, Name: "a", Concurrency: 1000})); err != nil {
+		t.Fatal(err)
+	}
 	limErrs.waitFor(t, fmt.Sprintf("Permissions Violation for Publish to %q", names.LimitSubject(wire.LimitResource, "a")))
 
 	// A forged heartbeat on worker B's own subject, claiming pool A with many slots, is refused.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +18,7 @@ import (
 func newLimitCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "limit",
-		Short: "Set, list and remove limits per resource and per group",
+		Short: "Set, list, pause and remove limits per resource and per group",
 		Long: `A limit bounds the jobs of one resource (the jobs that require or prefer it) or of one group
 ID, across the whole fleet: at most --concurrency of them released at once (running, or in a
 worker's hands), and at most --rate starts per --per, from a bucket of --burst tokens (default
@@ -26,14 +27,20 @@ namespace's LIMITS stream, so they hold across restarts and failovers, and chang
 effect at once. Jobs a limit holds back wait without taking a worker slot or a feeder slot:
 other groups and the group's other jobs go on.
 
-Setting and removing limits needs the coordinator's NATS permissions (they are the operator's);
-listing them needs only the status API.`,
+"limit pause" holds back every job of a resource or group until "limit resume": for an outage
+downstream, say. The jobs already released go on; a pause keeps the limit's concurrency and
+rate for the resume, "limit set" leaves a pause in place, and "limit remove" ends both.
+
+Setting, pausing and removing limits needs the coordinator's NATS permissions (they are the
+operator's); listing them needs only the status API.`,
 		Example: `  weave limit set --resource example.com --concurrency 2 --rate 5 --per 1s
   weave limit set --group nightly-export --concurrency 10
   weave limit list
+  weave limit pause --resource payments-api
+  weave limit resume --resource payments-api
   weave limit remove --resource example.com`,
 	}
-	return withSubcommands(cmd, newLimitSetCmd(g), newLimitListCmd(g), newLimitRemoveCmd(g))
+	return withSubcommands(cmd, newLimitSetCmd(g), newLimitListCmd(g), newLimitRemoveCmd(g), newLimitPauseCmd(g), newLimitResumeCmd(g))
 }
 
 // limitTarget is the --resource or --group a limit command names.
@@ -81,7 +88,7 @@ func newLimitSetCmd(g *globals) *cobra.Command {
 			if err := l.Validate(); err != nil {
 				return usageErrorf("%s", plainReason(err))
 			}
-			return storeLimit(cmd, g, &conn, l, "set")
+			return setLimit(cmd, g, &conn, l)
 		},
 	}
 	conn.register(cmd.Flags())
@@ -96,13 +103,52 @@ func newLimitSetCmd(g *globals) *cobra.Command {
 }
 
 func newLimitRemoveCmd(g *globals) *cobra.Command {
+	return newLimitTargetCmd(g, "remove", "Remove the limit of a resource or group, a pause included",
+		func(ctx context.Context, d *dispatcher.Dispatcher, l wire.Limit, out io.Writer) error {
+			if err := d.RemoveLimit(ctx, l.Kind, l.Name); errors.Is(err, dispatcher.ErrLimitNotFound) {
+				return fmt.Errorf("%w: nothing removed ('weave limit list' shows the limits)", err)
+			} else if err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(out, "limit of %s %q removed\n", l.Kind, l.Name)
+			return err
+		})
+}
+
+func newLimitPauseCmd(g *globals) *cobra.Command {
+	return newLimitTargetCmd(g, "pause", "Hold back every job of a resource or group until it is resumed",
+		func(ctx context.Context, d *dispatcher.Dispatcher, l wire.Limit, out io.Writer) error {
+			if err := d.Pause(ctx, l.Kind, l.Name); err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(out, "%s %q paused: none of its jobs is released until 'weave limit resume'; those running go on\n", l.Kind, l.Name)
+			return err
+		})
+}
+
+func newLimitResumeCmd(g *globals) *cobra.Command {
+	return newLimitTargetCmd(g, "resume", "Let the jobs of a paused resource or group go again",
+		func(ctx context.Context, d *dispatcher.Dispatcher, l wire.Limit, out io.Writer) error {
+			if err := d.Resume(ctx, l.Kind, l.Name); errors.Is(err, dispatcher.ErrNotPaused) {
+				return fmt.Errorf("%w: nothing resumed ('weave limit list' shows what is paused)", err)
+			} else if err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(out, "%s %q resumed\n", l.Kind, l.Name)
+			return err
+		})
+}
+
+// newLimitTargetCmd is a limit subcommand that names a resource or group and does one thing to
+// its limit with a dispatcher: remove, pause, resume.
+func newLimitTargetCmd(g *globals, name, short string, do func(context.Context, *dispatcher.Dispatcher, wire.Limit, io.Writer) error) *cobra.Command {
 	var (
 		conn   connFlags
 		target limitTarget
 	)
 	cmd := &cobra.Command{
-		Use:   "remove (--resource R | --group G)",
-		Short: "Remove the limit of a resource or group",
+		Use:   name + " (--resource R | --group G)",
+		Short: short,
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, err := target.limit()
@@ -112,7 +158,14 @@ func newLimitRemoveCmd(g *globals) *cobra.Command {
 			if err := l.Validate(); err != nil {
 				return usageErrorf("%s", plainReason(err))
 			}
-			return storeLimit(cmd, g, &conn, l, "removed")
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			d, s, err := newDispatcher(ctx, &conn, "limit", g.log)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			return s.explain(do(s.ctx, d, l, cmd.OutOrStdout()))
 		},
 	}
 	conn.register(cmd.Flags())
@@ -121,8 +174,8 @@ func newLimitRemoveCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// storeLimit stores l and says so.
-func storeLimit(cmd *cobra.Command, g *globals, conn *connFlags, l wire.Limit, verb string) error {
+// setLimit stores l's concurrency and rate and says so, and that a pause stays if there is one.
+func setLimit(cmd *cobra.Command, g *globals, conn *connFlags, l wire.Limit) error {
 	ctx, stop := signalContext(cmd.Context())
 	defer stop()
 	d, s, err := newDispatcher(ctx, conn, "limit", g.log)
@@ -130,19 +183,13 @@ func storeLimit(cmd *cobra.Command, g *globals, conn *connFlags, l wire.Limit, v
 		return err
 	}
 	defer s.close()
-	if verb == "removed" {
-		if err := d.RemoveLimit(s.ctx, l.Kind, l.Name); errors.Is(err, dispatcher.ErrLimitNotFound) {
-			return fmt.Errorf("%w: nothing removed ('weave limit list' shows the limits)", err)
-		} else if err != nil {
-			return s.explain(err)
-		}
-		fmt.Fprintf(cmd.OutOrStdout(), "limit of %s %q removed\n", l.Kind, l.Name)
-		return nil
-	}
 	if err := d.SetLimit(s.ctx, l); err != nil {
 		return s.explain(err)
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "limit of %s %q set: %v\n", l.Kind, l.Name, l)
+	if cur, err := d.LimitOf(s.ctx, l.Kind, l.Name); err == nil && cur.Paused {
+		fmt.Fprintf(cmd.OutOrStdout(), "%s %q is still paused: 'weave limit resume' lets its jobs go\n", l.Kind, l.Name)
+	}
 	return nil
 }
 

@@ -39,6 +39,30 @@ func TestLimitCommands(t *testing.T) {
 		code, out, _ := runCLI(t, "", append([]string{"limit", "list"}, conn...)...)
 		return code == exitOK && strings.TrimSpace(out) == "no limits"
 	})
+	// A pause: listed, kept by a set, ended by resume; resuming twice is an error.
+	for _, step := range []struct {
+		args    []string
+		code    int
+		out     string // in stdout, or stderr for an error
+		listing string // then in limit list's stdout (spaces collapsed), "" for none
+	}{
+		{[]string{"pause", "--group", "g1"}, exitOK, `group "g1" paused: none of its jobs is released until 'weave limit resume'`, "group g1 paused 0 0"},
+		{[]string{"set", "--group", "g1", "--concurrency", "3"}, exitOK, `group "g1" is still paused: 'weave limit resume' lets its jobs go`, "group g1 paused, 3 at once 0 0"},
+		{[]string{"resume", "--group", "g1"}, exitOK, `group "g1" resumed`, "group g1 3 at once 0 0"},
+		{[]string{"resume", "--group", "g1"}, exitError, `weave: not paused: group "g1": nothing resumed`, ""},
+		{[]string{"remove", "--group", "g1"}, exitOK, `limit of group "g1" removed`, ""},
+	} {
+		code, out, errOut := runCLI(t, "", append(append([]string{"limit"}, step.args...), conn...)...)
+		if code != step.code || !strings.Contains(out+errOut, step.out) {
+			t.Fatalf("limit %q: exit %d, want %d with %q\nstdout: %s\nstderr: %s", step.args, code, step.code, step.out, out, errOut)
+		}
+		if step.listing != "" {
+			waitFor(t, 30*time.Second, "limit list to show "+step.listing, func() bool {
+				code, out, _ := runCLI(t, "", append([]string{"limit", "list"}, conn...)...)
+				return code == exitOK && strings.Contains(strings.Join(strings.Fields(out), " "), step.listing)
+			})
+		}
+	}
 	// Removing it again, or a misspelt name, removes nothing and says so.
 	for _, name := range []string{"example.com", "exmple.com"} {
 		code, out, errOut := runCLI(t, "", append([]string{"limit", "remove", "--resource", name}, conn...)...)

@@ -35,11 +35,14 @@ const (
 
 // Limit is a limit on the jobs of one resource or one group ID, enforced by the coordinator
 // across the whole fleet. A job under several limits (a group's, and its resources') runs only
-// when every one of them allows it. A limit with neither a concurrency nor a rate is no limit:
-// publishing one removes the limit.
+// when every one of them allows it. A limit with neither a concurrency nor a rate, and not
+// paused, is no limit: publishing one removes the limit.
 type Limit struct {
 	Kind LimitKind `json:"kind"`
 	Name string    `json:"name"`
+	// Paused holds back every job under the limit: none is released until it is resumed (the
+	// jobs released before go on). Concurrency and rate are kept for the resume.
+	Paused bool `json:"paused,omitempty"`
 	// Concurrency is the most jobs under the limit released at once (running, or queued at a
 	// worker); 0: no concurrency limit.
 	Concurrency int `json:"concurrency,omitempty"`
@@ -59,8 +62,8 @@ const (
 	MaxLimitBytes       = 2048 // of a limit message's body
 )
 
-// Removes reports whether l is a removal: no concurrency and no rate.
-func (l Limit) Removes() bool { return l.Concurrency == 0 && l.Rate == 0 }
+// Removes reports whether l is a removal: not paused, no concurrency and no rate.
+func (l Limit) Removes() bool { return !l.Paused && l.Concurrency == 0 && l.Rate == 0 }
 
 // Validate checks a limit's fields.
 func (l Limit) Validate() error {
@@ -94,6 +97,9 @@ func (l Limit) Validate() error {
 // String describes the limit as the CLI prints it.
 func (l Limit) String() string {
 	var parts []string
+	if l.Paused {
+		parts = append(parts, "paused")
+	}
 	if l.Concurrency > 0 {
 		parts = append(parts, fmt.Sprintf("%d at once", l.Concurrency))
 	}

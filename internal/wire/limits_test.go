@@ -13,6 +13,8 @@ func TestLimitRoundTrip(t *testing.T) {
 		{Kind: LimitResource, Name: "example.com", Concurrency: 2, Rate: 5, Per: time.Second, Burst: 3},
 		{Kind: LimitGroup, Name: "crawl of example.com", Concurrency: 1},
 		{Kind: LimitResource, Name: "gpu"}, // a removal
+		{Kind: LimitResource, Name: "api", Paused: true},
+		{Kind: LimitGroup, Name: "g", Paused: true, Concurrency: 2},
 	} {
 		subject := n.LimitSubject(l.Kind, l.Name)
 		back, err := n.ParseLimit(subject, AppendLimit(nil, l))
@@ -58,4 +60,19 @@ func FuzzParseLimit(f *testing.F) {
 			t.Fatalf("re-encode of accepted limit %+v gave %+v, %v", l, back, err)
 		}
 	})
+}
+
+func TestLimitPaused(t *testing.T) {
+	t.Parallel()
+	paused := Limit{Kind: LimitResource, Name: "api", Paused: true}
+	if paused.Removes() || paused.String() != "paused" {
+		t.Fatalf("a pause alone: removes %v, %q", paused.Removes(), paused.String())
+	}
+	paused.Concurrency = 2
+	if s := paused.String(); s != "paused, 2 at once" {
+		t.Fatalf("a paused concurrency limit reads %q", s)
+	}
+	if (Limit{Kind: LimitResource, Name: "api"}).String() != "no limit" {
+		t.Fatal("a removal does not read as no limit")
+	}
 }
