@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/weavejobs/weave/cmd/weave/internal/dashboard"
+	"github.com/weavejobs/weave/dispatcher"
 )
 
 var updateScreenshots = flag.Bool("update-screenshots", false, "write the browser test's screenshots of each view to docs/")
@@ -162,10 +163,24 @@ func TestDashboardInBrowser(t *testing.T) {
 		// The only group in flight holds all of the fleet's jobs in flight.
 		poll(`document.querySelector('#legend-shares').textContent.includes('`+gated+` 4 (100%)')`))
 
-	// Resources and pools, with key 3.
+	// Resources, limits and pools, with key 3. A limit on a resource no job names, paused, as an
+	// operator sets them.
+	op, err := e.dep.Dispatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	if err := op.SetLimit(t.Context(), dispatcher.Limit{Kind: dispatcher.LimitResource, Name: "payments", Concurrency: 2, Rate: 5, Per: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Pause(t.Context(), dispatcher.LimitResource, "payments"); err != nil {
+		t.Fatal(err)
+	}
 	run(t, ctx, "resources view",
 		chromedp.KeyEvent("3"),
 		chromedp.WaitVisible(`#view-resources tr[data-resource="eu"]`),
+		poll(`(() => { const r = document.querySelector('tr[data-limit="resource/payments"]');
+			return r !== null && r.querySelector('.flag') !== null && r.textContent.includes('paused, 2 at once, 5 per 1s (burst 1)'); })()`),
 		poll(`document.querySelector('tr[data-resource="eu"]').textContent.includes('worker-eu')`),
 		poll(`document.querySelectorAll('#workers-table tr[data-worker]').length === 2`),
 		poll(`document.querySelector('tr[data-resource="gpu"]').textContent.includes('1 wait: no live holder')`),
@@ -291,6 +306,24 @@ func TestDashboardScreenshots(t *testing.T) {
 	}
 	base, _, _ := e.dashboardAs("observer", dashboard.Config{Interval: 500 * time.Millisecond, History: time.Minute})
 	abase, _, _ := e.dashboardAs("producer", dashboard.Config{AllowActions: true, Token: "t0ken", Interval: 500 * time.Millisecond})
+	// Limits, as an operator sets them: the eu region's jobs four at a time, and a payments
+	// service paused for an outage.
+	op, err := e.dep.Dispatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	for _, l := range []dispatcher.Limit{
+		{Kind: dispatcher.LimitResource, Name: "eu", Concurrency: 4},
+		{Kind: dispatcher.LimitResource, Name: "payments", Concurrency: 8, Rate: 20, Per: time.Second},
+	} {
+		if err := op.SetLimit(t.Context(), l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := op.Pause(t.Context(), dispatcher.LimitResource, "payments"); err != nil {
+		t.Fatal(err)
+	}
 
 	// A stream of sites of skewed sizes, four open at a time, until the screenshots are taken.
 	stop := make(chan struct{})

@@ -370,9 +370,26 @@ function listedOf(list, count) {
   return typeof count === 'number' && n < count ? fmt(n) + ' of ' + fmt(count) : '';
 }
 
+// limitText describes a limit as `weave limit list` does: "paused, 2 at once, 5 per 1s (burst 1)".
+function limitText(l) {
+  const parts = [];
+  if (l.paused) parts.push('paused');
+  if (l.concurrency) parts.push(fmt(l.concurrency) + ' at once');
+  if (l.rate) parts.push(fmt(l.rate) + ' per ' + durationText(l.per) + ' (burst ' + fmt(Math.max(l.burst || 0, 1)) + ')');
+  return parts.length ? parts.join(', ') : 'no limit';
+}
+
+// durationText writes a duration in nanoseconds (a Go time.Duration in JSON) briefly: 1s, 250ms, 1m30s.
+function durationText(ns) {
+  const ms = ns / 1e6;
+  if (ms < 1000) return fmt(ms) + 'ms';
+  const s = ms / 1000, m = Math.floor(s / 60), rest = s - 60 * m;
+  return (m ? m + 'm' : '') + (rest || !m ? +rest.toFixed(3) + 's' : '');
+}
+
 function renderResources() {
   const st = snap.status;
-  const cut = [['resources', st.resources, st.resource_count], ['pools', st.pools, st.pool_count], ['workers', st.workers, st.worker_count]]
+  const cut = [['resources', st.resources, st.resource_count], ['limits', st.limits, st.limit_count], ['pools', st.pools, st.pool_count], ['workers', st.workers, st.worker_count]]
     .filter(([, list, count]) => listedOf(list, count)).map(([what, list, count]) => 'the first ' + listedOf(list, count) + ' ' + what);
   const note = $('#resources-cut');
   note.textContent = cut.length ? 'Listed: ' + cut.join(', ') + ". The coordinator's answer keeps within the server's maximum message size, so it cuts its longest lists." : '';
@@ -392,6 +409,12 @@ function renderResources() {
       h('td', { class: 'num' }, fmt(pref.pending || 0)),
       h('td', { class: 'num' }, fmt(pref.running || 0)));
   }), 8, 'No job names a resource.');
+  fill($('#limits-table tbody'), (st.limits || []).map((l) => h('tr', { dataset: { limit: l.kind + '/' + l.name } },
+    h('td', {}, l.kind),
+    h('td', { class: 'mono' }, l.name),
+    h('td', {}, l.paused ? h('span', { class: 'flag' }, limitText(l)) : limitText(l)),
+    h('td', { class: 'num' }, fmt(l.running)),
+    h('td', { class: 'num' }, fmt(l.waiting)))), 5, 'No limit is set.');
   fill($('#pools-table tbody'), (st.pools || []).map((p) => h('tr', {},
     h('td', { class: 'mono' }, p.key || '(no resources)'),
     h('td', {}, (p.resources || []).join(', ') || '–'),
