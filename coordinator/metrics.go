@@ -159,6 +159,7 @@ type metricsSnapshot struct {
 	groups       []groupSnap
 	groupsActive int
 	resources    []ResourceStatus
+	limits       []LimitStatus
 	pools        []PoolStatus
 	workers      []WorkerStatus
 	oldestAge    time.Duration // of the oldest pending job; 0 if none
@@ -275,7 +276,7 @@ func (r *run) observe() {
 		}
 	}
 	st := e.status()
-	s.pools, s.workers = st.Pools, st.Workers
+	s.pools, s.workers, s.limits = st.Pools, st.Workers, st.Limits
 	if len(st.Resources) > maxResourceMetrics {
 		st.Resources = st.Resources[:maxResourceMetrics]
 	}
@@ -344,6 +345,9 @@ var (
 	descGroupsUnlist  = desc("weave_groups_unlisted", "Open groups beyond the 50 with their own weave_group_* series.")
 	descResourceJobs  = desc("weave_resource_jobs", "Jobs requiring a resource, per state (first 100 resources by name).", "resource", "state")
 	descResourceHold  = desc("weave_resource_holder_slots", "Live slots holding a resource.", "resource")
+	descLimitRunning  = desc("weave_limit_running", "Jobs under a limit released and not yet reported.", "kind", "name")
+	descLimitHeld     = desc("weave_limit_held_back", "Jobs a limit holds back (a paused one holds back all of them).", "kind", "name")
+	descLimitPaused   = desc("weave_limit_paused", "1 while a resource or group is paused (weave limit pause).", "kind", "name")
 	descPoolWorkers   = desc("weave_pool_workers", "Live workers of a pool.", "pool")
 	descPoolSlots     = desc("weave_pool_slots", "Live slots of a pool (draining workers excluded).", "pool")
 	descPoolOut       = desc("weave_pool_outstanding", "Jobs released to a pool and not yet reported.", "pool")
@@ -361,7 +365,8 @@ var (
 func (c *coordCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descJobs, descEntered, descLeft, descAdmitted, descReleased, descRetried, descEnded,
 		descRejected, descLostJobs, descLapsed, descRescued, descRequeued, descWait, descRun, descGroupJobs, descGroupInFlight,
-		descGroupsActive, descGroupsUnlist, descResourceJobs, descResourceHold, descPoolWorkers, descPoolSlots, descPoolOut,
+		descGroupsActive, descGroupsUnlist, descResourceJobs, descResourceHold, descLimitRunning, descLimitHeld, descLimitPaused,
+		descPoolWorkers, descPoolSlots, descPoolOut,
 		descWorkerSlots, descSlots, descOldest, descDepth, descAlarm, descLeaseHeld, descLeaseEpoch, descLeaseAcq, descLeaseLost} {
 		ch <- d
 	}
@@ -421,6 +426,16 @@ func (c *coordCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descResourceJobs, float64(n), r.Name, st)
 		}
 		gauge(descResourceHold, float64(r.Holders), r.Name)
+	}
+	for _, l := range s.limits {
+		kind := string(l.Kind)
+		gauge(descLimitRunning, float64(l.Running), kind, l.Name)
+		gauge(descLimitHeld, float64(l.Waiting), kind, l.Name)
+		paused := 0.0
+		if l.Paused {
+			paused = 1
+		}
+		gauge(descLimitPaused, paused, kind, l.Name)
 	}
 	for _, p := range s.pools {
 		gauge(descPoolWorkers, float64(p.Workers), p.Key)

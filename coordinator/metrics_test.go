@@ -111,3 +111,48 @@ func BenchmarkObserve(b *testing.B) {
 		}
 	})
 }
+
+// TestMetricsOfLimits: each limit exports its running jobs, the jobs it holds back and whether
+// it is paused, labelled by kind and name.
+func TestMetricsOfLimits(t *testing.T) {
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.e.setLimit(wire.Limit{Kind: wire.LimitGroup, Name: "g", Concurrency: 1}, te.now)
+	te.e.setLimit(wire.Limit{Kind: wire.LimitResource, Name: "api", Paused: true}, te.now)
+	te.open("g")
+	for range 3 {
+		te.job(wire.JobMeta{Group: "g"})
+	}
+	te.worker("w", 8)
+	te.releases()
+	c := &Coordinator{}
+	r := &run{c: c, e: te.e, cfg: te.e.cfg, names: te.e.names, log: zerolog.Nop()}
+	r.observe()
+	mfs := gather(t, c.Collector())
+	value := func(name, kind, limit string) float64 {
+		for _, m := range mfs[name].GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["kind"] == kind && labels["name"] == limit {
+				return m.GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("no %s{kind=%q,name=%q}", name, kind, limit)
+		return 0
+	}
+	for _, c := range []struct {
+		metric, kind, name string
+		want               float64
+	}{
+		{"weave_limit_running", "group", "g", 1},
+		{"weave_limit_held_back", "group", "g", 2},
+		{"weave_limit_paused", "group", "g", 0},
+		{"weave_limit_paused", "resource", "api", 1},
+		{"weave_limit_held_back", "resource", "api", 0},
+	} {
+		if got := value(c.metric, c.kind, c.name); got != c.want {
+			t.Errorf("%s{kind=%q,name=%q} = %v, want %v", c.metric, c.kind, c.name, got, c.want)
+		}
+	}
+}
