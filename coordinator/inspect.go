@@ -88,13 +88,13 @@ func (r *run) serveInspect(m *nats.Msg) {
 func (e *engine) inspect(req wire.InspectRequest) wire.InspectReply {
 	switch {
 	case req.Groups:
-		return wire.InspectReply{Groups: e.inspectGroups()}
+		return wire.InspectReply{Groups: e.inspectGroups(e.heldBack(nil))}
 	case req.Job != 0:
 		return e.inspectJob(req.Job, req.Group)
 	}
 	var rep wire.InspectReply
 	if g := e.groups.byID[req.Group]; g != nil {
-		gl := e.groupLive(g)
+		gl := e.groupLive(g, e.heldBack(g))
 		rep.Group = &gl
 		return rep
 	}
@@ -175,11 +175,12 @@ func (e *engine) incarnationOf(id uint64, hint string) *group {
 	return found
 }
 
-func (e *engine) groupLive(g *group) wire.GroupLive {
+func (e *engine) groupLive(g *group, held map[*group][]wire.HeldBack) wire.GroupLive {
 	gc, _ := e.idx.GroupCounts(g.idxKey)
 	gl := wire.GroupLive{
 		ID: g.id, Incarnation: g.openSeq, Sealed: g.sealed, Abandoned: g.abandoned, Complete: g.complete,
 		OpenedAt: g.openedAt, Admitted: g.admitted, Queued: e.sched.Queued(g), InFlight: e.sched.InFlight(g), Jobs: counts(gc),
+		HeldBack: held[g],
 	}
 	if !g.sealed {
 		gl.LastHeard = g.lastHeard
@@ -191,15 +192,46 @@ func retainedLive(r *retained) wire.GroupLive {
 	return wire.GroupLive{ID: r.id, Incarnation: r.openSeq, Sealed: true, Complete: true, CompletedAt: r.at, SummarySeq: r.summarySeq}
 }
 
+// heldBack counts, per group (only of group only, if not nil), the jobs each limit holds back
+// now, in one pass over the limits' lines: the answer to "why does its pending job not start?".
+func (e *engine) heldBack(only *group) map[*group][]wire.HeldBack {
+	var out map[*group][]wire.HeldBack
+	for k, ls := range e.limits.byKey {
+		for _, j := range ls.waiting {
+			if only != nil && j.g != only || e.jobs[j.id] != j {
+				continue // another group's, or canceled since (its line skips it when offering)
+			}
+			if st, _ := e.idx.State(j.id); st != jobindex.Pending {
+				continue
+			}
+			if out == nil {
+				out = map[*group][]wire.HeldBack{}
+			}
+			hb := out[j.g]
+			if n := len(hb); n == 0 || hb[n-1].Kind != k.kind || hb[n-1].Name != k.name {
+				hb = append(hb, wire.HeldBack{Kind: k.kind, Name: k.name, Paused: ls.Paused})
+			}
+			hb[len(hb)-1].Jobs++
+			out[j.g] = hb
+		}
+	}
+	for _, hb := range out {
+		slices.SortFunc(hb, func(a, b wire.HeldBack) int {
+			return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
+		})
+	}
+	return out
+}
+
 // inspectGroups lists the tracked incarnations in arrival order, then the retained ones, the
-// latest first; each list bounded by wire.MaxInspectGroups.
-func (e *engine) inspectGroups() []wire.GroupLive {
+// latest first; each list bounded by wire.MaxInspectGroups. held is heldBack's answer.
+func (e *engine) inspectGroups(held map[*group][]wire.HeldBack) []wire.GroupLive {
 	var out []wire.GroupLive
 	for _, g := range e.groups.arrival {
 		if len(out) == wire.MaxInspectGroups {
 			break
 		}
-		out = append(out, e.groupLive(g))
+		out = append(out, e.groupLive(g, held))
 	}
 	for i, n := len(e.retention.retained)-1, 0; i >= 0 && n < wire.MaxInspectGroups; i, n = i-1, n+1 {
 		out = append(out, retainedLive(&e.retention.retained[i]))

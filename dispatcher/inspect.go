@@ -113,7 +113,14 @@ type GroupInfo struct {
 	CompletedAt time.Time `json:"completed_at,omitzero"`
 	// Summary counts the jobs by final state once it is complete.
 	Summary *Summary `json:"summary,omitempty"`
+	// HeldBack lists the limits holding some of its pending jobs back (a pause, a concurrency
+	// or rate limit: `weave limit`), with how many each holds (live only).
+	HeldBack []HeldBack `json:"held_back,omitempty"`
 }
+
+// HeldBack is a limit holding some of a group's pending jobs back: Kind and Name say which
+// (the group's own, or a resource's), Paused whether it is a pause, Jobs how many it holds.
+type HeldBack = wire.HeldBack
 
 // Job looks up a job by ID. A job that has not ended is described by the running coordinator
 // (ErrNoCoordinator without one), and a running one by the worker running it; one that ended,
@@ -568,6 +575,7 @@ func groupInfo(g *wire.GroupLive) *GroupInfo {
 	gi := &GroupInfo{
 		ID: g.ID, Incarnation: g.Incarnation, Abandoned: g.Abandoned, Admitted: int(g.Admitted),
 		Queued: g.Queued, InFlight: g.InFlight, OpenedAt: g.OpenedAt, LastHeard: g.LastHeard, CompletedAt: g.CompletedAt,
+		HeldBack: g.HeldBack,
 	}
 	switch {
 	case g.Complete:

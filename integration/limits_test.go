@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -166,14 +167,19 @@ func TestPauseAndResume(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d jobs of the paused group started while it was paused", n)
 	}
-	if info, err := e.d.Group(e.ctx, "held"); err != nil || info.Jobs[dispatcher.StatePending] != 12 {
-		t.Fatalf("the paused group: %+v, %v; want its 12 jobs pending", info, err)
+	// Group says why: the pause holds all 12 back.
+	want := []dispatcher.HeldBack{{Kind: dispatcher.LimitGroup, Name: "held", Paused: true, Jobs: 12}}
+	if info, err := e.d.Group(e.ctx, "held"); err != nil || info.Jobs[dispatcher.StatePending] != 12 || !slices.Equal(info.HeldBack, want) {
+		t.Fatalf("the paused group: %+v, %v; want its 12 jobs pending, held back by %+v", info, err, want)
 	}
 	if err := e.d.Resume(e.ctx, dispatcher.LimitGroup, "held"); err != nil {
 		t.Fatal(err)
 	}
 	if sum := e.wait(held).Summary; sum.Done != 12 {
 		t.Fatalf("the resumed group: %+v", sum)
+	}
+	if info, err := e.d.Group(e.ctx, "held"); err != nil || len(info.HeldBack) != 0 {
+		t.Fatalf("the resumed group, complete: %+v, %v; want nothing held back", info, err)
 	}
 	mu.Lock()
 	if peak > 2 {

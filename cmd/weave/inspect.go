@@ -292,5 +292,32 @@ func printGroups(w io.Writer, gs []dispatcher.GroupInfo, now time.Time) error {
 		row(append([]string{cell(g.ID), strconv.FormatUint(g.Incarnation, 10), state, at, strconv.Itoa(g.Admitted), queued, inFlight},
 			countCells(stateOrder, counts)...)...)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, g := range gs {
+		if len(g.HeldBack) > 0 {
+			if _, err := fmt.Fprintln(w, heldBackLine(g)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// heldBackLine says which limits hold a group's pending jobs back: `group "pg": 3 pending jobs
+// held back by group "pg" (paused), 2 by resource "api" (weave limit list)`.
+func heldBackLine(g dispatcher.GroupInfo) string {
+	var parts []string
+	for i, hb := range g.HeldBack {
+		what := fmt.Sprintf("%d by %s %q", hb.Jobs, hb.Kind, hb.Name)
+		if i == 0 {
+			what = fmt.Sprintf("%s held back by %s %q", count(hb.Jobs, "pending job"), hb.Kind, hb.Name)
+		}
+		if hb.Paused {
+			what += " (paused)"
+		}
+		parts = append(parts, what)
+	}
+	return fmt.Sprintf("group %q: %s ('weave limit list' shows the limits)", g.ID, strings.Join(parts, ", "))
 }

@@ -7,12 +7,13 @@ import (
 	"time"
 )
 
-// TestLimitCommands: limit set, list and remove against a running coordinator, and the usage
+// TestLimitCommands: limit set, list, pause, resume and remove against a running coordinator and
+// worker (weave group saying what holds a paused group back), and the usage
 // errors of set.
 func TestLimitCommands(t *testing.T) {
 	t.Parallel()
 	conn := newCLINamespace(t, "lim")
-	background(t, conn, []string{"coordinator"})
+	background(t, conn, []string{"coordinator"}, []string{"worker", "--id", "w", "--", "true"})
 	for _, bad := range [][]string{
 		{"limit", "set", "--concurrency", "2"},                                    // no target
 		{"limit", "set", "--resource", "r", "--group", "g", "--concurrency", "2"}, // two targets
@@ -63,6 +64,17 @@ func TestLimitCommands(t *testing.T) {
 			})
 		}
 	}
+	// weave group says why a paused group's job does not start.
+	if code, out, errOut := runCLI(t, "", append([]string{"limit", "pause", "--group", "g2"}, conn...)...); code != exitOK {
+		t.Fatalf("limit pause: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, `{"key":"k"}`+"\n", append([]string{"submit", "--group", "g2"}, conn...)...); code != exitOK {
+		t.Fatalf("submit: exit %d\n%s%s", code, out, errOut)
+	}
+	waitFor(t, 30*time.Second, "weave group to say the paused group's job is held back", func() bool {
+		code, out, _ := runCLI(t, "", append([]string{"group", "g2"}, conn...)...)
+		return code == exitOK && strings.Contains(out, `group "g2": 1 pending job held back by group "g2" (paused)`)
+	})
 	// Removing it again, or a misspelt name, removes nothing and says so.
 	for _, name := range []string{"example.com", "exmple.com"} {
 		code, out, errOut := runCLI(t, "", append([]string{"limit", "remove", "--resource", name}, conn...)...)

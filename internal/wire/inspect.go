@@ -169,6 +169,16 @@ type GroupLive struct {
 	Queued     int               `json:"queued,omitempty"`
 	InFlight   int               `json:"in_flight,omitempty"`
 	Jobs       map[string]uint64 `json:"jobs,omitempty"` // tracked: count per state
+	// HeldBack lists the limits holding some of its pending jobs back, if any.
+	HeldBack []HeldBack `json:"held_back,omitempty"`
+}
+
+// HeldBack is one limit holding jobs of a group back: why its pending jobs do not start.
+type HeldBack struct {
+	Kind   LimitKind `json:"kind"`
+	Name   string    `json:"name"`
+	Paused bool      `json:"paused,omitempty"`
+	Jobs   int       `json:"jobs"`
 }
 
 // StandbyAnnounce is what a standby coordinator publishes on StandbySubject while it waits for
