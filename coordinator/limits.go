@@ -31,7 +31,8 @@ import (
 //     holds back wait in its line, and the resume offers them again like any change of a limit.
 type limits struct {
 	byKey     map[limitKey]*limitState
-	resources int // resource limits in byKey: none means no job's resources need looking up
+	resources int    // resource limits in byKey: none means no job's resources need looking up
+	applied   uint64 // the LIMITS stream's sequence read up to (status: LimitsSeq)
 }
 
 type limitKey struct {
@@ -282,6 +283,7 @@ func (r *run) applyLimit(m streamMsg) {
 	if !r.limits.fresh(m, s) {
 		return
 	}
+	r.e.limits.applied = max(r.e.limits.applied, s)
 	l, err := r.names.ParseLimit(m.Subject(), m.Data())
 	if err != nil {
 		r.e.reject(m.Subject(), s, err.Error())

@@ -32,6 +32,10 @@ type Status struct {
 	Groups    []GroupStatus     `json:"groups"`
 	Resources []ResourceStatus  `json:"resources"`
 	Limits    []LimitStatus     `json:"limits,omitempty"` // the limits per resource and group, and their use
+	// LimitsSeq is the sequence of the last message of the LIMITS stream this coordinator has
+	// applied: a limit stored at sequence n is in force once LimitsSeq ≥ n (Dispatcher.SetLimit
+	// waits for it).
+	LimitsSeq uint64 `json:"limits_seq"`
 	Pools     []PoolStatus      `json:"pools"`
 	Workers   []WorkerStatus    `json:"workers"`
 	Standbys  []StandbyStatus   `json:"standbys,omitempty"` // standby coordinators heard lately (inspect.go)
@@ -187,6 +191,7 @@ func (e *engine) status() *Status {
 		Jobs:      map[string]uint64{},
 		Totals:    Totals(e.stats),
 		Alarms:    e.mx.alarms.active(),
+		LimitsSeq: e.limits.applied,
 
 		OldestPending: e.mx.oldestPending,
 	}

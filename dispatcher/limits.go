@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -47,6 +48,12 @@ var ErrLimitNotFound = errors.New("weave: no such limit")
 // else removes the limit (as RemoveLimit does, without its check that there is one). An
 // invalid limit returns an error wrapping ErrInvalidOption. Writing limits needs the
 // coordinator's NATS permissions (internal/auth): they are the operator's.
+//
+// SetLimit, RemoveLimit, Pause and Resume return once the running coordinator has applied the
+// change, so the jobs published afterwards are released under it; with none running, at once
+// (the next one reads the limits before it releases anything). A coordinator that has not
+// applied it within Config.RequestTimeout gives an error wrapping ErrNoAnswer: the change is
+// stored, and applied once a coordinator reads it.
 func (d *Dispatcher) SetLimit(ctx context.Context, l Limit) error {
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("%w: limit: %w", ErrInvalidOption, err)
@@ -59,15 +66,51 @@ func (d *Dispatcher) SetLimit(ctx context.Context, l Limit) error {
 	return d.replaceLimit(ctx, l, seq, "set")
 }
 
-func (d *Dispatcher) storeLimit(ctx context.Context, l Limit, opts ...jetstream.PublishOpt) error {
+// storeLimit stores l and returns its sequence in the LIMITS stream.
+func (d *Dispatcher) storeLimit(ctx context.Context, l Limit, opts ...jetstream.PublishOpt) (uint64, error) {
 	rctx, cancel := d.requestContext(ctx)
 	defer cancel()
 	msg := &nats.Msg{Subject: d.names.LimitSubject(l.Kind, l.Name), Data: wire.AppendLimit(nil, l)}
 	opts = append(opts, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
-	if _, err := d.js.PublishMsg(rctx, msg, opts...); err != nil {
-		return fmt.Errorf("weave: store limit of %s %q: %w", l.Kind, l.Name, err)
+	ack, err := d.js.PublishMsg(rctx, msg, opts...)
+	if err != nil {
+		return 0, fmt.Errorf("weave: store limit of %s %q: %w", l.Kind, l.Name, err)
 	}
-	return nil
+	return ack.Sequence, nil
+}
+
+// awaitLimits waits until the running coordinator has applied the LIMITS stream up to seq (its
+// status's LimitsSeq), so that a limit set, a pause or a removal is in force when the call
+// returns: the jobs published after it are released under it. With no coordinator running it
+// returns at once: the next one reads the limits before it releases anything. A coordinator
+// that answers without having applied it within Config.RequestTimeout (it is replaying after a
+// start, or older than limits_seq) gives an error wrapping ErrNoAnswer: the limit is stored,
+// and applied once a coordinator reads it.
+func (d *Dispatcher) awaitLimits(ctx context.Context, seq uint64) error {
+	rctx, cancel := d.requestContext(ctx)
+	defer cancel()
+	for wait := 2 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		resp, err := d.nc.RequestWithContext(rctx, d.names.StatusSubject(), nil)
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			return nil
+		case err != nil:
+			return fmt.Errorf("%w: the limit is stored (LIMITS sequence %d) and applies once a coordinator reads it: %w", ErrNoAnswer, seq, err)
+		}
+		var st struct {
+			LimitsSeq uint64 `json:"limits_seq"`
+		}
+		if json.Unmarshal(resp.Data, &st) == nil && st.LimitsSeq >= seq {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-rctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: the limit is stored (LIMITS sequence %d), but the coordinator had not applied it within %v", ErrNoAnswer, seq, d.cfg.RequestTimeout)
+		case <-t.C:
+		}
+	}
 }
 
 // RemoveLimit removes the limit on a resource or group ID (a pause included). With no limit set
@@ -158,13 +201,16 @@ func (d *Dispatcher) storedLimit(ctx context.Context, kind LimitKind, name strin
 
 // replaceLimit stores l if the limit's message is still the one at seq (0: none): a limit
 // changed meanwhile by someone else is not overwritten unseen.
+// Once stored, it waits for the running coordinator to apply it (awaitLimits).
 func (d *Dispatcher) replaceLimit(ctx context.Context, l Limit, seq uint64, verb string) error {
-	if err := d.storeLimit(ctx, l, jetstream.WithExpectLastSequencePerSubject(seq)); isWrongLastSequence(err) {
+	stored, err := d.storeLimit(ctx, l, jetstream.WithExpectLastSequencePerSubject(seq))
+	switch {
+	case isWrongLastSequence(err):
 		return fmt.Errorf("weave: the limit of %s %q changed while it was being %s; nothing done, try again", l.Kind, l.Name, verb)
-	} else if err != nil {
+	case err != nil:
 		return err
 	}
-	return nil
+	return d.awaitLimits(ctx, stored)
 }
 
 // isWrongLastSequence reports whether err is JetStream's refusal of a write whose

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"syscall"
@@ -199,5 +200,60 @@ func TestPauseAndResume(t *testing.T) {
 	}
 	if l, err := e.d.LimitOf(e.ctx, dispatcher.LimitResource, "api"); err != nil || !l.Removes() {
 		t.Fatalf("a pause after RemoveLimit: %+v, %v", l, err)
+	}
+}
+
+// TestLimitInForceWhenSetReturns: SetLimit, Pause, Resume and RemoveLimit return once the
+// running coordinator applies the change: its status shows it at once, every time.
+func TestLimitInForceWhenSetReturns(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	status := func() map[string]dispatcher.Limit {
+		st, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]dispatcher.Limit{}
+		for _, l := range st.Limits {
+			out[l.Name] = l.Limit
+		}
+		return out
+	}
+	eventually(t, 10*time.Second, "the coordinator to answer status", func() bool {
+		_, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
+		return err == nil
+	})
+	for i := range 20 {
+		name := fmt.Sprintf("r%d", i%3)
+		want := dispatcher.Limit{Kind: dispatcher.LimitResource, Name: name, Concurrency: i + 1}
+		if err := e.d.SetLimit(e.ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		if got := status()[name]; got != want {
+			t.Fatalf("step %d: status shows %+v right after SetLimit(%+v)", i, got, want)
+		}
+		switch i % 4 {
+		case 1:
+			if err := e.d.Pause(e.ctx, dispatcher.LimitResource, name); err != nil {
+				t.Fatal(err)
+			}
+			if got := status()[name]; !got.Paused {
+				t.Fatalf("step %d: status shows %+v right after Pause", i, got)
+			}
+			if err := e.d.Resume(e.ctx, dispatcher.LimitResource, name); err != nil {
+				t.Fatal(err)
+			}
+			if got := status()[name]; got.Paused {
+				t.Fatalf("step %d: status shows %+v right after Resume", i, got)
+			}
+		case 3:
+			if err := e.d.RemoveLimit(e.ctx, dispatcher.LimitResource, name); err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := status()[name]; ok {
+				t.Fatalf("step %d: status shows %+v right after RemoveLimit", i, got)
+			}
+		}
 	}
 }

@@ -23,9 +23,11 @@ func newLimitCmd(g *globals) *cobra.Command {
 ID, across the whole fleet: at most --concurrency of them released at once (running, or in a
 worker's hands), and at most --rate starts per --per, from a bucket of --burst tokens (default
 1: starts evenly spaced). The coordinator enforces them at release; they are kept in the
-namespace's LIMITS stream, so they hold across restarts and failovers, and changing one takes
-effect at once. Jobs a limit holds back wait without taking a worker slot or a feeder slot:
-other groups and the group's other jobs go on.
+namespace's LIMITS stream, so they hold across restarts and failovers. Each command returns
+once the running coordinator has applied the change, so jobs published afterwards are released
+under it (exit code 3 if the coordinator did not confirm it within --timeout: the change is
+stored and applies once a coordinator reads it). Jobs a limit holds back wait without taking a
+worker slot or a feeder slot: other groups and the group's other jobs go on.
 
 "limit pause" holds back every job of a resource or group until "limit resume": for an outage
 downstream, say. The jobs already released go on; a pause keeps the limit's concurrency and
@@ -165,13 +167,23 @@ func newLimitTargetCmd(g *globals, name, short string, do func(context.Context, 
 				return err
 			}
 			defer s.close()
-			return s.explain(do(s.ctx, d, l, cmd.OutOrStdout()))
+			return s.explain(unconfirmed(cmd.OutOrStdout(), l, do(s.ctx, d, l, cmd.OutOrStdout())))
 		},
 	}
 	conn.register(cmd.Flags())
 	conn.registerTimeout(cmd.Flags(), defaultTimeout)
 	target.register(cmd)
 	return cmd
+}
+
+// unconfirmed turns a change of l stored but not confirmed applied by a coordinator
+// (dispatcher.ErrNoAnswer) into exit code 3, after saying so; other errors pass.
+func unconfirmed(out io.Writer, l wire.Limit, err error) error {
+	if !errors.Is(err, dispatcher.ErrNoAnswer) {
+		return err
+	}
+	fmt.Fprintf(out, "the change to the limit of %s %q is stored, but the coordinator did not confirm it applies it (%v): it applies once a coordinator reads it\n", l.Kind, l.Name, err)
+	return pendingError{err}
 }
 
 // setLimit stores l's concurrency and rate and says so, and that a pause stays if there is one.
@@ -184,7 +196,7 @@ func setLimit(cmd *cobra.Command, g *globals, conn *connFlags, l wire.Limit) err
 	}
 	defer s.close()
 	if err := d.SetLimit(s.ctx, l); err != nil {
-		return s.explain(err)
+		return s.explain(unconfirmed(cmd.OutOrStdout(), l, err))
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "limit of %s %q set: %v\n", l.Kind, l.Name, l)
 	if cur, err := d.LimitOf(s.ctx, l.Kind, l.Name); err == nil && cur.Paused {

@@ -160,6 +160,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 			names.StandbySubject(),                      // a standby announcing itself
 			names.AllAlarms(),                           // alarm events
 			names.AllLimits(),                           // limits (weave limit set, run with the coordinator's credentials)
+			names.StatusSubject(),                       // and its wait for the coordinator to apply one; weave limit list
 			names.AllFired(),                            // the record of each schedule's last tick fired
 			// A redrive's new incarnation (open, jobs, seal) and the seals of abandoned groups.
 			names.AllGroups(), names.AllJobs(),
