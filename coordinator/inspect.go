@@ -192,8 +192,9 @@ func retainedLive(r *retained) wire.GroupLive {
 	return wire.GroupLive{ID: r.id, Incarnation: r.openSeq, Sealed: true, Complete: true, CompletedAt: r.at, SummarySeq: r.summarySeq}
 }
 
-// heldBack counts, per group (only of group only, if not nil), the jobs each limit holds back
-// now, in one pass over the limits' lines: the answer to "why does its pending job not start?".
+// heldBack counts, per group (or for group only, if not nil), the jobs each limit holds back
+// now, in one pass over the limits' lines (O(jobs held back), for an operator's request): the
+// answer to "why does its pending job not start?".
 func (e *engine) heldBack(only *group) map[*group][]wire.HeldBack {
 	var out map[*group][]wire.HeldBack
 	for k, ls := range e.limits.byKey {
