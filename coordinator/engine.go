@@ -85,6 +85,7 @@ type job struct {
 	counted   bool           // counted in the scheduler's in-flight for its group
 	retryAt   time.Time
 	heapIdx   int
+	heldBy    *limitState // the limit whose line holds it back, if any
 }
 
 // effects are the side effects the loop carries out after a step (see run.step).

@@ -199,8 +199,8 @@ func (e *engine) heldBack(only *group) map[*group][]wire.HeldBack {
 	var out map[*group][]wire.HeldBack
 	for k, ls := range e.limits.byKey {
 		for _, j := range ls.waiting {
-			if only != nil && j.g != only || e.jobs[j.id] != j {
-				continue // another group's, or canceled since (its line skips it when offering)
+			if only != nil && j.g != only || j.heldBy != ls || e.jobs[j.id] != j {
+				continue // another group's, or ended since (its line skips it when offering)
 			}
 			if st, _ := e.idx.State(j.id); st != jobindex.Pending {
 				continue

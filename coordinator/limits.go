@@ -45,7 +45,8 @@ type limitState struct {
 	wire.Limit
 	running int       // jobs under it released and not reported
 	tat     time.Time // the rate's theoretical arrival time (see limits)
-	waiting []*job    // jobs it holds back, first come first; canceled ones are skipped
+	waiting []*job    // jobs it holds back, first come first; ended ones are skipped
+	held    int       // of them, those not ended: what status and metrics count (see unhold)
 }
 
 // setLimit applies a limit read from the LIMITS stream: a new or changed limit, or a removal.
@@ -205,7 +206,25 @@ func (e *engine) holdBack(c candidate, ls *limitState) bool {
 		e.retries.ready = slices.DeleteFunc(e.retries.ready, func(r *job) bool { return r == j })
 	}
 	ls.waiting = append(ls.waiting, j)
+	ls.held++
+	j.heldBy = ls
 	return true
+}
+
+// unhold counts out of its limit's line a job that ended while the line held it (canceled, or
+// its message vanished). The line drops it when it next offers its jobs; a line that does not
+// offer for long (a pause) is compacted once more than half of it has ended, so its ended jobs
+// are not kept for the pause's length.
+func unhold(j *job) {
+	ls := j.heldBy
+	if ls == nil {
+		return
+	}
+	j.heldBy = nil
+	ls.held--
+	if len(ls.waiting) > 2*ls.held+64 {
+		ls.waiting = slices.DeleteFunc(ls.waiting, func(w *job) bool { return w.heldBy != ls })
+	}
 }
 
 // wakeLimit offers again as many of the jobs ls holds back as it has room for.
@@ -221,9 +240,14 @@ func (e *engine) offerAgain(ls *limitState, n int) {
 	i := 0
 	for ; i < len(ls.waiting) && n > 0; i++ {
 		j := ls.waiting[i]
+		if j.heldBy != ls {
+			continue // ended since (unhold counted it out)
+		}
 		if st, _ := e.idx.State(j.id); st != jobindex.Pending || e.jobs[j.id] != j {
 			continue
 		}
+		j.heldBy = nil
+		ls.held--
 		e.retries.ready = append(e.retries.ready, j)
 		n--
 	}

@@ -215,3 +215,48 @@ func TestPausedLimit(t *testing.T) {
 		t.Fatalf("the resume released %v, want 3 of the held group (its concurrency)", n)
 	}
 }
+
+// TestHeldJobsCanceledInAPause: jobs canceled while a paused limit holds them are counted out of
+// its line at once (status, heldBack), and a line mostly of ended jobs is compacted, so a long
+// pause does not keep them.
+func TestHeldJobsCanceledInAPause(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.e.setLimit(wire.Limit{Kind: wire.LimitResource, Name: "api", Paused: true}, te.now)
+	te.open("a")
+	var ids []uint64
+	for range 200 {
+		ids = append(ids, te.job(wire.JobMeta{Group: "a", Prefer: []string{"api"}}))
+	}
+	te.seal("a")
+	te.worker("w", 4)
+	for range 60 { // the worker's 4 slots take a decision at a time: every job comes to the line
+		te.releases()
+	}
+	ls := te.e.limits.byKey[limitKey{wire.LimitResource, "api"}]
+	held := func() int {
+		for _, l := range te.e.status().Limits {
+			if l.Name == "api" {
+				return l.Waiting
+			}
+		}
+		return -1
+	}
+	if held() != 200 || len(ls.waiting) != 200 {
+		t.Fatalf("held %d (line of %d), want all 200", held(), len(ls.waiting))
+	}
+	te.control(wire.GroupControl{Group: "a", Op: wire.OpCancel, Jobs: ids[:150]})
+	if held() != 50 {
+		t.Fatalf("held %d after 150 of them were canceled, want 50", held())
+	}
+	if hb := te.e.heldBack(nil)[te.e.groups.byID["a"]]; len(hb) != 1 || hb[0].Jobs != 50 {
+		t.Fatalf("heldBack %+v, want 50 by resource api", hb)
+	}
+	if len(ls.waiting) > 2*50+64 {
+		t.Fatalf("the paused line keeps %d entries for 50 jobs held", len(ls.waiting))
+	}
+	te.control(wire.GroupControl{Group: "a", Op: wire.OpCancel})
+	if held() != 0 {
+		t.Fatalf("held %d after the group was canceled, want 0", held())
+	}
+}

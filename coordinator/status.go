@@ -227,7 +227,7 @@ func (e *engine) status() *Status {
 	}
 	slices.SortFunc(s.Workers, func(a, b WorkerStatus) int { return cmp.Compare(a.ID, b.ID) })
 	for _, ls := range e.limits.byKey {
-		s.Limits = append(s.Limits, LimitStatus{Limit: ls.Limit, Running: ls.running, Waiting: len(ls.waiting)})
+		s.Limits = append(s.Limits, LimitStatus{Limit: ls.Limit, Running: ls.running, Waiting: ls.held})
 	}
 	slices.SortFunc(s.Limits, func(a, b LimitStatus) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
