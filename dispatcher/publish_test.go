@@ -849,13 +849,17 @@ func TestPublishFreshGroupInOneRequest(t *testing.T) {
 	e := setup(t, dispatcher.Config{})
 	ctx := testContext(t)
 	watcher := jstest.NewConn(t, e.srv.ClientURL())
-	var reads atomic.Int64 // direct gets on JOBS
-	if _, err := watcher.Subscribe("$JS.API.DIRECT.GET.>", func(m *nats.Msg) {
-		if strings.HasPrefix(m.Subject, "$JS.API.DIRECT.GET."+e.names.JobsStream()) {
-			reads.Add(1)
+	// Copies of the direct gets on JOBS, kept pending on synchronous subscriptions: the client's
+	// reader queues each on its subscription before it reads the PONG of a later Flush, so a
+	// Flush makes the count exact (a callback subscription would count on another goroutine,
+	// maybe after the Flush returned: this test failed so, now and then).
+	var subs []*nats.Subscription
+	for _, subject := range []string{"$JS.API.DIRECT.GET." + e.names.JobsStream(), "$JS.API.DIRECT.GET." + e.names.JobsStream() + ".>"} {
+		sub, err := watcher.SubscribeSync(subject)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}); err != nil {
-		t.Fatal(err)
+		subs = append(subs, sub)
 	}
 	if err := watcher.Flush(); err != nil {
 		t.Fatal(err)
@@ -865,7 +869,15 @@ func TestPublishFreshGroupInOneRequest(t *testing.T) {
 		if err := watcher.Flush(); err != nil { // the requests' copies were queued before their answers
 			t.Fatal(err)
 		}
-		return reads.Load()
+		var n int64
+		for _, sub := range subs {
+			msgs, _, err := sub.Pending()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += int64(msgs)
+		}
+		return n
 	}
 
 	// A producer died after its open: the control subject holds it.
@@ -887,8 +899,7 @@ func TestPublishFreshGroupInOneRequest(t *testing.T) {
 	}
 	e.finishOne(ctx, t, h, "resumed", ack.Sequence, h.FirstID(), "b") // the first open's incarnation
 
-	readsSoFar() // every copy of the reads so far has arrived
-	reads.Store(0)
+	before := readsSoFar() // every copy of the reads so far has arrived
 	h, err = e.d.Publish(ctx, "fresh", slices.Values([]dispatcher.Job{{Key: "a"}}))
 	if err != nil {
 		t.Fatal(err)
@@ -898,7 +909,7 @@ func TestPublishFreshGroupInOneRequest(t *testing.T) {
 		t.Fatalf("opens %v, want one", opens)
 	}
 	e.finishOne(ctx, t, h, "fresh", opens[0], h.FirstID(), "a")
-	if n := readsSoFar(); n != 0 {
+	if n := readsSoFar() - before; n != 0 {
 		t.Fatalf("%d direct gets on %s for a fresh group, want none", n, e.names.JobsStream())
 	}
 }
