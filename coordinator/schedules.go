@@ -138,7 +138,7 @@ func (r *run) applySchedule(states map[string]*scheduleState, m jetstream.Msg) {
 		}
 		st.def = d
 		// At takeover each stored schedule is logged once, as limits are.
-		r.log.Info().Str("schedule", name).Str("when", d.When()).Str("group", d.Group+"@…").Int("jobs", len(d.Jobs)).Msg("schedule set")
+		r.log.Info().Str("schedule", name).Str("when", d.When()).Str("group", d.Group+"@…").Int("jobs", len(d.Jobs)).Bool("paused", d.Paused).Msg("schedule set")
 		return
 	}
 	var f schedule.Fired
@@ -161,8 +161,8 @@ func (r *run) fireDue(ctx context.Context, states map[string]*scheduleState) tim
 	var next time.Time
 	now := r.cfg.now()
 	for name, st := range states {
-		if st.def.Name == "" {
-			continue // a fired record whose definition is gone or not read yet
+		if st.def.Name == "" || st.def.Paused {
+			continue // a fired record whose definition is gone or not read yet; or paused
 		}
 		if tick, skipped := st.def.Latest(st.fired, now); !tick.IsZero() {
 			if skipped > 0 && !st.fired.IsZero() {

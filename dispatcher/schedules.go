@@ -44,7 +44,8 @@ type ScheduleInfo struct {
 	Schedule
 	Added     time.Time `json:"added"`
 	LastFired time.Time `json:"last_fired,omitzero"` // zero if none fired yet
-	Next      time.Time `json:"next"`
+	Next      time.Time `json:"next,omitzero"`       // zero while paused
+	Paused    bool      `json:"paused,omitempty"`
 }
 
 // When says when s ticks, for people: its cron expression, or "every 30s".
@@ -53,8 +54,9 @@ func (s Schedule) When() string { return schedule.Def{Cron: s.Cron, Every: s.Eve
 // ErrScheduleNotFound is returned by RemoveSchedule for a name with no schedule stored.
 var ErrScheduleNotFound = errors.New("weave: no such schedule")
 
-// AddSchedule stores a schedule (replacing one of the same name); the active coordinator fires
-// it from its next tick on. An invalid schedule returns an error wrapping ErrInvalidOption.
+// AddSchedule stores a schedule (replacing one of the same name, whose pause, if it is paused,
+// stays: ResumeSchedule ends it); the active coordinator fires it from its next tick on. An
+// invalid schedule returns an error wrapping ErrInvalidOption.
 func (d *Dispatcher) AddSchedule(ctx context.Context, s Schedule) error {
 	def := schedule.Def{Name: s.Name, Cron: s.Cron, Every: s.Every, Start: time.Now().UTC().Truncate(time.Second), Group: s.Group, Weight: s.Weight}
 	if def.Group == "" {
@@ -72,7 +74,66 @@ func (d *Dispatcher) AddSchedule(ctx context.Context, s Schedule) error {
 	if err := def.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	return d.storeSchedule(ctx, def)
+	if err := d.ensure(ctx); err != nil {
+		return err
+	}
+	cur, seq, err := d.storedSchedule(ctx, def.Name)
+	switch {
+	case errors.Is(err, ErrScheduleNotFound):
+	case err != nil:
+		return err
+	default:
+		def.Paused = cur.Paused
+	}
+	return d.replaceSchedule(ctx, def, seq, "added")
+}
+
+// PauseSchedule stops a schedule's ticks until ResumeSchedule: the active coordinator fires
+// none of them meanwhile (the groups fired before run on). It is stored like the schedule, so it
+// holds across restarts and failovers. A name with no schedule returns an error wrapping
+// ErrScheduleNotFound; pausing one paused already changes nothing.
+func (d *Dispatcher) PauseSchedule(ctx context.Context, name string) error {
+	return d.setSchedulePaused(ctx, name, true)
+}
+
+// ResumeSchedule ends a PauseSchedule: the schedule fires from its next tick after now; the
+// ticks of the pause are not made up. One not paused returns an error wrapping ErrNotPaused.
+func (d *Dispatcher) ResumeSchedule(ctx context.Context, name string) error {
+	return d.setSchedulePaused(ctx, name, false)
+}
+
+func (d *Dispatcher) setSchedulePaused(ctx context.Context, name string, paused bool) error {
+	if err := (schedule.Def{Name: name, Removed: true}).Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	if err := d.ensure(ctx); err != nil {
+		return err
+	}
+	def, seq, err := d.storedSchedule(ctx, name)
+	switch {
+	case err != nil:
+		return err
+	case def.Paused == paused && paused:
+		return nil
+	case def.Paused == paused:
+		return fmt.Errorf("%w: schedule %q", ErrNotPaused, name)
+	}
+	def.Paused = paused
+	verb := "paused"
+	if !paused {
+		verb, def.Resumed = "resumed", time.Now().UTC()
+	}
+	return d.replaceSchedule(ctx, def, seq, verb)
+}
+
+// replaceSchedule stores def if the schedule's definition is still the one at seq (0: none).
+func (d *Dispatcher) replaceSchedule(ctx context.Context, def schedule.Def, seq uint64, verb string) error {
+	if err := d.storeSchedule(ctx, def, jetstream.WithExpectLastSequencePerSubject(seq)); isWrongLastSequence(err) {
+		return fmt.Errorf("weave: schedule %q changed while it was being %s; nothing done, try again", def.Name, verb)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // RemoveSchedule removes a schedule: no tick of it fires any more. A name with no schedule
@@ -86,35 +147,31 @@ func (d *Dispatcher) RemoveSchedule(ctx context.Context, name string) error {
 	if err := d.ensure(ctx); err != nil {
 		return err
 	}
-	seq, err := d.scheduleSeq(ctx, name)
+	_, seq, err := d.storedSchedule(ctx, name)
 	if err != nil {
 		return err
 	}
 	// Only if the definition read is still the latest: a schedule added again meanwhile stays.
-	if err := d.storeSchedule(ctx, def, jetstream.WithExpectLastSequencePerSubject(seq)); isWrongLastSequence(err) {
-		return fmt.Errorf("weave: schedule %q changed while it was being removed; nothing removed, try again", name)
-	} else if err != nil {
-		return err
-	}
-	return nil
+	return d.replaceSchedule(ctx, def, seq, "removed")
 }
 
-// scheduleSeq returns the sequence of the stored definition of schedule name, or an error
-// wrapping ErrScheduleNotFound when there is none (or it was removed).
-func (d *Dispatcher) scheduleSeq(ctx context.Context, name string) (uint64, error) {
+// storedSchedule returns the stored definition of schedule name and its message's sequence, or
+// an error wrapping ErrScheduleNotFound when there is none (or it was removed; the sequence is
+// then that of the message read, 0 if none).
+func (d *Dispatcher) storedSchedule(ctx context.Context, name string) (schedule.Def, uint64, error) {
 	rctx, cancel := d.requestContext(ctx)
 	defer cancel()
 	m, err := directget.Last(rctx, d.nc, d.names.SchedulesStream(), d.names.ScheduleSubject(name))
 	if errors.Is(err, directget.ErrNotFound) {
-		return 0, fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
+		return schedule.Def{}, 0, fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
 	} else if err != nil {
-		return 0, fmt.Errorf("weave: read schedule %q: %w", name, err)
+		return schedule.Def{}, 0, fmt.Errorf("weave: read schedule %q: %w", name, err)
 	}
 	var def schedule.Def
 	if err := schedule.Decode(m.Data, &def); err != nil || def.Removed {
-		return 0, fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
+		return schedule.Def{}, m.Seq, fmt.Errorf("%w: %q", ErrScheduleNotFound, name)
 	}
-	return m.Seq, nil
+	return def, m.Seq, nil
 }
 
 func (d *Dispatcher) storeSchedule(ctx context.Context, def schedule.Def, opts ...jetstream.PublishOpt) error {
@@ -184,7 +241,12 @@ func (d *Dispatcher) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
 		if info.LastFired.After(from) {
 			from = info.LastFired
 		}
-		info.Next = def.Next(from)
+		if def.Resumed.After(from) {
+			from = def.Resumed
+		}
+		if info.Paused = def.Paused; !def.Paused {
+			info.Next = def.Next(from)
+		}
 		out = append(out, info)
 	}
 	slices.SortFunc(out, func(a, b ScheduleInfo) int { return strings.Compare(a.Name, b.Name) })

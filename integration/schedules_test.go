@@ -126,6 +126,80 @@ func TestScheduleFiresEachTickOnce(t *testing.T) {
 	}
 }
 
+// TestSchedulePauseAndResume: a paused schedule fires no tick while a witness schedule on the same
+// interval fires three (one of the paused one's may have been on its way); Schedules shows it
+// paused; adding it again keeps the pause; resumed, it fires from its next tick after the resume,
+// and the ticks of the pause are not made up. Resuming it again is ErrNotPaused, pausing or
+// resuming a name with no schedule ErrScheduleNotFound.
+func TestSchedulePauseAndResume(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	rc := newRunCounter()
+	e.coordinator(coordinator.Config{})
+	e.worker(worker.Config{ID: "w", Concurrency: 4}, rc.handler)
+	tick := dispatcher.Schedule{Name: "tick", Every: time.Second, Jobs: []dispatcher.Job{{Key: "a"}}}
+	if err := e.d.AddSchedule(e.ctx, tick); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a tick to run", func() bool {
+		ids, _ := rc.groups("tick", 1)
+		return len(ids) >= 1
+	})
+	if err := e.d.PauseSchedule(e.ctx, "tick"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.PauseSchedule(e.ctx, "tick"); err != nil {
+		t.Fatalf("pausing a paused schedule: %v", err)
+	}
+	if err := e.d.AddSchedule(e.ctx, tick); err != nil { // replaced: still paused
+		t.Fatal(err)
+	}
+	if infos, err := e.d.Schedules(e.ctx); err != nil || len(infos) != 1 || !infos[0].Paused || !infos[0].Next.IsZero() {
+		t.Fatalf("Schedules while paused: %+v, %v", infos, err)
+	}
+	before, _ := rc.groups("tick", 1)
+	if err := e.d.AddSchedule(e.ctx, dispatcher.Schedule{Name: "witness", Every: time.Second, Jobs: []dispatcher.Job{{Key: "w"}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "three ticks of the witness schedule", func() bool {
+		ids, _ := rc.groups("witness", 1)
+		return len(ids) >= 3
+	})
+	if during, _ := rc.groups("tick", 1); len(during) > len(before)+1 {
+		t.Fatalf("%d ticks fired while paused", len(during)-len(before))
+	}
+	resumed := time.Now().UTC().Truncate(time.Second)
+	paused, _ := rc.groups("tick", 1)
+	if err := e.d.ResumeSchedule(e.ctx, "tick"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a tick after the resume", func() bool {
+		ids, _ := rc.groups("tick", 1)
+		return len(ids) > len(paused)
+	})
+	ids, once := rc.groups("tick", 1)
+	if !once {
+		t.Fatalf("a tick's job ran more or less than once: %v", rc.runs)
+	}
+	for _, id := range ids[len(paused):] {
+		at, err := time.Parse("20060102T150405Z", strings.TrimPrefix(id, "tick@"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at.Before(resumed) {
+			t.Errorf("tick %v fired after the resume at %v: a tick of the pause made up", at, resumed)
+		}
+	}
+	if err := e.d.ResumeSchedule(e.ctx, "tick"); !errors.Is(err, dispatcher.ErrNotPaused) {
+		t.Errorf("resuming a running schedule: %v, want ErrNotPaused", err)
+	}
+	for _, f := range []func(context.Context, string) error{e.d.PauseSchedule, e.d.ResumeSchedule} {
+		if err := f(e.ctx, "nosuch"); !errors.Is(err, dispatcher.ErrScheduleNotFound) {
+			t.Errorf("pause or resume of no schedule: %v, want ErrScheduleNotFound", err)
+		}
+	}
+}
+
 // TestScheduleTickFiresOnceAcrossKill: the active coordinator process is SIGKILLed at a tick,
 // after it published the tick's group and before it recorded the tick fired (a fault-injection
 // hook); the next coordinator fires the tick again, and JetStream's dedup stores it once: the

@@ -57,7 +57,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"failed"}, exitUsage, "no subcommand"},
 		{[]string{"failed", "frob"}, exitUsage, `unknown command "frob"`},
 		// Every command that groups subcommands: alone, misspelt, or given a subcommand's flag.
-		{[]string{"schedule", "ad"}, exitUsage, `unknown command "ad" for "weave schedule" (did you mean "add"?): it takes add, list or remove`},
+		{[]string{"schedule", "ad"}, exitUsage, `unknown command "ad" for "weave schedule" (did you mean "add"?): it takes add, list, pause, remove or resume`},
 		{[]string{"limit"}, exitUsage, "no subcommand given: list, pause, remove, resume or set"},
 		{[]string{"limit", "lst"}, exitUsage, `(did you mean "list"?)`},
 		{[]string{"failed", "--nats", "nats://127.0.0.1:1"}, exitUsage, "weave failed takes a subcommand first (list or retry), then its flags"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,20 +17,24 @@ import (
 func newScheduleCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "schedule",
-		Short: "Add, list and remove recurring groups",
+		Short: "Add, list, pause and remove recurring groups",
 		Long: `A schedule publishes a group of jobs at every tick of a cron expression (seconds optional,
 in UTC) or a fixed interval. The group of a tick is named "<group>@<tick>", e.g.
 nightly@20261201T030000Z. Schedules are stored in the namespace (its NS_SCHEDULES stream); the
 active coordinator fires each tick exactly once, also when it is killed at the tick (the next
 coordinator fires it again and JetStream's dedup stores it once, if it takes over within the
 dedup window, 2 minutes by default). Ticks missed while no coordinator ran: only the latest
-fires, once, when one runs again.`,
+fires, once, when one runs again. A paused schedule fires nothing until it is resumed, and then
+from its next tick: the ticks of the pause are not made up. Adding a schedule again replaces
+it, a pause staying in place.`,
 		Example: `  weave schedule add --name nightly --cron '0 3 * * *' --file nightly.jsonl
   weave schedule add --name poll --every 30s --file poll.jsonl
   weave schedule list
+  weave schedule pause --name nightly
+  weave schedule resume --name nightly
   weave schedule remove --name poll`,
 	}
-	return withSubcommands(cmd, newScheduleAddCmd(g), newScheduleListCmd(g), newScheduleRemoveCmd(g))
+	return withSubcommands(cmd, newScheduleAddCmd(g), newScheduleListCmd(g), newScheduleRemoveCmd(g), newSchedulePauseCmd(g), newScheduleResumeCmd(g))
 }
 
 func newScheduleAddCmd(g *globals) *cobra.Command {
@@ -102,13 +107,55 @@ month day-of-week) or 6 with seconds first, or is a descriptor: @hourly, @daily,
 }
 
 func newScheduleRemoveCmd(g *globals) *cobra.Command {
+	return newScheduleNameCmd(g, "remove", "Remove a schedule: no tick of it fires any more",
+		func(ctx context.Context, d *dispatcher.Dispatcher, name string, out io.Writer) error {
+			if err := d.RemoveSchedule(ctx, name); errors.Is(err, dispatcher.ErrScheduleNotFound) {
+				return fmt.Errorf("%w: nothing removed ('weave schedule list' shows the schedules)", err)
+			} else if err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(out, "schedule %q removed\n", name)
+			return err
+		})
+}
+
+func newSchedulePauseCmd(g *globals) *cobra.Command {
+	return newScheduleNameCmd(g, "pause", "Stop a schedule's ticks until it is resumed",
+		func(ctx context.Context, d *dispatcher.Dispatcher, name string, out io.Writer) error {
+			if err := d.PauseSchedule(ctx, name); errors.Is(err, dispatcher.ErrScheduleNotFound) {
+				return fmt.Errorf("%w: nothing paused ('weave schedule list' shows the schedules)", err)
+			} else if err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(out, "schedule %q paused: no tick fires until 'weave schedule resume'\n", name)
+			return err
+		})
+}
+
+func newScheduleResumeCmd(g *globals) *cobra.Command {
+	return newScheduleNameCmd(g, "resume", "Let a paused schedule fire again, from its next tick",
+		func(ctx context.Context, d *dispatcher.Dispatcher, name string, out io.Writer) error {
+			err := d.ResumeSchedule(ctx, name)
+			switch {
+			case errors.Is(err, dispatcher.ErrScheduleNotFound), errors.Is(err, dispatcher.ErrNotPaused):
+				return fmt.Errorf("%w: nothing resumed ('weave schedule list' shows the schedules)", err)
+			case err != nil:
+				return err
+			}
+			_, err = fmt.Fprintf(out, "schedule %q resumed: it fires from its next tick; the ticks of the pause are not made up\n", name)
+			return err
+		})
+}
+
+// newScheduleNameCmd is a schedule subcommand that does one thing to the schedule --name names.
+func newScheduleNameCmd(g *globals, use, short string, do func(context.Context, *dispatcher.Dispatcher, string, io.Writer) error) *cobra.Command {
 	var (
 		conn connFlags
 		name string
 	)
 	cmd := &cobra.Command{
-		Use:   "remove --name N",
-		Short: "Remove a schedule: no tick of it fires any more",
+		Use:   use + " --name N",
+		Short: short,
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if name == "" {
@@ -121,13 +168,7 @@ func newScheduleRemoveCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer sess.close()
-			if err := d.RemoveSchedule(sess.ctx, name); errors.Is(err, dispatcher.ErrScheduleNotFound) {
-				return fmt.Errorf("%w: nothing removed ('weave schedule list' shows the schedules)", err)
-			} else if err != nil {
-				return sess.explain(err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "schedule %q removed\n", name)
-			return nil
+			return sess.explain(do(sess.ctx, d, name, cmd.OutOrStdout()))
 		},
 	}
 	conn.register(cmd.Flags())
@@ -181,7 +222,11 @@ func printSchedules(w io.Writer, infos []dispatcher.ScheduleInfo) error {
 		if !s.LastFired.IsZero() {
 			last = s.LastFired.UTC().Format(time.DateTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s@…\t%d\t%s\t%s\n", s.Name, s.When(), s.Group, len(s.Jobs), last, s.Next.UTC().Format(time.DateTime))
+		next := "paused"
+		if !s.Paused {
+			next = s.Next.UTC().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s@…\t%d\t%s\t%s\n", s.Name, s.When(), s.Group, len(s.Jobs), last, next)
 	}
 	return tw.Flush()
 }

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// TestScheduleCommands: schedule add, list and remove against a running coordinator and worker:
-// the schedule fires (list shows a last tick), and the usage errors of add.
+// TestScheduleCommands: schedule add, list, pause, resume and remove against a running
+// coordinator and worker: the schedule fires (list shows a last tick), and the usage errors of
+// add.
 func TestScheduleCommands(t *testing.T) {
 	t.Parallel()
 	conn := newCLINamespace(t, "sch")
@@ -34,6 +35,30 @@ func TestScheduleCommands(t *testing.T) {
 		code, out, _ := runCLI(t, "", append([]string{"schedule", "list"}, conn...)...)
 		return code == exitOK && strings.Contains(out, "poll  every 1s  poll@…  2     20")
 	})
+	// Paused, it is listed as such; resumed, with its next tick; resuming it twice is an error.
+	for _, step := range []struct {
+		args []string
+		code int
+		out  string // in stdout, or stderr for an error
+		list string // then in schedule list's stdout (spaces collapsed)
+	}{
+		{[]string{"pause"}, exitOK, `schedule "poll" paused: no tick fires until 'weave schedule resume'`, "poll every 1s poll@… 2"},
+		{[]string{"resume"}, exitOK, `schedule "poll" resumed: it fires from its next tick`, "poll every 1s poll@… 2"},
+		{[]string{"resume"}, exitError, `weave: not paused: schedule "poll": nothing resumed`, ""},
+	} {
+		code, out, errOut := runCLI(t, "", append(append([]string{"schedule"}, append(step.args, "--name", "poll")...), conn...)...)
+		if code != step.code || !strings.Contains(out+errOut, step.out) {
+			t.Fatalf("schedule %q: exit %d, want %d with %q\nstdout: %s\nstderr: %s", step.args, code, step.code, step.out, out, errOut)
+		}
+		if step.list == "" {
+			continue
+		}
+		code, out, _ = runCLI(t, "", append([]string{"schedule", "list"}, conn...)...)
+		line := strings.Join(strings.Fields(out), " ")
+		if code != exitOK || !strings.Contains(line, step.list) || strings.HasSuffix(line, " paused") != (step.args[0] == "pause") {
+			t.Fatalf("schedule list after %q: exit %d\n%s", step.args, code, out)
+		}
+	}
 	if code, out, errOut := runCLI(t, "", append([]string{"schedule", "remove", "--name", "poll"}, conn...)...); code != exitOK {
 		t.Fatalf("schedule remove: exit %d\n%s%s", code, out, errOut)
 	}

@@ -38,6 +38,10 @@ type Def struct {
 	Weight int `json:"weight,omitempty"`
 	// Removed marks a schedule removed: nothing fires for it any more.
 	Removed bool `json:"removed,omitempty"`
+	// Paused: no tick fires until it is resumed. Resumed is when it last was: no tick at or
+	// before it fires then (the ticks of the pause are not made up).
+	Paused  bool      `json:"paused,omitempty"`
+	Resumed time.Time `json:"resumed,omitzero"`
 }
 
 // Job is one job each tick's group holds.
@@ -110,7 +114,7 @@ func (d Def) Validate() error {
 	return nil
 }
 
-// Next is the first tick of d strictly after t.
+// Next is the first tick of d strictly after t (whether or not it is paused).
 func (d Def) Next(t time.Time) time.Time {
 	if d.Every > 0 {
 		if t.Before(d.Start) {
@@ -129,9 +133,10 @@ func (d Def) Next(t time.Time) time.Time {
 // Latest is the latest tick of d after `after` and at most now, or zero if there is none, and how
 // many ticks in that span it passed over (ticks missed, if none fired).
 func (d Def) Latest(after, now time.Time) (tick time.Time, passed int) {
-	if after.Before(d.Start) {
-		after = d.Start
+	if d.Paused {
+		return time.Time{}, 0
 	}
+	after = maxTime(after, d.Start, d.Resumed)
 	if d.Every > 0 {
 		if !now.After(after) {
 			return time.Time{}, 0
@@ -140,7 +145,7 @@ func (d Def) Latest(after, now time.Time) (tick time.Time, passed int) {
 		if !last.After(after) {
 			return time.Time{}, 0
 		}
-		return last, int(last.Sub(after)/d.Every) - 1
+		return last, int(last.Sub(d.Next(after)) / d.Every) // the ticks from the first after `after` to last
 	}
 	for t := d.Next(after); !t.IsZero() && !t.After(now); t = d.Next(t) {
 		if !tick.IsZero() {
@@ -152,6 +157,16 @@ func (d Def) Latest(after, now time.Time) (tick time.Time, passed int) {
 		}
 	}
 	return tick, passed
+}
+
+func maxTime(ts ...time.Time) time.Time {
+	var m time.Time
+	for _, t := range ts {
+		if t.After(m) {
+			m = t
+		}
+	}
+	return m
 }
 
 // GroupID is the ID of the group d publishes at tick.

@@ -70,6 +70,21 @@ func TestLatest(t *testing.T) {
 	if got, passed := c.Latest(t0, t0.Add(35*time.Second)); !got.Equal(t0.Add(30*time.Second)) || passed != 2 {
 		t.Errorf("cron Latest = +%v, %d; want +30s, 2", got.Sub(t0), passed)
 	}
+	// Paused: nothing is due. Resumed at +33s: the ticks of the pause are not made up; the
+	// next one, +40s, is.
+	for _, d := range []Def{every(10 * time.Second), c} {
+		d.Paused = true
+		if got, _ := d.Latest(t0, t0.Add(35*time.Second)); !got.IsZero() {
+			t.Errorf("paused %s: Latest = +%v, want none", d.When(), got.Sub(t0))
+		}
+		d.Paused, d.Resumed = false, t0.Add(33*time.Second)
+		if got, _ := d.Latest(t0, t0.Add(35*time.Second)); !got.IsZero() {
+			t.Errorf("resumed %s at +33s: Latest(+35s) = +%v, want none", d.When(), got.Sub(t0))
+		}
+		if got, passed := d.Latest(t0, t0.Add(41*time.Second)); !got.Equal(t0.Add(40*time.Second)) || passed != 0 {
+			t.Errorf("resumed %s at +33s: Latest(+41s) = +%v, %d; want +40s, 0", d.When(), got.Sub(t0), passed)
+		}
+	}
 }
 
 func TestValidate(t *testing.T) {
