@@ -192,28 +192,21 @@ func retainedLive(r *retained) wire.GroupLive {
 	return wire.GroupLive{ID: r.id, Incarnation: r.openSeq, Sealed: true, Complete: true, CompletedAt: r.at, SummarySeq: r.summarySeq}
 }
 
-// heldBack counts, per group (or for group only, if not nil), the jobs each limit holds back
-// now, in one pass over the limits' lines (O(jobs held back), for an operator's request): the
-// answer to "why does its pending job not start?".
+// heldBack lists, per group (or for group only, if not nil), the limits holding some of its
+// jobs back and how many each holds: the answer to "why does its pending job not start?". Each
+// limit counts its held jobs per group as it holds and releases them, so this costs a lookup
+// per limit and group, not a pass over the jobs held.
 func (e *engine) heldBack(only *group) map[*group][]wire.HeldBack {
 	var out map[*group][]wire.HeldBack
 	for k, ls := range e.limits.byKey {
-		for _, j := range ls.waiting {
-			if only != nil && j.g != only || j.heldBy != ls || e.jobs[j.id] != j {
-				continue // another group's, or ended since (its line skips it when offering)
-			}
-			if st, _ := e.idx.State(j.id); st != jobindex.Pending {
+		for g, n := range ls.byGroup {
+			if only != nil && g != only {
 				continue
 			}
 			if out == nil {
 				out = map[*group][]wire.HeldBack{}
 			}
-			hb := out[j.g]
-			if n := len(hb); n == 0 || hb[n-1].Kind != k.kind || hb[n-1].Name != k.name {
-				hb = append(hb, wire.HeldBack{Kind: k.kind, Name: k.name, Paused: ls.Paused})
-			}
-			hb[len(hb)-1].Jobs++
-			out[j.g] = hb
+			out[g] = append(out[g], wire.HeldBack{Kind: k.kind, Name: k.name, Paused: ls.Paused, Jobs: n})
 		}
 	}
 	for _, hb := range out {

@@ -43,10 +43,29 @@ type limitKey struct {
 // limitState is one limit and its use.
 type limitState struct {
 	wire.Limit
-	running int       // jobs under it released and not reported
-	tat     time.Time // the rate's theoretical arrival time (see limits)
-	waiting []*job    // jobs it holds back, first come first; ended ones are skipped
-	held    int       // of them, those not ended: what status and metrics count (see unhold)
+	running int            // jobs under it released and not reported
+	tat     time.Time      // the rate's theoretical arrival time (see limits)
+	waiting []*job         // jobs it holds back, first come first; ended ones are skipped
+	held    int            // of them, those not ended: what status and metrics count (see unhold)
+	byGroup map[*group]int // held, per group: what weave group says holds it back
+}
+
+// hold and release count job j into and out of ls's held jobs.
+func (ls *limitState) hold(j *job) {
+	j.heldBy = ls
+	ls.held++
+	if ls.byGroup == nil {
+		ls.byGroup = map[*group]int{}
+	}
+	ls.byGroup[j.g]++
+}
+
+func (ls *limitState) release(j *job) {
+	j.heldBy = nil
+	ls.held--
+	if ls.byGroup[j.g]--; ls.byGroup[j.g] <= 0 {
+		delete(ls.byGroup, j.g)
+	}
 }
 
 // setLimit applies a limit read from the LIMITS stream: a new or changed limit, or a removal.
@@ -206,8 +225,7 @@ func (e *engine) holdBack(c candidate, ls *limitState) bool {
 		e.retries.ready = slices.DeleteFunc(e.retries.ready, func(r *job) bool { return r == j })
 	}
 	ls.waiting = append(ls.waiting, j)
-	ls.held++
-	j.heldBy = ls
+	ls.hold(j)
 	return true
 }
 
@@ -220,8 +238,7 @@ func unhold(j *job) {
 	if ls == nil {
 		return
 	}
-	j.heldBy = nil
-	ls.held--
+	ls.release(j)
 	if len(ls.waiting) > 2*ls.held+64 {
 		ls.waiting = slices.DeleteFunc(ls.waiting, func(w *job) bool { return w.heldBy != ls })
 	}
@@ -243,11 +260,10 @@ func (e *engine) offerAgain(ls *limitState, n int) {
 		if j.heldBy != ls {
 			continue // ended since (unhold counted it out)
 		}
+		ls.release(j)
 		if st, _ := e.idx.State(j.id); st != jobindex.Pending || e.jobs[j.id] != j {
 			continue
 		}
-		j.heldBy = nil
-		ls.held--
 		e.retries.ready = append(e.retries.ready, j)
 		n--
 	}

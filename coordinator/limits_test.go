@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -214,6 +215,10 @@ func TestPausedLimit(t *testing.T) {
 	if n := countBy(te.releases()["any"]); n["held"] != 3 {
 		t.Fatalf("the resume released %v, want 3 of the held group (its concurrency)", n)
 	}
+	want := []wire.HeldBack{{Kind: wire.LimitGroup, Name: "held", Jobs: 2}}
+	if hb := te.e.heldBack(te.e.groups.byID["held"])[te.e.groups.byID["held"]]; !slices.Equal(hb, want) {
+		t.Fatalf("heldBack after the resume: %+v, want %+v (the two its concurrency holds)", hb, want)
+	}
 }
 
 // TestHeldJobsCanceledInAPause: jobs canceled while a paused limit holds them are counted out of
@@ -256,7 +261,7 @@ func TestHeldJobsCanceledInAPause(t *testing.T) {
 		t.Fatalf("the paused line keeps %d entries for 50 jobs held", len(ls.waiting))
 	}
 	te.control(wire.GroupControl{Group: "a", Op: wire.OpCancel})
-	if held() != 0 {
-		t.Fatalf("held %d after the group was canceled, want 0", held())
+	if held() != 0 || len(te.e.heldBack(nil)) != 0 || len(ls.byGroup) != 0 {
+		t.Fatalf("held %d (heldBack %v, per group %v) after the group was canceled, want none", held(), te.e.heldBack(nil), ls.byGroup)
 	}
 }
