@@ -20,7 +20,9 @@ var (
 	// coordinator answered within Config.RequestTimeout: none is running, it is still replaying
 	// the streams after a start, or it is older than the operation (a coordinator that does not
 	// know redrive records it in NS_REJECTED without answering). The request is not lost: a
-	// coordinator that knows it applies it (or refuses it) when it reads it.
+	// coordinator that knows it applies it (or refuses it) when it reads it. A limit change
+	// (SetLimit, RemoveLimit, Pause, Resume) stored but not confirmed applied by the running
+	// coordinator within Config.RequestTimeout wraps it too.
 	ErrNoAnswer = errors.New("weave: stored, but no coordinator answered")
 )
 

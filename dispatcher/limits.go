@@ -42,8 +42,8 @@ const (
 // ErrLimitNotFound is returned by RemoveLimit when the resource or group has no limit set.
 var ErrLimitNotFound = errors.New("weave: no such limit")
 
-// SetLimit stores a limit's concurrency and rate, replacing those on the same resource or group;
-// the coordinator applies it at once. A pause in place stays (Resume ends it; l.Paused set
+// SetLimit stores a limit's concurrency and rate, replacing those on the same resource or group.
+// A pause in place stays (Resume ends it; l.Paused set
 // pauses too). A Limit with neither Concurrency nor Rate leaves only a pause, if there is one,
 // else removes the limit (as RemoveLimit does, without its check that there is one). An
 // invalid limit returns an error wrapping ErrInvalidOption. Writing limits needs the
@@ -127,7 +127,8 @@ func (d *Dispatcher) RemoveLimit(ctx context.Context, kind LimitKind, name strin
 	return d.replaceLimit(ctx, Limit{Kind: kind, Name: name}, seq, "removed")
 }
 
-// ErrNotPaused is returned by Resume when the resource or group ID is not paused.
+// ErrNotPaused is returned by Resume when the resource or group ID is not paused, and by
+// ResumeSchedule when the schedule is not.
 var ErrNotPaused = errors.New("weave: not paused")
 
 // Pause holds back every job of a resource (the jobs that require or prefer it) or of a group ID
