@@ -46,11 +46,12 @@ type limitState struct {
 	running int            // jobs under it released and not reported
 	tat     time.Time      // the rate's theoretical arrival time (see limits)
 	waiting []*job         // jobs it holds back, first come first; ended ones are skipped
-	held    int            // of them, those not ended: what status and metrics count (see unhold)
+	held    int            // of them, those not ended: what status and metrics count (see dropEnded)
 	byGroup map[*group]int // held, per group: what weave group says holds it back
 }
 
-// hold and release count job j into and out of ls's held jobs.
+// hold and letGo count job j into and out of ls's held jobs (letGo, not release: a release is
+// what sends a job to a pool).
 func (ls *limitState) hold(j *job) {
 	j.heldBy = ls
 	ls.held++
@@ -60,7 +61,7 @@ func (ls *limitState) hold(j *job) {
 	ls.byGroup[j.g]++
 }
 
-func (ls *limitState) release(j *job) {
+func (ls *limitState) letGo(j *job) {
 	j.heldBy = nil
 	ls.held--
 	if ls.byGroup[j.g]--; ls.byGroup[j.g] <= 0 {
@@ -229,16 +230,16 @@ func (e *engine) holdBack(c candidate, ls *limitState) bool {
 	return true
 }
 
-// unhold counts out of its limit's line a job that ended while the line held it (canceled, or
+// dropEnded counts out of its limit's line a job that ended while the line held it (canceled, or
 // its message vanished). The line drops it when it next offers its jobs; a line that does not
 // offer for long (a pause) is compacted once more than half of it has ended, so its ended jobs
 // are not kept for the pause's length.
-func unhold(j *job) {
+func dropEnded(j *job) {
 	ls := j.heldBy
 	if ls == nil {
 		return
 	}
-	ls.release(j)
+	ls.letGo(j)
 	if len(ls.waiting) > 2*ls.held+64 {
 		ls.waiting = slices.DeleteFunc(ls.waiting, func(w *job) bool { return w.heldBy != ls })
 	}
@@ -258,9 +259,9 @@ func (e *engine) offerAgain(ls *limitState, n int) {
 	for ; i < len(ls.waiting) && n > 0; i++ {
 		j := ls.waiting[i]
 		if j.heldBy != ls {
-			continue // ended since (unhold counted it out)
+			continue // ended since (dropEnded counted it out)
 		}
-		ls.release(j)
+		ls.letGo(j)
 		if st, _ := e.idx.State(j.id); st != jobindex.Pending || e.jobs[j.id] != j {
 			continue
 		}

@@ -249,7 +249,7 @@ func (e *engine) maxAttempts(j *job) int {
 func (e *engine) end(j *job, to jobindex.State, data []byte, evSeq uint64) {
 	e.moveTerminal(j.id, to)
 	delete(e.jobs, j.id)
-	unhold(j)
+	dropEnded(j)
 	state := wire.FinalDone
 	switch to {
 	case jobindex.Failed:
