@@ -100,7 +100,7 @@ func newLimitSetCmd(g *globals) *cobra.Command {
 	f.IntVar(&l.Concurrency, "concurrency", 0, "at most this many of its jobs released at once (0: no concurrency limit)")
 	f.IntVar(&l.Rate, "rate", 0, "at most this many starts per --per (0: no rate limit)")
 	f.DurationVar(&l.Per, "per", 0, "the rate's interval (default 1s with --rate)")
-	f.IntVar(&l.Burst, "burst", 0, "starts allowed at once after a pause (default 1)")
+	f.IntVar(&l.Burst, "burst", 0, "starts allowed at once after a quiet spell (default 1)")
 	return cmd
 }
 
