@@ -282,6 +282,19 @@ func parseJobIDs(args []string) ([]uint64, error) {
 	return ids, nil
 }
 
+// withDispatcher runs do with a dispatcher of the namespace conn names, connected as name, until
+// SIGINT or SIGTERM, and explains an error the server's refusal caused.
+func withDispatcher(cmd *cobra.Command, g *globals, conn *connFlags, name string, do func(context.Context, *dispatcher.Dispatcher) error) error {
+	ctx, stop := signalContext(cmd.Context())
+	defer stop()
+	d, s, err := newDispatcher(ctx, conn, name, g.log)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	return s.explain(do(s.ctx, d))
+}
+
 // newDispatcher connects and returns a dispatcher of the namespace the flags name, waiting at
 // most --timeout for each answer; the caller closes the session.
 func newDispatcher(ctx context.Context, conn *connFlags, name string, log zerolog.Logger, opts ...func(*dispatcher.Config)) (*dispatcher.Dispatcher, *session, error) {

@@ -160,14 +160,9 @@ func newLimitTargetCmd(g *globals, name, short string, do func(context.Context, 
 			if err := l.Validate(); err != nil {
 				return usageErrorf("%s", plainReason(err))
 			}
-			ctx, stop := signalContext(cmd.Context())
-			defer stop()
-			d, s, err := newDispatcher(ctx, &conn, "limit", g.log)
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			return s.explain(unconfirmed(cmd.OutOrStdout(), l, do(s.ctx, d, l, cmd.OutOrStdout())))
+			return withDispatcher(cmd, g, &conn, "limit", func(ctx context.Context, d *dispatcher.Dispatcher) error {
+				return unconfirmed(cmd.OutOrStdout(), l, do(ctx, d, l, cmd.OutOrStdout()))
+			})
 		},
 	}
 	conn.register(cmd.Flags())
@@ -188,21 +183,16 @@ func unconfirmed(out io.Writer, l wire.Limit, err error) error {
 
 // setLimit stores l's concurrency and rate and says so, and that a pause stays if there is one.
 func setLimit(cmd *cobra.Command, g *globals, conn *connFlags, l wire.Limit) error {
-	ctx, stop := signalContext(cmd.Context())
-	defer stop()
-	d, s, err := newDispatcher(ctx, conn, "limit", g.log)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	if err := d.SetLimit(s.ctx, l); err != nil {
-		return s.explain(unconfirmed(cmd.OutOrStdout(), l, err))
-	}
-	fmt.Fprintf(cmd.OutOrStdout(), "limit of %s %q set: %v\n", l.Kind, l.Name, l)
-	if cur, err := d.LimitOf(s.ctx, l.Kind, l.Name); err == nil && cur.Paused {
-		fmt.Fprintf(cmd.OutOrStdout(), "%s %q is still paused: 'weave limit resume' lets its jobs go\n", l.Kind, l.Name)
-	}
-	return nil
+	return withDispatcher(cmd, g, conn, "limit", func(ctx context.Context, d *dispatcher.Dispatcher) error {
+		if err := d.SetLimit(ctx, l); err != nil {
+			return unconfirmed(cmd.OutOrStdout(), l, err)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "limit of %s %q set: %v\n", l.Kind, l.Name, l)
+		if cur, err := d.LimitOf(ctx, l.Kind, l.Name); err == nil && cur.Paused {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %q is still paused: 'weave limit resume' lets its jobs go\n", l.Kind, l.Name)
+		}
+		return nil
+	})
 }
 
 func newLimitListCmd(g *globals) *cobra.Command {

@@ -161,14 +161,9 @@ func newScheduleNameCmd(g *globals, use, short string, do func(context.Context, 
 			if name == "" {
 				return usageErrorf("--name is required")
 			}
-			ctx, stop := signalContext(cmd.Context())
-			defer stop()
-			d, sess, err := newDispatcher(ctx, &conn, "schedule", g.log)
-			if err != nil {
-				return err
-			}
-			defer sess.close()
-			return sess.explain(do(sess.ctx, d, name, cmd.OutOrStdout()))
+			return withDispatcher(cmd, g, &conn, "schedule", func(ctx context.Context, d *dispatcher.Dispatcher) error {
+				return do(ctx, d, name, cmd.OutOrStdout())
+			})
 		},
 	}
 	conn.register(cmd.Flags())
