@@ -36,6 +36,8 @@ type Backend interface {
 	// Ended lists up to limit groups whose summary is among the latest records of the outcomes,
 	// the latest ended first.
 	Ended(ctx context.Context, limit int) ([]EndedGroup, error)
+	// Schedules lists the stored schedules, with their last and next ticks (weave schedule list).
+	Schedules(ctx context.Context) ([]dispatcher.ScheduleInfo, error)
 	// Retry publishes failed jobs of group again (all of its latest complete incarnation's with
 	// no ids), like weave failed retry. It returns how many jobs were published.
 	Retry(ctx context.Context, group string, ids []uint64) (int, error)
@@ -112,6 +114,10 @@ func decodeStatus(data []byte) (*Status, error) {
 	}
 	s.Raw = data
 	return &s, nil
+}
+
+func (b *natsBackend) Schedules(ctx context.Context) ([]dispatcher.ScheduleInfo, error) {
+	return b.d.Schedules(ctx)
 }
 
 func (b *natsBackend) Failed(ctx context.Context, group string, limit int) ([]dispatcher.JobOutcome, error) {

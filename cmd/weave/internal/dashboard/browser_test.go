@@ -148,8 +148,24 @@ func TestDashboardInBrowser(t *testing.T) {
 			return c !== null && c.dataset.ended === '%d' && c.dataset.total === '6' &&
 				(%d === 0 || document.querySelector('tr[data-group=%q] .seg.done').style.width === '%.2f%%'); })()`, gated, n, n, gated, 100*float64(n)/6))
 	}
+	// Two schedules, neither firing during the test: one yearly, one paused.
+	for _, sc := range []dispatcher.Schedule{
+		{Name: "yearly", Cron: "@yearly", Jobs: []dispatcher.Job{{Key: "report"}}},
+		{Name: "poll", Every: time.Hour, Group: "poller", Jobs: []dispatcher.Job{{Key: "a"}, {Key: "b"}}},
+	} {
+		if err := e.d.AddSchedule(t.Context(), sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.d.PauseSchedule(t.Context(), "poll"); err != nil {
+		t.Fatal(err)
+	}
 	run(t, ctx, "the groups view shows the gated group, nothing ended",
 		chromedp.KeyEvent("2"),
+		// The schedules, the paused one flagged.
+		poll(`(() => { const y = document.querySelector('tr[data-schedule="yearly"]'), p = document.querySelector('tr[data-schedule="poll"]');
+			return y !== null && y.textContent.includes('@yearly') && y.querySelector('.flag') === null &&
+				p !== null && p.textContent.includes('poller@…') && p.textContent.includes('every 1h0m0s') && p.querySelector('.flag').textContent === 'paused'; })()`),
 		chromedp.WaitVisible(`#view-groups tr[data-group="`+gated+`"]`),
 		ended(0),
 		// The groups that ended, with their outcome.
@@ -324,6 +340,18 @@ func TestDashboardScreenshots(t *testing.T) {
 	if err := op.Pause(t.Context(), dispatcher.LimitResource, "payments"); err != nil {
 		t.Fatal(err)
 	}
+	// Schedules: a nightly report, and an hourly poll paused.
+	for _, sc := range []dispatcher.Schedule{
+		{Name: "nightly-report", Cron: "0 3 * * *", Jobs: []dispatcher.Job{{Key: "report"}}},
+		{Name: "poll-feeds", Every: time.Hour, Jobs: []dispatcher.Job{{Key: "a"}, {Key: "b"}, {Key: "c"}}},
+	} {
+		if err := op.AddSchedule(t.Context(), sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := op.PauseSchedule(t.Context(), "poll-feeds"); err != nil {
+		t.Fatal(err)
+	}
 
 	// A stream of sites of skewed sizes, four open at a time, until the screenshots are taken.
 	stop := make(chan struct{})
@@ -371,7 +399,8 @@ func TestDashboardScreenshots(t *testing.T) {
 	})
 	run(t, ctx, "overview", chromedp.Navigate(base), poll(`document.querySelector('#chart-rates path.line') !== null`))
 	screenshot(t, ctx, "overview")
-	run(t, ctx, "groups", chromedp.KeyEvent("2"), chromedp.WaitVisible(`#groups-table tr[data-group]`))
+	run(t, ctx, "groups", chromedp.KeyEvent("2"), chromedp.WaitVisible(`#groups-table tr[data-group]`),
+		chromedp.WaitVisible(`#schedules-table tr[data-schedule="poll-feeds"]`))
 	screenshot(t, ctx, "groups")
 	run(t, ctx, "resources", chromedp.KeyEvent("3"), chromedp.WaitVisible(`#resources-table tr[data-resource]`))
 	screenshot(t, ctx, "resources")

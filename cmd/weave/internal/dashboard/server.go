@@ -123,6 +123,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /api/failed", s.failed)
 	mux.HandleFunc("GET /api/job", s.job)
 	mux.HandleFunc("GET /api/ended", s.ended)
+	mux.HandleFunc("GET /api/schedules", s.schedules)
 	mux.HandleFunc("POST /api/retry", s.action("retry", s.retry))
 	mux.HandleFunc("POST /api/cancel", s.action("cancel", s.cancel))
 	s.mux = mux
@@ -431,6 +432,31 @@ func (s *Server) ended(w http.ResponseWriter, r *http.Request) {
 		groups = []EndedGroup{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"groups": groups})
+}
+
+func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	infos, err := s.cfg.Backend.Schedules(ctx)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, err)
+		return
+	}
+	type schedule struct {
+		Name      string    `json:"name"`
+		When      string    `json:"when"`
+		Group     string    `json:"group"`
+		Jobs      int       `json:"jobs"`
+		Weight    int       `json:"weight,omitempty"`
+		LastFired time.Time `json:"last_fired,omitzero"`
+		Next      time.Time `json:"next,omitzero"`
+		Paused    bool      `json:"paused,omitempty"`
+	}
+	out := []schedule{}
+	for _, i := range infos {
+		out = append(out, schedule{Name: i.Name, When: i.When(), Group: i.Group, Jobs: len(i.Jobs), Weight: i.Weight, LastFired: i.LastFired, Next: i.Next, Paused: i.Paused})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"schedules": out})
 }
 
 // actionRequest is the body of a retry or cancel: one group, and some of its jobs or none

@@ -316,5 +316,8 @@ func (nopBackend) Lookup(context.Context, dashboard.Query) (*dispatcher.JobInfo,
 	return nil, dispatcher.ErrJobNotFound
 }
 func (nopBackend) Ended(context.Context, int) ([]dashboard.EndedGroup, error) { return nil, nil }
+func (nopBackend) Schedules(context.Context) ([]dispatcher.ScheduleInfo, error) {
+	return nil, nil
+}
 func (nopBackend) Retry(context.Context, string, []uint64) (int, error)       { return 0, nil }
 func (nopBackend) Cancel(context.Context, string, []uint64) error             { return nil }

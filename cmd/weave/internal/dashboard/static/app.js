@@ -336,6 +336,28 @@ function renderGroups() {
   });
   fill($('#groups-table tbody'), rows, 9, all.length ? 'No open group matches.' : 'No open groups: every group published has ended.');
   loadEnded();
+  loadSchedules();
+}
+
+// The schedules are read from their stream, not pushed: at most every 5 s, while the groups view
+// is shown.
+let schedulesAt = 0;
+async function loadSchedules() {
+  if (Date.now() - schedulesAt < 5000) return;
+  schedulesAt = Date.now();
+  const r = await getJSON('api/schedules').catch((e) => ({ ok: false, body: { error: e.message } }));
+  const tbody = $('#schedules-table tbody');
+  if (!r.ok) { fill(tbody, [], 6, 'Cannot read the schedules: ' + r.body.error); return; }
+  const now = snap && snap.status ? Date.parse(snap.status.time) : Date.now();
+  const at = (t) => t ? new Date(t).toISOString().replace('T', ' ').slice(0, 19) : '–';
+  fill(tbody, r.body.schedules.map((s) => h('tr', { dataset: { schedule: s.name } },
+    h('td', { class: 'mono' }, s.name),
+    h('td', { class: 'mono' }, s.when),
+    h('td', { class: 'mono' }, s.group + '@…'),
+    h('td', { class: 'num' }, fmt(s.jobs)),
+    h('td', {}, s.last_fired ? at(s.last_fired) + ' (' + since(s.last_fired, now) + ' ago)' : '–'),
+    h('td', {}, s.paused ? h('span', { class: 'flag' }, 'paused') : at(s.next)))),
+  6, 'No schedule is stored.');
 }
 
 // The ended groups are read from the outcome records, not pushed: at most every 5 s, while the
