@@ -319,5 +319,5 @@ func (nopBackend) Ended(context.Context, int) ([]dashboard.EndedGroup, error) { 
 func (nopBackend) Schedules(context.Context) ([]dispatcher.ScheduleInfo, error) {
 	return nil, nil
 }
-func (nopBackend) Retry(context.Context, string, []uint64) (int, error)       { return 0, nil }
-func (nopBackend) Cancel(context.Context, string, []uint64) error             { return nil }
+func (nopBackend) Retry(context.Context, string, []uint64) (int, error) { return 0, nil }
+func (nopBackend) Cancel(context.Context, string, []uint64) error       { return nil }
