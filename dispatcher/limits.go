@@ -149,20 +149,30 @@ func (d *Dispatcher) Resume(ctx context.Context, kind LimitKind, name string) er
 
 func (d *Dispatcher) setPaused(ctx context.Context, kind LimitKind, name string, paused bool) error {
 	cur, seq, err := d.storedLimit(ctx, kind, name)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case cur.Paused == paused && paused:
-		return nil
-	case cur.Paused == paused:
-		return fmt.Errorf("%w: %s %q", ErrNotPaused, kind, name)
+	}
+	verb, done, err := pauseChange(cur.Paused, paused, fmt.Sprintf("%s %q", kind, name))
+	if done || err != nil {
+		return err
 	}
 	cur.Paused = paused
-	verb := "paused"
-	if !paused {
-		verb = "resumed"
-	}
 	return d.replaceLimit(ctx, cur, seq, verb)
+}
+
+// pauseChange decides a pause (pause set) or a resume of what (a limit, a schedule) whose pause
+// is was now: done when there is nothing to store (pausing what is paused), an error wrapping
+// ErrNotPaused when resuming what is not, else the change's verb.
+func pauseChange(was, pause bool, what string) (verb string, done bool, err error) {
+	switch {
+	case was && pause:
+		return "", true, nil
+	case !was && !pause:
+		return "", true, fmt.Errorf("%w: %s", ErrNotPaused, what)
+	case pause:
+		return "paused", false, nil
+	}
+	return "resumed", false, nil
 }
 
 // LimitOf returns the limit stored on a resource or group ID, as the coordinator applies it:

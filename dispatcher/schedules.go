@@ -110,18 +110,15 @@ func (d *Dispatcher) setSchedulePaused(ctx context.Context, name string, paused 
 		return err
 	}
 	def, seq, err := d.storedSchedule(ctx, name)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case def.Paused == paused && paused:
-		return nil
-	case def.Paused == paused:
-		return fmt.Errorf("%w: schedule %q", ErrNotPaused, name)
 	}
-	def.Paused = paused
-	verb := "paused"
-	if !paused {
-		verb, def.Resumed = "resumed", time.Now().UTC()
+	verb, done, err := pauseChange(def.Paused, paused, fmt.Sprintf("schedule %q", name))
+	if done || err != nil {
+		return err
+	}
+	if def.Paused = paused; !paused {
+		def.Resumed = time.Now().UTC()
 	}
 	return d.replaceSchedule(ctx, def, seq, verb)
 }
