@@ -86,6 +86,7 @@ type job struct {
 	retryAt   time.Time
 	heapIdx   int
 	heldBy    *limitState // the limit whose line holds it back, if any
+	offeredBy *limitState // the limit whose line offered it again, until it is released, held again or ends
 }
 
 // effects are the side effects the loop carries out after a step (see run.step).

@@ -259,8 +259,10 @@ func (r *run) observe() {
 		note(j.id)
 	}
 	for _, ls := range e.limits.byKey {
-		if len(ls.waiting) > 0 {
-			note(ls.waiting[0].id) // the first in its line is its oldest
+		for _, q := range ls.line {
+			if i := slices.IndexFunc(q, func(j *job) bool { return j.heldBy == ls }); i >= 0 {
+				note(q[i].id) // the first of a group's queue is its oldest
+			}
 		}
 	}
 	m.oldestPending = time.Time{}
