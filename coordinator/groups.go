@@ -46,6 +46,9 @@ type group struct {
 	failed               uint64
 	canceled             uint64
 	inSched              bool // added to the scheduler
+	// inFlight counts its jobs released and not reported. The scheduler counts those it
+	// released too, but not the jobs a limit's line offered after it had handed out the last.
+	inFlight int
 	// busy estimates the share of a released job's time that its handler runs (the rest is
 	// queueing and round trips), from the group's reports: the exponentially weighted average of
 	// handler durations ÷ that of (report time − release time), kept in ranAvg and cycleAvg

@@ -179,7 +179,7 @@ func (e *engine) groupLive(g *group, held map[*group][]wire.HeldBack) wire.Group
 	gc, _ := e.idx.GroupCounts(g.idxKey)
 	gl := wire.GroupLive{
 		ID: g.id, Incarnation: g.openSeq, Sealed: g.sealed, Abandoned: g.abandoned, Complete: g.complete,
-		OpenedAt: g.openedAt, Admitted: g.admitted, Queued: e.sched.Queued(g), InFlight: e.sched.InFlight(g), Jobs: counts(gc),
+		OpenedAt: g.openedAt, Admitted: g.admitted, Queued: e.sched.Queued(g), InFlight: g.inFlight, Jobs: counts(gc),
 		HeldBack: held[g],
 	}
 	if !g.sealed {

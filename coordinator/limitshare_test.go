@@ -113,3 +113,34 @@ func BenchmarkLimitLineShares(b *testing.B) {
 	b.ReportMetric(shares["a"], "early-share")
 	b.ReportMetric((shares["b"]+shares["c"])/2, "late-share")
 }
+
+// TestStatusCountsLimitedGroups: a group whose jobs a limit holds back shows, in status and in
+// inspection, the jobs it has running and those held. A paused limit holds every job of the
+// group, so the scheduler hands out its last job with none in flight and forgets it; the jobs
+// the resume releases were counted as none in flight.
+func TestStatusCountsLimitedGroups(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.e.setLimit(wire.Limit{Kind: wire.LimitResource, Name: "eu", Concurrency: 3, Paused: true}, te.now)
+	te.worker("w", 16, "eu")
+	te.open("g")
+	for range 10 {
+		te.job(wire.JobMeta{Group: "g", Prefer: []string{"eu"}})
+	}
+	te.seal("g")
+	if n := len(te.releases()); n != 0 {
+		t.Fatalf("released to %d pools under a paused limit", n)
+	}
+	te.e.setLimit(wire.Limit{Kind: wire.LimitResource, Name: "eu", Concurrency: 3}, te.now)
+	if n := len(te.releases()[wire.PoolKey([]string{"eu"})]); n != 3 {
+		t.Fatalf("the resume released %d, want 3", n)
+	}
+	st := te.e.status()
+	if len(st.Groups) != 1 || st.Groups[0].InFlight != 3 || st.Groups[0].Held != 7 {
+		t.Fatalf("status groups %+v, want g with 3 in flight and 7 held", st.Groups)
+	}
+	g := te.e.groups.byID["g"]
+	if gl := te.e.groupLive(g, te.e.heldBack(g)); gl.InFlight != 3 {
+		t.Fatalf("inspection: %d in flight, want 3", gl.InFlight)
+	}
+}

@@ -245,7 +245,7 @@ func (e *engine) leastLoaded(cands []candidate, ids []uint64) []uint64 {
 // before and after the release, the choice alternates around the share. With weights 1 and 3 on
 // 8 slots it is the difference between 0.30 and 0.25 of them (weave bench weights).
 func (e *engine) load(g *group) float64 {
-	return shareLoad(e.sched.InFlight(g), g)
+	return shareLoad(g.inFlight, g) // not the scheduler's count: it misses the jobs of groups it forgot
 }
 
 // shareLoad is the load (see load) of g with n jobs in flight.
@@ -281,6 +281,7 @@ func (e *engine) take(c candidate, p *pool, now time.Time) *job {
 	}
 	j.reuse = false
 	j.pool, j.since = p, now
+	j.g.inFlight++
 	j.evSeq = 0 // its latest attempt is in WORK from now on: no report is needed
 	p.outstanding++
 	p.lastRelease = now

@@ -275,6 +275,7 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 		case isAlive && a.attempt == j.attempt:
 			j.pool = e.poolFor(a.pool, nil)
 			j.pool.outstanding++
+			j.g.inFlight++
 		case reported:
 			undecided = append(undecided, rp)
 			if h := j.history; len(h) > 0 && rp.r.Status.Failed() {

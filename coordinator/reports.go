@@ -226,6 +226,7 @@ func (e *engine) learnBusy(j *job, ran, waited time.Duration, now time.Time) {
 func (e *engine) stopRunning(j *job) {
 	if j.pool != nil {
 		j.pool.outstanding--
+		j.g.inFlight--
 		j.pool = nil
 		e.freeLimits(j)
 	}

@@ -88,6 +88,7 @@ type GroupStatus struct {
 	Abandoned bool              `json:"abandoned,omitempty"` // sealed by the coordinator: its producer went silent
 	Queued    int               `json:"queued"`              // handed to the scheduler, not yet released
 	InFlight  int               `json:"in_flight"`           // released, not yet reported
+	Held      int               `json:"held,omitempty"`      // pending, held back by a limit (Status.Limits)
 	Busy      float64           `json:"busy"`                // share of a released job's time its handler runs (recent average)
 	Jobs      map[string]uint64 `json:"jobs"`
 }
@@ -199,12 +200,16 @@ func (e *engine) status() *Status {
 		s.Jobs[st.String()] = e.idx.Count(st)
 	}
 	s.OpenGroups = len(e.groups.arrival)
+	held := e.heldBack(nil)
 	for _, g := range e.groups.arrival {
 		if len(s.Groups) == maxGroupsInStatus {
 			break
 		}
 		gc, _ := e.idx.GroupCounts(g.idxKey)
-		gs := GroupStatus{ID: g.id, Sealed: g.sealed, OpenedAt: g.openedAt, Abandoned: g.abandoned, Queued: e.sched.Queued(g), InFlight: e.sched.InFlight(g), Busy: g.busy, Jobs: counts(gc)}
+		gs := GroupStatus{ID: g.id, Sealed: g.sealed, OpenedAt: g.openedAt, Abandoned: g.abandoned, Queued: e.sched.Queued(g), InFlight: g.inFlight, Busy: g.busy, Jobs: counts(gc)}
+		for _, hb := range held[g] {
+			gs.Held += hb.Jobs
+		}
 		if !g.sealed {
 			gs.LastHeard = g.lastHeard
 		}

@@ -330,7 +330,7 @@ function renderGroups() {
       h('td', {}, progressBar([['done', c.done], ['failed', c.failed], ['canceled', c.canceled], ['running', c.running], ['retrywait', c.retrywait], ['pending', c.pending]], c.total || 1, label)),
       h('td', { class: 'num', dataset: { ended: c.ended, total: c.total } }, fmt(c.ended) + ' / ' + fmt(c.total)),
       h('td', { class: 'num' }, fmt(g.in_flight)),
-      h('td', { class: 'num' }, fmt(g.queued)),
+      h('td', { class: 'num', title: g.held ? 'pending jobs a limit holds back' : null }, fmt(g.queued) + (g.held ? ' + ' + fmt(g.held) + ' held' : '')),
       h('td', { class: 'num' }, Math.round(100 * (g.busy || 0)) + '%'),
       h('td', {}, config.actions ? h('button', { type: 'button', class: 'small danger', onclick: () => cancelGroup(g.id) }, 'Cancel') : null));
   });
