@@ -243,7 +243,7 @@ func (r *run) observe() {
 	for _, g := range e.groups.arrival {
 		if len(s.groups) < maxGroupMetrics {
 			gc, _ := e.idx.GroupCounts(g.idxKey)
-			s.groups = append(s.groups, groupSnap{id: g.id, jobs: gc, inFlight: e.sched.InFlight(g)})
+			s.groups = append(s.groups, groupSnap{id: g.id, jobs: gc, inFlight: g.inFlight})
 		}
 		if g.inSched {
 			if buf = e.sched.Upcoming(buf[:0], g, 1); len(buf) > 0 {
@@ -334,7 +334,7 @@ var (
 	descReleased      = desc("weave_jobs_released_total", "Releases of jobs to pools (attempts).")
 	descRetried       = desc("weave_jobs_retried_total", "Attempts that failed and were scheduled for a retry.")
 	descEnded         = desc("weave_jobs_ended_total", "Jobs that ended, by outcome.", "outcome")
-	descRejected      = desc("weave_rejections_total", "Messages refused and recorded in NS_REJECTED, by kind (message: a job or control message; report; heartbeat).", "reason")
+	descRejected      = desc("weave_rejections_total", "Messages refused and recorded in NS_REJECTED, by kind (message: a job or control message; report; heartbeat; request: a cancel or redrive the state refuses).", "reason")
 	descLostJobs      = desc("weave_jobs_vanished_total", "Jobs failed because their stored message was gone.")
 	descLapsed        = desc("weave_attempts_lapsed_total", "Attempts lost with their worker's lease, counted as failed.")
 	descRescued       = desc("weave_jobs_rescued_total", "Jobs taken back from pools left without workers.")
@@ -409,6 +409,7 @@ func (c *coordCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRejected, t.Rejected-t.RejectedReports-t.RejectedHeartbeats, "message")
 	counter(descRejected, t.RejectedReports, "report")
 	counter(descRejected, t.RejectedHeartbeats, "heartbeat")
+	counter(descRejected, t.Refused, "request")
 	counter(descLostJobs, t.LostJobs)
 	counter(descLapsed, t.LostAttempts)
 	counter(descRescued, t.Rescued)

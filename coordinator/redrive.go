@@ -90,8 +90,8 @@ func (e *engine) redriveAsked(subject string, seq uint64, c wire.GroupControl) {
 func (e *engine) decideRedrive(ask redriveAsk) {
 	c := ask.c
 	refuse := func(code, reason string, inc uint64) {
-		e.stats.Rejected++
-		e.log.Warn().Str("group", c.Group).Uint64("seq", ask.seq).Str("reason", reason).Msg("redrive refused")
+		e.stats.Refused++
+		e.log.Info().Str("group", c.Group).Uint64("seq", ask.seq).Str("reason", reason).Msg("redrive refused")
 		a := wire.ControlAnswer{Code: code, Reason: reason, Incarnation: inc}
 		e.out.redrives = append(e.out.redrives, redriveOrder{ask: ask, tok: wire.GroupToken(c.Group), refuse: &a, answer: true})
 	}

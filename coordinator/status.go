@@ -75,6 +75,9 @@ type Totals struct {
 	// refused (on another worker's subject, or a second process with a live worker's ID).
 	RejectedReports    uint64 `json:"rejected_reports"`
 	RejectedHeartbeats uint64 `json:"rejected_heartbeats"`
+	// Refused counts requests the state refuses, not counted in Rejected: a cancel of a group
+	// that is not open, a redrive of a group running or with nothing to run again.
+	Refused uint64 `json:"refused"`
 }
 
 // GroupStatus describes one open group.

@@ -528,7 +528,7 @@ func TestCancelRefused(t *testing.T) {
 	if !strings.Contains(err.Error(), "group ghost is not open") {
 		t.Errorf("error %q does not give the coordinator's reason", err)
 	}
-	err = e.d.Attach("ghost").CancelJobs(ctx, 7)
+	_, err = e.d.Attach("ghost").CancelJobs(ctx, 7)
 	wantErrIs(t, err, dispatcher.ErrGroupNotOpen)
 }
 
@@ -556,13 +556,14 @@ func TestCancelJobsPublishesCancelOfJobs(t *testing.T) {
 	e.standInCoordinator(ctx, t, func(c wire.GroupControl) wire.ControlAnswer {
 		return wire.ControlAnswer{OK: true, Canceled: len(c.Jobs)}
 	})
-	if err := h.CancelJobs(ctx, h.FirstID(), h.LastID()); err != nil {
+	if _, err := h.CancelJobs(ctx, h.FirstID(), h.LastID()); err != nil {
 		t.Fatal(err)
 	}
 	// Nothing to cancel, too many, or ID 0 (the coordinator would reject the whole message).
-	wantErrIs(t, h.CancelJobs(ctx), dispatcher.ErrInvalidJob)
-	wantErrIs(t, h.CancelJobs(ctx, make([]uint64, wire.MaxCancelJobs+1)...), dispatcher.ErrInvalidJob)
-	wantErrIs(t, h.CancelJobs(ctx, h.FirstID(), 0), dispatcher.ErrInvalidJob)
+	for _, ids := range [][]uint64{nil, make([]uint64, wire.MaxCancelJobs+1), {h.FirstID(), 0}} {
+		_, err := h.CancelJobs(ctx, ids...)
+		wantErrIs(t, err, dispatcher.ErrInvalidJob)
+	}
 	g := parseGroup(t, e.names, "some", e.readStream(ctx, t, e.names.JobsStream()))
 	if fmt.Sprint(g.order) != "[open job job seal cancel]" {
 		t.Fatalf("stream holds %v", g.order)

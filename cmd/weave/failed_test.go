@@ -122,12 +122,19 @@ func TestCLIFailedJobs(t *testing.T) {
 	if code, out, errOut := cli("", "failed", "retry", "-g", "parked"); code != exitError || !strings.Contains(errOut, "group is running") || !strings.Contains(errOut, "is not complete") {
 		t.Errorf("retry of a running group: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	if code, out, errOut := cli("", "cancel", "-g", "parked", "--job", strconv.FormatUint(sub.FirstID, 10)); code != exitOK || !strings.Contains(out, "cancel of 1 job applied by the coordinator") {
+	first := strconv.FormatUint(sub.FirstID, 10)
+	if code, out, errOut := cli("", "cancel", "-g", "parked", "--job", first); code != exitOK || !strings.Contains(out, `group "parked": 1 canceled, 0 stopping`+"\n") {
 		t.Fatalf("cancel --job: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	o, err := d.Attach("parked").WaitJob(ctx, sub.FirstID)
 	if err != nil || o.State != dispatcher.StateCanceled {
 		t.Fatalf("job %d after cancel --job: %+v, %v", sub.FirstID, o, err)
+	}
+	// Nothing to cancel: a job that has ended and one that does not exist are named, and the
+	// exit status says that nothing was canceled.
+	code, out, errOut = cli("", "cancel", "-g", "parked", "--job", first, "--job", "999999")
+	if code != exitError || !strings.Contains(out, "0 canceled, 0 stopping; ended already: "+first+"; not in the group: 999999") || !strings.Contains(errOut, "nothing was canceled") {
+		t.Errorf("cancel of an ended job and an unknown one: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	if code, out, errOut := cli("", "cancel", "-g", "parked"); code != exitOK || !strings.Contains(out, `group "parked": cancel applied by the coordinator`) {
 		t.Fatalf("cancel: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)

@@ -190,8 +190,8 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 		fmt.Fprintf(w, "oldest pending job: stored %v ago\n", st.Time.Sub(st.OldestPending).Round(time.Millisecond))
 	}
 	t := st.Totals
-	fmt.Fprintf(w, "since this coordinator took over: %d admitted, %d released, %d retried, %d rejected (%d reports, %d heartbeats), %d vanished (message gone), %d attempts lapsed with their worker, %d rescued, %d stale reports\n",
-		t.Admitted, t.Released, t.Retried, t.Rejected, t.RejectedReports, t.RejectedHeartbeats, t.LostJobs, t.LostAttempts, t.Rescued, t.StaleReports)
+	fmt.Fprintf(w, "since this coordinator took over: %d admitted, %d released, %d retried, %d rejected (%d reports, %d heartbeats), %d requests refused, %d vanished (message gone), %d attempts lapsed with their worker, %d rescued, %d stale reports\n",
+		t.Admitted, t.Released, t.Retried, t.Rejected, t.RejectedReports, t.RejectedHeartbeats, t.Refused, t.LostJobs, t.LostAttempts, t.Rescued, t.StaleReports)
 
 	groupsNote := ""
 	if len(st.Groups) < st.OpenGroups {
