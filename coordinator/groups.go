@@ -46,6 +46,9 @@ type group struct {
 	failed               uint64
 	canceled             uint64
 	inSched              bool // added to the scheduler
+	// redriven: a redrive opened it, so its jobs' Weave-Redrive-Of is the coordinator's own and
+	// their outcomes carry it (see wire.Outcome.RedriveOf).
+	redriven bool
 	// inFlight counts its jobs released and not reported. The scheduler counts those it
 	// released too, but not the jobs a limit's line offered after it had handed out the last.
 	inFlight int
@@ -57,6 +60,7 @@ type group struct {
 	busy             float64
 	ranAvg, cycleAvg float64
 	complete         bool // every job terminal and the summary is being written
+	keepJobs         bool // complete: its job messages are kept until its retention passes (see keepsJobs)
 
 	outcomes    []wire.Outcome // terminal outcomes not yet handed to the writer
 	outcomeSeqs []uint64       // the EVENTS sequence of the report behind each, or 0
@@ -108,7 +112,7 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	// yet; but an open still in the stream after a sealed incarnation is one the live
 	// coordinator accepted (it deletes those it refuses), so replay accepts it too and
 	// tracks both incarnations until the outcomes tell how far the older one got.
-	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1))}
+	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1)), redriven: c.Redrive != 0}
 	e.groups.byID[c.Group] = g
 	e.groups.incarnations[seq] = g
 	e.groups.arrival = append(e.groups.arrival, g)

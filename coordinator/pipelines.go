@@ -115,7 +115,7 @@ func (r *run) readAndSend(ctx context.Context, req releaseReq) (failed []uint64,
 			failed = append(failed, j.id)
 			continue
 		}
-		infos = append(infos, learned{id: j.id, key: sj.Meta.Key, maxAttempts: sj.Meta.MaxAttempts})
+		infos = append(infos, learned{id: j.id, meta: &sj.Meta})
 		work = append(work, workJob(j.attempt, sj))
 	}
 	// The loop learns keys and limits before any worker can report on these jobs.
@@ -182,11 +182,10 @@ func (r *run) awaitWork(ctx context.Context, sent []sentBatch) (failed []uint64,
 
 // learned is what a release pipeline tells the loop about one job.
 type learned struct {
-	id          uint64
-	key         string
-	maxAttempts int
-	err         error // the job's stored message is gone: the job fails
-	requeue     bool  // the release did not happen: the job goes back to pending
+	id      uint64
+	meta    *wire.JobMeta
+	err     error // the job's stored message is gone: the job fails
+	requeue bool  // the release did not happen: the job goes back to pending
 }
 
 // notify hands release notices to the loop without ever blocking the pipeline.
