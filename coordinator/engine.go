@@ -81,7 +81,7 @@ type job struct {
 	evSeq     uint64    // the EVENTS sequence of the report this job's state depends on; 0 if none
 	key       string
 	maxAtt    int
-	redriveOf uint64 // the failed job it runs again, in an incarnation a redrive opened
+	redriveOf uint64         // the failed job it runs again, in an incarnation a redrive opened
 	history   []wire.Attempt // failed attempts, for the outcome (bounded by wire.MaxHistory)
 	cancelReq bool           // a cancel of this job arrived while it ran
 	counted   bool           // counted in the scheduler's in-flight for its group
