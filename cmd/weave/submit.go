@@ -143,6 +143,10 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 
 	jr := newJobReader(in)
 	h, err := d.Publish(ctx, s.group, readJobs(jr, bar, size > 0), dispatcher.Weight(s.weight))
+	if errors.Is(err, dispatcher.ErrInvalidJob) {
+		// Publish refuses the job it was just given: the last one read.
+		err = fmt.Errorf("line %d: %w", jr.jobLine, err)
+	}
 	if bar != nil {
 		_ = bar.Finish()
 		fmt.Fprintln(stderr)

@@ -122,9 +122,10 @@ func parseJobLine(line []byte) (dispatcher.Job, error) {
 // jobReader reads jobs from JSON lines one at a time, so a file of any size streams through
 // bounded memory.
 type jobReader struct {
-	r    *bufio.Reader
-	line int   // number of the last line read
-	err  error // first error, which ends the jobs
+	r       *bufio.Reader
+	line    int   // number of the last line read
+	jobLine int   // number of the line of the last job returned
+	err     error // first error, which ends the jobs
 }
 
 func newJobReader(r io.Reader) *jobReader {
@@ -144,6 +145,7 @@ func (jr *jobReader) next() (j dispatcher.Job, ok bool) {
 					jr.err = fmt.Errorf("line %d: %w", jr.line, perr)
 					return j, false
 				}
+				jr.jobLine = jr.line
 				return j, true
 			}
 		}
