@@ -18,11 +18,14 @@ import (
 
 // Status is a point-in-time view of a namespace, answered by the running coordinator.
 type Status struct {
-	Namespace string    `json:"namespace"`
-	Epoch     uint64    `json:"epoch"`
-	Time      time.Time `json:"time"`
-	Policy    string    `json:"policy"`
-	Feeders   int       `json:"feeders"`
+	Namespace string `json:"namespace"`
+	// Epoch is this coordinator's fencing token: the revision of the lease's key when it took
+	// the lease. Every renewal makes a revision, so it grows with the time the lease has been
+	// held (by anyone), not with the number of failovers: only its order means something.
+	Epoch   uint64    `json:"epoch"`
+	Time    time.Time `json:"time"`
+	Policy  string    `json:"policy"`
+	Feeders int       `json:"feeders"`
 	// Unsealed counts the open groups whose producer has not sealed them yet (all of them, also
 	// those beyond the groups listed). One whose producer stays silent for AbandonAfter is sealed
 	// by the coordinator.
