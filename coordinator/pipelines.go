@@ -111,7 +111,8 @@ func (r *run) readAndSend(ctx context.Context, req releaseReq) (failed []uint64,
 		case sj == nil:
 			// The read failed (no stream leader for a moment, say): the job is still stored,
 			// so it goes back to pending and is released again.
-			r.log.Warn().Err(errs[i]).Uint64("job", j.id).Msg("reading a job to release failed; it goes back to pending")
+			r.log.Debug().Err(errs[i]).Uint64("job", j.id).Msg("reading a job to release failed; it goes back to pending")
+			r.outage.Once("read job to release", errs[i], time.Now())
 			failed = append(failed, j.id)
 			continue
 		}
@@ -446,7 +447,9 @@ func (r *run) stored(ctx context.Context, m *nats.Msg, f jetstream.PubAckFuture)
 		case ack := <-f.Ok():
 			return ack, nil
 		case err := <-f.Err():
-			r.log.Warn().Err(err).Str("subject", m.Subject).Msg("write not acknowledged; publishing it again")
+			r.log.Debug().Err(err).Str("subject", m.Subject).Msg("write not acknowledged; publishing it again")
+			r.outage.Begin("write to "+m.Subject, err, time.Now())
+			defer func() { r.outage.End(time.Now()) }() // once it is published again, or given up
 		case <-t.C:
 		}
 	}

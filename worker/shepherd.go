@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/transient"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -82,6 +83,11 @@ type shepherd struct {
 	log   zerolog.Logger
 	stats *counters
 	beat  chan<- struct{} // asks the heartbeat goroutine for an early heartbeat; never blocks
+	// pullsFailing: pulls have failed since the last one that went through; pullOutage logs
+	// such a run of failures once at its start and once at its end (a node loss the cluster
+	// mends in seconds made a warning per failed pull).
+	pullsFailing bool
+	pullOutage   *transient.Outage
 
 	// Channels. The shepherd reads its open pulls' lanes (puller.lanes), done, expired and
 	// repaired, and writes the slots' channels and reports. Writers of the channels it reads
@@ -129,6 +135,8 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 	s.stats.sleeping.Store(int64(len(s.sleeping)))
 	s.active = make(map[*task]struct{}, s.cfg.Concurrency)
 	s.backoff = backoff{lo: minPullBackoff, hi: maxPullBackoff}
+	s.pullOutage = transient.New(s.log, "worker: pulls of work")
+	defer s.pullsThrough()
 	// A reconnect loses the server's side of open pulls: renew them at once rather than wait
 	// for their missing heartbeats. A closed connection ends the worker.
 	status := s.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
@@ -530,6 +538,7 @@ func (s *shepherd) onPullEnd(l *lane, err error) {
 		return // ended on purpose
 	case l.received > 0 || (err == nil && s.cfg.now().Sub(l.started) >= pullExpiry/2):
 		s.backoff.reset()
+		s.pullsThrough()
 		return
 	}
 	if err == nil {
@@ -555,9 +564,23 @@ func (s *shepherd) pullFailed(err error) {
 	if errors.Is(err, context.Canceled) {
 		return // a pull canceled by a drain or shutdown is not a failure
 	}
-	s.log.Warn().Err(err).Stringer("backoff", pause).Msg("worker: pull failed")
+	s.log.Debug().Err(err).Stringer("backoff", pause).Msg("worker: pull failed")
+	if !s.pullsFailing {
+		s.pullsFailing = true
+		s.pullOutage.Begin("pull", err, time.Now())
+	} else {
+		s.pullOutage.Again(err)
+	}
 	if !s.repairing && consumerGone(err) {
 		s.repair()
+	}
+}
+
+// pullsThrough ends a run of failed pulls: a pull went through (or the worker stops).
+func (s *shepherd) pullsThrough() {
+	if s.pullsFailing {
+		s.pullsFailing = false
+		s.pullOutage.End(time.Now())
 	}
 }
 
