@@ -289,6 +289,9 @@ func (r *run) observe() {
 		enteredPending: s.entered[jobindex.Pending], leftPending: s.left[jobindex.Pending],
 		slots: e.fleet.slots, lost: m.lost,
 	}
+	for _, ls := range e.limits.byKey {
+		in.held += uint64(ls.held)
+	}
 	m.lost = nil
 	for id, w := range e.fleet.workers {
 		in.busy += w.hb.Busy
