@@ -37,6 +37,7 @@ func TestExitCodes(t *testing.T) {
 		{nil, exitUsage, "no command"},
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
 		{[]string{"stauts"}, exitUsage, `unknown command "stauts" (did you mean "status"?)`},
+		{[]string{"stauts", "--nats", "nats://127.0.0.1:1"}, exitUsage, `unknown command "stauts" (did you mean "status"?)`},
 		{[]string{"schedule", "add", "--name", "x", "--every", "0s"}, exitUsage, "--every 0s: the interval must be at least 1s"},
 		{[]string{"version", "extra"}, exitUsage, "unknown command"},
 		{[]string{"status", "--no-such-flag"}, exitUsage, "unknown flag"},

@@ -43,6 +43,10 @@ Try it without any setup:  weave demo`,
 		return nil
 	}
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		if args := cmd.Flags().Args(); cmd == root && len(args) > 0 {
+			// "weave stauts --nats URL": the command is misspelt, not the flag.
+			return usageErrorf("unknown command %q%s", args[0], suggestion(cmd, args[0]))
+		}
 		if cmd.HasSubCommands() && cmd != root {
 			// "weave failed --nats URL": the flags are the subcommand's.
 			return usageErrorf("%v: %s takes a subcommand first (%s), then its flags", err, cmd.CommandPath(), subcommandNames(cmd))
