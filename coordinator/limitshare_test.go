@@ -140,7 +140,7 @@ func TestStatusCountsLimitedGroups(t *testing.T) {
 		t.Fatalf("status groups %+v, want g with 3 in flight and 7 held", st.Groups)
 	}
 	g := te.e.groups.byID["g"]
-	if gl := te.e.groupLive(g, te.e.heldBack(g)); gl.InFlight != 3 {
+	if gl := te.e.groupLive(g, te.e.groupWaits(g)); gl.InFlight != 3 {
 		t.Fatalf("inspection: %d in flight, want 3", gl.InFlight)
 	}
 }

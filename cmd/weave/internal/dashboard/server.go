@@ -339,7 +339,9 @@ type jobJSON struct {
 	PublishedAt time.Time `json:"published_at,omitzero"`
 	StartedAt   time.Time `json:"started_at,omitzero"`
 	RetryAt     time.Time `json:"retry_at,omitzero"`
+	RunAt       time.Time `json:"run_at,omitzero"`
 	EndedAt     time.Time `json:"ended_at,omitzero"`
+	Waiting     string    `json:"waiting,omitempty"` // why it does not run (dispatcher.JobInfo.Waiting)
 }
 
 type attemptJSON struct {
@@ -535,7 +537,7 @@ func toJSON(o *dispatcher.JobOutcome) jobJSON {
 
 func infoJSON(i *dispatcher.JobInfo) jobJSON {
 	j := jobJSON{Group: i.Group, ID: i.ID, Key: i.Key, State: string(i.State), Attempts: i.Attempts, Result: string(i.Result), Error: i.Err, History: []attemptJSON{},
-		MaxAttempts: i.MaxAttempts, Pool: i.Pool, Worker: i.Worker, PublishedAt: i.PublishedAt, StartedAt: i.StartedAt, RetryAt: i.RetryAt, EndedAt: i.EndedAt}
+		MaxAttempts: i.MaxAttempts, Pool: i.Pool, Worker: i.Worker, PublishedAt: i.PublishedAt, StartedAt: i.StartedAt, RetryAt: i.RetryAt, RunAt: i.RunAt, EndedAt: i.EndedAt, Waiting: i.Waiting}
 	for _, a := range i.History {
 		j.History = append(j.History, attemptJSON{At: a.At, Worker: a.Worker, Error: a.Err})
 	}

@@ -574,8 +574,9 @@ async function lookup(ev) {
   const j = r.body;
   const kv = [['Group', j.group], ['Job ID', j.id], ['Key', j.key || '–'], ['State', h('span', { class: 'badge ' + j.state }, j.state)],
     ['Attempts', j.max_attempts ? j.attempts + ' of ' + j.max_attempts : j.attempts]];
+  if (j.waiting) kv.push(['Waiting', j.waiting]);
   if (j.pool || j.worker) kv.push(['Running on', (j.worker || 'a worker of pool ' + (j.pool || '(none)'))]);
-  for (const [label, t] of [['Published', j.published_at], ['Started', j.started_at], ['Retry at', j.retry_at], ['Ended', j.ended_at]]) {
+  for (const [label, t] of [['Published', j.published_at], ['Run at', j.run_at], ['Started', j.started_at], ['Retry at', j.retry_at], ['Ended', j.ended_at]]) {
     if (t) kv.push([label, when(t)]);
   }
   if (j.result) kv.push(['Result', h('pre', {}, j.result)]);
