@@ -64,7 +64,7 @@ func (r *run) retry(ctx context.Context, what string, try func(context.Context) 
 			return err
 		}
 		// Logged once per outage, not per try (see transient): a node loss that a cluster
-		// mends in seconds made hundreds of warnings.
+		// mends by itself made a warning of every try.
 		r.log.Debug().Err(err).Str("op", what).Stringer("retry_in", wait).Msg("request failed; trying again")
 		sleepCtx(ctx, wait)
 		wait = min(2*wait, retryMax)

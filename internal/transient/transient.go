@@ -2,7 +2,7 @@
 // while a NATS cluster elects new stream leaders after losing a node: once, at info, when the
 // first request fails, and once, at info, with a summary, when the last one failing goes
 // through. The failures in between are counted, not logged: a warning per failed try told an
-// operator hundreds of times about an outage that needed nothing from them. What does not mend
+// operator again and again about an outage that needed nothing from them. What does not mend
 // (a request failing for longer than its owner accepts) is its owner's to report, as an error.
 package transient
 
