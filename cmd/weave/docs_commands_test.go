@@ -11,8 +11,8 @@ import (
 	"testing"
 )
 
-// TestDocsCommandsRun checks every weave command shown in a shell code block of README.md and
-// docs/*.md: it must parse as the CLI would parse it (command, flags, arguments), and the ones
+// TestDocsCommandsRun checks every weave command shown in a shell code block of README.md,
+// docs/*.md, ARCHITECTURE.md and BENCHMARKS.md: it must parse as the CLI would parse it (command, flags, arguments), and the ones
 // that need no server (auth, version, help) must run and succeed. A reader copies these lines
 // into a terminal, so a misspelt flag or a refused value in the docs is a bug.
 func TestDocsCommandsRun(t *testing.T) {
@@ -20,7 +20,7 @@ func TestDocsCommandsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append([]string{"../../README.md"}, files...)
+	files = append([]string{"../../README.md", "../../ARCHITECTURE.md", "../../BENCHMARKS.md"}, files...)
 	checked := 0
 	for _, file := range files {
 		src, err := os.ReadFile(file)
@@ -75,6 +75,7 @@ func TestDocCommandsExtraction(t *testing.T) {
 		"echo '{\"key\": \"a\"}' | NATS_URL=nats://h:4222 weave submit --group 'a b' --wait\n" +
 		"weave status \\\n  --json\n" +
 		"go test ./...\n" +
+		"nats pub weave.group.site-1 \"\" -H Weave-Op:open\n" +
 		"```\n" +
 		"```console\n$ weave version\nweave v0.1.0 (go1.26)\n```\n"
 	var got []string
@@ -216,7 +217,7 @@ func weaveInvocations(words []string) [][]string {
 		}
 		var cmd []string
 		for k := 0; k < n; k++ {
-			if strings.ContainsAny(words[k][:1], "<>") {
+			if strings.HasPrefix(words[k], "<") || strings.HasPrefix(words[k], ">") {
 				k++ // the redirection's target
 				continue
 			}
