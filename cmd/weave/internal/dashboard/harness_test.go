@@ -36,7 +36,7 @@ const ns = "dash"
 // payload is "hostile" fails with hostileText, one whose payload is "huge" with hugeText (1 MiB),
 // and one whose payload is "hostile-result" returns hostileText as its result.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	url  string
 	dep  *inproc.Deployment
 	d    *dispatcher.Dispatcher // the admin's
@@ -63,7 +63,7 @@ var users = []auth.User{
 func newEnv(t *testing.T) *env { return newEnvSlots(t, 2) }
 
 // newEnvSlots is newEnv with the given slots per worker.
-func newEnvSlots(t *testing.T, slots int) *env {
+func newEnvSlots(t testing.TB, slots int) *env {
 	t.Helper()
 	names, err := wire.NewNames(ns)
 	if err != nil {

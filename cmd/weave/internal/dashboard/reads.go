@@ -106,6 +106,13 @@ func (s *Server) failed(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
+	select {
+	case s.scans <- struct{}{}:
+		defer func() { <-s.scans }()
+	case <-ctx.Done():
+		writeError(w, http.StatusServiceUnavailable, errors.New("the dashboard is busy reading the failed jobs for other requests: try again"))
+		return
+	}
 	page, total, err := s.cfg.Backend.Failed(ctx, group, offset, limit)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, err)

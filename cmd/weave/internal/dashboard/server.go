@@ -97,6 +97,10 @@ type Server struct {
 	loopback, exposed bool
 
 	page [2][]byte // index.html split where the boot data goes (see index)
+
+	// scans holds a token while a request reads the failed jobs: a scan reads every outcome
+	// stored, so one at a time bounds the memory that many requests at once could take.
+	scans chan struct{}
 }
 
 // New returns a Server; it does no I/O.
@@ -125,6 +129,7 @@ func New(cfg Config) (*Server, error) {
 		assets:  http.FileServerFS(sub),
 		changed: make(chan struct{}),
 		watched: make(chan struct{}),
+		scans:   make(chan struct{}, 1),
 	}
 	s.latest, _ = json.Marshal(snapshot{Error: "waiting for the first status"})
 	mux := http.NewServeMux()
