@@ -32,7 +32,7 @@ type pagedBackend struct {
 
 func (b pagedBackend) job(i int) dispatcher.JobOutcome {
 	o := dispatcher.JobOutcome{Group: "g1", ID: uint64(i), Key: fmt.Sprintf("page-%d", i), State: dispatcher.StateFailed, Attempts: 2,
-		Err: fmt.Sprintf("error of job %d", i),
+		Err:     fmt.Sprintf("error of job %d", i),
 		History: []dispatcher.Attempt{{At: time.Unix(1_700_000_000, 0), Worker: "w1", Err: "first"}, {At: time.Unix(1_700_000_001, 0), Worker: "w2", Err: "second"}}}
 	if i == b.n {
 		o.Key = longKey
