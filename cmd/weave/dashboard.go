@@ -46,10 +46,10 @@ NATS user needs a producer's permissions. Every action is logged.
 
 On a loopback address (the default) it answers only for localhost and loopback IPs. To listen
 beyond loopback, give the names it is reached by (--host-name, against DNS rebinding) and a
-read token (--read-token, $` + readTokenEnv + `; or --allow-actions, whose token then guards reads
-too): a browser asks for it as a password (any user name), a script sends it as
-"Authorization: Bearer". Without both it refuses to start. Over an untrusted network, put it
-behind a reverse proxy that serves TLS instead.`,
+read token (--read-token, $` + readTokenEnv + `; or --allow-actions, whose
+token then guards reads too): a browser asks for it as a password (any user name), a script
+sends it as "Authorization: Bearer". Without both it refuses to start. Over an untrusted
+network, put it behind a reverse proxy that serves TLS instead.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if actionToken != "" && !allowActions {
