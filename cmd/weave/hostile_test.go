@@ -6,14 +6,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/weavejobs/weave/integration/jstest"
 	"github.com/weavejobs/weave/worker"
@@ -23,22 +20,6 @@ import (
 // a hyperlink, clear screen), C1 controls, a bidi override and zero-width characters.
 const hostileText = "\x1b[31mRED\x1b[0m \x1b]0;PWNED-TITLE\x07 \x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\ \x1b[2J\x1b[H" +
 	" \u0085\u009b31m invoice\u202efdp.exe\u202c zw\u200b\u200d\ufeffend"
-
-// rawBytes returns the characters of out a terminal would interpret or that would hide text:
-// controls other than newline (C0, DEL, C1), format characters (bidi, zero-width), line
-// separators, and invalid UTF-8.
-func rawBytes(out string) []string {
-	var found []string
-	for i, c := range out {
-		if c == '\n' {
-			continue
-		}
-		if c == utf8.RuneError || unicode.In(c, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
-			found = append(found, fmt.Sprintf("U+%04X at %d in %.80q", c, i, out[max(i-30, 0):]))
-		}
-	}
-	return found
-}
 
 // TestCLIHostileWorker: a command run by weave worker writes escape sequences, C1 controls, bidi
 // and zero-width characters to its stderr and fails; a library worker fails jobs with such an
