@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"reflect"
 	"testing"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 )
@@ -139,6 +140,26 @@ func FuzzParsePack(f *testing.F) {
 		again, err := ParseStoredJobs(7, PackHeader("g", n), AppendPack(nil, pack))
 		if err != nil || !reflect.DeepEqual(again, jobs) {
 			t.Fatalf("re-encode of an accepted pack gave %+v, %v; want %+v", again, err, jobs)
+		}
+	})
+}
+
+// FuzzValidateName checks the naming rule against its definition: whatever ValidateGroupID or
+// ValidateKey accepts is valid UTF-8 without control, format or separator characters.
+func FuzzValidateName(f *testing.F) {
+	for _, s := range []string{"g", "example.com/ä", "invoice\u202efdp.exe\u202c", "zw\u200b\u200d\ufeffend", "a\u0085b", "\xff", "a\u2028"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, err := range []error{ValidateGroupID(s), ValidateKey(s)} {
+			if err != nil {
+				continue
+			}
+			for _, c := range s {
+				if c == unicode.ReplacementChar || unicode.In(c, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
+					t.Fatalf("accepted %q, which holds U+%04X", s, c)
+				}
+			}
 		}
 	})
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Version is the protocol version this code speaks. Messages carry it in the Weave-Version header
@@ -244,7 +246,7 @@ func ParseGroupToken(tok string) (string, error) {
 	return tok, nil
 }
 
-// ValidateGroupID checks a group ID: 1–256 bytes of valid UTF-8 without control characters.
+// ValidateGroupID checks a group ID: 1–256 bytes of names' text (see ValidateKey's rule).
 func ValidateGroupID(id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: empty group ID", ErrBadName)
@@ -253,6 +255,12 @@ func ValidateGroupID(id string) error {
 }
 
 // ValidateKey checks a job key; an empty key is allowed (the job then has no dedup ID).
+//
+// Group IDs, job keys and group limit names follow one rule: valid UTF-8 with no control
+// characters (C0, DEL, C1), no format characters (Unicode category Cf: bidi overrides, embeddings,
+// isolates and marks, zero-width spaces and joiners, the byte-order mark, soft hyphens), no line or
+// paragraph separator and no U+FFFD. These are the characters that can make two names look the
+// same, or a name look like another, on an operator's screen.
 func ValidateKey(key string) error {
 	if key == "" {
 		return nil
@@ -328,10 +336,33 @@ func validateText(what, s string, max int) error {
 	if len(s) > max {
 		return fmt.Errorf("%w: %s is %d bytes, at most %d", ErrBadName, what, len(s), max)
 	}
-	for _, c := range s {
-		if c < 0x20 || c == 0x7f || c == 0xfffd {
-			return fmt.Errorf("%w: %s %s contains a control character or invalid UTF-8", ErrBadName, what, strconv.Quote(s))
+	for i, c := range s {
+		if why := unnamable(c); why != "" {
+			return fmt.Errorf("%w: %s %s contains %s (U+%04X at byte %d): names may not hold control, format, bidi or zero-width characters", ErrBadName, what, strconv.QuoteToASCII(s), why, c, i)
 		}
 	}
 	return nil
+}
+
+// unnamable says why c may not appear in a name, or "" when it may.
+func unnamable(c rune) string {
+	switch {
+	case c == utf8.RuneError:
+		return "invalid UTF-8 or U+FFFD"
+	case unicode.Is(unicode.Cc, c):
+		return "a control character"
+	case isBidi(c):
+		return "a bidi control"
+	case unicode.Is(unicode.Cf, c):
+		return "a format (zero-width or invisible) character"
+	case unicode.In(c, unicode.Zl, unicode.Zp):
+		return "a line or paragraph separator"
+	}
+	return ""
+}
+
+// isBidi reports the characters that reorder text: the bidi marks, embeddings, overrides and
+// isolates.
+func isBidi(c rune) bool {
+	return c == 0x061c || c == 0x200e || c == 0x200f || c >= 0x202a && c <= 0x202e || c >= 0x2066 && c <= 0x2069
 }
