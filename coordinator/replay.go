@@ -22,6 +22,7 @@ import (
 type aliveJob struct {
 	attempt uint32
 	pool    string
+	rel     uint64 // the release, from the batch's proof (0 for a batch without one)
 }
 
 // replayState is the engine's part that holds what replay collects before the state is rebuilt
@@ -32,6 +33,12 @@ type replayState struct {
 	retries map[uint64]journal.Entry // latest retry decision per job
 	history map[uint64][]wire.Attempt
 	cancels []replayCancel // cancels read, applied once the state is rebuilt
+	// alive are the jobs whose batches are in WORK, scanned before EVENTS is read: a report
+	// about the attempt of such a batch is proven by it (see replayReport).
+	alive map[uint64]aliveJob
+	// unproven are the reports read that do not prove their release (see unproven), in EVENTS
+	// order: judged by the live path once the state is rebuilt.
+	unproven []reportAt
 }
 
 // replayCancel is a cancel read during replay: of the group, or of some of its jobs.
@@ -49,8 +56,30 @@ type reportAt struct {
 	prev   *reportAt // the job's report it replaced, the latest again if this one was refused (skipRefused)
 }
 
-// report records a report read during replay: decisions are replayed from the journal, and a
-// report is applied after replay only if no decision followed it (see endReplay).
+// replayReport judges a report read during replay as the live coordinator does (unproven), from
+// what replay knows of the job's release when the report comes: the pool of its batch if that
+// batch is still in WORK and not ended by a returned report since, and the returned report the
+// attempt's current release follows. A proven report is recorded (replayState.report); one that
+// is not is set aside for endReplay, so it can neither decide the job nor stand in for the
+// job's latest release.
+func (e *engine) replayReport(pool, worker string, seq uint64, r wire.Report, now time.Time) {
+	rs := e.replay
+	var cur releaseSeen
+	if prev, ok := rs.reports[r.ID]; ok && prev.r.Attempt == r.Attempt && prev.r.Status == wire.StatusReturned {
+		cur.rel = prev.seq
+	}
+	if a, ok := rs.alive[r.ID]; ok && a.attempt == r.Attempt && a.rel >= cur.rel {
+		cur = releaseSeen{pool: a.pool, rel: a.rel}
+	}
+	if e.unproven(pool, worker, r, cur) != "" {
+		rs.unproven = append(rs.unproven, reportAt{pool: pool, worker: worker, seq: seq, r: r})
+		return
+	}
+	rs.report(pool, worker, seq, r, now)
+}
+
+// report records a proven report read during replay: decisions are replayed from the journal,
+// and a report is applied after replay only if no decision followed it (see endReplay).
 func (rp *replayState) report(pool, worker string, seq uint64, r wire.Report, now time.Time) {
 	// As live, the first report of an attempt decides it and later ones are stale, unless it
 	// returned the job unrun (StatusReturned), which keeps the attempt number for the next
@@ -100,6 +129,8 @@ func (e *engine) journalRecord(r journal.Record) {
 // attempt leaves the history.
 func (e *engine) skipRefused(entries []journal.Entry) {
 	for _, en := range entries {
+		// Refused live, so recorded already: not again.
+		e.replay.unproven = slices.DeleteFunc(e.replay.unproven, func(ra reportAt) bool { return ra.seq == en.Seq && ra.r.ID == en.ID && ra.r.Attempt == en.Attempt })
 		head, ok := e.replay.reports[en.ID]
 		if !ok {
 			continue
@@ -209,6 +240,11 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	for _, ra := range undecided {
 		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
 	}
+	// Then judge the reports that proved no release, as if they arrived now: live, each is
+	// stale or refused (recorded in NS_REJECTED, counted, journaled), and none decides a job.
+	for _, ra := range rs.unproven {
+		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
+	}
 	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
 	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
 	for _, c := range rs.cancels {
@@ -275,6 +311,7 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 		case isAlive && a.attempt == j.attempt:
 			j.pool = e.poolFor(a.pool, nil)
 			j.pool.outstanding++
+			j.rel = a.rel
 		case reported:
 			undecided = append(undecided, rp)
 			if h := j.history; len(h) > 0 && rp.r.Status.Failed() {
