@@ -1,0 +1,279 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/auth"
+	"github.com/weavejobs/weave/internal/wire"
+	"github.com/weavejobs/weave/worker"
+)
+
+// TestForgedInputsWhileNoCoordinatorRuns is issue 32 on a nats-server with exactly the users
+// weave auth renders. While no coordinator runs, worker B's user (pool b) stores forged reports
+// on its own report subject: about two jobs running on worker A (pool a), one of them for an
+// attempt never released, one with a proof that is not the coordinators', and about a job no
+// worker can run (never released). The producer's user stores control messages the coordinator
+// refuses (cancel, seal and keep-alive of a group that is not open, a job of it, a redrive of
+// it), an operator a malformed limit, the producer a malformed schedule; worker B's user tries
+// control messages and another pool's heartbeats, which the server refuses. Then a coordinator
+// starts, while worker B's user publishes heartbeats claiming pool a. Each stored input is
+// refused and recorded in NS_REJECTED under its own sequence, each heartbeat refused and counted,
+// and nothing changes: the jobs keep running on worker A and end with its results, the job no
+// worker holds stays pending.
+func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
+	t.Parallel()
+	const ns = "forge"
+	pe := newPermEnv(t, ns, []auth.User{
+		{Role: auth.Coordinator}, {Role: auth.Producer}, {Role: auth.Observer},
+		{Role: auth.Worker, WorkerID: "wa", Resources: []string{"a"}},
+		{Role: auth.Worker, WorkerID: "wb", Resources: []string{"b"}},
+	})
+	names := pe.names
+	poolA, poolB := wire.PoolKey([]string{"a"}), wire.PoolKey([]string{"b"})
+	coordNC, _ := pe.connect(ns + "-coordinator")
+	startCoordinator := func(name string) (stop func()) {
+		c, err := coordinator.New(coordNC, coordinator.Config{Namespace: ns, Logger: testLogger(name), LeaseTTL: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		var stopped bool
+		stop = func() {
+			if stopped {
+				return
+			}
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		t.Cleanup(stop)
+		return stop
+	}
+	stopFirst := startCoordinator("coordinator 1")
+	obsNC, _ := pe.connect(ns + "-observer")
+	status := func() *coordinator.Status {
+		st, err := coordinator.QueryStatus(pe.ctx, obsNC, ns)
+		if err != nil {
+			return &coordinator.Status{}
+		}
+		return st
+	}
+	eventually(t, time.Minute, "the coordinator to answer", func() bool { return status().Epoch != 0 })
+
+	// Worker A runs two jobs and holds them until the test lets them go.
+	running := make(chan *worker.Job, 2)
+	letGo := make(chan struct{})
+	waNC, _ := pe.connect(ns + "-worker-wa")
+	wa, err := worker.New(waNC, worker.Config{Namespace: ns, ID: "wa", Resources: []string{"a"}, Concurrency: 2,
+		HeartbeatInterval: 250 * time.Millisecond, Logger: testLogger("worker wa")},
+		worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+			running <- j
+			select {
+			case <-letGo:
+				return []byte("real " + j.Key), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pe.run("worker wa", wa.Run)
+	prodNC, _ := pe.connect(ns + "-producer")
+	d, err := dispatcher.New(prodNC, dispatcher.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	h, err := d.Publish(pe.ctx, "g", func(yield func(dispatcher.Job) bool) {
+		_ = yield(dispatcher.Job{Key: "one", Require: []string{"a"}}) && yield(dispatcher.Job{Key: "two", Require: []string{"a"}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hx, err := d.Publish(pe.ctx, "gx", func(yield func(dispatcher.Job) bool) {
+		yield(dispatcher.Job{Key: "never", Require: []string{"x"}}) // no worker holds x
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var one, two *worker.Job
+	for range 2 {
+		select {
+		case j := <-running:
+			if j.Key == "one" {
+				one = j
+			} else {
+				two = j
+			}
+		case <-pe.ctx.Done():
+			t.Fatal("worker A did not start both jobs")
+		}
+	}
+	never := hx.FirstID()
+	stopFirst()
+
+	// No coordinator runs. Worker B's user stores forged reports on its own subject.
+	wbNC, wbErrs := pe.connect(ns + "-worker-wb")
+	wbJS, err := jetstream.New(wbNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := []byte("FORGED-BY-ATTACKER")
+	rejectedAt := map[string]bool{} // subject and sequence of every input that must be refused
+	store := func(js jetstream.JetStream, m *nats.Msg) {
+		t.Helper()
+		ack, err := js.PublishMsg(pe.ctx, m)
+		if err != nil {
+			t.Fatalf("storing %s: %v", m.Subject, err)
+		}
+		rejectedAt[m.Subject+" "+strconv.FormatUint(ack.Sequence, 10)] = true
+	}
+	for _, r := range []wire.Report{
+		{ID: one.ID, Attempt: 1, Status: wire.StatusOK, Data: forged},
+		{ID: two.ID, Attempt: 1, Status: wire.StatusPermanent, Data: forged},
+		{ID: one.ID, Attempt: 2, Status: wire.StatusOK, Data: forged},
+		{ID: never, Attempt: 1, Status: wire.StatusOK, Data: forged},
+	} {
+		m := nats.NewMsg(names.ReportSubject(poolB, "wb"))
+		m.Data = wire.AppendReports(nil, "wb", []wire.Report{r})
+		store(wbJS, m)
+	}
+	m := nats.NewMsg(names.ReportSubject(poolB, "wb"))
+	m.Data = wire.AppendReports(nil, "wb", []wire.Report{{ID: two.ID, Attempt: 1, Status: wire.StatusOK, Data: forged}})
+	m.Header = nats.Header{"Weave-Proof": []string{strconv.FormatUint(two.ID, 10) + " 1 0.AAAAAAAAAAAAAAAAAAAAAA"}}
+	store(wbJS, m)
+	// The server refuses worker B's control messages and its heartbeats in another pool.
+	for _, subject := range []string{names.GroupSubject("g"), names.CancelSubject(), names.HeartbeatSubject(poolA, "wb"), names.JournalSubject()} {
+		if err := wbNC.Publish(subject, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		wbErrs.waitFor(t, fmt.Sprintf("Permissions Violation for Publish to %q", subject))
+	}
+	// The producer's user stores control messages the coordinator refuses live.
+	prodJS, err := jetstream.New(prodNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []wire.GroupOp{wire.OpCancel, wire.OpSeal, wire.OpKeepAlive, wire.OpRedrive} {
+		store(prodJS, &nats.Msg{Subject: names.GroupSubject("ghost"), Header: wire.GroupControl{Group: "ghost", Op: op}.Header()})
+	}
+	store(prodJS, &nats.Msg{Subject: names.JobSubject("ghost"), Header: wire.JobMeta{Group: "ghost"}.Header(), Data: []byte("p")})
+	store(prodJS, &nats.Msg{Subject: names.ScheduleSubject("bad"), Data: []byte("{not json")})
+	coordJS, err := jetstream.New(coordNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store(coordJS, &nats.Msg{Subject: names.LimitSubject(wire.LimitResource, "a"), Data: []byte("{not json")})
+
+	// A coordinator starts, while worker B's user claims pool a in heartbeats on its own subject.
+	startCoordinator("coordinator 2")
+	claim := wire.Heartbeat{Version: wire.Version, Worker: "wb", Pool: poolA, Resources: []string{"a"}, Concurrency: 1000, Sleeping: 1000, IntervalMS: 250, Run: "forged"}
+	eventually(t, time.Minute, "the forged heartbeats to be refused", func() bool {
+		if err := wbNC.Publish(names.HeartbeatSubject(poolB, "wb"), claim.Marshal()); err != nil {
+			t.Fatal(err)
+		}
+		return status().Totals.RejectedHeartbeats >= 1
+	})
+	recorded := newRejectionReader(t, pe.ctx, coordJS, names)
+	left := len(rejectedAt)
+	eventually(t, time.Minute, "every stored forgery to be recorded in NS_REJECTED", func() bool {
+		for _, rec := range recorded.next() {
+			delete(rejectedAt, rec.subject+" "+rec.seq)
+		}
+		if len(rejectedAt) != left {
+			left = len(rejectedAt)
+			t.Logf("not recorded yet: %v", rejectedAt)
+		}
+		return len(rejectedAt) == 0
+	})
+	eventually(t, time.Minute, "worker A's heartbeats to reach the new coordinator", func() bool { return len(status().Workers) == 1 })
+	st := status()
+	if st.Totals.RejectedReports != 5 {
+		t.Errorf("rejected_reports = %d, want the 5 forged reports", st.Totals.RejectedReports)
+	}
+	for _, p := range st.Pools {
+		if p.Key == poolA && p.Slots != 2 {
+			t.Errorf("pool a has %d slots after the forged heartbeats, want worker A's 2", p.Slots)
+		}
+	}
+
+	// Nothing changed: both jobs run on worker A, the job nobody holds is pending, and the real
+	// results are the outcomes.
+	od, err := dispatcher.New(obsNC, dispatcher.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(od.Close)
+	for _, id := range []uint64{one.ID, two.ID, never} {
+		want := dispatcher.StateRunning
+		if id == never {
+			want = dispatcher.StatePending
+		}
+		if info, err := od.Job(pe.ctx, id); err != nil || info.State != want {
+			t.Fatalf("job %d after the forgeries: %+v, %v; want %v", id, info, err, want)
+		}
+	}
+	close(letGo)
+	res, err := h.Wait(pe.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range res.Jobs {
+		if o.State != dispatcher.StateDone || string(o.Result) != "real "+o.Key || o.Attempts != 1 {
+			t.Errorf("job %s: %v %q after %d attempts, want done with worker A's result at attempt 1", o.Key, o.State, o.Result, o.Attempts)
+		}
+	}
+	if info, err := od.Job(pe.ctx, never); err != nil || info.State != dispatcher.StatePending {
+		t.Fatalf("the job nobody holds: %+v, %v; want pending", info, err)
+	}
+}
+
+// rejection is one record of NS_REJECTED: the refused message's subject and sequence.
+type rejection struct{ subject, seq, reason string }
+
+// rejectionReader reads the records of NS_REJECTED in order, with one consumer.
+type rejectionReader struct {
+	t    *testing.T
+	cons jetstream.Consumer
+}
+
+func newRejectionReader(t *testing.T, ctx context.Context, js jetstream.JetStream, names wire.Names) *rejectionReader {
+	t.Helper()
+	cons, err := js.OrderedConsumer(ctx, names.RejectedStream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rejectionReader{t: t, cons: cons}
+}
+
+// next returns the records stored since the last call (waiting a moment for the first).
+func (rr *rejectionReader) next() []rejection {
+	batch, err := rr.cons.Fetch(256, jetstream.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		rr.t.Fatal(err)
+	}
+	var recs []rejection
+	for m := range batch.Messages() {
+		h := m.Headers()
+		recs = append(recs, rejection{subject: h.Get(wire.HdrSubject), seq: h.Get(wire.HdrSeq), reason: h.Get(wire.HdrReason)})
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		rr.t.Fatal(err)
+	}
+	return recs
+}
