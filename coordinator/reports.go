@@ -151,28 +151,25 @@ type releaseSeen struct {
 // pool, is not proven to be about the job's current release to that pool, or "". The live
 // coordinator and replay judge every report with it. What proves the release is the
 // coordinator's own knowledge of it (cur.pool: released in this term, or the job's batch read
-// from WORK, which only coordinators write) or the release proof the report echoes, which only
-// a coordinator can make. A report without a proof about a release whose pool is not known
-// (stored by a worker of the release before proofs, or by anyone else, while no coordinator
-// ran) proves nothing.
+// from WORK, which only coordinators write) or the release proof the report echoes, which only a
+// coordinator can make. A report without a valid proof about a release whose pool is not known
+// (stored by a worker of the release before proofs, or by anyone else, while no coordinator ran)
+// proves nothing; a proof of a release that a returned report ended is refused even from the
+// pool the job runs in again.
 func (e *engine) unproven(pool, worker string, r wire.Report, cur releaseSeen) string {
 	if cur.pool != "" && cur.pool != pool {
 		return fmt.Sprintf("report from worker %q of pool %s about job %d, which was released to pool %s", worker, pool, r.ID, cur.pool)
 	}
-	if r.Proof == "" {
-		if cur.pool == "" {
-			return fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d carries no release proof, and no release of it to that pool is known", worker, pool, r.Attempt, r.ID)
-		}
-		return ""
-	}
 	rel, ok := e.key.Verify(r.Proof, pool, r.ID, r.Attempt)
 	switch {
-	case !ok:
-		return fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d carries a release proof that does not verify for that pool", worker, pool, r.Attempt, r.ID)
-	case rel < cur.rel:
+	case ok && rel < cur.rel:
 		return fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d is about a release that was returned (at EVENTS sequence %d)", worker, pool, r.Attempt, r.ID, cur.rel)
+	case ok || cur.pool == pool:
+		return ""
+	case r.Proof == "":
+		return fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d carries no release proof, and no release of it to that pool is known", worker, pool, r.Attempt, r.ID)
 	}
-	return ""
+	return fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d carries a release proof that does not verify for that pool", worker, pool, r.Attempt, r.ID)
 }
 
 // unreleasedReport returns why a report about an attempt that was never released is refused, or

@@ -348,3 +348,41 @@ func TestReplayRecordsRefusalOnce(t *testing.T) {
 		t.Fatalf("job 2 is %v, want pending", st)
 	}
 }
+
+// TestReturnedReleaseProofRefused: once a returned report ends a release, the proof of that
+// release decides nothing, even from the pool the job is released to again; the new release's
+// proof does. A report without a proof from the pool the coordinator released the job to is
+// accepted (a worker of the release before proofs).
+func TestReturnedReleaseProofRefused(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.worker("w", 1)
+	te.open("g")
+	te.job(wire.JobMeta{Group: "g"})
+	te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	j := te.releases()["any"][0]
+	te.e.out = effects{}
+	te.report(j, wire.StatusReturned, "")
+	returnedAt := te.evSeq
+	again := te.releases()["any"]
+	if len(again) != 1 || again[0] != j || j.attempt != 1 || j.rel != returnedAt {
+		t.Fatalf("released again %+v, want job %d at attempt 1 after the returned report at %d", again, j.id, returnedAt)
+	}
+	te.evSeq++
+	te.e.report("any", "w", te.evSeq, proven(te.e, "any", 0, wire.Report{ID: j.id, Attempt: 1, Status: wire.StatusOK}), te.now)
+	if r := te.lastRejection(); !strings.Contains(r, "about a release that was returned") {
+		t.Fatalf("rejection %q", r)
+	}
+	te.report(j, wire.StatusOK, "real")
+	if st := te.state(j.id); st != jobindex.Done {
+		t.Fatalf("job is %v after the current release's report, want done", st)
+	}
+
+	k := te.releases()["any"][0]
+	te.evSeq++
+	te.e.report("any", "w", te.evSeq, wire.Report{ID: k.id, Attempt: k.attempt, Status: wire.StatusOK}, te.now)
+	if st := te.state(k.id); st != jobindex.Done || len(te.e.out.rejections) != 0 {
+		t.Fatalf("a report without a proof from the pool the job was released to: %v, rejections %+v", st, te.e.out.rejections)
+	}
+}
