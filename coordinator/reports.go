@@ -157,8 +157,11 @@ type releaseSeen struct {
 // proves nothing; a proof of a release that a returned report ended is refused even from the
 // pool the job runs in again.
 func (e *engine) unproven(pool, worker string, r wire.Report, cur releaseSeen) string {
-	if cur.pool != "" && cur.pool != pool {
+	switch {
+	case cur.pool != "" && cur.pool != pool:
 		return fmt.Sprintf("report from worker %q of pool %s about job %d, which was released to pool %s", worker, pool, r.ID, cur.pool)
+	case cur.pool == pool && cur.rel == 0:
+		return "" // no release of the attempt was returned: the known one is the only one, and the loop spends no MAC on it
 	}
 	rel, ok := e.key.Verify(r.Proof, pool, r.ID, r.Attempt)
 	switch {
