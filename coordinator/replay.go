@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"container/heap"
 	"slices"
 	"time"
@@ -52,6 +53,7 @@ type reportAt struct {
 	pool   string // of the subject it came on
 	worker string
 	seq    uint64 // in EVENTS
+	rel    uint64 // the release it proved (job.rel), for a proven report
 	r      wire.Report
 	prev   *reportAt // the job's report it replaced, the latest again if this one was refused (skipRefused)
 }
@@ -75,12 +77,15 @@ func (e *engine) replayReport(pool, worker string, seq uint64, r wire.Report, no
 		rs.unproven = append(rs.unproven, reportAt{pool: pool, worker: worker, seq: seq, r: r})
 		return
 	}
-	rs.report(pool, worker, seq, r, now)
+	if rel, ok := e.key.Verify(r.Proof, pool, r.ID, r.Attempt); ok {
+		cur.rel = rel
+	}
+	rs.report(pool, worker, seq, cur.rel, r, now)
 }
 
 // report records a proven report read during replay: decisions are replayed from the journal,
 // and a report is applied after replay only if no decision followed it (see endReplay).
-func (rp *replayState) report(pool, worker string, seq uint64, r wire.Report, now time.Time) {
+func (rp *replayState) report(pool, worker string, seq, rel uint64, r wire.Report, now time.Time) {
 	// As live, the first report of an attempt decides it and later ones are stale, unless it
 	// returned the job unrun (StatusReturned), which keeps the attempt number for the next
 	// release: a stale report (a forged one, or a lapsed report of a redelivered batch whose
@@ -89,7 +94,7 @@ func (rp *replayState) report(pool, worker string, seq uint64, r wire.Report, no
 	if ok && r.Attempt <= prev.r.Attempt && !(r.Attempt == prev.r.Attempt && prev.r.Status == wire.StatusReturned) {
 		return // stale, as it was live
 	}
-	ra := reportAt{pool: pool, worker: worker, seq: seq, r: r}
+	ra := reportAt{pool: pool, worker: worker, seq: seq, rel: rel, r: r}
 	if ok {
 		ra.prev = &prev // kept until replay ends, in case this one was refused
 	}
@@ -236,13 +241,12 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 			e.out.purges = append(e.out.purges, g)
 		}
 	}
-	// Decide the reports no decision followed, as if they arrived now.
-	for _, ra := range undecided {
-		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
-	}
-	// Then judge the reports that proved no release, as if they arrived now: live, each is
-	// stale or refused (recorded in NS_REJECTED, counted, journaled), and none decides a job.
-	for _, ra := range rs.unproven {
+	// Decide the reports no decision followed, and judge those that proved no release, in their
+	// EVENTS order, as if they arrived now: a forged report stored before its job's real one is
+	// refused (recorded in NS_REJECTED, counted, journaled), as live, rather than found stale.
+	reports := slices.Concat(undecided, rs.unproven)
+	slices.SortStableFunc(reports, func(a, b reportAt) int { return cmp.Compare(a.seq, b.seq) })
+	for _, ra := range reports {
 		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
 	}
 	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
@@ -304,6 +308,7 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 			j.retryAt, j.evSeq = rt.At, rp.seq
 			e.retries.wait.Push(j)
 		case reported && rp.r.Attempt == j.attempt:
+			j.rel = rp.rel // until it is decided, its release is the attempt's current one
 			undecided = append(undecided, rp)
 			if h := j.history; len(h) > 0 && rp.r.Status.Failed() {
 				j.history = h[:len(h)-1] // deciding the report adds it back

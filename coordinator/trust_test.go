@@ -259,9 +259,9 @@ func TestReplayKeepsFirstReportOfAttempt(t *testing.T) {
 // TestReplayRefusesUnprovenReports is issue 32 at the engine's level: reports stored while no
 // coordinator ran, by a worker of pool b, about a job running in pool a (its batch in WORK), a
 // job released before the restart whose batch was acknowledged, and a job never released, decide
-// nothing at replay: each is refused, recorded, counted and journaled, as it would be live. A
-// proof for another pool does not verify, nor does one of a release that was returned since; the
-// real reports, with their proofs, decide.
+// nothing at replay: each is refused, recorded, counted and journaled, as it would be live, also
+// one stored before its job's real report. A proof for another pool does not verify, nor does
+// one of a release that was returned since; the real reports, with their proofs, decide.
 func TestReplayRefusesUnprovenReports(t *testing.T) {
 	t.Parallel()
 	r := newReplayEngine(t, 2)
@@ -272,7 +272,8 @@ func TestReplayRefusesUnprovenReports(t *testing.T) {
 	r.job(3, wire.JobMeta{Group: "g"})                         // released to a before the restart, batch acknowledged, not reported
 	r.job(4, wire.JobMeta{Group: "g", Require: []string{"x"}}) // never released: nobody holds x
 	r.job(5, wire.JobMeta{Group: "g"})                         // returned by a, released again
-	r.control(6, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 4})
+	r.job(6, wire.JobMeta{Group: "g"})                         // reported by a while no coordinator ran, after a forgery
+	r.control(7, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 5})
 	r.e.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
 	alive := map[uint64]aliveJob{2: {attempt: 1, pool: a}}
 	r.e.replay.alive = alive
@@ -291,18 +292,21 @@ func TestReplayRefusesUnprovenReports(t *testing.T) {
 	returned := seq + 1
 	report(a, proven(r.e, a, 0, wire.Report{ID: 5, Attempt: 1, Status: wire.StatusReturned}))
 	report(a, proven(r.e, a, 0, wire.Report{ID: 5, Attempt: 1, Status: wire.StatusOK, Data: forged})) // the returned release's proof
+	report(b, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK, Data: forged})
+	report(a, proven(r.e, a, 0, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK, Data: []byte("real")}))
 	r.e.endReplay(alive, now)
 
-	want := map[uint64]jobindex.State{2: jobindex.Running, 3: jobindex.Pending, 4: jobindex.Pending, 5: jobindex.Pending}
+	want := map[uint64]jobindex.State{2: jobindex.Running, 3: jobindex.Pending, 4: jobindex.Pending, 5: jobindex.Pending, 6: jobindex.Done}
 	for id, st := range want {
 		if got, _ := r.e.idx.State(id); got != st {
 			t.Errorf("job %d is %v after replay, want %v", id, got, st)
 		}
 	}
-	// The six on pool b's subject are refused; the returned release's report is stale, as it is
-	// live once a returned report has put the job back to pending.
-	if n := len(r.e.out.rejections); n != 6 || r.e.stats.RejectedReports != 6 || len(r.e.out.refused) != 6 || r.e.stats.StaleReports != 1 {
-		t.Fatalf("rejections %d (counted %d, journaled %d), stale %d; want the 6 forged reports on pool b's subject refused, 1 stale: %+v",
+	// The seven on pool b's subject are refused (job 6's too: it came before the real report,
+	// which decides); the returned release's report is stale, as it is live once a returned
+	// report has put the job back to pending.
+	if n := len(r.e.out.rejections); n != 7 || r.e.stats.RejectedReports != 7 || len(r.e.out.refused) != 7 || r.e.stats.StaleReports != 1 {
+		t.Fatalf("rejections %d (counted %d, journaled %d), stale %d; want the 7 forged reports on pool b's subject refused, 1 stale: %+v",
 			n, r.e.stats.RejectedReports, len(r.e.out.refused), r.e.stats.StaleReports, r.e.out.rejections)
 	}
 	for _, rj := range r.e.out.rejections {
@@ -313,8 +317,8 @@ func TestReplayRefusesUnprovenReports(t *testing.T) {
 	if j := r.e.jobs[5]; j == nil || j.rel != returned {
 		t.Fatalf("job 5's next release does not follow its returned report (at %d): %+v", returned, j)
 	}
-	if g := r.e.groups.byID["g"]; len(g.outcomes) != 0 || g.done+g.failed != 0 {
-		t.Fatalf("forged reports decided jobs: %+v", g.outcomes)
+	if g := r.e.groups.byID["g"]; len(g.outcomes) != 1 || g.outcomes[0].ID != 6 || string(g.outcomes[0].Data) != "real" || g.failed != 0 {
+		t.Fatalf("outcomes %+v, want job 6's real one only", g.outcomes)
 	}
 	if j := r.e.jobs[2]; j == nil || j.pool == nil || j.pool.key != a {
 		t.Fatalf("job 2 is not running in pool a: %+v", j)
@@ -323,7 +327,7 @@ func TestReplayRefusesUnprovenReports(t *testing.T) {
 	// The real worker's report of job 2, with its proof, decides it.
 	r.e.report(a, "wa", 30, proven(r.e, a, 0, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK, Data: []byte("real")}), now)
 	g := r.e.groups.byID["g"]
-	if st, _ := r.e.idx.State(2); st != jobindex.Done || len(g.outcomes) != 1 || string(g.outcomes[0].Data) != "real" {
+	if st, _ := r.e.idx.State(2); st != jobindex.Done || len(g.outcomes) != 2 || string(g.outcomes[1].Data) != "real" {
 		t.Fatalf("job 2 after its real report: %v, outcomes %+v", st, g.outcomes)
 	}
 }
