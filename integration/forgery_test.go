@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,10 +27,12 @@ import (
 // refuses (cancel, seal and keep-alive of a group that is not open, a job of it, a redrive of
 // it), an operator a malformed limit, the producer a malformed schedule; worker B's user tries
 // control messages and another pool's heartbeats, which the server refuses. Then a coordinator
-// starts, while worker B's user publishes heartbeats claiming pool a. Each stored input is
-// refused and recorded in NS_REJECTED under its own sequence, each heartbeat refused and counted,
-// and nothing changes: the jobs keep running on worker A and end with its results, the job no
-// worker holds stays pending.
+// starts, while worker B's user publishes heartbeats claiming pool a; before it does, worker A
+// ends one of its jobs, so that job's real report comes after the forged ones and its batch is
+// gone from WORK. Each stored forgery is refused and recorded in NS_REJECTED under its own
+// sequence, each heartbeat refused and counted, and nothing changes: the real report decides its
+// job (run once), the other job runs on and ends with worker A's result, the job no worker holds
+// stays pending.
 func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 	t.Parallel()
 	const ns = "forge"
@@ -74,16 +77,21 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 	}
 	eventually(t, time.Minute, "the coordinator to answer", func() bool { return status().Epoch != 0 })
 
-	// Worker A runs two jobs and holds them until the test lets them go.
+	// Worker A runs two jobs, each in a batch of its own, and holds each until the test lets it go.
 	running := make(chan *worker.Job, 2)
-	letGo := make(chan struct{})
+	letGo := map[string]chan struct{}{"one": make(chan struct{}), "two": make(chan struct{})}
+	var mu sync.Mutex
+	runs := map[string]int{}
 	waNC, _ := pe.connect(ns + "-worker-wa")
 	wa, err := worker.New(waNC, worker.Config{Namespace: ns, ID: "wa", Resources: []string{"a"}, Concurrency: 2,
 		HeartbeatInterval: 250 * time.Millisecond, Logger: testLogger("worker wa")},
 		worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+			mu.Lock()
+			runs[j.Key]++
+			mu.Unlock()
 			running <- j
 			select {
-			case <-letGo:
+			case <-letGo[j.Key]:
 				return []byte("real " + j.Key), nil
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -99,30 +107,37 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
-	h, err := d.Publish(pe.ctx, "g", func(yield func(dispatcher.Job) bool) {
-		_ = yield(dispatcher.Job{Key: "one", Require: []string{"a"}}) && yield(dispatcher.Job{Key: "two", Require: []string{"a"}})
-	})
-	if err != nil {
-		t.Fatal(err)
+	started := func(key string) *worker.Job {
+		t.Helper()
+		select {
+		case j := <-running:
+			if j.Key != key {
+				t.Fatalf("worker A started %s, want %s", j.Key, key)
+			}
+			return j
+		case <-pe.ctx.Done():
+			t.Fatalf("worker A did not start %s", key)
+			return nil
+		}
 	}
+	var handles []*dispatcher.Handle
+	var jobs []*worker.Job
+	for _, key := range []string{"one", "two"} {
+		h, err := d.Publish(pe.ctx, "g-"+key, func(yield func(dispatcher.Job) bool) {
+			yield(dispatcher.Job{Key: key, Require: []string{"a"}})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles = append(handles, h)
+		jobs = append(jobs, started(key))
+	}
+	one, two := jobs[0], jobs[1]
 	hx, err := d.Publish(pe.ctx, "gx", func(yield func(dispatcher.Job) bool) {
 		yield(dispatcher.Job{Key: "never", Require: []string{"x"}}) // no worker holds x
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	var one, two *worker.Job
-	for range 2 {
-		select {
-		case j := <-running:
-			if j.Key == "one" {
-				one = j
-			} else {
-				two = j
-			}
-		case <-pe.ctx.Done():
-			t.Fatal("worker A did not start both jobs")
-		}
 	}
 	never := hx.FirstID()
 	stopFirst()
@@ -180,6 +195,14 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 	}
 	store(coordJS, &nats.Msg{Subject: names.LimitSubject(wire.LimitResource, "a"), Data: []byte("{not json")})
 
+	// Worker A ends job one: its report, with the release's proof, is stored after the forged
+	// ones, and its batch acknowledged (gone from WORK), so only the proof shows the release.
+	close(letGo["one"])
+	eventually(t, time.Minute, "job one's batch to be acknowledged", func() bool {
+		s, err := coordJS.Stream(pe.ctx, names.WorkStream())
+		return err == nil && s.CachedInfo().State.Msgs == 1
+	})
+
 	// A coordinator starts, while worker B's user claims pool a in heartbeats on its own subject.
 	startCoordinator("coordinator 2")
 	claim := wire.Heartbeat{Version: wire.Version, Worker: "wb", Pool: poolA, Resources: []string{"a"}, Concurrency: 1000, Sleeping: 1000, IntervalMS: 250, Run: "forged"}
@@ -212,32 +235,34 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 		}
 	}
 
-	// Nothing changed: both jobs run on worker A, the job nobody holds is pending, and the real
-	// results are the outcomes.
+	// Nothing changed: job one ended with worker A's result, job two runs on worker A, the job
+	// nobody holds is pending.
 	od, err := dispatcher.New(obsNC, dispatcher.Config{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(od.Close)
-	for _, id := range []uint64{one.ID, two.ID, never} {
-		want := dispatcher.StateRunning
-		if id == never {
-			want = dispatcher.StatePending
-		}
+	for id, want := range map[uint64]dispatcher.State{two.ID: dispatcher.StateRunning, never: dispatcher.StatePending} {
 		if info, err := od.Job(pe.ctx, id); err != nil || info.State != want {
 			t.Fatalf("job %d after the forgeries: %+v, %v; want %v", id, info, err, want)
 		}
 	}
-	close(letGo)
-	res, err := h.Wait(pe.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range res.Jobs {
-		if o.State != dispatcher.StateDone || string(o.Result) != "real "+o.Key || o.Attempts != 1 {
-			t.Errorf("job %s: %v %q after %d attempts, want done with worker A's result at attempt 1", o.Key, o.State, o.Result, o.Attempts)
+	close(letGo["two"])
+	for i, h := range handles {
+		res, err := h.Wait(pe.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := []string{"one", "two"}[i]
+		if o := res.Jobs; len(o) != 1 || o[0].State != dispatcher.StateDone || string(o[0].Result) != "real "+key || o[0].Attempts != 1 {
+			t.Errorf("job %s: %+v, want done with worker A's result at attempt 1", key, o)
 		}
 	}
+	mu.Lock()
+	if runs["one"] != 1 || runs["two"] != 1 {
+		t.Errorf("worker A ran job one %d×, two %d×; want once each (a proven report decides, a forged one changes nothing)", runs["one"], runs["two"])
+	}
+	mu.Unlock()
 	if info, err := od.Job(pe.ctx, never); err != nil || info.State != dispatcher.StatePending {
 		t.Fatalf("the job nobody holds: %+v, %v; want pending", info, err)
 	}
