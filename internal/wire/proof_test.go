@@ -62,3 +62,20 @@ func TestProofHeaders(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkProof(b *testing.B) {
+	var k ReleaseKey
+	for i := range b.N {
+		_ = k.Proof("p0123456789abcdef", uint64(i), 1, 0)
+	}
+}
+
+func BenchmarkVerify(b *testing.B) {
+	var k ReleaseKey
+	p := k.Proof("p0123456789abcdef", 7, 1, 0)
+	for range b.N {
+		if _, ok := k.Verify(p, "p0123456789abcdef", 7, 1); !ok {
+			b.Fatal("proof does not verify")
+		}
+	}
+}
