@@ -204,7 +204,7 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 	})
 
 	// A coordinator starts, while worker B's user claims pool a in heartbeats on its own subject.
-	startCoordinator("coordinator 2")
+	stopSecond := startCoordinator("coordinator 2")
 	claim := wire.Heartbeat{Version: wire.Version, Worker: "wb", Pool: poolA, Resources: []string{"a"}, Concurrency: 1000, Sleeping: 1000, IntervalMS: 250, Run: "forged"}
 	eventually(t, time.Minute, "the forged heartbeats to be refused", func() bool {
 		if err := wbNC.Publish(names.HeartbeatSubject(poolB, "wb"), claim.Marshal()); err != nil {
@@ -213,11 +213,18 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 		return status().Totals.RejectedHeartbeats >= 1
 	})
 	recorded := newRejectionReader(t, pe.ctx, coordJS, names)
+	forgedReports := map[string]int{} // records of worker B's reports, by sequence
+	note := func(recs []rejection) {
+		for _, rec := range recs {
+			delete(rejectedAt, rec.subject+" "+rec.seq)
+			if rec.subject == names.ReportSubject(poolB, "wb") {
+				forgedReports[rec.seq]++
+			}
+		}
+	}
 	left := len(rejectedAt)
 	eventually(t, time.Minute, "every stored forgery to be recorded in NS_REJECTED", func() bool {
-		for _, rec := range recorded.next() {
-			delete(rejectedAt, rec.subject+" "+rec.seq)
-		}
+		note(recorded.next())
 		if len(rejectedAt) != left {
 			left = len(rejectedAt)
 			t.Logf("not recorded yet: %v", rejectedAt)
@@ -265,6 +272,32 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 	mu.Unlock()
 	if info, err := od.Job(pe.ctx, never); err != nil || info.State != dispatcher.StatePending {
 		t.Fatalf("the job nobody holds: %+v, %v; want pending", info, err)
+	}
+
+	// The refusals were journaled: a third coordinator's replay does not record them again. A
+	// forged report it refuses live is recorded after whatever its replay recorded.
+	epoch := status().Epoch
+	stopSecond()
+	startCoordinator("coordinator 3")
+	eventually(t, time.Minute, "the third coordinator to answer", func() bool { return status().Epoch > epoch })
+	m = nats.NewMsg(names.ReportSubject(poolB, "wb"))
+	m.Data = wire.AppendReports(nil, "wb", []wire.Report{{ID: never, Attempt: 1, Status: wire.StatusOK, Data: forged}})
+	ack, err := wbJS.PublishMsg(pe.ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := strconv.FormatUint(ack.Sequence, 10)
+	eventually(t, time.Minute, "the live forgery to be recorded", func() bool {
+		note(recorded.next())
+		return forgedReports[last] > 0
+	})
+	if len(forgedReports) != 6 {
+		t.Errorf("NS_REJECTED holds worker B's reports at sequences %v, want the 5 forgeries and the live one", forgedReports)
+	}
+	for seq, n := range forgedReports {
+		if n != 1 {
+			t.Errorf("worker B's report at EVENTS %s recorded %d times, want once", seq, n)
+		}
 	}
 }
 
