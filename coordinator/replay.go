@@ -73,14 +73,12 @@ func (e *engine) replayReport(pool, worker string, seq uint64, r wire.Report, no
 	if a, ok := rs.alive[r.ID]; ok && a.attempt == r.Attempt && a.rel >= cur.rel {
 		cur = releaseSeen{pool: a.pool, rel: a.rel}
 	}
-	if e.unproven(pool, worker, r, cur) != "" {
+	rel, reason := e.unproven(pool, worker, r, cur)
+	if reason != "" {
 		rs.unproven = append(rs.unproven, reportAt{pool: pool, worker: worker, seq: seq, r: r})
 		return
 	}
-	if rel, ok := e.key.Verify(r.Proof, pool, r.ID, r.Attempt); ok {
-		cur.rel = rel
-	}
-	rs.report(pool, worker, seq, cur.rel, r, now)
+	rs.report(pool, worker, seq, rel, r, now)
 }
 
 // report records a proven report read during replay: decisions are replayed from the journal,

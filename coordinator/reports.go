@@ -50,9 +50,9 @@ func (r *run) applyReports(subject string, evSeq uint64, h nats.Header, data []b
 // the job running for ever. A refused report changes nothing; it is recorded in NS_REJECTED,
 // counted, and journaled so that a replay does not record it again.
 //
-// During replay a report is judged by the same unproven as it is read (replayState.report):
-// one that is not proven is set aside and goes through this function once the state is rebuilt,
-// where it is stale or refused exactly as it would be live (see endReplay).
+// During replay a report is judged by the same unproven as it is read (replayReport): one that is
+// not proven is set aside and goes through this function once the state is rebuilt, where it is
+// stale or refused exactly as it would be live (see endReplay).
 //
 // seq is the report message's sequence in EVENTS: the job's state depends on it until the
 // decision it leads to is stored elsewhere (see lowWater).
@@ -129,7 +129,7 @@ func (e *engine) foreignReport(pool, worker string, j *job, r wire.Report) strin
 	if j.pool != nil {
 		cur.pool = j.pool.key
 	}
-	if reason := e.unproven(pool, worker, r, cur); reason != "" {
+	if _, reason := e.unproven(pool, worker, r, cur); reason != "" {
 		return reason
 	}
 	if w := e.fleet.workers[worker]; w != nil && w.pool.key != pool {
@@ -148,7 +148,8 @@ type releaseSeen struct {
 }
 
 // unproven returns why a report about attempt r.Attempt of job r.ID, on the subject of worker of
-// pool, is not proven to be about the job's current release to that pool, or "". The live
+// pool, is not proven to be about the job's current release to that pool, or "", with the
+// release it is about (its proof's, else cur.rel). The live
 // coordinator and replay judge every report with it. What proves the release is the
 // coordinator's own knowledge of it (cur.pool: released in this term, or the job's batch read
 // from WORK, which only coordinators write) or the release proof the report echoes, which only a
@@ -156,23 +157,25 @@ type releaseSeen struct {
 // (stored by a worker of the release before proofs, or by anyone else, while no coordinator ran)
 // proves nothing; a proof of a release that a returned report ended is refused even from the
 // pool the job runs in again.
-func (e *engine) unproven(pool, worker string, r wire.Report, cur releaseSeen) string {
+func (e *engine) unproven(pool, worker string, r wire.Report, cur releaseSeen) (rel uint64, reason string) {
 	switch {
 	case cur.pool != "" && cur.pool != pool:
-		return fmt.Sprintf("report from worker %q of pool %s about job %d, which was released to pool %s", worker, pool, r.ID, cur.pool)
+		return 0, fmt.Sprintf("report from worker %q of pool %s about job %d, which was released to pool %s", worker, pool, r.ID, cur.pool)
 	case cur.pool == pool && cur.rel == 0:
-		return "" // no release of the attempt was returned: the known one is the only one, and the loop spends no MAC on it
+		return 0, "" // no release of the attempt was returned: the known one is the only one, and the loop spends no MAC on it
 	}
 	rel, ok := e.key.Verify(r.Proof, pool, r.ID, r.Attempt)
 	switch {
 	case ok && rel < cur.rel:
-		return fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d is about a release that was returned (at EVENTS sequence %d)", worker, pool, r.Attempt, r.ID, cur.rel)
-	case ok || cur.pool == pool:
-		return ""
+		return 0, fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d is about a release that was returned (at EVENTS sequence %d)", worker, pool, r.Attempt, r.ID, cur.rel)
+	case ok:
+		return rel, ""
+	case cur.pool == pool:
+		return cur.rel, ""
 	case r.Proof == "":
-		return fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d carries no release proof, and no release of it to that pool is known", worker, pool, r.Attempt, r.ID)
+		return 0, fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d carries no release proof, and no release of it to that pool is known", worker, pool, r.Attempt, r.ID)
 	}
-	return fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d carries a release proof that does not verify for that pool", worker, pool, r.Attempt, r.ID)
+	return 0, fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d carries a release proof that does not verify for that pool", worker, pool, r.Attempt, r.ID)
 }
 
 // unreleasedReport returns why a report about an attempt that was never released is refused, or
