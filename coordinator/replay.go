@@ -306,7 +306,10 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 			j.retryAt, j.evSeq = rt.At, rp.seq
 			e.retries.wait.Push(j)
 		case reported && rp.r.Attempt == j.attempt:
-			j.rel = rp.rel // until it is decided, its release is the attempt's current one
+			// Running, until it is decided, in the pool its report proved it was released to:
+			// the live check that decides it knows that release as replay did.
+			j.pool, j.rel = e.poolFor(rp.pool, nil), rp.rel
+			j.pool.outstanding++
 			undecided = append(undecided, rp)
 			if h := j.history; len(h) > 0 && rp.r.Status.Failed() {
 				j.history = h[:len(h)-1] // deciding the report adds it back

@@ -390,3 +390,36 @@ func TestReturnedReleaseProofRefused(t *testing.T) {
 		t.Fatalf("a report without a proof from the pool the job was released to: %v, rejections %+v", st, te.e.out.rejections)
 	}
 }
+
+// TestReplayReadsRecordsWithoutProofs: what a coordinator and workers of the release before
+// proofs stored. A report without a proof about a job whose batch (without a proof either) is
+// still in WORK, from that batch's pool, is proven by the batch and decides; one about a job
+// whose batch was acknowledged proves nothing: it is refused and the job runs again (conservative:
+// at least once, as for an attempt in flight); a journaled retry still holds.
+func TestReplayReadsRecordsWithoutProofs(t *testing.T) {
+	t.Parallel()
+	r := newReplayEngine(t, 2)
+	now := time.Unix(1_700_000_000, 0)
+	r.control(1, wire.GroupControl{Group: "g", Op: wire.OpOpen})
+	r.job(2, wire.JobMeta{Group: "g"})
+	r.job(3, wire.JobMeta{Group: "g"})
+	r.job(4, wire.JobMeta{Group: "g"})
+	r.control(5, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 3})
+	r.e.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
+	alive := map[uint64]aliveJob{2: {attempt: 1, pool: "any"}}
+	r.e.replay.alive = alive
+	r.e.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK, Data: []byte("old worker")}, now)
+	r.e.report("any", "w", 11, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusOK, Data: []byte("old worker")}, now)
+	r.e.report("any", "w", 12, wire.Report{ID: 4, Attempt: 1, Status: wire.StatusError, Data: []byte("old worker")}, now)
+	r.e.journalRecord(journal.Record{Kind: journal.KindRetry, Epoch: 1, Entries: []journal.Entry{{ID: 4, Attempt: 1, At: now.Add(time.Minute)}}})
+	r.e.endReplay(alive, now)
+	want := map[uint64]jobindex.State{2: jobindex.Done, 3: jobindex.Pending, 4: jobindex.RetryWait}
+	for id, st := range want {
+		if got, _ := r.e.idx.State(id); got != st {
+			t.Errorf("job %d is %v after replay, want %v", id, got, st)
+		}
+	}
+	if len(r.e.out.rejections) != 1 || r.e.out.rejections[0].seq != 11 {
+		t.Fatalf("rejections %+v, want job 3's report only", r.e.out.rejections)
+	}
+}
