@@ -38,8 +38,15 @@ type replayState struct {
 	// about the attempt of such a batch is proven by it (see replayReport).
 	alive map[uint64]aliveJob
 	// unproven are the reports read that do not prove their release (see unproven), in EVENTS
-	// order: judged by the live path once the state is rebuilt.
-	unproven []reportAt
+	// order: judged by the live path once the state is rebuilt, except those refusedLive.
+	unproven    []reportAt
+	refusedLive map[refusedReport]bool // reports refused and journaled before the restart
+}
+
+// refusedReport names one report of a report message: a journal.KindRefused entry.
+type refusedReport struct {
+	seq, id uint64
+	attempt uint32
 }
 
 // replayCancel is a cancel read during replay: of the group, or of some of its jobs.
@@ -132,8 +139,11 @@ func (e *engine) journalRecord(r journal.Record) {
 // attempt leaves the history.
 func (e *engine) skipRefused(entries []journal.Entry) {
 	for _, en := range entries {
-		// Refused live, so recorded already: not again.
-		e.replay.unproven = slices.DeleteFunc(e.replay.unproven, func(ra reportAt) bool { return ra.seq == en.Seq && ra.r.ID == en.ID && ra.r.Attempt == en.Attempt })
+		// Refused live, so recorded already: not again (see endReplay).
+		if e.replay.refusedLive == nil {
+			e.replay.refusedLive = map[refusedReport]bool{}
+		}
+		e.replay.refusedLive[refusedReport{en.Seq, en.ID, en.Attempt}] = true
 		head, ok := e.replay.reports[en.ID]
 		if !ok {
 			continue
@@ -242,7 +252,9 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	// Decide the reports no decision followed, and judge those that proved no release, in their
 	// EVENTS order, as if they arrived now: a forged report stored before its job's real one is
 	// refused (recorded in NS_REJECTED, counted, journaled), as live, rather than found stale.
-	reports := slices.Concat(undecided, rs.unproven)
+	reports := slices.Concat(undecided, slices.DeleteFunc(rs.unproven, func(ra reportAt) bool {
+		return rs.refusedLive[refusedReport{ra.seq, ra.r.ID, ra.r.Attempt}]
+	}))
 	slices.SortStableFunc(reports, func(a, b reportAt) int { return cmp.Compare(a.seq, b.seq) })
 	for _, ra := range reports {
 		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
