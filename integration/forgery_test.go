@@ -69,7 +69,11 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 	stopFirst := startCoordinator("coordinator 1")
 	obsNC, _ := pe.connect(ns + "-observer")
 	status := func() *coordinator.Status {
-		st, err := coordinator.QueryStatus(pe.ctx, obsNC, ns)
+		// A deadline of its own: a request a stopping coordinator took and never answered must
+		// not hold the wait that polls for the next one.
+		ctx, cancel := context.WithTimeout(pe.ctx, 2*time.Second)
+		defer cancel()
+		st, err := coordinator.QueryStatus(ctx, obsNC, ns)
 		if err != nil {
 			return &coordinator.Status{}
 		}
