@@ -39,12 +39,14 @@ func (r *run) readReleaseKey(ctx context.Context) (wire.ReleaseKey, error) {
 			return err
 		}
 		var fresh wire.ReleaseKey
-		_, _ = rand.Read(fresh[:])
-		if _, err := kv.Create(ctx, releaseKeyName, fresh[:]); err == nil {
+		_, _ = rand.Read(fresh[:]) // crypto/rand does not fail: it crashes the program instead
+		_, err = kv.Create(ctx, releaseKeyName, fresh[:])
+		switch {
+		case err == nil:
 			key = fresh
 			return nil
-		} else if !errors.Is(err, jetstream.ErrKeyExists) {
-			return err
+		case !errors.Is(err, jetstream.ErrKeyExists):
+			return err // a Create whose answer was lost finds its own key on the next try
 		}
 		e, err := kv.Get(ctx, releaseKeyName)
 		if err != nil {
