@@ -218,22 +218,26 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 	})
 	recorded := newRejectionReader(t, pe.ctx, coordJS, names)
 	forgedReports := map[string]int{} // records of worker B's reports, by sequence
+	heartbeats := 0                   // records of worker B's heartbeats
 	note := func(recs []rejection) {
 		for _, rec := range recs {
 			delete(rejectedAt, rec.subject+" "+rec.seq)
-			if rec.subject == names.ReportSubject(poolB, "wb") {
+			switch rec.subject {
+			case names.ReportSubject(poolB, "wb"):
 				forgedReports[rec.seq]++
+			case names.HeartbeatSubject(poolB, "wb"):
+				heartbeats++
 			}
 		}
 	}
 	left := len(rejectedAt)
-	eventually(t, time.Minute, "every stored forgery to be recorded in NS_REJECTED", func() bool {
+	eventually(t, time.Minute, "every stored forgery and a forged heartbeat to be recorded in NS_REJECTED", func() bool {
 		note(recorded.next())
 		if len(rejectedAt) != left {
 			left = len(rejectedAt)
 			t.Logf("not recorded yet: %v", rejectedAt)
 		}
-		return len(rejectedAt) == 0
+		return len(rejectedAt) == 0 && heartbeats > 0
 	})
 	eventually(t, time.Minute, "worker A's heartbeats to reach the new coordinator", func() bool { return len(status().Workers) == 1 })
 	st := status()
