@@ -118,7 +118,7 @@ func (r *run) applyEvent(m streamMsg) {
 		}
 		r.e.journalRecord(rec)
 	default:
-		r.applyReports(subj, s, m.Data()) // see reports.go
+		r.applyReports(subj, s, m.Headers(), m.Data()) // see reports.go
 	}
 }
 
@@ -215,7 +215,7 @@ func (r *run) handOutReleases(ctx context.Context, releases []release) bool {
 		}
 		var readAhead map[*group]bool // groups whose next jobs this batch reads ahead
 		for i, j := range rel.jobs {
-			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, gtok: j.g.tok}
+			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, rel: j.rel, gtok: j.g.tok}
 			if req.sent == nil && !readAhead[j.g] && !r.payloads.has(j.id) {
 				if readAhead == nil {
 					readAhead = map[*group]bool{}
@@ -252,7 +252,8 @@ func (r *run) releaseAtOnce(rel release) *sentBatch {
 	}
 	work := make([]wire.WorkJob, len(jobs))
 	for i, j := range jobs {
-		work[i] = workJob(rel.jobs[i].attempt, j)
+		rj := rel.jobs[i]
+		work[i] = r.workJob(rel.pool.key, releaseJob{id: rj.id, attempt: rj.attempt, rel: rj.rel}, j)
 	}
 	if firstBatch(work, r.cfg.MaxBatchBytes) < len(work) {
 		return nil // the pipeline splits what is too large for one batch

@@ -23,6 +23,7 @@ type run struct {
 	names    wire.Names
 	log      zerolog.Logger
 	e        *engine
+	key      wire.ReleaseKey // signs releases, verifies proofs (set before replay, then immutable)
 	payloads *payloads
 	pub      *asyncpub.Publisher // the term's async publishes: work batches, outcomes, summaries
 	// msgBytes bounds the body of an outcome message or a journal record: the server's max

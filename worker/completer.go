@@ -38,6 +38,9 @@ const (
 	// reportFieldsSize bounds a report's encoding beside its data: three varints, the status
 	// byte and the data's length.
 	reportFieldsSize = 3*10 + 1 + 10
+	// proofFieldsSize bounds a report's Weave-Proof header line beside the proof itself: the
+	// header's name, the job ID, the attempt and the separators.
+	proofFieldsSize = len(wire.HdrProof) + 4 + 20 + 1 + 10 + 1
 )
 
 // batch is one work-batch message. It is acked once the reports of all its jobs are persisted.
@@ -342,6 +345,9 @@ func (c *completer) add(ev completerEvent) {
 		return
 	}
 	size := len(ev.report.Data) + reportFieldsSize
+	if ev.report.Proof != "" {
+		size += len(ev.report.Proof) + proofFieldsSize // headers count against the server's max payload too
+	}
 	if len(c.pending) > 0 && c.pendingBytes+size > c.maxBytes {
 		c.flush()
 	}
@@ -411,8 +417,10 @@ func (c *completer) flush() {
 	c.pace.sending()
 	c.seq++
 	data := wire.AppendReports(make([]byte, 0, c.pendingBytes+64), c.cfg.ID, c.pending)
+	msg := &nats.Msg{Subject: c.subject, Data: data}
+	wire.SetReportProofs(msg, c.pending)
 	p := &publication{
-		msg:     &nats.Msg{Subject: c.subject, Data: data},
+		msg:     msg,
 		id:      fmt.Sprintf("%s.%d", c.runID, c.seq),
 		batches: c.pendingBatches,
 		spans:   c.pendingSpans,
@@ -425,11 +433,12 @@ func (c *completer) flush() {
 }
 
 func (c *completer) publish(p *publication) {
-	if p.msg.Header == nil {
-		p.msg.Header = nats.Header{
-			jetstream.MsgIDHeader:          []string{p.id},
-			jetstream.ExpectedStreamHeader: []string{c.cfg.names.EventsStream()},
+	if p.msg.Header.Get(jetstream.MsgIDHeader) == "" {
+		if p.msg.Header == nil {
+			p.msg.Header = nats.Header{}
 		}
+		p.msg.Header.Set(jetstream.MsgIDHeader, p.id)
+		p.msg.Header.Set(jetstream.ExpectedStreamHeader, c.cfg.names.EventsStream())
 	}
 	fut, err := c.pub.Publish(p.msg)
 	if err != nil {

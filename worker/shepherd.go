@@ -299,6 +299,7 @@ func (s *shepherd) onBatch(msg workMsg) {
 	data := msg.Data()
 	jobs, err := wire.DecodeWork(data)
 	wire.WorkTraces(msg.Headers(), jobs)
+	wire.WorkProofs(msg.Headers(), jobs)
 	if err == nil && len(jobs) == 0 {
 		err = fmt.Errorf("%w: work batch without jobs", wire.ErrMalformed)
 	}
@@ -335,6 +336,7 @@ func (s *shepherd) onBatch(msg workMsg) {
 			timeout: s.cfg.timeoutOf(wj),
 			batch:   b,
 			trace:   wj.Trace,
+			proof:   wj.Proof,
 		}
 		switch {
 		case deliveries > 1:
@@ -467,6 +469,7 @@ func (s *shepherd) lose(t *task, deliveries uint64) {
 // report counts an outcome and hands it to the completer.
 func (s *shepherd) report(t *task, out outcome) {
 	t.reported = true
+	out.report.Proof = t.proof // the coordinator accepts the report for this release only
 	s.stats.mx.observe(out.report.Duration, !t.started.IsZero())
 	if !t.started.IsZero() {
 		// The coordinator tells queueing here apart from round trips when it sizes its window.

@@ -163,3 +163,33 @@ func FuzzValidateName(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReportProofs: Weave-Proof values come from whoever published the report; any of them
+// leaves each report with the proof of a well-formed value naming it, or none, never panics, and
+// a proof verifies only as the text Proof makes.
+func FuzzReportProofs(f *testing.F) {
+	var k ReleaseKey
+	f.Add("7 1 " + k.Proof("p", 7, 1, 0))
+	f.Add("8 2 " + k.Proof("p", 8, 2, 12))
+	f.Add("7 1 3.AAAAAAAAAAAAAAAAAAAAAA")
+	f.Add("7 0 x")
+	f.Add("18446744073709551616 1 x")
+	f.Add("7 1 0.o34tbbZRugcOhiZuYfqK-o")   // padding bits set: the same MAC
+	f.Add("7 1 0.o\r34tbbZRugcOhiZuYfqK-g") // a line break, which the decoder skips
+	f.Add("7 1 00.o34tbbZRugcOhiZuYfqK-g")  // a leading zero
+	f.Fuzz(func(t *testing.T, v string) {
+		reports := []Report{{ID: 7, Attempt: 1}, {ID: 8, Attempt: 2}}
+		ReportProofs(nats.Header{HdrProof: []string{v, v}}, reports)
+		for _, r := range reports {
+			if r.Proof == "" {
+				continue
+			}
+			if id, attempt, proof, ok := parseProofValue(v); !ok || id != r.ID || attempt != r.Attempt || proof != r.Proof {
+				t.Fatalf("report %d/%d took proof %q from %q", r.ID, r.Attempt, r.Proof, v)
+			}
+			if rel, ok := k.Verify(r.Proof, "p", r.ID, r.Attempt); ok && r.Proof != k.Proof("p", r.ID, r.Attempt, rel) {
+				t.Fatalf("proof %q verified but is not the text Proof makes", r.Proof)
+			}
+		}
+	})
+}

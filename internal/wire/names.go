@@ -72,6 +72,10 @@ func (n Names) ResultsStream() string { return n.ns + "_RESULTS" }
 // LeaseBucket is the KV bucket holding the coordinator lease.
 func (n Names) LeaseBucket() string { return n.ns + "_LEASE" }
 
+// KeyBucket is the KV bucket holding the coordinators' release key (ReleaseKey), which only the
+// coordinator role may read.
+func (n Names) KeyBucket() string { return n.ns + "_KEYS" }
+
 // GroupSubject carries a group's control messages (open, seal, cancel).
 func (n Names) GroupSubject(gtok string) string { return n.ns + ".group." + gtok }
 
