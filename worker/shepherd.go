@@ -662,6 +662,10 @@ func tryEnsureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolve
 		return nil, err
 	}
 	cc := topology.WorkConsumer(cfg.names, cfg.pool, cfg.Lease)
+	if have, err := js.Consumer(ctx, cfg.names.WorkStream(), cc.Durable); err == nil {
+		// The server cannot change it: a consumer an earlier release created keeps its own.
+		cc.MaxWaiting = have.CachedInfo().Config.MaxWaiting
+	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.names.WorkStream(), cc)
 	if err != nil {
 		return nil, fmt.Errorf("weave: create consumer %s: %w", cc.Durable, err)

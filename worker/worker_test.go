@@ -696,6 +696,38 @@ func TestIdleWorkerPullsRarely(t *testing.T) {
 	must(t, r.stop())
 }
 
+// A pool's consumer holds the pulls of thousands of workers (the server's default holds 512);
+// a worker starts on a consumer an earlier release created with the default, which the server
+// cannot change, and runs its jobs.
+func TestConsumerHoldsAFleetsPulls(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	rr := f.reports()
+	r := f.start(worker.Config{Concurrency: 2}, worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		return j.Payload, nil
+	}))
+	waitFor(t, "a pull", func() bool { return r.w.Stats().Pulls >= 1 })
+	cons, err := f.js.Consumer(f.ctx(), f.names.WorkStream(), f.names.WorkConsumer(r.w.Pool()))
+	must(t, err)
+	if got := cons.CachedInfo().Config.MaxWaiting; got != topology.MaxWaitingPulls {
+		t.Fatalf("a new pool consumer holds %d waiting pulls, want %d", got, topology.MaxWaitingPulls)
+	}
+	must(t, r.stop())
+
+	old := topology.WorkConsumer(f.names, wire.PoolKey([]string{"old"}), topology.DefaultLease)
+	old.MaxWaiting = 0 // the server's default
+	_, err = f.js.CreateConsumer(f.ctx(), f.names.WorkStream(), old)
+	must(t, err)
+	r = f.start(worker.Config{Concurrency: 2, Resources: []string{"old"}}, worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		return j.Payload, nil
+	}))
+	f.publish(r.w.Pool(), job(1, "on the old consumer"))
+	if rep := rr.next(); rep.ID != 1 || rep.Status != wire.StatusOK {
+		t.Errorf("report %+v", rep)
+	}
+	must(t, r.stop())
+}
+
 // If the pool's consumer is deleted under a running worker, the worker re-creates it and goes
 // on pulling.
 func TestConsumerRecreated(t *testing.T) {
