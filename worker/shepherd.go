@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -82,6 +84,8 @@ type shepherd struct {
 	log   zerolog.Logger
 	stats *counters
 	beat  chan<- struct{} // asks the heartbeat goroutine for an early heartbeat; never blocks
+	// idleBeat is set while the latest heartbeat said the worker was idle (Worker.idleBeat).
+	idleBeat *atomic.Bool
 
 	// Channels. The shepherd reads its open pulls' lanes (puller.lanes), done, expired and
 	// repaired, and writes the slots' channels and reports. Writers of the channels it reads
@@ -362,6 +366,13 @@ func (s *shepherd) onBatch(msg workMsg) {
 		s.stats.wakeups.Add(1)
 	}
 	s.gauges()
+	if s.idleBeat.Load() {
+		// No longer idle: the coordinator hears so now, not at the end of the idle period.
+		select {
+		case s.beat <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // onDone takes a slot's outcome and gives the slot its next task: the oldest queued job, run by
@@ -662,11 +673,13 @@ func tryEnsureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolve
 		return nil, err
 	}
 	cc := topology.WorkConsumer(cfg.names, cfg.pool, cfg.Lease)
-	if have, err := js.Consumer(ctx, cfg.names.WorkStream(), cc.Durable); err == nil {
-		// The server cannot change it: a consumer an earlier release created keeps its own.
-		cc.MaxWaiting = have.CachedInfo().Config.MaxWaiting
-	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.names.WorkStream(), cc)
+	if err != nil && strings.Contains(strings.ToLower(err.Error()), "max waiting") {
+		// The server cannot change it, and a consumer an earlier release created has its
+		// default: keep that one's rather than fail (the worker role may not read its info).
+		cc.MaxWaiting = topology.DefaultMaxWaiting
+		cons, err = js.CreateOrUpdateConsumer(ctx, cfg.names.WorkStream(), cc)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("weave: create consumer %s: %w", cc.Durable, err)
 	}

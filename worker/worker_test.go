@@ -439,15 +439,18 @@ func TestHeartbeats(t *testing.T) {
 	}))
 	hb := waitHeartbeat(t, hbs, "idle", func(hb wire.Heartbeat) bool { return hb.Worker == "w-hb" })
 	if hb.Pool != r.w.Pool() || hb.Pool != wire.PoolKey([]string{"db", "shard-7"}) ||
-		strings.Join(hb.Resources, ",") != "db,shard-7" || hb.Concurrency != 3 || hb.IntervalMS != 20 {
-		t.Errorf("heartbeat %+v", hb)
+		strings.Join(hb.Resources, ",") != "db,shard-7" || hb.Concurrency != 3 || hb.IntervalMS != 100 {
+		t.Errorf("heartbeat %+v; want an idle one, saying the next comes in 100ms (5 × HeartbeatInterval)", hb)
 	}
 	if hb.Busy != 0 || hb.Sleeping != 3 || hb.Draining || hb.Stopped {
 		t.Errorf("idle heartbeat %+v", hb)
 	}
 	f.publish(r.w.Pool(), job(1, "x"))
 	recv(t, "handler start", started)
-	waitHeartbeat(t, hbs, "busy 1 sleeping 2", func(hb wire.Heartbeat) bool { return hb.Busy == 1 && hb.Sleeping == 2 })
+	hb = waitHeartbeat(t, hbs, "busy 1 sleeping 2", func(hb wire.Heartbeat) bool { return hb.Busy == 1 && hb.Sleeping == 2 })
+	if hb.IntervalMS != 20 {
+		t.Errorf("busy heartbeat %+v; want the next in 20ms", hb)
+	}
 	r.cancel()
 	hb = waitHeartbeat(t, hbs, "draining", func(hb wire.Heartbeat) bool { return hb.Draining })
 	if hb.Busy != 1 || hb.Stopped {
@@ -812,6 +815,7 @@ func TestNewValidation(t *testing.T) {
 		"negative timeout": {DefaultTimeout: -time.Second},
 		"timeout too long": {DefaultTimeout: wire.MaxTimeout + time.Hour},
 		"heartbeat":        {HeartbeatInterval: 2 * time.Hour},
+		"idle heartbeat":   {HeartbeatInterval: time.Second, IdleHeartbeatInterval: time.Millisecond},
 		"report batch":     {MaxReportBatch: worker.MaxReportBatchLimit + 1},
 		"negative result":  {MaxResultSize: -1},
 		"result > payload": {MaxResultSize: 64 << 20},

@@ -246,8 +246,12 @@ func differences(have, want jetstream.StreamConfig) []string {
 }
 
 // MaxWaitingPulls is the most pull requests a pool's consumer holds at once: two for each of
-// 8,192 workers. The server cannot change it on an existing consumer.
-const MaxWaitingPulls = 16384
+// 8,192 workers. The server cannot change it on an existing consumer; one created by an earlier
+// release holds DefaultMaxWaiting, the server's default.
+const (
+	MaxWaitingPulls   = 16384
+	DefaultMaxWaiting = 512
+)
 
 // DefaultLease is a pool consumer's AckWait unless its workers set another one.
 const DefaultLease = 30 * time.Second
