@@ -27,6 +27,10 @@ const (
 	// end the pull, so a pull lost with a node (or a consumer leader that moved) is noticed
 	// within two seconds rather than ten (the default heartbeat, 5s).
 	pullHeartbeat = time.Second
+	// idlePullHeartbeat is pullHeartbeat for a pull made with nothing running or queued: the
+	// server's heartbeats to a thousand idle workers' pulls were most of what an idle fleet
+	// cost it, and an idle worker loses less to noticing a lost pull later.
+	idlePullHeartbeat = 5 * time.Second
 	// maxOpenPulls bounds this worker's pull requests open at once. A consumer holds 512 by
 	// default, shared by all workers of its pool.
 	maxOpenPulls = 2
@@ -247,7 +251,11 @@ func (s *shepherd) pull() {
 	}
 	// The oldest ack the completer handed over goes with the pull (see ackQueue).
 	ack := s.acks.take()
-	if _, err := s.puller.pull(want, pullExpiry, pullHeartbeat, ack); err != nil {
+	hb := pullHeartbeat
+	if len(s.active) == 0 && s.queue.len() == 0 {
+		hb = idlePullHeartbeat
+	}
+	if _, err := s.puller.pull(want, pullExpiry, hb, ack); err != nil {
 		if ack != nil {
 			_ = ack.Ack() // best effort; if lost, its batch is redelivered after its lease
 		}
