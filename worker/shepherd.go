@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +27,10 @@ const (
 	// end the pull, so a pull lost with a node (or a consumer leader that moved) is noticed
 	// within two seconds rather than ten (the default heartbeat, 5s).
 	pullHeartbeat = time.Second
+	// idlePullHeartbeat is pullHeartbeat for a pull made with nothing running or queued: the
+	// server's heartbeats to a thousand idle workers' pulls were most of what an idle fleet
+	// cost it, and an idle worker loses less to noticing a lost pull later.
+	idlePullHeartbeat = 5 * time.Second
 	// maxOpenPulls bounds this worker's pull requests open at once. A consumer holds 512 by
 	// default, shared by all workers of its pool.
 	maxOpenPulls = 2
@@ -82,6 +88,8 @@ type shepherd struct {
 	log   zerolog.Logger
 	stats *counters
 	beat  chan<- struct{} // asks the heartbeat goroutine for an early heartbeat; never blocks
+	// idleBeat is set while the latest heartbeat said the worker was idle (Worker.idleBeat).
+	idleBeat *atomic.Bool
 
 	// Channels. The shepherd reads its open pulls' lanes (puller.lanes), done, expired and
 	// repaired, and writes the slots' channels and reports. Writers of the channels it reads
@@ -243,7 +251,11 @@ func (s *shepherd) pull() {
 	}
 	// The oldest ack the completer handed over goes with the pull (see ackQueue).
 	ack := s.acks.take()
-	if _, err := s.puller.pull(want, pullExpiry, pullHeartbeat, ack); err != nil {
+	hb := pullHeartbeat
+	if len(s.active) == 0 && s.queue.len() == 0 {
+		hb = idlePullHeartbeat
+	}
+	if _, err := s.puller.pull(want, pullExpiry, hb, ack); err != nil {
 		if ack != nil {
 			_ = ack.Ack() // best effort; if lost, its batch is redelivered after its lease
 		}
@@ -364,6 +376,13 @@ func (s *shepherd) onBatch(msg workMsg) {
 		s.stats.wakeups.Add(1)
 	}
 	s.gauges()
+	if s.idleBeat.Load() {
+		// No longer idle: the coordinator hears so now, not at the end of the idle period.
+		select {
+		case s.beat <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // onDone takes a slot's outcome and gives the slot its next task: the oldest queued job, run by
@@ -666,6 +685,12 @@ func tryEnsureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolve
 	}
 	cc := topology.WorkConsumer(cfg.names, cfg.pool, cfg.Lease)
 	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.names.WorkStream(), cc)
+	if err != nil && strings.Contains(strings.ToLower(err.Error()), "max waiting") {
+		// The server cannot change it, and a consumer an earlier release created has its
+		// default: keep that one's rather than fail (the worker role may not read its info).
+		cc.MaxWaiting = topology.DefaultMaxWaiting
+		cons, err = js.CreateOrUpdateConsumer(ctx, cfg.names.WorkStream(), cc)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("weave: create consumer %s: %w", cc.Durable, err)
 	}

@@ -245,6 +245,14 @@ func differences(have, want jetstream.StreamConfig) []string {
 	return d
 }
 
+// MaxWaitingPulls is the most pull requests a pool's consumer holds at once: two for each of
+// 8,192 workers. The server cannot change it on an existing consumer; one created by an earlier
+// release holds DefaultMaxWaiting, the server's default.
+const (
+	MaxWaitingPulls   = 16384
+	DefaultMaxWaiting = 512
+)
+
 // DefaultLease is a pool consumer's AckWait unless its workers set another one.
 const DefaultLease = 30 * time.Second
 
@@ -259,6 +267,9 @@ func WorkConsumer(n wire.Names, pool string, lease time.Duration) jetstream.Cons
 		AckWait:       lease,
 		MaxDeliver:    -1,
 		MaxAckPending: -1,
+		// Every worker of the pool keeps a pull or two waiting; the server's default (512)
+		// would refuse the pulls of a pool past a few hundred workers.
+		MaxWaiting: MaxWaitingPulls,
 		// Pull requests of idle workers wait this long at the server before expiring, which bounds
 		// idle request traffic (see worker's fetch loop).
 		MaxRequestExpires: 0,
