@@ -31,6 +31,9 @@ type engine struct {
 
 	epoch    uint64 // this coordinator's fencing token
 	maxEpoch uint64 // highest epoch seen in the journal; records of lower epochs after it are fenced off
+	// key signs each release and verifies the proofs reports echo (wire.ReleaseKey); set by the
+	// run before replay.
+	key wire.ReleaseKey
 	// maxOutcome bounds an outcome's size (wire.OutcomeSize), so that one outcome always fits
 	// an outcome message (set by the run from the server's max payload; 0: unbounded).
 	maxOutcome int
@@ -77,6 +80,7 @@ type job struct {
 	attempt   uint32    // the current (or last) attempt, 1 for the first
 	reuse     bool      // the last release did not run (returned, or the release failed): the next one keeps its attempt number
 	pool      *pool     // while running
+	rel       uint64    // the release of the current attempt: the returned report it follows, 0 for none (wire.ReleaseKey.Proof)
 	since     time.Time // when the current attempt was released
 	evSeq     uint64    // the EVENTS sequence of the report this job's state depends on; 0 if none
 	key       string

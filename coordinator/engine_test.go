@@ -104,8 +104,16 @@ func poolOf(j *job) string {
 
 func (te *testEngine) report(j *job, st wire.Status, data string) {
 	te.evSeq++
-	te.e.report(poolOf(j), "w", te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: st, Data: []byte(data)}, te.now)
+	r := proven(te.e, poolOf(j), j.rel, wire.Report{ID: j.id, Attempt: j.attempt, Status: st, Data: []byte(data)})
+	te.e.report(poolOf(j), "w", te.evSeq, r, te.now)
 	te.e.retention.noteEvent(te.evSeq)
+}
+
+// proven returns r with the proof of its attempt's release to pool after the returned report at
+// rel (0: the attempt's first release), as the worker that ran it echoes it.
+func proven(e *engine, pool string, rel uint64, r wire.Report) wire.Report {
+	r.Proof = e.key.Proof(pool, r.ID, r.Attempt, rel)
+	return r
 }
 
 func (te *testEngine) state(id uint64) jobindex.State {
@@ -381,15 +389,15 @@ func TestReplay(t *testing.T) {
 	e2.feed(names.JobSubject("g"), 9, wire.JobMeta{Group: "g"}.Header(), nil, time.Time{})
 	e2.feed(names.GroupSubject("g"), 7, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 7}.Header(), nil, time.Time{})
 	e2.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
-	e2.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}, now)
-	e2.report("any", "w", 11, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusError}, now)
+	e2.report("any", "w", 10, proven(e2, "any", 0, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}), now)
+	e2.report("any", "w", 11, proven(e2, "any", 0, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusError}), now)
 	e2.journalRecord(journal.Record{Kind: journal.KindRetry, Epoch: 1, Entries: []journal.Entry{{ID: 3, Attempt: 1, At: now.Add(time.Minute)}}})
-	e2.report("any", "w", 13, wire.Report{ID: 5, Attempt: 1, Status: wire.StatusError}, now)
+	e2.report("any", "w", 13, proven(e2, "any", 0, wire.Report{ID: 5, Attempt: 1, Status: wire.StatusError}), now)
 	// A fenced-off epoch-0 coordinator's late retry decision for job 5 is ignored.
 	e2.journalRecord(journal.Record{Kind: journal.KindRetry, Epoch: 0, Entries: []journal.Entry{{ID: 5, Attempt: 1, At: now.Add(time.Hour)}}})
 	// Jobs 8 and 9: reported (9 then retried), their batches still in WORK.
-	e2.report("any", "w", 14, wire.Report{ID: 8, Attempt: 1, Status: wire.StatusOK}, now)
-	e2.report("any", "w", 15, wire.Report{ID: 9, Attempt: 1, Status: wire.StatusError}, now)
+	e2.report("any", "w", 14, proven(e2, "any", 0, wire.Report{ID: 8, Attempt: 1, Status: wire.StatusOK}), now)
+	e2.report("any", "w", 15, proven(e2, "any", 0, wire.Report{ID: 9, Attempt: 1, Status: wire.StatusError}), now)
 	e2.journalRecord(journal.Record{Kind: journal.KindRetry, Epoch: 1, Entries: []journal.Entry{{ID: 9, Attempt: 1, At: now.Add(time.Minute)}}})
 	e2.endReplay(map[uint64]aliveJob{4: {attempt: 1, pool: "any"}, 8: {attempt: 1, pool: "any"}, 9: {attempt: 1, pool: "any"}}, now)
 	want := map[uint64]jobindex.State{2: jobindex.Done, 3: jobindex.RetryWait, 4: jobindex.Running, 5: jobindex.RetryWait, 6: jobindex.Pending,

@@ -71,7 +71,7 @@ func TestReplayKeepsEveryIncarnation(t *testing.T) {
 			if tc.alive {
 				alive[6] = aliveJob{attempt: 1, pool: "any"}
 			} else {
-				r.e.report("any", "w", 20, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK}, now)
+				r.e.report("any", "w", 20, proven(r.e, "any", 0, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK}), now)
 			}
 			r.e.outcomeReplay("g", 1, []wire.Outcome{{ID: 2, Key: "a", State: wire.FinalDone, Attempts: 1}, {ID: 3, Key: "b", State: wire.FinalFailed, Attempts: 5}}, nil, 1, now)
 			r.e.outcomeReplay("g", 1, nil, &wire.GroupSummary{Jobs: 2, Done: 1, Failed: 1}, 2, now)
@@ -114,7 +114,7 @@ func TestReplayOlderIncarnationIncomplete(t *testing.T) {
 	r.control(4, wire.GroupControl{Group: "g", Op: wire.OpOpen})
 	r.job(5, wire.JobMeta{Group: "g"})
 	r.control(6, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1})
-	r.e.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}, now)
+	r.e.report("any", "w", 10, proven(r.e, "any", 0, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}), now)
 	r.e.endReplay(nil, now)
 	if len(r.e.out.summaries) != 1 || r.e.out.summaries[0].openSeq != 1 {
 		t.Fatalf("first incarnation not complete from its report: %+v", r.e.out.summaries)

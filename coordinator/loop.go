@@ -118,7 +118,7 @@ func (r *run) applyEvent(m streamMsg) {
 		}
 		r.e.journalRecord(rec)
 	default:
-		r.applyReports(subj, s, m.Data()) // see reports.go
+		r.applyReports(subj, s, m.Headers(), m.Data()) // see reports.go
 	}
 }
 
@@ -215,7 +215,7 @@ func (r *run) handOutReleases(ctx context.Context, releases []release) bool {
 		}
 		var readAhead map[*group]bool // groups whose next jobs this batch reads ahead
 		for i, j := range rel.jobs {
-			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, gtok: j.g.tok}
+			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, rel: j.rel, gtok: j.g.tok}
 			if req.sent == nil && !readAhead[j.g] && !r.payloads.has(j.id) {
 				if readAhead == nil {
 					readAhead = map[*group]bool{}
@@ -252,7 +252,8 @@ func (r *run) releaseAtOnce(rel release) *sentBatch {
 	}
 	work := make([]wire.WorkJob, len(jobs))
 	for i, j := range jobs {
-		work[i] = workJob(rel.jobs[i].attempt, j)
+		rj := rel.jobs[i]
+		work[i] = r.workJob(rel.pool.key, releaseJob{id: rj.id, attempt: rj.attempt, rel: rj.rel}, j)
 	}
 	if firstBatch(work, r.cfg.MaxBatchBytes) < len(work) {
 		return nil // the pipeline splits what is too large for one batch
@@ -297,7 +298,7 @@ func (r *run) writeOutcomes(ctx context.Context, out *effects) {
 		// A complete group's last outcomes go in its summary's message (a single job's one
 		// outcome, its summary: one message), or before it if they do not fit in one.
 		g.keepJobs = r.e.keepsJobs(g)
-		op := writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, purge: !g.keepJobs, lastSeq: g.lastSeq, single: g.single()}
+		op := writeOp{g: g, gtok: g.tok, reply: g.reply, openSeq: g.openSeq, purge: !g.keepJobs, lastSeq: g.lastSeq, single: g.single()}
 		if r.outcomesFitting(g.outcomes) < len(g.outcomes) {
 			r.writeGroupOutcomes(ctx, g, now)
 		} else if len(g.outcomes) > 0 {
@@ -323,7 +324,7 @@ func (r *run) writeGroupOutcomes(ctx context.Context, g *group, now time.Time) {
 	}
 	r.outcomeLoad(now)
 	r.outThis++
-	r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, outcomes: g.outcomes, evSeqs: g.outcomeSeqs})
+	r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, reply: g.reply, openSeq: g.openSeq, outcomes: g.outcomes, evSeqs: g.outcomeSeqs})
 	g.outcomes, g.outcomeSeqs, g.outcomesAt = nil, nil, now
 }
 

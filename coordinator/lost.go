@@ -86,6 +86,7 @@ func (r *run) takeBackLost(ctx context.Context, pool string) error {
 	}
 	for _, m := range msgs {
 		jobs, err := wire.DecodeWork(m.Data)
+		wire.WorkProofs(m.Header, jobs)
 		if err != nil || len(jobs) == 0 {
 			continue // a malformed batch is a worker's to reject
 		}

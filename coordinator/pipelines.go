@@ -37,6 +37,7 @@ type sentBatch struct {
 type releaseJob struct {
 	id      uint64
 	attempt uint32
+	rel     uint64 // the release of the attempt (job.rel), which its proof names
 	gtok    string
 	ahead   []uint64 // the next jobs of its group, to read along if its payload is not cached
 }
@@ -117,7 +118,7 @@ func (r *run) readAndSend(ctx context.Context, req releaseReq) (failed []uint64,
 			continue
 		}
 		infos = append(infos, learned{id: j.id, meta: &sj.Meta})
-		work = append(work, workJob(j.attempt, sj))
+		work = append(work, r.workJob(req.pool, j, sj))
 	}
 	// The loop learns keys and limits before any worker can report on these jobs.
 	r.notify(infos...)
@@ -129,10 +130,13 @@ func (r *run) readAndSend(ctx context.Context, req releaseReq) (failed []uint64,
 	return failed, sent
 }
 
-// workJob is the entry in a work batch of attempt of job j. The producer's trace context travels
-// in the batch's header.
-func workJob(attempt uint32, j *wire.StoredJob) wire.WorkJob {
-	return wire.WorkJob{ID: j.ID, Attempt: attempt, Timeout: j.Meta.Timeout, Group: j.Meta.Group, Key: j.Meta.Key, Payload: j.Payload, Trace: j.Trace}
+// workJob is the entry in a work batch to pool of the release rj of the stored job j. The
+// producer's trace context and the release's proof travel in the batch's header.
+func (r *run) workJob(pool string, rj releaseJob, j *wire.StoredJob) wire.WorkJob {
+	return wire.WorkJob{
+		ID: j.ID, Attempt: rj.attempt, Timeout: j.Meta.Timeout, Group: j.Meta.Group, Key: j.Meta.Key, Payload: j.Payload, Trace: j.Trace,
+		Proof: r.key.Proof(pool, j.ID, rj.attempt, rj.rel),
+	}
 }
 
 // firstBatch is how many of work's jobs the first work batch holds: at most MaxBatchBytes of
@@ -152,6 +156,7 @@ func (r *run) sendWork(pool string, work []wire.WorkJob) sentBatch {
 	m := nats.NewMsg(r.names.WorkSubject(pool))
 	m.Data = wire.AppendWork(nil, work)
 	wire.SetWorkTraces(m, work)
+	wire.SetWorkProofs(m, work)
 	s := sentBatch{ids: make([]uint64, len(work))}
 	for i, j := range work {
 		s.ids[i] = j.ID
@@ -212,6 +217,7 @@ func (r *run) notifyRequeue(ids []uint64) {
 type writeOp struct {
 	g        *group
 	gtok     string
+	reply    string // with outcomes: the producer's reply token they are published to
 	openSeq  uint64
 	outcomes []wire.Outcome
 	summary  *wire.GroupSummary // with outcomes: the group's last ones, in the summary's message
@@ -537,7 +543,7 @@ func (r *run) readMsgs(ctx context.Context, seqs []uint64) []*directget.Msg {
 }
 
 func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
-	m := nats.NewMsg(r.names.OutcomeSubject(op.gtok))
+	m := nats.NewMsg(r.names.OutcomeSubjectTo(op.gtok, op.reply))
 	m.Header.Set(wire.HdrGroupSeq, strconv.FormatUint(op.openSeq, 10))
 	m.Data = data
 	return m

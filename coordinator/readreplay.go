@@ -18,6 +18,11 @@ import (
 // replay reads the streams up to where they were when it started, then ends the engine's replay.
 func (r *run) replay(ctx context.Context) error {
 	start := time.Now()
+	key, err := r.readReleaseKey(ctx)
+	if err != nil {
+		return err
+	}
+	r.key, r.e.key = key, key
 	// Heartbeats first, so workers are known when scheduling starts.
 	if err := r.subscribeHeartbeats(); err != nil {
 		return err
@@ -69,6 +74,7 @@ func (r *run) readStreams(ctx context.Context) (map[uint64]aliveJob, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.e.replay.alive = alive
 	r.log.Debug().Msg("replaying jobs")
 	// The feed carries payloads: the jobs about to be released are usually recent, so their
 	// payloads are kept in the bounded read-ahead cache and the release needs no round trip.
@@ -280,6 +286,14 @@ func (r *run) readStream(ctx context.Context, stream string, apply func(jetstrea
 	return drainUntil(ctx, ch, last, apply)
 }
 
+// newerRelease reports whether j, in a batch of pool, is a later release of its attempt than the
+// one already found: of two batches of one attempt (one returned, then released again before
+// the first was acknowledged), the later one is the attempt's current release.
+func (r *run) newerRelease(pool string, j wire.WorkJob, found aliveJob) bool {
+	rel, _ := r.key.Verify(j.Proof, pool, j.ID, j.Attempt)
+	return rel >= found.rel
+}
+
 // aliveWork lists the jobs present in the WORK stream: released and not yet acknowledged.
 func (r *run) aliveWork(ctx context.Context) (map[uint64]aliveJob, error) {
 	var alive map[uint64]aliveJob
@@ -293,10 +307,14 @@ func (r *run) aliveWork(ctx context.Context) (map[uint64]aliveJob, error) {
 			if err != nil {
 				return nil // a malformed batch is the worker's to reject
 			}
+			pool := strings.TrimPrefix(m.Subject, prefix)
+			wire.WorkProofs(m.Header, jobs)
 			for _, j := range jobs {
-				if j.Attempt >= alive[j.ID].attempt {
-					alive[j.ID] = aliveJob{attempt: j.Attempt, pool: strings.TrimPrefix(m.Subject, prefix)}
+				if a, seen := alive[j.ID]; seen && (j.Attempt < a.attempt || j.Attempt == a.attempt && !r.newerRelease(pool, j, a)) {
+					continue
 				}
+				rel, _ := r.key.Verify(j.Proof, pool, j.ID, j.Attempt)
+				alive[j.ID] = aliveJob{attempt: j.Attempt, pool: pool, rel: rel}
 			}
 			return nil
 		})

@@ -278,6 +278,7 @@ func (e *engine) take(c candidate, p *pool, now time.Time) *job {
 	}
 	if !j.reuse {
 		j.attempt++
+		j.rel = 0 // the attempt's first release
 	}
 	j.reuse = false
 	j.pool, j.since = p, now

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"container/heap"
 	"slices"
 	"time"
@@ -22,6 +23,7 @@ import (
 type aliveJob struct {
 	attempt uint32
 	pool    string
+	rel     uint64 // the release, from the batch's proof (0 for a batch without one)
 }
 
 // replayState is the engine's part that holds what replay collects before the state is rebuilt
@@ -32,6 +34,19 @@ type replayState struct {
 	retries map[uint64]journal.Entry // latest retry decision per job
 	history map[uint64][]wire.Attempt
 	cancels []replayCancel // cancels read, applied once the state is rebuilt
+	// alive are the jobs whose batches are in WORK, scanned before EVENTS is read: a report
+	// about the attempt of such a batch is proven by it (see replayReport).
+	alive map[uint64]aliveJob
+	// unproven are the reports read that do not prove their release (see unproven), in EVENTS
+	// order: judged by the live path once the state is rebuilt, except those refusedLive.
+	unproven    []reportAt
+	refusedLive map[refusedReport]bool // reports refused and journaled before the restart
+}
+
+// refusedReport names one report of a report message: a journal.KindRefused entry.
+type refusedReport struct {
+	seq, id uint64
+	attempt uint32
 }
 
 // replayCancel is a cancel read during replay: of the group, or of some of its jobs.
@@ -45,13 +60,37 @@ type reportAt struct {
 	pool   string // of the subject it came on
 	worker string
 	seq    uint64 // in EVENTS
+	rel    uint64 // the release it proved (job.rel), for a proven report
 	r      wire.Report
 	prev   *reportAt // the job's report it replaced, the latest again if this one was refused (skipRefused)
 }
 
-// report records a report read during replay: decisions are replayed from the journal, and a
-// report is applied after replay only if no decision followed it (see endReplay).
-func (rp *replayState) report(pool, worker string, seq uint64, r wire.Report, now time.Time) {
+// replayReport judges a report read during replay as the live coordinator does (unproven), from
+// what replay knows of the job's release when the report comes: the pool of its batch if that
+// batch is still in WORK and not ended by a returned report since, and the returned report the
+// attempt's current release follows. A proven report is recorded (replayState.report); one that
+// is not is set aside for endReplay, so it can neither decide the job nor stand in for the
+// job's latest release.
+func (e *engine) replayReport(pool, worker string, seq uint64, r wire.Report, now time.Time) {
+	rs := e.replay
+	var cur releaseSeen
+	if prev, ok := rs.reports[r.ID]; ok && prev.r.Attempt == r.Attempt && prev.r.Status == wire.StatusReturned {
+		cur.rel = prev.seq
+	}
+	if a, ok := rs.alive[r.ID]; ok && a.attempt == r.Attempt && a.rel >= cur.rel {
+		cur = releaseSeen{pool: a.pool, rel: a.rel}
+	}
+	rel, reason := e.unproven(pool, worker, r, cur)
+	if reason != "" {
+		rs.unproven = append(rs.unproven, reportAt{pool: pool, worker: worker, seq: seq, r: r})
+		return
+	}
+	rs.report(pool, worker, seq, rel, r, now)
+}
+
+// report records a proven report read during replay: decisions are replayed from the journal,
+// and a report is applied after replay only if no decision followed it (see endReplay).
+func (rp *replayState) report(pool, worker string, seq, rel uint64, r wire.Report, now time.Time) {
 	// As live, the first report of an attempt decides it and later ones are stale, unless it
 	// returned the job unrun (StatusReturned), which keeps the attempt number for the next
 	// release: a stale report (a forged one, or a lapsed report of a redelivered batch whose
@@ -60,7 +99,7 @@ func (rp *replayState) report(pool, worker string, seq uint64, r wire.Report, no
 	if ok && r.Attempt <= prev.r.Attempt && !(r.Attempt == prev.r.Attempt && prev.r.Status == wire.StatusReturned) {
 		return // stale, as it was live
 	}
-	ra := reportAt{pool: pool, worker: worker, seq: seq, r: r}
+	ra := reportAt{pool: pool, worker: worker, seq: seq, rel: rel, r: r}
 	if ok {
 		ra.prev = &prev // kept until replay ends, in case this one was refused
 	}
@@ -100,6 +139,11 @@ func (e *engine) journalRecord(r journal.Record) {
 // attempt leaves the history.
 func (e *engine) skipRefused(entries []journal.Entry) {
 	for _, en := range entries {
+		// Refused live, so recorded already: not again (see endReplay).
+		if e.replay.refusedLive == nil {
+			e.replay.refusedLive = map[refusedReport]bool{}
+		}
+		e.replay.refusedLive[refusedReport{en.Seq, en.ID, en.Attempt}] = true
 		head, ok := e.replay.reports[en.ID]
 		if !ok {
 			continue
@@ -207,8 +251,14 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 			e.out.purges = append(e.out.purges, g)
 		}
 	}
-	// Decide the reports no decision followed, as if they arrived now.
-	for _, ra := range undecided {
+	// Decide the reports no decision followed, and judge those that proved no release, in their
+	// EVENTS order, as if they arrived now: a forged report stored before its job's real one is
+	// refused (recorded in NS_REJECTED, counted, journaled), as live, rather than found stale.
+	reports := slices.Concat(undecided, slices.DeleteFunc(rs.unproven, func(ra reportAt) bool {
+		return rs.refusedLive[refusedReport{ra.seq, ra.r.ID, ra.r.Attempt}]
+	}))
+	slices.SortStableFunc(reports, func(a, b reportAt) int { return cmp.Compare(a.seq, b.seq) })
+	for _, ra := range reports {
 		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
 	}
 	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
@@ -270,6 +320,10 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 			j.retryAt, j.evSeq = rt.At, rp.seq
 			e.retries.wait.Push(j)
 		case reported && rp.r.Attempt == j.attempt:
+			// Running, until it is decided, in the pool its report proved it was released to:
+			// the live check that decides it knows that release as replay did.
+			j.pool, j.rel = e.poolFor(rp.pool, nil), rp.rel
+			j.pool.outstanding++
 			undecided = append(undecided, rp)
 			if h := j.history; len(h) > 0 && rp.r.Status.Failed() {
 				j.history = h[:len(h)-1] // deciding the report adds it back
@@ -278,6 +332,7 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 			j.pool = e.poolFor(a.pool, nil)
 			j.pool.outstanding++
 			j.g.inFlight++
+			j.rel = a.rel
 		case reported:
 			undecided = append(undecided, rp)
 			if h := j.history; len(h) > 0 && rp.r.Status.Failed() {

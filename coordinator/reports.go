@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/internal/journal"
 	"github.com/weavejobs/weave/internal/wire"
@@ -12,7 +14,7 @@ import (
 // applyReports applies a report message stored in EVENTS on subject NS.ev.report.<pool>.<worker>
 // (see engine.report for what is checked). A message that is not a report batch of the worker its
 // subject names is rejected whole.
-func (r *run) applyReports(subject string, evSeq uint64, data []byte) {
+func (r *run) applyReports(subject string, evSeq uint64, h nats.Header, data []byte) {
 	pool, worker, ok := r.names.ParseReportSubject(subject)
 	if !ok {
 		r.e.rejectReports(subject, evSeq, "not a report subject: reports go on "+r.names.ReportSubject("<pool>", "<worker>"))
@@ -26,6 +28,7 @@ func (r *run) applyReports(subject string, evSeq uint64, data []byte) {
 		r.e.rejectReports(subject, evSeq, err.Error())
 		return
 	}
+	wire.ReportProofs(h, reports)
 	now := r.cfg.now()
 	for _, rp := range reports {
 		r.e.report(pool, worker, evSeq, rp, now)
@@ -36,28 +39,26 @@ func (r *run) applyReports(subject string, evSeq uint64, data []byte) {
 // the report was published on (NS.ev.report.<pool>.<worker>), which a worker's NATS permissions
 // bind to its own pool and ID (see internal/auth).
 //
-// A report about a running job is accepted only if the job was released to that pool, and the
-// worker, if it is live, is a worker of that pool: a worker of another pool (or anyone able to
-// publish on another pool's report subjects) cannot decide a job it was not given. Reports the
-// coordinator's rescue returns from an orphaned pool (rescue.go) come as wire.RescueWorker on the
-// rescued pool's subject, which only the coordinator role may publish on. A worker that is not
-// live any more (silent for HeartbeatMisses heartbeats, then heard again) is still a worker of
-// the pool its subject names: its reports are accepted, because it acks the job's batch once the
-// report is stored, and refusing the report would leave the job running for ever. A refused
-// report changes nothing; it is recorded in NS_REJECTED and counted.
+// A report about a running job is accepted only if it is about the job's current release, to
+// that pool (unproven), and the worker, if it is live, is a worker of that pool: a worker of
+// another pool (or anyone able to publish on another pool's report subjects) cannot decide a job
+// it was not given. Reports the coordinator's rescue returns from an orphaned pool (rescue.go)
+// come as wire.RescueWorker on the rescued pool's subject, which only the coordinator role may
+// publish on. A worker that is not live any more (silent for HeartbeatMisses heartbeats, then
+// heard again) is still a worker of the pool its subject names: its reports are accepted,
+// because it acks the job's batch once the report is stored, and refusing the report would leave
+// the job running for ever. A refused report changes nothing; it is recorded in NS_REJECTED,
+// counted, and journaled so that a replay does not record it again.
 //
-// During replay the pool a job was released to is not known (releases are not journaled; see
-// replay.go) unless its batch is still in WORK. Such a job is running again after replay, in
-// its batch's pool, and only later reports decide it, checked as above. A report refused before
-// the restart was journaled (KindRefused) and replay skips it. Not checked: a report stored but
-// not yet examined when the coordinator stopped, about a job whose batch was acknowledged;
-// replay applies it on its subject's word (ARCHITECTURE.md, Roles).
+// During replay a report is judged by the same unproven as it is read (replayReport): one that is
+// not proven is set aside and goes through this function once the state is rebuilt, where it is
+// stale or refused exactly as it would be live (see endReplay).
 //
 // seq is the report message's sequence in EVENTS: the job's state depends on it until the
 // decision it leads to is stored elsewhere (see lowWater).
 func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time.Time) {
 	if e.replaying() {
-		e.replay.report(pool, worker, seq, r, now)
+		e.replayReport(pool, worker, seq, r, now)
 		return
 	}
 	j := e.jobs[r.ID]
@@ -73,7 +74,7 @@ func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time
 		e.stats.StaleReports++
 		return
 	}
-	if reason := e.foreignReport(pool, worker, j); reason != "" {
+	if reason := e.foreignReport(pool, worker, j, r); reason != "" {
 		e.refuseReport(pool, worker, seq, r, reason)
 		return
 	}
@@ -102,6 +103,7 @@ func (e *engine) decide(j *job, worker string, seq uint64, r wire.Report, now ti
 	case wire.StatusReturned:
 		e.requeue(j)
 		j.evSeq = seq
+		j.rel = seq // the next release of this attempt follows this report
 	case wire.StatusError, wire.StatusLapsed:
 		if r.Status == wire.StatusLapsed {
 			e.stats.LostAttempts++
@@ -122,9 +124,13 @@ func (e *engine) decide(j *job, worker string, seq uint64, r wire.Report, now ti
 
 // foreignReport returns why a report from worker of pool about the running job j is refused, or
 // "" (see report).
-func (e *engine) foreignReport(pool, worker string, j *job) string {
-	if j.pool != nil && j.pool.key != pool {
-		return fmt.Sprintf("report from worker %q of pool %s about job %d, which was released to pool %s", worker, pool, j.id, j.pool.key)
+func (e *engine) foreignReport(pool, worker string, j *job, r wire.Report) string {
+	cur := releaseSeen{rel: j.rel}
+	if j.pool != nil {
+		cur.pool = j.pool.key
+	}
+	if _, reason := e.unproven(pool, worker, r, cur); reason != "" {
+		return reason
 	}
 	if w := e.fleet.workers[worker]; w != nil && w.pool.key != pool {
 		return fmt.Sprintf("report about job %d on pool %s's subject from worker %q, which is live in pool %s", j.id, pool, worker, w.pool.key)
@@ -132,16 +138,56 @@ func (e *engine) foreignReport(pool, worker string, j *job) string {
 	return ""
 }
 
+// releaseSeen is what the coordinator knows, without the report, of the release a report must be
+// about: the pool it went to ("" when not known: the job's batch was acknowledged before a
+// restart) and the least release (wire.ReleaseKey.Proof's rel) that is still the attempt's
+// current one, since a returned report ends the release before it.
+type releaseSeen struct {
+	pool string
+	rel  uint64
+}
+
+// unproven returns why a report about attempt r.Attempt of job r.ID, on the subject of worker of
+// pool, is not proven to be about the job's current release to that pool, or "", with the
+// release it is about (its proof's, else cur.rel). The live
+// coordinator and replay judge every report with it. What proves the release is the
+// coordinator's own knowledge of it (cur.pool: released in this term, or the job's batch read
+// from WORK, which only coordinators write) or the release proof the report echoes, which only a
+// coordinator can make. A report without a valid proof about a release whose pool is not known
+// (stored by a worker of the release before proofs, or by anyone else, while no coordinator ran)
+// proves nothing; a proof of a release that a returned report ended is refused even from the
+// pool the job runs in again.
+func (e *engine) unproven(pool, worker string, r wire.Report, cur releaseSeen) (rel uint64, reason string) {
+	switch {
+	case cur.pool != "" && cur.pool != pool:
+		return 0, fmt.Sprintf("report from worker %q of pool %s about job %d, which was released to pool %s", worker, pool, r.ID, cur.pool)
+	case cur.pool == pool && cur.rel == 0:
+		return 0, "" // no release of the attempt was returned: the known one is the only one, and the loop spends no MAC on it
+	}
+	rel, ok := e.key.Verify(r.Proof, pool, r.ID, r.Attempt)
+	switch {
+	case ok && rel < cur.rel:
+		return 0, fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d is about a release that was returned (at EVENTS sequence %d)", worker, pool, r.Attempt, r.ID, cur.rel)
+	case ok:
+		return rel, ""
+	case cur.pool == pool:
+		return cur.rel, ""
+	case r.Proof == "":
+		return 0, fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d carries no release proof, and no release of it to that pool is known", worker, pool, r.Attempt, r.ID)
+	}
+	return 0, fmt.Sprintf("report from worker %q of pool %s about attempt %d of job %d carries a release proof that does not verify for that pool", worker, pool, r.Attempt, r.ID)
+}
+
 // unreleasedReport returns why a report about an attempt that was never released is refused, or
 // "" for a stale report (an attempt already decided: a duplicate run, or a job that ended). No
 // honest worker reports an attempt later than the job's latest release, nor a job that was never
-// released; replay would otherwise take such a report for the job's latest.
+// released (pending, delayed, or released only before a restart that no report proves).
 func (e *engine) unreleasedReport(j *job, r wire.Report) string {
 	if j != nil && r.Attempt > j.attempt {
 		return fmt.Sprintf("report about attempt %d of job %d, whose latest release is attempt %d", r.Attempt, r.ID, j.attempt)
 	}
-	if st, ok := e.idx.State(r.ID); j == nil && ok && st == jobindex.Pending {
-		return fmt.Sprintf("report about job %d, which was never released", r.ID)
+	if st, ok := e.idx.State(r.ID); j == nil && ok && !st.Terminal() {
+		return fmt.Sprintf("report about job %d, which is %s and has no proven release", r.ID, st)
 	}
 	return ""
 }
@@ -196,8 +242,7 @@ const busyWeight = 0.1
 // A group's share is a ratio of averages, average run time ÷ average cycle, as Little's law
 // has it, not an average of each job's ratio: cycles vary (queueing, report pacing), and since
 // 1/x is convex the average of ran/cycle overstates the share, most for short jobs, whose cycles
-// vary most relative to their run. That bias gave a group of 1 ms jobs about 1.87 of its 2 slots
-// in the fairness reference case.
+// vary most relative to their run, and short jobs' groups would get less than their fair share.
 func (e *engine) learnBusy(j *job, ran, waited time.Duration, now time.Time) {
 	cycle := now.Sub(j.since)
 	if j.since.IsZero() || cycle <= 0 {

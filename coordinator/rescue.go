@@ -104,6 +104,7 @@ func (r *run) rescueConsumer(ctx context.Context, pool string) (jetstream.Consum
 // would.
 func (r *run) handBack(ctx context.Context, pool string, m jetstream.Msg) error {
 	jobs, err := wire.DecodeWork(m.Data())
+	wire.WorkProofs(m.Headers(), jobs)
 	if err == nil && len(jobs) == 0 {
 		err = fmt.Errorf("%w: work batch without jobs", wire.ErrMalformed)
 	}
@@ -132,11 +133,12 @@ func (r *run) handBack(ctx context.Context, pool string, m jetstream.Msg) error 
 	return m.DoubleAck(ctx)
 }
 
-// returnedReports give a batch's jobs back unrun, keeping their attempts (wire.StatusReturned).
+// returnedReports give a batch's jobs back unrun, keeping their attempts (wire.StatusReturned)
+// and echoing their release proofs, as a worker's would.
 func returnedReports(jobs []wire.WorkJob) []wire.Report {
 	reports := make([]wire.Report, len(jobs))
 	for i, j := range jobs {
-		reports[i] = wire.Report{ID: j.ID, Attempt: j.Attempt, Status: wire.StatusReturned}
+		reports[i] = wire.Report{ID: j.ID, Attempt: j.Attempt, Status: wire.StatusReturned, Proof: j.Proof}
 	}
 	return reports
 }
@@ -146,7 +148,10 @@ func returnedReports(jobs []wire.WorkJob) []wire.Report {
 // stored.
 func (r *run) storeRescueReports(ctx context.Context, pool string, reports []wire.Report) error {
 	subject := r.names.ReportSubject(pool, wire.RescueWorker)
-	if _, err := r.c.js.Publish(ctx, subject, wire.AppendReports(nil, wire.RescueWorker, reports)); err != nil {
+	m := nats.NewMsg(subject)
+	m.Data = wire.AppendReports(nil, wire.RescueWorker, reports)
+	wire.SetReportProofs(m, reports)
+	if _, err := r.c.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("store returned report: %w", err)
 	}
 	return nil

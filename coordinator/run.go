@@ -25,6 +25,7 @@ type run struct {
 	log      zerolog.Logger
 	outage   *transient.Outage // requests to NATS failing for a while: logged at its start and end
 	e        *engine
+	key      wire.ReleaseKey // signs releases, verifies proofs (set before replay, then immutable)
 	payloads *payloads
 	pub      *asyncpub.Publisher // the term's async publishes: work batches, outcomes, summaries
 	// msgBytes bounds the body of an outcome message or a journal record: the server's max

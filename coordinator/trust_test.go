@@ -96,7 +96,7 @@ func TestUnreleasedAttemptRefused(t *testing.T) {
 		t.Fatalf("rejection %q", r)
 	}
 	te.reportAs("any", "w", &job{id: never}, 1, wire.StatusOK)
-	if r := te.lastRejection(); !strings.Contains(r, "never released") {
+	if r := te.lastRejection(); !strings.Contains(r, "is pending and has no proven release") {
 		t.Fatalf("rejection %q", r)
 	}
 	te.reportAs("any", "w", j, 0, wire.StatusOK)
@@ -203,7 +203,7 @@ func TestReplaySkipsRefusedReport(t *testing.T) {
 	e2.feed(names.JobSubject("g"), 2, wire.JobMeta{Group: "g"}.Header(), nil, time.Time{})
 	e2.feed(names.GroupSubject("g"), 3, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1}.Header(), nil, time.Time{})
 	e2.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
-	e2.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusError, Data: []byte("real")}, now)
+	e2.report("any", "w", 10, proven(e2, "any", 0, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusError, Data: []byte("real")}), now)
 	e2.report("gpu", "intruder", 11, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusError, Data: []byte("forged")}, now)
 	e2.report("gpu", "intruder", 12, wire.Report{ID: 2, Attempt: 9, Status: wire.StatusOK}, now)
 	e2.journalRecord(journal.Record{Kind: journal.KindRefused, Epoch: 1, Entries: []journal.Entry{{ID: 2, Attempt: 1, Seq: 11}}})
@@ -215,6 +215,9 @@ func TestReplaySkipsRefusedReport(t *testing.T) {
 	}
 	if len(j.history) != 1 || j.history[0].Error != "real" {
 		t.Fatalf("history %+v, want only the real failed attempt", j.history)
+	}
+	if len(e2.out.rejections) != 0 {
+		t.Fatalf("reports refused before the restart recorded again: %+v", e2.out.rejections)
 	}
 }
 
@@ -231,10 +234,10 @@ func TestReplayKeepsFirstReportOfAttempt(t *testing.T) {
 	e2.feed(names.JobSubject("g"), 3, wire.JobMeta{Group: "g"}.Header(), nil, time.Time{})
 	e2.feed(names.GroupSubject("g"), 4, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 2}.Header(), nil, time.Time{})
 	e2.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
-	e2.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK, Data: []byte("real")}, now)
+	e2.report("any", "w", 10, proven(e2, "any", 0, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK, Data: []byte("real")}), now)
 	e2.report("gpu", "intruder", 11, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusPermanent, Data: []byte("forged")}, now)
-	e2.report("any", "w", 12, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusReturned}, now)
-	e2.report("any", "w2", 13, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusOK, Data: []byte("second release")}, now)
+	e2.report("any", "w", 12, proven(e2, "any", 0, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusReturned}), now)
+	e2.report("any", "w2", 13, proven(e2, "any", 12, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusOK, Data: []byte("second release")}), now)
 	e2.endReplay(nil, now)
 	for id, want := range map[uint64]string{2: "real", 3: "second release"} {
 		if st, _ := e2.idx.State(id); st != jobindex.Done {
@@ -250,5 +253,173 @@ func TestReplayKeepsFirstReportOfAttempt(t *testing.T) {
 		if !found {
 			t.Errorf("job %d: outcomes %+v, want result %q", id, g.outcomes, want)
 		}
+	}
+}
+
+// TestReplayRefusesUnprovenReports is issue 32 at the engine's level: reports stored while no
+// coordinator ran, by a worker of pool b, about a job running in pool a (its batch in WORK), a
+// job released before the restart whose batch was acknowledged, and a job never released, decide
+// nothing at replay: each is refused, recorded, counted and journaled, as it would be live, also
+// one stored before its job's real report. A proof for another pool does not verify, nor does
+// one of a release that was returned since; the real reports, with their proofs, decide.
+func TestReplayRefusesUnprovenReports(t *testing.T) {
+	t.Parallel()
+	r := newReplayEngine(t, 2)
+	now := time.Unix(1_700_000_000, 0)
+	a, b := wire.PoolKey([]string{"a"}), wire.PoolKey([]string{"b"})
+	r.control(1, wire.GroupControl{Group: "g", Op: wire.OpOpen})
+	r.job(2, wire.JobMeta{Group: "g"})                         // running in pool a
+	r.job(3, wire.JobMeta{Group: "g"})                         // released to a before the restart, batch acknowledged, not reported
+	r.job(4, wire.JobMeta{Group: "g", Require: []string{"x"}}) // never released: nobody holds x
+	r.job(5, wire.JobMeta{Group: "g"})                         // returned by a, released again
+	r.job(6, wire.JobMeta{Group: "g"})                         // reported by a while no coordinator ran, after a forgery
+	r.control(7, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 5})
+	r.e.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
+	alive := map[uint64]aliveJob{2: {attempt: 1, pool: a}}
+	r.e.replay.alive = alive
+	forged := []byte("FORGED-BY-ATTACKER")
+	seq := uint64(10)
+	report := func(pool string, rp wire.Report) {
+		seq++
+		r.e.report(pool, "wb", seq, rp, now)
+	}
+	report(b, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK, Data: forged})
+	report(b, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusPermanent, Data: forged})
+	report(b, wire.Report{ID: 4, Attempt: 1, Status: wire.StatusOK, Data: forged})
+	report(b, wire.Report{ID: 2, Attempt: 7, Status: wire.StatusOK, Data: forged})
+	report(b, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusOK, Data: forged, Proof: "0.AAAAAAAAAAAAAAAAAAAAAA"})
+	report(b, proven(r.e, a, 0, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusOK, Data: forged})) // pool a's proof on pool b's subject
+	returned := seq + 1
+	report(a, proven(r.e, a, 0, wire.Report{ID: 5, Attempt: 1, Status: wire.StatusReturned}))
+	report(a, proven(r.e, a, 0, wire.Report{ID: 5, Attempt: 1, Status: wire.StatusOK, Data: forged})) // the returned release's proof
+	report(b, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK, Data: forged})
+	report(a, proven(r.e, a, 0, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK, Data: []byte("real")}))
+	r.e.endReplay(alive, now)
+
+	want := map[uint64]jobindex.State{2: jobindex.Running, 3: jobindex.Pending, 4: jobindex.Pending, 5: jobindex.Pending, 6: jobindex.Done}
+	for id, st := range want {
+		if got, _ := r.e.idx.State(id); got != st {
+			t.Errorf("job %d is %v after replay, want %v", id, got, st)
+		}
+	}
+	// The seven on pool b's subject are refused (job 6's too: it came before the real report,
+	// which decides); the returned release's report is stale, as it is live once a returned
+	// report has put the job back to pending.
+	if n := len(r.e.out.rejections); n != 7 || r.e.stats.RejectedReports != 7 || len(r.e.out.refused) != 7 || r.e.stats.StaleReports != 1 {
+		t.Fatalf("rejections %d (counted %d, journaled %d), stale %d; want the 7 forged reports on pool b's subject refused, 1 stale: %+v",
+			n, r.e.stats.RejectedReports, len(r.e.out.refused), r.e.stats.StaleReports, r.e.out.rejections)
+	}
+	for _, rj := range r.e.out.rejections {
+		if rj.subject != r.names.ReportSubject(b, "wb") {
+			t.Errorf("rejection %+v is not of a forged report", rj)
+		}
+	}
+	if j := r.e.jobs[5]; j == nil || j.rel != returned {
+		t.Fatalf("job 5's next release does not follow its returned report (at %d): %+v", returned, j)
+	}
+	if g := r.e.groups.byID["g"]; len(g.outcomes) != 1 || g.outcomes[0].ID != 6 || string(g.outcomes[0].Data) != "real" || g.failed != 0 {
+		t.Fatalf("outcomes %+v, want job 6's real one only", g.outcomes)
+	}
+	if j := r.e.jobs[2]; j == nil || j.pool == nil || j.pool.key != a {
+		t.Fatalf("job 2 is not running in pool a: %+v", j)
+	}
+
+	// The real worker's report of job 2, with its proof, decides it.
+	r.e.report(a, "wa", 30, proven(r.e, a, 0, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK, Data: []byte("real")}), now)
+	g := r.e.groups.byID["g"]
+	if st, _ := r.e.idx.State(2); st != jobindex.Done || len(g.outcomes) != 2 || string(g.outcomes[1].Data) != "real" {
+		t.Fatalf("job 2 after its real report: %v, outcomes %+v", st, g.outcomes)
+	}
+}
+
+// TestReplayRecordsRefusalOnce: a report without a proof that was refused and journaled before
+// the restart (live, or by the replay before) is not recorded again.
+func TestReplayRecordsRefusalOnce(t *testing.T) {
+	t.Parallel()
+	r := newReplayEngine(t, 2)
+	now := time.Unix(1_700_000_000, 0)
+	r.control(1, wire.GroupControl{Group: "g", Op: wire.OpOpen})
+	r.job(2, wire.JobMeta{Group: "g"})
+	r.control(3, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1})
+	r.e.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
+	r.e.report("any", "wb", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}, now)
+	r.e.journalRecord(journal.Record{Kind: journal.KindRefused, Epoch: 2, Entries: []journal.Entry{{ID: 2, Attempt: 1, Seq: 10}}})
+	r.e.endReplay(nil, now)
+	if len(r.e.out.rejections) != 0 || r.e.stats.RejectedReports != 0 {
+		t.Fatalf("a report refused before the restart was recorded again: %+v", r.e.out.rejections)
+	}
+	if st, _ := r.e.idx.State(2); st != jobindex.Pending {
+		t.Fatalf("job 2 is %v, want pending", st)
+	}
+}
+
+// TestReturnedReleaseProofRefused: once a returned report ends a release, the proof of that
+// release decides nothing, even from the pool the job is released to again; the new release's
+// proof does. A report without a proof from the pool the coordinator released the job to is
+// accepted (a worker of the release before proofs).
+func TestReturnedReleaseProofRefused(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.worker("w", 1)
+	te.open("g")
+	te.job(wire.JobMeta{Group: "g"})
+	te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	j := te.releases()["any"][0]
+	te.e.out = effects{}
+	te.report(j, wire.StatusReturned, "")
+	returnedAt := te.evSeq
+	again := te.releases()["any"]
+	if len(again) != 1 || again[0] != j || j.attempt != 1 || j.rel != returnedAt {
+		t.Fatalf("released again %+v, want job %d at attempt 1 after the returned report at %d", again, j.id, returnedAt)
+	}
+	te.evSeq++
+	te.e.report("any", "w", te.evSeq, proven(te.e, "any", 0, wire.Report{ID: j.id, Attempt: 1, Status: wire.StatusOK}), te.now)
+	if r := te.lastRejection(); !strings.Contains(r, "about a release that was returned") {
+		t.Fatalf("rejection %q", r)
+	}
+	te.report(j, wire.StatusOK, "real")
+	if st := te.state(j.id); st != jobindex.Done {
+		t.Fatalf("job is %v after the current release's report, want done", st)
+	}
+
+	k := te.releases()["any"][0]
+	te.evSeq++
+	te.e.report("any", "w", te.evSeq, wire.Report{ID: k.id, Attempt: k.attempt, Status: wire.StatusOK}, te.now)
+	if st := te.state(k.id); st != jobindex.Done || len(te.e.out.rejections) != 0 {
+		t.Fatalf("a report without a proof from the pool the job was released to: %v, rejections %+v", st, te.e.out.rejections)
+	}
+}
+
+// TestReplayReadsRecordsWithoutProofs: what a coordinator and workers of the release before
+// proofs stored. A report without a proof about a job whose batch (without a proof either) is
+// still in WORK, from that batch's pool, is proven by the batch and decides; one about a job
+// whose batch was acknowledged proves nothing: it is refused and the job runs again (conservative:
+// at least once, as for an attempt in flight); a journaled retry still holds.
+func TestReplayReadsRecordsWithoutProofs(t *testing.T) {
+	t.Parallel()
+	r := newReplayEngine(t, 2)
+	now := time.Unix(1_700_000_000, 0)
+	r.control(1, wire.GroupControl{Group: "g", Op: wire.OpOpen})
+	r.job(2, wire.JobMeta{Group: "g"})
+	r.job(3, wire.JobMeta{Group: "g"})
+	r.job(4, wire.JobMeta{Group: "g"})
+	r.control(5, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 3})
+	r.e.journalRecord(journal.Record{Kind: journal.KindEpoch, Epoch: 1})
+	alive := map[uint64]aliveJob{2: {attempt: 1, pool: "any"}}
+	r.e.replay.alive = alive
+	r.e.report("any", "w", 10, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK, Data: []byte("old worker")}, now)
+	r.e.report("any", "w", 11, wire.Report{ID: 3, Attempt: 1, Status: wire.StatusOK, Data: []byte("old worker")}, now)
+	r.e.report("any", "w", 12, wire.Report{ID: 4, Attempt: 1, Status: wire.StatusError, Data: []byte("old worker")}, now)
+	r.e.journalRecord(journal.Record{Kind: journal.KindRetry, Epoch: 1, Entries: []journal.Entry{{ID: 4, Attempt: 1, At: now.Add(time.Minute)}}})
+	r.e.endReplay(alive, now)
+	want := map[uint64]jobindex.State{2: jobindex.Done, 3: jobindex.Pending, 4: jobindex.RetryWait}
+	for id, st := range want {
+		if got, _ := r.e.idx.State(id); got != st {
+			t.Errorf("job %d is %v after replay, want %v", id, got, st)
+		}
+	}
+	if len(r.e.out.rejections) != 1 || r.e.out.rejections[0].seq != 11 {
+		t.Fatalf("rejections %+v, want job 3's report only", r.e.out.rejections)
 	}
 }

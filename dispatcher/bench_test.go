@@ -167,6 +167,81 @@ func (r *reference) publish(ctx context.Context, b *testing.B, group string, job
 	control(wire.GroupControl{Group: group, Op: wire.OpSeal, Count: uint64(n)})
 }
 
+// BenchmarkSubmitMany measures SubmitMany of 10,000 single jobs of 128 bytes into an embedded
+// server, and, in the same run and on the same connection, a reference: as many single-job
+// messages published by hand with PublishMsgAsync and the same limit of pending acks. It reports
+// both rates and their ratio (SubmitMany / reference).
+//
+//	go test -run='^$' -bench=SubmitMany -benchtime=5x ./dispatcher/
+func BenchmarkSubmitMany(b *testing.B) {
+	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Minute)
+	defer cancel()
+	srv := jstest.New(b)
+	nc := jstest.NewConn(b, srv.ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	names, _ := wire.NewNames("bench")
+	if _, err := topology.Init(ctx, js, names, config.StreamOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	d, err := dispatcher.New(nc, dispatcher.Config{Namespace: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ref := newReference(ctx, b, nc, dispatcher.DefaultMaxPending, config.StreamOptions{})
+	const n = 10_000
+	payload := make([]byte, 128)
+	jobs := make([]dispatcher.Single, n)
+	for i := range jobs {
+		jobs[i].Job.Payload = payload
+	}
+	submit := func() time.Duration {
+		start := time.Now()
+		subs, err := d.SubmitMany(ctx, jobs)
+		if err != nil || len(subs) != n {
+			b.Fatalf("submitted %d: %v", len(subs), err)
+		}
+		return time.Since(start)
+	}
+	stall := jetstream.WithStallWait(time.Minute)
+	reference := func() time.Duration {
+		start := time.Now()
+		for i := range n {
+			group := "ref-" + strconv.Itoa(i)
+			meta := wire.JobMeta{Group: group, Single: true}
+			if _, err := ref.js.PublishMsgAsync(&nats.Msg{Subject: ref.names.JobSubject(group), Header: meta.Header(), Data: payload}, stall); err != nil {
+				b.Fatal(err)
+			}
+		}
+		select {
+		case <-ref.js.PublishAsyncComplete():
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		}
+		return time.Since(start)
+	}
+	submit()
+	reference()
+	var submitTime, referenceTime time.Duration
+	ops := 0
+	for b.Loop() {
+		if ops%2 == 0 {
+			submitTime += submit()
+			referenceTime += reference()
+		} else {
+			referenceTime += reference()
+			submitTime += submit()
+		}
+		ops++
+	}
+	total := float64(ops * n)
+	b.ReportMetric(total/submitTime.Seconds(), "jobs/s")
+	b.ReportMetric(total/referenceTime.Seconds(), "raw-msgs/s")
+	b.ReportMetric(referenceTime.Seconds()/submitTime.Seconds(), "ratio")
+}
+
 // BenchmarkWaiters measures what waiting costs: 10,000 callers each Wait on a group of their own
 // (Handles from Attach, the groups running), all at once on one Dispatcher. It reports the
 // memory each waiter adds (Go heap and goroutine stacks, the caller's goroutine included), the

@@ -173,3 +173,57 @@ func TestSubmitWaitReadsNothing(t *testing.T) {
 	submitWait("dup", "k", "once")
 	eventually(t, 10*time.Second, "the duplicate's wait to read RESULTS", func() bool { return reads.Load() > 0 })
 }
+
+// TestSubmitMany: many single jobs in one call, each its own group, stored with their IDs in
+// order; the same group and key twice is stored once; an invalid job publishes nothing; each job
+// is waited on through its Handle.
+func TestSubmitMany(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	e.worker(worker.Config{ID: "w", Concurrency: 8}, func(_ context.Context, j *worker.Job) ([]byte, error) {
+		return append([]byte("ran "), j.Payload...), nil
+	})
+
+	bad := []dispatcher.Single{{Job: dispatcher.Job{Key: "fine"}}, {Job: dispatcher.Job{MaxAttempts: -1}}}
+	if subs, err := e.d.SubmitMany(e.ctx, bad); !errors.Is(err, dispatcher.ErrInvalidJob) || subs != nil {
+		t.Fatalf("SubmitMany with an invalid job: %v, %v; want ErrInvalidJob and nothing", subs, err)
+	}
+	if info, err := e.jobsStream().Info(e.ctx); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("JOBS after a refused SubmitMany: %v messages, %v; want none", info.State.Msgs, err)
+	}
+
+	const n = 500
+	jobs := make([]dispatcher.Single, n)
+	for i := range jobs {
+		jobs[i].Job.Payload = []byte(fmt.Sprint(i))
+		if i%5 == 0 {
+			jobs[i].Group = fmt.Sprint("many-", i)
+			jobs[i].Job.Key = "k"
+		}
+	}
+	jobs[n-1] = jobs[0] // the same group and key again
+	subs, err := e.d.SubmitMany(e.ctx, jobs)
+	if err != nil || len(subs) != n {
+		t.Fatalf("SubmitMany: %d submitted, %v", len(subs), err)
+	}
+	ids := map[uint64]bool{}
+	for i, s := range subs[:n-1] {
+		if ids[s.ID] || s.Handle.Accepted() != 1 {
+			t.Fatalf("job %d: ID %d seen before or not accepted (%d)", i, s.ID, s.Handle.Accepted())
+		}
+		ids[s.ID] = true
+		if jobs[i].Group != "" && s.Handle.GroupID() != jobs[i].Group {
+			t.Fatalf("job %d: group %q, want %q", i, s.Handle.GroupID(), jobs[i].Group)
+		}
+	}
+	if last := subs[n-1]; last.ID != subs[0].ID || last.Handle.Duplicates() != 1 {
+		t.Fatalf("the same group and key again: ID %d (first %d), duplicates %d", last.ID, subs[0].ID, last.Handle.Duplicates())
+	}
+	for i, s := range subs {
+		out, err := s.Handle.WaitJob(e.ctx, s.ID)
+		if want := fmt.Sprint("ran ", i%(n-1)); err != nil || out.State != dispatcher.StateDone || string(out.Result) != want {
+			t.Fatalf("job %d: %+v, %v; want done with %q", i, out, err, want)
+		}
+	}
+}

@@ -39,6 +39,9 @@ const (
 	// reportFieldsSize bounds a report's encoding beside its data: three varints, the status
 	// byte and the data's length.
 	reportFieldsSize = 3*10 + 1 + 10
+	// proofFieldsSize bounds a report's Weave-Proof header line beside the proof itself: the
+	// header's name, the job ID, the attempt and the separators.
+	proofFieldsSize = len(wire.HdrProof) + 4 + 20 + 1 + 10 + 1
 )
 
 // batch is one work-batch message. It is acked once the reports of all its jobs are persisted.
@@ -183,8 +186,8 @@ type completer struct {
 }
 
 // ackQueue holds acknowledgements the completer hands to the shepherd, so that each goes in
-// the shepherd's next pull request (+NXT): a worker that gets its batches one at a time (16
-// workers × 4 slots) then sends the server one message per batch instead of an ack and a pull.
+// the shepherd's next pull request (+NXT): a worker that gets its batches one at a time (many
+// workers with few slots each) then sends the server one message per batch instead of two.
 // Whichever of the two takes an ack out sends it: the shepherd with a pull, or the completer
 // alone once it has waited ackWait (or, beyond maxQueuedAcks, at once).
 type ackQueue struct {
@@ -349,6 +352,9 @@ func (c *completer) add(ev completerEvent) {
 		return
 	}
 	size := len(ev.report.Data) + reportFieldsSize
+	if ev.report.Proof != "" {
+		size += len(ev.report.Proof) + proofFieldsSize // headers count against the server's max payload too
+	}
 	if len(c.pending) > 0 && c.pendingBytes+size > c.maxBytes {
 		c.flush()
 	}
@@ -418,8 +424,10 @@ func (c *completer) flush() {
 	c.pace.sending()
 	c.seq++
 	data := wire.AppendReports(make([]byte, 0, c.pendingBytes+64), c.cfg.ID, c.pending)
+	msg := &nats.Msg{Subject: c.subject, Data: data}
+	wire.SetReportProofs(msg, c.pending)
 	p := &publication{
-		msg:     &nats.Msg{Subject: c.subject, Data: data},
+		msg:     msg,
 		id:      fmt.Sprintf("%s.%d", c.runID, c.seq),
 		batches: c.pendingBatches,
 		spans:   c.pendingSpans,
@@ -432,11 +440,12 @@ func (c *completer) flush() {
 }
 
 func (c *completer) publish(p *publication) {
-	if p.msg.Header == nil {
-		p.msg.Header = nats.Header{
-			jetstream.MsgIDHeader:          []string{p.id},
-			jetstream.ExpectedStreamHeader: []string{c.cfg.names.EventsStream()},
+	if p.msg.Header.Get(jetstream.MsgIDHeader) == "" {
+		if p.msg.Header == nil {
+			p.msg.Header = nats.Header{}
 		}
+		p.msg.Header.Set(jetstream.MsgIDHeader, p.id)
+		p.msg.Header.Set(jetstream.ExpectedStreamHeader, c.cfg.names.EventsStream())
 	}
 	fut, err := c.pub.Publish(p.msg)
 	if err != nil {
@@ -476,10 +485,9 @@ func (c *completer) persisted() {
 // latest batch this worker received is held until a later batch came (then handed over), or
 // holdAck: WORK is a work queue, and acking the last message of its last file-store block makes
 // the server replace the block (a new file, a tombstone, the old file removed). A pool that keeps
-// up with single jobs empties WORK after nearly every job: those replacements were about 8% of
-// the process's CPU in `weave bench single` (BENCHMARKS.md, session 12). Handed over, the ack
-// goes with the shepherd's next pull, not when the later batch arrives: the server and the
-// worker are busy with that batch then. So held is never a batch older than lastBatch.
+// up with single jobs would empty WORK, and pay for a replacement, after nearly every job.
+// Handed over, the ack goes with the shepherd's next pull, not when the later batch arrives: the
+// server and the worker are busy with that batch then. So held is never a batch older than lastBatch.
 func (c *completer) ack(b *batch) {
 	if b == c.lastBatch {
 		c.releaseHeld() // older than b, which stays in WORK

@@ -30,12 +30,14 @@ var ErrServerTooOld = natsver.ErrServerTooOld
 // Defaults of Config. A zero field means its default.
 const (
 	DefaultHeartbeatInterval = time.Second
-	DefaultLease             = topology.DefaultLease
-	DefaultDrainTimeout      = 10 * time.Second
-	DefaultTimeoutGrace      = time.Second
-	DefaultReportLinger      = time.Millisecond
-	DefaultMaxReportBatch    = 256
-	DefaultMaxResultSize     = 64 << 10
+	// idleBeats is IdleHeartbeatInterval's default, in HeartbeatIntervals.
+	idleBeats             = 5
+	DefaultLease          = topology.DefaultLease
+	DefaultDrainTimeout   = 10 * time.Second
+	DefaultTimeoutGrace   = time.Second
+	DefaultReportLinger   = time.Millisecond
+	DefaultMaxReportBatch = 256
+	DefaultMaxResultSize  = 64 << 10
 )
 
 // Limits of Config.
@@ -78,6 +80,13 @@ type Config struct {
 	// HeartbeatInterval is the period of the heartbeats that tell the coordinator this worker
 	// is alive and how many of its slots are busy. Default 1s; at most 1h.
 	HeartbeatInterval time.Duration
+
+	// IdleHeartbeatInterval is the period of the heartbeats while the worker runs and holds
+	// nothing, so that an idle fleet costs the coordinator and the server little: each
+	// heartbeat tells the coordinator when to expect the next, and the first job to arrive
+	// brings one at once. Rounded to a multiple of HeartbeatInterval. Default 5 ×
+	// HeartbeatInterval; equal to HeartbeatInterval, idle workers beat at the same pace.
+	IdleHeartbeatInterval time.Duration
 
 	// Lease is how long a work batch stays assigned to this worker without news: the AckWait
 	// of the pool's consumer. While any job of a batch is queued, running or being reported,
@@ -132,7 +141,7 @@ type Config struct {
 	MaxResultSize int
 
 	// TracerProvider records each attempt's spans (weave.queue, weave.run, weave.outcome; see
-	// README, "Operating Weave"). Default: OpenTelemetry's global provider
+	// docs/operating.md, "Traces"). Default: OpenTelemetry's global provider
 	// (otel.GetTracerProvider), read at each job; nothing is recorded while none is installed.
 	// Either way a handler's ctx continues the trace of the job's producer.
 	TracerProvider trace.TracerProvider
@@ -151,6 +160,7 @@ type resolved struct {
 	names          wire.Names
 	pool           string
 	resources      []string // normalized
+	idleBeats      int      // heartbeat periods between two heartbeats while idle (IdleHeartbeatInterval)
 }
 
 // Validate reports what New would refuse in c, an error wrapping ErrInvalidConfig, without a
@@ -192,6 +202,7 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 		max      time.Duration
 	}{
 		{"HeartbeatInterval", &c.HeartbeatInterval, DefaultHeartbeatInterval, time.Millisecond, time.Hour},
+		{"IdleHeartbeatInterval", &c.IdleHeartbeatInterval, 0, 0, time.Hour},
 		{"Lease", &c.Lease, DefaultLease, MinLease, wire.MaxTimeout},
 		{"TimeoutGrace", &c.TimeoutGrace, DefaultTimeoutGrace, 0, time.Hour},
 		{"DrainTimeout", &c.DrainTimeout, DefaultDrainTimeout, 0, wire.MaxTimeout},
@@ -209,6 +220,12 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 		if *d.v != 0 && (*d.v < d.min || *d.v > d.max) {
 			return resolved{}, invalid("%s %v outside %v..%v", d.name, *d.v, d.min, d.max)
 		}
+	}
+	switch {
+	case c.IdleHeartbeatInterval == 0:
+		c.IdleHeartbeatInterval = min(idleBeats*c.HeartbeatInterval, time.Hour)
+	case c.IdleHeartbeatInterval < c.HeartbeatInterval:
+		return resolved{}, invalid("IdleHeartbeatInterval %v is shorter than HeartbeatInterval %v", c.IdleHeartbeatInterval, c.HeartbeatInterval)
 	}
 	if c.MaxReportBatch == 0 {
 		c.MaxReportBatch = DefaultMaxReportBatch
@@ -233,7 +250,8 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 	if c.siblingWait == 0 {
 		c.siblingWait = siblingWait
 	}
-	return resolved{Config: c, now: now, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs}, nil
+	beats := max(1, int((c.IdleHeartbeatInterval+c.HeartbeatInterval/2)/c.HeartbeatInterval))
+	return resolved{Config: c, now: now, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs, idleBeats: beats}, nil
 }
 
 func invalid(format string, args ...any) error { return config.Errorf(format, args...) }

@@ -48,11 +48,13 @@
 // Outcomes are sent in batches, up to Config.MaxReportBatch reports or after
 // Config.ReportLinger, to the worker's report subject in the EVENTS stream, with asynchronous
 // publishes. A work batch is acked only once JetStream has persisted the reports of all its
-// jobs, so a crash can repeat an attempt but never lose an outcome. While a batch is not acked
-// the worker extends its lease every Config.Lease/3. An extension counts once the server
-// confirms it; a worker that has had no confirmation for a whole lease (stopped, or cut off
-// from the server) starts none of the batch's queued jobs, since the server may have given the
-// batch to another worker.
+// jobs, so a crash can repeat an attempt but never lose an outcome. Each report echoes its job's
+// release proof from the batch (the Weave-Proof header), by which a coordinator that restarted
+// after the batch was acked knows the report is about a job released to this pool, and accepts
+// it. While a batch is not acked the worker extends its lease every Config.Lease/3. An
+// extension counts once the server confirms it; a worker that has had no confirmation for a
+// whole lease (stopped, or cut off from the server) starts none of the batch's queued jobs,
+// since the server may have given the batch to another worker.
 //
 // # Shutdown
 //

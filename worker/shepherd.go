@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,13 +21,17 @@ const (
 	// pullExpiry is how long a pull request waits at the server for messages. Long polls keep
 	// an idle worker at about one request per pullExpiry per open pull: 0.1 a second. It also
 	// bounds how long a pull left at a consumer leader that moved away can wait, which the
-	// heartbeats below do not show (the old leader's node is still up): with 30s, losing a node
-	// paused a pool's job starts for up to 30s in about one run of TestClusterNodeLoss in seven.
+	// heartbeats below do not show (the old leader's node is still up): a longer expiry would
+	// let losing a node pause a pool's job starts that long.
 	pullExpiry = 10 * time.Second
 	// pullHeartbeat is how often the server signals an open pull that it is alive; two missed
 	// end the pull, so a pull lost with a node (or a consumer leader that moved) is noticed
 	// within two seconds rather than ten (the default heartbeat, 5s).
 	pullHeartbeat = time.Second
+	// idlePullHeartbeat is pullHeartbeat for a pull made with nothing running or queued: the
+	// server's heartbeats to a thousand idle workers' pulls were most of what an idle fleet
+	// cost it, and an idle worker loses less to noticing a lost pull later.
+	idlePullHeartbeat = 5 * time.Second
 	// maxOpenPulls bounds this worker's pull requests open at once. A consumer holds 512 by
 	// default, shared by all workers of its pool.
 	maxOpenPulls = 2
@@ -83,9 +89,11 @@ type shepherd struct {
 	log   zerolog.Logger
 	stats *counters
 	beat  chan<- struct{} // asks the heartbeat goroutine for an early heartbeat; never blocks
+	// idleBeat is set while the latest heartbeat said the worker was idle (Worker.idleBeat).
+	idleBeat *atomic.Bool
 	// pullsFailing: pulls have failed since the last one that went through; pullOutage logs
 	// such a run of failures once at its start and once at its end (a node loss the cluster
-	// mends in seconds made a warning per failed pull).
+	// mends by itself made a warning of every failed pull).
 	pullsFailing bool
 	pullOutage   *transient.Outage
 
@@ -251,7 +259,11 @@ func (s *shepherd) pull() {
 	}
 	// The oldest ack the completer handed over goes with the pull (see ackQueue).
 	ack := s.acks.take()
-	if _, err := s.puller.pull(want, pullExpiry, pullHeartbeat, ack); err != nil {
+	hb := pullHeartbeat
+	if len(s.active) == 0 && s.queue.len() == 0 {
+		hb = idlePullHeartbeat
+	}
+	if _, err := s.puller.pull(want, pullExpiry, hb, ack); err != nil {
 		if ack != nil {
 			_ = ack.Ack() // best effort; if lost, its batch is redelivered after its lease
 		}
@@ -307,6 +319,7 @@ func (s *shepherd) onBatch(msg workMsg) {
 	data := msg.Data()
 	jobs, err := wire.DecodeWork(data)
 	wire.WorkTraces(msg.Headers(), jobs)
+	wire.WorkProofs(msg.Headers(), jobs)
 	if err == nil && len(jobs) == 0 {
 		err = fmt.Errorf("%w: work batch without jobs", wire.ErrMalformed)
 	}
@@ -343,6 +356,7 @@ func (s *shepherd) onBatch(msg workMsg) {
 			timeout: s.cfg.timeoutOf(wj),
 			batch:   b,
 			trace:   wj.Trace,
+			proof:   wj.Proof,
 		}
 		switch {
 		case deliveries > 1:
@@ -370,6 +384,13 @@ func (s *shepherd) onBatch(msg workMsg) {
 		s.stats.wakeups.Add(1)
 	}
 	s.gauges()
+	if s.idleBeat.Load() {
+		// No longer idle: the coordinator hears so now, not at the end of the idle period.
+		select {
+		case s.beat <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // onDone takes a slot's outcome and gives the slot its next task: the oldest queued job, run by
@@ -475,6 +496,7 @@ func (s *shepherd) lose(t *task, deliveries uint64) {
 // report counts an outcome and hands it to the completer.
 func (s *shepherd) report(t *task, out outcome) {
 	t.reported = true
+	out.report.Proof = t.proof // the coordinator accepts the report for this release only
 	s.stats.mx.observe(out.report.Duration, !t.started.IsZero())
 	if !t.started.IsZero() {
 		// The coordinator tells queueing here apart from round trips when it sizes its window.
@@ -686,6 +708,12 @@ func tryEnsureConsumer(ctx context.Context, js jetstream.JetStream, cfg *resolve
 	}
 	cc := topology.WorkConsumer(cfg.names, cfg.pool, cfg.Lease)
 	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.names.WorkStream(), cc)
+	if err != nil && strings.Contains(strings.ToLower(err.Error()), "max waiting") {
+		// The server cannot change it, and a consumer an earlier release created has its
+		// default: keep that one's rather than fail (the worker role may not read its info).
+		cc.MaxWaiting = topology.DefaultMaxWaiting
+		cons, err = js.CreateOrUpdateConsumer(ctx, cfg.names.WorkStream(), cc)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("weave: create consumer %s: %w", cc.Durable, err)
 	}

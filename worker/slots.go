@@ -20,6 +20,7 @@ type task struct {
 	timeout time.Duration // deadline in force: the job's timeout, else DefaultTimeout; 0 = none
 	batch   *batch
 	trace   string // the job's trace context (wire.JobTrace), or ""
+	proof   string // the release's proof (wire.WorkJob.Proof), echoed in the report
 
 	// Owned by the shepherd. started is when the task was handed to a slot; reported is set
 	// once the attempt's outcome went to the completer, so that an outcome arriving later

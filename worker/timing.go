@@ -244,18 +244,22 @@ func (k *leaseKeeper) stop() {
 	}
 }
 
-// heartbeatLoop calls send at once, then every interval, and at once on each signal from beat,
-// until stop is closed. It is the heartbeat goroutine's whole schedule.
-func heartbeatLoop(interval time.Duration, beat, stop <-chan struct{}, send func()) {
+// heartbeatLoop calls send at once, then on the ticks of interval that fall due, and at once on
+// each signal from beat, until stop is closed. It is the heartbeat goroutine's whole schedule.
+// send returns how many intervals may pass until the next heartbeat (1, or more while the worker
+// is idle), which its heartbeat told the coordinator.
+func heartbeatLoop(interval time.Duration, beat, stop <-chan struct{}, send func() int) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	send()
+	every, ticks := send(), 0
 	for {
 		select {
 		case <-t.C:
-			send()
+			if ticks++; ticks >= every {
+				every, ticks = send(), 0
+			}
 		case <-beat:
-			send()
+			every, ticks = send(), 0
 		case <-stop:
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -258,7 +259,7 @@ func TestHeartbeatLoopSchedule(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			heartbeatLoop(interval, beat, stop, func() { sent <- time.Since(start) })
+			heartbeatLoop(interval, beat, stop, func() int { sent <- time.Since(start); return 1 })
 		}()
 		time.Sleep(2500 * time.Millisecond)
 		beat <- struct{}{}
@@ -279,6 +280,39 @@ func TestHeartbeatLoopSchedule(t *testing.T) {
 			if got[i] != want[i] {
 				t.Fatalf("heartbeats at %v, want %v", got, want)
 			}
+		}
+	})
+}
+
+// TestHeartbeatLoopIdle: while send says the worker is idle (3 intervals until the next), the
+// loop skips the ticks in between; a signal sends one at once and its answer sets the pace again.
+func TestHeartbeatLoopIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = time.Second
+		start := time.Now()
+		sent := make(chan time.Duration, 16)
+		var every atomic.Int32
+		every.Store(3)
+		beat, stop := make(chan struct{}, 1), make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			heartbeatLoop(interval, beat, stop, func() int { sent <- time.Since(start); return int(every.Load()) })
+		}()
+		time.Sleep(7500 * time.Millisecond) // idle: at 0, 3s and 6s
+		every.Store(1)
+		beat <- struct{}{} // a job arrives: at 7.5s, then at 8s and 9s
+		time.Sleep(2 * time.Second)
+		close(stop)
+		<-done
+		close(sent)
+		var got []time.Duration
+		for d := range sent {
+			got = append(got, d)
+		}
+		want := []time.Duration{0, 3 * time.Second, 6 * time.Second, 7500 * time.Millisecond, 8 * time.Second, 9 * time.Second}
+		if !slices.Equal(got, want) {
+			t.Fatalf("heartbeats at %v, want %v", got, want)
 		}
 	})
 }

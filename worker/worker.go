@@ -34,6 +34,9 @@ type Worker struct {
 	log     zerolog.Logger
 	stats   counters
 	started atomic.Bool
+	// idleBeat is set while the latest heartbeat told the coordinator the worker was idle (and
+	// so that the next comes later): the shepherd asks for one at once when a batch arrives.
+	idleBeat atomic.Bool
 	// Set by Run before its goroutines start, read-only after.
 	runID   string // this process's run: in heartbeats and report message IDs
 	hbInbox string // where heartbeats ask the coordinator to answer a refusal (watchRefusals)
@@ -160,7 +163,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		in:       reports,
 	}
 	shep := &shepherd{
-		cfg: cfg, nc: w.nc, js: js, log: w.log, stats: &w.stats, beat: beat, puller: pl, acks: acks,
+		cfg: cfg, nc: w.nc, js: js, log: w.log, stats: &w.stats, beat: beat, idleBeat: &w.idleBeat, puller: pl, acks: acks,
 		done: done, expired: expired, repaired: make(chan repairResult),
 		quit: quit, reports: reports, drainStarted: draining,
 	}
@@ -254,14 +257,24 @@ func (w *Worker) Run(ctx context.Context) error {
 // heartbeats publishes a heartbeat every HeartbeatInterval, and at once on a signal from beat,
 // until stop is closed.
 func (w *Worker) heartbeats(beat <-chan struct{}, stop <-chan struct{}) {
-	heartbeatLoop(w.cfg.HeartbeatInterval, beat, stop, func() { w.heartbeat(false) })
+	heartbeatLoop(w.cfg.HeartbeatInterval, beat, stop, func() int { return w.heartbeat(false) })
 }
 
-func (w *Worker) heartbeat(stopped bool) {
+// heartbeat publishes a heartbeat and returns how many HeartbeatIntervals it says may pass until
+// the next: idleBeats while the worker runs and holds nothing, else 1.
+func (w *Worker) heartbeat(stopped bool) int {
+	hb := w.heartbeatMsg(stopped)
+	every := 1
+	if hb.Busy == 0 && *hb.Held == 0 && !hb.Draining {
+		every = w.cfg.idleBeats
+	}
+	hb.IntervalMS = int64(every) * w.cfg.HeartbeatInterval.Milliseconds()
+	w.idleBeat.Store(every > 1)
 	// Core NATS: a lost heartbeat is replaced by the next one. The reply subject is where the
 	// coordinator answers a refusal (watchRefusals); it answers nothing else.
 	subject := w.cfg.names.HeartbeatSubject(w.cfg.pool, w.cfg.ID)
-	if err := w.nc.PublishRequest(subject, w.hbInbox, w.heartbeatMsg(stopped).Marshal()); err != nil {
+	if err := w.nc.PublishRequest(subject, w.hbInbox, hb.Marshal()); err != nil {
 		w.log.Debug().Err(err).Msg("worker: publish heartbeat")
 	}
+	return every
 }

@@ -439,15 +439,18 @@ func TestHeartbeats(t *testing.T) {
 	}))
 	hb := waitHeartbeat(t, hbs, "idle", func(hb wire.Heartbeat) bool { return hb.Worker == "w-hb" })
 	if hb.Pool != r.w.Pool() || hb.Pool != wire.PoolKey([]string{"db", "shard-7"}) ||
-		strings.Join(hb.Resources, ",") != "db,shard-7" || hb.Concurrency != 3 || hb.IntervalMS != 20 {
-		t.Errorf("heartbeat %+v", hb)
+		strings.Join(hb.Resources, ",") != "db,shard-7" || hb.Concurrency != 3 || hb.IntervalMS != 100 {
+		t.Errorf("heartbeat %+v; want an idle one, saying the next comes in 100ms (5 × HeartbeatInterval)", hb)
 	}
 	if hb.Busy != 0 || hb.Sleeping != 3 || hb.Draining || hb.Stopped {
 		t.Errorf("idle heartbeat %+v", hb)
 	}
 	f.publish(r.w.Pool(), job(1, "x"))
 	recv(t, "handler start", started)
-	waitHeartbeat(t, hbs, "busy 1 sleeping 2", func(hb wire.Heartbeat) bool { return hb.Busy == 1 && hb.Sleeping == 2 })
+	hb = waitHeartbeat(t, hbs, "busy 1 sleeping 2", func(hb wire.Heartbeat) bool { return hb.Busy == 1 && hb.Sleeping == 2 })
+	if hb.IntervalMS != 20 {
+		t.Errorf("busy heartbeat %+v; want the next in 20ms", hb)
+	}
 	r.cancel()
 	hb = waitHeartbeat(t, hbs, "draining", func(hb wire.Heartbeat) bool { return hb.Draining })
 	if hb.Busy != 1 || hb.Stopped {
@@ -696,6 +699,38 @@ func TestIdleWorkerPullsRarely(t *testing.T) {
 	must(t, r.stop())
 }
 
+// A pool's consumer holds the pulls of thousands of workers (the server's default holds 512);
+// a worker starts on a consumer an earlier release created with the default, which the server
+// cannot change, and runs its jobs.
+func TestConsumerHoldsAFleetsPulls(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	rr := f.reports()
+	r := f.start(worker.Config{Concurrency: 2}, worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		return j.Payload, nil
+	}))
+	waitFor(t, "a pull", func() bool { return r.w.Stats().Pulls >= 1 })
+	cons, err := f.js.Consumer(f.ctx(), f.names.WorkStream(), f.names.WorkConsumer(r.w.Pool()))
+	must(t, err)
+	if got := cons.CachedInfo().Config.MaxWaiting; got != topology.MaxWaitingPulls {
+		t.Fatalf("a new pool consumer holds %d waiting pulls, want %d", got, topology.MaxWaitingPulls)
+	}
+	must(t, r.stop())
+
+	old := topology.WorkConsumer(f.names, wire.PoolKey([]string{"old"}), topology.DefaultLease)
+	old.MaxWaiting = 0 // the server's default
+	_, err = f.js.CreateConsumer(f.ctx(), f.names.WorkStream(), old)
+	must(t, err)
+	r = f.start(worker.Config{Concurrency: 2, Resources: []string{"old"}}, worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		return j.Payload, nil
+	}))
+	f.publish(r.w.Pool(), job(1, "on the old consumer"))
+	if rep := rr.next(); rep.ID != 1 || rep.Status != wire.StatusOK {
+		t.Errorf("report %+v", rep)
+	}
+	must(t, r.stop())
+}
+
 // If the pool's consumer is deleted under a running worker, the worker re-creates it and goes
 // on pulling.
 func TestConsumerRecreated(t *testing.T) {
@@ -780,6 +815,7 @@ func TestNewValidation(t *testing.T) {
 		"negative timeout": {DefaultTimeout: -time.Second},
 		"timeout too long": {DefaultTimeout: wire.MaxTimeout + time.Hour},
 		"heartbeat":        {HeartbeatInterval: 2 * time.Hour},
+		"idle heartbeat":   {HeartbeatInterval: time.Second, IdleHeartbeatInterval: time.Millisecond},
 		"report batch":     {MaxReportBatch: worker.MaxReportBatchLimit + 1},
 		"negative result":  {MaxResultSize: -1},
 		"result > payload": {MaxResultSize: 64 << 20},

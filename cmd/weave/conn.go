@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"github.com/weavejobs/weave/internal/safetext"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -205,7 +206,23 @@ func newLogger(w io.Writer, level string) (zerolog.Logger, error) {
 	if err != nil || level == "" {
 		return zerolog.Nop(), fmt.Errorf("--log-level %q: want debug, info, warn, error or disabled", level)
 	}
-	cw := zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !isTerminal(w)}
+	color := isTerminal(w)
+	cw := zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !color}
+	// Messages and fields quote group IDs, keys and errors: shown safely, never interpreted by
+	// the terminal.
+	cw.FormatMessage = func(i any) string {
+		if i == nil {
+			return ""
+		}
+		return safetext.Line(fmt.Sprint(i))
+	}
+	cw.FormatFieldValue = func(i any) string { return safetext.Line(fmt.Sprintf("%s", i)) }
+	cw.FormatErrFieldValue = func(i any) string {
+		if !color {
+			return safetext.Line(fmt.Sprintf("%s", i))
+		}
+		return "\x1b[31m" + safetext.Line(fmt.Sprintf("%s", i)) + "\x1b[0m" // red, as zerolog's own
+	}
 	return zerolog.New(cw).Level(lvl).With().Timestamp().Logger(), nil
 }
 

@@ -15,9 +15,12 @@ import (
 	"github.com/weavejobs/weave/dispatcher"
 )
 
-// actionTokenEnv is where --action-token defaults from, so that the token need not show in the
-// process list.
-const actionTokenEnv = "WEAVE_DASHBOARD_TOKEN"
+// actionTokenEnv and readTokenEnv are where --action-token and --read-token default from, so
+// that the tokens need not show in the process list.
+const (
+	actionTokenEnv = "WEAVE_DASHBOARD_TOKEN"
+	readTokenEnv   = "WEAVE_DASHBOARD_READ_TOKEN"
+)
 
 func newDashboardCmd(g *globals) *cobra.Command {
 	var (
@@ -25,6 +28,8 @@ func newDashboardCmd(g *globals) *cobra.Command {
 		listen       string
 		allowActions bool
 		actionToken  string
+		readToken    string
+		hostNames    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "dashboard",
@@ -37,11 +42,23 @@ Pages update about once a second while they are visible.
 It reads only what an observer may read (weave auth --role observer), so it can run anywhere.
 Retry and cancel are off unless --allow-actions; then each request needs the action token
 (--action-token, $` + actionTokenEnv + `, or one generated and printed at start), and the
-NATS user needs a producer's permissions. Every action is logged.`,
+NATS user needs a producer's permissions. Every action is logged.
+
+On a loopback address (the default) it answers only for localhost and loopback IPs. To listen
+beyond loopback, give the names it is reached by (--host-name, against DNS rebinding) and a
+read token (--read-token, $` + readTokenEnv + `; or --allow-actions, whose
+token then guards reads too): a browser asks for it as a password (any user name), a script
+sends it as "Authorization: Bearer". Without both it refuses to start. Over an untrusted
+network, put it behind a reverse proxy that serves TLS instead.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if actionToken != "" && !allowActions {
 				return usageErrorf("--action-token needs --allow-actions")
+			}
+			// Refused before connecting: a dashboard that cannot start says so at once.
+			exposure := dashboard.Config{AllowActions: allowActions, ReadToken: readToken, HostNames: hostNames}
+			if err := exposure.CheckListener(listenAddr(listen)); err != nil {
+				return usageErrorf("--listen %s: %v", listen, err)
 			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
@@ -72,7 +89,7 @@ NATS user needs a producer's permissions. Every action is logged.`,
 			}
 			srv, err := dashboard.New(dashboard.Config{
 				Backend: backend, Namespace: conn.namespace, Log: g.log,
-				AllowActions: allowActions, Token: actionToken,
+				AllowActions: allowActions, Token: actionToken, ReadToken: readToken, HostNames: hostNames,
 			})
 			if err != nil {
 				return err
@@ -81,7 +98,16 @@ NATS user needs a producer's permissions. Every action is logged.`,
 			if err != nil {
 				return usageErrorf("--listen %s: %v", listen, err)
 			}
-			announce(cmd.OutOrStdout(), ln.Addr().String(), conn.namespace, srv.Token())
+			if err := exposure.CheckListener(ln.Addr()); err != nil {
+				ln.Close()
+				return usageErrorf("--listen %s: %v", listen, err)
+			}
+			addr := ln.Addr().String()
+			if len(hostNames) > 0 {
+				_, port, _ := net.SplitHostPort(addr)
+				addr = net.JoinHostPort(hostNames[0], port)
+			}
+			announce(cmd.OutOrStdout(), addr, conn.namespace, srv.Token())
 			g.log.Info().Str("listen", ln.Addr().String()).Bool("actions", allowActions).Msg("dashboard serving")
 			return srv.Serve(ctx, ln)
 		},
@@ -91,7 +117,19 @@ NATS user needs a producer's permissions. Every action is logged.`,
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve the dashboard on (host:port)")
 	f.BoolVar(&allowActions, "allow-actions", false, "allow retry and cancel from the dashboard (each request needs the action token)")
 	f.StringVar(&actionToken, "action-token", os.Getenv(actionTokenEnv), "token the dashboard's actions need ($"+actionTokenEnv+"; default: generated and printed at start)")
+	f.StringVar(&readToken, "read-token", os.Getenv(readTokenEnv), "token every request needs, as the password of basic authentication or a bearer token ($"+readTokenEnv+"; needed beyond loopback unless --allow-actions)")
+	f.StringSliceVar(&hostNames, "host-name", nil, "a name the dashboard is reached by (repeat or comma-separate); requests for other Host names are refused (needed beyond loopback)")
 	return cmd
+}
+
+// listenAddr resolves --listen as far as CheckListener needs: its IP ("" or a name: not loopback
+// unless "localhost").
+func listenAddr(listen string) net.Addr {
+	host, _, _ := net.SplitHostPort(listen)
+	if host == "localhost" {
+		return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
+	}
+	return &net.TCPAddr{IP: net.ParseIP(host)}
 }
 
 // announce prints where the dashboard is, with the token in the URL's fragment (which browsers

@@ -116,4 +116,12 @@ func TestDashboardCommand(t *testing.T) {
 	if code, _, errOut := runCLI(t, "", append([]string{"dashboard", "--listen", "127.0.0.1:notaport"}, observer...)...); code != exitUsage || !strings.Contains(errOut, "--listen") {
 		t.Errorf("bad --listen: exit %d, %s", code, errOut)
 	}
+	// Beyond loopback, reads need a token and requests a known Host: without them it does not
+	// start, and says what to give.
+	for _, args := range [][]string{{"--listen", "0.0.0.0:0"}, {"--listen", ":0", "--read-token", "r"}, {"--listen", "0.0.0.0:0", "--host-name", "dash.example"}} {
+		code, _, errOut := runCLI(t, "", append(append([]string{"dashboard"}, args...), observer...)...)
+		if code != exitUsage || !strings.Contains(errOut, "not a loopback address") || !strings.Contains(errOut, "reverse proxy") {
+			t.Errorf("dashboard %v: exit %d, %s", args, code, errOut)
+		}
+	}
 }

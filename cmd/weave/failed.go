@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -35,6 +34,7 @@ func newFailedListCmd(g *globals) *cobra.Command {
 		group   string
 		jsonOut bool
 		history bool
+		full    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "list [--group G]",
@@ -44,8 +44,11 @@ group given with --group, else of every group. A group still running shows the j
 have failed so far. A job that "failed retry" ran again is no longer listed once that run
 succeeded; if it failed again, it is listed under its new ID.
 
-The table shows each job's group, ID, key, attempts and last error; --history adds one line
-per failed attempt: its number, when it failed, on which worker, and its error. --json prints
+The table shows each job's group, ID, key, attempts and last error (its first 120 bytes unless
+--full); --history adds one line
+per failed attempt: its number, when it failed, on which worker, and its error. Control
+characters, escape sequences and bidi or zero-width characters are shown as escapes (\x1b,
+\u202e), never sent to the terminal. --json prints
 one JSON object per line instead, with the whole history:
   {"group", "id", "key", "attempts", "error", "history": [{"at", "worker", "error"}]}`,
 		Args: usageArgs(cobra.NoArgs),
@@ -62,7 +65,7 @@ one JSON object per line instead, with the whole history:
 				return err
 			}
 			defer s.close()
-			return s.explain(listFailed(s.ctx, d, group, cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonOut, history))
+			return s.explain(listFailed(s.ctx, d, group, cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonOut, history, full))
 		},
 	}
 	f := cmd.Flags()
@@ -71,6 +74,7 @@ one JSON object per line instead, with the whole history:
 	f.StringVarP(&group, "group", "g", "", "list only this group's failed jobs")
 	f.BoolVar(&jsonOut, "json", false, "print one JSON object per job (with its history)")
 	f.BoolVar(&history, "history", false, "show every failed attempt of each job")
+	f.BoolVar(&full, "full", false, "show whole errors, not their first 120 bytes")
 	return cmd
 }
 
@@ -94,22 +98,19 @@ type attemptJSON struct {
 // within each block of rows, and memory does not grow with the number of failed jobs.
 const tableFlushRows = 100
 
-// maxCell bounds a text cell of the table; --json has the whole text.
-const maxCell = 120
-
 // listFailed prints the failed jobs as they are read. An outcome message that cannot be read is
 // reported on stderr and skipped; the command then fails at the end, since the list is
 // incomplete.
-func listFailed(ctx context.Context, d *dispatcher.Dispatcher, group string, stdout, stderr io.Writer, jsonOut, history bool) error {
+func listFailed(ctx context.Context, d *dispatcher.Dispatcher, group string, stdout, stderr io.Writer, jsonOut, history, full bool) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
+	row := func(cells ...string) { writeRow(tw, cells...) }
 	var (
 		n, rows int
 		skipped error
 	)
 	for o, err := range d.Failed(ctx, group) {
 		if errors.Is(err, dispatcher.ErrMalformedOutcome) {
-			fmt.Fprintf(stderr, "weave: skipped: %v\n", err)
+			fmt.Fprintf(stderr, "weave: skipped: %s\n", shown(err.Error()))
 			skipped = err
 			continue
 		}
@@ -131,11 +132,11 @@ func listFailed(ctx context.Context, d *dispatcher.Dispatcher, group string, std
 		if rows == 0 {
 			row("GROUP", "ID", "KEY", "ATTEMPTS", "LAST ERROR")
 		}
-		row(cell(o.Group), strconv.FormatUint(o.ID, 10), cell(o.Key), strconv.Itoa(o.Attempts), cell(o.Err))
+		row(o.Group, strconv.FormatUint(o.ID, 10), o.Key, strconv.Itoa(o.Attempts), cell(o.Err, full))
 		rows++
 		if history {
 			for i, a := range o.History {
-				row("", "", "", "#"+strconv.Itoa(i+1), a.At.Local().Format("2006-01-02 15:04:05.000")+" on "+cell(a.Worker)+": "+cell(a.Err))
+				row("", "", "", "#"+strconv.Itoa(i+1), a.At.Local().Format("2006-01-02 15:04:05.000")+" on "+a.Worker+": "+cell(a.Err, full))
 				rows++
 			}
 		}
@@ -156,15 +157,6 @@ func listFailed(ctx context.Context, d *dispatcher.Dispatcher, group string, std
 		return silentError{fmt.Errorf("some outcomes could not be read: %w", skipped)}
 	}
 	return nil
-}
-
-// cell makes text fit one table cell: on one line, without tabs, at most maxCell runes.
-func cell(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > maxCell {
-		s = string(r[:maxCell-1]) + "…"
-	}
-	return s
 }
 
 // failedRetryCmd holds the flags of "failed retry".

@@ -24,6 +24,7 @@ func newJobCmd(g *globals) *cobra.Command {
 		conn       connFlags
 		group, key string
 		jsonOut    bool
+		full       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "job (ID | --group G --key K)",
@@ -34,7 +35,8 @@ retrywait), its attempt, the pool it was released to and that pool's workers, wh
 was released, and when it is retried. A job that ended is read from its stored outcome: done,
 failed or canceled, with its result or last error, for as long as the coordinator retains
 outcomes (--result-retention, 24h by default). Both list the failed attempts: when, on which
-worker, and the error.
+worker, and the error. Results and errors are cut to their first 120 bytes unless --full;
+control characters, escape sequences and bidi or zero-width characters are shown as escapes.
 
 Exit status 1 when no such job is known (never published, or ended before the retention).`,
 		Example: `  weave job 1042
@@ -78,7 +80,7 @@ Exit status 1 when no such job is known (never published, or ended before the re
 			if jsonOut {
 				return writeJSON(cmd.OutOrStdout(), info, true)
 			}
-			return printJob(cmd.OutOrStdout(), info, time.Now())
+			return printJob(cmd.OutOrStdout(), info, time.Now(), full)
 		},
 	}
 	f := cmd.Flags()
@@ -87,24 +89,25 @@ Exit status 1 when no such job is known (never published, or ended before the re
 	f.StringVarP(&group, "group", "g", "", "the job's group (with --key)")
 	f.StringVarP(&key, "key", "k", "", "the job's key in --group")
 	f.BoolVar(&jsonOut, "json", false, "print the job as JSON")
+	f.BoolVar(&full, "full", false, "show the whole result and errors, not their first 120 bytes")
 	return cmd
 }
 
 // printJob writes a job as a list of fields, then its failed attempts.
-func printJob(w io.Writer, j *dispatcher.JobInfo, now time.Time) error {
+func printJob(w io.Writer, j *dispatcher.JobInfo, now time.Time, full bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	field := func(name, value string) {
 		if value != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", name, value)
+			writeRow(tw, name, value)
 		}
 	}
 	field("ID", strconv.FormatUint(j.ID, 10))
-	group := cell(j.Group)
+	group := j.Group
 	if j.Incarnation > 0 {
 		group += fmt.Sprintf(" (incarnation %d)", j.Incarnation)
 	}
 	field("GROUP", group)
-	field("KEY", cell(j.Key))
+	field("KEY", j.Key)
 	state := string(j.State)
 	if j.Attempts > 0 {
 		state += fmt.Sprintf(", attempt %d", j.Attempts)
@@ -131,9 +134,9 @@ func printJob(w io.Writer, j *dispatcher.JobInfo, now time.Time) error {
 	}
 	field("ENDED", when(now, j.EndedAt))
 	if j.State == dispatcher.StateDone {
-		field("RESULT", result(j.Result))
+		field("RESULT", result(j.Result, full))
 	}
-	field("ERROR", cell(j.Err))
+	field("ERROR", cell(j.Err, full))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -141,23 +144,23 @@ func printJob(w io.Writer, j *dispatcher.JobInfo, now time.Time) error {
 		return nil
 	}
 	fmt.Fprintf(w, "\nFAILED ATTEMPTS (%d)\n", len(j.History))
-	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
+	row := func(cells ...string) { writeRow(tw, cells...) }
 	row("#", "AT", "WORKER", "ERROR")
 	for i, a := range j.History {
-		row(strconv.Itoa(i+1), a.At.Local().Format("2006-01-02 15:04:05.000"), cell(cmpOr(a.Worker, "-")), cell(a.Err))
+		row(strconv.Itoa(i+1), a.At.Local().Format("2006-01-02 15:04:05.000"), cmpOr(a.Worker, "-"), cell(a.Err, full))
 	}
 	return tw.Flush()
 }
 
 // result shows a job's result: as text when it is printable UTF-8, else its size.
-func result(b []byte) string {
+func result(b []byte, full bool) string {
 	switch {
 	case len(b) == 0:
 		return "(none)"
 	case !utf8.Valid(b) || strings.ContainsFunc(string(b), func(r rune) bool { return r < ' ' && r != '\n' && r != '\t' }):
 		return fmt.Sprintf("%d bytes (binary; --json has them in base64)", len(b))
 	}
-	return cell(string(b))
+	return cell(string(b), full)
 }
 
 // when formats a time and how long ago it was, or "" for the zero time.
@@ -268,7 +271,7 @@ most 500 groups.`,
 // summary (complete).
 func printGroups(w io.Writer, gs []dispatcher.GroupInfo, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
+	row := func(cells ...string) { writeRow(tw, cells...) }
 	row(append([]string{"ID", "INCARNATION", "STATE", "AGE", "JOBS", "QUEUED", "IN FLIGHT"}, upper(stateOrder)...)...)
 	for _, g := range gs {
 		state := string(g.State)
@@ -293,7 +296,7 @@ func printGroups(w io.Writer, gs []dispatcher.GroupInfo, now time.Time) error {
 		if g.State == dispatcher.GroupComplete {
 			queued, inFlight = "-", "-"
 		}
-		row(append([]string{cell(g.ID), strconv.FormatUint(g.Incarnation, 10), state, at, strconv.Itoa(g.Admitted), queued, inFlight},
+		row(append([]string{g.ID, strconv.FormatUint(g.Incarnation, 10), state, at, strconv.Itoa(g.Admitted), queued, inFlight},
 			countCells(stateOrder, counts)...)...)
 	}
 	if err := tw.Flush(); err != nil {
@@ -335,14 +338,14 @@ func waitLines(g dispatcher.GroupInfo, now time.Time) []string {
 func heldBackLine(g dispatcher.GroupInfo) string {
 	var parts []string
 	for i, hb := range g.HeldBack {
-		what := fmt.Sprintf("%d by %s %q", hb.Jobs, hb.Kind, hb.Name)
+		what := fmt.Sprintf("%d by %s %q", hb.Jobs, hb.Kind, shown(hb.Name))
 		if i == 0 {
-			what = fmt.Sprintf("%s held back by %s %q", count(hb.Jobs, "pending job"), hb.Kind, hb.Name)
+			what = fmt.Sprintf("%s held back by %s %q", count(hb.Jobs, "pending job"), hb.Kind, shown(hb.Name))
 		}
 		if hb.Paused {
 			what += " (paused)"
 		}
 		parts = append(parts, what)
 	}
-	return fmt.Sprintf("group %q: %s ('weave limit list' shows the limits)", g.ID, strings.Join(parts, ", "))
+	return fmt.Sprintf("group %q: %s ('weave limit list' shows the limits)", shown(g.ID), strings.Join(parts, ", "))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -241,9 +242,9 @@ func printLimits(w io.Writer, ls []coordinator.LimitStatus) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tNAME\tLIMIT\tRUNNING\tWAITING")
+	writeRow(tw, "KIND", "NAME", "LIMIT", "RUNNING", "WAITING")
 	for _, l := range ls {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%d\n", l.Kind, l.Name, l.Limit, l.Running, l.Waiting)
+		writeRow(tw, string(l.Kind), l.Name, l.Limit.String(), strconv.Itoa(l.Running), strconv.Itoa(l.Waiting))
 	}
 	return tw.Flush()
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/internal/safetext"
 )
 
 // Exit codes.
@@ -57,7 +59,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 }
 
-// message is err's text for the user, prefixed "weave: " once (the library's errors start so).
+// message is err's text for the user, prefixed "weave: " once (the library's errors start so),
+// shown safely: an error can quote what a producer or a worker wrote.
 func message(err error) string {
-	return "weave: " + strings.TrimPrefix(err.Error(), "weave: ")
+	return "weave: " + safetext.Block(strings.TrimPrefix(err.Error(), "weave: "))
 }

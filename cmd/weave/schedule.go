@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -214,7 +215,7 @@ func printSchedules(w io.Writer, infos []dispatcher.ScheduleInfo) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tWHEN\tGROUP\tJOBS\tLAST FIRED\tNEXT")
+	writeRow(tw, "NAME", "WHEN", "GROUP", "JOBS", "LAST FIRED", "NEXT")
 	for _, s := range infos {
 		last := "-"
 		if !s.LastFired.IsZero() {
@@ -224,7 +225,7 @@ func printSchedules(w io.Writer, infos []dispatcher.ScheduleInfo) error {
 		if !s.Paused {
 			next = s.Next.UTC().Format(time.DateTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s@…\t%d\t%s\t%s\n", s.Name, s.When(), s.Group, len(s.Jobs), last, next)
+		writeRow(tw, s.Name, s.When(), s.Group+"@…", strconv.Itoa(len(s.Jobs)), last, next)
 	}
 	return tw.Flush()
 }

@@ -192,7 +192,7 @@ func states(counts ...map[string]uint64) []string {
 // printStatus writes st as tables.
 func printStatus(w io.Writer, st *coordinator.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
+	row := func(cells ...string) { writeRow(tw, cells...) }
 	section := func(title string) {
 		tw.Flush()
 		fmt.Fprintf(w, "\n%s\n", title)
@@ -311,7 +311,7 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 func standbyList(st *coordinator.Status) string {
 	parts := make([]string, len(st.Standbys))
 	for i, sb := range st.Standbys {
-		parts[i] = sb.Holder + " (waiting " + age(st.Time, sb.Since) + ")"
+		parts[i] = shown(sb.Holder) + " (waiting " + age(st.Time, sb.Since) + ")"
 	}
 	return strings.Join(parts, ", ")
 }

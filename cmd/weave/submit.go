@@ -17,6 +17,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/safetext"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -470,7 +471,7 @@ func (s *submitCmd) submitSingle(ctx context.Context, d *dispatcher.Dispatcher, 
 			}
 			fmt.Fprintf(info, "job %d %s after %s", id, o.State, count(o.Attempts, "attempt"))
 			if o.Err != "" {
-				fmt.Fprintf(info, ": %s", o.Err)
+				fmt.Fprintf(info, ": %s", safetext.Clip(o.Err, maxCell, "weave job --full shows all"))
 			}
 			fmt.Fprintln(info)
 		}

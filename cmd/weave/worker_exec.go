@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/weavejobs/weave/internal/safetext"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -51,7 +52,7 @@ func (h *execHandler) run(ctx context.Context, j *worker.Job) (out []byte, perma
 	tail := &tailBuffer{max: stderrTail}
 	if h.stderr != nil {
 		// Jobs run side by side on one stderr: each line says which job (and attempt) wrote it.
-		lines := &linePrefixer{out: h.stderr, prefix: fmt.Sprintf("[job %d key %q attempt %d] ", j.ID, j.Key, j.Attempt)}
+		lines := &linePrefixer{out: h.stderr, prefix: fmt.Sprintf("[job %d key %q attempt %d] ", j.ID, safetext.Line(j.Key), j.Attempt)}
 		defer lines.flush()
 		cmd.Stderr = io.MultiWriter(lines, tail)
 	} else {
@@ -185,5 +186,7 @@ func (w *linePrefixer) flush() {
 func (w *linePrefixer) emit(line []byte) {
 	stderrMu.Lock()
 	defer stderrMu.Unlock()
-	_, _ = io.WriteString(w.out, w.prefix+string(line)) // the worker's stderr failing must not fail the job
+	// The command's bytes are shown, not sent raw to the operator's terminal.
+	text := safetext.Line(strings.TrimSuffix(string(line), "\n"))
+	_, _ = io.WriteString(w.out, w.prefix+text+"\n") // the worker's stderr failing must not fail the job
 }

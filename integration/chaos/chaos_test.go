@@ -111,6 +111,7 @@ func TestChaos(t *testing.T) {
 
 	r.injectFaults(ctx)
 	r.drain(ctx)
+	r.stopHostile(ctx)
 	rep := r.analyse(ctx)
 	t.Log("\n" + rep.String())
 	for _, c := range rep.checks {
@@ -137,6 +138,7 @@ type run struct {
 	coords   []*proc
 	workers  []*proc
 	producer *proc
+	hostile  *proc // a worker of another pool forging reports about guessed jobs, throughout (hostile_test.go)
 
 	producerTail *tail // the producer's records, as far as killProducer has read them
 
@@ -234,6 +236,9 @@ func setup(ctx context.Context, t *testing.T, cfg config, dir string, bin binari
 		"--pending", strconv.Itoa(cfg.pending), "--job-gap", cfg.jobGap.String()))
 	r.producer.supervised = true
 	r.producerTail = &tail{path: r.producerFile()}
+	r.hostile = r.procs.add(newProc("hostile", dir, bin.chaosproc, "hostile", "--nats", urls, "--namespace", namespace,
+		"--records", r.hostileFile(), "--every", hostileEvery.String()))
+	r.hostile.supervised = true
 
 	r.mon = newMonitor(r.nc, names.StatusSubject(), workerFiles)
 	monCtx, stopMon := context.WithCancel(context.Background())
@@ -250,7 +255,7 @@ func setup(ctx context.Context, t *testing.T, cfg config, dir string, bin binari
 	if err := poll(ctx, 50*time.Millisecond, func() bool { return r.mon.lastEpoch() != 0 }); err != nil {
 		t.Fatalf("the first coordinator never answered status: %v (see %s)", err, r.coords[0].log)
 	}
-	for _, p := range append([]*proc{r.coords[1], r.producer}, r.workers...) {
+	for _, p := range append([]*proc{r.coords[1], r.producer, r.hostile}, r.workers...) {
 		if err := p.start(); err != nil {
 			t.Fatal(err)
 		}

@@ -40,6 +40,7 @@ func (r *run) analyse(ctx context.Context) *report {
 	if err != nil {
 		rep.notes = append(rep.notes, "reading "+r.names.RejectedStream()+": "+err.Error())
 	}
+	r.checkForgeries(rep, stored)
 
 	// What the handlers saw: every execution per job, and each job's group and key.
 	byJob := map[uint64][]execution{}

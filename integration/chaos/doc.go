@@ -20,6 +20,11 @@
 //     Handle.Wait, and records what it published and what came out. Restarted, it publishes again
 //     the group it was in the middle of, with the same keys (a packed group's jobs are then
 //     stored again: nothing deduplicates jobs without a key).
+//   - a hostile worker (chaosproc hostile): an attacker holding the credentials of a worker of a
+//     pool no job is released to, which publishes only what those allow, forged reports on its
+//     own report subject, throughout, faults and takeovers included: every 100 ms a message of 8
+//     reports about job IDs guessed near the JOBS stream's last sequence, done or failed with the
+//     result record.Forged, some with a made-up release proof.
 //
 // A process that exits by itself with an error is restarted a second later, as a service manager
 // would, and counted.
@@ -41,6 +46,8 @@
 //     terminal outcome;
 //   - no job with two different terminal outcomes, every key stored as one job (a packed group's:
 //     once per Publish of it), every job done (handlers always succeed);
+//   - no outcome carries a forged result (in its result or its history), and forged reports were
+//     stored throughout, also between a coordinator's kill and the takeover;
 //   - outcomes carry their key (a packed group's jobs have none);
 //   - executions beyond one per job at most the bound: the sum over the faults of the executions in
 //     flight at the fault on the workers it could interrupt. A worker kill or stop interrupts that

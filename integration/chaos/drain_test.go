@@ -123,11 +123,12 @@ func (r *run) readResults(ctx context.Context) (storedGroups, error) {
 	return st, err
 }
 
-// readRejections counts the messages the coordinator refused, by reason.
+// readRejections counts the messages the coordinator refused, by reason, with numbers (job IDs,
+// attempts, sequences) left out: the hostile worker's forgeries differ only by those.
 func (r *run) readRejections(ctx context.Context) (map[string]int, error) {
 	reasons := map[string]int{}
 	err := r.readStream(ctx, r.names.RejectedStream(), r.names.RejectSubject(), func(m jetstream.Msg) {
-		reasons[m.Headers().Get(wire.HdrReason)]++
+		reasons[logDigits.ReplaceAllString(m.Headers().Get(wire.HdrReason), "N")]++
 	})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return reasons, nil

@@ -91,6 +91,11 @@ func Resolve(names wire.Names, u User) (User, error) {
 			return User{}, fmt.Errorf("%w: a worker user needs a worker ID, or %q for any worker of its pool", ErrBadUser, AnyWorker)
 		}
 		if u.WorkerID != AnyWorker {
+			// NATS permissions match whole subject tokens, so a pattern inside an ID ("cpu-*")
+			// cannot be granted; say what can be instead of only that the ID is invalid.
+			if strings.Contains(u.WorkerID, AnyWorker) {
+				return User{}, fmt.Errorf("%w: worker ID %q: a pattern within an ID cannot be expressed in NATS permissions; give each worker its own ID, or %q alone for every worker of the pool", ErrBadUser, u.WorkerID, AnyWorker)
+			}
 			if err := wire.ValidateWorkerID(u.WorkerID); err != nil {
 				return User{}, fmt.Errorf("%w: %v", ErrBadUser, err)
 			}
@@ -137,9 +142,10 @@ func For(names wire.Names, u User) (Permissions, error) {
 	switch u.Role {
 	case Coordinator:
 		// The namespace's owner: its streams (created here or by weave init), consumers on them
-		// (the feed, replay, rescues of orphaned pools), the lease bucket.
-		lease := "KV_" + names.LeaseBucket()
-		for _, s := range append(slices.Clone(streams), names.LimitsStream(), names.SchedulesStream(), lease) {
+		// (the feed, replay, rescues of orphaned pools), the lease bucket, and the bucket of the
+		// release key, which no other role may read (a worker that could would forge proofs).
+		lease, keys := "KV_"+names.LeaseBucket(), "KV_"+names.KeyBucket()
+		for _, s := range append(slices.Clone(streams), names.LimitsStream(), names.SchedulesStream(), lease, keys) {
 			p.Publish = append(p.Publish,
 				api("STREAM.INFO."+s), api("STREAM.CREATE."+s), api("STREAM.UPDATE."+s),
 				api("STREAM.PURGE."+s), api("STREAM.MSG.GET."+s), api("STREAM.MSG.DELETE."+s),
@@ -150,6 +156,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 		p.Publish = append(p.Publish,
 			api("INFO"), // account info: nats.go reads it when it creates the lease bucket
 			"$KV."+names.LeaseBucket()+".>",
+			"$KV."+names.KeyBucket()+".>",
 			names.AllWork(),                             // work batches
 			names.JournalSubject(),                      // the journal
 			names.ReportSubject("*", wire.RescueWorker), // orphaned pools' jobs handed back

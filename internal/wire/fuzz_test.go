@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"reflect"
 	"testing"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 )
@@ -73,6 +74,8 @@ func FuzzParseHeaders(f *testing.F) {
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: open\r\nWeave-Redrive: 12\r\n\r\n"))
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: open\r\nWeave-Weight: 3\r\n\r\n"))
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Run-At: 1795000000123\r\n\r\n"))
+	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: open\r\nWeave-Reply: p-1\r\n\r\n"))
+	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Single: 1\r\nWeave-Reply: p-1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h := parseHeaderBlock(b)
 		if m, err := ParseJobMeta(h); err == nil {
@@ -138,6 +141,56 @@ func FuzzParsePack(f *testing.F) {
 		again, err := ParseStoredJobs(7, PackHeader("g", n), AppendPack(nil, pack))
 		if err != nil || !reflect.DeepEqual(again, jobs) {
 			t.Fatalf("re-encode of an accepted pack gave %+v, %v; want %+v", again, err, jobs)
+		}
+	})
+}
+
+// FuzzValidateName checks the naming rule against its definition: whatever ValidateGroupID or
+// ValidateKey accepts is valid UTF-8 without control, format or separator characters.
+func FuzzValidateName(f *testing.F) {
+	for _, s := range []string{"g", "example.com/ä", "invoice\u202efdp.exe\u202c", "zw\u200b\u200d\ufeffend", "a\u0085b", "\xff", "a\u2028"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, err := range []error{ValidateGroupID(s), ValidateKey(s)} {
+			if err != nil {
+				continue
+			}
+			for _, c := range s {
+				if c == unicode.ReplacementChar || unicode.In(c, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
+					t.Fatalf("accepted %q, which holds U+%04X", s, c)
+				}
+			}
+		}
+	})
+}
+
+// FuzzReportProofs: Weave-Proof values come from whoever published the report; any of them
+// leaves each report with the proof of a well-formed value naming it, or none, never panics, and
+// a proof verifies only as the text Proof makes.
+func FuzzReportProofs(f *testing.F) {
+	var k ReleaseKey
+	f.Add("7 1 " + k.Proof("p", 7, 1, 0))
+	f.Add("8 2 " + k.Proof("p", 8, 2, 12))
+	f.Add("7 1 3.AAAAAAAAAAAAAAAAAAAAAA")
+	f.Add("7 0 x")
+	f.Add("18446744073709551616 1 x")
+	f.Add("7 1 0.o34tbbZRugcOhiZuYfqK-o")   // padding bits set: the same MAC
+	f.Add("7 1 0.o\r34tbbZRugcOhiZuYfqK-g") // a line break, which the decoder skips
+	f.Add("7 1 00.o34tbbZRugcOhiZuYfqK-g")  // a leading zero
+	f.Fuzz(func(t *testing.T, v string) {
+		reports := []Report{{ID: 7, Attempt: 1}, {ID: 8, Attempt: 2}}
+		ReportProofs(nats.Header{HdrProof: []string{v, v}}, reports)
+		for _, r := range reports {
+			if r.Proof == "" {
+				continue
+			}
+			if id, attempt, proof, ok := parseProofValue(v); !ok || id != r.ID || attempt != r.Attempt || proof != r.Proof {
+				t.Fatalf("report %d/%d took proof %q from %q", r.ID, r.Attempt, r.Proof, v)
+			}
+			if rel, ok := k.Verify(r.Proof, "p", r.ID, r.Attempt); ok && r.Proof != k.Proof("p", r.ID, r.Attempt, rel) {
+				t.Fatalf("proof %q verified but is not the text Proof makes", r.Proof)
+			}
 		}
 	})
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Version is the protocol version this code speaks. Messages carry it in the Weave-Version header
@@ -70,6 +72,10 @@ func (n Names) ResultsStream() string { return n.ns + "_RESULTS" }
 // LeaseBucket is the KV bucket holding the coordinator lease.
 func (n Names) LeaseBucket() string { return n.ns + "_LEASE" }
 
+// KeyBucket is the KV bucket holding the coordinators' release key (ReleaseKey), which only the
+// coordinator role may read.
+func (n Names) KeyBucket() string { return n.ns + "_KEYS" }
+
 // GroupSubject carries a group's control messages (open, seal, cancel).
 func (n Names) GroupSubject(gtok string) string { return n.ns + ".group." + gtok }
 
@@ -97,8 +103,48 @@ func (n Names) ParseReportSubject(subject string) (pool, worker string, ok bool)
 // JournalSubject carries the coordinator's journal records.
 func (n Names) JournalSubject() string { return n.ns + ".ev.coord" }
 
-// OutcomeSubject carries a group's outcome batches and final record.
+// OutcomeSubject carries a group's outcome batches and final record: the subject they are stored
+// under in RESULTS, and the one every reader of a group's outcomes reads.
 func (n Names) OutcomeSubject(gtok string) string { return n.ns + ".out." + gtok }
+
+// OutcomeSubjectTo is the subject the coordinator publishes a group's outcomes on: OutcomeSubject
+// with its producer's reply token appended (NoReply for a group opened without one). The RESULTS
+// stream stores the message under OutcomeSubject (OutcomeTransform), while core NATS delivers it
+// only to the subscribers of that token (ReplyOutcomes) and of that group (GroupOutcomes): a
+// producer hears of its own groups, not of every group of the namespace.
+func (n Names) OutcomeSubjectTo(gtok, reply string) string {
+	if reply == "" {
+		reply = NoReply
+	}
+	return n.ns + ".out." + gtok + "." + reply
+}
+
+// NoReply stands for the reply token of a group opened without one (by the coordinator, for a
+// redrive or a schedule; by a producer of an earlier release).
+const NoReply = "_"
+
+// ReplyOutcomes matches the outcomes published to one producer's reply token.
+func (n Names) ReplyOutcomes(reply string) string { return n.ns + ".out.*." + reply }
+
+// GroupOutcomes matches the outcomes of one group as the coordinator publishes them (a coordinator
+// of an earlier release published them on OutcomeSubject).
+func (n Names) GroupOutcomes(gtok string) string { return n.ns + ".out." + gtok + ".*" }
+
+// ParseOutcomeSubject returns the group token of an outcome subject as stored or as published.
+func (n Names) ParseOutcomeSubject(subject string) (gtok string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, n.ns+".out.")
+	if !ok {
+		return "", false
+	}
+	gtok, _, _ = strings.Cut(rest, ".")
+	return gtok, gtok != ""
+}
+
+// OutcomeTransform is the RESULTS stream's input transform: an outcome published to a reply
+// token is stored under its group's OutcomeSubject.
+func (n Names) OutcomeTransform() (source, destination string) {
+	return n.ns + ".out.*.*", n.ns + ".out.{{wildcard(1)}}"
+}
 
 // RejectedStream records messages a component refused, with the reason; it is bounded.
 func (n Names) RejectedStream() string { return n.ns + "_REJECTED" }
@@ -204,7 +250,7 @@ func ParseGroupToken(tok string) (string, error) {
 	return tok, nil
 }
 
-// ValidateGroupID checks a group ID: 1–256 bytes of valid UTF-8 without control characters.
+// ValidateGroupID checks a group ID: 1–256 bytes of names' text (see ValidateKey's rule).
 func ValidateGroupID(id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: empty group ID", ErrBadName)
@@ -213,6 +259,12 @@ func ValidateGroupID(id string) error {
 }
 
 // ValidateKey checks a job key; an empty key is allowed (the job then has no dedup ID).
+//
+// Group IDs, job keys and group limit names follow one rule: valid UTF-8 with no control
+// characters (C0, DEL, C1), no format characters (Unicode category Cf: bidi overrides, embeddings,
+// isolates and marks, zero-width spaces and joiners, the byte-order mark, soft hyphens), no line or
+// paragraph separator and no U+FFFD. These are the characters that can make two names look the
+// same, or a name look like another, on an operator's screen.
 func ValidateKey(key string) error {
 	if key == "" {
 		return nil
@@ -288,10 +340,33 @@ func validateText(what, s string, max int) error {
 	if len(s) > max {
 		return fmt.Errorf("%w: %s is %d bytes, at most %d", ErrBadName, what, len(s), max)
 	}
-	for _, c := range s {
-		if c < 0x20 || c == 0x7f || c == 0xfffd {
-			return fmt.Errorf("%w: %s %s contains a control character or invalid UTF-8", ErrBadName, what, strconv.Quote(s))
+	for i, c := range s {
+		if why := unnamable(c); why != "" {
+			return fmt.Errorf("%w: %s %s contains %s (U+%04X at byte %d): names may not hold control, format, bidi or zero-width characters", ErrBadName, what, strconv.QuoteToASCII(s), why, c, i)
 		}
 	}
 	return nil
+}
+
+// unnamable says why c may not appear in a name, or "" when it may.
+func unnamable(c rune) string {
+	switch {
+	case c == utf8.RuneError:
+		return "invalid UTF-8 or U+FFFD"
+	case unicode.Is(unicode.Cc, c):
+		return "a control character"
+	case isBidi(c):
+		return "a bidi control"
+	case unicode.Is(unicode.Cf, c):
+		return "a format (zero-width or invisible) character"
+	case unicode.In(c, unicode.Zl, unicode.Zp):
+		return "a line or paragraph separator"
+	}
+	return ""
+}
+
+// isBidi reports the characters that reorder text: the bidi marks, embeddings, overrides and
+// isolates.
+func isBidi(c rune) bool {
+	return c == 0x061c || c == 0x200e || c == 0x200f || c >= 0x202a && c <= 0x202e || c >= 0x2066 && c <= 0x2069
 }

@@ -84,6 +84,21 @@ func TestValidate(t *testing.T) {
 		ValidateResources("required", []string{""}),
 		ValidateResources("required", make([]string, MaxResources+1)),
 		ValidateWorkerID("a.b"),
+		// Characters that make a name look like another: C1 controls, bidi overrides and
+		// isolates, zero-width characters, the byte-order mark, line separators.
+		ValidateGroupID("a\u0085b"),
+		ValidateGroupID("a\u009bb"),
+		ValidateGroupID("invoice\u202efdp.exe\u202c"),
+		ValidateGroupID("a\u2066b\u2069"),
+		ValidateGroupID("a\u200eb"),
+		ValidateGroupID("a\u061cb"),
+		ValidateGroupID("zw\u200b\u200d\ufeffend"),
+		ValidateGroupID("soft\u00adhyphen"),
+		ValidateGroupID("a\u2028b"),
+		ValidateGroupID("tag\U000e0041"),
+		ValidateKey("k\u202e"),
+		ValidateKey("k\u200c"),
+		ValidateKey("k\x1b[31m"),
 	}
 	for i, err := range bad {
 		if !errors.Is(err, ErrBadName) {
@@ -92,6 +107,9 @@ func TestValidate(t *testing.T) {
 	}
 	good := []error{
 		ValidateGroupID("example.com/ä"),
+		ValidateGroupID("العربية-עברית"), // right-to-left letters are not controls
+		ValidateGroupID("site@2026-01-02T03:04:05Z"),
+		ValidateKey("C:\\dir\\file name.txt"),
 		ValidateKey(""),
 		ValidateResources("held", []string{"shard-7", "eu-west/db@1"}),
 		ValidateWorkerID("w-1"),
@@ -135,5 +153,46 @@ func TestPoolWorkerSubjects(t *testing.T) {
 	}
 	if _, _, ok := n.ParseHeartbeatSubject("ns.hb.w-1"); ok {
 		t.Error("an old-style heartbeat subject parsed")
+	}
+}
+
+func TestOutcomeSubjects(t *testing.T) {
+	t.Parallel()
+	n, _ := NewNames("ns")
+	for _, c := range []struct{ subject, gtok string }{
+		{n.OutcomeSubject("g"), "g"},
+		{n.OutcomeSubjectTo("g", "p-1"), "g"},
+		{n.OutcomeSubjectTo("~Zy4x", ""), "~Zy4x"},
+	} {
+		if gtok, ok := n.ParseOutcomeSubject(c.subject); !ok || gtok != c.gtok {
+			t.Errorf("ParseOutcomeSubject(%q) = %q, %v; want %q", c.subject, gtok, ok, c.gtok)
+		}
+	}
+	if got := n.OutcomeSubjectTo("g", ""); got != "ns.out.g."+NoReply {
+		t.Errorf("OutcomeSubjectTo without a reply token = %q", got)
+	}
+	for _, bad := range []string{"ns.out.", "ns.jobs.g", "other.out.g"} {
+		if _, ok := n.ParseOutcomeSubject(bad); ok {
+			t.Errorf("ParseOutcomeSubject(%q) accepted", bad)
+		}
+	}
+}
+
+// TestValidateSaysWhich: a refused name's error names the character and where it is, in ASCII,
+// so the error itself cannot hide it.
+func TestValidateSaysWhich(t *testing.T) {
+	t.Parallel()
+	err := ValidateGroupID("invoice\u202efdp.exe")
+	if err == nil {
+		t.Fatal("accepted a bidi override")
+	}
+	msg := err.Error()
+	for _, want := range []string{"a bidi control", "U+202E", "byte 7", `"invoice\u202efdp.exe"`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not say %q", msg, want)
+		}
+	}
+	if strings.ContainsRune(msg, 0x202e) {
+		t.Errorf("error %q holds the raw character", msg)
 	}
 }

@@ -43,7 +43,7 @@ func LapsedReports(jobs []WorkJob, deliveries uint64) []Report {
 	text := []byte(LapsedText(deliveries))
 	reports := make([]Report, len(jobs))
 	for i, j := range jobs {
-		reports[i] = Report{ID: j.ID, Attempt: j.Attempt, Status: StatusLapsed, Data: text}
+		reports[i] = Report{ID: j.ID, Attempt: j.Attempt, Status: StatusLapsed, Data: text, Proof: j.Proof}
 	}
 	return reports
 }
@@ -67,6 +67,10 @@ type Report struct {
 	Waited     time.Duration // time the job waited on the worker between receipt and start
 	RetryAfter time.Duration // requested retry delay (StatusError only); 0 = policy default
 	Data       []byte        // result (StatusOK) or error text
+	// Proof is the release proof of the job's batch (WorkJob.Proof), echoed. Not part of the
+	// encoding: it travels in the report message's Weave-Proof header (SetReportProofs,
+	// ReportProofs).
+	Proof string
 }
 
 // AppendReports encodes a report batch from one worker onto dst.

@@ -13,6 +13,10 @@ type WorkJob struct {
 	// Trace is the job's trace context (see JobTrace), or "". It is not part of the batch's
 	// encoding: it travels in the batch's Weave-Trace header (SetWorkTraces, WorkTraces).
 	Trace string
+	// Proof is the coordinator's proof of this release (see ReleaseKey), or "" from a
+	// coordinator before proofs. Not part of the encoding: it travels in the batch's
+	// Weave-Proof header (SetWorkProofs, WorkProofs), and the report echoes it.
+	Proof string
 }
 
 // AppendWork encodes a work batch onto dst.

@@ -17,6 +17,7 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/directget"
+	"github.com/weavejobs/weave/internal/safetext"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -27,14 +28,16 @@ import (
 type Backend interface {
 	// Status asks the coordinator for its status.
 	Status(ctx context.Context) (*Status, error)
-	// Failed lists up to limit failed jobs (dead letters) of group, or of every group for "",
-	// the most recently recorded last.
-	Failed(ctx context.Context, group string, limit int) ([]dispatcher.JobOutcome, error)
+	// Failed pages the failed jobs (dead letters) of group, or of every group for "", the most
+	// recently recorded first: up to limit of them after the first offset, and how many there
+	// are in all. Each job's error is cut to ListedErrorBytes, so that what a page costs does not
+	// depend on what workers stored.
+	Failed(ctx context.Context, group string, offset, limit int) ([]ListedJob, int, error)
 	// Lookup describes one job, whatever its state (the inspection API: dispatcher.Job and
 	// JobByKey). It returns an error wrapping dispatcher.ErrJobNotFound for an unknown job.
 	Lookup(ctx context.Context, q Query) (*dispatcher.JobInfo, error)
-	// Ended lists up to limit groups whose summary is among the latest records of the outcomes,
-	// the latest ended first.
+	// Ended lists up to limit groups complete within the result retention (what weave groups
+	// lists), the latest ended first.
 	Ended(ctx context.Context, limit int) ([]EndedGroup, error)
 	// Schedules lists the stored schedules, with their last and next ticks (weave schedule list).
 	Schedules(ctx context.Context) ([]dispatcher.ScheduleInfo, error)
@@ -61,6 +64,36 @@ type Status struct {
 	// it rather than this struct re-encoded, so that fields the dashboard does not know yet
 	// reach it too.
 	Raw json.RawMessage `json:"-"`
+}
+
+// ListedErrorBytes bounds the error a ListedJob keeps.
+const ListedErrorBytes = 512
+
+// ListedJob is a failed job as a list shows it: its last error cut to ListedErrorBytes (ErrBytes
+// is the whole error's size when it was cut, else 0); the whole job is one Lookup away.
+type ListedJob struct {
+	Group    string
+	ID       uint64
+	Key      string
+	Attempts int
+	Err      string
+	ErrBytes int
+	FailedAt time.Time // its last failed attempt, when recorded
+}
+
+// listed keeps what a list shows of o, in new strings: a cut that shared o's would keep the whole
+// error alive.
+func listed(o *dispatcher.JobOutcome) ListedJob {
+	j := ListedJob{Group: strings.Clone(o.Group), ID: o.ID, Key: strings.Clone(o.Key), Attempts: o.Attempts}
+	head, left := safetext.Cut(o.Err, ListedErrorBytes)
+	j.Err = strings.Clone(head)
+	if left > 0 {
+		j.ErrBytes = len(o.Err)
+	}
+	if n := len(o.History); n > 0 {
+		j.FailedAt = o.History[n-1].At
+	}
+	return j
 }
 
 // EndedGroup is a group that ended: its summary.
@@ -120,22 +153,31 @@ func (b *natsBackend) Schedules(ctx context.Context) ([]dispatcher.ScheduleInfo,
 	return b.d.Schedules(ctx)
 }
 
-func (b *natsBackend) Failed(ctx context.Context, group string, limit int) ([]dispatcher.JobOutcome, error) {
-	var out []dispatcher.JobOutcome
+func (b *natsBackend) Failed(ctx context.Context, group string, offset, limit int) ([]ListedJob, int, error) {
+	// The iterator yields the oldest first: keep the latest offset+limit in a ring.
+	keep := offset + limit
+	ring := make([]ListedJob, 0, min(keep, 1024))
+	next, total := 0, 0
 	for o, err := range b.d.Failed(ctx, group) {
 		if err != nil {
 			if errors.Is(err, dispatcher.ErrMalformedOutcome) {
 				continue // one unreadable record does not hide the others
 			}
-			return out, err
+			return nil, 0, err
 		}
-		// Keep the latest limit: the iterator yields oldest first.
-		if len(out) == limit {
-			out = append(out[:0], out[1:]...)
+		total++
+		if len(ring) < keep {
+			ring = append(ring, listed(&o))
+			continue
 		}
-		out = append(out, o)
+		ring[next] = listed(&o)
+		next = (next + 1) % keep
 	}
-	return out, nil
+	var page []ListedJob
+	for i := offset; i < min(offset+limit, len(ring)); i++ {
+		page = append(page, ring[(next+len(ring)-1-i)%len(ring)]) // the i-th latest
+	}
+	return page, total, nil
 }
 
 // lookupPage is how many outcome messages one direct get request of Lookup reads.
@@ -153,16 +195,40 @@ func (b *natsBackend) Lookup(ctx context.Context, q Query) (*dispatcher.JobInfo,
 	return j, err
 }
 
-// endedScan is how many of the latest outcome records Ended reads, and endedPage how many one
-// direct get request reads.
+// Ended asks the inspection API, as weave groups does (dispatcher.Groups), for the groups
+// complete within the retention; without a coordinator it reads the latest summaries from the
+// stream instead.
+func (b *natsBackend) Ended(ctx context.Context, limit int) ([]EndedGroup, error) {
+	gs, err := b.d.Groups(ctx)
+	if errors.Is(err, dispatcher.ErrNoCoordinator) {
+		return b.endedFromStream(ctx, limit)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []EndedGroup
+	for _, g := range gs {
+		if g.State != dispatcher.GroupComplete || g.Summary == nil {
+			continue
+		}
+		s := g.Summary
+		out = append(out, EndedGroup{ID: g.ID, EndedAt: g.CompletedAt, Jobs: uint64(s.Jobs), Done: uint64(s.Done), Failed: uint64(s.Failed),
+			Canceled: uint64(s.Canceled), Abandoned: s.Abandoned})
+	}
+	slices.SortStableFunc(out, func(a, b EndedGroup) int { return b.EndedAt.Compare(a.EndedAt) })
+	return out[:min(len(out), limit)], nil
+}
+
+// endedScan is how many of the latest outcome records endedFromStream reads, and endedPage how
+// many one direct get request reads.
 const (
 	endedScan = 512
 	endedPage = 128
 )
 
-// Ended reads the latest endedScan records of the RESULTS stream by direct get and keeps the
-// summaries (the latest of each group ID).
-func (b *natsBackend) Ended(ctx context.Context, limit int) ([]EndedGroup, error) {
+// endedFromStream reads the latest endedScan records of the RESULTS stream by direct get and
+// keeps the summaries (the latest of each group ID).
+func (b *natsBackend) endedFromStream(ctx context.Context, limit int) ([]EndedGroup, error) {
 	st, err := b.js.Stream(ctx, b.names.ResultsStream())
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", b.names.ResultsStream(), err)

@@ -307,7 +307,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	aerrs.check(t)
 }
 
-// TestDashboardScreenshots regenerates docs/dashboard-*.png, the README's screenshots, from a
+// TestDashboardScreenshots regenerates docs/dashboard-*.png, the screenshots of docs/operating.md, from a
 // busier namespace than the tests': 2 workers of 6 slots and a stream of groups of jobs that take
 // 20–120 ms. It runs only when asked:
 //
@@ -471,20 +471,23 @@ func serveStatusJSON(t *testing.T, raw string) (string, context.Context) {
 }
 
 // TestAlarmsAndStandbysInBrowser: the overview renders the status's alarms, whatever their
-// values, and its standby coordinators, from the JSON as the coordinator sends it.
+// values, and its standby coordinators (which process, how long it has waited, when it was last
+// heard; no raw timestamps), from the JSON as the coordinator sends it.
 func TestAlarmsAndStandbysInBrowser(t *testing.T) {
 	t.Parallel()
 	url, ctx := serveStatusJSON(t, `{"namespace":"n","epoch":7,"time":"2026-01-02T03:05:05Z",
 		"jobs":{"pending":40},"totals":{},"oldest_pending":"2026-01-02T03:04:05Z",
 		"alarms":[{"name":"pending_growth","raised_at":"2026-01-02T03:04:35Z","message":"PENDING grows: add capacity","values":{"rate_in":12.5,"suggested_slots":8}}],
-		"standbys":[{"holder":"host-b/41","since":"2026-01-02T03:00:00Z","last_seen":"2026-01-02T03:05:04Z"},{"holder":"host-c/42","since":"2026-01-02T03:01:00Z","last_seen":"2026-01-02T03:05:04Z"}]}`)
+		"standbys":[{"holder":"host-b/41","since":"2026-01-02T03:00:00.123456789Z","last_seen":"2026-01-02T03:05:04.987654321Z"},{"holder":"host-c/42","since":"2026-01-02T03:01:00Z","last_seen":"2026-01-02T03:05:04Z"}]}`)
 	run(t, ctx, "alarms and standbys shown",
 		chromedp.Navigate(url+"/"),
 		chromedp.WaitVisible(`.alarm[data-alarm="pending_growth"]`),
 		poll(`(() => { const a = document.querySelector('.alarm[data-alarm="pending_growth"]').textContent;
 			return a.includes('PENDING grows: add capacity') && a.includes('raised 30s ago') && a.includes('rate_in12.5') &&
 				a.includes('suggested_slots8.0'); })()`),
-		poll(`document.querySelector('#standby-list').textContent.includes('holder: host-b/41') && document.querySelector('#standby-list').textContent.includes('host-c/42')`),
+		poll(`(() => { const s = document.querySelector('#standby-list').textContent;
+			return s.includes('host-b/41 waiting since') && s.includes('(5m 5s), last heard 0s ago') && s.includes('host-c/42 waiting since') &&
+				!s.includes('2026-01-02T') && !s.includes('123456789'); })()`),
 		poll(`document.querySelector('#coordinator').textContent.includes('Oldest pending job1m')`),
 	)
 }

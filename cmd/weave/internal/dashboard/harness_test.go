@@ -32,14 +32,24 @@ const ns = "dash"
 // workers and the test's own producer), and an observer and a producer with exactly the
 // permissions weave auth gives those roles; a coordinator; two workers; and groups published by
 // the test. The handler fails every attempt of a job whose payload is "fail", and holds each job
-// of group gated until the test lets it go (Release).
+// of group gated until the test lets it go (Release). It is also a hostile worker: a job whose
+// payload is "hostile" fails with hostileText, one whose payload is "huge" with hugeText (1 MiB),
+// and one whose payload is "hostile-result" returns hostileText as its result.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	url  string
 	dep  *inproc.Deployment
 	d    *dispatcher.Dispatcher // the admin's
 	gate chan struct{}          // one value lets one job of gated end
 }
+
+// hostileText is what a hostile worker writes: terminal escape sequences (colour, window title,
+// a hyperlink, clear screen), C1 controls, a bidi override and zero-width characters.
+const hostileText = "\x1b[31mRED\x1b[0m \x1b]0;PWNED-TITLE\x07 \x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\ \x1b[2J\x1b[H" +
+	" \u0085\u009b31m invoice\u202efdp.exe\u202c zw\u200b\u200d\ufeffend \xff"
+
+// hugeText is a 1 MiB error of escape sequences.
+var hugeText = strings.Repeat("\x1b[2J", 1<<20/4)
 
 // gated is the group whose jobs end one at a time, when the test says so.
 const gated = "site-slow"
@@ -53,13 +63,14 @@ var users = []auth.User{
 func newEnv(t *testing.T) *env { return newEnvSlots(t, 2) }
 
 // newEnvSlots is newEnv with the given slots per worker.
-func newEnvSlots(t *testing.T, slots int) *env {
+func newEnvSlots(t testing.TB, slots int) *env {
 	t.Helper()
 	names, err := wire.NewNames(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
+	// A max payload above 1 MiB, so that a worker may store 1 MiB errors.
+	o := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true, MaxPayload: 4 << 20}
 	o.Users = append(o.Users, &server.User{Username: "admin", Password: "admin"})
 	for _, u := range users {
 		p, err := auth.For(names, u)
@@ -110,6 +121,12 @@ func newEnvSlots(t *testing.T, slots int) *env {
 	}
 	handler := func(ctx context.Context, j *worker.Job) ([]byte, error) {
 		switch {
+		case string(j.Payload) == "hostile":
+			return nil, errors.New(hostileText)
+		case string(j.Payload) == "huge":
+			return nil, errors.New(hugeText)
+		case string(j.Payload) == "hostile-result":
+			return []byte(hostileText), nil
 		case string(j.Payload) == "fail":
 			return nil, fmt.Errorf("fetch %s: 503 Service Unavailable (attempt %d)", j.Key, j.Attempt)
 		case strings.HasPrefix(string(j.Payload), "work:"): // work:<ms>, for the screenshots
@@ -129,8 +146,8 @@ func newEnvSlots(t *testing.T, slots int) *env {
 		return []byte("fetched " + j.Key), nil
 	}
 	for _, w := range []worker.Config{
-		{ID: "worker-eu", Resources: []string{"eu"}, Concurrency: slots},
-		{ID: "worker-any", Concurrency: slots},
+		{ID: "worker-eu", Resources: []string{"eu"}, Concurrency: slots, MaxResultSize: 2 << 20},
+		{ID: "worker-any", Concurrency: slots, MaxResultSize: 2 << 20},
 	} {
 		if _, _, err := e.dep.Worker(w, handler); err != nil {
 			t.Fatal(err)

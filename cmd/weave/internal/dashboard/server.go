@@ -4,9 +4,16 @@
 //
 // The server polls the coordinator's status about once a second (Server.Run), keeps a few
 // minutes of it to draw rates and shares over time, and pushes each new snapshot to the open
-// pages with server-sent events; a page closes its stream while it is hidden. Reads need only
-// what an observer may read. Actions (retry, cancel) are off unless Config.AllowActions, and then
-// each needs Config.Token in the X-Weave-Token header of a POST.
+// pages with server-sent events; a page closes its stream while it is hidden. The page itself
+// comes with the latest snapshot in it, so it shows what is known before its stream opens.
+// Reads need only what an observer may read. Actions (retry, cancel) are off unless
+// Config.AllowActions, and then each needs Config.Token in the X-Weave-Token header of a POST.
+//
+// Everything it serves that workers or producers wrote (errors, results, IDs, keys, names) is
+// shown with internal/safetext and of bounded size: lists are paged and cut long texts, and a
+// job's whole texts come one job at a time. On a loopback address it answers only for loopback
+// names; beyond loopback it refuses to start without a read token and the host names it is
+// reached by (CheckListener).
 package dashboard
 
 import (
@@ -22,14 +29,12 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
-	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/safetext"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -60,6 +65,14 @@ type Config struct {
 	Interval time.Duration
 	// History is how long the rates and shares are kept; default DefaultHistory.
 	History time.Duration
+	// ReadToken, when set, is needed by every request: as the password of HTTP basic
+	// authentication (any user name; a browser asks for it) or as a bearer token. Beyond
+	// loopback, without it, the action Token guards reads too (with AllowActions).
+	ReadToken string
+	// HostNames are the names (without port) the dashboard answers for: a request naming
+	// another Host is refused, against DNS rebinding. Empty: loopback names on a loopback
+	// address. A listener beyond loopback needs them (CheckListener).
+	HostNames []string
 }
 
 // Server serves the dashboard. Run polls the status; the handlers only read what it rendered.
@@ -79,8 +92,15 @@ type Server struct {
 	watched     chan struct{} // closed when the first event stream opens (see Watched)
 	watchedOnce sync.Once
 
-	// loopback is set by Serve, before it serves, when it listens on a loopback address.
-	loopback bool
+	// loopback and exposed are set by Serve, before it serves: it listens on a loopback
+	// address, or on another.
+	loopback, exposed bool
+
+	page [2][]byte // index.html split where the boot data goes (see index)
+
+	// scans holds a token while a request reads the failed jobs: a scan reads every outcome
+	// stored, so one at a time bounds the memory that many requests at once could take.
+	scans chan struct{}
 }
 
 // New returns a Server; it does no I/O.
@@ -109,14 +129,19 @@ func New(cfg Config) (*Server, error) {
 		assets:  http.FileServerFS(sub),
 		changed: make(chan struct{}),
 		watched: make(chan struct{}),
+		scans:   make(chan struct{}, 1),
 	}
 	s.latest, _ = json.Marshal(snapshot{Error: "waiting for the first status"})
 	mux := http.NewServeMux()
 	// The assets by name, so that any other path is a 404 and an action's path with another
 	// method a 405.
-	for _, p := range []string{"/{$}", "/app.js", "/app.css"} {
+	for _, p := range []string{"/app.js", "/app.css"} {
 		mux.Handle("GET "+p, s.assets)
 	}
+	if s.page, err = splitPage(sub); err != nil {
+		return nil, err
+	}
+	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("GET /api/config", s.config)
 	mux.HandleFunc("GET /api/snapshot", s.snapshot)
 	mux.HandleFunc("GET /api/events", s.events)
@@ -144,27 +169,24 @@ func (s *Server) Watched() <-chan struct{} { return s.watched }
 
 // ServeHTTP serves the app and its API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// A dashboard on a loopback address answers only requests naming a loopback host: a page of
-	// another site whose name an attacker points at 127.0.0.1 (DNS rebinding) could otherwise
-	// read it as its own origin.
-	if s.loopback && !loopbackHost(r.Host) {
-		writeError(w, http.StatusMisdirectedRequest, fmt.Errorf("host %q: this dashboard listens on a loopback address and answers only for localhost or a loopback IP", r.Host))
-		return
-	}
 	h := w.Header()
-	// Everything comes from this server; nothing may frame it.
+	// Everything comes from this server; nothing may frame it. Refusals carry these too.
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
+	if !s.allowed(w, r) {
+		return
+	}
 	s.mux.ServeHTTP(w, r)
 }
 
 // Serve runs the poller and serves HTTP on ln until ctx ends; then it closes the open event
 // streams and shuts the HTTP server down.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	if a, ok := ln.Addr().(*net.TCPAddr); ok && a.IP.IsLoopback() {
-		s.loopback = true
+	if err := s.cfg.CheckListener(ln.Addr()); err != nil {
+		return err
 	}
+	s.listening(ln.Addr())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	hs := &http.Server{
@@ -195,19 +217,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		err = nil
 	}
 	return err
-}
-
-// loopbackHost reports whether the Host header names localhost or a loopback IP.
-func loopbackHost(hostport string) bool {
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		host = hostport // no port
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
 }
 
 // snapshot is what the page receives each interval.
@@ -241,6 +250,11 @@ func (s *Server) Run(ctx context.Context) {
 			last = st
 			if last.Raw == nil {
 				last.Raw, _ = json.Marshal(st)
+			}
+			last.Raw, err = safeJSON(last.Raw)
+			if err != nil {
+				s.log.Debug().Err(err).Msg("status")
+				last.Raw = nil
 			}
 			h.add(sampleOf(now, st))
 		}
@@ -276,13 +290,19 @@ func (s *Server) current() ([]byte, <-chan struct{}) {
 }
 
 func (s *Server) config(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
-		"namespace":       s.cfg.Namespace,
+	writeJSON(w, http.StatusOK, s.pageConfig())
+}
+
+// pageConfig is what the page needs to know of the server's configuration.
+func (s *Server) pageConfig() map[string]any {
+	return map[string]any{
+		"namespace":       safetext.Line(s.cfg.Namespace),
 		"actions":         s.cfg.AllowActions,
 		"interval_ms":     s.cfg.Interval.Milliseconds(),
 		"history_seconds": int(s.cfg.History.Seconds()),
 		"token_header":    TokenHeader,
-	})
+		"page_size":       defaultPage,
+	}
 }
 
 func (s *Server) snapshot(w http.ResponseWriter, _ *http.Request) {
@@ -315,150 +335,6 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		case <-changed:
 		}
 	}
-}
-
-// maxListed bounds the failed jobs one request lists.
-const maxListed = 500
-
-// jobJSON is a job outcome as the page reads it.
-type jobJSON struct {
-	Group    string        `json:"group"`
-	ID       uint64        `json:"id"`
-	Key      string        `json:"key,omitempty"`
-	State    string        `json:"state"`
-	Attempts int           `json:"attempts"`
-	Result   string        `json:"result,omitempty"`
-	Error    string        `json:"error,omitempty"`
-	History  []attemptJSON `json:"history"`
-
-	// What a lookup adds (dispatcher.JobInfo): the job's own attempt limit, where a running
-	// attempt is, and its times.
-	MaxAttempts int       `json:"max_attempts,omitempty"`
-	Pool        string    `json:"pool,omitempty"`
-	Worker      string    `json:"worker,omitempty"`
-	PublishedAt time.Time `json:"published_at,omitzero"`
-	StartedAt   time.Time `json:"started_at,omitzero"`
-	RetryAt     time.Time `json:"retry_at,omitzero"`
-	RunAt       time.Time `json:"run_at,omitzero"`
-	EndedAt     time.Time `json:"ended_at,omitzero"`
-	Waiting     string    `json:"waiting,omitempty"` // why it does not run (dispatcher.JobInfo.Waiting)
-}
-
-type attemptJSON struct {
-	At     time.Time `json:"at"`
-	Worker string    `json:"worker"`
-	Error  string    `json:"error"`
-}
-
-func (s *Server) failed(w http.ResponseWriter, r *http.Request) {
-	group := r.URL.Query().Get("group")
-	if group != "" {
-		if err := wire.ValidateGroupID(group); err != nil {
-			writeError(w, http.StatusBadRequest, err)
-			return
-		}
-	}
-	limit := maxListed
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxListed {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("limit %q: want 1..%d", v, maxListed))
-			return
-		}
-		limit = n
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-	defer cancel()
-	outs, err := s.cfg.Backend.Failed(ctx, group, limit)
-	if err != nil {
-		writeError(w, http.StatusBadGateway, err)
-		return
-	}
-	jobs := make([]jobJSON, 0, len(outs))
-	for i := len(outs) - 1; i >= 0; i-- { // the latest first
-		jobs = append(jobs, toJSON(&outs[i]))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "limit": limit})
-}
-
-func (s *Server) job(w http.ResponseWriter, r *http.Request) {
-	v := r.URL.Query()
-	q := Query{Group: v.Get("group"), Key: v.Get("key")}
-	if id := v.Get("id"); id != "" {
-		n, err := strconv.ParseUint(id, 10, 64)
-		if err != nil || n == 0 {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("job ID %q: want a number from 1", id))
-			return
-		}
-		q.ID = n
-	}
-	switch {
-	case q.ID == 0 && q.Key == "":
-		writeError(w, http.StatusBadRequest, errors.New("give a job ID, or a group and a key"))
-		return
-	case q.Key != "" && q.Group == "":
-		writeError(w, http.StatusBadRequest, errors.New("a key names a job within its group: give the group too"))
-		return
-	}
-	if q.Group != "" {
-		if err := wire.ValidateGroupID(q.Group); err != nil {
-			writeError(w, http.StatusBadRequest, err)
-			return
-		}
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-	defer cancel()
-	j, err := s.cfg.Backend.Lookup(ctx, q)
-	switch {
-	case errors.Is(err, dispatcher.ErrJobNotFound):
-		writeError(w, http.StatusNotFound, err)
-	case err != nil:
-		writeError(w, http.StatusBadGateway, err)
-	default:
-		writeJSON(w, http.StatusOK, infoJSON(j))
-	}
-}
-
-// maxEnded bounds the ended groups one request lists.
-const maxEnded = 100
-
-func (s *Server) ended(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-	defer cancel()
-	groups, err := s.cfg.Backend.Ended(ctx, maxEnded)
-	if err != nil {
-		writeError(w, http.StatusBadGateway, err)
-		return
-	}
-	if groups == nil {
-		groups = []EndedGroup{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"groups": groups})
-}
-
-func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-	defer cancel()
-	infos, err := s.cfg.Backend.Schedules(ctx)
-	if err != nil {
-		writeError(w, http.StatusBadGateway, err)
-		return
-	}
-	type schedule struct {
-		Name      string    `json:"name"`
-		When      string    `json:"when"`
-		Group     string    `json:"group"`
-		Jobs      int       `json:"jobs"`
-		Weight    int       `json:"weight,omitempty"`
-		LastFired time.Time `json:"last_fired,omitzero"`
-		Next      time.Time `json:"next,omitzero"`
-		Paused    bool      `json:"paused,omitempty"`
-	}
-	out := []schedule{}
-	for _, i := range infos {
-		out = append(out, schedule{Name: i.Name, When: i.When(), Group: i.Group, Jobs: len(i.Jobs), Weight: i.Weight, LastFired: i.LastFired, Next: i.Next, Paused: i.Paused})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"schedules": out})
 }
 
 // actionRequest is the body of a retry or cancel: one group, and some of its jobs or none
@@ -527,23 +403,6 @@ func (s *Server) cancel(ctx context.Context, req actionRequest) (map[string]any,
 	return map[string]any{"canceled": true}, nil
 }
 
-func toJSON(o *dispatcher.JobOutcome) jobJSON {
-	j := jobJSON{Group: o.Group, ID: o.ID, Key: o.Key, State: string(o.State), Attempts: o.Attempts, Result: string(o.Result), Error: o.Err, History: []attemptJSON{}}
-	for _, a := range o.History {
-		j.History = append(j.History, attemptJSON{At: a.At, Worker: a.Worker, Error: a.Err})
-	}
-	return j
-}
-
-func infoJSON(i *dispatcher.JobInfo) jobJSON {
-	j := jobJSON{Group: i.Group, ID: i.ID, Key: i.Key, State: string(i.State), Attempts: i.Attempts, Result: string(i.Result), Error: i.Err, History: []attemptJSON{},
-		MaxAttempts: i.MaxAttempts, Pool: i.Pool, Worker: i.Worker, PublishedAt: i.PublishedAt, StartedAt: i.StartedAt, RetryAt: i.RetryAt, RunAt: i.RunAt, EndedAt: i.EndedAt, Waiting: i.Waiting}
-	for _, a := range i.History {
-		j.History = append(j.History, attemptJSON{At: a.At, Worker: a.Worker, Error: a.Err})
-	}
-	return j
-}
-
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -551,6 +410,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// writeError answers err, shown safely: it can quote what a producer or a worker wrote.
 func writeError(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, map[string]string{"error": err.Error()})
+	writeJSON(w, code, map[string]string{"error": safetext.Line(err.Error())})
 }

@@ -93,13 +93,21 @@ func TestReadsAsObserver(t *testing.T) {
 			fmt.Sprintf("dashboard %v, coordinator %v", snap.Status.Jobs, st.Jobs)
 	})
 
-	var list struct{ Jobs []jobJSON }
-	if code := get(t, base+"api/failed", &list); code != http.StatusOK || len(list.Jobs) != 1 {
+	var list struct {
+		Jobs  []jobJSON
+		Total int
+	}
+	if code := get(t, base+"api/failed", &list); code != http.StatusOK || len(list.Jobs) != 1 || list.Total != 1 {
 		t.Fatalf("failed list: %d %+v", code, list)
 	}
-	if j := list.Jobs[0]; j.ID != failed.ID || j.Group != "site-bad" || j.Key != "page-1" || len(j.History) != 3 ||
-		!strings.Contains(j.History[2].Error, "attempt 3") || j.History[0].Worker == "" {
+	if j := list.Jobs[0]; j.ID != failed.ID || j.Group != "site-bad" || j.Key != "page-1" || j.Attempts != 3 || !strings.Contains(j.Error, "attempt 3") {
 		t.Errorf("failed job %+v, want %+v", j, failed)
+	}
+	// Its attempts come with the job itself, one job at a time.
+	var one jobJSON
+	if code := get(t, fmt.Sprintf("%sapi/job?id=%d", base, failed.ID), &one); code != http.StatusOK || len(one.History) != 3 ||
+		!strings.Contains(one.History[2].Error, "attempt 3") || one.History[0].Worker == "" {
+		t.Errorf("failed job looked up: %d %+v", code, one)
 	}
 
 	for _, tc := range []struct {
@@ -310,8 +318,8 @@ type nopBackend struct{}
 func (nopBackend) Status(context.Context) (*dashboard.Status, error) {
 	return nil, errors.New("no coordinator")
 }
-func (nopBackend) Failed(context.Context, string, int) ([]dispatcher.JobOutcome, error) {
-	return nil, nil
+func (nopBackend) Failed(context.Context, string, int, int) ([]dashboard.ListedJob, int, error) {
+	return nil, 0, nil
 }
 func (nopBackend) Lookup(context.Context, dashboard.Query) (*dispatcher.JobInfo, error) {
 	return nil, dispatcher.ErrJobNotFound

@@ -284,8 +284,10 @@ func deleteNamespace(nc *nats.Conn, names wire.Names, other []string) error {
 			errs = append(errs, fmt.Errorf("delete stream %s: %w", s, err))
 		}
 	}
-	if err := js.DeleteKeyValue(ctx, names.LeaseBucket()); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-		errs = append(errs, fmt.Errorf("delete bucket %s: %w", names.LeaseBucket(), err))
+	for _, b := range []string{names.LeaseBucket(), names.KeyBucket()} {
+		if err := js.DeleteKeyValue(ctx, b); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			errs = append(errs, fmt.Errorf("delete bucket %s: %w", b, err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@
 //
 //	chaosproc worker   -nats URLS -records FILE -id ID [-slots N] [-lease D] [-min-job D] [-max-job D]
 //	chaosproc producer -nats URLS -records FILE [-groups N] [-min-jobs N] [-max-jobs N] [-seed N] [-pending N]
+//	chaosproc hostile  -nats URLS -records FILE [-every D] [-reports N]
 //
 // A worker runs until SIGTERM; each job sleeps between -min-job and -max-job and succeeds. A
 // producer publishes the workload (record.Workload) group by group, at most -pending groups in
@@ -14,6 +15,12 @@
 // a SIGKILL, it reads its record file, publishes again the groups it was publishing (the same
 // keys: JetStream drops the jobs already stored as duplicates) and waits again for the groups
 // whose outcome it had not recorded.
+//
+// A hostile process is an attacker holding one worker's credentials, of a pool no job is released
+// to: it publishes only what those credentials allow, forged reports on its own report subject,
+// every -every, each message -reports reports about job IDs guessed near the JOBS stream's last
+// sequence (job IDs are sequences), done or failed with the result record.Forged, some with a
+// release proof it made up. It records every message the server stored, until SIGTERM.
 package main
 
 import (
@@ -38,7 +45,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: chaosproc worker|producer [flags]")
+		fmt.Fprintln(os.Stderr, "usage: chaosproc worker|producer|hostile [flags]")
 		os.Exit(2)
 	}
 	var run func(ctx context.Context, args []string) error
@@ -47,6 +54,8 @@ func main() {
 		run = runWorker
 	case "producer":
 		run = runProducer
+	case "hostile":
+		run = runHostile
 	default:
 		fmt.Fprintf(os.Stderr, "chaosproc: unknown mode %q\n", os.Args[1])
 		os.Exit(2)

@@ -73,6 +73,18 @@ type Outcome struct {
 	Attempts int    `json:"attempts"`
 }
 
+// Forged is what a forged result reads: no outcome may carry it.
+const Forged = "FORGED-BY-ATTACKER"
+
+// Forgery is the hostile worker's record of one forged report message the server stored: how
+// many reports it held, the lowest and highest job ID it named.
+type Forgery struct {
+	At       time.Time `json:"at"`
+	Reports  int       `json:"reports"`
+	FirstJob uint64    `json:"first"`
+	LastJob  uint64    `json:"last"`
+}
+
 // Writer appends records to a file. It is safe for concurrent use.
 type Writer struct {
 	mu sync.Mutex // keeps each line one write

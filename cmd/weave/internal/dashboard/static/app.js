@@ -1,7 +1,9 @@
-// Weave dashboard: hand-written, no framework. The server pushes a snapshot about once a second
-// (server-sent events); the stream is closed while the tab is hidden. Everything shown is built
-// with DOM calls (text nodes), never HTML strings, since group IDs, keys and errors come from
-// users.
+// Weave dashboard: hand-written, no framework. The page arrives with the server's configuration
+// and latest snapshot in it (#boot), so it renders at once; then the server pushes a snapshot
+// about once a second (server-sent events); the stream is closed while the tab is hidden.
+// Everything shown is built with DOM calls (text nodes), never HTML strings, since group IDs,
+// keys and errors come from users; the server has already written their control, bidi and
+// zero-width characters as visible escapes.
 'use strict';
 
 const $ = (sel) => document.querySelector(sel);
@@ -83,11 +85,15 @@ function showView() {
 
 // A token in the URL fragment (#token=… as weave dashboard prints it) is kept for this tab and
 // removed from the address bar; the fragment is never sent to the server.
+// A malformed one (a bad %-escape) is dropped with a note, and the page goes on.
 function takeToken() {
-  const m = location.hash.match(/token=([^&]+)/);
+  const m = location.hash.match(/token=([^&]*)/);
   if (m) {
-    sessionStorage.setItem('weave-token', decodeURIComponent(m[1]));
     history.replaceState(null, '', location.pathname + '#' + currentView());
+    let tok = null;
+    try { tok = decodeURIComponent(m[1]); } catch (e) { /* a bad %-escape */ }
+    if (tok) sessionStorage.setItem('weave-token', tok);
+    else toast('The token in the address (#token=…) is malformed and was ignored: paste the token printed by weave dashboard in the field below.', true);
   }
   $('#token').value = sessionStorage.getItem('weave-token') || '';
 }
@@ -268,11 +274,13 @@ function renderOverview() {
   if (st.oldest_pending) kv.splice(4, 0, ['Oldest pending job', since(st.oldest_pending, now)]);
   else if (typeof st.oldest_pending_seconds === 'number') kv.splice(4, 0, ['Oldest pending job', dur(1000 * st.oldest_pending_seconds)]);
   $('#coordinator').replaceChildren(...kv.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))]));
-  // Standby coordinators, as the coordinator describes them: strings or objects.
+  // Standby coordinators: which process, waiting for the lease since when, last heard when.
   const sb = Array.isArray(st.standbys) ? st.standbys : [];
+  const clock = (t) => (t && !String(t).startsWith('0001') ? new Date(t).toLocaleTimeString() : '–');
   const describe = (s) => (s && typeof s === 'object' ?
-    Object.entries(s).map(([k, v]) => k + ': ' + (v && typeof v === 'object' ? JSON.stringify(v) : v)).join(' · ') : String(s));
-  $('#standbys').replaceChildren(...(sb.length ? [h('h2', {}, 'Standbys'), h('ul', { id: 'standby-list' }, sb.map((s) => h('li', {}, describe(s))))] :
+    [h('span', { class: 'mono' }, s.holder || '(unnamed)'), ' waiting since ' + clock(s.since) + ' (' + since(s.since, now) + '), last heard ' + since(s.last_seen, now) + ' ago'] :
+    [String(s)]);
+  $('#standbys').replaceChildren(...(sb.length ? [h('h2', {}, 'Standby coordinators'), h('ul', { id: 'standby-list' }, sb.map((s) => h('li', {}, describe(s))))] :
     [h('p', { class: 'muted' }, 'No standby coordinator reported.')]));
 }
 
@@ -322,16 +330,16 @@ function renderGroups() {
     const c = groupCounts(g);
     const sealed = g.abandoned ? h('span', { class: 'flag' }, 'abandoned') : g.sealed ? 'yes' :
       h('span', { class: 'flag' }, g.last_heard ? 'no, heard ' + since(g.last_heard, now) + ' ago' : 'no');
-    const label = `${c.done} done, ${c.failed} failed, ${c.canceled} canceled, ${c.running} running, ${c.retrywait} waiting to retry, ${c.pending} pending of ${c.total}`;
+    const label = `${c.done} done, ${c.failed} failed, ${c.canceled} canceled, ${c.running} running, ${c.retrywait} waiting to retry, ${c.pending} pending, ${c.delayed} delayed of ${c.total}`;
     return h('tr', { dataset: { group: g.id } },
       h('td', { class: 'mono' }, g.id),
       h('td', {}, since(g.opened_at, now)),
       h('td', {}, sealed),
-      h('td', {}, progressBar([['done', c.done], ['failed', c.failed], ['canceled', c.canceled], ['running', c.running], ['retrywait', c.retrywait], ['pending', c.pending]], c.total || 1, label)),
+      h('td', {}, progressBar([['done', c.done], ['failed', c.failed], ['canceled', c.canceled], ['running', c.running], ['retrywait', c.retrywait], ['pending', c.pending], ['delayed', c.delayed]], c.total || 1, label)),
       h('td', { class: 'num', dataset: { ended: c.ended, total: c.total } }, fmt(c.ended) + ' / ' + fmt(c.total)),
       h('td', { class: 'num' }, fmt(g.in_flight)),
       h('td', { class: 'num', title: g.held ? 'pending jobs a limit holds back' : null }, fmt(g.queued) + (g.held ? ' + ' + fmt(g.held) + ' held' : '')),
-      h('td', { class: 'num' }, Math.round(100 * (g.busy || 0)) + '%'),
+      h('td', { class: 'num', title: 'Of the time its jobs were out (release to report), the share their handlers ran' }, Math.round(100 * (g.busy || 0)) + '%'),
       h('td', {}, config.actions ? h('button', { type: 'button', class: 'small danger', onclick: () => cancelGroup(g.id) }, 'Cancel') : null));
   });
   fill($('#groups-table tbody'), rows, 9, all.length ? 'No open group matches.' : 'No open groups: every group published has ended.');
@@ -371,7 +379,8 @@ async function loadEnded() {
   if (!r.ok) { fill(tbody, [], 7, 'Cannot read the ended groups: ' + r.body.error); return; }
   const prefix = $('#group-filter').value.trim();
   const now = snap && snap.status ? Date.parse(snap.status.time) : Date.now();
-  fill(tbody, r.body.groups.filter((g) => !prefix || g.id.startsWith(prefix)).map((g) => h('tr', { dataset: { ended: g.id } },
+  const shown = r.body.groups.filter((g) => !prefix || g.id.startsWith(prefix));
+  fill(tbody, shown.map((g) => h('tr', { dataset: { ended: g.id } },
     h('td', { class: 'mono' }, g.id, g.abandoned ? h('span', { class: 'flag', title: 'its producer never sealed it' }, ' abandoned') : null),
     h('td', {}, since(g.ended_at, now) + ' ago'),
     h('td', {}, progressBar([['done', g.done], ['failed', g.failed], ['canceled', g.canceled]], g.jobs || 1,
@@ -380,7 +389,7 @@ async function loadEnded() {
     h('td', { class: 'num' }, fmt(g.failed)),
     h('td', { class: 'num' }, fmt(g.canceled)),
     h('td', {}, config.actions && g.failed ? h('button', { type: 'button', class: 'small', onclick: () => retry(g.id, []) }, 'Retry failed') : null))),
-  7, 'No group ended recently.');
+  7, r.body.groups.length ? 'No ended group matches the prefix.' : 'No group has ended within the result retention.');
 }
 
 // ---- Resources and pools
@@ -470,22 +479,34 @@ function historyTable(job) {
   return h('table', { class: 'data history' },
     h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, '#'), h('th', { scope: 'col' }, 'When'), h('th', { scope: 'col' }, 'Worker'), h('th', { scope: 'col' }, 'Error'))),
     h('tbody', {}, job.history.map((a, i) => h('tr', { dataset: { attempt: i + 1 } },
-      h('td', { class: 'num' }, i + 1), h('td', {}, when(a.at)), h('td', { class: 'mono' }, a.worker), h('td', {}, h('pre', {}, a.error))))));
+      h('td', { class: 'num' }, i + 1), h('td', {}, when(a.at)), h('td', { class: 'mono' }, a.worker), h('td', {}, h('pre', {}, a.error), a.error_bytes ? h('span', { class: 'cut' }, '(cut: ' + plural(a.error_bytes, 'byte') + ' in all)') : null)))));
 }
-async function loadFailed() {
+// The failed jobs come a page at a time, the latest first, each with its error cut; a job's
+// attempts and whole error are fetched when it is opened.
+let failedOffset = 0;
+async function loadFailed(offset) {
   failedLoaded = true;
+  if (offset !== undefined) failedOffset = offset;
   const group = $('#failed-group').value.trim();
+  const q = new URLSearchParams({ offset: failedOffset, limit: config.page_size || 50 });
+  if (group) q.set('group', group);
   $('#failed-count').textContent = 'loading…';
-  const r = await getJSON('api/failed' + (group ? '?group=' + encodeURIComponent(group) : ''));
+  const r = await getJSON('api/failed?' + q);
   if (!r.ok) {
     $('#failed-count').textContent = '';
     $('#failed-list').replaceChildren(h('p', { class: 'alarm' }, r.body.error));
     return;
   }
-  const jobs = r.body.jobs;
+  const { jobs, total, limit } = r.body;
   selected.clear();
   updateSelection();
-  $('#failed-count').textContent = plural(jobs.length, 'failed job') + (jobs.length >= r.body.limit ? ' (the latest ' + r.body.limit + ')' : '') + ', latest first';
+  const first = failedOffset + 1, last = failedOffset + jobs.length;
+  $('#failed-count').textContent = jobs.length ? `${fmt(first)}–${fmt(last)} of ${plural(total, 'failed job')}, latest first` : plural(total, 'failed job');
+  const pager = $('#failed-pager');
+  pager.hidden = total <= limit;
+  $('#failed-newer').disabled = failedOffset === 0;
+  $('#failed-older').disabled = last >= total || failedOffset + limit > r.body.max_offset;
+  $('#failed-page').textContent = 'page ' + fmt(Math.floor(failedOffset / limit) + 1) + ' of ' + fmt(Math.ceil(total / limit));
   const byGroup = new Map();
   for (const j of jobs) {
     if (!byGroup.has(j.group)) byGroup.set(j.group, []);
@@ -493,7 +514,7 @@ async function loadFailed() {
   }
   const out = [];
   for (const [group, list] of byGroup) {
-    out.push(h('div', { class: 'grouphead' }, h('h3', { class: 'mono' }, group), h('span', { class: 'muted' }, list.length + ' failed'),
+    out.push(h('div', { class: 'grouphead' }, h('h3', { class: 'mono' }, group), h('span', { class: 'muted' }, list.length + ' failed on this page'),
       config.actions ? h('button', { type: 'button', class: 'small', onclick: () => retry(group, []) }, 'Retry all of ' + group) : null));
     for (const j of list) {
       const box = config.actions ? h('input', { type: 'checkbox', 'aria-label': 'select job ' + j.id, onchange: (e) => {
@@ -501,14 +522,29 @@ async function loadFailed() {
         if (e.target.checked) selected.set(k, j); else selected.delete(k);
         updateSelection();
       }, onclick: (e) => e.stopPropagation() }) : h('span');
-      out.push(h('details', { class: 'job', dataset: { job: j.id, group: j.group } },
+      const body = h('div', { class: 'body' }, h('p', { class: 'muted' }, 'loading…'));
+      out.push(h('details', { class: 'job', dataset: { job: j.id, group: j.group }, ontoggle: (e) => { if (e.target.open) loadFailedJob(j, body, false); } },
         h('summary', {}, box, h('span', { class: 'mono' }, 'job ' + j.id), h('span', { class: 'badge failed' }, 'failed'),
-          h('span', { class: 'mono' }, j.key || '–'), h('span', {}, j.attempts + ' attempts'), h('span', { class: 'err' }, j.error),
+          h('span', { class: 'mono key', title: j.key || '' }, j.key || '–'), h('span', {}, j.attempts + ' attempts'), h('span', { class: 'err' }, j.error),
           config.actions ? h('button', { type: 'button', class: 'small', onclick: (e) => { e.preventDefault(); retry(j.group, [j.id]); } }, 'Retry') : h('span')),
-        h('div', { class: 'body' }, h('pre', {}, j.error), historyTable(j))));
+        body));
     }
   }
   $('#failed-list').replaceChildren(...(out.length ? out : [h('p', { class: 'ok' }, '✓ No failed jobs stored' + (group ? ' for ' + group : '') + '.')]));
+}
+// loadFailedJob fills an opened job's body: its whole error (or its first 64 KiB, with a button
+// for the rest) and its attempts.
+async function loadFailedJob(j, body, full) {
+  const r = await getJSON('api/job?' + new URLSearchParams({ id: j.id, group: j.group, ...(full ? { full: 1 } : {}) }));
+  if (!r.ok) { body.replaceChildren(h('p', { class: 'alarm' }, r.body.error)); return; }
+  body.replaceChildren(...textBlock(r.body.error, r.body.error_bytes, () => loadFailedJob(j, body, true)), historyTable(r.body));
+}
+// textBlock shows a text that may have been cut: the text, and how much more there is with a
+// button to fetch it.
+function textBlock(text, bytes, more) {
+  const out = [h('pre', {}, text)];
+  if (bytes) out.push(h('p', { class: 'cut' }, 'Cut: ' + plural(bytes, 'byte') + ' in all. ', h('button', { type: 'button', class: 'small', onclick: more }, 'Show all')));
+  return out;
 }
 function updateSelection() {
   const b = $('#retry-selected');
@@ -564,6 +600,9 @@ async function lookup(ev) {
   if (id) q.set('id', id);
   if (group) q.set('group', group);
   if (key) q.set('key', key);
+  showJob(q);
+}
+async function showJob(q) {
   const out = $('#lookup-result');
   out.replaceChildren(h('p', { class: 'muted' }, 'looking up…'));
   const r = await getJSON('api/job?' + q);
@@ -579,8 +618,9 @@ async function lookup(ev) {
   for (const [label, t] of [['Published', j.published_at], ['Run at', j.run_at], ['Started', j.started_at], ['Retry at', j.retry_at], ['Ended', j.ended_at]]) {
     if (t) kv.push([label, when(t)]);
   }
-  if (j.result) kv.push(['Result', h('pre', {}, j.result)]);
-  if (j.error) kv.push(['Error', h('pre', {}, j.error)]);
+  const again = () => { q.set('full', '1'); showJob(q); };
+  if (j.result) kv.push(['Result', h('div', {}, ...textBlock(j.result, j.result_bytes, again))]);
+  if (j.error) kv.push(['Error', h('div', {}, ...textBlock(j.error, j.error_bytes, again))]);
   out.replaceChildren(h('div', { class: 'panel', id: 'lookup-job', dataset: { state: j.state } },
     h('dl', { class: 'kv' }, kv.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
     h('h2', {}, 'Failed attempts'), historyTable(j),
@@ -590,17 +630,28 @@ async function lookup(ev) {
 // ---- start
 
 async function start() {
-  try {
-    const r = await getJSON('api/config');
-    if (r.ok) config = r.body;
-  } catch (e) { /* the defaults do */ }
+  // The page came with the configuration and the latest snapshot: render them before anything
+  // is fetched.
+  let boot = null;
+  try { boot = JSON.parse($('#boot').textContent); } catch (e) { /* an older server: fetch */ }
+  if (boot) {
+    config = boot.config;
+    snap = boot.snapshot;
+  } else {
+    try {
+      const r = await getJSON('api/config');
+      if (r.ok) config = r.body;
+    } catch (e) { /* the defaults do */ }
+  }
   $('#namespace').textContent = config.namespace;
   for (const el of ['#tokenbar', '#failed-actions', '#cancel-panel']) $(el).hidden = !config.actions;
   takeToken();
   $('#token').addEventListener('change', (e) => sessionStorage.setItem('weave-token', e.target.value.trim()));
   $('#group-filter').addEventListener('input', () => { endedAt = 0; render(); });
   $('#group-state').addEventListener('change', render);
-  $('#failed-form').addEventListener('submit', (e) => { e.preventDefault(); loadFailed(); });
+  $('#failed-form').addEventListener('submit', (e) => { e.preventDefault(); loadFailed(0); });
+  $('#failed-newer').addEventListener('click', () => loadFailed(Math.max(0, failedOffset - (config.page_size || 50))));
+  $('#failed-older').addEventListener('click', () => loadFailed(failedOffset + (config.page_size || 50)));
   $('#retry-selected').addEventListener('click', async () => {
     const byGroup = new Map();
     for (const j of selected.values()) {
