@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,9 +124,11 @@ func (r *run) startPipelines(ctx context.Context) {
 }
 
 // learnKeys reads the key and attempt limit of every job replay rebuilt (released before the
-// restart: running, waiting for a retry, or decided just now), as the release pipeline tells
-// the loop for the jobs it releases: without it their outcomes would carry no key (WaitKey
-// could not find them) and a job's own MaxAttempts would give way to the default.
+// restart: running, waiting for a retry, or decided just now), and in an incarnation a redrive
+// opened the failed job it runs again, as the release pipeline tells the loop for the jobs it
+// releases: without it their outcomes would carry no key (WaitKey could not find them) nor the
+// job they ran again (which would stay failed), and a job's own MaxAttempts would give way to
+// the default.
 func (r *run) learnKeys(ctx context.Context) {
 	var ids []uint64
 	for id, j := range r.e.jobs {
@@ -133,28 +136,35 @@ func (r *run) learnKeys(ctx context.Context) {
 			ids = append(ids, id)
 		}
 	}
+	unknown := func(g *group, o *wire.Outcome) bool { return o.Key == "" || g.redriven && o.RedriveOf == 0 }
 	for _, g := range r.e.out.outcomes {
-		for _, o := range g.outcomes {
-			if o.Key == "" {
-				ids = append(ids, o.ID)
+		for i := range g.outcomes {
+			if unknown(g, &g.outcomes[i]) {
+				ids = append(ids, g.outcomes[i].ID)
 			}
 		}
 	}
 	if len(ids) == 0 {
 		return
 	}
-	keys := make(map[uint64]string, len(ids))
+	metas := make(map[uint64]*wire.JobMeta, len(ids))
 	for _, j := range r.readJobs(ctx, ids) {
 		if j == nil {
 			continue // gone: the job fails when it is next released, as any other
 		}
-		keys[j.ID] = j.Meta.Key
+		metas[j.ID] = &j.Meta
 		r.e.learn(j.ID, &j.Meta)
 	}
 	for _, g := range r.e.out.outcomes {
 		for i := range g.outcomes {
-			if o := &g.outcomes[i]; o.Key == "" {
-				o.Key = keys[o.ID]
+			o := &g.outcomes[i]
+			m := metas[o.ID]
+			if m == nil || !unknown(g, o) {
+				continue
+			}
+			o.Key = cmp.Or(o.Key, m.Key)
+			if g.redriven {
+				o.RedriveOf = m.RedriveOf
 			}
 		}
 	}
