@@ -51,7 +51,9 @@ func (r *run) reconcileLost(ctx context.Context) {
 				r.lostMu.Unlock()
 			}()
 			if err := r.takeBackLost(ctx, key); err != nil && ctx.Err() == nil {
-				r.log.Warn().Err(err).Str("pool", key).Msg("take back work batches lost in delivery")
+				// Tried again at the next check: part of an outage, not a warning each time.
+				r.log.Debug().Err(err).Str("pool", key).Msg("take back work batches lost in delivery")
+				r.outage.Once("take back lost work of pool "+key, err, time.Now())
 			}
 		})
 	}
@@ -84,6 +86,13 @@ func (r *run) takeBackLost(ctx context.Context, pool string) error {
 	if err != nil {
 		return fmt.Errorf("look up %s: %w", stream, err)
 	}
+	batches, taken := 0, 0
+	defer func() {
+		if batches > 0 { // one line for them all: the system mends this by itself
+			r.log.Info().Str("pool", pool).Int("batches", batches).Int("jobs", taken).
+				Msg("work batches lost in delivery (the pool's workers hold nothing and run nothing): their jobs are released again")
+		}
+	}()
 	for _, m := range msgs {
 		jobs, err := wire.DecodeWork(m.Data)
 		wire.WorkProofs(m.Header, jobs)
@@ -96,8 +105,8 @@ func (r *run) takeBackLost(ctx context.Context, pool string) error {
 		if err := ws.DeleteMsg(ctx, m.Seq); err != nil {
 			return fmt.Errorf("delete work batch %d: %w", m.Seq, err)
 		}
-		r.log.Warn().Str("pool", pool).Uint64("seq", m.Seq).Int("jobs", len(jobs)).
-			Msg("work batch lost in delivery (the pool's workers hold nothing and run nothing): its jobs are released again")
+		batches, taken = batches+1, taken+len(jobs)
+		r.log.Debug().Str("pool", pool).Uint64("seq", m.Seq).Int("jobs", len(jobs)).Msg("work batch lost in delivery: its jobs are released again")
 	}
 	return nil
 }

@@ -601,11 +601,15 @@ func (c *completer) extendLeases() {
 	extend, lapsed := c.leases.due()
 	for _, b := range lapsed {
 		c.settle(b)
-		c.log.Warn().Stringer("lease", c.cfg.Lease).Msg("worker: a work batch's lease lapsed (was the process stopped or cut off from the server?); its jobs not started are left to the worker it is redelivered to")
+	}
+	if len(lapsed) > 0 { // one line for the batches that lapsed together
+		c.log.Warn().Stringer("lease", c.cfg.Lease).Int("batches", len(lapsed)).Msg("worker: work batches' leases lapsed (was the process stopped or cut off from the server?); their jobs not started are left to the worker they are redelivered to")
 	}
 	for _, e := range extend {
 		if err := e.b.msg.InProgress(c.leases.replyTo(e.token)); err != nil {
-			c.log.Warn().Err(err).Msg("worker: extend work batch lease")
+			// Sent again at the next third of the lease: part of an outage, if any.
+			c.log.Debug().Err(err).Msg("worker: extend work batch lease")
+			c.outage.Once("extend work batch lease", err, time.Now())
 		}
 	}
 }
