@@ -209,7 +209,8 @@ func (f *follower) watch() {
 		if last <= seen {
 			continue // idle, not stalled
 		}
-		f.log.Warn().Uint64("applied", seen).Uint64("stream_last", last).Stringer("idle", stallAfter).
+		// Mended here: one line at info (if the restart fails, the term ends with an error).
+		f.log.Info().Uint64("applied", seen).Uint64("stream_last", last).Stringer("idle", stallAfter).
 			Msg("reading the stream stalled: starting its consumer again after the last message applied")
 		if err := f.start(ctx, seen+1); err != nil && ctx.Err() == nil {
 			f.log.Error().Err(err).Msg("starting the stream's consumer again failed; the term ends")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -44,7 +45,9 @@ func (r *run) trimEvents(ctx context.Context) {
 			}
 		}()
 		if err := r.appendJournal(ctx, journal.Record{Kind: journal.KindEpoch, Epoch: epoch}); err != nil {
-			r.log.Warn().Err(err).Msg("trim: epoch record")
+			// The next trim tries again: part of an outage, not a warning each time.
+			r.log.Debug().Err(err).Msg("trim: epoch record")
+			r.outage.Once("trim EVENTS", err, time.Now())
 			low = 0
 			return
 		}
@@ -53,7 +56,8 @@ func (r *run) trimEvents(ctx context.Context) {
 			err = s.Purge(ctx, jetstream.WithPurgeSequence(low))
 		}
 		if err != nil {
-			r.log.Warn().Err(err).Msg("trim: purge EVENTS")
+			r.log.Debug().Err(err).Msg("trim: purge EVENTS")
+			r.outage.Once("trim EVENTS", err, time.Now())
 			low = 0
 		}
 	})

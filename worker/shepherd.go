@@ -650,7 +650,13 @@ func (s *shepherd) onRepaired(r repairResult) {
 	s.repairing = false
 	if r.err != nil {
 		if !s.draining {
-			s.log.Warn().Err(r.err).Msg("worker: re-create consumer")
+			// The next failed pull repairs again: part of the pulls' outage.
+			s.log.Debug().Err(r.err).Msg("worker: re-create consumer")
+			if s.pullsFailing {
+				s.pullOutage.Again(r.err)
+			} else {
+				s.pullOutage.Once("re-create consumer", r.err, time.Now())
+			}
 		}
 		return
 	}

@@ -120,19 +120,27 @@ func (f *connFlags) connect(ctx context.Context, name string, longRunning bool, 
 		opts = append(opts, nats.CustomInboxPrefix(f.inbox))
 	}
 	connected := make(chan struct{})
+	var disconnectedAt time.Time // written and read by the client's handlers, one goroutine
 	if longRunning {
 		opts = append(opts,
 			nats.MaxReconnects(-1),
 			nats.RetryOnFailedConnect(true),
 			// Called only when the first connection succeeds after a failed attempt.
 			nats.ConnectHandler(func(*nats.Conn) { close(connected) }),
+			// A lost connection that the client mends is logged at info, when it is lost and
+			// when it is back (the client calls both handlers from one goroutine).
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 				if err != nil { // nil: we closed the connection
-					log.Warn().Err(err).Msg("disconnected from NATS")
+					disconnectedAt = time.Now()
+					log.Info().Err(err).Msg("disconnected from NATS; reconnecting")
 				}
 			}),
 			nats.ReconnectHandler(func(nc *nats.Conn) {
-				log.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("reconnected to NATS")
+				e := log.Info().Str("url", nc.ConnectedUrlRedacted())
+				if !disconnectedAt.IsZero() {
+					e = e.Stringer("after", time.Since(disconnectedAt).Round(time.Millisecond))
+				}
+				e.Msg("reconnected to NATS")
 			}),
 		)
 	}
