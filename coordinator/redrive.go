@@ -196,6 +196,7 @@ func (e *engine) redriveCompleted(id string) {
 
 // redriveEnded is told that an accepted request was refused before its open was published.
 func (e *engine) redriveEnded(end redriveEnd) {
+	e.stats.Refused++ // like a refusal decided on the loop
 	if e.rd.starting[end.group] == end.req {
 		delete(e.rd.starting, end.group)
 	}

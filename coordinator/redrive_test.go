@@ -84,9 +84,18 @@ func TestRedriveDecision(t *testing.T) {
 	// the earlier one's failed jobs to run again: every retained incarnation is read.
 	e.retain("twice", 100, 101, true, 102, te.now)
 	e.retain("twice", 110, 111, false, 112, te.now)
-	ask("twice")
+	twice := ask("twice")
 	if got := takeRedrives(e); len(got) != 1 || got[0].refuse != nil || !slices.Equal(got[0].prevOpens, []uint64{110, 100}) || got[0].prevSummary != 111 {
 		t.Fatalf("decisions %+v, want the acceptance over incarnations 110 and 100", got)
+	}
+
+	// Every refusal of a redrive counts as refused, not as rejected input: the five decided
+	// here, and one the publication decides (every failed job ran again and succeeded, say).
+	// The one rejection is the producer's open of a group being redriven.
+	refused := e.stats.Refused
+	e.redriveEnded(redriveEnd{group: "twice", req: twice})
+	if refused != 5 || e.stats.Refused != 6 || e.stats.Rejected != 1 {
+		t.Fatalf("%d refused (then %d after a late refusal), %d rejected; want 5, 6 and 1", refused, e.stats.Refused, e.stats.Rejected)
 	}
 }
 
