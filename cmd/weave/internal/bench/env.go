@@ -39,6 +39,10 @@ type Env struct {
 	// Progress receives a line per step of a scenario. Nil: none.
 	Progress io.Writer
 
+	// Replicas is the replicas of every stream the scenarios create (the namespace's, through
+	// the coordinator, and the references'): 0 or 1 for a single server, 3 on a cluster.
+	Replicas int
+
 	// ChildCommand, if set, runs each scale measurement in a fresh process, so that its heap
 	// holds nothing but that measurement's deployment: the command (program and arguments) that
 	// runs RunScaleChild with the next argument as its spec, as weave bench --scale-child does.
@@ -74,6 +78,7 @@ func (e *Env) External() bool { return e.Dial != nil }
 // connections and the components started in it.
 type deployment struct {
 	*inproc.Deployment
+	replicas int // Env.Replicas
 }
 
 // benchAlarms is the coordinators' alarm configuration in every scenario: the scenarios publish
@@ -86,14 +91,23 @@ func benchAlarms(cfg coordinator.Config) coordinator.Config {
 	return cfg
 }
 
-// Coordinator starts a coordinator (see inproc.Deployment.Coordinator) with benchAlarms.
+// Coordinator starts a coordinator (see inproc.Deployment.Coordinator) with benchAlarms and the
+// deployment's replicas.
 func (d *deployment) Coordinator(cfg coordinator.Config) error {
-	return d.Deployment.Coordinator(benchAlarms(cfg))
+	return d.Deployment.Coordinator(d.config(cfg))
 }
 
-// StartCoordinator starts a coordinator (see inproc.Deployment.StartCoordinator) with benchAlarms.
+// StartCoordinator starts a coordinator (see inproc.Deployment.StartCoordinator) with benchAlarms
+// and the deployment's replicas.
 func (d *deployment) StartCoordinator(cfg coordinator.Config) (*inproc.Service, error) {
-	return d.Deployment.StartCoordinator(benchAlarms(cfg))
+	return d.Deployment.StartCoordinator(d.config(cfg))
+}
+
+func (d *deployment) config(cfg coordinator.Config) coordinator.Config {
+	if cfg.Streams.Replicas == 0 {
+		cfg.Streams.Replicas = d.replicas
+	}
+	return benchAlarms(cfg)
 }
 
 func randomHex(n int) string {
@@ -124,7 +138,7 @@ func (e *Env) deploy(ctx context.Context, tag string) (*deployment, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &deployment{d}, nil
+	return &deployment{Deployment: d, replicas: e.Replicas}, nil
 }
 
 // lastClose is when a deployment of this process last closed (UnixNano).
