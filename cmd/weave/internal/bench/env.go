@@ -43,10 +43,11 @@ type Env struct {
 	// the coordinator, and the references'): 0 or 1 for a single server, 3 on a cluster.
 	Replicas int
 
-	// ChildCommand, if set, runs each scale measurement in a fresh process, so that its heap
-	// holds nothing but that measurement's deployment: the command (program and arguments) that
-	// runs RunScaleChild with the next argument as its spec, as weave bench --scale-child does.
-	// Nil: the measurements run in this process.
+	// ChildCommand, if set, runs the measurements that must be apart from this process in a
+	// fresh one: each scale measurement (so that its heap holds nothing but that deployment) and
+	// the fleet scenario's idle coordinator (so that its CPU is not the workers'). It is the
+	// command (program and arguments) that runs RunChild with the next argument as its spec and
+	// its standard input and output, as weave bench --child does. Nil: they run in this process.
 	ChildCommand []string
 	// ChildEnv is added to this process's environment for the child processes (secrets that
 	// should not appear on a command line).
