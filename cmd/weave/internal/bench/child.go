@@ -16,7 +16,7 @@ import (
 type childSpec struct {
 	Replicas int             `json:"replicas,omitempty"` // Env.Replicas
 	Scale    *scaleChildSpec `json:"scale,omitempty"`
-	Idle  *idleChildSpec  `json:"idle,omitempty"`
+	Idle     *idleChildSpec  `json:"idle,omitempty"`
 }
 
 // RunChild is a child process's side of a measurement isolated from the parent (see
