@@ -122,6 +122,7 @@ func minRatio(sh Shape) float64 {
 type ThroughputResult struct {
 	Config   ThroughputConfig `json:"config"`
 	Embedded bool             `json:"embedded_server"`
+	Replicas int              `json:"replicas"`
 	Fleets   []FleetResult    `json:"fleets"`
 	Checks   []Check          `json:"checks"`
 }
@@ -173,7 +174,7 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (*Throug
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	res := &ThroughputResult{Config: cfg, Embedded: !env.External()}
+	res := &ThroughputResult{Config: cfg, Embedded: !env.External(), Replicas: max(env.Replicas, 1)}
 	for _, sh := range cfg.Shapes {
 		f, err := runFleet(ctx, env, "throughput", cfg, sh, Shape{})
 		if err != nil {
@@ -357,6 +358,9 @@ func (r *ThroughputResult) Section() Section {
 		s.Notes = append(s.Notes, "CPU is the whole process's (getrusage): the embedded NATS server, coordinator, workers and dispatcher together.")
 	} else {
 		s.Notes = append(s.Notes, "CPU is this process's (getrusage): coordinator, workers and dispatcher; the external server's CPU is not included.")
+	}
+	if r.Replicas > 1 {
+		s.Notes = append(s.Notes, fmt.Sprintf("Every stream, Weave's and the reference's, has %d replicas.", r.Replicas))
 	}
 	rss := "Peak RSS is VmHWM, reset before each Weave run"
 	if slices.ContainsFunc(r.Fleets, func(f FleetResult) bool { return f.PeakRSSSinceStart }) {
