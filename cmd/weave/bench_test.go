@@ -21,6 +21,11 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "scale", "--scale-sizes", "10"}, "at least 100"},
 		{[]string{"bench", "--namespace", "a-namespace-prefix-too-long"}, "at most 18"},
 		{[]string{"bench", "--namespace", "bad.prefix"}, "--namespace"},
+		{[]string{"bench", "fleet", "--fleet-parts", "workers,nope"}, `unknown part "nope"`},
+		{[]string{"bench", "fleet", "--fleet-submitters", "0"}, "submitters 1..20000"},
+		{[]string{"bench", "fleet", "--fleet-shapes", "4by8"}, "want workers x slots"},
+		{[]string{"bench", "throughput", "--shapes", "0x8"}, "must be positive"},
+		{[]string{"bench", "throughput", "--replicas", "7"}, "--replicas is 7"},
 	} {
 		code, out, errOut := runCLI(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(out+errOut, tc.want) {
