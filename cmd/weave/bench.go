@@ -256,7 +256,7 @@ there, every stream (Weave's and the references') at 3 replicas.`,
 	f.DurationVar(&cfg.Fleet.Duration, "fleet-duration", 0, "fleet: submission time per count of submitters and side (default 6s)")
 	f.Var(shapesValue{&cfg.Fleet.Shapes}, "fleet-shapes", "fleet: the worker fleets, workers x slots (default 8x8,50x8,200x4,500x2,1000x1)")
 	f.IntVar(&cfg.Fleet.Jobs, "fleet-jobs", 0, "fleet: no-op jobs per round and fleet (default 20,000)")
-	f.IntVar(&cfg.Fleet.Rounds, "fleet-rounds", 0, "fleet: rounds per worker fleet (default 2)")
+	f.IntVar(&cfg.Fleet.Rounds, "fleet-rounds", 0, "fleet: rounds per worker fleet (default 3)")
 	f.IntVar(&cfg.Fleet.IdleWorkers, "fleet-idle-workers", 0, "fleet: workers of one slot in the idle fleet (default 1,000)")
 	f.DurationVar(&cfg.Fleet.Idle, "fleet-idle", 0, "fleet: the idle fleet's measured window (default 10s)")
 	f.IntVar(&cfg.Latency.Rate, "rate", 1000, "latency: jobs submitted per second")

@@ -33,7 +33,7 @@ type FleetConfig struct {
 	Shapes []Shape `json:"shapes"` // default DefaultFleetShapes
 	Jobs   int     `json:"jobs"`   // per round; default 20,000
 	Groups int     `json:"groups"` // the jobs' groups (log-uniform sizes); default 200
-	Rounds int     `json:"rounds"` // default 2
+	Rounds int     `json:"rounds"` // default 3
 
 	// Idle: IdleWorkers workers of one slot and no job for Idle.
 	IdleWorkers int           `json:"idle_workers"` // default 1,000
@@ -60,7 +60,7 @@ func (c *FleetConfig) defaults() error {
 	setDefault(&c.SubmitFleet, Shape{4, 8})
 	setDefault(&c.Jobs, 20_000)
 	setDefault(&c.Groups, 200)
-	setDefault(&c.Rounds, 2)
+	setDefault(&c.Rounds, 3)
 	setDefault(&c.IdleWorkers, 1000)
 	setDefault(&c.Idle, 10*time.Second)
 	for _, n := range c.Submitters {
@@ -153,15 +153,25 @@ func RunFleet(ctx context.Context, env *Env, cfg FleetConfig) (*FleetScenarioRes
 		for _, n := range cfg.Submitters {
 			s, err := runSubmitters(ctx, env, cfg, n)
 			if err != nil {
-				return nil, fmt.Errorf("%d submitters: %w", n, err)
+				// A count that breaks Weave (a coordinator that loses its lease under the load)
+				// is a result, not a reason to lose the other counts'.
+				if ctx.Err() != nil {
+					return nil, err
+				}
+				env.progressf("fleet: %s submitters: failed: %v", count(n), err)
+				if s == nil {
+					s = &SubmittersResult{Submitters: n}
+				}
+				s.Error = err.Error()
 			}
 			res.Submitters = append(res.Submitters, *s)
 		}
-		base := res.Submitters[0]
-		for i := range res.Submitters {
-			s := &res.Submitters[i]
-			s.WeaveCPUGrowth = s.Weave.CPUPerJob / max(base.Weave.CPUPerJob, 1e-9)
-			s.RawCPUGrowth = s.Raw.CPUPerJob / max(base.Raw.CPUPerJob, 1e-9)
+		if base := res.Submitters[0]; base.Error == "" && base.Weave.CPUPerJob > 0 {
+			for i := range res.Submitters {
+				s := &res.Submitters[i]
+				s.WeaveCPUGrowth = s.Weave.CPUPerJob / base.Weave.CPUPerJob
+				s.RawCPUGrowth = s.Raw.CPUPerJob / max(base.Raw.CPUPerJob, 1e-9)
+			}
 		}
 	}
 	if cfg.runs("workers") {
@@ -200,10 +210,16 @@ func (r *FleetScenarioResult) checks() []Check {
 			continue
 		}
 		n := count(s.Submitters)
+		if s.Error != "" {
+			cs = append(cs, Check{Name: n + " submitters: the run completes", Target: "no error", Measured: "failed", Value: 1})
+		}
+		if s.Weave.SubmitSeen.N == 0 {
+			continue
+		}
 		cs = append(cs,
 			atMost(n+" submitters: submit → outcome p50 (ms)", s.Weave.SubmitSeen.P50, maxSubmitP50, "%.2f"),
 			atMost(n+" submitters: submit → outcome p99 (ms)", s.Weave.SubmitSeen.P99, maxSubmitP99, "%.2f"))
-		if s.Weave.CPUPerJob > 0 {
+		if s.WeaveCPUGrowth > 0 {
 			cs = append(cs, atMost(fmt.Sprintf("%s submitters: CPU per job ÷ with %s", n, base), s.WeaveCPUGrowth, maxSubmitCPUGrowth, ratioFormat))
 		}
 	}
@@ -293,6 +309,11 @@ func (r *FleetScenarioResult) Section() Section {
 
 func (r *FleetScenarioResult) notes() []string {
 	var ns []string
+	for _, s := range r.Submitters {
+		if s.Error != "" {
+			ns = append(ns, fmt.Sprintf("%s submitters: failed: %s", count(s.Submitters), s.Error))
+		}
+	}
 	if len(r.Submitters) > 0 {
 		ns = append(ns, "Submit → outcome runs from just before Submit (or the raw publish) to the outcome seen by the submitter's WaitJob (or the reply received); every component runs in this process, on one clock. Each submitter submits and waits for one job before the timing, so its subscriptions exist. CPU per job is the whole process's from the first submission to the last outcome, over the jobs. A job whose outcome was not seen in time counts as unfinished, its wait until then in the percentiles.")
 	}

@@ -29,6 +29,8 @@ type SubmittersResult struct {
 	// The CPU per job ÷ the same side's with the first count of submitters.
 	WeaveCPUGrowth float64 `json:"weave_cpu_growth"`
 	RawCPUGrowth   float64 `json:"raw_cpu_growth"`
+	// Error says why the run failed, if it did; what it measured before is kept.
+	Error string `json:"error,omitempty"`
 }
 
 // outcomeGrace bounds the wait for outcomes after the last submission: long enough for a

@@ -296,7 +296,7 @@ func TestFleetChecks(t *testing.T) {
 	r := &FleetScenarioResult{
 		Submitters: []SubmittersResult{
 			{Submitters: 1, Weave: SingleSide{CPUPerJob: 100}, WeaveCPUGrowth: 1},
-			{Submitters: 1000, Weave: SingleSide{CPUPerJob: 120, SubmitSeen: Quantiles{P50: 0.8, P99: 6}}, WeaveCPUGrowth: 1.2},
+			{Submitters: 1000, Weave: SingleSide{CPUPerJob: 120, SubmitSeen: Quantiles{N: 3000, P50: 0.8, P99: 6}}, WeaveCPUGrowth: 1.2},
 		},
 		Workers: []FleetResult{
 			{Shape: Shape{8, 8}, Ratio: 0.7, CPURatio: 2, WeaveCPUPer1000: 0.04, RawCPUPer1000: 0.02},
@@ -325,5 +325,10 @@ func TestFleetChecks(t *testing.T) {
 	r.Idle.Isolated = false
 	if n := len(r.checks()); n != len(want)-1 {
 		t.Errorf("%d checks with the idle fleet in one process, want %d: its figure includes the workers", n, len(want)-1)
+	}
+	// A count that failed misses a check of its own, beside the figures it measured, if any.
+	r.Submitters = append(r.Submitters, SubmittersResult{Submitters: 3000, Error: "coordinator lease lost"})
+	if cs := r.checks(); len(cs) != len(want) || cs[3].Name != "3,000 submitters: the run completes" || cs[3].Pass {
+		t.Errorf("checks with a failed count: %+v", cs)
 	}
 }
