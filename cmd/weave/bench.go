@@ -132,6 +132,9 @@ there, every stream (Weave's and the references') at 3 replicas.`,
 					return err
 				}
 				defer c.stop()
+				if _, ok := c.cpu(); ok {
+					env.ServerCPU = func() time.Duration { d, _ := c.cpu(); return d }
+				}
 				// As if given: the components and the child processes connect to the cluster.
 				if err := cmd.Flags().Set("nats", c.urls); err != nil {
 					return err

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/weavejobs/weave/internal/natscluster"
@@ -95,4 +97,50 @@ func (c *benchCluster) stop() {
 	if err := os.RemoveAll(c.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(os.Stderr, "bench: remove %s: %v\n", c.dir, err)
 	}
+}
+
+// cpu returns the CPU time (user and system) the cluster's processes have used so far, from
+// /proc/<pid>/stat, and false where that cannot be read (not Linux).
+func (c *benchCluster) cpu() (time.Duration, bool) {
+	var total time.Duration
+	for _, p := range c.procs {
+		d, ok := procCPU(p.Process.Pid)
+		if !ok {
+			return 0, false
+		}
+		total += d
+	}
+	return total, true
+}
+
+// clockTick is the unit of /proc/<pid>/stat's times: USER_HZ, 100 on every Linux platform Go
+// runs on (sysconf needs cgo).
+const clockTick = 10 * time.Millisecond
+
+// procCPU reads a process's utime + stime from /proc/<pid>/stat.
+func procCPU(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	return statCPU(b)
+}
+
+// statCPU reads utime + stime from the contents of a /proc/<pid>/stat file.
+func statCPU(b []byte) (time.Duration, bool) {
+	// The command name, in parentheses, may hold spaces: the fields count from the last ")".
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseUint(f[11], 10, 64) // field 14
+	stime, err2 := strconv.ParseUint(f[12], 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * clockTick, true
 }

@@ -39,6 +39,12 @@ type Env struct {
 	// Progress receives a line per step of a scenario. Nil: none.
 	Progress io.Writer
 
+	// ServerCPU, if set, returns the CPU time the external server's processes have used so far
+	// (a cluster the bench started itself), so that the throughput and fleet scenarios count it
+	// with this process's, as they do an embedded server's. Nil: an external server's CPU is not
+	// counted.
+	ServerCPU func() time.Duration
+
 	// Replicas is the replicas of every stream the scenarios create (the namespace's, through
 	// the coordinator, and the references'): 0 or 1 for a single server, 3 on a cluster.
 	Replicas int
@@ -71,6 +77,19 @@ func (e *Env) Validate() error {
 	}
 	return nil
 }
+
+// cpu returns the CPU time used so far by this process and, where Env.ServerCPU knows it, the
+// external server's processes.
+func (e *Env) cpu() time.Duration {
+	if e.ServerCPU != nil {
+		return processCPU() + e.ServerCPU()
+	}
+	return processCPU()
+}
+
+// serverCPUCounted reports whether the CPU figures include the server's: embedded, or external
+// with Env.ServerCPU.
+func (e *Env) serverCPUCounted() bool { return !e.External() || e.ServerCPU != nil }
 
 // External reports whether the scenarios run on an external server.
 func (e *Env) External() bool { return e.Dial != nil }

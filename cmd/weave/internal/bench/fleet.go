@@ -105,6 +105,9 @@ type FleetScenarioResult struct {
 	Config   FleetConfig `json:"config"`
 	Embedded bool        `json:"embedded_server"`
 	Replicas int         `json:"replicas"`
+	// ServerCPU: the CPU figures include the server's (embedded, or the processes of a cluster
+	// the bench started).
+	ServerCPU bool `json:"server_cpu_counted"`
 	// FDLimit is the process's limit on open files during the scenario; FDRaisedFrom, if not 0,
 	// the limit before the scenario raised it (setrlimit) to fit its connections.
 	FDLimit      uint64 `json:"fd_limit"`
@@ -127,7 +130,7 @@ func RunFleet(ctx context.Context, env *Env, cfg FleetConfig) (*FleetScenarioRes
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	res := &FleetScenarioResult{Config: cfg, Embedded: !env.External(), Replicas: max(env.Replicas, 1)}
+	res := &FleetScenarioResult{Config: cfg, Embedded: !env.External(), Replicas: max(env.Replicas, 1), ServerCPU: env.serverCPUCounted()}
 	// Each connection holds a descriptor here and, on the embedded server, another: the largest
 	// count of submitters or of workers on both sides, with room for the rest.
 	need := 64
@@ -317,9 +320,12 @@ func (r *FleetScenarioResult) notes() []string {
 	if len(r.Submitters) > 0 {
 		ns = append(ns, "Submit → outcome runs from just before Submit (or the raw publish) to the outcome seen by the submitter's WaitJob (or the reply received); every component runs in this process, on one clock. Each submitter submits and waits for one job before the timing, so its subscriptions exist. CPU per job is the whole process's from the first submission to the last outcome, over the jobs. A job whose outcome was not seen in time counts as unfinished, its wait until then in the percentiles.")
 	}
-	if r.Embedded {
+	switch {
+	case r.Embedded:
 		ns = append(ns, "CPU is the whole process's (getrusage): the embedded NATS server and every component.")
-	} else {
+	case r.ServerCPU:
+		ns = append(ns, "CPU is this process's (getrusage) plus the cluster's nats-server processes' (/proc).")
+	default:
 		ns = append(ns, "CPU is this process's (getrusage): the server's is not included.")
 	}
 	if r.Replicas > 1 {
@@ -334,8 +340,10 @@ func (r *FleetScenarioResult) notes() []string {
 		switch {
 		case !i.Isolated:
 			ns = append(ns, "Idle: the coordinator, the server and the workers ran in this process, so the figure is theirs together and no target is checked (weave bench runs the coordinator and the server in a child process).")
-		case i.ServerIncluded:
+		case i.ServerIncluded && r.Embedded:
 			ns = append(ns, "Idle: the coordinator and the embedded server ran in a child process of their own, measured by its own getrusage; the workers ran in this one.")
+		case i.ServerIncluded:
+			ns = append(ns, "Idle: the coordinator ran in a child process of its own, measured by its own getrusage, and the cluster's nats-server processes' CPU over the same window (/proc) is added to it; the workers ran in this process.")
 		default:
 			ns = append(ns, "Idle: the coordinator ran in a child process of its own, measured by its own getrusage; the server is external, its CPU not included.")
 		}

@@ -24,7 +24,8 @@ type IdleFleetResult struct {
 	// own, so ServerCPUPct is theirs alone and WorkersCPUPct the workers' process's. Otherwise
 	// everything ran in this process and ServerCPUPct is the whole process's.
 	Isolated bool `json:"isolated"`
-	// ServerIncluded: the server ran in the measured process (embedded).
+	// ServerIncluded: the server's CPU is in ServerCPUPct: it ran in the measured process
+	// (embedded), or Env.ServerCPU measured its processes over the window.
 	ServerIncluded bool    `json:"server_included"`
 	ServerCPUPct   float64 `json:"coordinator_server_cpu_pct_of_core"`
 	WorkersCPUPct  float64 `json:"workers_cpu_pct_of_core"`
@@ -51,7 +52,7 @@ type idleChildWindow struct {
 // (with the embedded server) runs in a child process when Env.ChildCommand is set, else all run
 // in this process.
 func runIdleFleet(ctx context.Context, env *Env, cfg FleetConfig) (*IdleFleetResult, error) {
-	res := &IdleFleetResult{Workers: cfg.IdleWorkers, Isolated: len(env.ChildCommand) > 0, ServerIncluded: !env.External()}
+	res := &IdleFleetResult{Workers: cfg.IdleWorkers, Isolated: len(env.ChildCommand) > 0, ServerIncluded: env.serverCPUCounted()}
 	if !res.Isolated {
 		d, err := env.deploy(ctx, "idle")
 		if err != nil {
@@ -62,12 +63,12 @@ func runIdleFleet(ctx context.Context, env *Env, cfg FleetConfig) (*IdleFleetRes
 		}
 		settle := max(idleStartup, idleSettle-closedAgo())
 		err = idleWorkers(ctx, env, d.Deployment, cfg, settle, func() error {
-			cpu0, t0 := processCPU(), time.Now()
+			cpu0, t0 := env.cpu(), time.Now()
 			if err := sleepCtx(ctx, cfg.Idle); err != nil {
 				return err
 			}
 			res.Seconds = time.Since(t0).Seconds()
-			res.ServerCPUPct = 100 * (processCPU() - cpu0).Seconds() / res.Seconds
+			res.ServerCPUPct = 100 * (env.cpu() - cpu0).Seconds() / res.Seconds
 			return nil
 		})
 		d.closeInto(&err)
@@ -94,6 +95,10 @@ func runIdleFleet(ctx context.Context, env *Env, cfg FleetConfig) (*IdleFleetRes
 				return err
 			}
 			cpu0, t0 := processCPU(), time.Now()
+			var server0 time.Duration
+			if env.ServerCPU != nil {
+				server0 = env.ServerCPU()
+			}
 			if err := sleepCtx(ctx, cfg.Idle); err != nil {
 				return err
 			}
@@ -101,12 +106,16 @@ func runIdleFleet(ctx context.Context, env *Env, cfg FleetConfig) (*IdleFleetRes
 				return err
 			}
 			cpu, wall := processCPU()-cpu0, time.Since(t0)
+			var server time.Duration
+			if env.ServerCPU != nil {
+				server = env.ServerCPU() - server0
+			}
 			var w idleChildWindow
 			if err := c.read(&w); err != nil {
 				return err
 			}
 			res.Seconds = w.Seconds
-			res.ServerCPUPct = 100 * w.CPUSeconds / w.Seconds
+			res.ServerCPUPct = 100 * (w.CPUSeconds + server.Seconds()) / w.Seconds
 			res.WorkersCPUPct = 100 * cpu.Seconds() / wall.Seconds()
 			return nil
 		})

@@ -88,13 +88,13 @@ func runSubmitters(ctx context.Context, env *Env, cfg FleetConfig, n int) (res *
 		return nil, fmt.Errorf("warm-up: %w", err)
 	}
 	env.progressf("fleet: %s submitters: %s single jobs at %s jobs/s", count(n), count(jobs), count(cfg.Rate))
-	cpu0, t0 := processCPU(), time.Now()
+	cpu0, t0 := env.cpu(), time.Now()
 	if err := submitWeave(ctx, disps, jobs, cfg.Rate, wl); err != nil {
 		return nil, err
 	}
 	res.WeaveSeconds = time.Since(t0).Seconds()
 	res.Weave = wl.side()
-	res.Weave.CPUPerJob = perJobMicros(processCPU()-cpu0, jobs)
+	res.Weave.CPUPerJob = perJobMicros(env.cpu()-cpu0, jobs)
 	res.Unfinished = jobs - wl.seenCount()
 	for i := range disps {
 		disps[i].Close()
@@ -276,8 +276,8 @@ func rawSubmitters(ctx context.Context, env *Env, d *deployment, n int, fleet Sh
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	cpu0 := processCPU()
-	defer func() { *cpu = processCPU() - cpu0 }()
+	cpu0 := env.cpu()
+	defer func() { *cpu = env.cpu() - cpu0 }()
 	openLoop(ctx, jobs, rate, func(i int) {
 		p, at := stamp(i)
 		l.mu.Lock()

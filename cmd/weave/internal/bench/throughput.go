@@ -123,8 +123,11 @@ type ThroughputResult struct {
 	Config   ThroughputConfig `json:"config"`
 	Embedded bool             `json:"embedded_server"`
 	Replicas int              `json:"replicas"`
-	Fleets   []FleetResult    `json:"fleets"`
-	Checks   []Check          `json:"checks"`
+	// ServerCPU: the CPU figures include the server's (embedded, or the processes of a cluster
+	// the bench started).
+	ServerCPU bool          `json:"server_cpu_counted"`
+	Fleets    []FleetResult `json:"fleets"`
+	Checks    []Check       `json:"checks"`
 }
 
 // FleetResult is what the throughput scenario measured with one fleet.
@@ -174,7 +177,7 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (*Throug
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	res := &ThroughputResult{Config: cfg, Embedded: !env.External(), Replicas: max(env.Replicas, 1)}
+	res := &ThroughputResult{Config: cfg, Embedded: !env.External(), Replicas: max(env.Replicas, 1), ServerCPU: env.serverCPUCounted()}
 	for _, sh := range cfg.Shapes {
 		f, err := runFleet(ctx, env, "throughput", cfg, sh, Shape{})
 		if err != nil {
@@ -246,11 +249,11 @@ func runFleet(ctx context.Context, env *Env, scenario string, cfg ThroughputConf
 			if err != nil {
 				return err
 			}
-			os0, cpu0, start := readOSCounts(), processCPU(), time.Now()
+			os0, cpu0, start := readOSCounts(), env.cpu(), time.Now()
 			if err := publishAndWait(ctx, disp, fmt.Sprint("r", round, "-"), sizes, payload); err != nil {
 				return err
 			}
-			took, cpu := time.Since(start), processCPU()-cpu0
+			took, cpu := time.Since(start), env.cpu()-cpu0
 			weaveOS = weaveOS.plus(readOSCounts().minus(os0))
 			ran := time.Unix(0, lastRun.Load()).Sub(start)
 			res.PeakRSSBytes = max(res.PeakRSSBytes, peakRSS())
@@ -267,12 +270,12 @@ func runFleet(ctx context.Context, env *Env, scenario string, cfg ThroughputConf
 			return nil
 		}
 		raw := func() error {
-			os0, cpu0 := readOSCounts(), processCPU()
+			os0, cpu0 := readOSCounts(), env.cpu()
 			took, err := ref.run(ctx, cfg.Jobs, payload)
 			if err != nil {
 				return fmt.Errorf("raw JetStream reference: %w", err)
 			}
-			cpu := processCPU() - cpu0
+			cpu := env.cpu() - cpu0
 			rawOS = rawOS.plus(readOSCounts().minus(os0))
 			r.RawSeconds, r.RawCPUSeconds = took.Seconds(), cpu.Seconds()
 			rawTime, rawCPU = rawTime+took, rawCPU+cpu
@@ -354,9 +357,12 @@ func (r *ThroughputResult) Section() Section {
 	}
 	s.Tables = []Table{rates, also}
 	s.Notes = append(s.Notes, "Weave is timed from the first Publish to every group's summary received (handlers only: to the last handler call); raw JetStream from the first async publish to the last ack flushed (one work-queue stream, file storage, one pull consumer).")
-	if r.Embedded {
+	switch {
+	case r.Embedded:
 		s.Notes = append(s.Notes, "CPU is the whole process's (getrusage): the embedded NATS server, coordinator, workers and dispatcher together.")
-	} else {
+	case r.ServerCPU:
+		s.Notes = append(s.Notes, "CPU is this process's (getrusage: coordinator, workers and dispatcher) plus the cluster's nats-server processes' (/proc).")
+	default:
 		s.Notes = append(s.Notes, "CPU is this process's (getrusage): coordinator, workers and dispatcher; the external server's CPU is not included.")
 	}
 	if r.Replicas > 1 {
