@@ -51,7 +51,8 @@ func newBenchCmd(g *globals) *cobra.Command {
 the same run where one exists (the machine may be shared and noisy: ratios matter more than
 absolute rates), and prints each scenario's numbers, its target and PASS or MISS.
 
-Scenarios (all of them, in this order, when none is named; each takes well under a minute):
+Scenarios (all of them, in this order, when none is named; each takes well under a minute but
+fleet, about five):
 
   throughput  no-op jobs end to end with 1 × 64, 1 × 8, 4 × 8 and 16 × 4 workers × slots, each
               against a raw JetStream work queue on the same server: throughput and CPU per job
