@@ -11,7 +11,7 @@ import (
 )
 
 // The alarms the coordinator raises (Alarm.Name, the last token of their subject, the alarm
-// label of weave_alarm_active). See README "Operating Weave".
+// label of weave_alarm_active). See docs/operating.md, "Alarms".
 const (
 	// AlarmFailedGrowth: at least AlarmConfig.FailedGrowth jobs ended failed within the window,
 	// a progressing outage (seed 001: explosive growth of FAILED).

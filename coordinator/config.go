@@ -137,7 +137,7 @@ type Config struct {
 	// wait until it has passed and go in one message; with more than 16 groups waiting, the wait
 	// stretches so that they share about 16 messages per OutcomeLinger (at most 1s: 1,000 groups
 	// running at once write each about every 0.6s). Groups interleave, so without it a busy
-	// coordinator stores about one outcome message per job (weave bench throughput). Below that
+	// coordinator stores about one outcome message per job. Below that
 	// load, and for a complete group (a single job, the last jobs before Handle.Wait returns),
 	// outcomes are written at once; WaitJob, WaitKey and Outcomes on a group of a busy
 	// coordinator see them up to this much later (or the stretched wait). Default 10ms; negative
@@ -154,7 +154,7 @@ type Config struct {
 	// coordinator applies to finished groups whoever created the streams.
 	Streams StreamOptions
 
-	// Alarms holds the alarms' thresholds (see AlarmConfig and README "Operating Weave").
+	// Alarms holds the alarms' thresholds (see AlarmConfig and docs/operating.md, "Alarms").
 	Alarms AlarmConfig
 
 	// now is the clock; tests replace it.

@@ -20,11 +20,10 @@ import (
 //
 // The deleter does not delete the newest message the loop has read from JOBS until a later one
 // is there (it goes with the next delete), or holdNewest has passed. Deleting the last message of the stream's last file-store
-// block makes the server replace that block (a new file, a tombstone, the old file removed):
-// with single jobs submitted 1,000 times a second, JOBS was empty after nearly every delete, and
-// those replacements were three quarters of a delete's cost and about a sixth of the process's
-// CPU (BENCHMARKS.md, session 12). At such rates the next message comes within a millisecond;
-// on a quiet stream the delete goes anyway, holdNewest later.
+// block makes the server replace that block (a new file, a tombstone, the old file removed),
+// and with a steady stream of single jobs JOBS would be empty after nearly every delete, making
+// the replacement most of a delete's cost. At such rates the next message comes within a
+// millisecond; on a quiet stream the delete goes anyway, holdNewest later.
 
 // jobDelete is a JOBS message to delete.
 type jobDelete struct {

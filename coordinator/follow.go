@@ -14,10 +14,10 @@ import (
 // LIMITS) with an ordered consumer, handing each message to the loop through a channel, and mends the
 // read when it stops delivering.
 //
-// nats.go's ordered consumer re-creates itself after most failures, but not all: after a NATS
-// node was lost at the moment a pull failed with "no responders", the chaos test caught a feed
-// that never delivered again, with no error after the first (the coordinator then held a full
-// window of jobs it never heard end, and released nothing for minutes). So the follower watches
+// nats.go's ordered consumer re-creates itself after most failures, but not all: when a NATS
+// node is lost at the moment a pull fails with "no responders", a feed can stop delivering for
+// good, with no error after the first (the coordinator would then hold a full window of jobs it
+// never hears end, and release nothing). So the follower watches
 // its own progress: when the loop has applied nothing for followStallAfter (half a second in
 // the seconds after the connection reconnects, the consumer reports an error or a check fails)
 // although the stream holds messages past the last one applied and none wait in the channel, it

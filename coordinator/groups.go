@@ -27,6 +27,7 @@ type groupSet struct {
 // handed over (see run.writeOutcomes).
 type group struct {
 	id, tok   string
+	reply     string // its producer's reply token: where its outcomes are published (wire.Names.OutcomeSubjectTo)
 	openSeq   uint64 // the open message's sequence: the group's incarnation
 	idxKey    string // the group's name in the job index: ID and incarnation
 	lastSeq   uint64 // the sequence of its last message in JOBS: a purge stops there
@@ -94,6 +95,9 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 		// A producer publishing the group again, e.g. after a crash: its jobs join the
 		// open group (dedup by key drops those stored already).
 		e.log.Info().Str("group", c.Group).Msg("group opened again while open: resuming")
+		if c.Reply != "" {
+			g.reply = c.Reply // the producer publishing it now is the one alive to hear of it
+		}
 		e.heard(g)
 		return
 	case g != nil && !g.complete && !e.replaying():
@@ -105,7 +109,7 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	// yet; but an open still in the stream after a sealed incarnation is one the live
 	// coordinator accepted (it deletes those it refuses), so replay accepts it too and
 	// tracks both incarnations until the outcomes tell how far the older one got.
-	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1))}
+	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), reply: c.Reply, openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1))}
 	e.groups.byID[c.Group] = g
 	e.groups.incarnations[seq] = g
 	e.groups.arrival = append(e.groups.arrival, g)

@@ -80,10 +80,14 @@ func (c *Coordinator) prepare(ctx context.Context) error {
 		return err
 	}
 	for _, st := range sts {
-		switch {
-		case st.Created:
+		if st.Created {
 			c.cfg.Logger.Info().Str("stream", st.Name).Msg("stream created")
-		case len(st.Differences) > 0:
+			continue
+		}
+		if len(st.Upgraded) > 0 {
+			c.cfg.Logger.Info().Str("stream", st.Name).Strs("added", st.Upgraded).Msg("stream upgraded for this release")
+		}
+		if len(st.Differences) > 0 {
 			c.cfg.Logger.Warn().Str("stream", st.Name).Strs("differences", st.Differences).
 				Msg("stream exists with another configuration than this coordinator's; using it as it is")
 		}

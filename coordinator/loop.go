@@ -296,7 +296,7 @@ func (r *run) writeOutcomes(ctx context.Context, out *effects) {
 	for _, g := range out.summaries {
 		// A complete group's last outcomes go in its summary's message (a single job's one
 		// outcome, its summary: one message), or before it if they do not fit in one.
-		op := writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, purge: g.failed == 0, lastSeq: g.lastSeq, single: g.single()}
+		op := writeOp{g: g, gtok: g.tok, reply: g.reply, openSeq: g.openSeq, purge: g.failed == 0, lastSeq: g.lastSeq, single: g.single()}
 		if r.outcomesFitting(g.outcomes) < len(g.outcomes) {
 			r.writeGroupOutcomes(ctx, g, now)
 		} else if len(g.outcomes) > 0 {
@@ -321,7 +321,7 @@ func (r *run) writeGroupOutcomes(ctx context.Context, g *group, now time.Time) {
 	}
 	r.outcomeLoad(now)
 	r.outThis++
-	r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, openSeq: g.openSeq, outcomes: g.outcomes, evSeqs: g.outcomeSeqs})
+	r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, reply: g.reply, openSeq: g.openSeq, outcomes: g.outcomes, evSeqs: g.outcomeSeqs})
 	g.outcomes, g.outcomeSeqs, g.outcomesAt = nil, nil, now
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// Metrics (see README "Operating Weave").
+// Metrics (see docs/operating.md, "Metrics").
 //
 // Ownership: the engine's state belongs to the loop goroutine, so a scrape never reads it.
 // The loop counts on its own (loopMetrics: plain integers, no atomics on the per-job path) and,

@@ -22,15 +22,13 @@ import (
 // a read per pack, not per job.
 //
 // The cache is keyed by message, not by job: a backlog's jobs come in packs of up to
-// wire.MaxPack, so the map holds up to 32 times fewer entries. At a backlog of a million jobs the
-// cache is full (about 115,000 jobs in 32 MiB) of jobs far from release, and a map of one entry
-// per job spilled out of the processor's caches: its lookups, inserts and evictions took 10-15%
-// of a drain's CPU, against next to nothing with a backlog the cache holds whole.
+// wire.MaxPack, so the map holds up to 32 times fewer entries. At a large backlog the cache is
+// full of jobs far from release, and a map of one entry per job would spill out of the
+// processor's caches and make every lookup, insert and eviction a cache miss.
 //
 // Not one batch direct get by subject: for a batch the server counts the messages left on the
-// subject after the start, which on a large stream scans a whole message block per request.
-// Reading 5,000 jobs from a backlog of 1,000,000 spent 47% of the process's CPU there (95 µs per
-// job in all); a get by sequence is a lookup.
+// subject after the start, which on a large stream scans a whole message block per request and
+// would dominate a drain from a large backlog; a get by sequence is a lookup.
 type payloads struct {
 	get      *directget.Client
 	maxBytes int
@@ -67,8 +65,8 @@ const rankBuckets = 33
 // faster than they are released, and a cache that kept the latest admitted (oldest out) held
 // the backlog's tail, the last jobs to be released, while every release from the groups' heads
 // missed it and read the stream again. Ranked, the cache keeps the first jobs of every group,
-// the ones least in-flight releases next (bench scale: a drain of 50,000 jobs from 1,000,000
-// pending in 1,000 groups is then served from the cache, as from 10,000 pending).
+// the ones least in-flight releases next, so a drain from a backlog far larger than the cache
+// is served from the cache as one from a small backlog is.
 func rankBucket(ahead uint64) int { return min(bits.Len64(ahead), rankBuckets-1) }
 
 func newPayloads(get *directget.Client, maxBytes int) *payloads {

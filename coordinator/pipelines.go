@@ -212,6 +212,7 @@ func (r *run) notifyRequeue(ids []uint64) {
 type writeOp struct {
 	g        *group
 	gtok     string
+	reply    string // with outcomes: the producer's reply token they are published to
 	openSeq  uint64
 	outcomes []wire.Outcome
 	summary  *wire.GroupSummary // with outcomes: the group's last ones, in the summary's message
@@ -535,7 +536,7 @@ func (r *run) readMsgs(ctx context.Context, seqs []uint64) []*directget.Msg {
 }
 
 func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
-	m := nats.NewMsg(r.names.OutcomeSubject(op.gtok))
+	m := nats.NewMsg(r.names.OutcomeSubjectTo(op.gtok, op.reply))
 	m.Header.Set(wire.HdrGroupSeq, strconv.FormatUint(op.openSeq, 10))
 	m.Data = data
 	return m

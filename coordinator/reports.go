@@ -196,8 +196,7 @@ const busyWeight = 0.1
 // A group's share is a ratio of averages, average run time ÷ average cycle, as Little's law
 // has it, not an average of each job's ratio: cycles vary (queueing, report pacing), and since
 // 1/x is convex the average of ran/cycle overstates the share, most for short jobs, whose cycles
-// vary most relative to their run. That bias gave a group of 1 ms jobs about 1.87 of its 2 slots
-// in the fairness reference case.
+// vary most relative to their run, and short jobs' groups would get less than their fair share.
 func (e *engine) learnBusy(j *job, ran, waited time.Duration, now time.Time) {
 	cycle := now.Sub(j.since)
 	if j.since.IsZero() || cycle <= 0 {

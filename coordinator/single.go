@@ -21,7 +21,7 @@ func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stor
 		e.reject(subject, seq, "single job for group "+m.Group+", which is open or still running: a single job opens a group of its own")
 		return false
 	}
-	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen}, e.groups.byID[m.Group], stored)
+	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply}, e.groups.byID[m.Group], stored)
 	g := e.groups.byID[m.Group]
 	admitted := e.mayJoin(subject, seq, m.Group) && e.admit(subject, seq, j)
 	if !g.sealed {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
@@ -143,6 +144,9 @@ type Dispatcher struct {
 	names wire.Names
 	cfg   Config
 	log   zerolog.Logger
+	// reply is this Dispatcher's reply token: the coordinator publishes the outcomes of the
+	// groups it opens to it (wire.Names.OutcomeSubjectTo), and one subscription hears them all.
+	reply string
 
 	// slots is a counting semaphore of MaxPending: a publication puts a token in before each async
 	// publish and takes one out after settling its acknowledgement.
@@ -161,7 +165,12 @@ type Dispatcher struct {
 	sumWaiters map[string]map[*summaryWaiter]struct{}
 	jobWaiters map[string]*groupJobWaiters           // WaitJob and WaitKey calls by group token (see jobwait.go)
 	followers  map[string]map[chan struct{}]struct{} // Wait and Outcomes calls by group token (see follow)
-	sumClosed  bool
+	groupSubs  map[string]*groupSub                  // waits on groups another producer opened, by group token (see listen)
+	// subscribedGroups counts the groupSubs with a subscription of their own; allSub, the
+	// subscription to every outcome, replaces them past maxGroupSubs.
+	subscribedGroups int
+	allSub           *nats.Subscription
+	sumClosed        bool
 	// recent holds what the subscription last delivered of the latest groups, by group token,
 	// for a waiter registered just after a message of its group went by (see recentGroups).
 	recent      map[string]*lastSeen
@@ -173,8 +182,7 @@ type Dispatcher struct {
 	// results and jobs read the RESULTS and JOBS streams with direct gets for every wait, check
 	// and scan of this Dispatcher, so they share one reply subscription each instead of opening
 	// one per read: a subscription and its removal change the server's subject index and drop
-	// its match cache, which cost about a tenth of the process's CPU when every Publish opened
-	// one to read its group's control messages (500 groups of 40 jobs, 1 worker × 64 slots).
+	// its match cache, a cost every Publish of a small group would otherwise pay.
 	results *directget.Client
 	jobs    *directget.Client
 
@@ -243,6 +251,7 @@ func New(nc *nats.Conn, cfg Config) (*Dispatcher, error) {
 		names:   names,
 		cfg:     cfg,
 		log:     cfg.Logger.With().Str("component", "dispatcher").Str("namespace", cfg.Namespace).Logger(),
+		reply:   nuid.Next(),
 		slots:   make(chan struct{}, cfg.MaxPending),
 		results: directget.New(nc, names.ResultsStream()),
 		jobs:    directget.New(nc, names.JobsStream()),

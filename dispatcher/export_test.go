@@ -7,3 +7,7 @@ func SetWaitHook(d *Dispatcher, f func()) { d.waitHook = f }
 // SkipRunningCheck makes Publish skip its check for a sealed running incarnation, for tests that
 // stand in for a coordinator which accepted a second incarnation.
 func SkipRunningCheck(d *Dispatcher) { d.skipRunningCheck = true }
+
+// ReplyToken returns the Dispatcher's reply token, for tests that stand in for the coordinator
+// publishing a group's outcomes to the producer that opened it.
+func ReplyToken(d *Dispatcher) string { return d.reply }

@@ -100,6 +100,10 @@ type Handle struct {
 	// submitted is the shared outcome subscription's state just before Submit stored the job,
 	// if it was live then (see outcomeMark); zero otherwise.
 	submitted outcomeMark
+	// own is set when this Dispatcher opened the Handle's incarnation (Publish, Submit): its
+	// outcomes come to the Dispatcher's reply token. Other Handles listen to their group's
+	// subjects (see listen).
+	own bool
 }
 
 // Attach returns a Handle for a group published earlier, possibly by another process, for example
@@ -379,12 +383,12 @@ func (h *Handle) follow(ctx context.Context, each func(JobOutcome) bool, bad fun
 		return nil, err
 	}
 	sig := make(chan struct{}, 1)
-	registered, recent, err := h.d.watchGroup(h.gtok, sig)
+	registered, recent, err := h.d.watchGroup(h.gtok, h.own, sig)
 	if err != nil {
 		return nil, err
 	}
 	if registered {
-		defer h.d.unwatchGroup(h.gtok, sig)
+		defer h.d.unwatchGroup(h.gtok, h.own, sig)
 	}
 
 	keep := func(groupSeq string) bool { return sameIncarnation(h.openSeq, groupSeq) }

@@ -67,10 +67,10 @@ func (w *jobWaiter) note(n jobNote) {
 
 // watchJob registers a waiter for one job of the group with token gtok, starting the shared
 // subscription if needed. It reports false, registering nothing, after Close.
-func (d *Dispatcher) watchJob(gtok string, w *jobWaiter, since outcomeMark) (registered, hurry, quiet bool, err error) {
+func (d *Dispatcher) watchJob(gtok string, own bool, w *jobWaiter, since outcomeMark) (registered, hurry, quiet bool, err error) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
-	if ok, err := d.subscribeOutcomes(); !ok || err != nil {
+	if ok, err := d.listen(gtok, own); !ok || err != nil {
 		return false, false, false, err
 	}
 	gw := d.jobWaiters[gtok]
@@ -88,9 +88,10 @@ func (d *Dispatcher) watchJob(gtok string, w *jobWaiter, since outcomeMark) (reg
 }
 
 // unwatchJob removes a waiter registered by watchJob.
-func (d *Dispatcher) unwatchJob(gtok string, w *jobWaiter) {
+func (d *Dispatcher) unwatchJob(gtok string, own bool, w *jobWaiter) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
+	d.unlisten(gtok, own)
 	gw := d.jobWaiters[gtok]
 	if gw == nil {
 		return
@@ -212,11 +213,11 @@ func (s *jobScan) next(ctx context.Context) (out JobOutcome, found, finished boo
 // nothing more to wait, when the subscription is closed (Close); the caller then reads the
 // stored outcomes on a growing interval.
 func (h *Handle) waitJob(ctx context.Context, what string, w *jobWaiter) (out JobOutcome, ok bool, err error) {
-	registered, hurry, quiet, err := h.d.watchJob(h.gtok, w, h.submitted)
+	registered, hurry, quiet, err := h.d.watchJob(h.gtok, h.own, w, h.submitted)
 	if err != nil || !registered {
 		return JobOutcome{}, registered, err
 	}
-	defer h.d.unwatchJob(h.gtok, w)
+	defer h.d.unwatchJob(h.gtok, h.own, w)
 
 	scan := &jobScan{h: h, w: w, from: 1}
 	// conclude answers once the job is found or the group has finished without it.

@@ -120,7 +120,7 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 	if err := d.ensure(ctx); err != nil {
 		return nil, err
 	}
-	open := wire.GroupControl{Group: groupID, Op: wire.OpOpen, Weight: o.weight}
+	open := wire.GroupControl{Group: groupID, Op: wire.OpOpen, Weight: o.weight, Reply: d.reply}
 	// A group ID with no control message stored (new, or its last incarnation finished and
 	// purged) is opened in one request: the open is stored only if the group's control subject
 	// is still empty, so it starts a new incarnation, nothing can be running, and its Handle
@@ -147,7 +147,7 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 		return nil, fmt.Errorf("%w: %w", ErrNotOpened, err)
 	}
 	h = d.Attach(groupID)
-	h.openSeq = openSeq
+	h.openSeq, h.own = openSeq, true
 	if fresh {
 		h.resolvedAt = openSeq
 	}

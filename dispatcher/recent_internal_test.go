@@ -31,12 +31,12 @@ func TestSummaryThatWentByJustBefore(t *testing.T) {
 		return m
 	}
 	// Start the subscription, then deliver a summary nobody waits for yet.
-	if ok, _, err := d.watchGroup("other", make(chan struct{}, 1)); !ok || err != nil {
+	if ok, _, err := d.watchGroup("other", true, make(chan struct{}, 1)); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	d.routeOutcomes(summary("g", 7, 3))
 
-	w, err := d.watchSummary("g", 7)
+	w, err := d.watchSummary("g", true, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,13 +48,13 @@ func TestSummaryThatWentByJustBefore(t *testing.T) {
 	default:
 		t.Fatal("a waiter registered just after its summary went by was not told of it")
 	}
-	if w2, _ := d.watchSummary("g", 8); len(w2.ch) != 0 {
+	if w2, _ := d.watchSummary("g", true, 8); len(w2.ch) != 0 {
 		t.Fatal("a waiter of another incarnation was told of incarnation 7's summary")
 	}
-	if _, recent, _ := d.watchGroup("g", make(chan struct{}, 1)); !recent {
+	if _, recent, _ := d.watchGroup("g", true, make(chan struct{}, 1)); !recent {
 		t.Fatal("a follower registered just after its group's summary went by was not told to read again soon")
 	}
-	if _, recent, _ := d.watchGroup("quiet", make(chan struct{}, 1)); recent {
+	if _, recent, _ := d.watchGroup("quiet", true, make(chan struct{}, 1)); recent {
 		t.Fatal("a follower of a group without a recent summary was told to hurry")
 	}
 
@@ -63,16 +63,16 @@ func TestSummaryThatWentByJustBefore(t *testing.T) {
 	batch := nats.NewMsg(d.names.OutcomeSubject("b"))
 	batch.Data = wire.AppendOutcomes(nil, []wire.Outcome{{ID: 5, State: wire.FinalDone}})
 	d.routeOutcomes(batch)
-	if _, hurry, _, _ := d.watchJob("b", &jobWaiter{id: 5, ch: make(chan jobNote, 1)}, outcomeMark{}); !hurry {
+	if _, hurry, _, _ := d.watchJob("b", true, &jobWaiter{id: 5, ch: make(chan jobNote, 1)}, outcomeMark{}); !hurry {
 		t.Fatal("a job waiter registered just after an outcome batch of its group went by was not told to read again soon")
 	}
-	if _, hurry, _, _ := d.watchJob("quiet", &jobWaiter{id: 5, ch: make(chan jobNote, 1)}, outcomeMark{}); hurry {
+	if _, hurry, _, _ := d.watchJob("quiet", true, &jobWaiter{id: 5, ch: make(chan jobNote, 1)}, outcomeMark{}); hurry {
 		t.Fatal("a job waiter of a quiet group was told to hurry")
 	}
 	gb := nats.NewMsg(d.names.OutcomeSubject("g"))
 	gb.Data = batch.Data
 	d.routeOutcomes(gb)
-	if w3, _ := d.watchSummary("g", 7); len(w3.ch) != 1 {
+	if w3, _ := d.watchSummary("g", true, 7); len(w3.ch) != 1 {
 		t.Fatal("an outcome batch after the summary made the subscription forget the summary")
 	}
 
@@ -82,7 +82,7 @@ func TestSummaryThatWentByJustBefore(t *testing.T) {
 		t.Fatal("no mark with the subscription live")
 	}
 	quiet := func(gtok string, mark outcomeMark) bool {
-		_, _, q, _ := d.watchJob(gtok, &jobWaiter{id: 5, ch: make(chan jobNote, 1)}, mark)
+		_, _, q, _ := d.watchJob(gtok, true, &jobWaiter{id: 5, ch: make(chan jobNote, 1)}, mark)
 		return q
 	}
 	switch {

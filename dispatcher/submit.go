@@ -31,7 +31,7 @@ func (d *Dispatcher) Submit(ctx context.Context, groupID string, job Job) (h *Ha
 	if err := validateGroupID(groupID); err != nil {
 		return nil, 0, err
 	}
-	meta := wire.JobMeta{Group: groupID, Key: job.Key, Require: job.Require, Prefer: job.Prefer, MaxAttempts: job.MaxAttempts, Timeout: job.Timeout, Single: true}
+	meta := wire.JobMeta{Group: groupID, Key: job.Key, Require: job.Require, Prefer: job.Prefer, MaxAttempts: job.MaxAttempts, Timeout: job.Timeout, Single: true, Reply: d.reply}
 	runAt, err := job.runAt(time.Now())
 	if err == nil {
 		meta.RunAt = runAt
@@ -60,6 +60,7 @@ func (d *Dispatcher) Submit(ctx context.Context, groupID string, job Job) (h *Ha
 	}
 	h = d.Attach(groupID)
 	h.openSeq, h.resolvedAt = ack.Sequence, ack.Sequence // a single job is its own incarnation
+	h.own = !ack.Duplicate                               // a duplicate's outcomes go to the producer that stored it first
 	h.firstID, h.lastID = ack.Sequence, ack.Sequence
 	if ack.Duplicate {
 		h.duplicates = 1 // stored before: its outcome may be too

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,10 +17,14 @@ import (
 
 // WaitSummary needs no consumer of its own: it reads a finished group's summary with one direct
 // get of the last message on the group's outcome subject, and learns of summaries written later
-// from one core NATS subscription to every outcome subject, shared by the Dispatcher's waits
-// (JetStream delivers a stored message to the subject's core subscribers as well). A waiter is
-// registered on that subscription before it looks for a stored summary, so a summary written in
-// between reaches it one way or the other.
+// from core NATS (the coordinator's publish reaches the subject's core subscribers as well as the
+// stream). The coordinator publishes a group's outcomes to the reply token of the Dispatcher that
+// opened it (wire.Names.OutcomeSubjectTo), so one subscription to that token, shared by the
+// Dispatcher's waits, hears of its own groups and of no other producer's: what a producer
+// receives does not grow with the number of producers. A Handle of a group another producer
+// opened (Attach, Redrive) listens to that group's subjects instead, one subscription pair per
+// group however many waits share it. A waiter is registered on the subscription before it looks
+// for a stored summary, so a summary written in between reaches it one way or the other.
 
 // directGetAPI is the direct get request subject prefix of the default JetStream API, which New
 // uses.
@@ -107,12 +110,16 @@ func (d *Dispatcher) Close() {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
 	d.sumClosed = true
-	if d.sumSub != nil {
-		if err := d.sumSub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
-			d.log.Debug().Err(err).Msg("stop the summary subscription")
+	for _, sub := range []*nats.Subscription{d.sumSub, d.allSub} {
+		if sub != nil {
+			unsubscribe(d, sub)
 		}
-		d.sumSub = nil
 	}
+	d.sumSub, d.allSub = nil, nil
+	for _, gs := range d.groupSubs {
+		gs.stop(d)
+	}
+	d.groupSubs, d.subscribedGroups = nil, 0
 	for _, ws := range d.sumWaiters {
 		for w := range ws {
 			select {
@@ -147,10 +154,10 @@ func wake(sig chan struct{}) {
 // subscription if needed; each message on the group's outcome subject then signals sig. It
 // reports false, registering nothing, after Close; and whether a message of the group went by
 // just now (see recentGroups), which the follower's first reads may miss.
-func (d *Dispatcher) watchGroup(gtok string, sig chan struct{}) (registered, recent bool, err error) {
+func (d *Dispatcher) watchGroup(gtok string, own bool, sig chan struct{}) (registered, recent bool, err error) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
-	if ok, err := d.subscribeOutcomes(); !ok || err != nil {
+	if ok, err := d.listen(gtok, own); !ok || err != nil {
 		return false, false, err
 	}
 	recent = d.hurry(gtok)
@@ -164,9 +171,10 @@ func (d *Dispatcher) watchGroup(gtok string, sig chan struct{}) (registered, rec
 }
 
 // unwatchGroup removes a follower registered by watchGroup.
-func (d *Dispatcher) unwatchGroup(gtok string, sig chan struct{}) {
+func (d *Dispatcher) unwatchGroup(gtok string, own bool, sig chan struct{}) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
+	d.unlisten(gtok, own)
 	if sigs := d.followers[gtok]; sigs != nil {
 		delete(sigs, sig)
 		if len(sigs) == 0 {
@@ -177,10 +185,10 @@ func (d *Dispatcher) unwatchGroup(gtok string, sig chan struct{}) {
 
 // watchSummary registers a waiter for the summary of the group with token gtok, starting the
 // shared subscription if needed. It returns nil after Close.
-func (d *Dispatcher) watchSummary(gtok string, openSeq uint64) (*summaryWaiter, error) {
+func (d *Dispatcher) watchSummary(gtok string, own bool, openSeq uint64) (*summaryWaiter, error) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
-	if ok, err := d.subscribeOutcomes(); !ok || err != nil {
+	if ok, err := d.listen(gtok, own); !ok || err != nil {
 		return nil, err
 	}
 	w := &summaryWaiter{openSeq: openSeq, ch: make(chan summaryNote, 1)}
@@ -205,28 +213,126 @@ func (d *Dispatcher) subscribeOutcomes() (bool, error) {
 	case d.sumSub != nil:
 		return true, nil
 	}
-	sub, err := d.nc.Subscribe(d.names.AllOutcomes(), d.routeOutcomes)
+	sub, err := d.subscribe(d.names.ReplyOutcomes(d.reply))
 	if err != nil {
-		return false, fmt.Errorf("weave: subscribe to outcomes: %w", err)
-	}
-	// Messages of groups nobody waits for are dropped at once, so the backlog stays short;
-	// dropping messages on a burst would leave waiters to their rechecks.
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		_ = sub.Unsubscribe()
-		return false, fmt.Errorf("weave: subscribe to outcomes: %w", err)
+		return false, err
 	}
 	d.sumSub = sub
 	d.recent = map[string]*lastSeen{}
 	d.sumWaiters = map[string]map[*summaryWaiter]struct{}{}
 	d.jobWaiters = map[string]*groupJobWaiters{}
 	d.followers = map[string]map[chan struct{}]struct{}{}
+	d.groupSubs = map[string]*groupSub{}
 	return true, nil
 }
 
+// subscribe subscribes routeOutcomes to subject.
+func (d *Dispatcher) subscribe(subject string) (*nats.Subscription, error) {
+	sub, err := d.nc.Subscribe(subject, d.routeOutcomes)
+	if err != nil {
+		return nil, fmt.Errorf("weave: subscribe to outcomes (%s): %w", subject, err)
+	}
+	// Messages of groups nobody waits for are dropped at once, so the backlog stays short;
+	// dropping messages on a burst would leave waiters to their rechecks.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("weave: subscribe to outcomes (%s): %w", subject, err)
+	}
+	return sub, nil
+}
+
+// maxGroupSubs bounds the groups another producer opened that a Dispatcher subscribes to one by
+// one (listen). Past it (a producer restarted and attaching to its earlier groups, say) one
+// subscription to every outcome of the namespace replaces them until those waits end: a
+// subscription costs the client a goroutine and the server an entry in its subject index, and
+// thousands of them cost more than hearing of every group for a while.
+const maxGroupSubs = 256
+
+// groupSub is a subscription to the outcomes of a group another producer opened, and the waits
+// that use it. sub is nil while the subscription to every outcome (Dispatcher.allSub) covers it.
+type groupSub struct {
+	sub   *nats.Subscription
+	users int
+}
+
+// listen starts the shared subscription if needed and, for a wait on a group this Dispatcher did
+// not open (own false), a subscription to that group's outcomes (see maxGroupSubs), counting the
+// waits on it. It reports false after Close. d.sumMu is held.
+func (d *Dispatcher) listen(gtok string, own bool) (bool, error) {
+	if ok, err := d.subscribeOutcomes(); !ok || err != nil || own {
+		return ok, err
+	}
+	if gs := d.groupSubs[gtok]; gs != nil {
+		gs.users++
+		return true, nil
+	}
+	gs := &groupSub{users: 1}
+	switch {
+	case d.allSub != nil:
+	case d.subscribedGroups < maxGroupSubs:
+		sub, err := d.subscribe(d.names.GroupOutcomes(gtok))
+		if err != nil {
+			return false, err
+		}
+		gs.sub = sub
+		d.subscribedGroups++
+	default:
+		sub, err := d.subscribe(d.names.ReplyOutcomes(d.reply))
+		if err != nil {
+			return false, err
+		}
+		d.allSub = sub
+		for _, other := range d.groupSubs {
+			other.stop(d)
+		}
+		d.subscribedGroups = 0
+	}
+	d.groupSubs[gtok] = gs
+	return true, nil
+}
+
+// unlisten ends a wait registered by listen: a group's subscription stops with its last wait, the
+// subscription to every outcome with the last wait on a group another producer opened. d.sumMu is
+// held.
+func (d *Dispatcher) unlisten(gtok string, own bool) {
+	gs := d.groupSubs[gtok]
+	if own || gs == nil {
+		return
+	}
+	if gs.users--; gs.users > 0 {
+		return
+	}
+	if gs.sub != nil {
+		gs.stop(d)
+		d.subscribedGroups--
+	}
+	delete(d.groupSubs, gtok)
+	if len(d.groupSubs) == 0 && d.allSub != nil {
+		unsubscribe(d, d.allSub)
+		d.allSub = nil
+	}
+}
+
+// stop ends the group's subscription.
+func (gs *groupSub) stop(d *Dispatcher) {
+	if gs.sub != nil {
+		unsubscribe(d, gs.sub)
+		gs.sub = nil
+	}
+}
+
+// unsubscribe ends an outcome subscription; a connection closed meanwhile ended it already.
+func unsubscribe(d *Dispatcher, sub *nats.Subscription) {
+	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+		d.log.Debug().Err(err).Str("subject", sub.Subject).Msg("stop an outcome subscription")
+	}
+}
+
 // unwatchSummary removes a waiter registered by watchSummary.
-func (d *Dispatcher) unwatchSummary(gtok string, w *summaryWaiter) {
+func (d *Dispatcher) unwatchSummary(gtok string, own bool, w *summaryWaiter) {
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
+	d.unlisten(gtok, own)
 	if ws := d.sumWaiters[gtok]; ws != nil {
 		delete(ws, w)
 		if len(ws) == 0 {
@@ -240,7 +346,7 @@ func (d *Dispatcher) unwatchSummary(gtok string, w *summaryWaiter) {
 // waiters of its group and incarnation, and an outcome batch to the WaitJob waiters of the jobs
 // in it (see routeJobs); a batch nobody waits for is not decoded.
 func (d *Dispatcher) routeOutcomes(m *nats.Msg) {
-	gtok, ok := strings.CutPrefix(m.Subject, d.names.OutcomeSubject(""))
+	gtok, ok := d.names.ParseOutcomeSubject(m.Subject)
 	if !ok {
 		return
 	}
@@ -302,11 +408,11 @@ func (h *Handle) waitSummary(ctx context.Context) (sum Summary, ok bool, err err
 	if err := h.resolveIncarnation(ctx); err != nil {
 		return Summary{}, false, err
 	}
-	w, err := h.d.watchSummary(h.gtok, h.openSeq)
+	w, err := h.d.watchSummary(h.gtok, h.own, h.openSeq)
 	if err != nil || w == nil {
 		return Summary{}, false, err
 	}
-	defer h.d.unwatchSummary(h.gtok, w)
+	defer h.d.unwatchSummary(h.gtok, h.own, w)
 
 	s, found, err := h.storedSummary(ctx)
 	if err != nil || found {

@@ -16,7 +16,7 @@ import (
 
 // Traces. Publish records a weave.publish span (when a tracer provider is configured) and gives
 // each job the trace context of its ctx: that span's, or the caller's when tracing is off here,
-// so a handler's ctx continues the producer's trace. See README, "Operating Weave".
+// so a handler's ctx continues the producer's trace. See docs/operating.md, "Traces".
 
 // tracePublish starts the weave.publish span of one Publish (none when tracing is off) and
 // returns the context to publish in and the function that ends the span.

@@ -14,14 +14,25 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// record plays the coordinator: it appends messages to a group's outcome subject.
+// record stores outcomes of the group as the coordinator publishes them to the producer that
+// opened it (e.d).
 func (e *env) record(ctx context.Context, t *testing.T, group string, msgs ...[]byte) {
 	t.Helper()
 	for _, m := range msgs {
-		if _, err := e.js.Publish(ctx, e.names.OutcomeSubject(wire.GroupToken(group)), m); err != nil {
+		if _, err := e.js.Publish(ctx, e.outcomeSubject(group), m); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// outcomeSubject is the subject the coordinator publishes the group's outcomes on when e.d
+// opened it: e.d's reply token; an env without a Dispatcher stands in for another producer's.
+func (e *env) outcomeSubject(group string) string {
+	reply := ""
+	if e.d != nil {
+		reply = dispatcher.ReplyToken(e.d)
+	}
+	return e.names.OutcomeSubjectTo(wire.GroupToken(group), reply)
 }
 
 func outcomes(outs ...wire.Outcome) []byte { return wire.AppendOutcomes(nil, outs) }

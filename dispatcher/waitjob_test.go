@@ -36,7 +36,7 @@ func (e *env) resultsConsumers(ctx context.Context, t *testing.T) int {
 func (e *env) recordIncarnation(ctx context.Context, t *testing.T, group string, openSeq uint64, msgs ...[]byte) {
 	t.Helper()
 	for _, m := range msgs {
-		msg := &nats.Msg{Subject: e.names.OutcomeSubject(wire.GroupToken(group)), Header: nats.Header{}, Data: m}
+		msg := &nats.Msg{Subject: e.outcomeSubject(group), Header: nats.Header{}, Data: m}
 		msg.Header.Set(wire.HdrGroupSeq, strconv.FormatUint(openSeq, 10))
 		if _, err := e.js.PublishMsg(ctx, msg); err != nil {
 			t.Fatal(err)

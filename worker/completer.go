@@ -178,8 +178,8 @@ type completer struct {
 }
 
 // ackQueue holds acknowledgements the completer hands to the shepherd, so that each goes in
-// the shepherd's next pull request (+NXT): a worker that gets its batches one at a time (16
-// workers × 4 slots) then sends the server one message per batch instead of an ack and a pull.
+// the shepherd's next pull request (+NXT): a worker that gets its batches one at a time (many
+// workers with few slots each) then sends the server one message per batch instead of two.
 // Whichever of the two takes an ack out sends it: the shepherd with a pull, or the completer
 // alone once it has waited ackWait (or, beyond maxQueuedAcks, at once).
 type ackQueue struct {
@@ -468,10 +468,9 @@ func (c *completer) persisted() {
 // latest batch this worker received is held until a later batch came (then handed over), or
 // holdAck: WORK is a work queue, and acking the last message of its last file-store block makes
 // the server replace the block (a new file, a tombstone, the old file removed). A pool that keeps
-// up with single jobs empties WORK after nearly every job: those replacements were about 8% of
-// the process's CPU in `weave bench single` (BENCHMARKS.md, session 12). Handed over, the ack
-// goes with the shepherd's next pull, not when the later batch arrives: the server and the
-// worker are busy with that batch then. So held is never a batch older than lastBatch.
+// up with single jobs would empty WORK, and pay for a replacement, after nearly every job.
+// Handed over, the ack goes with the shepherd's next pull, not when the later batch arrives: the
+// server and the worker are busy with that batch then. So held is never a batch older than lastBatch.
 func (c *completer) ack(b *batch) {
 	if b == c.lastBatch {
 		c.releaseHeld() // older than b, which stays in WORK

@@ -132,7 +132,7 @@ type Config struct {
 	MaxResultSize int
 
 	// TracerProvider records each attempt's spans (weave.queue, weave.run, weave.outcome; see
-	// README, "Operating Weave"). Default: OpenTelemetry's global provider
+	// docs/operating.md, "Traces"). Default: OpenTelemetry's global provider
 	// (otel.GetTracerProvider), read at each job; nothing is recorded while none is installed.
 	// Either way a handler's ctx continues the trace of the job's producer.
 	TracerProvider trace.TracerProvider

@@ -17,9 +17,9 @@ import (
 // lane's n-th pull answers on <the lane's inbox>.<n>.
 //
 // Not nats.go's Fetch: each Fetch subscribes a new inbox and unsubscribes it when the pull ends,
-// and a worker pulls about once per work batch, so with small batches (16 workers × 4 slots) the
-// subscriptions' churn took about a tenth of the process's CPU, most of it in the server, whose
-// subject index changes (and drops its match cache) with every subscription.
+// and a worker pulls about once per work batch, so with small batches the subscriptions' churn
+// would be a large part of the process's CPU, most of it in the server, whose subject index
+// changes (and drops its match cache) with every subscription.
 //
 // A lane, not a pull, owns its subscription because the server delivers a pull's messages with
 // their own subject (the work subject), not the pull's reply subject: only the subscription they
@@ -152,8 +152,8 @@ func (p *puller) route(l *lane, sub *nats.Subscription, m *nats.Msg) {
 func isStatus(m *nats.Msg) bool { return len(m.Data) == 0 && m.Header.Get("Status") != "" }
 
 // pullRequest is the JSON body of a pull request: {"batch":…,"expires":…,"idle_heartbeat":…},
-// durations in nanoseconds, the heartbeat left out if 0. Written by hand: json.Marshal was a
-// quarter of puller.pull's own cost in a profile of 16 workers × 4 slots.
+// durations in nanoseconds, the heartbeat left out if 0. Written by hand because it goes with
+// every pull, and json.Marshal's reflection would be a large part of a pull's own cost.
 func pullRequest(batch int, expires, heartbeat time.Duration) []byte {
 	b := make([]byte, 0, 80)
 	b = append(b, `{"batch":`...)

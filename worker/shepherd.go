@@ -18,8 +18,8 @@ const (
 	// pullExpiry is how long a pull request waits at the server for messages. Long polls keep
 	// an idle worker at about one request per pullExpiry per open pull: 0.1 a second. It also
 	// bounds how long a pull left at a consumer leader that moved away can wait, which the
-	// heartbeats below do not show (the old leader's node is still up): with 30s, losing a node
-	// paused a pool's job starts for up to 30s in about one run of TestClusterNodeLoss in seven.
+	// heartbeats below do not show (the old leader's node is still up): a longer expiry would
+	// let losing a node pause a pool's job starts that long.
 	pullExpiry = 10 * time.Second
 	// pullHeartbeat is how often the server signals an open pull that it is alive; two missed
 	// end the pull, so a pull lost with a node (or a consumer leader that moved) is noticed

@@ -58,6 +58,9 @@ is the coordinator's --result-retention, not a property of the streams.`,
 					differ++
 					fmt.Fprintf(out, "found   %s, different: %s\n", st.Name, strings.Join(st.Differences, "; "))
 				}
+				if len(st.Upgraded) > 0 {
+					fmt.Fprintf(out, "upgraded %s: added %s\n", st.Name, strings.Join(st.Upgraded, "; "))
+				}
 			}
 			if err != nil {
 				if errors.Is(err, coordinator.ErrInvalidConfig) {

@@ -91,6 +91,11 @@ func Resolve(names wire.Names, u User) (User, error) {
 			return User{}, fmt.Errorf("%w: a worker user needs a worker ID, or %q for any worker of its pool", ErrBadUser, AnyWorker)
 		}
 		if u.WorkerID != AnyWorker {
+			// NATS permissions match whole subject tokens, so a pattern inside an ID ("cpu-*")
+			// cannot be granted; say what can be instead of only that the ID is invalid.
+			if strings.Contains(u.WorkerID, AnyWorker) {
+				return User{}, fmt.Errorf("%w: worker ID %q: a pattern within an ID cannot be expressed in NATS permissions; give each worker its own ID, or %q alone for every worker of the pool", ErrBadUser, u.WorkerID, AnyWorker)
+			}
 			if err := wire.ValidateWorkerID(u.WorkerID); err != nil {
 				return User{}, fmt.Errorf("%w: %v", ErrBadUser, err)
 			}

@@ -141,6 +141,7 @@ func TestResolveRejects(t *testing.T) {
 		{Role: "admin"},
 		{Role: Worker},
 		{Role: Worker, WorkerID: "has.dot"},
+		{Role: Worker, WorkerID: "cpu-*"},
 		{Role: Worker, WorkerID: "w", Resources: []string{"a,b"}},
 		{Role: Coordinator, Resources: []string{"a"}},
 		{Role: Producer, WorkerID: "w"},

@@ -55,7 +55,7 @@ func Entries(names wire.Names, users []User) ([]Entry, error) {
 // WriteServerConfig writes a nats-server `authorization { users = [...] }` block.
 func WriteServerConfig(w io.Writer, names wire.Names, entries []Entry) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Weave namespace %q: one user per role (see README, Security).\n", names.Namespace())
+	fmt.Fprintf(&b, "# Weave namespace %q: one user per role (see docs/security.md).\n", names.Namespace())
 	b.WriteString("authorization {\n  users = [\n")
 	for _, e := range entries {
 		fmt.Fprintf(&b, "    # %s; client inbox prefix %q\n", describe(e.User), e.InboxPrefix)
@@ -87,7 +87,7 @@ func writeList(b *strings.Builder, what string, subjects []string) {
 // WriteNSC writes the nsc commands that create the users as JWT users of account.
 func WriteNSC(w io.Writer, names wire.Names, account string, entries []Entry) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Weave namespace %q: one JWT user per role in account %s (see README, Security).\n", names.Namespace(), account)
+	fmt.Fprintf(&b, "# Weave namespace %q: one JWT user per role in account %s (see docs/security.md).\n", names.Namespace(), account)
 	for _, e := range entries {
 		fmt.Fprintf(&b, "\n# %s; client inbox prefix %q\n", describe(e.User), e.InboxPrefix)
 		fmt.Fprintf(&b, "nsc add user --account %s --name %s\n", shellQuote(account), shellQuote(e.Name))

@@ -57,14 +57,13 @@
 // resource: "pending jobs that prefer a resource in W" is the union over the profiles that
 // prefer one, and its lowest ID is a minimum over those profiles' minimums.
 //
-// Measured on the benchmark workload (10 million jobs, 100,000 groups, 1,000 resources; see
-// BenchmarkIndexBuild10M): about 2.4 bytes of heap per job, 0.1 to 0.2 µs per transition.
+// BenchmarkIndexBuild10M and BenchmarkMove measure its memory per job and the cost of a
+// transition (figures in BENCHMARKS.md).
 //
 // Run containers are used at rest, not in memory. Roaring's Add and Remove on a run container
-// recompute the container's cardinality, O(runs), and every transition adds and removes: on
-// the benchmark index, run-optimizing the state bitmaps saved 0.3 bytes per job and made
-// transitions ten times slower (about 1.5 µs instead of 0.15 µs). So the index never calls
-// RunOptimize on its live bitmaps.
+// recompute the container's cardinality, O(runs), and every transition adds and removes, so
+// run-optimized state bitmaps would save little memory and make transitions an order of
+// magnitude slower. So the index never calls RunOptimize on its live bitmaps.
 //
 // # Selection
 //

@@ -28,6 +28,7 @@ const (
 // o must be valid (config.StreamOptions.Validate); its zero fields take their defaults.
 func Streams(n wire.Names, o config.StreamOptions) []jetstream.StreamConfig {
 	o = o.WithDefaults()
+	src, dst := n.OutcomeTransform()
 	storage := jetstream.FileStorage
 	if o.MemoryStorage {
 		storage = jetstream.MemoryStorage
@@ -73,6 +74,9 @@ func Streams(n wire.Names, o config.StreamOptions) []jetstream.StreamConfig {
 			// restarting coordinator reads them). The coordinator deletes each finished group's
 			// outcomes ResultRetention after it finished.
 			AllowDirect: true,
+			// Outcomes published to a producer's reply token are stored under their group's
+			// subject, so readers find them in one place (wire.Names.OutcomeSubjectTo).
+			SubjectTransform: &jetstream.SubjectTransformConfig{Source: src, Destination: dst},
 		},
 		{
 			Name:        n.RejectedStream(),
@@ -146,8 +150,11 @@ type StreamStatus struct {
 	// Created is true if Init created the stream, false if it existed.
 	Created bool
 	// Differences lists, for a stream that existed, how its configuration differs from the one
-	// asked for ("replicas 1, want 3"). Init changes nothing in an existing stream.
+	// asked for ("replicas 1, want 3"). Init changes nothing in an existing stream but Upgraded.
 	Differences []string
+	// Upgraded lists what Init added to a stream that existed without something this release's
+	// protocol needs (a stream created by an earlier release).
+	Upgraded []string
 }
 
 // Init creates the namespace's streams that do not exist and reports, for each stream, whether it
@@ -175,9 +182,32 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names, o config.St
 		if err != nil {
 			return out, fmt.Errorf("weave: stream %s: %w", cfg.Name, err)
 		}
-		out = append(out, StreamStatus{Name: cfg.Name, Differences: differences(s.CachedInfo().Config, cfg)})
+		have := s.CachedInfo().Config
+		st := StreamStatus{Name: cfg.Name, Differences: differences(have, cfg)}
+		if st.Upgraded, err = upgrade(ctx, js, have, cfg); err != nil {
+			return out, err
+		}
+		out = append(out, st)
 	}
 	return out, nil
+}
+
+// upgrade adds to an existing stream what the protocol needs and an earlier release did not
+// create: the RESULTS stream's outcome transform, without which an outcome published to a reply
+// token would be stored where no reader looks. Only additions that change nothing stored are made.
+func upgrade(ctx context.Context, js jetstream.JetStream, have, want jetstream.StreamConfig) ([]string, error) {
+	if want.SubjectTransform == nil || have.SubjectTransform != nil && *have.SubjectTransform == *want.SubjectTransform {
+		return nil, nil
+	}
+	if have.SubjectTransform != nil {
+		return nil, fmt.Errorf("weave: stream %s transforms subjects %s to %s; Weave needs %s to %s",
+			have.Name, have.SubjectTransform.Source, have.SubjectTransform.Destination, want.SubjectTransform.Source, want.SubjectTransform.Destination)
+	}
+	have.SubjectTransform = want.SubjectTransform
+	if _, err := js.UpdateStream(ctx, have); err != nil {
+		return nil, fmt.Errorf("weave: stream %s: add the subject transform %s to %s: %w", have.Name, want.SubjectTransform.Source, want.SubjectTransform.Destination, err)
+	}
+	return []string{"subject transform " + want.SubjectTransform.Source + " to " + want.SubjectTransform.Destination}, nil
 }
 
 // differences compares an existing stream's configuration with the one Weave would create, on the

@@ -18,6 +18,60 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
+// TestInitUpgradesResults: a RESULTS stream an earlier release created, without the outcome
+// transform, gets it from Init (and only that); an outcome published to a reply token is then
+// stored under its group's subject.
+func TestInitUpgradesResults(t *testing.T) {
+	t.Parallel()
+	srv := jstest.New(t)
+	js, err := jetstream.New(jstest.NewConn(t, srv.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	names, _ := wire.NewNames("upgrade")
+	var old jetstream.StreamConfig
+	for _, cfg := range topology.Streams(names, config.StreamOptions{}) {
+		if cfg.Name == names.ResultsStream() {
+			old = cfg
+			old.SubjectTransform = nil
+		}
+	}
+	if _, err := js.CreateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := topology.Init(ctx, js, names, config.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sts {
+		if upgraded := len(st.Upgraded) > 0; upgraded != (st.Name == names.ResultsStream()) || len(st.Differences) > 0 {
+			t.Fatalf("Init's status of %s: %+v; want only RESULTS upgraded, nothing different", st.Name, st)
+		}
+	}
+	if _, err := js.Publish(ctx, names.OutcomeSubjectTo("g", "producer-1"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, names.ResultsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, names.OutcomeSubject("g"))
+	if err != nil || string(m.Data) != "x" {
+		t.Fatalf("the outcome published to a reply token, read under its group's subject: %v, %v", m, err)
+	}
+	again, err := topology.Init(ctx, js, names, config.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range again {
+		if len(st.Upgraded) > 0 {
+			t.Fatalf("a second Init upgraded %s again: %v", st.Name, st.Upgraded)
+		}
+	}
+}
+
 // TestInitIsIdempotent: the first call creates the streams; later calls (even with other
 // options) accept them as they are.
 func TestInitIsIdempotent(t *testing.T) {

@@ -2,7 +2,7 @@
 // OpenTelemetry: the tracer they record spans with (a no-op unless a tracer provider is
 // configured), the W3C trace context propagator, and a carrier over NATS headers.
 //
-// The names of the spans and attributes are documented in README ("Operating Weave", Traces).
+// The names of the spans and attributes are documented in docs/operating.md ("Traces").
 package tracing
 
 import (

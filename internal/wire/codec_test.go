@@ -26,6 +26,15 @@ func TestJobMetaRoundTrip(t *testing.T) {
 	}
 }
 
+func TestSingleJobReplyRoundTrip(t *testing.T) {
+	t.Parallel()
+	m := JobMeta{Group: "g", Key: "k", Single: true, Reply: "p-1"}
+	back, err := ParseJobMeta(m.Header())
+	if err != nil || !reflect.DeepEqual(back, m) {
+		t.Fatalf("round trip: got %+v, %v; want %+v", back, err, m)
+	}
+}
+
 func TestParseJobMetaRejects(t *testing.T) {
 	t.Parallel()
 	base := func() nats.Header { return JobMeta{Group: "g"}.Header() }
@@ -44,6 +53,8 @@ func TestParseJobMetaRejects(t *testing.T) {
 		{"bad resource", func(h nats.Header) { h.Set(HdrRequire, "a,,b") }, ErrMalformed},
 		{"bad run-at", func(h nats.Header) { h.Set(HdrRunAt, "tomorrow") }, ErrMalformed},
 		{"bad single", func(h nats.Header) { h.Set(HdrSingle, "yes") }, ErrMalformed},
+		{"reply on a job of a group", func(h nats.Header) { h.Set(HdrReply, "p") }, ErrMalformed},
+		{"bad reply", func(h nats.Header) { h.Set(HdrSingle, "1"); h.Set(HdrReply, "a.b") }, ErrMalformed},
 		{"run-at before 1970", func(h nats.Header) { h.Set(HdrRunAt, "-5") }, ErrMalformed},
 		{"run-at after 9999", func(h nats.Header) { h.Set(HdrRunAt, "999999999999999") }, ErrMalformed},
 	} {
@@ -57,7 +68,7 @@ func TestParseJobMetaRejects(t *testing.T) {
 
 func TestGroupControlRoundTrip(t *testing.T) {
 	t.Parallel()
-	for _, c := range []GroupControl{{Group: "g", Op: OpOpen}, {Group: "g", Op: OpOpen, Weight: 3}, {Group: "g", Op: OpSeal, Count: 7}, {Group: "g g", Op: OpCancel}, {Group: "g", Op: OpCancel, Jobs: []uint64{3, 1 << 40}}} {
+	for _, c := range []GroupControl{{Group: "g", Op: OpOpen}, {Group: "g", Op: OpOpen, Weight: 3}, {Group: "g", Op: OpOpen, Reply: "p-1"}, {Group: "g", Op: OpSeal, Count: 7}, {Group: "g g", Op: OpCancel}, {Group: "g", Op: OpCancel, Jobs: []uint64{3, 1 << 40}}} {
 		back, err := ParseGroupControl(c.Header())
 		if err != nil || !reflect.DeepEqual(back, c) {
 			t.Fatalf("round trip %+v: got %+v, %v", c, back, err)
@@ -72,6 +83,11 @@ func TestGroupControlRoundTrip(t *testing.T) {
 	bad.Set(HdrJobs, "1,x")
 	if _, err := ParseGroupControl(bad); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("bad job ID accepted: %v", err)
+	}
+	open := GroupControl{Group: "g", Op: OpOpen}.Header()
+	open.Set(HdrReply, "out.>")
+	if _, err := ParseGroupControl(open); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("an open with a reply token that is not a subject token accepted: %v", err)
 	}
 	h.Set(HdrOp, "explode")
 	if _, err := ParseGroupControl(h); !errors.Is(err, ErrMalformed) {

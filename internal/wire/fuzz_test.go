@@ -72,6 +72,8 @@ func FuzzParseHeaders(f *testing.F) {
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: open\r\nWeave-Redrive: 12\r\n\r\n"))
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: open\r\nWeave-Weight: 3\r\n\r\n"))
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Run-At: 1795000000123\r\n\r\n"))
+	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: open\r\nWeave-Reply: p-1\r\n\r\n"))
+	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Single: 1\r\nWeave-Reply: p-1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h := parseHeaderBlock(b)
 		if m, err := ParseJobMeta(h); err == nil {

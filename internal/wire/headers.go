@@ -28,7 +28,7 @@ const (
 	HdrSubject     = "Weave-Subject"    // on rejections: the refused message's subject
 	HdrSeq         = "Weave-Seq"        // on rejections: the refused message's stream sequence
 	HdrAbandoned   = "Weave-Abandoned"  // on a seal the coordinator wrote for a group whose producer went silent: "1"
-	HdrReply       = "Weave-Reply"      // on cancel and redrive: the token of the subject NS.reply.<token> the coordinator answers on
+	HdrReply       = "Weave-Reply"      // on cancel and redrive: the token of the subject NS.reply.<token> the coordinator answers on; on an open or a single job: the producer's token its outcomes are published to (Names.OutcomeSubjectTo)
 	HdrRedrive     = "Weave-Redrive"    // on an open the coordinator publishes for a redrive: the request's JOBS sequence
 	HdrRedriveOf   = "Weave-Redrive-Of" // on a job the coordinator publishes for a redrive: the failed job's ID
 	HdrRunAt       = "Weave-Run-At"     // on a delayed job: the time it may run at, in Unix milliseconds
@@ -83,7 +83,8 @@ type GroupControl struct {
 	Abandoned bool
 	// Reply, on cancel and redrive, is a subject token: the coordinator answers on
 	// NS.reply.<Reply> (core NATS, see ControlAnswer) when it applies or refuses the message.
-	// Empty: no answer.
+	// Empty: no answer. On an open it is the producer's reply token: the group's outcomes are
+	// published to it (Names.OutcomeSubjectTo). Empty: to the group's subject alone.
 	Reply string
 	// Redrive, on an open, is the JOBS sequence of the redrive request the coordinator accepted
 	// by publishing this open: the stored record of its decision. 0 on a producer's open.
@@ -121,7 +122,7 @@ func (c GroupControl) Header() nats.Header {
 		}
 		h.Set(HdrJobs, strings.Join(ids, ","))
 	}
-	if (c.Op == OpCancel || c.Op == OpRedrive) && c.Reply != "" {
+	if (c.Op == OpCancel || c.Op == OpRedrive || c.Op == OpOpen) && c.Reply != "" {
 		h.Set(HdrReply, c.Reply)
 	}
 	return h
@@ -139,6 +140,11 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 	switch c.Op {
 	case OpKeepAlive:
 	case OpOpen:
+		if c.Reply = h.Get(HdrReply); c.Reply != "" {
+			if err := ValidateReplyToken(c.Reply); err != nil {
+				return GroupControl{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+			}
+		}
 		if v := h.Get(HdrRedrive); v != "" {
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil || n == 0 {
@@ -197,6 +203,8 @@ type JobMeta struct {
 	// Single marks a single job: the group Group holds it alone, opened and sealed by this one
 	// message (see the dispatcher's Submit).
 	Single bool
+	// Reply, on a single job, is its producer's reply token, as on an open (GroupControl.Reply).
+	Reply string
 }
 
 // Validate checks the metadata against the protocol's limits.
@@ -212,6 +220,14 @@ func (m JobMeta) Validate() error {
 	}
 	if err := ValidateResources("preferred", m.Prefer); err != nil {
 		return err
+	}
+	if m.Reply != "" {
+		if !m.Single {
+			return fmt.Errorf("%w: %s on a job that is not a single job", ErrBadOption, HdrReply)
+		}
+		if err := ValidateReplyToken(m.Reply); err != nil {
+			return err
+		}
 	}
 	if m.MaxAttempts < 0 || m.MaxAttempts > MaxAttemptsLimit {
 		return fmt.Errorf("%w: MaxAttempts %d outside 0..%d", ErrBadOption, m.MaxAttempts, MaxAttemptsLimit)
@@ -258,6 +274,9 @@ func (m JobMeta) Header() nats.Header {
 		h.Set(HdrSingle, "1")
 		// Dedup by group and key: the same single job submitted again is stored once.
 		h.Set(HdrMsgID, "single/"+GroupToken(m.Group)+"/"+m.Key)
+		if m.Reply != "" {
+			h.Set(HdrReply, m.Reply)
+		}
 	}
 	return h
 }
@@ -290,6 +309,14 @@ func ParseJobMeta(h nats.Header) (JobMeta, error) {
 		m.Single = true
 	default:
 		return JobMeta{}, fmt.Errorf("%w: bad %s %q", ErrMalformed, HdrSingle, v)
+	}
+	if m.Reply = h.Get(HdrReply); m.Reply != "" {
+		if !m.Single {
+			return JobMeta{}, fmt.Errorf("%w: %s on a job that is not a single job", ErrMalformed, HdrReply)
+		}
+		if err := ValidateReplyToken(m.Reply); err != nil {
+			return JobMeta{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
 	}
 	if v := h.Get(HdrRunAt); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)

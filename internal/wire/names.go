@@ -97,8 +97,48 @@ func (n Names) ParseReportSubject(subject string) (pool, worker string, ok bool)
 // JournalSubject carries the coordinator's journal records.
 func (n Names) JournalSubject() string { return n.ns + ".ev.coord" }
 
-// OutcomeSubject carries a group's outcome batches and final record.
+// OutcomeSubject carries a group's outcome batches and final record: the subject they are stored
+// under in RESULTS, and the one every reader of a group's outcomes reads.
 func (n Names) OutcomeSubject(gtok string) string { return n.ns + ".out." + gtok }
+
+// OutcomeSubjectTo is the subject the coordinator publishes a group's outcomes on: OutcomeSubject
+// with its producer's reply token appended (NoReply for a group opened without one). The RESULTS
+// stream stores the message under OutcomeSubject (OutcomeTransform), while core NATS delivers it
+// only to the subscribers of that token (ReplyOutcomes) and of that group (GroupOutcomes): a
+// producer hears of its own groups, not of every group of the namespace.
+func (n Names) OutcomeSubjectTo(gtok, reply string) string {
+	if reply == "" {
+		reply = NoReply
+	}
+	return n.ns + ".out." + gtok + "." + reply
+}
+
+// NoReply stands for the reply token of a group opened without one (by the coordinator, for a
+// redrive or a schedule; by a producer of an earlier release).
+const NoReply = "_"
+
+// ReplyOutcomes matches the outcomes published to one producer's reply token.
+func (n Names) ReplyOutcomes(reply string) string { return n.ns + ".out.*." + reply }
+
+// GroupOutcomes matches the outcomes of one group as the coordinator publishes them (a coordinator
+// of an earlier release published them on OutcomeSubject).
+func (n Names) GroupOutcomes(gtok string) string { return n.ns + ".out." + gtok + ".*" }
+
+// ParseOutcomeSubject returns the group token of an outcome subject as stored or as published.
+func (n Names) ParseOutcomeSubject(subject string) (gtok string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, n.ns+".out.")
+	if !ok {
+		return "", false
+	}
+	gtok, _, _ = strings.Cut(rest, ".")
+	return gtok, gtok != ""
+}
+
+// OutcomeTransform is the RESULTS stream's input transform: an outcome published to a reply
+// token is stored under its group's OutcomeSubject.
+func (n Names) OutcomeTransform() (source, destination string) {
+	return n.ns + ".out.*.*", n.ns + ".out.{{wildcard(1)}}"
+}
 
 // RejectedStream records messages a component refused, with the reason; it is bounded.
 func (n Names) RejectedStream() string { return n.ns + "_REJECTED" }

@@ -137,3 +137,25 @@ func TestPoolWorkerSubjects(t *testing.T) {
 		t.Error("an old-style heartbeat subject parsed")
 	}
 }
+
+func TestOutcomeSubjects(t *testing.T) {
+	t.Parallel()
+	n, _ := NewNames("ns")
+	for _, c := range []struct{ subject, gtok string }{
+		{n.OutcomeSubject("g"), "g"},
+		{n.OutcomeSubjectTo("g", "p-1"), "g"},
+		{n.OutcomeSubjectTo("~Zy4x", ""), "~Zy4x"},
+	} {
+		if gtok, ok := n.ParseOutcomeSubject(c.subject); !ok || gtok != c.gtok {
+			t.Errorf("ParseOutcomeSubject(%q) = %q, %v; want %q", c.subject, gtok, ok, c.gtok)
+		}
+	}
+	if got := n.OutcomeSubjectTo("g", ""); got != "ns.out.g."+NoReply {
+		t.Errorf("OutcomeSubjectTo without a reply token = %q", got)
+	}
+	for _, bad := range []string{"ns.out.", "ns.jobs.g", "other.out.g"} {
+		if _, ok := n.ParseOutcomeSubject(bad); ok {
+			t.Errorf("ParseOutcomeSubject(%q) accepted", bad)
+		}
+	}
+}

@@ -169,7 +169,7 @@ func ParseStoredJobs(seq uint64, h nats.Header, data []byte) ([]StoredJob, error
 	case err != nil || count < 2 || count > MaxPack:
 		return nil, fmt.Errorf("%w: bad %s %q (2–%d jobs)", ErrMalformed, HdrPack, n, MaxPack)
 	case h.Get(HdrKey) != "" || h.Get(HdrSingle) != "" || h.Get(HdrRequire) != "" || h.Get(HdrPrefer) != "" ||
-		h.Get(HdrMaxAttempts) != "" || h.Get(HdrTimeout) != "" || h.Get(HdrRunAt) != "":
+		h.Get(HdrMaxAttempts) != "" || h.Get(HdrTimeout) != "" || h.Get(HdrRunAt) != "" || h.Get(HdrReply) != "":
 		return nil, fmt.Errorf("%w: a pack carries its jobs' options in its body, not in headers", ErrMalformed)
 	}
 	group := h.Get(HdrGroup)

@@ -61,7 +61,7 @@ func (c *ScaleConfig) defaults() error {
 	setDefault(&c.DrainJobs, 5000)
 	// Five runs by default: a 5,000-job drain lasts about 30 ms, and its CPU per job varies by
 	// a third from run to run on a shared 2-core machine, enough to flip the ratio targets
-	// either way (BENCHMARKS.md, session 12); medians of five seldom do.
+	// either way; medians of five seldom do.
 	setDefault(&c.Repeat, 5)
 	setDefault(&c.Concurrency, 64)
 	switch {

@@ -305,7 +305,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	aerrs.check(t)
 }
 
-// TestDashboardScreenshots regenerates docs/dashboard-*.png, the README's screenshots, from a
+// TestDashboardScreenshots regenerates docs/dashboard-*.png, the screenshots of docs/operating.md, from a
 // busier namespace than the tests': 2 workers of 6 slots and a stream of groups of jobs that take
 // 20–120 ms. It runs only when asked:
 //

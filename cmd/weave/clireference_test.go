@@ -7,21 +7,21 @@ import (
 	"testing"
 )
 
-// TestReadmeFlagsExist checks that every flag the README's CLI synopsis lists exists on the
-// subcommand it is listed under, so the README cannot drift from the code.
-func TestReadmeFlagsExist(t *testing.T) {
-	src, err := os.ReadFile("../../README.md")
+// TestCLIReferenceFlagsExist checks that every flag the CLI reference's synopsis (docs/cli.md) lists
+// exists on the subcommand it is listed under, so the reference cannot drift from the code.
+func TestCLIReferenceFlagsExist(t *testing.T) {
+	src, err := os.ReadFile("../../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(src), "\n## CLI\n")
+	_, section, ok := strings.Cut(string(src), "\n## Synopsis\n")
 	if !ok {
-		t.Fatal("README.md has no CLI section")
+		t.Fatal("docs/cli.md has no Synopsis section")
 	}
-	_, block, ok := strings.Cut(section, "```\n")
+	_, block, ok := strings.Cut(section, "```text\n")
 	block, _, ok2 := strings.Cut(block, "```")
 	if !ok || !ok2 {
-		t.Fatal("the README's CLI section has no synopsis block")
+		t.Fatal("docs/cli.md's Synopsis section has no text block")
 	}
 	flag := regexp.MustCompile(`--[a-z][a-z-]*`)
 	checked := 0
@@ -41,12 +41,12 @@ func TestReadmeFlagsExist(t *testing.T) {
 		}
 		cmd, rest, err := newRootCmd().Find(path)
 		if err != nil || len(rest) > 0 {
-			t.Errorf("README lists 'weave %s', which is not a command", strings.Join(path, " "))
+			t.Errorf("docs/cli.md lists 'weave %s', which is not a command", strings.Join(path, " "))
 			continue
 		}
 		for _, name := range flag.FindAllString(line, -1) {
 			if cmd.Flags().Lookup(name[2:]) == nil && cmd.InheritedFlags().Lookup(name[2:]) == nil {
-				t.Errorf("README lists %s for %q, which has no such flag", name, cmd.CommandPath())
+				t.Errorf("docs/cli.md lists %s for %q, which has no such flag", name, cmd.CommandPath())
 			}
 			checked++
 		}
