@@ -518,6 +518,11 @@ func newRawRef(d *deployment, fleet Shape) (*rawRef, error) {
 	return r, nil
 }
 
+// rawStallWait bounds how long the reference's publisher waits for room among its pending
+// acks: the client's default (200ms) fails the run on a machine busy for a moment, where the
+// dispatcher would wait.
+const rawStallWait = 30 * time.Second
+
 // maxWaiting is the pull requests the raw consumer keeps waiting: the server's default (512)
 // unless the fleet's workers, each with a pull or two outstanding, need more.
 func (r *rawRef) maxWaiting() int { return max(512, 4*len(r.subs)) }
@@ -576,7 +581,7 @@ func (r *rawRef) run(ctx context.Context, n int, payload []byte) (took time.Dura
 	start := time.Now()
 	inproc.Labeled("reference", func() {
 		for range n {
-			if _, err = r.pub.PublishAsync(subject, payload); err != nil {
+			if _, err = r.pub.PublishAsync(subject, payload, jetstream.WithStallWait(rawStallWait)); err != nil {
 				return
 			}
 		}
