@@ -185,7 +185,11 @@ func RunFleet(ctx context.Context, env *Env, cfg FleetConfig) (*FleetScenarioRes
 		for _, sh := range cfg.Shapes {
 			f, err := runFleet(ctx, env, "fleet", thr, sh, sh)
 			if err != nil {
-				return nil, fmt.Errorf("fleet %s: %w", sh, err)
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("fleet %s: %w", sh, err)
+				}
+				env.progressf("fleet %s: failed: %v", sh, err)
+				f = &FleetResult{Shape: sh, Error: err.Error()}
 			}
 			res.Workers = append(res.Workers, *f)
 		}
@@ -229,6 +233,10 @@ func (r *FleetScenarioResult) checks() []Check {
 	var from, to *FleetResult
 	for i := range r.Workers {
 		f := &r.Workers[i]
+		if f.Error != "" {
+			cs = append(cs, Check{Name: f.Shape.String() + ": the run completes", Target: "no error", Measured: "failed", Value: 1})
+			continue
+		}
 		cs = append(cs, atLeast(fmt.Sprintf("%s: Weave ÷ raw JetStream (same fleet) throughput", f.Shape), f.Ratio, minRatioFew, ratioFormat))
 		if f.RawCPUPer1000 > 0 {
 			cs = append(cs, atMost(fmt.Sprintf("%s: CPU per job, Weave ÷ raw JetStream (same fleet)", f.Shape), f.CPURatio, maxCPURatio, ratioFormat))
@@ -240,7 +248,7 @@ func (r *FleetScenarioResult) checks() []Check {
 			to = f
 		}
 	}
-	if from != nil && to != nil && from.WeaveCPUPer1000 > 0 {
+	if from != nil && to != nil && from.WeaveCPUPer1000 > 0 && to.Error == "" {
 		cs = append(cs, atMost(fmt.Sprintf("Weave CPU per job at %s ÷ at %s", cpuGrowthTo, cpuGrowthFrom), to.WeaveCPUPer1000/from.WeaveCPUPer1000, maxWorkerCPUGrowth, ratioFormat))
 	}
 	if r.Idle != nil && r.Idle.Isolated && r.Idle.ServerCPUPct >= 0 {
@@ -315,6 +323,11 @@ func (r *FleetScenarioResult) notes() []string {
 	for _, s := range r.Submitters {
 		if s.Error != "" {
 			ns = append(ns, fmt.Sprintf("%s submitters: failed: %s", count(s.Submitters), s.Error))
+		}
+	}
+	for _, f := range r.Workers {
+		if f.Error != "" {
+			ns = append(ns, fmt.Sprintf("%s: failed: %s", f.Shape, f.Error))
 		}
 	}
 	if len(r.Submitters) > 0 {

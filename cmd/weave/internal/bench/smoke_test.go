@@ -331,4 +331,9 @@ func TestFleetChecks(t *testing.T) {
 	if cs := r.checks(); len(cs) != len(want) || cs[3].Name != "3,000 submitters: the run completes" || cs[3].Pass {
 		t.Errorf("checks with a failed count: %+v", cs)
 	}
+	// A worker fleet that failed: its own miss instead of its two checks, and no CPU growth.
+	r.Workers[1] = FleetResult{Shape: Shape{500, 2}, Error: "stalled"}
+	if cs := r.checks(); len(cs) != len(want)-2 || cs[6].Name != "500 × 2: the run completes" || cs[6].Pass {
+		t.Errorf("checks with a failed fleet: %+v", cs)
+	}
 }

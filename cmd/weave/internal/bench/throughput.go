@@ -163,6 +163,8 @@ type FleetResult struct {
 	StoredPerJob      map[string]float64 `json:"stored_msgs_per_job"`
 	PeakRSSBytes      uint64             `json:"peak_rss_bytes"`       // VmHWM over the Weave runs
 	PeakRSSSinceStart bool               `json:"peak_rss_since_start"` // the peak could not be reset: it is since the process started
+	// Error says why the fleet's run failed (the fleet scenario goes on with the next fleet).
+	Error string `json:"error,omitempty"`
 }
 
 // Scenario implements Result.
