@@ -97,6 +97,9 @@ const (
 	maxIdleServerCPUPct = 3.0  // coordinator and server, % of one core
 )
 
+// partSettle bounds the wait for this process to be quiet before the workers part.
+const partSettle = 10 * time.Second
+
 // The fleets whose CPU per job the worker target compares.
 var cpuGrowthFrom, cpuGrowthTo = Shape{8, 8}, Shape{500, 2}
 
@@ -178,6 +181,8 @@ func RunFleet(ctx context.Context, env *Env, cfg FleetConfig) (*FleetScenarioRes
 		}
 	}
 	if cfg.runs("workers") {
+		// Thousands of submitters' connections take a while to wind down: not on the fleets' time.
+		waitQuiet(ctx, partSettle)
 		thr := ThroughputConfig{Jobs: cfg.Jobs, Groups: cfg.Groups, Rounds: cfg.Rounds, Shapes: cfg.Shapes}
 		if err := thr.defaults(); err != nil {
 			return nil, err
