@@ -80,8 +80,8 @@ there, every stream (Weave's and the references') at 3 replicas.`,
   weave bench throughput latency      # two scenarios
   weave bench scale --full            # memory at 10k, 100k and 1M pending jobs
   weave bench --markdown > results.md # a table for BENCHMARKS.md
-  weave bench fleet --fleet-parts workers --fleet-shapes 8x8,500x2
-  weave bench --replicas 3 throughput fleet --shapes 4x8,200x4 --fleet-shapes 4x8,200x4 --fleet-parts workers
+  weave bench fleet --fleet-parts workers --fleet-shapes 8x8,500x2   # two worker fleets
+  weave bench --replicas 3 throughput --shapes 4x8,200x4   # on 3 nats-server processes, R3
   weave bench --nats nats://host:4222 --json`,
 		Args: usageArgs(func(_ *cobra.Command, args []string) error {
 			for _, a := range args {
