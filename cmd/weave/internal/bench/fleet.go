@@ -314,8 +314,9 @@ func (r *FleetScenarioResult) Section() Section {
 	if i := r.Idle; i != nil {
 		t := Table{
 			Title:  "an idle fleet: CPU as a share of one core",
-			Header: []string{"idle workers", "window (s)", "coordinator + server (%)", "the workers' process (%)"},
-			Rows:   [][]string{{count(i.Workers), fmt.Sprintf("%.1f", i.Seconds), fmt.Sprintf("%.2f", i.ServerCPUPct), fmt.Sprintf("%.2f", i.WorkersCPUPct)}},
+			Header: []string{"idle workers", "window (s)", "coordinator + server (%)", "the workers' process (%)", "pull requests per worker per s"},
+			Rows: [][]string{{count(i.Workers), fmt.Sprintf("%.1f", i.Seconds), fmt.Sprintf("%.2f", i.ServerCPUPct), fmt.Sprintf("%.2f", i.WorkersCPUPct),
+				fmt.Sprintf("%.2f", i.PullsPerWorkerS)}},
 		}
 		s.Tables = append(s.Tables, t)
 	}

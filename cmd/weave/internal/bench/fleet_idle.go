@@ -29,6 +29,8 @@ type IdleFleetResult struct {
 	ServerIncluded bool    `json:"server_included"`
 	ServerCPUPct   float64 `json:"coordinator_server_cpu_pct_of_core"`
 	WorkersCPUPct  float64 `json:"workers_cpu_pct_of_core"`
+	// PullsPerWorkerS is the pull requests each idle worker sent per second over the window.
+	PullsPerWorkerS float64 `json:"pulls_per_worker_per_s"`
 }
 
 // idleChildSpec is what a child process runs for the idle fleet: a deployment with a coordinator
@@ -62,7 +64,7 @@ func runIdleFleet(ctx context.Context, env *Env, cfg FleetConfig) (*IdleFleetRes
 			return nil, err
 		}
 		settle := max(idleStartup, idleSettle-closedAgo())
-		err = idleWorkers(ctx, env, d.Deployment, cfg, settle, func() error {
+		err = idleWorkers(ctx, env, d.Deployment, cfg, res, settle, func() error {
 			cpu0, t0 := env.cpu(), time.Now()
 			if err := sleepCtx(ctx, cfg.Idle); err != nil {
 				return err
@@ -90,7 +92,7 @@ func runIdleFleet(ctx context.Context, env *Env, cfg FleetConfig) (*IdleFleetRes
 			return err
 		}
 		defer d.Close()
-		err = idleWorkers(ctx, env, d, cfg, idleStartup, func() error {
+		err = idleWorkers(ctx, env, d, cfg, res, idleStartup, func() error {
 			if err := c.signal("start"); err != nil {
 				return err
 			}
@@ -128,13 +130,15 @@ func runIdleFleet(ctx context.Context, env *Env, cfg FleetConfig) (*IdleFleetRes
 }
 
 // idleWorkers starts the idle fleet's workers on d, waits until the coordinator knows them all,
-// then for settle and until this process is quiet, and calls measure.
-func idleWorkers(ctx context.Context, env *Env, d *inproc.Deployment, cfg FleetConfig, settle time.Duration, measure func() error) error {
+// then for settle and until this process is quiet, and calls measure; it counts the workers'
+// pull requests meanwhile into res.
+func idleWorkers(ctx context.Context, env *Env, d *inproc.Deployment, cfg FleetConfig, res *IdleFleetResult, settle time.Duration, measure func() error) error {
 	n := cfg.IdleWorkers
 	env.progressf("fleet: %s idle workers: starting", count(n))
 	noop := func(context.Context, *worker.Job) ([]byte, error) { return nil, nil }
-	if err := forEach(ctx, n, connectParallel, func(i int) error {
-		_, _, err := d.Worker(worker.Config{ID: fmt.Sprint("idle", i), Concurrency: 1}, noop)
+	ws := make([]*worker.Worker, n)
+	if err := forEach(ctx, n, connectParallel, func(i int) (err error) {
+		ws[i], _, err = d.Worker(worker.Config{ID: fmt.Sprint("idle", i), Concurrency: 1}, noop)
 		return err
 	}); err != nil {
 		return err
@@ -148,7 +152,12 @@ func idleWorkers(ctx context.Context, env *Env, d *inproc.Deployment, cfg FleetC
 	debug.FreeOSMemory()
 	waitQuiet(ctx, 5*time.Second)
 	env.progressf("fleet: %s idle workers: idle for %v", count(n), cfg.Idle)
-	return measure()
+	s0, t0 := sumStats(ws), time.Now()
+	if err := measure(); err != nil {
+		return err
+	}
+	res.PullsPerWorkerS = float64(sumStats(ws).Pulls-s0.Pulls) / time.Since(t0).Seconds() / float64(n)
+	return nil
 }
 
 // idleStartup is how long an idle fleet runs before it is measured: the workers' announcements
