@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -462,7 +461,8 @@ func settle(ctx context.Context) {
 	}
 }
 
-// scaleChildSpec is what a child process measures: one size, in one configuration.
+// scaleChildSpec is what a child process measures for the scale scenario: one size, in one
+// configuration.
 type scaleChildSpec struct {
 	Config   ScaleConfig `json:"config"`
 	Jobs     int         `json:"jobs"`
@@ -470,27 +470,15 @@ type scaleChildSpec struct {
 	Defaults bool        `json:"defaults"`
 }
 
-// scaleStepChild runs scaleStep in a fresh process (Env.ChildCommand followed by the spec as
-// JSON) and merges what it measured into step.
+// scaleStepChild runs scaleStep in a fresh process (see Env.ChildCommand) and merges what it
+// measured into step.
 func scaleStepChild(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, defaults bool) error {
-	spec, err := json.Marshal(scaleChildSpec{Config: cfg, Jobs: step.Jobs, Groups: step.Groups, Defaults: defaults})
+	var got ScaleStep
+	err := env.runChild(ctx, childSpec{Scale: &scaleChildSpec{Config: cfg, Jobs: step.Jobs, Groups: step.Groups, Defaults: defaults}}, func(c *child) error {
+		return c.read(&got)
+	})
 	if err != nil {
 		return err
-	}
-	args := append(slices.Clone(env.ChildCommand[1:]), string(spec))
-	cmd := exec.CommandContext(ctx, env.ChildCommand[0], args...)
-	cmd.Env = append(os.Environ(), env.ChildEnv...)
-	cmd.Stderr = env.Progress
-	if cmd.Stderr == nil {
-		cmd.Stderr = io.Discard
-	}
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("child process %s: %w", env.ChildCommand[0], err)
-	}
-	var got ScaleStep
-	if err := json.Unmarshal(out, &got); err != nil {
-		return fmt.Errorf("child process output: %w", err)
 	}
 	if !defaults {
 		step.NoCache = got.NoCache
@@ -501,13 +489,9 @@ func scaleStepChild(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleS
 	return nil
 }
 
-// RunScaleChild is the child process's side of an isolated scale measurement: it runs the
-// measurement described by spec (JSON, from the parent) and writes the step to w as JSON.
-func RunScaleChild(ctx context.Context, env *Env, spec string, w io.Writer) error {
-	var sp scaleChildSpec
-	if err := json.Unmarshal([]byte(spec), &sp); err != nil {
-		return fmt.Errorf("scale child spec: %w", err)
-	}
+// runScaleChild is the child process's side of an isolated scale measurement: it runs the
+// measurement sp describes and writes the step to w as JSON.
+func runScaleChild(ctx context.Context, env *Env, sp scaleChildSpec, w io.Writer) error {
 	cfg := sp.Config
 	if err := cfg.defaults(); err != nil {
 		return err
@@ -609,7 +593,7 @@ func (r *ScaleResult) Section() Section {
 		rs = append(rs, fmt.Sprint(c.profileRate(st.Jobs)))
 	}
 	rates := strings.Join(slices.Compact(rs), ", ")
-	where := "Each measurement ran in a fresh child process (weave bench --scale-child), so the process held that deployment alone."
+	where := "Each measurement ran in a fresh child process (weave bench --child), so the process held that deployment alone."
 	if !r.Isolated {
 		where = "The measurements ran in this process: objects of earlier deployments still being released can make small sizes noisy (run weave bench scale for isolated child processes)."
 	}
