@@ -16,11 +16,14 @@ const (
 	// AlarmFailedGrowth: at least AlarmConfig.FailedGrowth jobs ended failed within the window,
 	// a progressing outage (seed 001: explosive growth of FAILED).
 	AlarmFailedGrowth = "failed_growth"
-	// AlarmPendingGrowth: PENDING grew by at least AlarmConfig.PendingGrowth within the window
-	// while more jobs entered it than left it: production outruns consumption, add slots.
+	// AlarmPendingGrowth: the jobs waiting for a slot (PENDING, less those limits hold back)
+	// grew by at least AlarmConfig.PendingGrowth within the window, in each half of it, while
+	// more jobs entered PENDING than left it: production outruns consumption for longer than a
+	// burst the fleet drains, add slots.
 	AlarmPendingGrowth = "pending_growth"
-	// AlarmBacklog: more jobs pending than live slots for longer than AlarmConfig.BacklogAfter
-	// (seed 002: the count must routinely drop below the number of workers).
+	// AlarmBacklog: more jobs waiting for a slot (pending, less those limits hold back) than
+	// live slots for longer than AlarmConfig.BacklogAfter (seed 002: the count must routinely
+	// drop below the number of workers).
 	AlarmBacklog = "backlog"
 	// AlarmScaleDown: no backlog and fewer than AlarmConfig.ScaleDownBelow of the live slots
 	// busy for longer than AlarmConfig.ScaleDownAfter: slots could be removed.
@@ -54,8 +57,9 @@ type AlarmConfig struct {
 	Window time.Duration
 	// FailedGrowth is how many jobs ending failed within Window raise failed_growth. Default 100.
 	FailedGrowth int
-	// PendingGrowth is how much PENDING must grow within Window, with more jobs entering it
-	// than leaving it, to raise pending_growth. Default 1000.
+	// PendingGrowth is how much the jobs waiting for a slot must grow within Window, and in
+	// each half of it, with more jobs entering PENDING than leaving it, to raise
+	// pending_growth. Default 1000.
 	PendingGrowth int
 	// BacklogAfter is how long more jobs may be pending than there are live slots before
 	// backlog is raised. Default 5m.
@@ -129,6 +133,7 @@ type alarmInput struct {
 	now            time.Time
 	failed         uint64 // jobs that ended failed, monotonic
 	pending        uint64 // jobs pending now
+	held           uint64 // of them, those limits hold back: more slots would not start them
 	enteredPending uint64 // jobs that entered PENDING, monotonic
 	leftPending    uint64 // jobs that left PENDING, monotonic
 	slots          int    // live slots (draining workers' excluded)
@@ -189,7 +194,8 @@ func (a *alarms) active() []Alarm {
 // observe takes one tick's input and returns the events to publish.
 func (a *alarms) observe(in alarmInput) []AlarmEvent {
 	now := in.now
-	a.samples = append(a.samples, alarmSample{at: now, failed: in.failed, pending: in.pending, in: in.enteredPending, out: in.leftPending})
+	waiting := in.pending - min(in.held, in.pending) // for a slot
+	a.samples = append(a.samples, alarmSample{at: now, failed: in.failed, pending: waiting, in: in.enteredPending, out: in.leftPending})
 	// Keep one sample at or before now-Window as the window's base.
 	for len(a.samples) > 2 && !a.samples[1].at.After(now.Add(-a.cfg.Window)) {
 		a.samples = a.samples[1:]
@@ -208,8 +214,18 @@ func (a *alarms) observe(in alarmInput) []AlarmEvent {
 		fmt.Sprintf("%d jobs failed in the last %v", failed, a.cfg.Window),
 		map[string]float64{"failed": float64(failed), "window_seconds": a.cfg.Window.Seconds(), "threshold": float64(a.cfg.FailedGrowth)})
 
-	// Scale up: PENDING sustained growth.
+	// Scale up: sustained growth of the jobs waiting for a slot. A burst (a group of many jobs
+	// published at once) grows them in an instant and the fleet drains it: the growth must
+	// span the whole window, seen from its start, and each half of it.
 	growth := int64(cur.pending) - int64(base.pending)
+	mid := base
+	for _, s := range a.samples {
+		if s.at.After(now.Add(-a.cfg.Window / 2)) {
+			break
+		}
+		mid = s
+	}
+	sustained := now.Sub(base.at) >= a.cfg.Window && mid.pending > base.pending && cur.pending > mid.pending
 	inN, outN := cur.in-base.in, cur.out-base.out
 	var arrival, departure float64
 	if span > 0 {
@@ -223,12 +239,15 @@ func (a *alarms) observe(in alarmInput) []AlarmEvent {
 	if in.slots == 0 {
 		advice = "no worker is live to take them"
 	}
-	set(AlarmPendingGrowth, growth >= int64(a.cfg.PendingGrowth) && inN > outN,
-		fmt.Sprintf("pending grew by %d in the last %v: %.1f jobs/s arrive, %.1f/s leave; %s", growth, a.cfg.Window, arrival, departure, advice),
-		map[string]float64{"pending": float64(cur.pending), "growth": float64(growth), "arrival_rate": arrival, "departure_rate": departure, "slots": float64(in.slots), "suggested_slots": suggested})
+	if in.held > 0 {
+		advice += fmt.Sprintf("; %d more are held back by limits, which slots would not start", in.held)
+	}
+	set(AlarmPendingGrowth, sustained && growth >= int64(a.cfg.PendingGrowth) && inN > outN,
+		fmt.Sprintf("jobs waiting for a slot grew by %d in the last %v: %.1f jobs/s arrive, %.1f/s leave; %s", growth, a.cfg.Window, arrival, departure, advice),
+		map[string]float64{"pending": float64(cur.pending), "held": float64(in.held), "growth": float64(growth), "arrival_rate": arrival, "departure_rate": departure, "slots": float64(in.slots), "suggested_slots": suggested})
 
 	// Backlog above the live slots for too long.
-	if in.pending > uint64(in.slots) {
+	if waiting > uint64(in.slots) {
 		if a.backlogSince.IsZero() {
 			a.backlogSince = now
 		}
@@ -237,11 +256,11 @@ func (a *alarms) observe(in alarmInput) []AlarmEvent {
 	}
 	backlogFor := durationSince(now, a.backlogSince)
 	set(AlarmBacklog, !a.backlogSince.IsZero() && backlogFor >= a.cfg.BacklogAfter,
-		fmt.Sprintf("%d jobs pending, above the %d live slots for %v", in.pending, in.slots, backlogFor.Round(time.Second)),
-		map[string]float64{"pending": float64(in.pending), "slots": float64(in.slots), "for_seconds": backlogFor.Seconds(), "threshold_seconds": a.cfg.BacklogAfter.Seconds()})
+		fmt.Sprintf("%d jobs waiting for a slot, above the %d live slots for %v", waiting, in.slots, backlogFor.Round(time.Second)),
+		map[string]float64{"pending": float64(waiting), "held": float64(in.held), "slots": float64(in.slots), "for_seconds": backlogFor.Seconds(), "threshold_seconds": a.cfg.BacklogAfter.Seconds()})
 
 	// Scale down: no backlog and a mostly idle fleet for long.
-	if in.slots > 0 && in.pending < uint64(in.slots) && float64(in.busy) < a.cfg.ScaleDownBelow*float64(in.slots) {
+	if in.slots > 0 && waiting < uint64(in.slots) && float64(in.busy) < a.cfg.ScaleDownBelow*float64(in.slots) {
 		if a.idleSince.IsZero() {
 			a.idleSince, a.idlePeak = now, 0
 		}

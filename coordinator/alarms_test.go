@@ -188,3 +188,43 @@ func TestAlarmsPendingGrowthWithNoWorker(t *testing.T) {
 		t.Fatalf("message %q, want it to say that no worker is live", msg)
 	}
 }
+
+// TestAlarmsPendingGrowthIgnoresBursts: a group of many jobs published at once grows pending in
+// an instant and the fleet drains it: no pending_growth, though pending grew by more than the
+// threshold within the window with more jobs entering than leaving.
+func TestAlarmsPendingGrowthIgnoresBursts(t *testing.T) {
+	r := newAlarmRun(t, AlarmConfig{Window: time.Second, PendingGrowth: 1000})
+	for range 12 { // a quiet fleet: the window is full
+		r.step(alarmInput{slots: 24})
+	}
+	var in, out, pending uint64 = 1012, 0, 1012 // the burst
+	for pending > 0 {
+		r.step(alarmInput{pending: pending, enteredPending: in, leftPending: out, slots: 24, busy: 24})
+		drained := min(pending, 48) // the fleet drains 480 jobs/s
+		pending, out = pending-drained, out+drained
+	}
+	if r.last(AlarmPendingGrowth) != "" {
+		t.Fatalf("raised on a burst the fleet drains: %+v", r.events)
+	}
+}
+
+// TestAlarmsPendingGrowthHeldByLimits: jobs that limits hold back grow pending for the whole
+// window, but more slots would not start them: neither pending_growth nor backlog is raised;
+// the same growth of jobs waiting for a slot raises both.
+func TestAlarmsPendingGrowthHeldByLimits(t *testing.T) {
+	for _, limited := range []bool{true, false} {
+		r := newAlarmRun(t, AlarmConfig{Window: time.Second, PendingGrowth: 100, BacklogAfter: time.Second})
+		var in, out, pending, held uint64
+		for range 30 { // 4 slots busy; 200 jobs/s arrive, 40/s leave: pending grows 16 per step
+			in, out, pending = in+20, out+4, pending+16
+			if limited {
+				held = pending
+			}
+			r.step(alarmInput{pending: pending, held: held, enteredPending: in, leftPending: out, slots: 4, busy: 4})
+		}
+		raised := r.last(AlarmPendingGrowth) == "raised" && r.last(AlarmBacklog) == "raised"
+		if raised == limited {
+			t.Fatalf("limited %v: pending_growth %q, backlog %q: %+v", limited, r.last(AlarmPendingGrowth), r.last(AlarmBacklog), r.events)
+		}
+	}
+}

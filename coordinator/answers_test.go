@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -34,17 +35,21 @@ func TestCancelAnswers(t *testing.T) {
 		t.Fatalf("answered %+v without a reply token", a)
 	}
 
-	// Some jobs: one running (told to stop), one pending, one already canceled (ignored).
-	seq := te.control(wire.GroupControl{Group: "g", Op: wire.OpCancel, Jobs: []uint64{ids[0], ids[3], ids[4]}, Reply: "tok1"})
-	want := answer{subject: "weave.reply.tok1", a: wire.ControlAnswer{Seq: seq, Op: wire.OpCancel, Group: "g", OK: true, Canceled: 1, Stopping: 1}}
-	if a := te.answers(); len(a) != 1 || a[0] != want {
+	// Some jobs: one running (told to stop), one pending, one already canceled, one of another
+	// group and one that does not exist: the answer names the three it left alone.
+	te.open("other")
+	otherID := te.job(wire.JobMeta{Group: "other"})
+	seq := te.control(wire.GroupControl{Group: "g", Op: wire.OpCancel, Jobs: []uint64{ids[0], ids[3], ids[4], otherID, 999_999}, Reply: "tok1"})
+	want := answer{subject: "weave.reply.tok1", a: wire.ControlAnswer{Seq: seq, Op: wire.OpCancel, Group: "g", OK: true, Canceled: 1, Stopping: 1,
+		Final: []uint64{ids[4]}, Unknown: []uint64{otherID, 999_999}}}
+	if a := te.answers(); len(a) != 1 || !reflect.DeepEqual(a[0], want) {
 		t.Fatalf("answers %+v, want %+v", a, want)
 	}
 
 	// The whole group: the other running job stops, the last pending one ends.
 	seq = te.control(wire.GroupControl{Group: "g", Op: wire.OpCancel, Reply: "tok2"})
 	want = answer{subject: "weave.reply.tok2", a: wire.ControlAnswer{Seq: seq, Op: wire.OpCancel, Group: "g", OK: true, Canceled: 1, Stopping: 2}}
-	if a := te.answers(); len(a) != 1 || a[0] != want {
+	if a := te.answers(); len(a) != 1 || !reflect.DeepEqual(a[0], want) {
 		t.Fatalf("answers %+v, want %+v", a, want)
 	}
 
@@ -57,6 +62,10 @@ func TestCancelAnswers(t *testing.T) {
 	}
 	if len(te.e.out.rejections) != rejected+1 {
 		t.Fatalf("the cancel of group nope was not recorded as rejected")
+	}
+	// A request the state refuses is not counted with malformed or hostile input.
+	if s := te.e.status().Totals; s.Rejected != 0 || s.Refused != 1 {
+		t.Fatalf("totals: %d rejected and %d refused, want 0 and 1", s.Rejected, s.Refused)
 	}
 }
 

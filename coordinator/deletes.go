@@ -203,7 +203,9 @@ func (r *run) deleter(ctx context.Context) {
 	fail := func(d *deleting, err error, now time.Time) {
 		if failing.IsZero() {
 			failing = now
-			r.log.Warn().Err(err).Uint64("seq", d.seq).Msg("delete a JOBS message failed; trying again")
+			r.outage.Begin("delete JOBS messages", err, time.Now())
+		} else {
+			r.outage.Again(err)
 		}
 		if since := q.failed(d, now); since > r.cfg.LeaseTTL {
 			r.fail(fmt.Errorf("%w: delete JOBS message %d failing for over %v: %w", ErrStalled, d.seq, r.cfg.LeaseTTL, err))
@@ -216,6 +218,9 @@ func (r *run) deleter(ctx context.Context) {
 			if in != nil {
 				for range in {
 				}
+			}
+			if !failing.IsZero() {
+				r.outage.End(time.Now())
 			}
 			return
 		}
@@ -271,7 +276,7 @@ func (r *run) deleter(ctx context.Context) {
 				continue
 			}
 			if !failing.IsZero() {
-				r.log.Info().Stringer("after", now.Sub(failing)).Msg("deletes of JOBS messages went through again")
+				r.outage.End(time.Now())
 				failing = time.Time{}
 			}
 			if d.done != nil && !loopGone {

@@ -69,6 +69,7 @@ type counters struct {
 	Admitted, Released, Retried, Rejected, StaleReports, Requeued, LostJobs, LostAttempts, Rescued uint64
 	Done, Failed, Canceled                                                                         uint64 // jobs that ended so
 	RejectedReports, RejectedHeartbeats                                                            uint64 // of Rejected: see report and checkHeartbeat
+	Refused                                                                                        uint64 // requests the state refuses (see refuse)
 }
 
 // job is a job that has been released at least once and has not ended yet. Owned by the loop,
@@ -84,12 +85,14 @@ type job struct {
 	evSeq     uint64    // the EVENTS sequence of the report this job's state depends on; 0 if none
 	key       string
 	maxAtt    int
+	redriveOf uint64         // the failed job it runs again, in an incarnation a redrive opened
 	history   []wire.Attempt // failed attempts, for the outcome (bounded by wire.MaxHistory)
 	cancelReq bool           // a cancel of this job arrived while it ran
 	counted   bool           // counted in the scheduler's in-flight for its group
 	retryAt   time.Time
 	heapIdx   int
 	heldBy    *limitState // the limit whose line holds it back, if any
+	offeredBy *limitState // the limit whose line offered it again, until it is released, held again or ends
 }
 
 // effects are the side effects the loop carries out after a step (see run.step).
@@ -166,6 +169,15 @@ func newEngine(cfg Config, names wire.Names, epoch uint64) (*engine, error) {
 func (e *engine) reject(subject string, seq uint64, reason string) {
 	e.stats.Rejected++
 	e.log.Warn().Str("subject", subject).Uint64("seq", seq).Str("reason", reason).Msg("rejected message")
+	e.out.rejections = append(e.out.rejections, rejection{subject: subject, seq: seq, reason: reason})
+}
+
+// refuse records a well-formed request that the state refuses (a cancel of a group that is not
+// open) for NS_REJECTED, like reject, but counts it apart and logs it at info: it is a client
+// asking too late or of the wrong group, not malformed or hostile input.
+func (e *engine) refuse(subject string, seq uint64, reason string) {
+	e.stats.Refused++
+	e.log.Info().Str("subject", subject).Uint64("seq", seq).Str("reason", reason).Msg("request refused")
 	e.out.rejections = append(e.out.rejections, rejection{subject: subject, seq: seq, reason: reason})
 }
 

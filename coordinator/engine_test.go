@@ -87,7 +87,7 @@ func (te *testEngine) releases() map[string][]*job {
 	for _, r := range te.e.out.releases {
 		got[r.pool.key] = append(got[r.pool.key], r.jobs...)
 		for _, j := range r.jobs {
-			te.e.learn(j.id, fmt.Sprint("key-", j.id), 0)
+			te.e.learn(j.id, &wire.JobMeta{Key: fmt.Sprint("key-", j.id)})
 		}
 	}
 	te.e.out.releases = nil

@@ -131,7 +131,9 @@ func (f *follower) start(ctx context.Context, from uint64) error {
 		}
 	}, append(f.opts, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		f.errs.Add(1)
-		f.log.Warn().Err(err).Msg("reading the stream: the ordered consumer reported an error")
+		// The consumer recovers by itself (a stall is caught by watch): part of an outage.
+		f.log.Debug().Err(err).Msg("reading the stream: the ordered consumer reported an error")
+		f.r.outage.Once("read "+f.stream, err, time.Now())
 	}))...)
 	if err != nil {
 		return err

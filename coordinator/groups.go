@@ -47,6 +47,12 @@ type group struct {
 	failed               uint64
 	canceled             uint64
 	inSched              bool // added to the scheduler
+	// redriven: a redrive opened it, so its jobs' Weave-Redrive-Of is the coordinator's own and
+	// their outcomes carry it (see wire.Outcome.RedriveOf).
+	redriven bool
+	// inFlight counts its jobs released and not reported. The scheduler counts those it
+	// released too, but not the jobs a limit's line offered after it had handed out the last.
+	inFlight int
 	// busy estimates the share of a released job's time that its handler runs (the rest is
 	// queueing and round trips), from the group's reports: the exponentially weighted average of
 	// handler durations ÷ that of (report time − release time), kept in ranAvg and cycleAvg
@@ -55,6 +61,7 @@ type group struct {
 	busy             float64
 	ranAvg, cycleAvg float64
 	complete         bool // every job terminal and the summary is being written
+	keepJobs         bool // complete: its job messages are kept until its retention passes (see keepsJobs)
 
 	outcomes    []wire.Outcome // terminal outcomes not yet handed to the writer
 	outcomeSeqs []uint64       // the EVENTS sequence of the report behind each, or 0
@@ -109,7 +116,7 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	// yet; but an open still in the stream after a sealed incarnation is one the live
 	// coordinator accepted (it deletes those it refuses), so replay accepts it too and
 	// tracks both incarnations until the outcomes tell how far the older one got.
-	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), reply: c.Reply, openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1))}
+	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), reply: c.Reply, openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1)), redriven: c.Redrive != 0}
 	e.groups.byID[c.Group] = g
 	e.groups.incarnations[seq] = g
 	e.groups.arrival = append(e.groups.arrival, g)
@@ -155,14 +162,14 @@ func (e *engine) applySeal(subject string, seq uint64, c wire.GroupControl, g *g
 // applyCancel cancels a whole group or some of its jobs, and answers if asked to.
 func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g *group) {
 	if g == nil {
-		e.reject(subject, seq, "cancel of a group that is not open: "+c.Group)
+		e.refuse(subject, seq, "cancel of a group that is not open: "+c.Group)
 		e.answerNotOpen(seq, c)
 		return
 	}
 	if g.complete {
 		// Rejected like a cancel of a group gone already, so its message is deleted: the
 		// group's purge has gone or is on its way, and would not cover it.
-		e.reject(subject, seq, "cancel of a group that is complete: "+c.Group)
+		e.refuse(subject, seq, "cancel of a group that is complete: "+c.Group)
 		e.answerNotOpen(seq, c)
 		return
 	}
@@ -182,12 +189,13 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g 
 		return
 	}
 	canceled, stopping := g.canceled, len(e.out.cancels)
+	var final, unknown []uint64
 	if len(c.Jobs) > 0 {
-		e.cancelJobs(g, c.Jobs)
+		final, unknown = e.cancelJobs(g, c.Jobs)
 	} else {
 		e.cancelGroup(g)
 	}
-	e.answer(seq, c, wire.ControlAnswer{OK: true, Canceled: int(g.canceled - canceled), Stopping: len(e.out.cancels) - stopping})
+	e.answer(seq, c, wire.ControlAnswer{OK: true, Canceled: int(g.canceled - canceled), Stopping: len(e.out.cancels) - stopping, Final: final, Unknown: unknown})
 }
 
 // seal marks g sealed by the message at seq: no more jobs join it.
@@ -324,18 +332,28 @@ func (e *engine) cancelGroup(g *group) {
 }
 
 // cancelJobs cancels some jobs of a group: pending ones end canceled at once, running ones are
-// told to stop (their attempt then ends canceled). IDs not in the group, or already ended, are
-// ignored.
-func (e *engine) cancelJobs(g *group, ids []uint64) {
+// told to stop (their attempt then ends canceled). It returns the IDs it left alone: jobs of
+// the group that had ended already, and IDs that are not jobs of the group.
+func (e *engine) cancelJobs(g *group, ids []uint64) (final, unknown []uint64) {
 	const reason = "job canceled"
 	var delayed map[uint64]bool
 	for _, id := range ids {
 		st, ok := e.idx.State(id)
-		if !ok || st.Terminal() {
+		switch {
+		case !ok:
+			unknown = append(unknown, id)
+			continue
+		case st.Terminal():
+			if e.incarnationOf(id, g.id) == g {
+				final = append(final, id)
+			} else {
+				unknown = append(unknown, id)
+			}
 			continue
 		}
 		if j := e.jobs[id]; j != nil {
 			if j.g != g {
+				unknown = append(unknown, id)
 				continue
 			}
 			if st == jobindex.Running {
@@ -357,12 +375,15 @@ func (e *engine) cancelJobs(g *group, ids []uint64) {
 			}
 			cancel = delayed[id]
 		}
-		if cancel {
-			e.moveTerminal(id, jobindex.Canceled)
-			e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
-			e.sealIfDue(g)
+		if !cancel {
+			unknown = append(unknown, id) // another group's
+			continue
 		}
+		e.moveTerminal(id, jobindex.Canceled)
+		e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
+		e.sealIfDue(g)
 	}
+	return final, unknown
 }
 
 // recordOutcome queues a terminal outcome for the group's outcome subject. evSeq is the EVENTS

@@ -88,7 +88,7 @@ func TestReplayKeepsEveryIncarnation(t *testing.T) {
 				if st, _ := r.e.idx.State(6); st != jobindex.Running {
 					t.Fatalf("job 6 is %v after replay, want running", st)
 				}
-				r.e.learn(6, "b", 0) // the next release would learn it; here the report follows
+				r.e.learn(6, &wire.JobMeta{Key: "b"}) // the next release would learn it; here the report follows
 				r.e.report("any", "w", 21, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK}, now)
 			}
 			if st, _ := r.e.idx.State(6); st != jobindex.Done {

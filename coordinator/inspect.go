@@ -88,13 +88,13 @@ func (r *run) serveInspect(m *nats.Msg) {
 func (e *engine) inspect(req wire.InspectRequest) wire.InspectReply {
 	switch {
 	case req.Groups:
-		return wire.InspectReply{Groups: e.inspectGroups(e.heldBack(nil))}
+		return wire.InspectReply{Groups: e.inspectGroups(e.groupWaits(nil))}
 	case req.Job != 0:
 		return e.inspectJob(req.Job, req.Group)
 	}
 	var rep wire.InspectReply
 	if g := e.groups.byID[req.Group]; g != nil {
-		gl := e.groupLive(g, e.heldBack(g))
+		gl := e.groupLive(g, e.groupWaits(g))
 		rep.Group = &gl
 		return rep
 	}
@@ -126,7 +126,9 @@ func (e *engine) inspectJob(id uint64, hint string) wire.InspectReply {
 		return rep
 	}
 	jl := &wire.JobLive{ID: id, State: st.String()}
+	var g *group
 	if j := e.jobs[id]; j != nil {
+		g = j.g
 		jl.Group, jl.Incarnation = j.g.id, j.g.openSeq
 		jl.Key, jl.Attempt, jl.MaxAttempts, jl.Released = j.key, j.attempt, j.maxAtt, j.since
 		for _, a := range j.history {
@@ -147,10 +149,50 @@ func (e *engine) inspectJob(id uint64, hint string) wire.InspectReply {
 				jl.Worker = jl.Workers[0]
 			}
 		}
-	} else if g := e.incarnationOf(id, hint); g != nil {
+	} else if g = e.incarnationOf(id, hint); g != nil {
 		jl.Group, jl.Incarnation = g.id, g.openSeq
 	}
+	if st == jobindex.Pending {
+		e.whyPending(jl, g)
+	}
 	return wire.InspectReply{Job: jl}
+}
+
+// whyPending says why pending job jl of g (nil if not known) does not start, if more than a
+// slot is wanted: the limit holding it back (or that would, were it offered now: a job still in
+// its group's queue has not met its limits yet), or the resources it requires that no live
+// worker holds.
+func (e *engine) whyPending(jl *wire.JobLive, g *group) {
+	ls := (*limitState)(nil)
+	if j := e.jobs[jl.ID]; j != nil && j.heldBy != nil {
+		ls = j.heldBy
+	} else if g != nil {
+		ls = holdingBack(e.limitsOf(nil, jl.ID, g), e.cfg.now())
+	}
+	if ls != nil {
+		jl.HeldBy = &wire.HeldBack{Kind: ls.Kind, Name: ls.Name, Paused: ls.Paused}
+		return
+	}
+	if e.placeable(jl.ID) {
+		return
+	}
+	held := map[string]bool{}
+	for _, p := range e.fleet.poolOrder {
+		if p.workers > 0 {
+			for _, r := range p.resources {
+				held[r] = true
+			}
+		}
+	}
+	all := slices.Collect(e.idx.JobRequires(jl.ID))
+	for _, r := range all {
+		if !held[r] {
+			jl.Missing = append(jl.Missing, r)
+		}
+	}
+	if len(jl.Missing) == 0 {
+		jl.Missing = all // each is held, by no one worker with the others
+	}
 }
 
 // incarnationOf returns the tracked incarnation holding job id, if the hint (the job's group ID,
@@ -175,12 +217,44 @@ func (e *engine) incarnationOf(id uint64, hint string) *group {
 	return found
 }
 
-func (e *engine) groupLive(g *group, held map[*group][]wire.HeldBack) wire.GroupLive {
+// waits is why the pending and delayed jobs of the groups inspected wait (see groupWaits).
+type waits struct {
+	held        map[*group][]wire.HeldBack
+	unplaceable map[*group]int
+	nextRunAt   map[*group]time.Time
+}
+
+// groupWaits gathers, per group (or for group only, if not nil), the limits holding its jobs
+// back (heldBack), its jobs set aside because they require resources no live worker holds, and
+// when its first delayed job runs. One pass over the parked jobs and the delayed ones serves
+// every group listed.
+func (e *engine) groupWaits(only *group) waits {
+	w := waits{held: e.heldBack(only), unplaceable: map[*group]int{}, nextRunAt: map[*group]time.Time{}}
+	for _, j := range e.retries.parked {
+		if only == nil || j.g == only {
+			w.unplaceable[j.g]++
+		}
+	}
+	for _, d := range e.delays.heap {
+		if only != nil && d.g != only {
+			continue
+		}
+		if st, _ := e.idx.State(d.id); st != jobindex.Delayed {
+			continue // canceled, or released before a restart: dropped when it comes up
+		}
+		if at, ok := w.nextRunAt[d.g]; !ok || d.at < at.UnixNano() {
+			w.nextRunAt[d.g] = time.Unix(0, d.at)
+		}
+	}
+	return w
+}
+
+func (e *engine) groupLive(g *group, w waits) wire.GroupLive {
 	gc, _ := e.idx.GroupCounts(g.idxKey)
 	gl := wire.GroupLive{
 		ID: g.id, Incarnation: g.openSeq, Sealed: g.sealed, Abandoned: g.abandoned, Complete: g.complete,
-		OpenedAt: g.openedAt, Admitted: g.admitted, Queued: e.sched.Queued(g), InFlight: e.sched.InFlight(g), Jobs: counts(gc),
-		HeldBack: held[g],
+		OpenedAt: g.openedAt, Admitted: g.admitted, Queued: e.sched.Queued(g), InFlight: g.inFlight, Jobs: counts(gc),
+		HeldBack: w.held[g], Unplaceable: w.unplaceable[g], NextRunAt: w.nextRunAt[g],
 	}
 	if !g.sealed {
 		gl.LastHeard = g.lastHeard
@@ -218,14 +292,14 @@ func (e *engine) heldBack(only *group) map[*group][]wire.HeldBack {
 }
 
 // inspectGroups lists the tracked incarnations in arrival order, then the retained ones, the
-// latest first; each list bounded by wire.MaxInspectGroups. held is heldBack's answer.
-func (e *engine) inspectGroups(held map[*group][]wire.HeldBack) []wire.GroupLive {
+// latest first; each list bounded by wire.MaxInspectGroups. w is groupWaits' answer.
+func (e *engine) inspectGroups(w waits) []wire.GroupLive {
 	var out []wire.GroupLive
 	for _, g := range e.groups.arrival {
 		if len(out) == wire.MaxInspectGroups {
 			break
 		}
-		out = append(out, e.groupLive(g, held))
+		out = append(out, e.groupLive(g, w))
 	}
 	for i, n := len(e.retention.retained)-1, 0; i >= 0 && n < wire.MaxInspectGroups; i, n = i-1, n+1 {
 		out = append(out, retainedLive(&e.retention.retained[i]))

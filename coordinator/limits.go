@@ -8,6 +8,7 @@ import (
 
 	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/internal/wire"
+	"github.com/weavejobs/weave/spreader"
 )
 
 // limits is the engine's part that owns the limits per resource and per group ID (stored in the
@@ -16,8 +17,10 @@ import (
 // of them allow it, and only to a free slot, never to a prefetch place (so it starts when it is
 // released). A job that a limit holds back is set aside in that limit's line, outside the
 // scheduler, so it holds no feeder slot and blocks neither its group's other jobs nor other
-// groups; when the limit has room again (a job under it ends, or its rate gives a token) the
-// first in its line are offered again, ahead of new work. Owned by the loop.
+// groups; when the limit has room again (a job under it ends, or its rate gives a token) its
+// line offers jobs again, ahead of new work: each the first of the group in line that has the
+// fewest jobs under the limit for its weight, so groups share a limit as they share the fleet.
+// Owned by the loop.
 //
 //   - Concurrency: the jobs under the limit released and not yet reported (running, or in a
 //     worker's hands) never exceed it. A coordinator that takes over counts them from the jobs
@@ -43,11 +46,17 @@ type limitKey struct {
 // limitState is one limit and its use.
 type limitState struct {
 	wire.Limit
-	running int            // jobs under it released and not reported
-	tat     time.Time      // the rate's theoretical arrival time (see limits)
-	waiting []*job         // jobs it holds back, first come first; ended ones are skipped
-	held    int            // of them, those not ended: what status and metrics count (see dropEnded)
-	byGroup map[*group]int // held, per group: what weave group says holds it back
+	running   int               // jobs under it released and not reported
+	runningBy map[*group]int    // running, per group: its line offers the least loaded group first
+	tat       time.Time         // the rate's theoretical arrival time (see limits)
+	line      map[*group][]*job // jobs it holds back, per group, first come first; ended ones are skipped
+	order     []*group          // the groups in line, in the order they came: ties between them rotate
+	next      int               // where in order the next tie goes
+	entries   int               // jobs in line, ended ones included (see dropEnded)
+	held      int               // of them, those not ended: what status and metrics count
+	byGroup   map[*group]int    // held, per group: what weave group says holds it back
+	offered   int               // jobs its line offered again that are neither released nor held again yet
+	offeredBy map[*group]int    // offered, per group
 }
 
 // hold and letGo count job j into and out of ls's held jobs (letGo, not release: a release is
@@ -66,6 +75,65 @@ func (ls *limitState) letGo(j *job) {
 	ls.held--
 	if ls.byGroup[j.g]--; ls.byGroup[j.g] <= 0 {
 		delete(ls.byGroup, j.g)
+		ls.leave(j.g)
+	}
+}
+
+// leave takes g, which has no job held any more, out of ls's line with its ended entries.
+func (ls *limitState) leave(g *group) {
+	ls.entries -= len(ls.line[g])
+	delete(ls.line, g)
+	if i := slices.Index(ls.order, g); i >= 0 {
+		ls.order = slices.Delete(ls.order, i, i+1)
+		if i < ls.next {
+			ls.next--
+		}
+	}
+	if ls.next >= len(ls.order) {
+		ls.next = 0
+	}
+}
+
+// enqueue puts j in its group's queue of ls's line: at the back, or at the front for a job the
+// line offered and got back (it was its group's first).
+func (ls *limitState) enqueue(j *job, front bool) {
+	if ls.line == nil {
+		ls.line = map[*group][]*job{}
+	}
+	q, ok := ls.line[j.g]
+	if !ok {
+		ls.order = append(ls.order, j.g)
+	}
+	if front {
+		q = slices.Insert(q, 0, j)
+	} else {
+		q = append(q, j)
+	}
+	ls.line[j.g] = q
+	ls.entries++
+	ls.hold(j)
+}
+
+// countOffered counts j, offered again by ls's line, until it is released, held again or ends.
+func (ls *limitState) countOffered(j *job) {
+	j.offeredBy = ls
+	ls.offered++
+	if ls.offeredBy == nil {
+		ls.offeredBy = map[*group]int{}
+	}
+	ls.offeredBy[j.g]++
+}
+
+// unoffer counts j out of the jobs its limit's line offered: it was released, held again or ended.
+func unoffer(j *job) {
+	ls := j.offeredBy
+	if ls == nil {
+		return
+	}
+	j.offeredBy = nil
+	ls.offered--
+	if ls.offeredBy[j.g]--; ls.offeredBy[j.g] <= 0 {
+		delete(ls.offeredBy, j.g)
 	}
 }
 
@@ -82,7 +150,7 @@ func (e *engine) setLimit(l wire.Limit, now time.Time) {
 			if k.kind == wire.LimitResource {
 				e.limits.resources--
 			}
-			e.offerAgain(ls, len(ls.waiting)) // each is held back again if another limit says so
+			e.offerAgain(ls, ls.held) // each is held back again if another limit says so
 			e.log.Info().Str("kind", string(l.Kind)).Str("name", l.Name).Msg("limit removed")
 		}
 		return
@@ -106,6 +174,7 @@ func (e *engine) setLimit(l wire.Limit, now time.Time) {
 // countRunning counts the jobs under ls in flight now: for a limit just set, or at takeover.
 func (e *engine) countRunning(ls *limitState) {
 	ls.running = 0
+	clear(ls.runningBy)
 	var buf []*limitState
 	for _, j := range e.jobs {
 		if j.pool == nil {
@@ -113,7 +182,7 @@ func (e *engine) countRunning(ls *limitState) {
 		}
 		buf = e.limitsOf(buf[:0], j.id, j.g)
 		if slices.Contains(buf, ls) {
-			ls.running++
+			ls.use(j.g)
 		}
 	}
 }
@@ -189,10 +258,19 @@ func holdingBack(ls []*limitState, now time.Time) *limitState {
 	return nil
 }
 
-// useLimits counts a job released at now under its limits.
-func useLimits(ls []*limitState, now time.Time) {
+// use counts a job of g released under ls.
+func (ls *limitState) use(g *group) {
+	ls.running++
+	if ls.runningBy == nil {
+		ls.runningBy = map[*group]int{}
+	}
+	ls.runningBy[g]++
+}
+
+// useLimits counts a job of g released at now under its limits.
+func useLimits(ls []*limitState, g *group, now time.Time) {
 	for _, l := range ls {
-		l.running++
+		l.use(g)
 		if l.Rate > 0 {
 			l.takeToken(now)
 		}
@@ -208,6 +286,9 @@ func (e *engine) freeLimits(j *job) {
 	now := e.cfg.now()
 	for _, ls := range e.limitsOf(nil, j.id, j.g) {
 		ls.running = max(ls.running-1, 0)
+		if ls.runningBy[j.g]--; ls.runningBy[j.g] <= 0 {
+			delete(ls.runningBy, j.g)
+		}
 		e.wakeLimit(ls, now)
 	}
 }
@@ -216,6 +297,7 @@ func (e *engine) freeLimits(j *job) {
 // whether it did.
 func (e *engine) holdBack(c candidate, ls *limitState) bool {
 	j := c.retry
+	front := false
 	if j == nil {
 		if _, ok := e.sched.Drop(c.g); !ok {
 			return false
@@ -224,51 +306,95 @@ func (e *engine) holdBack(c candidate, ls *limitState) bool {
 		e.jobs[j.id] = j
 	} else {
 		e.retries.ready = slices.DeleteFunc(e.retries.ready, func(r *job) bool { return r == j })
+		front = j.offeredBy == ls
+		unoffer(j)
 	}
-	ls.waiting = append(ls.waiting, j)
-	ls.hold(j)
+	ls.enqueue(j, front)
 	return true
 }
 
 // dropEnded counts out of its limit's line a job that ended while the line held it (canceled, or
-// its message vanished). The line drops it when it next offers its jobs; a line that does not
-// offer for long (a pause) is compacted once more than half of it has ended, so its ended jobs
-// are not kept for the pause's length.
+// its message vanished), or while it was offered again. The line drops it when it next comes to
+// its group; a line that does not offer for long (a pause) is compacted once more than half of
+// it has ended, so its ended jobs are not kept for the pause's length.
 func dropEnded(j *job) {
+	unoffer(j)
 	ls := j.heldBy
 	if ls == nil {
 		return
 	}
 	ls.letGo(j)
-	if len(ls.waiting) > 2*ls.held+64 {
-		ls.waiting = slices.DeleteFunc(ls.waiting, func(w *job) bool { return w.heldBy != ls })
-	}
-}
-
-// wakeLimit offers again as many of the jobs ls holds back as it has room for.
-func (e *engine) wakeLimit(ls *limitState, now time.Time) {
-	if len(ls.waiting) > 0 {
-		e.offerAgain(ls, ls.room(now))
-	}
-}
-
-// offerAgain moves up to n of the jobs ls holds back to the front of new work, first come first;
-// jobs canceled meanwhile are dropped from its line.
-func (e *engine) offerAgain(ls *limitState, n int) {
-	i := 0
-	for ; i < len(ls.waiting) && n > 0; i++ {
-		j := ls.waiting[i]
-		if j.heldBy != ls {
-			continue // ended since (dropEnded counted it out)
+	if ls.entries > 2*ls.held+64 {
+		ls.entries = 0
+		for g, q := range ls.line {
+			ls.line[g] = slices.DeleteFunc(q, func(w *job) bool { return w.heldBy != ls })
+			ls.entries += len(ls.line[g])
 		}
-		ls.letGo(j)
+	}
+}
+
+// wakeLimit offers again as many of the jobs ls holds back as it has room for, beyond those it
+// offered already.
+func (e *engine) wakeLimit(ls *limitState, now time.Time) {
+	if ls.held > 0 {
+		e.offerAgain(ls, ls.room(now)-ls.offered)
+	}
+}
+
+// offerAgain moves up to n of the jobs ls holds back to the front of new work: each the first
+// of the group in line with the least load under ls (its jobs under ls running or offered, per
+// unit of weight, as load counts in flight) and, among equals or under round robin, the groups
+// in turn. So groups sharing a limit share it as they share the fleet, whatever order their
+// jobs came to the line in. Jobs ended meanwhile are dropped from the line.
+func (e *engine) offerAgain(ls *limitState, n int) {
+	for n > 0 && ls.held > 0 {
+		j := ls.pop(e.nextInLine(ls))
 		if st, _ := e.idx.State(j.id); st != jobindex.Pending || e.jobs[j.id] != j {
 			continue
 		}
 		e.retries.ready = append(e.retries.ready, j)
+		ls.countOffered(j)
 		n--
 	}
-	ls.waiting = ls.waiting[i:]
+}
+
+// nextInLine is the group whose job ls offers next (see offerAgain); ls holds some back.
+func (e *engine) nextInLine(ls *limitState) *group {
+	lif := e.cfg.Policy == spreader.LeastInFlight
+	best, bestLoad := 0, 0.0
+	for i := range ls.order {
+		k := (ls.next + i) % len(ls.order)
+		if !lif {
+			best = k
+			break
+		}
+		g := ls.order[k]
+		load := shareLoad(ls.runningBy[g]+ls.offeredBy[g], g)
+		if i == 0 || load < bestLoad {
+			best, bestLoad = k, load
+		}
+		if load == 0 {
+			break // none is lower: with more groups in line than jobs under the limit, the scan stops early
+		}
+	}
+	ls.next = best + 1
+	return ls.order[best]
+}
+
+// pop takes the first job of g's queue that has not ended out of ls's line.
+func (ls *limitState) pop(g *group) *job {
+	q := ls.line[g]
+	for {
+		j := q[0]
+		q[0] = nil
+		q = q[1:]
+		ls.entries--
+		if j.heldBy == ls {
+			ls.line[g] = q
+			ls.letGo(j)
+			return j
+		}
+	}
 }
 
 // refillLimits offers again the jobs held back by a rate that has tokens again.
@@ -286,7 +412,7 @@ func (e *engine) refillLimits(now time.Time) {
 func (l *limits) nextToken(now time.Time) time.Time {
 	var next time.Time
 	for _, ls := range l.byKey {
-		if ls.Rate == 0 || len(ls.waiting) == 0 || ls.Paused { // a token lets none of them go
+		if ls.Rate == 0 || ls.held == 0 || ls.Paused { // a token lets none of them go
 			continue
 		}
 		at := ls.tat.Add(-time.Duration(ls.burst()-1) * ls.interval()) // one token then

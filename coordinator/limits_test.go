@@ -199,8 +199,8 @@ func TestPausedLimit(t *testing.T) {
 		t.Fatalf("released %v while paused, want only the other group's 4", n)
 	}
 	ls := te.e.limits.byKey[limitKey{wire.LimitGroup, "held"}]
-	if len(ls.waiting) != 5 {
-		t.Fatalf("%d jobs in the paused limit's line, want 5", len(ls.waiting))
+	if ls.held != 5 || ls.entries != 5 {
+		t.Fatalf("%d jobs in the paused limit's line (%d entries), want 5", ls.held, ls.entries)
 	}
 	te.now = te.now.Add(time.Hour) // the rate's bucket is full: a token changes nothing
 	te.worker("w", 8)              // a heartbeat: the worker is live at the new time
@@ -247,8 +247,8 @@ func TestHeldJobsCanceledInAPause(t *testing.T) {
 		}
 		return -1
 	}
-	if held() != 200 || len(ls.waiting) != 200 {
-		t.Fatalf("held %d (line of %d), want all 200", held(), len(ls.waiting))
+	if held() != 200 || ls.entries != 200 {
+		t.Fatalf("held %d (line of %d), want all 200", held(), ls.entries)
 	}
 	te.control(wire.GroupControl{Group: "a", Op: wire.OpCancel, Jobs: ids[:150]})
 	if held() != 50 {
@@ -257,8 +257,8 @@ func TestHeldJobsCanceledInAPause(t *testing.T) {
 	if hb := te.e.heldBack(nil)[te.e.groups.byID["a"]]; len(hb) != 1 || hb[0].Jobs != 50 {
 		t.Fatalf("heldBack %+v, want 50 by resource api", hb)
 	}
-	if len(ls.waiting) > 2*50+64 {
-		t.Fatalf("the paused line keeps %d entries for 50 jobs held", len(ls.waiting))
+	if ls.entries > 2*50+64 || len(ls.line[te.e.groups.byID["a"]]) != ls.entries {
+		t.Fatalf("the paused line keeps %d entries (%d counted) for 50 jobs held", len(ls.line[te.e.groups.byID["a"]]), ls.entries)
 	}
 	te.control(wire.GroupControl{Group: "a", Op: wire.OpCancel})
 	if held() != 0 || len(te.e.heldBack(nil)) != 0 || len(ls.byGroup) != 0 {

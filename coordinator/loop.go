@@ -40,7 +40,7 @@ func (r *run) loop(ctx context.Context) error {
 		case f := <-r.forgetCh:
 			r.e.retention.outcomeStored(f.evSeqs)
 			if f.summarySeq > 0 {
-				r.e.retain(f.g.id, f.g.openSeq, f.summarySeq, f.g.failed > 0, f.g.lastSeq, f.at)
+				r.e.retain(f.g.id, f.g.openSeq, f.summarySeq, f.g.keepJobs, f.g.lastSeq, f.at)
 			}
 			r.e.forget(f.g)
 		case seqs := <-r.storedCh:
@@ -137,7 +137,7 @@ func (r *run) drainLearned() {
 		case info.err != nil:
 			r.e.vanished(info.id, info.err.Error())
 		default:
-			r.e.learn(info.id, info.key, info.maxAttempts)
+			r.e.learn(info.id, info.meta)
 		}
 	}
 }
@@ -260,7 +260,7 @@ func (r *run) releaseAtOnce(rel release) *sentBatch {
 	}
 	r.payloads.take(ids)
 	for _, j := range jobs {
-		r.e.learn(j.ID, j.Meta.Key, j.Meta.MaxAttempts) // before any worker can report on it
+		r.e.learn(j.ID, &j.Meta) // before any worker can report on it
 	}
 	s := r.sendWork(rel.pool.key, work)
 	return &s
@@ -297,7 +297,8 @@ func (r *run) writeOutcomes(ctx context.Context, out *effects) {
 	for _, g := range out.summaries {
 		// A complete group's last outcomes go in its summary's message (a single job's one
 		// outcome, its summary: one message), or before it if they do not fit in one.
-		op := writeOp{g: g, gtok: g.tok, reply: g.reply, openSeq: g.openSeq, purge: g.failed == 0, lastSeq: g.lastSeq, single: g.single()}
+		g.keepJobs = r.e.keepsJobs(g)
+		op := writeOp{g: g, gtok: g.tok, reply: g.reply, openSeq: g.openSeq, purge: !g.keepJobs, lastSeq: g.lastSeq, single: g.single()}
 		if r.outcomesFitting(g.outcomes) < len(g.outcomes) {
 			r.writeGroupOutcomes(ctx, g, now)
 		} else if len(g.outcomes) > 0 {
@@ -310,7 +311,8 @@ func (r *run) writeOutcomes(ctx context.Context, out *effects) {
 		r.enqueueWrite(ctx, op)
 	}
 	for _, g := range out.purges {
-		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, purge: g.failed == 0, lastSeq: g.lastSeq, single: g.single()})
+		g.keepJobs = r.e.keepsJobs(g)
+		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, purge: !g.keepJobs, lastSeq: g.lastSeq, single: g.single()})
 	}
 }
 

@@ -243,7 +243,7 @@ func (r *run) observe() {
 	for _, g := range e.groups.arrival {
 		if len(s.groups) < maxGroupMetrics {
 			gc, _ := e.idx.GroupCounts(g.idxKey)
-			s.groups = append(s.groups, groupSnap{id: g.id, jobs: gc, inFlight: e.sched.InFlight(g)})
+			s.groups = append(s.groups, groupSnap{id: g.id, jobs: gc, inFlight: g.inFlight})
 		}
 		if g.inSched {
 			if buf = e.sched.Upcoming(buf[:0], g, 1); len(buf) > 0 {
@@ -259,8 +259,10 @@ func (r *run) observe() {
 		note(j.id)
 	}
 	for _, ls := range e.limits.byKey {
-		if len(ls.waiting) > 0 {
-			note(ls.waiting[0].id) // the first in its line is its oldest
+		for _, q := range ls.line {
+			if i := slices.IndexFunc(q, func(j *job) bool { return j.heldBy == ls }); i >= 0 {
+				note(q[i].id) // the first of a group's queue is its oldest
+			}
 		}
 	}
 	m.oldestPending = time.Time{}
@@ -286,6 +288,9 @@ func (r *run) observe() {
 		now: now, failed: e.stats.Failed, pending: s.states[jobindex.Pending],
 		enteredPending: s.entered[jobindex.Pending], leftPending: s.left[jobindex.Pending],
 		slots: e.fleet.slots, lost: m.lost,
+	}
+	for _, ls := range e.limits.byKey {
+		in.held += uint64(ls.held)
 	}
 	m.lost = nil
 	for id, w := range e.fleet.workers {
@@ -332,7 +337,7 @@ var (
 	descReleased      = desc("weave_jobs_released_total", "Releases of jobs to pools (attempts).")
 	descRetried       = desc("weave_jobs_retried_total", "Attempts that failed and were scheduled for a retry.")
 	descEnded         = desc("weave_jobs_ended_total", "Jobs that ended, by outcome.", "outcome")
-	descRejected      = desc("weave_rejections_total", "Messages refused and recorded in NS_REJECTED, by kind (message: a job or control message; report; heartbeat).", "reason")
+	descRejected      = desc("weave_rejections_total", "Messages refused and recorded in NS_REJECTED, by kind (message: a job or control message; report; heartbeat; request: a cancel or redrive the state refuses).", "reason")
 	descLostJobs      = desc("weave_jobs_vanished_total", "Jobs failed because their stored message was gone.")
 	descLapsed        = desc("weave_attempts_lapsed_total", "Attempts lost with their worker's lease, counted as failed.")
 	descRescued       = desc("weave_jobs_rescued_total", "Jobs taken back from pools left without workers.")
@@ -407,6 +412,7 @@ func (c *coordCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRejected, t.Rejected-t.RejectedReports-t.RejectedHeartbeats, "message")
 	counter(descRejected, t.RejectedReports, "report")
 	counter(descRejected, t.RejectedHeartbeats, "heartbeat")
+	counter(descRejected, t.Refused, "request")
 	counter(descLostJobs, t.LostJobs)
 	counter(descLapsed, t.LostAttempts)
 	counter(descRescued, t.Rescued)

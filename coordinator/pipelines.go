@@ -112,11 +112,12 @@ func (r *run) readAndSend(ctx context.Context, req releaseReq) (failed []uint64,
 		case sj == nil:
 			// The read failed (no stream leader for a moment, say): the job is still stored,
 			// so it goes back to pending and is released again.
-			r.log.Warn().Err(errs[i]).Uint64("job", j.id).Msg("reading a job to release failed; it goes back to pending")
+			r.log.Debug().Err(errs[i]).Uint64("job", j.id).Msg("reading a job to release failed; it goes back to pending")
+			r.outage.Once("read job to release", errs[i], time.Now())
 			failed = append(failed, j.id)
 			continue
 		}
-		infos = append(infos, learned{id: j.id, key: sj.Meta.Key, maxAttempts: sj.Meta.MaxAttempts})
+		infos = append(infos, learned{id: j.id, meta: &sj.Meta})
 		work = append(work, r.workJob(req.pool, j, sj))
 	}
 	// The loop learns keys and limits before any worker can report on these jobs.
@@ -187,11 +188,10 @@ func (r *run) awaitWork(ctx context.Context, sent []sentBatch) (failed []uint64,
 
 // learned is what a release pipeline tells the loop about one job.
 type learned struct {
-	id          uint64
-	key         string
-	maxAttempts int
-	err         error // the job's stored message is gone: the job fails
-	requeue     bool  // the release did not happen: the job goes back to pending
+	id      uint64
+	meta    *wire.JobMeta
+	err     error // the job's stored message is gone: the job fails
+	requeue bool  // the release did not happen: the job goes back to pending
 }
 
 // notify hands release notices to the loop without ever blocking the pipeline.
@@ -453,7 +453,9 @@ func (r *run) stored(ctx context.Context, m *nats.Msg, f jetstream.PubAckFuture)
 		case ack := <-f.Ok():
 			return ack, nil
 		case err := <-f.Err():
-			r.log.Warn().Err(err).Str("subject", m.Subject).Msg("write not acknowledged; publishing it again")
+			r.log.Debug().Err(err).Str("subject", m.Subject).Msg("write not acknowledged; publishing it again")
+			r.outage.Begin("write to "+m.Subject, err, time.Now())
+			defer func() { r.outage.End(time.Now()) }() // once it is published again, or given up
 		case <-t.C:
 		}
 	}

@@ -149,7 +149,7 @@ func (r *run) learnKeys(ctx context.Context) {
 			continue // gone: the job fails when it is next released, as any other
 		}
 		keys[j.ID] = j.Meta.Key
-		r.e.learn(j.ID, j.Meta.Key, j.Meta.MaxAttempts)
+		r.e.learn(j.ID, &j.Meta)
 	}
 	for _, g := range r.e.out.outcomes {
 		for i := range g.outcomes {

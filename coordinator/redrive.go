@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -54,9 +55,11 @@ type redriveOrder struct {
 	tok string
 	// refuse, if set, is the refusal to record and answer: nothing is published.
 	refuse *wire.ControlAnswer
-	// The incarnation whose failed jobs run again: its open's JOBS sequence and its summary's
-	// RESULTS sequence.
-	prevOpen, prevSummary uint64
+	// The complete incarnations whose failed jobs run again (every one retained of the group
+	// ID: a job stays failed, whichever incarnation it failed in, until a run of it succeeds):
+	// their opens' JOBS sequences, the latest first, and the latest summary's RESULTS sequence.
+	prevOpens   []uint64
+	prevSummary uint64
 	// openSeq is the new incarnation's open when it is stored already (a redrive resumed after a
 	// restart: publish the jobs not stored yet, and the seal); 0 for a new decision.
 	openSeq uint64
@@ -90,8 +93,8 @@ func (e *engine) redriveAsked(subject string, seq uint64, c wire.GroupControl) {
 func (e *engine) decideRedrive(ask redriveAsk) {
 	c := ask.c
 	refuse := func(code, reason string, inc uint64) {
-		e.stats.Rejected++
-		e.log.Warn().Str("group", c.Group).Uint64("seq", ask.seq).Str("reason", reason).Msg("redrive refused")
+		e.stats.Refused++
+		e.log.Info().Str("group", c.Group).Uint64("seq", ask.seq).Str("reason", reason).Msg("redrive refused")
 		a := wire.ControlAnswer{Code: code, Reason: reason, Incarnation: inc}
 		e.out.redrives = append(e.out.redrives, redriveOrder{ask: ask, tok: wire.GroupToken(c.Group), refuse: &a, answer: true})
 	}
@@ -113,20 +116,36 @@ func (e *engine) decideRedrive(ask redriveAsk) {
 		refuse(wire.AnswerRunning, fmt.Sprintf("group %s: its incarnation opened at JOBS sequence %d is not complete", c.Group, g.openSeq), g.openSeq)
 		return
 	}
+	opens, summary, failed := e.retention.incarnationsOf(c.Group, math.MaxUint64)
 	switch {
 	case prev == nil:
 		refuse(wire.AnswerNotFailed, "group "+c.Group+": no complete incarnation is retained (an unknown group, or one whose retention has passed)", 0)
 		return
-	case !prev.keepJobs:
-		refuse(wire.AnswerNotFailed, fmt.Sprintf("group %s: its latest complete incarnation (opened at JOBS sequence %d) has no failed job", c.Group, prev.openSeq), 0)
+	case !failed:
+		refuse(wire.AnswerNotFailed, fmt.Sprintf("group %s: none of its %d retained incarnations has a failed job", c.Group, len(opens)), 0)
 		return
 	}
 	if e.rd.starting == nil {
 		e.rd.starting = map[string]uint64{}
 	}
 	e.rd.starting[c.Group] = ask.seq
-	e.log.Info().Str("group", c.Group).Uint64("seq", ask.seq).Uint64("incarnation", prev.openSeq).Msg("redrive accepted")
-	e.out.redrives = append(e.out.redrives, redriveOrder{ask: ask, tok: prev.tok, prevOpen: prev.openSeq, prevSummary: prev.summarySeq, answer: true})
+	e.log.Info().Str("group", c.Group).Uint64("seq", ask.seq).Int("incarnations", len(opens)).Msg("redrive accepted")
+	e.out.redrives = append(e.out.redrives, redriveOrder{ask: ask, tok: prev.tok, prevOpens: opens, prevSummary: summary, answer: true})
+}
+
+// incarnationsOf lists the retained (complete) incarnations of the group ID opened before
+// sequence before, the latest first, with the latest summary's RESULTS sequence, and reports
+// whether some of them had failed jobs.
+func (rt *retention) incarnationsOf(id string, before uint64) (opens []uint64, summary uint64, failed bool) {
+	for i := len(rt.retained) - 1; i >= 0; i-- {
+		if r := &rt.retained[i]; r.id == id && r.openSeq < before {
+			opens = append(opens, r.openSeq)
+			summary = max(summary, r.summarySeq)
+			failed = failed || r.keepJobs
+		}
+	}
+	slices.SortFunc(opens, func(a, b uint64) int { return cmp.Compare(b, a) })
+	return opens, summary, failed
 }
 
 // retainedOf returns the latest retained (complete) incarnation of the group ID opened before
@@ -201,8 +220,8 @@ func (e *engine) redriveAfterReplay() {
 			ask = redriveAsk{subject: e.names.GroupSubject(g.tok), seq: req, c: wire.GroupControl{Group: g.id, Op: wire.OpRedrive}}
 		}
 		o := redriveOrder{ask: ask, tok: g.tok, openSeq: openSeq}
-		if prev := e.retention.retainedOf(g.id, openSeq); prev != nil && ok {
-			o.prevOpen, o.prevSummary = prev.openSeq, prev.summarySeq
+		if ok {
+			o.prevOpens, o.prevSummary, _ = e.retention.incarnationsOf(g.id, openSeq)
 		}
 		e.log.Info().Str("group", g.id).Uint64("incarnation", openSeq).Msg("resuming the publication of a redrive")
 		e.out.redrives = append(e.out.redrives, o)
@@ -262,9 +281,9 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 		})
 	}
 	var ids []uint64
-	if o.prevOpen > 0 {
+	if len(o.prevOpens) > 0 {
 		var err error
-		if ids, err = r.failedJobs(ctx, o.tok, o.prevOpen, o.prevSummary); err != nil {
+		if ids, err = r.failedJobs(ctx, o.tok, o.prevOpens, o.prevSummary); err != nil {
 			return // the term is ending
 		}
 	}
@@ -283,8 +302,8 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 			if n := len(missing); n > 20 {
 				missing = append(missing[:20], fmt.Sprintf("and %d more", n-20))
 			}
-			refuseLate(wire.AnswerNotFailed, fmt.Sprintf("group %s: not failed jobs of its latest complete incarnation (opened at JOBS sequence %d): %s",
-				c.Group, o.prevOpen, strings.Join(missing, ", ")))
+			refuseLate(wire.AnswerNotFailed, fmt.Sprintf("group %s: not failed jobs of its retained incarnations (or run again since, and succeeded): %s",
+				c.Group, strings.Join(missing, ", ")))
 			return
 		}
 		ids = slices.DeleteFunc(slices.Clone(c.Jobs), func(id uint64) bool {
@@ -294,6 +313,10 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 		})
 	}
 
+	if len(ids) == 0 && o.openSeq == 0 {
+		refuseLate(wire.AnswerNotFailed, fmt.Sprintf("group %s: no failed job is left to run again: each was run again and succeeded", c.Group))
+		return
+	}
 	openSeq := o.openSeq
 	if openSeq == 0 {
 		present := 0
@@ -312,7 +335,7 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 			return
 		}
 		open := nats.NewMsg(r.names.GroupSubject(o.tok))
-		open.Header = wire.GroupControl{Group: c.Group, Op: wire.OpOpen, Redrive: o.ask.seq, Weight: r.weightOf(ctx, o.prevOpen)}.Header()
+		open.Header = wire.GroupControl{Group: c.Group, Op: wire.OpOpen, Redrive: o.ask.seq, Weight: r.weightOf(ctx, o.prevOpens[0])}.Header()
 		open.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d", o.ask.seq))
 		ack, err := r.stored(ctx, open, nil)
 		if err != nil {
@@ -361,7 +384,7 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 	if ctx.Err() != nil {
 		return
 	}
-	if o.prevOpen == 0 {
+	if len(o.prevOpens) == 0 {
 		count = uint64(len(stored)) // the request is gone: the incarnation holds what is stored
 	}
 	seal := nats.NewMsg(r.names.GroupSubject(o.tok))
@@ -403,16 +426,23 @@ func (r *run) answerRedrive(c wire.GroupControl, seq uint64, a wire.ControlAnswe
 	r.publishAnswers([]answer{{subject: r.names.ReplySubject(c.Reply), a: a}})
 }
 
-// failedJobs reads the IDs of the failed jobs of the incarnation opened at openSeq, from its
-// outcomes in RESULTS (up to its summary at summarySeq), in the order they were recorded, each
-// once. A message that cannot be decoded is skipped (logged): its jobs cannot be known.
-func (r *run) failedJobs(ctx context.Context, tok string, openSeq, summarySeq uint64) ([]uint64, error) {
+// failedJobs reads the IDs of the jobs still failed in the incarnations opened at opens, from
+// their outcomes in RESULTS (up to the latest summary, at summarySeq), in the order they were
+// recorded, each once: the failed jobs that no later run (a redrive's job naming it in
+// RedriveOf) made done or failed in its turn. A message that cannot be decoded is skipped
+// (logged): its jobs cannot be known.
+func (r *run) failedJobs(ctx context.Context, tok string, opens []uint64, summarySeq uint64) ([]uint64, error) {
 	get := directget.New(r.c.nc, r.names.ResultsStream())
 	defer get.Close()
-	subject, inc := r.names.OutcomeSubject(tok), strconv.FormatUint(openSeq, 10)
+	subject := r.names.OutcomeSubject(tok)
+	incarnation := make(map[string]bool, len(opens))
+	for _, o := range opens {
+		incarnation[strconv.FormatUint(o, 10)] = true
+	}
 	var (
-		ids  []uint64
-		seen = map[uint64]bool{}
+		ids     []uint64
+		seen    = map[uint64]bool{}
+		settled = map[uint64]bool{} // failed jobs run again since, done or failed anew
 	)
 	for from := uint64(1); from <= summarySeq; {
 		var msgs []*directget.Msg
@@ -429,7 +459,7 @@ func (r *run) failedJobs(ctx context.Context, tok string, openSeq, summarySeq ui
 		}
 		for _, m := range msgs {
 			from = m.Seq + 1
-			if m.Seq > summarySeq || m.Header.Get(wire.HdrGroupSeq) != inc {
+			if m.Seq > summarySeq || !incarnation[m.Header.Get(wire.HdrGroupSeq)] {
 				continue
 			}
 			outs, _, err := wire.DecodeOutcomeMsg(m.Data)
@@ -438,6 +468,9 @@ func (r *run) failedJobs(ctx context.Context, tok string, openSeq, summarySeq ui
 				continue
 			}
 			for _, o := range outs {
+				if o.RedriveOf != 0 && o.State != wire.FinalCanceled {
+					settled[o.RedriveOf] = true
+				}
 				if o.State == wire.FinalFailed && !seen[o.ID] {
 					seen[o.ID] = true
 					ids = append(ids, o.ID)
@@ -445,7 +478,7 @@ func (r *run) failedJobs(ctx context.Context, tok string, openSeq, summarySeq ui
 			}
 		}
 	}
-	return ids, nil
+	return slices.DeleteFunc(ids, func(id uint64) bool { return settled[id] }), nil
 }
 
 // redrivenSince returns the failed jobs' IDs (Weave-Redrive-Of) of the jobs stored in the

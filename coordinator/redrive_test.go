@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ func TestRedriveDecision(t *testing.T) {
 	e.retain("g", open, 40, true, te.seq, te.now)
 	e.forget(g)
 	got := takeRedrives(e)
-	if len(got) != 1 || got[0].refuse != nil || got[0].ask.seq != req || got[0].prevOpen != open || got[0].prevSummary != 40 || len(got[0].ask.c.Jobs) != 1 {
+	if len(got) != 1 || got[0].refuse != nil || got[0].ask.seq != req || !slices.Equal(got[0].prevOpens, []uint64{open}) || got[0].prevSummary != 40 || len(got[0].ask.c.Jobs) != 1 {
 		t.Fatalf("decisions %+v, want the acceptance of request %d for incarnation %d", got, req, open)
 	}
 
@@ -78,6 +79,15 @@ func TestRedriveDecision(t *testing.T) {
 	e.retain("clean", 90, 91, false, 92, te.now)
 	ask("clean")
 	wantRefusal(t, takeRedrives(e), wire.AnswerNotFailed, 0)
+
+	// A later incarnation without failures (a redrive of some of the jobs that succeeded) leaves
+	// the earlier one's failed jobs to run again: every retained incarnation is read.
+	e.retain("twice", 100, 101, true, 102, te.now)
+	e.retain("twice", 110, 111, false, 112, te.now)
+	ask("twice")
+	if got := takeRedrives(e); len(got) != 1 || got[0].refuse != nil || !slices.Equal(got[0].prevOpens, []uint64{110, 100}) || got[0].prevSummary != 111 {
+		t.Fatalf("decisions %+v, want the acceptance over incarnations 110 and 100", got)
+	}
 }
 
 // Replay rebuilds redrive decisions from JOBS: a request followed by its open was accepted, and
@@ -107,11 +117,11 @@ func TestRedriveReplay(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("decisions after replay: %+v, want 3", got)
 	}
-	if o := got[0]; o.refuse != nil || o.openSeq != 4 || o.ask.seq != 3 || o.prevOpen != 1 || o.prevSummary != 10 || o.answer || len(o.ask.c.Jobs) != 1 {
+	if o := got[0]; o.refuse != nil || o.openSeq != 4 || o.ask.seq != 3 || !slices.Equal(o.prevOpens, []uint64{1}) || o.prevSummary != 10 || o.answer || len(o.ask.c.Jobs) != 1 {
 		t.Fatalf("first decision %+v, want the resumed publication of incarnation 4 for request 3", o)
 	}
 	wantRefusal(t, got[1:2], wire.AnswerRunning, 4)
-	if o := got[2]; o.refuse != nil || o.ask.seq != 9 || o.openSeq != 0 || o.prevOpen != 7 || !o.answer {
+	if o := got[2]; o.refuse != nil || o.ask.seq != 9 || o.openSeq != 0 || !slices.Equal(o.prevOpens, []uint64{7}) || !o.answer {
 		t.Fatalf("third decision %+v, want the acceptance of request 9", o)
 	}
 	if e.rd.starting["b"] != 9 || e.rd.replayAsks != nil || e.rd.replayOpen != nil {

@@ -94,7 +94,7 @@ func (e *engine) releaseAll() {
 						}
 						continue
 					}
-					useLimits(limited, now)
+					useLimits(limited, c.g, now)
 				}
 				batches[p] = append(batches[p], e.take(c, p, now))
 				e.learnAffinity(p, c.id, m, now)
@@ -245,7 +245,11 @@ func (e *engine) leastLoaded(cands []candidate, ids []uint64) []uint64 {
 // before and after the release, the choice alternates around the share. With weights 1 and 3 on
 // 8 slots it is the difference between 0.30 and 0.25 of them (weave bench weights).
 func (e *engine) load(g *group) float64 {
-	n := e.sched.InFlight(g)
+	return shareLoad(g.inFlight, g) // not the scheduler's count: it misses the jobs of groups it forgot
+}
+
+// shareLoad is the load (see load) of g with n jobs in flight.
+func shareLoad(n int, g *group) float64 {
 	if n == 0 {
 		return 0
 	}
@@ -261,6 +265,7 @@ func (e *engine) take(c candidate, p *pool, now time.Time) *job {
 	j := c.retry
 	if j != nil {
 		e.retries.ready = slices.DeleteFunc(e.retries.ready, func(r *job) bool { return r == j })
+		unoffer(j)
 		j.counted = e.sched.Begin(j.g)
 	} else {
 		got, _ := e.sched.Take(c.g)
@@ -277,6 +282,7 @@ func (e *engine) take(c candidate, p *pool, now time.Time) *job {
 	}
 	j.reuse = false
 	j.pool, j.since = p, now
+	j.g.inFlight++
 	j.evSeq = 0 // its latest attempt is in WORK from now on: no report is needed
 	p.outstanding++
 	p.lastRelease = now
@@ -310,6 +316,7 @@ func (e *engine) parkUnplaceable(cands []candidate) bool {
 			e.jobs[j.id] = j
 		} else {
 			e.retries.ready = slices.DeleteFunc(e.retries.ready, func(r *job) bool { return r == j })
+			unoffer(j)
 		}
 		e.retries.parked = append(e.retries.parked, j)
 		parked = true

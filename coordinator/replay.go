@@ -200,11 +200,13 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 		// A complete incarnation: its outcomes are retained until its retention expires, and its job
 		// messages too while they are in JOBS (some failed, or it was not purged yet).
 		var jobsSeq uint64
+		keep := sum.Failed > 0
 		if g != nil {
 			g.complete = true
 			jobsSeq = g.lastSeq
+			keep = keep || e.retention.keeping[g.tok] > 0 // kept for an earlier one (keepsJobs)
 		}
-		e.retain(id, openSeq, msgSeq, sum.Failed > 0, jobsSeq, at)
+		e.retain(id, openSeq, msgSeq, keep, jobsSeq, at)
 	}
 }
 
@@ -329,6 +331,7 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 		case isAlive && a.attempt == j.attempt:
 			j.pool = e.poolFor(a.pool, nil)
 			j.pool.outstanding++
+			j.g.inFlight++
 			j.rel = a.rel
 		case reported:
 			undecided = append(undecided, rp)

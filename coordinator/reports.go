@@ -271,6 +271,7 @@ func (e *engine) learnBusy(j *job, ran, waited time.Duration, now time.Time) {
 func (e *engine) stopRunning(j *job) {
 	if j.pool != nil {
 		j.pool.outstanding--
+		j.g.inFlight--
 		j.pool = nil
 		e.freeLimits(j)
 	}
@@ -302,7 +303,7 @@ func (e *engine) end(j *job, to jobindex.State, data []byte, evSeq uint64) {
 	case jobindex.Canceled:
 		state = wire.FinalCanceled
 	}
-	o := wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempt, Data: data, History: j.history}
+	o := wire.Outcome{ID: j.id, Key: j.key, State: state, Attempts: j.attempt, Data: data, History: j.history, RedriveOf: j.redriveOf}
 	if e.maxOutcome > 0 && wire.FitOutcome(&o, e.maxOutcome) {
 		e.log.Warn().Uint64("job", j.id).Str("group", j.g.id).Int("attempts", int(j.attempt)).Int("limit", e.maxOutcome).
 			Msg("outcome larger than a message may be: its history's middle attempts were left out, or errors cut")
@@ -310,14 +311,17 @@ func (e *engine) end(j *job, to jobindex.State, data []byte, evSeq uint64) {
 	e.recordOutcome(j.g, o, evSeq)
 }
 
-// learn records what the release pipeline learned from a job's stored message: its key and
-// its own attempt limit.
-func (e *engine) learn(id uint64, key string, maxAttempts int) {
+// learn records what the release pipeline learned from a job's stored message: its key, its
+// own attempt limit and, in an incarnation a redrive opened, the failed job it runs again.
+func (e *engine) learn(id uint64, m *wire.JobMeta) {
 	j := e.jobs[id]
 	if j == nil {
 		return
 	}
-	j.key, j.maxAtt = key, maxAttempts
+	j.key, j.maxAtt = m.Key, m.MaxAttempts
+	if j.g.redriven {
+		j.redriveOf = m.RedriveOf
+	}
 }
 
 // vanished ends, failed, a job whose release found its stored message gone from the JOBS

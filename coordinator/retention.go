@@ -18,6 +18,9 @@ type retention struct {
 	// and whose last JOBS sequence is not known yet: retain scans the retained groups only for a
 	// token it counts (one in a thousand groups fails; scanning for every group cost O(n) each).
 	openEnded map[string]int
+	// keeping counts, per group token, the retained incarnations that keep their job messages:
+	// while one does, a later incarnation's messages are kept too (see keepsJobs).
+	keeping map[string]int
 }
 
 // Bounded growth. Every stream shrinks back once its contents are no longer needed:
@@ -63,12 +66,26 @@ func (e *engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jo
 		}
 	}
 	rt.retained = append(rt.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at})
+	if keepJobs {
+		if rt.keeping == nil {
+			rt.keeping = map[string]int{}
+		}
+		rt.keeping[tok]++
+	}
 	if keepJobs && jobsSeq == 0 {
 		if rt.openEnded == nil {
 			rt.openEnded = map[string]int{}
 		}
 		rt.openEnded[tok]++
 	}
+}
+
+// keepsJobs reports whether complete incarnation g keeps its job messages in JOBS until its
+// retention passes: some of its jobs failed (their payloads are kept to run them again), or an
+// earlier retained incarnation of its group ID keeps its own, which a purge of g's (all of the
+// group's subjects up to g's last sequence) would delete.
+func (e *engine) keepsJobs(g *group) bool {
+	return g.failed > 0 || e.retention.keeping[g.tok] > 0
 }
 
 // closed records that a retained incarnation of tok no longer has an open end.
@@ -106,6 +123,9 @@ func (e *engine) expireRetained(now time.Time) {
 			p.jobsSeq = r.jobsSeq
 			if r.jobsSeq == 0 {
 				e.retention.closed(r.tok)
+			}
+			if e.retention.keeping[r.tok]--; e.retention.keeping[r.tok] <= 0 {
+				delete(e.retention.keeping, r.tok)
 			}
 		}
 		e.out.retentionPurges = append(e.out.retentionPurges, p)

@@ -40,22 +40,32 @@ func (r *run) retry(ctx context.Context, what string, try func(context.Context) 
 		cancel()
 		if err == nil {
 			if !failingSince.IsZero() {
-				r.log.Info().Str("op", what).Stringer("after", time.Since(failingSince)).Msg("request went through again")
+				r.log.Debug().Str("op", what).Stringer("after", time.Since(failingSince)).Msg("request went through again")
+				r.outage.End(time.Now())
 			}
 			return nil
 		}
 		if ctx.Err() != nil {
+			if !failingSince.IsZero() {
+				r.outage.End(time.Now())
+			}
 			return ctx.Err()
 		}
 		if failingSince.IsZero() {
 			failingSince = time.Now()
+			r.outage.Begin(what, err, failingSince)
+		} else {
+			r.outage.Again(err)
 		}
 		if time.Since(failingSince) > r.cfg.LeaseTTL {
+			r.outage.End(time.Now())
 			err = fmt.Errorf("%w: %s failing for over %v: %w", ErrStalled, what, r.cfg.LeaseTTL, err)
 			r.fail(err)
 			return err
 		}
-		r.log.Warn().Err(err).Str("op", what).Stringer("retry_in", wait).Msg("request failed; trying again")
+		// Logged once per outage, not per try (see transient): a node loss that a cluster
+		// mends by itself made a warning of every try.
+		r.log.Debug().Err(err).Str("op", what).Stringer("retry_in", wait).Msg("request failed; trying again")
 		sleepCtx(ctx, wait)
 		wait = min(2*wait, retryMax)
 	}

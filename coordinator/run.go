@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/weavejobs/weave/internal/asyncpub"
+	"github.com/weavejobs/weave/internal/transient"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -22,6 +23,7 @@ type run struct {
 	cfg      Config
 	names    wire.Names
 	log      zerolog.Logger
+	outage   *transient.Outage // requests to NATS failing for a while: logged at its start and end
 	e        *engine
 	key      wire.ReleaseKey // signs releases, verifies proofs (set before replay, then immutable)
 	payloads *payloads
@@ -99,6 +101,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 	}
 	r := &run{
 		c: c, fail: fail, epoch: epoch, cfg: c.cfg, names: c.names, log: c.cfg.Logger, e: e,
+		outage:      transient.New(c.cfg.Logger, "requests to NATS"),
 		payloads:    newPayloads(c.directGet(c.names.JobsStream()), c.cfg.PayloadCacheBytes),
 		pub:         asyncpub.New(c.nc, requestTimeout), // every publish resolves: a lost ack times out
 		msgBytes:    max(int(c.nc.MaxPayload())-64<<10, int(c.nc.MaxPayload())/2),

@@ -18,11 +18,14 @@ import (
 
 // Status is a point-in-time view of a namespace, answered by the running coordinator.
 type Status struct {
-	Namespace string    `json:"namespace"`
-	Epoch     uint64    `json:"epoch"`
-	Time      time.Time `json:"time"`
-	Policy    string    `json:"policy"`
-	Feeders   int       `json:"feeders"`
+	Namespace string `json:"namespace"`
+	// Epoch is this coordinator's fencing token: the revision of the lease's key when it took
+	// the lease. Every renewal makes a revision, so it grows with the time the lease has been
+	// held (by anyone), not with the number of failovers: only its order means something.
+	Epoch   uint64    `json:"epoch"`
+	Time    time.Time `json:"time"`
+	Policy  string    `json:"policy"`
+	Feeders int       `json:"feeders"`
 	// Unsealed counts the open groups whose producer has not sealed them yet (all of them, also
 	// those beyond the groups listed). One whose producer stays silent for AbandonAfter is sealed
 	// by the coordinator.
@@ -75,6 +78,9 @@ type Totals struct {
 	// refused (on another worker's subject, or a second process with a live worker's ID).
 	RejectedReports    uint64 `json:"rejected_reports"`
 	RejectedHeartbeats uint64 `json:"rejected_heartbeats"`
+	// Refused counts requests the state refuses, not counted in Rejected: a cancel of a group
+	// that is not open, a redrive of a group running or with nothing to run again.
+	Refused uint64 `json:"refused"`
 }
 
 // GroupStatus describes one open group.
@@ -88,6 +94,7 @@ type GroupStatus struct {
 	Abandoned bool              `json:"abandoned,omitempty"` // sealed by the coordinator: its producer went silent
 	Queued    int               `json:"queued"`              // handed to the scheduler, not yet released
 	InFlight  int               `json:"in_flight"`           // released, not yet reported
+	Held      int               `json:"held,omitempty"`      // pending, held back by a limit (Status.Limits)
 	Busy      float64           `json:"busy"`                // share of a released job's time its handler runs (recent average)
 	Jobs      map[string]uint64 `json:"jobs"`
 }
@@ -199,12 +206,16 @@ func (e *engine) status() *Status {
 		s.Jobs[st.String()] = e.idx.Count(st)
 	}
 	s.OpenGroups = len(e.groups.arrival)
+	held := e.heldBack(nil)
 	for _, g := range e.groups.arrival {
 		if len(s.Groups) == maxGroupsInStatus {
 			break
 		}
 		gc, _ := e.idx.GroupCounts(g.idxKey)
-		gs := GroupStatus{ID: g.id, Sealed: g.sealed, OpenedAt: g.openedAt, Abandoned: g.abandoned, Queued: e.sched.Queued(g), InFlight: e.sched.InFlight(g), Busy: g.busy, Jobs: counts(gc)}
+		gs := GroupStatus{ID: g.id, Sealed: g.sealed, OpenedAt: g.openedAt, Abandoned: g.abandoned, Queued: e.sched.Queued(g), InFlight: g.inFlight, Busy: g.busy, Jobs: counts(gc)}
+		for _, hb := range held[g] {
+			gs.Held += hb.Jobs
+		}
 		if !g.sealed {
 			gs.LastHeard = g.lastHeard
 		}

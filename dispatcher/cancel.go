@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/nats-io/nuid"
 
@@ -26,20 +28,63 @@ var (
 	ErrNoAnswer = errors.New("weave: stored, but no coordinator answered")
 )
 
+// CancelResult is what the coordinator did with a cancel of some jobs (Handle.CancelJobs).
+type CancelResult struct {
+	// Canceled counts the jobs that ended canceled at once (not started, delayed, or waiting
+	// for a retry); Stopping the running jobs told to stop, each of which ends canceled when
+	// its worker reports.
+	Canceled, Stopping int
+	// Final lists the jobs of the group that had ended already (done, failed or canceled), and
+	// Unknown the IDs that are not jobs of the group's open incarnation: neither is canceled.
+	// A coordinator older than these lists leaves both empty.
+	Final, Unknown []uint64
+}
+
+// String describes the result: "2 canceled, 1 stopping; ended already: 7; not in the group: 9".
+func (r CancelResult) String() string {
+	s := fmt.Sprintf("%d canceled, %d stopping", r.Canceled, r.Stopping)
+	for _, part := range []struct {
+		what string
+		ids  []uint64
+	}{{"ended already", r.Final}, {"not in the group", r.Unknown}} {
+		if len(part.ids) == 0 {
+			continue
+		}
+		s += "; " + part.what + ": " + idList(part.ids, 20)
+	}
+	return s
+}
+
+// idList lists ids, comma-separated, the first max of them and how many more.
+func idList(ids []uint64, max int) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i == max {
+			fmt.Fprintf(&b, " and %d more", len(ids)-max)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.FormatUint(id, 10))
+	}
+	return b.String()
+}
+
 // cancel publishes the cancel c and waits for the coordinator's answer (see ask).
-func (d *Dispatcher) cancel(ctx context.Context, c wire.GroupControl) error {
+func (d *Dispatcher) cancel(ctx context.Context, c wire.GroupControl) (CancelResult, error) {
 	a, err := d.ask(ctx, c)
 	if err != nil {
-		return err
+		return CancelResult{}, err
 	}
 	d.log.Debug().Str("group", c.Group).Bool("ok", a.OK).Int("canceled", a.Canceled).Int("stopping", a.Stopping).Msg("cancel answered")
 	switch {
 	case a.OK:
-		return nil
+		return CancelResult{Canceled: a.Canceled, Stopping: a.Stopping, Final: a.Final, Unknown: a.Unknown}, nil
 	case a.Code == wire.AnswerNotOpen:
-		return fmt.Errorf("%w: cancel of group %q refused: %s", ErrGroupNotOpen, c.Group, a.Reason)
+		return CancelResult{}, fmt.Errorf("%w: cancel of group %q refused: %s", ErrGroupNotOpen, c.Group, a.Reason)
 	default:
-		return fmt.Errorf("weave: cancel of group %q refused by the coordinator: %s", c.Group, a.Reason)
+		return CancelResult{}, fmt.Errorf("weave: cancel of group %q refused by the coordinator: %s", c.Group, a.Reason)
 	}
 }
 

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"slices"
@@ -23,20 +24,22 @@ import (
 // messages Failed holds at once.
 const scanPage = 32
 
-// Failed lists the failed jobs whose outcomes the RESULTS stream still holds: those of groupID,
+// Failed lists the jobs still failed whose outcomes the RESULTS stream holds: those of groupID,
 // or of every group when groupID is "". Each comes with its Group, its last error and its
 // History. Failed reads what is stored when it is called and ends: it does not wait for jobs
 // that fail later. Jobs come in the order their outcomes were recorded, so the jobs of different
 // groups interleave.
 //
-// The list is every failed outcome stored, whatever happened since: a failed job of a group
-// that is still running appears as soon as it failed, and a job that Redrive published again
-// appears both as its old failed outcome (until ResultRetention has passed) and, under its new
-// ID, in the new incarnation's outcomes if it fails again. A job may appear twice if the
-// coordinator repeated its record after a crash.
+// A failed job stays listed, whichever incarnation of its group it failed in, until a job
+// Redrive published to run it again is done, or fails in its turn (then that job is listed, under
+// its new ID), or until ResultRetention has passed; a failed job of a group that is still running
+// appears as soon as it failed. A job may appear twice if the coordinator repeated its record
+// after a crash. (Outcomes recorded by a coordinator older than this rule do not say which job
+// they ran again: a job redriven by one stays listed.)
 //
 // The sequence is lazy: it reads the stream a page of messages at a time, so memory does not
-// depend on the number of failed jobs, and breaking out of the loop stops reading. A message
+// depend on the number of failed jobs (it holds the IDs of the jobs run again, read in a first
+// pass), and breaking out of the loop stops reading. A message
 // that cannot be decoded yields an error wrapping ErrMalformedOutcome and the sequence continues;
 // any other error (an invalid groupID wrapping ErrInvalidGroup, ctx's end, a NATS error) is
 // yielded last.
@@ -57,6 +60,21 @@ func (d *Dispatcher) Failed(ctx context.Context, groupID string) iter.Seq2[JobOu
 		}
 		// Stop at what is stored now: the coordinator keeps appending.
 		upTo := results.CachedInfo().State.LastSeq
+		settled := map[uint64]bool{} // failed jobs run again since, done or failed anew
+		for m, err := range d.scanOutcomes(ctx, subject, 1, upTo, nil) {
+			if err != nil {
+				if !errors.Is(err, ErrMalformedOutcome) {
+					yield(JobOutcome{}, err)
+					return
+				}
+				continue // yielded by the second pass
+			}
+			for _, o := range m.outs {
+				if o.RedriveOf != 0 && o.State != wire.FinalCanceled {
+					settled[o.RedriveOf] = true
+				}
+			}
+		}
 		for m, err := range d.scanOutcomes(ctx, subject, 1, upTo, nil) {
 			if err != nil {
 				if !yield(JobOutcome{}, err) {
@@ -65,7 +83,7 @@ func (d *Dispatcher) Failed(ctx context.Context, groupID string) iter.Seq2[JobOu
 				continue
 			}
 			for i := range m.outs {
-				if m.outs[i].State == wire.FinalFailed && !yield(jobOutcome(m.group, &m.outs[i]), nil) {
+				if m.outs[i].State == wire.FinalFailed && !settled[m.outs[i].ID] && !yield(jobOutcome(m.group, &m.outs[i]), nil) {
 					return
 				}
 			}
@@ -74,10 +92,10 @@ func (d *Dispatcher) Failed(ctx context.Context, groupID string) iter.Seq2[JobOu
 }
 
 // Redrive asks the coordinator to run failed jobs of groupID again, as a new incarnation of the
-// group, and returns a Handle for that incarnation: with no ids, every failed job of the group's
-// latest complete incarnation; else only the given IDs, each of which must be a failed job of
-// that incarnation. Redriving again once the new incarnation is complete redrives the jobs that
-// failed in it.
+// group, and returns a Handle for that incarnation: with no ids, every job still failed in the
+// group's complete incarnations (those Failed lists: a job failed in any of them, whichever, and
+// not run again successfully since); else only the given IDs, each of which must be one of them.
+// Redriving again once the new incarnation is complete redrives the jobs still failed then.
 //
 // The coordinator decides, on its own state, and answers (see ARCHITECTURE.md, "Dead letters
 // and redrive"): Redrive publishes the request on the group's control subject (stored in the JOBS
@@ -94,9 +112,9 @@ func (d *Dispatcher) Failed(ctx context.Context, groupID string) iter.Seq2[JobOu
 //   - an incarnation of the group is not complete: ErrGroupRunning, with a Handle for that
 //     incarnation (Wait on it, then redrive again), or a nil Handle if a redrive of the group is
 //     already starting one;
-//   - there is nothing to redrive (an unknown group, one whose retention has passed, a latest
-//     complete incarnation without failed jobs), or an ID is not a failed job of that
-//     incarnation: ErrNotFailed, naming them;
+//   - there is nothing to redrive (an unknown group, one whose retention has passed, one whose
+//     failed jobs all ran again and succeeded), or an ID is not a job still failed: ErrNotFailed,
+//     naming them;
 //   - the stored messages of all the failed jobs are gone: ErrJobGone;
 //   - no coordinator answered: ErrNoAnswer. The request stays stored and is decided when a
 //     coordinator reads it, so the Redrive may have happened: call Redrive again, which is refused

@@ -155,27 +155,29 @@ func (h *Handle) Cancel(ctx context.Context) error {
 	if err := h.d.ensure(ctx); err != nil {
 		return err
 	}
-	return h.d.cancel(ctx, wire.GroupControl{Group: h.group, Op: wire.OpCancel})
+	_, err := h.d.cancel(ctx, wire.GroupControl{Group: h.group, Op: wire.OpCancel})
+	return err
 }
 
 // CancelJobs cancels some jobs of the group: those not started never start, running ones see
-// their context canceled (cause worker.ErrJobCanceled); each ends canceled. IDs that are not in
-// the group or have already ended are ignored; 0, never a job ID, is an error wrapping
-// ErrInvalidJob. It waits for the coordinator's answer as Cancel does, with the same errors.
-func (h *Handle) CancelJobs(ctx context.Context, ids ...uint64) error {
+// their context canceled (cause worker.ErrJobCanceled); each ends canceled. The result says
+// what the coordinator did: the jobs canceled and stopping, and the IDs it left alone (jobs
+// that had ended, IDs not in the group). 0, never a job ID, is an error wrapping ErrInvalidJob.
+// It waits for the coordinator's answer as Cancel does, with the same errors.
+func (h *Handle) CancelJobs(ctx context.Context, ids ...uint64) (CancelResult, error) {
 	if h.err != nil {
-		return h.err
+		return CancelResult{}, h.err
 	}
 	if len(ids) == 0 || len(ids) > wire.MaxCancelJobs {
-		return fmt.Errorf("%w: cancel %d jobs (1 to %d per call)", ErrInvalidJob, len(ids), wire.MaxCancelJobs)
+		return CancelResult{}, fmt.Errorf("%w: cancel %d jobs (1 to %d per call)", ErrInvalidJob, len(ids), wire.MaxCancelJobs)
 	}
 	// The coordinator rejects a whole cancel message naming ID 0 (never a job ID), which would
 	// leave the other jobs running while this call reported success.
 	if slices.Contains(ids, 0) {
-		return fmt.Errorf("%w: cancel job 0 of group %q: job IDs start at 1", ErrInvalidJob, h.group)
+		return CancelResult{}, fmt.Errorf("%w: cancel job 0 of group %q: job IDs start at 1", ErrInvalidJob, h.group)
 	}
 	if err := h.d.ensure(ctx); err != nil {
-		return err
+		return CancelResult{}, err
 	}
 	return h.d.cancel(ctx, wire.GroupControl{Group: h.group, Op: wire.OpCancel, Jobs: ids})
 }

@@ -80,6 +80,37 @@ type JobInfo struct {
 	RetryAt     time.Time `json:"retry_at,omitzero"`
 	RunAt       time.Time `json:"run_at,omitzero"`
 	EndedAt     time.Time `json:"ended_at,omitzero"`
+	// Waiting says, in words, why a job that has not ended does not run (see Waiting): delayed
+	// until its RunAt, waiting for its RetryAt, held back by a limit (HeldBy) or a pause,
+	// requiring resources no live worker holds (Missing), or waiting for a free slot. Empty
+	// for a job running or ended, or when no coordinator answered.
+	Waiting string    `json:"waiting,omitempty"`
+	HeldBy  *HeldBack `json:"held_by,omitempty"`
+	Missing []string  `json:"missing,omitempty"`
+}
+
+// explainWait sets info.Waiting from its state and what the coordinator said, at now.
+func (info *JobInfo) explainWait(now time.Time) {
+	at := func(t time.Time) string {
+		return t.Local().Format("2006-01-02 15:04:05") + " (in " + max(t.Sub(now), 0).Round(time.Second).String() + ")"
+	}
+	switch {
+	case info.State == StateDelayed && !info.RunAt.IsZero():
+		info.Waiting = "delayed: it runs at " + at(info.RunAt)
+	case info.State == StateDelayed:
+		info.Waiting = "delayed: its time to run has not come"
+	case info.State == StateRetryWait && !info.RetryAt.IsZero():
+		info.Waiting = "waiting to retry: it is released again at " + at(info.RetryAt)
+	case info.State != StatePending:
+	case info.HeldBy != nil && info.HeldBy.Paused:
+		info.Waiting = fmt.Sprintf("paused: the limit on %s %q is paused (weave limit resume)", info.HeldBy.Kind, info.HeldBy.Name)
+	case info.HeldBy != nil:
+		info.Waiting = fmt.Sprintf("held back by the limit on %s %q: it has no room now (weave limit list)", info.HeldBy.Kind, info.HeldBy.Name)
+	case len(info.Missing) > 0:
+		info.Waiting = fmt.Sprintf("requires %s, which no live worker holds", strings.Join(info.Missing, ", "))
+	default:
+		info.Waiting = "waiting for a free slot"
+	}
 }
 
 // GroupState is where a group incarnation stands.
@@ -116,6 +147,10 @@ type GroupInfo struct {
 	// HeldBack lists the limits holding some of its pending jobs back (a pause, a concurrency
 	// or rate limit: `weave limit`), with how many each holds (live only).
 	HeldBack []HeldBack `json:"held_back,omitempty"`
+	// Unplaceable counts its pending jobs that require resources no live worker holds;
+	// NextRunAt is when the first of its delayed jobs runs (live only).
+	Unplaceable int       `json:"unplaceable,omitempty"`
+	NextRunAt   time.Time `json:"next_run_at,omitzero"`
 }
 
 // HeldBack is a limit holding some of a group's pending jobs back: Kind and Name say which
@@ -242,6 +277,8 @@ func (d *Dispatcher) job(ctx context.Context, id uint64, hint string) (*JobInfo,
 		}
 		info.Pool, info.Workers, info.Worker = j.Pool, j.Workers, j.Worker
 		info.ReleasedAt, info.RetryAt = j.Released, j.RetryAt
+		info.HeldBy, info.Missing = j.HeldBy, j.Missing
+		info.explainWait(time.Now())
 		if info.State == StateRunning && info.Pool != "" {
 			d.askHolder(ctx, info)
 		}
@@ -575,7 +612,7 @@ func groupInfo(g *wire.GroupLive) *GroupInfo {
 	gi := &GroupInfo{
 		ID: g.ID, Incarnation: g.Incarnation, Abandoned: g.Abandoned, Admitted: int(g.Admitted),
 		Queued: g.Queued, InFlight: g.InFlight, OpenedAt: g.OpenedAt, LastHeard: g.LastHeard, CompletedAt: g.CompletedAt,
-		HeldBack: g.HeldBack,
+		HeldBack: g.HeldBack, Unplaceable: g.Unplaceable, NextRunAt: g.NextRunAt,
 	}
 	switch {
 	case g.Complete:

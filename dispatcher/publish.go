@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -74,7 +75,7 @@ func (j *Job) runAt(now time.Time) (time.Time, error) {
 // iterator may be endless. Jobs without a key that are pulled faster than they are published go
 // in packs; a job pulled alone goes at once. Publishing
 // stops at ctx's end, at the first invalid job (an error wrapping ErrInvalidJob that names the
-// job's index and key) or when it learns of a failed publish (jobs already in flight still
+// job by its rank in the iterator, counted from 1, and its key) or when it learns of a failed publish (jobs already in flight still
 // complete and count). An iterator that blocks should watch ctx itself: Publish checks ctx only
 // between jobs, and every job pulled before ctx ended is still published and counts.
 //
@@ -301,7 +302,7 @@ func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq[Job]) (err 
 	index := 0
 	for job := range jobs {
 		if err := context.Cause(ctx); err != nil {
-			return fmt.Errorf("weave: publishing group %q stopped before job %d: %w", p.h.group, index, err)
+			return fmt.Errorf("weave: publishing group %q stopped before its %s job: %w", p.h.group, ordinal(index+1), err)
 		}
 		meta := wire.JobMeta{
 			Group:       p.h.group,
@@ -317,10 +318,10 @@ func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq[Job]) (err 
 			err = meta.Validate()
 		}
 		if err != nil {
-			return fmt.Errorf("%w %d (key %q) of group %q: %w", ErrInvalidJob, index, job.Key, p.h.group, err)
+			return fmt.Errorf("%w: the %s job (key %q) of group %q: %w", ErrInvalidJob, ordinal(index+1), job.Key, p.h.group, err)
 		}
 		if len(job.Payload) > p.d.cfg.MaxPayload {
-			return fmt.Errorf("%w %d (key %q) of group %q: payload is %d bytes, at most %d", ErrInvalidJob, index, job.Key, p.h.group, len(job.Payload), p.d.cfg.MaxPayload)
+			return fmt.Errorf("%w: the %s job (key %q) of group %q: payload is %d bytes, at most %d", ErrInvalidJob, ordinal(index+1), job.Key, p.h.group, len(job.Payload), p.d.cfg.MaxPayload)
 		}
 		select {
 		case ch <- checkedJob{index: index, job: job, meta: meta}:
@@ -410,7 +411,7 @@ func (p *publication) publish(ctx context.Context, batch []checkedJob) error {
 		cancel()
 	}
 	if err != nil {
-		return fmt.Errorf("weave: publishing group %q stopped before job %d: %w", p.h.group, batch[0].index, err)
+		return fmt.Errorf("weave: publishing group %q stopped before its %s job: %w", p.h.group, ordinal(batch[0].index+1), err)
 	}
 	if p.failed != nil {
 		<-p.d.slots
@@ -440,12 +441,30 @@ func (p *publication) publish(ctx context.Context, batch []checkedJob) error {
 	return nil
 }
 
-// jobsName names the jobs of a message in errors: "job 3 (key "k")", or "jobs 3–9" of a pack.
+// jobsName names the jobs of a message in errors, counted from 1 in the order the iterator
+// yielded them (the first is the 1st, as the first line of a file is line 1): "its 3rd job (key
+// "k")", or "its 3rd to 9th jobs" of a pack.
 func jobsName(index, n int, key string) string {
 	if n == 1 {
-		return fmt.Sprintf("job %d (key %q)", index, key)
+		return fmt.Sprintf("its %s job (key %q)", ordinal(index+1), key)
 	}
-	return fmt.Sprintf("jobs %d–%d", index, index+n-1)
+	return fmt.Sprintf("its %s to %s jobs", ordinal(index+1), ordinal(index+n))
+}
+
+// ordinal writes n ≥ 1 as an English ordinal: 1st, 2nd, 3rd, 4th, 11th, 21st.
+func ordinal(n int) string {
+	suffix := "th"
+	if n%100 < 11 || n%100 > 13 {
+		switch n % 10 {
+		case 1:
+			suffix = "st"
+		case 2:
+			suffix = "nd"
+		case 3:
+			suffix = "rd"
+		}
+	}
+	return strconv.Itoa(n) + suffix
 }
 
 // acquire takes one of the dispatcher's MaxPending slots. When none is free it settles this

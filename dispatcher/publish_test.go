@@ -345,7 +345,7 @@ func TestPublishRejectsInvalidJobs(t *testing.T) {
 				}
 			})
 			wantErrIs(t, err, dispatcher.ErrInvalidJob)
-			if want := fmt.Sprintf("job 2 (key %q)", bad.Key); !strings.Contains(err.Error(), want) {
+			if want := fmt.Sprintf("the 3rd job (key %q)", bad.Key); !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not name %s", err, want)
 			}
 			if h == nil || h.Accepted() != 2 || pulled != 3 {
@@ -430,8 +430,8 @@ func TestPublishSealsAfterRejectedPublish(t *testing.T) {
 
 	h, err := e.d.Publish(ctx, "full", slices.Values([]dispatcher.Job{{Key: "0"}, {Key: "1"}, {Key: "2"}, {Key: "3"}, {Key: "4"}}))
 	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) || !strings.Contains(err.Error(), `job 3 (key "3")`) {
-		t.Fatalf("error %v: want the server's rejection of job 3", err)
+	if !errors.As(err, &apiErr) || !strings.Contains(err.Error(), `its 4th job (key "3")`) {
+		t.Fatalf("error %v: want the server's rejection of the 4th job", err)
 	}
 	if h == nil || h.Accepted() != 3 {
 		t.Fatalf("handle %v: want 3 accepted", h)
@@ -528,7 +528,7 @@ func TestCancelRefused(t *testing.T) {
 	if !strings.Contains(err.Error(), "group ghost is not open") {
 		t.Errorf("error %q does not give the coordinator's reason", err)
 	}
-	err = e.d.Attach("ghost").CancelJobs(ctx, 7)
+	_, err = e.d.Attach("ghost").CancelJobs(ctx, 7)
 	wantErrIs(t, err, dispatcher.ErrGroupNotOpen)
 }
 
@@ -556,13 +556,14 @@ func TestCancelJobsPublishesCancelOfJobs(t *testing.T) {
 	e.standInCoordinator(ctx, t, func(c wire.GroupControl) wire.ControlAnswer {
 		return wire.ControlAnswer{OK: true, Canceled: len(c.Jobs)}
 	})
-	if err := h.CancelJobs(ctx, h.FirstID(), h.LastID()); err != nil {
+	if _, err := h.CancelJobs(ctx, h.FirstID(), h.LastID()); err != nil {
 		t.Fatal(err)
 	}
 	// Nothing to cancel, too many, or ID 0 (the coordinator would reject the whole message).
-	wantErrIs(t, h.CancelJobs(ctx), dispatcher.ErrInvalidJob)
-	wantErrIs(t, h.CancelJobs(ctx, make([]uint64, wire.MaxCancelJobs+1)...), dispatcher.ErrInvalidJob)
-	wantErrIs(t, h.CancelJobs(ctx, h.FirstID(), 0), dispatcher.ErrInvalidJob)
+	for _, ids := range [][]uint64{nil, make([]uint64, wire.MaxCancelJobs+1), {h.FirstID(), 0}} {
+		_, err := h.CancelJobs(ctx, ids...)
+		wantErrIs(t, err, dispatcher.ErrInvalidJob)
+	}
 	g := parseGroup(t, e.names, "some", e.readStream(ctx, t, e.names.JobsStream()))
 	if fmt.Sprint(g.order) != "[open job job seal cancel]" {
 		t.Fatalf("stream holds %v", g.order)
@@ -667,7 +668,7 @@ func TestInvalidJobErrorReadsOnce(t *testing.T) {
 	_, err := e.d.Publish(ctx, "opts", slices.Values([]dispatcher.Job{{Key: "a"}, {Key: "b", MaxAttempts: -3}}))
 	wantErrIs(t, err, dispatcher.ErrInvalidJob)
 	msg := err.Error()
-	if !strings.Contains(msg, `invalid job 1 (key "b") of group "opts": invalid job option: MaxAttempts -3 outside 0..1000`) || strings.Count(msg, "weave:") != 1 {
+	if !strings.Contains(msg, `invalid job: the 2nd job (key "b") of group "opts": invalid job option: MaxAttempts -3 outside 0..1000`) || strings.Count(msg, "weave:") != 1 {
 		t.Fatalf("error %q: want one weave: prefix and the option named", msg)
 	}
 }

@@ -57,7 +57,7 @@ func TestCancelAnswers(t *testing.T) {
 		if err := e.d.Attach(g).Cancel(e.ctx); !errors.Is(err, dispatcher.ErrGroupNotOpen) {
 			t.Errorf("cancel of %s: %v, want ErrGroupNotOpen", g, err)
 		}
-		if err := e.d.Attach(g).CancelJobs(e.ctx, 1); !errors.Is(err, dispatcher.ErrGroupNotOpen) {
+		if _, err := e.d.Attach(g).CancelJobs(e.ctx, 1); !errors.Is(err, dispatcher.ErrGroupNotOpen) {
 			t.Errorf("cancel of a job of %s: %v, want ErrGroupNotOpen", g, err)
 		}
 	}

@@ -63,7 +63,7 @@ func TestDelayedJobsSurviveRestart(t *testing.T) {
 		return len(started) >= 4
 	})
 	first := h.FirstID()
-	if err := h.CancelJobs(e.ctx, first); err != nil { // key k0, delayed
+	if _, err := h.CancelJobs(e.ctx, first); err != nil { // key k0, delayed
 		t.Fatal(err)
 	}
 	info, err := e.d.Job(e.ctx, first+1)

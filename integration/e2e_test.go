@@ -411,7 +411,7 @@ func TestCancelJobsAndHistory(t *testing.T) {
 		t.Fatal("k1 never started")
 	}
 	// k0 has failed (3 attempts), k1 runs, k2 waits behind it (one slot, no prefetch).
-	if err := h.CancelJobs(e.ctx, h.FirstID()+1, h.FirstID()+2); err != nil {
+	if _, err := h.CancelJobs(e.ctx, h.FirstID()+1, h.FirstID()+2); err != nil {
 		t.Fatal(err)
 	}
 	res := e.wait(h)

@@ -51,7 +51,8 @@ func (g *gate) release() {
 // TestIncarnationsSurviveCoordinatorKill is issue 8's scenario 3, end to end: group g ends with
 // a failed job; a redrive starts a second incarnation and a re-publish of the ID a third; each
 // time the coordinator is SIGKILLed and started again while the new incarnation runs. Every
-// incarnation's Wait returns every outcome, and a later redrive still finds what failed.
+// incarnation's Wait returns every outcome, and a later redrive still finds what failed, in
+// whichever incarnation it failed.
 func TestIncarnationsSurviveCoordinatorKill(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -120,9 +121,19 @@ func TestIncarnationsSurviveCoordinatorKill(t *testing.T) {
 		}
 	}
 
-	// The latest finished incarnation is the third, which has nothing to redrive.
+	// The latest finished incarnation is the third, which has no failed job; the second's is
+	// still failed, and its message was kept through the third's completion and the restarts:
+	// it runs again. Then nothing is left to redrive.
+	failing.Store(false)
+	h4, err := e.d.Redrive(e.ctx, "g")
+	if err != nil || h4.Accepted() != 1 {
+		t.Fatalf("redrive of the job still failed in the second incarnation: %v, %v", h4, err)
+	}
+	if fourth := e.waitFor(h4); fourth.Summary.Done != 1 || fourth.Jobs[0].Key != second.Jobs[0].Key {
+		t.Fatalf("fourth incarnation (redrive): %+v, %+v", fourth.Summary, fourth.Jobs)
+	}
 	if _, err := e.d.Redrive(e.ctx, "g"); !errors.Is(err, dispatcher.ErrNotFailed) {
-		t.Fatalf("redrive of the clean third incarnation: %v, want ErrNotFailed", err)
+		t.Fatalf("redrive once every failed job succeeded: %v, want ErrNotFailed", err)
 	}
 }
 

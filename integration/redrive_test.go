@@ -93,7 +93,8 @@ func (e *env) failedGroup(group string, n, failing int) (failed, done []uint64, 
 // TestRedriveDecidedByCoordinator: the coordinator decides every redrive and answers it. A
 // complete group's failed jobs run again as a new incarnation whose Handle Wait follows; a
 // redrive while that incarnation runs is refused with it (ErrGroupRunning and a Handle on it);
-// specific IDs are checked against the failed ones; nothing to redrive is ErrNotFailed.
+// specific IDs are checked against the failed ones; a job failed in an earlier incarnation stays
+// failed until a redrive of it succeeds; nothing to redrive is ErrNotFailed.
 func TestRedriveDecidedByCoordinator(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -136,12 +137,21 @@ func TestRedriveDecidedByCoordinator(t *testing.T) {
 	if again := e.waitFor(running); again.Summary != res.Summary || again.Jobs[0].ID != res.Jobs[0].ID {
 		t.Fatalf("the Handle of the refusal waits for %+v, want the redrive's incarnation", again.Summary)
 	}
-	// The latest complete incarnation has no failed job.
-	if _, err := e.d.Redrive(e.ctx, "g"); !errors.Is(err, dispatcher.ErrNotFailed) {
-		t.Fatalf("Redrive of a clean latest incarnation = %v, want ErrNotFailed", err)
+	// The latest complete incarnation has no failed job, but the first failed job of the first
+	// is still failed: it runs again, alone. Then none is left.
+	w.holding.Store(false)
+	h, err = e.d.Redrive(e.ctx, "g")
+	if err != nil || h.Accepted() != 1 {
+		t.Fatalf("Redrive of the job still failed in an earlier incarnation = %v, %v", h, err)
 	}
-	if n := w.runs.Load(); n != 4+2+1 {
-		t.Fatalf("%d runs, want 7 (g, clean, the redriven job once)", n)
+	if res := e.waitFor(h); res.Summary != (dispatcher.Summary{Jobs: 1, Done: 1}) || res.Jobs[0].Key != keys[failed[0]] {
+		t.Fatalf("the second redrive's incarnation: %+v, %+v", res.Summary, res.Jobs)
+	}
+	if _, err := e.d.Redrive(e.ctx, "g"); !errors.Is(err, dispatcher.ErrNotFailed) {
+		t.Fatalf("Redrive once every failed job ran again and succeeded = %v, want ErrNotFailed", err)
+	}
+	if n := w.runs.Load(); n != 4+2+1+1 {
+		t.Fatalf("%d runs, want 8 (g, clean, each redriven job once)", n)
 	}
 }
 

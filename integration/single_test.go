@@ -74,7 +74,7 @@ func TestSubmitSingleJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := hc.CancelJobs(e.ctx, idc); err != nil {
+	if _, err := hc.CancelJobs(e.ctx, idc); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := hc.WaitJob(e.ctx, idc); err != nil || out.State != dispatcher.StateCanceled {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weavejobs/weave/internal/asyncpub"
+	"github.com/weavejobs/weave/internal/transient"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -147,11 +148,15 @@ type publication struct {
 // work batch once all its reports are persisted, and extends the lease of every batch not yet
 // acked.
 type completer struct {
-	cfg      *resolved
-	nc       *nats.Conn
-	pub      *asyncpub.Publisher // publishes the report messages
-	log      zerolog.Logger
-	stats    *counters
+	cfg   *resolved
+	nc    *nats.Conn
+	pub   *asyncpub.Publisher // publishes the report messages
+	log   zerolog.Logger
+	stats *counters
+	// failing: the head publication has failed since it was last persisted; outage logs such a
+	// run of failures once at its start and once at its end, not per try.
+	failing  bool
+	outage   *transient.Outage
 	subject  string // this worker's report subject
 	maxBytes int    // largest report message
 	runID    string // prefix of message IDs, unique per Run
@@ -249,6 +254,8 @@ const holdAck = 50 * time.Millisecond
 func (c *completer) run(ctx context.Context) error {
 	c.pace = newPacer()
 	c.backoff = backoff{lo: minReportBackoff, hi: maxReportBackoff}
+	c.outage = transient.New(c.log, "worker: publishes of reports")
+	defer c.through()
 	defer func() {
 		c.pace.disarm()
 		if c.retry != nil {
@@ -455,6 +462,7 @@ func (c *completer) persisted() {
 	c.inflight[0] = nil
 	c.inflight = c.inflight[1:]
 	c.backoff.reset()
+	c.through()
 	c.stats.reportBatches.Add(1)
 	endOutcomes(p.spans)
 	for _, b := range p.batches {
@@ -569,7 +577,21 @@ func (c *completer) settle(b *batch) {
 func (c *completer) failed(err error) {
 	pause := c.backoff.next()
 	c.retry = time.NewTimer(pause)
-	c.log.Warn().Err(err).Stringer("backoff", pause).Str("msg_id", c.inflight[0].id).Msg("worker: publish reports failed")
+	c.log.Debug().Err(err).Stringer("backoff", pause).Str("msg_id", c.inflight[0].id).Msg("worker: publish reports failed")
+	if !c.failing {
+		c.failing = true
+		c.outage.Begin("publish reports", err, time.Now())
+	} else {
+		c.outage.Again(err)
+	}
+}
+
+// through ends a run of failed report publications: one was persisted (or the completer stops).
+func (c *completer) through() {
+	if c.failing {
+		c.failing = false
+		c.outage.End(time.Now())
+	}
 }
 
 // extendLeases sends an extension (InProgress) for each batch whose lease is due for one (see

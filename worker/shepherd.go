@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/transient"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -90,6 +91,11 @@ type shepherd struct {
 	beat  chan<- struct{} // asks the heartbeat goroutine for an early heartbeat; never blocks
 	// idleBeat is set while the latest heartbeat said the worker was idle (Worker.idleBeat).
 	idleBeat *atomic.Bool
+	// pullsFailing: pulls have failed since the last one that went through; pullOutage logs
+	// such a run of failures once at its start and once at its end (a node loss the cluster
+	// mends by itself made a warning of every failed pull).
+	pullsFailing bool
+	pullOutage   *transient.Outage
 
 	// Channels. The shepherd reads its open pulls' lanes (puller.lanes), done, expired and
 	// repaired, and writes the slots' channels and reports. Writers of the channels it reads
@@ -137,6 +143,8 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 	s.stats.sleeping.Store(int64(len(s.sleeping)))
 	s.active = make(map[*task]struct{}, s.cfg.Concurrency)
 	s.backoff = backoff{lo: minPullBackoff, hi: maxPullBackoff}
+	s.pullOutage = transient.New(s.log, "worker: pulls of work")
+	defer s.pullsThrough()
 	// A reconnect loses the server's side of open pulls: renew them at once rather than wait
 	// for their missing heartbeats. A closed connection ends the worker.
 	status := s.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
@@ -552,6 +560,7 @@ func (s *shepherd) onPullEnd(l *lane, err error) {
 		return // ended on purpose
 	case l.received > 0 || (err == nil && s.cfg.now().Sub(l.started) >= pullExpiry/2):
 		s.backoff.reset()
+		s.pullsThrough()
 		return
 	}
 	if err == nil {
@@ -577,9 +586,23 @@ func (s *shepherd) pullFailed(err error) {
 	if errors.Is(err, context.Canceled) {
 		return // a pull canceled by a drain or shutdown is not a failure
 	}
-	s.log.Warn().Err(err).Stringer("backoff", pause).Msg("worker: pull failed")
+	s.log.Debug().Err(err).Stringer("backoff", pause).Msg("worker: pull failed")
+	if !s.pullsFailing {
+		s.pullsFailing = true
+		s.pullOutage.Begin("pull", err, time.Now())
+	} else {
+		s.pullOutage.Again(err)
+	}
 	if !s.repairing && consumerGone(err) {
 		s.repair()
+	}
+}
+
+// pullsThrough ends a run of failed pulls: a pull went through (or the worker stops).
+func (s *shepherd) pullsThrough() {
+	if s.pullsFailing {
+		s.pullsFailing = false
+		s.pullOutage.End(time.Now())
 	}
 }
 

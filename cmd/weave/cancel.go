@@ -24,12 +24,14 @@ func newCancelCmd(g *globals) *cobra.Command {
 		Short: "Cancel a group, or some of its jobs",
 		Long: `Cancel asks the coordinator to cancel the group's jobs that have not finished: those not
 started never start, and the commands of running ones are stopped as on a timeout. Each ends
-canceled, and the group finishes as usual. With --job, only those jobs are canceled; IDs that
-are not in the group or have already ended are ignored.
+canceled, and the group finishes as usual. With --job, only those jobs are canceled: cancel
+says how many ended canceled at once and how many running ones were told to stop, and names
+the jobs that had ended already and the IDs that are not jobs of the group.
 
 The request is stored in the namespace's JOBS stream; cancel then waits up to --timeout for the
 coordinator's answer. Exit status 0: the coordinator applied it. 1: it refused it (the group is
-not open: no such group, or it has finished) or the request failed. 3: the request is stored
+not open: no such group, or it has finished), none of the jobs given was canceled, or the
+request failed. 3: the request is stored
 but no coordinator answered in time (none is running, or it is starting): a coordinator
 applies it when it reads it.`,
 		Example: `  weave cancel --group site-1
@@ -64,14 +66,20 @@ applies it when it reads it.`,
 // cancelGroup cancels the group, or the given jobs of it, and says what the coordinator answered.
 func cancelGroup(ctx context.Context, stdout io.Writer, h *dispatcher.Handle, jobs []uint64, timeout time.Duration) error {
 	group := h.GroupID()
-	var err error
+	var (
+		err error
+		res dispatcher.CancelResult
+	)
 	if len(jobs) == 0 {
 		err = h.Cancel(ctx)
 	}
 	// One request names at most wire.MaxCancelJobs jobs.
 	for rest := jobs; len(rest) > 0 && err == nil; {
 		n := min(len(rest), wire.MaxCancelJobs)
-		err = h.CancelJobs(ctx, rest[:n]...)
+		var r dispatcher.CancelResult
+		r, err = h.CancelJobs(ctx, rest[:n]...)
+		res.Canceled, res.Stopping = res.Canceled+r.Canceled, res.Stopping+r.Stopping
+		res.Final, res.Unknown = append(res.Final, r.Final...), append(res.Unknown, r.Unknown...)
 		rest = rest[n:]
 	}
 	what := "cancel"
@@ -88,6 +96,13 @@ func cancelGroup(ctx context.Context, stdout io.Writer, h *dispatcher.Handle, jo
 	case err != nil:
 		return fmt.Errorf("cancel group %q: %w", group, err)
 	}
-	fmt.Fprintf(stdout, "group %q: %s applied by the coordinator\n", group, what)
+	if len(jobs) == 0 {
+		fmt.Fprintf(stdout, "group %q: %s applied by the coordinator\n", group, what)
+		return nil
+	}
+	fmt.Fprintf(stdout, "group %q: %s\n", group, res)
+	if res.Canceled+res.Stopping == 0 {
+		return fmt.Errorf("cancel of %s of group %q: nothing was canceled", count(len(jobs), "job"), group)
+	}
 	return nil
 }

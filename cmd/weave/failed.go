@@ -39,10 +39,10 @@ func newFailedListCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list [--group G]",
 		Short: "List the failed jobs still stored, of one group or of all",
-		Long: `List shows the failed jobs whose outcomes are still stored, in the order they failed: of the
+		Long: `List shows the jobs still failed whose outcomes are stored, in the order they failed: of the
 group given with --group, else of every group. A group still running shows the jobs that
-have failed so far. A job published again by "failed retry" is still listed with its old
-failure (until the retention passes), and under its new ID if it fails again.
+have failed so far. A job that "failed retry" ran again is no longer listed once that run
+succeeded; if it failed again, it is listed under its new ID.
 
 The table shows each job's group, ID, key, attempts and last error (its first 120 bytes unless
 --full); --history adds one line
@@ -174,10 +174,11 @@ func newFailedRetryCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "retry --group G [ID...]",
 		Short: "Run a group's failed jobs again",
-		Long: `Retry asks the coordinator to run the failed jobs of the group's latest complete run again,
-as a new run of the group: all of them, or only the IDs given (each must be a failed job of that
-run). The coordinator decides and publishes the new run: each job gets its original payload, key,
-resources, attempts and timeout, and a new ID; the count of its attempts starts again.
+		Long: `Retry asks the coordinator to run the group's failed jobs again, as a new run of the group:
+all the jobs "failed list" shows for it (a job stays failed, whichever run it failed in, until
+a retry of it succeeds), or only the IDs given (each must be one of them). The coordinator
+decides and publishes the new run: each job gets its original payload, key, resources,
+attempts and timeout, and a new ID; the count of its attempts starts again.
 
 The coordinator refuses, and nothing runs again, while a run of the group is not complete (it
 names that run), when there is no failed job to retry or a job given did not fail, or when the

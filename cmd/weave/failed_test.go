@@ -53,9 +53,10 @@ func TestCLIFailedJobs(t *testing.T) {
 		t.Skip("no sh")
 	}
 	srv := jstest.New(t)
-	// The job with key "bad" fails permanently (exit 65) until the file fixed exists.
-	fixed := filepath.Join(t.TempDir(), "fixed")
-	script := `if [ "$WEAVE_JOB_KEY" = bad ] && [ ! -e '` + fixed + `' ]; then echo "nope on attempt $WEAVE_JOB_ATTEMPT" >&2; exit 65; fi; printf ok`
+	// The jobs with keys "bad" and "worse" fail permanently (exit 65) until the file fixed-<key>
+	// exists.
+	dir := t.TempDir()
+	script := `case "$WEAVE_JOB_KEY" in bad|worse) if [ ! -e '` + dir + `'/fixed-"$WEAVE_JOB_KEY" ]; then echo "nope on attempt $WEAVE_JOB_ATTEMPT" >&2; exit 65; fi;; esac; printf ok`
 	conn := startWeave(t, srv, "dlq", script)
 	cli := func(stdin string, args ...string) (int, string, string) {
 		t.Helper()
@@ -64,14 +65,23 @@ func TestCLIFailedJobs(t *testing.T) {
 
 	jobs := `{"key":"a","payload":"1"}
 {"key":"bad","payload":"payload of bad","max_attempts":3,"timeout":"20s"}
+{"key":"worse","payload":"payload of worse"}
 `
-	if code, out, errOut := cli(jobs, "submit", "-g", "g", "--wait", "--wait-timeout", "30s"); code != exitError || !strings.Contains(out, "1 done, 1 failed") {
+	if code, out, errOut := cli(jobs, "submit", "-g", "g", "--wait", "--wait-timeout", "30s"); code != exitError || !strings.Contains(out, "1 done, 2 failed") {
 		t.Fatalf("submit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 
 	code, out, errOut := cli("", "failed", "list", "--group", "g", "--json")
-	var bad failedLine
-	if code != exitOK || json.Unmarshal([]byte(out), &bad) != nil {
+	failed := map[string]failedLine{}
+	for line := range strings.Lines(out) {
+		var l failedLine
+		if json.Unmarshal([]byte(line), &l) != nil {
+			t.Fatalf("failed list --json: %q is not a job", line)
+		}
+		failed[l.Key] = l
+	}
+	bad, worse := failed["bad"], failed["worse"]
+	if code != exitOK || len(failed) != 2 || worse.ID == 0 {
 		t.Fatalf("failed list --json: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	if bad.Group != "g" || bad.Key != "bad" || bad.Attempts != 1 || !strings.Contains(bad.Error, "nope on attempt 1") ||
@@ -80,7 +90,7 @@ func TestCLIFailedJobs(t *testing.T) {
 	}
 	id := strconv.FormatUint(bad.ID, 10)
 	code, out, _ = cli("", "failed", "list", "--history")
-	for _, want := range []string{"GROUP", "LAST ERROR", id, "bad", "nope on attempt 1", "#1", " on w1: ", "1 failed job\n"} {
+	for _, want := range []string{"GROUP", "LAST ERROR", id, "bad", "nope on attempt 1", "#1", " on w1: ", "2 failed jobs\n"} {
 		if code != exitOK || !strings.Contains(out, want) {
 			t.Errorf("failed list --history: exit %d, output lacks %q:\n%s", code, want, out)
 		}
@@ -90,19 +100,40 @@ func TestCLIFailedJobs(t *testing.T) {
 	if code, out, errOut := cli("", "failed", "retry", "-g", "g", "99999"); code != exitError || !strings.Contains(errOut, "99999") || !strings.Contains(errOut, "no such failed job") {
 		t.Errorf("retry of a job that did not fail: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	if err := os.WriteFile(fixed, nil, 0o600); err != nil {
-		t.Fatal(err)
+	fix := func(key string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "fixed-"+key), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+	fix("bad")
 	code, out, errOut = cli("", "failed", "retry", "-g", "g", id, "--wait", "--wait-timeout", "30s")
 	if code != exitOK || !strings.Contains(out, `group "g": 1 failed job run again by the coordinator`) || !strings.Contains(out, `group "g" complete: 1 job, 1 done, 0 failed, 0 canceled`) {
 		t.Fatalf("failed retry --wait: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	// The new run succeeded: nothing is left to retry, though the old failure stays listed.
-	if code, out, errOut := cli("", "failed", "retry", "-g", "g"); code != exitError || !strings.Contains(errOut, "no such failed job") || !strings.Contains(errOut, "has no failed job") {
-		t.Errorf("second retry: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	// The retry of bad succeeded: only worse is still failed, and it can still be retried though
+	// the group's latest run has no failed job. It fails again: listed under its new ID.
+	if code, out, _ := cli("", "failed", "list", "-g", "g", "--json"); code != exitOK || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"key":"worse"`) {
+		t.Errorf("failed list after the retry of bad: exit %d\n%s", code, out)
 	}
-	if code, out, _ := cli("", "failed", "list", "-g", "g", "--json"); code != exitOK || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"id":`+id) {
-		t.Errorf("failed list after the retry: exit %d\n%s", code, out)
+	if code, out, errOut := cli("", "failed", "retry", "-g", "g", "--wait", "--wait-timeout", "30s"); code != exitError || !strings.Contains(out, `group "g" complete: 1 job, 0 done, 1 failed, 0 canceled`) {
+		t.Fatalf("retry of worse, not fixed: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	code, out, _ = cli("", "failed", "list", "-g", "g", "--json")
+	var again failedLine
+	if code != exitOK || strings.Count(out, "\n") != 1 || json.Unmarshal([]byte(out), &again) != nil || again.Key != "worse" || again.ID == worse.ID {
+		t.Fatalf("failed list after worse failed again: exit %d\n%s", code, out)
+	}
+	fix("worse")
+	if code, out, errOut := cli("", "failed", "retry", "-g", "g", "--wait", "--wait-timeout", "30s"); code != exitOK || !strings.Contains(out, `group "g" complete: 1 job, 1 done, 0 failed, 0 canceled`) {
+		t.Fatalf("retry of worse, fixed: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	// Every failed job ran again and succeeded: nothing is listed, nothing is left to retry.
+	if code, out, _ := cli("", "failed", "list", "-g", "g"); code != exitOK || out != "no failed jobs stored\n" {
+		t.Errorf("failed list once all succeeded: exit %d\n%s", code, out)
+	}
+	if code, out, errOut := cli("", "failed", "retry", "-g", "g"); code != exitError || !strings.Contains(errOut, "no such failed job") || !strings.Contains(errOut, "no failed job is left") {
+		t.Errorf("retry once all succeeded: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 
 	// Jobs requiring a resource no worker holds wait: cancel one of them, then the group.
@@ -122,12 +153,19 @@ func TestCLIFailedJobs(t *testing.T) {
 	if code, out, errOut := cli("", "failed", "retry", "-g", "parked"); code != exitError || !strings.Contains(errOut, "group is running") || !strings.Contains(errOut, "is not complete") {
 		t.Errorf("retry of a running group: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	if code, out, errOut := cli("", "cancel", "-g", "parked", "--job", strconv.FormatUint(sub.FirstID, 10)); code != exitOK || !strings.Contains(out, "cancel of 1 job applied by the coordinator") {
+	first := strconv.FormatUint(sub.FirstID, 10)
+	if code, out, errOut := cli("", "cancel", "-g", "parked", "--job", first); code != exitOK || !strings.Contains(out, `group "parked": 1 canceled, 0 stopping`+"\n") {
 		t.Fatalf("cancel --job: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	o, err := d.Attach("parked").WaitJob(ctx, sub.FirstID)
 	if err != nil || o.State != dispatcher.StateCanceled {
 		t.Fatalf("job %d after cancel --job: %+v, %v", sub.FirstID, o, err)
+	}
+	// Nothing to cancel: a job that has ended and one that does not exist are named, and the
+	// exit status says that nothing was canceled.
+	code, out, errOut = cli("", "cancel", "-g", "parked", "--job", first, "--job", "999999")
+	if code != exitError || !strings.Contains(out, "0 canceled, 0 stopping; ended already: "+first+"; not in the group: 999999") || !strings.Contains(errOut, "nothing was canceled") {
+		t.Errorf("cancel of an ended job and an unknown one: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	if code, out, errOut := cli("", "cancel", "-g", "parked"); code != exitOK || !strings.Contains(out, `group "parked": cancel applied by the coordinator`) {
 		t.Fatalf("cancel: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)

@@ -116,6 +116,7 @@ func printJob(w io.Writer, j *dispatcher.JobInfo, now time.Time, full bool) erro
 		}
 	}
 	field("STATE", state)
+	field("WAITING", j.Waiting)
 	switch {
 	case j.Worker != "":
 		field("WORKER", j.Worker+" (pool "+j.Pool+")")
@@ -123,6 +124,9 @@ func printJob(w io.Writer, j *dispatcher.JobInfo, now time.Time, full bool) erro
 		field("WORKER", "one of "+list(j.Workers)+" (pool "+j.Pool+")")
 	}
 	field("PUBLISHED", when(now, j.PublishedAt))
+	if !j.RunAt.IsZero() {
+		field("RUN AT", j.RunAt.Local().Format("2006-01-02 15:04:05.000"))
+	}
 	field("RELEASED", when(now, j.ReleasedAt))
 	field("STARTED", when(now, j.StartedAt))
 	if !j.RetryAt.IsZero() {
@@ -299,13 +303,34 @@ func printGroups(w io.Writer, gs []dispatcher.GroupInfo, now time.Time) error {
 		return err
 	}
 	for _, g := range gs {
-		if len(g.HeldBack) > 0 {
-			if _, err := fmt.Fprintln(w, heldBackLine(g)); err != nil {
+		for _, line := range waitLines(g, now) {
+			if _, err := fmt.Fprintln(w, line); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// waitLines say why a group's jobs that have not started wait, beyond a free slot: limits
+// holding them back, resources no live worker holds, a delay.
+func waitLines(g dispatcher.GroupInfo, now time.Time) []string {
+	var out []string
+	if len(g.HeldBack) > 0 {
+		out = append(out, heldBackLine(g))
+	}
+	if g.Unplaceable > 0 {
+		verb := "require"
+		if g.Unplaceable == 1 {
+			verb = "requires"
+		}
+		out = append(out, fmt.Sprintf("group %q: %s %s resources no live worker holds ('weave status' lists the resources)", g.ID, count(g.Unplaceable, "pending job"), verb))
+	}
+	if n := g.Jobs[dispatcher.StateDelayed]; n > 0 && !g.NextRunAt.IsZero() {
+		out = append(out, fmt.Sprintf("group %q: %s, the first runs at %s (in %v)", g.ID, count(n, "delayed job"),
+			g.NextRunAt.Local().Format("2006-01-02 15:04:05"), max(g.NextRunAt.Sub(now), 0).Round(time.Second)))
+	}
+	return out
 }
 
 // heldBackLine says which limits hold a group's pending jobs back: `group "pg": 3 pending jobs

@@ -157,7 +157,7 @@ func TestWatchStatusOnTerminal(t *testing.T) {
 		}
 		return &coordinator.Status{Namespace: "ns", Jobs: map[string]uint64{"pending": uint64(calls)}}, nil
 	}
-	if err := watchStatus(ctx, &w, true, false, time.Millisecond, query); err != nil {
+	if err := watchStatus(ctx, &w, true, false, time.Millisecond, query, nil); err != nil {
 		t.Fatal(err)
 	}
 	out := w.String()

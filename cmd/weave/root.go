@@ -26,12 +26,13 @@ Try it without any setup:  weave demo`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usageErrorf("unknown command %q", args[0])
+				return usageErrorf("unknown command %q%s", args[0], suggestion(cmd, args[0]))
 			}
 			_ = cmd.Help()
 			return usageErrorf("no command given")
 		},
 	}
+	root.SuggestionsMinimumDistance = 2 // "stauts" is two edits from "status"
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error or disabled")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := newLogger(cmd.ErrOrStderr(), logLevel)
@@ -42,6 +43,10 @@ Try it without any setup:  weave demo`,
 		return nil
 	}
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		if args := cmd.Flags().Args(); cmd == root && len(args) > 0 {
+			// "weave stauts --nats URL": the command is misspelt, not the flag.
+			return usageErrorf("unknown command %q%s", args[0], suggestion(cmd, args[0]))
+		}
 		if cmd.HasSubCommands() && cmd != root {
 			// "weave failed --nats URL": the flags are the subcommand's.
 			return usageErrorf("%v: %s takes a subcommand first (%s), then its flags", err, cmd.CommandPath(), subcommandNames(cmd))
@@ -79,17 +84,23 @@ func withSubcommands(parent *cobra.Command, subs ...*cobra.Command) *cobra.Comma
 	parent.SuggestionsMinimumDistance = 2
 	parent.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			hint := ""
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-				best := slices.MinFunc(s, func(a, b string) int { return editDistance(args[0], a) - editDistance(args[0], b) })
-				hint = fmt.Sprintf(" (did you mean %q?)", best)
-			}
-			return usageErrorf("unknown command %q for %q%s: it takes %s", args[0], cmd.CommandPath(), hint, subcommandNames(cmd))
+			return usageErrorf("unknown command %q for %q%s: it takes %s", args[0], cmd.CommandPath(), suggestion(cmd, args[0]), subcommandNames(cmd))
 		}
 		_ = cmd.Help()
 		return usageErrorf("no subcommand given: %s", subcommandNames(cmd))
 	}
 	return parent
+}
+
+// suggestion is " (did you mean "x"?)" for the subcommand of cmd nearest to the unknown name
+// typed, or "" if none is near.
+func suggestion(cmd *cobra.Command, typed string) string {
+	s := cmd.SuggestionsFor(typed)
+	if len(s) == 0 {
+		return ""
+	}
+	best := slices.MinFunc(s, func(a, b string) int { return editDistance(typed, a) - editDistance(typed, b) })
+	return fmt.Sprintf(" (did you mean %q?)", best)
 }
 
 // editDistance is the Levenshtein distance between a and b, for ranking cobra's suggestions.

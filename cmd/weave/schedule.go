@@ -56,7 +56,10 @@ month day-of-week) or 6 with seconds first, or is a descriptor: @hourly, @daily,
 			if s.Name == "" {
 				return usageErrorf("--name is required")
 			}
-			if (s.Cron == "") == (s.Every == 0) {
+			if every := cmd.Flags().Changed("every"); every && s.Every < time.Second {
+				// Checked first: a zero --every would otherwise read as no --every at all.
+				return usageErrorf("--every %v: the interval must be at least 1s", s.Every)
+			} else if (s.Cron == "") == !every {
 				return usageErrorf("give one of --cron and --every")
 			}
 			in, _, closeIn, err := openJobs(cmd, file)

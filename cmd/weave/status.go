@@ -50,7 +50,11 @@ func newStatusCmd(g *globals) *cobra.Command {
 open groups (the first 100 in arrival order), resources (jobs requiring or preferring each, and
 the live slots holding it; pending jobs requiring a resource no live worker holds are flagged),
 worker pools, workers busy or sleeping, and the standby coordinators waiting for the lease.
-Groups that completed are listed by 'weave groups'.
+Groups that completed are listed by 'weave groups'. The epoch is the running coordinator's
+fencing token, the revision of its lease when it took over: each renewal of the lease makes
+one, so it grows with time held, not with failovers. Lines starting "NATS:" say what is wrong
+under the namespace's streams: a node of the cluster offline or behind, a stream that does
+not answer.
 
 With --watch it asks again every --interval until interrupted: on a terminal it redraws the
 screen in place; otherwise it prints each status after the last (with --json, one object per
@@ -85,8 +89,21 @@ line). A status that cannot be read is reported and asked for again.`,
 				}
 				return st, nil
 			}
+			health := func() []string {
+				ctx, cancel := contextWithTimeout(s.ctx, conn.timeout)
+				defer cancel()
+				names, _ := wire.NewNames(conn.namespace) // valid: the connection checked it
+				return natsHealth(ctx, s.nc, names)
+			}
+			if jsonOut {
+				health = nil
+			}
 			if !watch {
 				st, err := query()
+				if health != nil && !errors.Is(err, coordinator.ErrNamespaceNotFound) {
+					// Before the status, or instead of it: a node down may be why nobody answers.
+					printNATSHealth(cmd.OutOrStdout(), health())
+				}
 				if err != nil {
 					return err
 				}
@@ -95,7 +112,7 @@ line). A status that cannot be read is reported and asked for again.`,
 				}
 				return printStatus(cmd.OutOrStdout(), st)
 			}
-			return watchStatus(s.ctx, cmd.OutOrStdout(), isTerminal(cmd.OutOrStdout()), jsonOut, interval, query)
+			return watchStatus(s.ctx, cmd.OutOrStdout(), isTerminal(cmd.OutOrStdout()), jsonOut, interval, query, health)
 		},
 	}
 	f := cmd.Flags()
@@ -110,11 +127,12 @@ line). A status that cannot be read is reported and asked for again.`,
 // clearScreen moves the cursor home and clears the terminal (ANSI).
 const clearScreen = "\x1b[H\x1b[2J"
 
-// watchStatus prints the status every interval until ctx ends (then it returns nil). On a
-// terminal each status replaces the previous one, drawn at once from a buffer so it does not
-// flicker; elsewhere each follows the last. A namespace that does not exist ends it; any other
-// error is shown and the status asked for again.
-func watchStatus(ctx context.Context, w io.Writer, terminal, jsonOut bool, interval time.Duration, query func() (*coordinator.Status, error)) error {
+// watchStatus prints the status every interval until ctx ends (then it returns nil), after what
+// health (if not nil) finds wrong with NATS. On a terminal each status replaces the previous
+// one, drawn at once from a buffer so it does not flicker; elsewhere each follows the last. A
+// namespace that does not exist ends it; any other error is shown and the status asked for
+// again.
+func watchStatus(ctx context.Context, w io.Writer, terminal, jsonOut bool, interval time.Duration, query func() (*coordinator.Status, error), health func() []string) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for first := true; ; first = false {
@@ -125,6 +143,9 @@ func watchStatus(ctx context.Context, w io.Writer, terminal, jsonOut bool, inter
 			buf.WriteString("\n")
 		}
 		st, err := query()
+		if health != nil && !errors.Is(err, coordinator.ErrNamespaceNotFound) {
+			printNATSHealth(&buf, health())
+		}
 		switch {
 		case errors.Is(err, coordinator.ErrNamespaceNotFound):
 			return err
@@ -190,8 +211,8 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 		fmt.Fprintf(w, "oldest pending job: stored %v ago\n", st.Time.Sub(st.OldestPending).Round(time.Millisecond))
 	}
 	t := st.Totals
-	fmt.Fprintf(w, "since this coordinator took over: %d admitted, %d released, %d retried, %d rejected (%d reports, %d heartbeats), %d vanished (message gone), %d attempts lapsed with their worker, %d rescued, %d stale reports\n",
-		t.Admitted, t.Released, t.Retried, t.Rejected, t.RejectedReports, t.RejectedHeartbeats, t.LostJobs, t.LostAttempts, t.Rescued, t.StaleReports)
+	fmt.Fprintf(w, "since this coordinator took over: %d admitted, %d released, %d retried, %d rejected (%d reports, %d heartbeats), %d requests refused, %d vanished (message gone), %d attempts lapsed with their worker, %d rescued, %d stale reports\n",
+		t.Admitted, t.Released, t.Retried, t.Rejected, t.RejectedReports, t.RejectedHeartbeats, t.Refused, t.LostJobs, t.LostAttempts, t.Rescued, t.StaleReports)
 
 	groupsNote := ""
 	if len(st.Groups) < st.OpenGroups {

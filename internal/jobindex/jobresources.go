@@ -22,6 +22,22 @@ func (x *Index) JobResources(id uint64) iter.Seq[string] {
 	}
 }
 
+// JobRequires yields the names of the resources job id requires. It yields nothing for a job
+// not in the index. The loop body must not change the index.
+func (x *Index) JobRequires(id uint64) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		_, pid, ok := x.catalog.lookup(id)
+		if !ok {
+			return
+		}
+		for _, rid := range x.profiles[pid].require {
+			if !yield(x.resources[rid].name) {
+				return
+			}
+		}
+	}
+}
+
 // JobPrefers yields the names of the resources job id prefers. It yields nothing for a job not
 // in the index. The loop body must not change the index.
 func (x *Index) JobPrefers(id uint64) iter.Seq[string] {

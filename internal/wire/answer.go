@@ -20,6 +20,10 @@ type ControlAnswer struct {
 	Canceled int `json:"canceled"`
 	// Stopping counts the running jobs told to stop; each ends canceled when its worker reports.
 	Stopping int `json:"stopping"`
+	// Final lists, on a cancel of some jobs, those of the group that had ended already; Unknown
+	// the IDs that are not jobs of the group's open incarnation. Neither is canceled.
+	Final   []uint64 `json:"final,omitempty"`
+	Unknown []uint64 `json:"unknown,omitempty"`
 	// Incarnation, on a redrive, is the open sequence of the new incarnation (OK), or of the
 	// incarnation still running (AnswerRunning; 0 if a redrive is starting one).
 	Incarnation uint64 `json:"incarnation,omitempty"`

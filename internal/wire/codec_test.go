@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -136,6 +137,20 @@ func TestOutcomesRoundTrip(t *testing.T) {
 	out, sum, err := DecodeOutcomeMsg(AppendOutcomes(nil, in))
 	if err != nil || sum != nil || !reflect.DeepEqual(out, in) {
 		t.Fatalf("outcomes: %+v %v %v", out, sum, err)
+	}
+	// A redriven job's outcome carries the failed job it ran again; others are encoded as before.
+	redriven := append(slices.Clone(in), Outcome{ID: 9, State: FinalDone, Attempts: 1, Data: []byte("r"), RedriveOf: 2})
+	if out, _, err := DecodeOutcomeMsg(AppendOutcomes(nil, redriven)); err != nil || !reflect.DeepEqual(out, redriven) {
+		t.Fatalf("redriven outcome: %+v %v", out, err)
+	}
+	if b := AppendOutcomes(nil, []Outcome{{ID: 1, State: FinalDone}}); !bytes.Equal(b, []byte{Version, kindOutcomes, 1, 1, 0, byte(FinalDone), 0, 0, 0}) {
+		t.Fatalf("an outcome without RedriveOf is encoded %v: not as before", b)
+	}
+	flaggedZero := AppendOutcomes(nil, []Outcome{{ID: 1, State: FinalDone}})
+	flaggedZero[5] |= finalRedriven // version, kind, count, ID, key length, then the state
+	flaggedZero = slices.Insert(flaggedZero, 6, 0)
+	if _, _, err := DecodeOutcomeMsg(flaggedZero); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("a redriven flag with ID 0 accepted: %v", err)
 	}
 	s := GroupSummary{Jobs: 3, Done: 1, Failed: 1, Canceled: 1}
 	out, sum, err = DecodeOutcomeMsg(AppendSummary(nil, s))

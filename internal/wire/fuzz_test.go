@@ -45,6 +45,7 @@ func FuzzDecodeOutcomeMsg(f *testing.F) {
 	f.Add(AppendOutcomes(nil, []Outcome{{ID: 1, State: FinalDone, Attempts: 1}}))
 	f.Add(AppendSummary(nil, GroupSummary{Jobs: 1, Done: 1}))
 	f.Add(AppendLast(nil, []Outcome{{ID: 1, Key: "k", State: FinalFailed, Attempts: 2, Data: []byte("e")}}, GroupSummary{Jobs: 1, Failed: 1}))
+	f.Add(AppendOutcomes(nil, []Outcome{{ID: 9, State: FinalDone, Attempts: 1, RedriveOf: 2}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		outs, sum, err := DecodeOutcomeMsg(b)
 		if err != nil {

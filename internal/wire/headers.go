@@ -203,6 +203,9 @@ type JobMeta struct {
 	// Single marks a single job: the group Group holds it alone, opened and sealed by this one
 	// message (see the dispatcher's Submit).
 	Single bool
+	// RedriveOf is, on a job the coordinator publishes for a redrive, the ID of the failed job
+	// it runs again (Weave-Redrive-Of); 0 otherwise.
+	RedriveOf uint64
 	// Reply, on a single job, is its producer's reply token, as on an open (GroupControl.Reply).
 	Reply string
 }
@@ -270,6 +273,9 @@ func (m JobMeta) Header() nats.Header {
 	if !m.RunAt.IsZero() {
 		h.Set(HdrRunAt, strconv.FormatInt(m.RunAt.UnixMilli(), 10))
 	}
+	if m.RedriveOf != 0 {
+		h.Set(HdrRedriveOf, strconv.FormatUint(m.RedriveOf, 10))
+	}
 	if m.Single {
 		h.Set(HdrSingle, "1")
 		// Dedup by group and key: the same single job submitted again is stored once.
@@ -309,6 +315,13 @@ func ParseJobMeta(h nats.Header) (JobMeta, error) {
 		m.Single = true
 	default:
 		return JobMeta{}, fmt.Errorf("%w: bad %s %q", ErrMalformed, HdrSingle, v)
+	}
+	if v := h.Get(HdrRedriveOf); v != "" {
+		id, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || id == 0 {
+			return JobMeta{}, fmt.Errorf("%w: bad %s %q", ErrMalformed, HdrRedriveOf, v)
+		}
+		m.RedriveOf = id
 	}
 	if m.Reply = h.Get(HdrReply); m.Reply != "" {
 		if !m.Single {

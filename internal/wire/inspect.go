@@ -144,6 +144,11 @@ type JobLive struct {
 	RetryAt  time.Time `json:"retry_at,omitzero"` // in retrywait: when it is released again
 	// History lists the failed attempts so far (time, worker, error), oldest first.
 	History []AttemptJSON `json:"history,omitempty"`
+	// Why a pending job does not start, when it is not only waiting for a slot: HeldBy is the
+	// limit holding it back (its Jobs unset); Missing lists the resources it requires when no
+	// live worker holds them all (those none holds, or all of them if each is held apart).
+	HeldBy  *HeldBack `json:"held_by,omitempty"`
+	Missing []string  `json:"missing,omitempty"`
 }
 
 // AttemptJSON is an Attempt in JSON.
@@ -171,6 +176,10 @@ type GroupLive struct {
 	Jobs       map[string]uint64 `json:"jobs,omitempty"` // tracked: count per state
 	// HeldBack lists the limits holding some of its pending jobs back, if any.
 	HeldBack []HeldBack `json:"held_back,omitempty"`
+	// Unplaceable counts its pending jobs that require resources no live worker holds (set
+	// aside until one joins); NextRunAt is when the first of its delayed jobs runs.
+	Unplaceable int       `json:"unplaceable,omitempty"`
+	NextRunAt   time.Time `json:"next_run_at,omitzero"`
 }
 
 // HeldBack is one limit holding jobs of a group back: why its pending jobs do not start.

@@ -36,7 +36,16 @@ type Outcome struct {
 	Attempts uint32
 	Data     []byte    // result (done) or last error (failed, canceled)
 	History  []Attempt // the failed attempts before the end, oldest first
+	// RedriveOf is, for a job a redrive ran again, the ID of the failed job it ran again; 0
+	// otherwise. A failed job is failed no more once a job running it again is done, or failed
+	// in its turn (that failure takes its place).
+	RedriveOf uint64
 }
+
+// finalRedriven flags, in an encoded outcome's state byte, that RedriveOf follows it. Readers
+// older than the flag refuse such an outcome as malformed; outcomes of jobs not redriven are
+// encoded as before.
+const finalRedriven = 0x80
 
 // Attempt records one failed attempt of a job.
 type Attempt struct {
@@ -83,7 +92,7 @@ func AppendLast(dst []byte, outs []Outcome, s GroupSummary) []byte {
 // OutcomeSize bounds the bytes o takes in an outcome message (AppendOutcomes, AppendLast).
 func OutcomeSize(o *Outcome) int {
 	const v = binary.MaxVarintLen64
-	n := 4*v + 1 + len(o.Key) + v + len(o.Data) + v
+	n := 5*v + 1 + len(o.Key) + v + len(o.Data) + v
 	for _, a := range o.History {
 		n += 3*v + len(a.Worker) + len(a.Error)
 	}
@@ -148,7 +157,12 @@ func appendOutcomes(dst []byte, outs []Outcome) []byte {
 		o := &outs[i]
 		dst = appendUvarint(dst, o.ID)
 		dst = appendString(dst, o.Key)
-		dst = append(dst, byte(o.State))
+		if o.RedriveOf != 0 {
+			dst = append(dst, byte(o.State)|finalRedriven)
+			dst = appendUvarint(dst, o.RedriveOf)
+		} else {
+			dst = append(dst, byte(o.State))
+		}
 		dst = appendUvarint(dst, uint64(o.Attempts))
 		dst = appendBytes(dst, o.Data)
 		dst = appendUvarint(dst, uint64(len(o.History)))
@@ -197,7 +211,14 @@ func (r *reader) outcomes() []Outcome {
 	n := r.count(5)
 	outs := make([]Outcome, 0, n)
 	for range n {
-		o := Outcome{ID: r.uvarint(), Key: r.string(), State: Final(r.byte()), Attempts: r.uint32(), Data: r.bytes()}
+		o := Outcome{ID: r.uvarint(), Key: r.string(), State: Final(r.byte())}
+		if o.State&finalRedriven != 0 {
+			o.State &^= finalRedriven
+			if o.RedriveOf = r.uvarint(); o.RedriveOf == 0 && r.err == nil {
+				r.fail("job %d is flagged redriven without the ID it runs again", o.ID)
+			}
+		}
+		o.Attempts, o.Data = r.uint32(), r.bytes()
 		if nh := r.count(3); nh > 0 {
 			o.History = make([]Attempt, 0, nh)
 			for range nh {

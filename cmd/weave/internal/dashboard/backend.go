@@ -283,7 +283,11 @@ func (b *natsBackend) Retry(ctx context.Context, group string, ids []uint64) (in
 func (b *natsBackend) Cancel(ctx context.Context, group string, ids []uint64) error {
 	h := b.d.Attach(group)
 	if len(ids) > 0 {
-		return h.CancelJobs(ctx, ids...)
+		res, err := h.CancelJobs(ctx, ids...)
+		if err == nil && res.Canceled+res.Stopping == 0 {
+			err = fmt.Errorf("nothing canceled: %v", res)
+		}
+		return err
 	}
 	return h.Cancel(ctx)
 }

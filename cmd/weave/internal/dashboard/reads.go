@@ -63,7 +63,9 @@ type jobJSON struct {
 	PublishedAt time.Time `json:"published_at,omitzero"`
 	StartedAt   time.Time `json:"started_at,omitzero"`
 	RetryAt     time.Time `json:"retry_at,omitzero"`
+	RunAt       time.Time `json:"run_at,omitzero"`
 	EndedAt     time.Time `json:"ended_at,omitzero"`
+	Waiting     string    `json:"waiting,omitempty"` // why it does not run (dispatcher.JobInfo.Waiting)
 }
 
 type attemptJSON struct {
@@ -183,7 +185,8 @@ func text(s string, cut int) (string, int) {
 
 func infoJSON(i *dispatcher.JobInfo, cut int) jobJSON {
 	j := jobJSON{Group: safetext.Line(i.Group), ID: i.ID, Key: safetext.Line(i.Key), State: string(i.State), Attempts: i.Attempts, History: []attemptJSON{},
-		MaxAttempts: i.MaxAttempts, Pool: safetext.Line(i.Pool), Worker: safetext.Line(i.Worker), PublishedAt: i.PublishedAt, StartedAt: i.StartedAt, RetryAt: i.RetryAt, EndedAt: i.EndedAt}
+		MaxAttempts: i.MaxAttempts, Pool: safetext.Line(i.Pool), Worker: safetext.Line(i.Worker), PublishedAt: i.PublishedAt, StartedAt: i.StartedAt, RetryAt: i.RetryAt, RunAt: i.RunAt, EndedAt: i.EndedAt,
+		Waiting: safetext.Line(i.Waiting)}
 	j.Result, j.ResultBytes = text(string(i.Result), cut)
 	j.Error, j.ErrorBytes = text(i.Err, cut)
 	for _, a := range i.History {

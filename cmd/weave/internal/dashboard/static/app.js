@@ -338,7 +338,7 @@ function renderGroups() {
       h('td', {}, progressBar([['done', c.done], ['failed', c.failed], ['canceled', c.canceled], ['running', c.running], ['retrywait', c.retrywait], ['pending', c.pending], ['delayed', c.delayed]], c.total || 1, label)),
       h('td', { class: 'num', dataset: { ended: c.ended, total: c.total } }, fmt(c.ended) + ' / ' + fmt(c.total)),
       h('td', { class: 'num' }, fmt(g.in_flight)),
-      h('td', { class: 'num' }, fmt(g.queued)),
+      h('td', { class: 'num', title: g.held ? 'pending jobs a limit holds back' : null }, fmt(g.queued) + (g.held ? ' + ' + fmt(g.held) + ' held' : '')),
       h('td', { class: 'num', title: 'Of the time its jobs were out (release to report), the share their handlers ran' }, Math.round(100 * (g.busy || 0)) + '%'),
       h('td', {}, config.actions ? h('button', { type: 'button', class: 'small danger', onclick: () => cancelGroup(g.id) }, 'Cancel') : null));
   });
@@ -613,8 +613,9 @@ async function showJob(q) {
   const j = r.body;
   const kv = [['Group', j.group], ['Job ID', j.id], ['Key', j.key || '–'], ['State', h('span', { class: 'badge ' + j.state }, j.state)],
     ['Attempts', j.max_attempts ? j.attempts + ' of ' + j.max_attempts : j.attempts]];
+  if (j.waiting) kv.push(['Waiting', j.waiting]);
   if (j.pool || j.worker) kv.push(['Running on', (j.worker || 'a worker of pool ' + (j.pool || '(none)'))]);
-  for (const [label, t] of [['Published', j.published_at], ['Started', j.started_at], ['Retry at', j.retry_at], ['Ended', j.ended_at]]) {
+  for (const [label, t] of [['Published', j.published_at], ['Run at', j.run_at], ['Started', j.started_at], ['Retry at', j.retry_at], ['Ended', j.ended_at]]) {
     if (t) kv.push([label, when(t)]);
   }
   const again = () => { q.set('full', '1'); showJob(q); };

@@ -1,0 +1,146 @@
+package coordinator
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
+	"github.com/weavejobs/weave/spreader"
+)
+
+// limitShares runs groups sharing a concurrency limit of 4 on resource eu, on a worker with
+// slots to spare: the first group opens with a backlog and fills the limit's line alone, the
+// others join later. After they joined, a random running job ends at each step and the next
+// starts; it returns each group's share of the starts after they joined.
+func limitShares(t *testing.T, seed uint64, weights map[string]int, order []string) map[string]float64 {
+	t.Helper()
+	te := newTestEngine(t, Config{Policy: spreader.LeastInFlight, Prefetch: -1})
+	te.e.setLimit(wire.Limit{Kind: wire.LimitResource, Name: "eu", Concurrency: 4}, te.now)
+	te.worker("w", 16, "eu")
+	var running []*job
+	join := func(g string) {
+		te.control(wire.GroupControl{Group: g, Op: wire.OpOpen, Weight: weights[g]})
+		for range 1000 { // more than any group starts: none runs out
+			te.job(wire.JobMeta{Group: g, Prefer: []string{"eu"}})
+		}
+		te.seal(g)
+		for _, rel := range te.releases() {
+			running = append(running, rel...)
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 31))
+	step := func() []*job {
+		i := rng.IntN(len(running))
+		j := running[i]
+		running = append(running[:i], running[i+1:]...)
+		te.now = te.now.Add(time.Millisecond)
+		te.evSeq++ // the handler ran from its release to its report: every group's busy share is 1
+		te.e.report(poolOf(j), "w", te.evSeq, wire.Report{ID: j.id, Attempt: j.attempt, Status: wire.StatusOK, Duration: te.now.Sub(j.since)}, te.now)
+		te.worker("w", 16, "eu")
+		var got []*job
+		for _, rel := range te.releases() {
+			got = append(got, rel...)
+		}
+		running = append(running, got...)
+		return got
+	}
+	join(order[0])
+	for range 20 { // the first group runs alone a while: its backlog is in the limit's line
+		step()
+	}
+	for _, g := range order[1:] {
+		join(g)
+	}
+	starts := map[string]int{}
+	total := 0
+	for range 600 {
+		for _, j := range step() {
+			starts[j.g.id]++
+			total++
+		}
+	}
+	if len(running) != 4 {
+		t.Fatalf("%d jobs running under a limit of 4", len(running))
+	}
+	shares := map[string]float64{}
+	for g, n := range starts {
+		shares[g] = float64(n) / float64(total)
+	}
+	return shares
+}
+
+// TestLimitLineSharesFairly: groups that share a concurrency limit share its starts as they share
+// the fleet, least in-flight first and in proportion to their weights, whatever order their jobs
+// came to the limit's line in. Each share must lie within four standard deviations of a
+// binomial draw of the starts around the fair share; first come, first served gives the first
+// group nearly all of them.
+func TestLimitLineSharesFairly(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		weights map[string]int
+		want    map[string]float64
+	}{
+		{"equal", map[string]int{"a": 1, "b": 1, "c": 1}, map[string]float64{"a": 1.0 / 3, "b": 1.0 / 3, "c": 1.0 / 3}},
+		{"weighted", map[string]int{"a": 1, "b": 3}, map[string]float64{"a": 0.25, "b": 0.75}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			order := []string{"a", "b", "c"}[:len(tc.weights)]
+			for seed := range uint64(3) {
+				shares := limitShares(t, seed, tc.weights, order)
+				for g, want := range tc.want {
+					bound := 4 * math.Sqrt(want*(1-want)/600)
+					if got := shares[g]; math.Abs(got-want) > bound {
+						t.Errorf("seed %d: group %s took %.2f of the limited starts, want %.2f ± %.2f (shares %v)", seed, g, got, want, bound, shares)
+					}
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLimitLineShares reports the shares of a limit's starts (TestLimitLineSharesFairly's
+// equal case) as figures: early-share is the group that filled the line first, late-share the
+// mean of the two that joined later; a third each is fair. One op is one whole run.
+func BenchmarkLimitLineShares(b *testing.B) {
+	var shares map[string]float64
+	for b.Loop() {
+		shares = limitShares(&testing.T{}, 1, map[string]int{"a": 1, "b": 1, "c": 1}, []string{"a", "b", "c"})
+	}
+	b.ReportMetric(shares["a"], "early-share")
+	b.ReportMetric((shares["b"]+shares["c"])/2, "late-share")
+}
+
+// TestStatusCountsLimitedGroups: a group whose jobs a limit holds back shows, in status and in
+// inspection, the jobs it has running and those held. A paused limit holds every job of the
+// group, so the scheduler hands out its last job with none in flight and forgets it; the jobs
+// the resume releases were counted as none in flight.
+func TestStatusCountsLimitedGroups(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.e.setLimit(wire.Limit{Kind: wire.LimitResource, Name: "eu", Concurrency: 3, Paused: true}, te.now)
+	te.worker("w", 16, "eu")
+	te.open("g")
+	for range 10 {
+		te.job(wire.JobMeta{Group: "g", Prefer: []string{"eu"}})
+	}
+	te.seal("g")
+	if n := len(te.releases()); n != 0 {
+		t.Fatalf("released to %d pools under a paused limit", n)
+	}
+	te.e.setLimit(wire.Limit{Kind: wire.LimitResource, Name: "eu", Concurrency: 3}, te.now)
+	if n := len(te.releases()[wire.PoolKey([]string{"eu"})]); n != 3 {
+		t.Fatalf("the resume released %d, want 3", n)
+	}
+	st := te.e.status()
+	if len(st.Groups) != 1 || st.Groups[0].InFlight != 3 || st.Groups[0].Held != 7 {
+		t.Fatalf("status groups %+v, want g with 3 in flight and 7 held", st.Groups)
+	}
+	g := te.e.groups.byID["g"]
+	if gl := te.e.groupLive(g, te.e.groupWaits(g)); gl.InFlight != 3 {
+		t.Fatalf("inspection: %d in flight, want 3", gl.InFlight)
+	}
+}
