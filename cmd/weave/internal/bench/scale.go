@@ -503,8 +503,13 @@ func runScaleChild(ctx context.Context, env *Env, sp scaleChildSpec, w io.Writer
 	return json.NewEncoder(w).Encode(step)
 }
 
-// publishAll publishes the groups from several goroutines without waiting for their outcomes.
+// publishAll publishes the groups from several goroutines without waiting for their outcomes;
+// groups of one job are single jobs, submitted in bulk from one goroutine (SubmitMany), as a
+// producer with a backlog of one-off jobs would.
 func publishAll(ctx context.Context, d *dispatcher.Dispatcher, prefix string, sizes []int, payload []byte) error {
+	if !slices.ContainsFunc(sizes, func(n int) bool { return n != 1 }) {
+		return submitAll(ctx, d, prefix, len(sizes), payload)
+	}
 	const publishers = 8
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -530,6 +535,25 @@ func publishAll(ctx context.Context, d *dispatcher.Dispatcher, prefix string, si
 		wg.Wait()
 	})
 	return context.Cause(ctx)
+}
+
+// submitAll submits n single jobs, groups prefix0 to prefix<n-1>, in chunks of SubmitMany.
+func submitAll(ctx context.Context, d *dispatcher.Dispatcher, prefix string, n int, payload []byte) error {
+	const chunk = 1000
+	var err error
+	inproc.Labeled("producer", func() {
+		singles := make([]dispatcher.Single, 0, chunk)
+		for i := 0; i < n && err == nil; i += chunk {
+			singles = singles[:0]
+			for j := i; j < min(n, i+chunk); j++ {
+				singles = append(singles, dispatcher.Single{Group: fmt.Sprint(prefix, j), Job: dispatcher.Job{Payload: payload}})
+			}
+			if _, serr := d.SubmitMany(ctx, singles); serr != nil {
+				err = fmt.Errorf("submit: %w", serr)
+			}
+		}
+	})
+	return err
 }
 
 // Section implements Result.
