@@ -35,7 +35,7 @@ type submitCmd struct {
 	weight      int
 	single      bool
 	singles     bool
-	nc          *nats.Conn // the session's connection, for asking the coordinator's status
+	nc          *nats.Conn // the command's connection, for asking the coordinator's status
 	showWait    bool       // show the progress of --wait on stderr (a terminal)
 	// allowDuplicates: a submission whose every job was a duplicate is not an error.
 	allowDuplicates bool

@@ -69,7 +69,7 @@ func BenchmarkThroughput(b *testing.B) {
 		workers, conc, prefetch, batch int
 	}{
 		{1, 64, 0, 0}, // the coordinator's defaults
-		{1, 8, 0, 0},  // few slots (issue 13)
+		{1, 8, 0, 0},  // few slots
 		{4, 8, 0, 0},
 		{16, 4, 0, 0},
 		{2, 32, 0, 0},

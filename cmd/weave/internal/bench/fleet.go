@@ -12,7 +12,7 @@ import (
 var FleetParts = []string{"submitters", "workers", "idle"}
 
 // DefaultFleetSubmitters and DefaultFleetShapes are the fleet scenario's sizes by default: the
-// scale of thousands of producers and hundreds of workers Weave is for (issue 29).
+// scale of thousands of producers and hundreds of workers Weave is for.
 var (
 	DefaultFleetSubmitters = []int{1, 100, 1000, 3000}
 	DefaultFleetShapes     = []Shape{{8, 8}, {50, 8}, {200, 4}, {500, 2}, {1000, 1}}
@@ -87,7 +87,7 @@ func (c *FleetConfig) defaults() error {
 
 func (c *FleetConfig) runs(part string) bool { return slices.Contains(c.Parts, part) }
 
-// The fleet targets (issue 29).
+// The fleet targets.
 const (
 	manySubmitters      = 1000 // the counts from which the submitter targets apply
 	maxSubmitP50        = 1.0  // ms

@@ -113,8 +113,8 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
-// TestThroughputFleets: by default the throughput scenario measures the four fleets issue 13
-// sets targets for; --workers or --concurrency (either) names one fleet instead.
+// TestThroughputFleets: by default the throughput scenario measures the four fleets it sets
+// targets for; --workers or --concurrency (either) names one fleet instead.
 func TestThroughputFleets(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {

@@ -99,7 +99,7 @@ type ThroughputRound struct {
 	RawCPUSeconds   float64 `json:"raw_cpu_s"`
 }
 
-// The throughput targets (issue 13): Weave's throughput at least minRatioWide of raw JetStream's
+// The throughput targets: Weave's throughput at least minRatioWide of raw JetStream's
 // for one worker of wideSlots slots or more and minRatioFew for other fleets, its CPU per job at
 // most maxCPURatio times raw's, in every fleet.
 const (
