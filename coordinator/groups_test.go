@@ -38,7 +38,7 @@ func (r *replayEngine) job(seq uint64, m wire.JobMeta) {
 	r.e.feed(r.names.JobSubject(wire.GroupToken(m.Group)), seq, m.Header(), nil, time.Time{})
 }
 
-// TestReplayKeepsEveryIncarnation is issue 8's scenario 3 at the engine's level: group g ends
+// TestReplayKeepsEveryIncarnation, at the engine's level: group g ends
 // with a failed job, a redrive (or a re-publish) starts a second incarnation, and the
 // coordinator restarts while it runs. The first incarnation's messages are still in JOBS (its
 // failed job's payload is kept), so the feed shows a sealed g when the second open comes:

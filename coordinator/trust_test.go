@@ -256,7 +256,7 @@ func TestReplayKeepsFirstReportOfAttempt(t *testing.T) {
 	}
 }
 
-// TestReplayRefusesUnprovenReports is issue 32 at the engine's level: reports stored while no
+// TestReplayRefusesUnprovenReports, at the engine's level: reports stored while no
 // coordinator ran, by a worker of pool b, about a job running in pool a (its batch in WORK), a
 // job released before the restart whose batch was acknowledged, and a job never released, decide
 // nothing at replay: each is refused, recorded, counted and journaled, as it would be live, also

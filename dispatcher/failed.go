@@ -20,9 +20,13 @@ import (
 // and stops, so there is no consumer to create, and none to clean up when the caller stops
 // early. Redrive asks the coordinator to run them again (a coordinator operation, like a cancel).
 
-// scanPage is how many messages one batch direct get request reads. It bounds the outcome
-// messages Failed holds at once.
-const scanPage = 32
+// scanPage is how many messages one batch direct get request reads, and scanPageBytes how many
+// bytes of them at most past the first: together they bound the outcome messages a scan (Failed,
+// Wait, inspection) holds at once, whatever size workers made them.
+const (
+	scanPage      = 32
+	scanPageBytes = 1 << 20
+)
 
 // Failed lists the jobs still failed whose outcomes the RESULTS stream holds: those of groupID,
 // or of every group when groupID is "". Each comes with its Group, its last error and its
@@ -187,7 +191,7 @@ func (d *Dispatcher) scanOutcomes(ctx context.Context, subject string, from, upT
 		prefix := d.names.OutcomeSubject("")
 		for from <= upTo {
 			rctx, cancel := d.requestContext(ctx)
-			msgs, err := d.results.Next(rctx, subject, from, scanPage)
+			msgs, err := d.results.NextUpTo(rctx, subject, from, scanPage, scanPageBytes)
 			cancel()
 			if err != nil {
 				yield(nil, fmt.Errorf("weave: read %s: %w", subject, err))

@@ -404,7 +404,7 @@ func (d *Dispatcher) findOutcome(ctx context.Context, info *JobInfo, where []wir
 func (d *Dispatcher) eachStored(ctx context.Context, get *directget.Client, subject string, upTo uint64, fn func(*directget.Msg) bool) error {
 	for from := uint64(1); from <= upTo; {
 		rctx, cancel := d.requestContext(ctx)
-		msgs, err := get.Next(rctx, subject, from, scanPage)
+		msgs, err := get.NextUpTo(rctx, subject, from, scanPage, scanPageBytes)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("weave: read %s: %w", subject, err)

@@ -660,7 +660,7 @@ func TestPublishIntoRunningGroup(t *testing.T) {
 }
 
 // TestInvalidJobErrorReadsOnce: an invalid option reads as one sentence with one "weave:" prefix
-// and the option's field name (issue 15: it said "weave: ... weave: invalid name: MaxAttempts").
+// and the option's field name (not "weave: ... weave: invalid name: MaxAttempts").
 func TestInvalidJobErrorReadsOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t, dispatcher.Config{})

@@ -19,7 +19,7 @@ import (
 	"github.com/weavejobs/weave/worker"
 )
 
-// TestForgedInputsWhileNoCoordinatorRuns is issue 32 on a nats-server with exactly the users
+// TestForgedInputsWhileNoCoordinatorRuns runs on a nats-server with exactly the users
 // weave auth renders. While no coordinator runs, worker B's user (pool b) stores forged reports
 // on its own report subject: about two jobs running on worker A (pool a), one of them for an
 // attempt never released, one with a proof that is not the coordinators', and about a job no

@@ -48,7 +48,7 @@ func (g *gate) release() {
 	g.open = make(chan struct{}) // later holds wait again
 }
 
-// TestIncarnationsSurviveCoordinatorKill is issue 8's scenario 3, end to end: group g ends with
+// TestIncarnationsSurviveCoordinatorKill, end to end: group g ends with
 // a failed job; a redrive starts a second incarnation and a re-publish of the ID a third; each
 // time the coordinator is SIGKILLed and started again while the new incarnation runs. Every
 // incarnation's Wait returns every outcome, and a later redrive still finds what failed, in

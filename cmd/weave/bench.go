@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/weavejobs/weave/cmd/weave/internal/bench"
+	"github.com/weavejobs/weave/internal/config"
 )
 
 // benchOptions are weave bench's flags beyond the scenarios' configurations.
@@ -33,7 +34,9 @@ type benchOptions struct {
 	memProfile string
 	scaleSizes []int
 	inProcess  bool
-	scaleChild string // set in a child process started for one scale measurement
+	child      string // set in a child process started for one measurement
+	replicas   int
+	natsServer string
 }
 
 func newBenchCmd(g *globals) *cobra.Command {
@@ -43,12 +46,13 @@ func newBenchCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [scenario...]",
-		Short: "Measure Weave: throughput, latency, single, fairness, weights, limits, affinity, spread, herd, scale",
+		Short: "Measure Weave: throughput, latency, single, fairness, weights, limits, affinity, spread, herd, fleet, scale",
 		Long: `Bench measures Weave end to end in this process, each figure beside a reference measured in
 the same run where one exists (the machine may be shared and noisy: ratios matter more than
 absolute rates), and prints each scenario's numbers, its target and PASS or MISS.
 
-Scenarios (all of them, in this order, when none is named; each takes well under a minute):
+Scenarios (all of them, in this order, when none is named; each takes well under a minute but
+fleet, about five):
 
   throughput  no-op jobs end to end with 1 × 64, 1 × 8, 4 × 8 and 16 × 4 workers × slots, each
               against a raw JetStream work queue on the same server: throughput and CPU per job
@@ -61,17 +65,23 @@ Scenarios (all of them, in this order, when none is named; each takes well under
   affinity    warm hits of jobs preferring unheld resources, with learned affinity and without
   spread      groups of Zipf sizes: per-group concurrency and gaps, against a simulated FIFO
   herd        200 idle slots in 8 workers: pulls, CPU, wakeups, ack and report messages per job
+  fleet       many submitters (1 to 3,000) and workers (8 × 8 to 1,000 × 1), each on its own
+              connection, beside raw JetStream with the same fleet; an idle fleet of 1,000
+              workers (several minutes; --fleet-* flags pick the sizes)
   scale       coordinator memory per pending job at 10k and 100k jobs (1M with --full)
 
 By default every scenario runs on its own embedded JetStream server (file storage in a
 temporary directory, removed afterwards). With --nats it runs on that server instead, each
 scenario in a fresh namespace that is deleted at its end. Every component runs in this process
 on its own connection, so CPU and memory figures are the whole process's; the output says what
-each one includes.`,
+each one includes. With --replicas 3 it starts a cluster of 3 nats-server processes and runs
+there, every stream (Weave's and the references') at 3 replicas.`,
 		Example: `  weave bench                         # everything, default sizes
   weave bench throughput latency      # two scenarios
   weave bench scale --full            # memory at 10k, 100k and 1M pending jobs
   weave bench --markdown > results.md # a table for BENCHMARKS.md
+  weave bench fleet --fleet-parts workers --fleet-shapes 8x8,500x2   # two worker fleets
+  weave bench --replicas 3 throughput --shapes 4x8,200x4   # on 3 nats-server processes, R3
   weave bench --nats nats://host:4222 --json`,
 		Args: usageArgs(func(_ *cobra.Command, args []string) error {
 			for _, a := range args {
@@ -82,6 +92,7 @@ each one includes.`,
 			return nil
 		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			line := commandLine(cmd, args)
 			if o.json && o.md {
 				return usageErrorf("--json and --markdown exclude each other")
 			}
@@ -105,10 +116,30 @@ each one includes.`,
 			if err := env.Validate(); err != nil {
 				return usageErrorf("--namespace: %v", err)
 			}
-			if o.scaleChild != "" {
+			if err := config.Replicas("--replicas", o.replicas); err != nil {
+				return usageError{err}
+			}
+			env.Replicas = o.replicas
+			if o.child != "" {
 				// Secrets come from the parent through the environment.
 				o.conn.password = envOr(benchChildPassword, o.conn.password)
 				o.conn.token = envOr(benchChildToken, o.conn.token)
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			if o.replicas > 1 && !cmd.Flags().Changed("nats") && o.child == "" {
+				c, err := startBenchCluster(ctx, o.replicas, o.natsServer, o.dir, cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				defer c.stop()
+				if _, ok := c.cpu(); ok {
+					env.ServerCPU = func() time.Duration { d, _ := c.cpu(); return d }
+				}
+				// As if given: the components and the child processes connect to the cluster.
+				if err := cmd.Flags().Set("nats", c.urls); err != nil {
+					return err
+				}
 			}
 			if cmd.Flags().Changed("nats") {
 				if err := o.conn.validate(); err != nil {
@@ -129,13 +160,11 @@ each one includes.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
-			ctx, stop := signalContext(cmd.Context())
-			defer stop()
-			if o.scaleChild != "" {
-				return bench.RunScaleChild(ctx, env, o.scaleChild, cmd.OutOrStdout())
+			if o.child != "" {
+				return bench.RunChild(ctx, env, o.child, cmd.InOrStdin(), cmd.OutOrStdout())
 			}
-			if slices.Contains(scenarios, "scale") && !o.inProcess && !testing.Testing() {
-				child, childEnv, err := scaleChildCommand(cmd, &o)
+			if (slices.Contains(scenarios, "scale") || slices.Contains(scenarios, "fleet")) && !o.inProcess && !testing.Testing() {
+				child, childEnv, err := childCommand(cmd, &o)
 				if err != nil {
 					return err
 				}
@@ -159,7 +188,7 @@ each one includes.`,
 			if report == nil {
 				return err
 			}
-			report.Command = commandLine(cmd, args)
+			report.Command = line
 			report.Machine.Weave, _ = buildVersion()
 			out := cmd.OutOrStdout()
 			var werr error
@@ -207,9 +236,11 @@ each one includes.`,
 	f.StringVar(&o.dir, "dir", "", "directory for the embedded servers' storage (default: the system's temporary directory)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file (samples carry the label component=...)")
 	f.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile (what every allocation site allocated during the run, sampled) to this file at the end")
-	f.BoolVar(&o.inProcess, "scale-in-process", false, "scale: measure in this process instead of a fresh child process per measurement (noisier at small sizes)")
-	f.StringVar(&o.scaleChild, "scale-child", "", "run one scale measurement (JSON spec) and print it as JSON: how weave bench runs its children")
-	_ = f.MarkHidden("scale-child")
+	f.BoolVar(&o.inProcess, "scale-in-process", false, "scale, fleet: measure in this process instead of fresh child processes (scale: noisier at small sizes; fleet: the idle coordinator's CPU is not told apart from the workers')")
+	f.StringVar(&o.child, "child", "", "run one isolated measurement (JSON spec), talking JSON lines on stdin and stdout: how weave bench runs its children")
+	_ = f.MarkHidden("child")
+	f.IntVar(&o.replicas, "replicas", 0, "run on a cluster of this many nats-server processes (started and stopped by the bench, unless --nats names one), every stream at this many replicas")
+	f.StringVar(&o.natsServer, "nats-server", "", "--replicas: the nats-server binary (default: nats-server on $PATH, else built with the go command from this module's version)")
 	f.BoolVar(&o.full, "full", false, "scale: also measure 1,000,000 pending jobs")
 	f.IntSliceVar(&o.scaleSizes, "scale-sizes", nil, "scale: pending job counts to measure, e.g. 10000,100000,1000000,10000000 (overrides --full)")
 	f.IntVar(&cfg.Scale.DrainJobs, "scale-drain-jobs", 0, "scale: jobs run from each backlog to time the drain (default 5,000; at most half the backlog)")
@@ -222,6 +253,16 @@ each one includes.`,
 	f.IntVar(&cfg.Throughput.Rounds, "rounds", 3, "throughput: rounds per fleet (Weave and the reference alternate which runs first; the targets take the median round)")
 	f.IntVar(&cfg.Throughput.Workers, "workers", 0, "throughput: measure this fleet alone: workers, each with --concurrency slots (default: the fleets 1 × 64, 1 × 8, 4 × 8 and 16 × 4; 1 if only --concurrency is set)")
 	f.IntVar(&cfg.Throughput.Concurrency, "concurrency", 0, "throughput: measure this fleet alone: slots per worker (64 if only --workers is set)")
+	f.Var(shapesValue{&cfg.Throughput.Shapes}, "shapes", "throughput: the fleets to measure, workers x slots, e.g. 4x8,200x4 (default 1x64,1x8,4x8,16x4)")
+	f.StringSliceVar(&cfg.Fleet.Parts, "fleet-parts", nil, "fleet: the parts to run, of submitters, workers, idle (default all)")
+	f.IntSliceVar(&cfg.Fleet.Submitters, "fleet-submitters", nil, "fleet: the counts of submitters (default 1,100,1000,3000)")
+	f.IntVar(&cfg.Fleet.Rate, "fleet-rate", 0, "fleet: single jobs per second from all submitters together (default 500)")
+	f.DurationVar(&cfg.Fleet.Duration, "fleet-duration", 0, "fleet: submission time per count of submitters and side (default 6s)")
+	f.Var(shapesValue{&cfg.Fleet.Shapes}, "fleet-shapes", "fleet: the worker fleets, workers x slots (default 8x8,50x8,200x4,500x2,1000x1)")
+	f.IntVar(&cfg.Fleet.Jobs, "fleet-jobs", 0, "fleet: no-op jobs per round and fleet (default 20,000)")
+	f.IntVar(&cfg.Fleet.Rounds, "fleet-rounds", 0, "fleet: rounds per worker fleet (default 3)")
+	f.IntVar(&cfg.Fleet.IdleWorkers, "fleet-idle-workers", 0, "fleet: workers of one slot in the idle fleet (default 1,000)")
+	f.DurationVar(&cfg.Fleet.Idle, "fleet-idle", 0, "fleet: the idle fleet's measured window (default 10s)")
 	f.IntVar(&cfg.Latency.Rate, "rate", 1000, "latency: jobs submitted per second")
 	f.DurationVar(&cfg.Latency.Duration, "duration", 3*time.Second, "latency: how long jobs are submitted")
 	f.DurationVar(&cfg.Single.Duration, "single-duration", 3*time.Second, "single: how long single jobs are submitted (at 1,000/s; longer runs give a steadier p99)")
@@ -257,20 +298,20 @@ func commandLine(cmd *cobra.Command, args []string) string {
 	return strings.Join(parts, " ")
 }
 
-// Secrets reach a scale child process in its environment, not on its command line, where other
+// Secrets reach a child process in its environment, not on its command line, where other
 // users of the machine could read them.
 const (
 	benchChildPassword = "WEAVE_BENCH_CHILD_PASSWORD"
 	benchChildToken    = "WEAVE_BENCH_CHILD_TOKEN"
 )
 
-// scaleChildCommand returns the command that runs one scale measurement in a child process (this
-// executable's bench command with the flags that say where and how to connect, and
-// --scale-child, followed by the spec the parent appends) and the environment to add for it.
-func scaleChildCommand(cmd *cobra.Command, o *benchOptions) (args, env []string, err error) {
+// childCommand returns the command that runs one measurement in a child process (this
+// executable's bench command with the flags that say where and how to connect, and --child,
+// followed by the spec the parent appends) and the environment to add for it.
+func childCommand(cmd *cobra.Command, o *benchOptions) (args, env []string, err error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, nil, fmt.Errorf("scale: find this executable to run measurements in child processes (or use --scale-in-process): %w", err)
+		return nil, nil, fmt.Errorf("find this executable to run measurements in child processes (or use --scale-in-process): %w", err)
 	}
 	args = []string{exe, "bench"}
 	keep := []string{"nats", "creds", "nkey", "user", "tlscert", "tlskey", "tlsca", "namespace", "dir", "log-level"}
@@ -288,7 +329,7 @@ func scaleChildCommand(cmd *cobra.Command, o *benchOptions) (args, env []string,
 	if o.conn.token != "" {
 		env = append(env, benchChildToken+"="+o.conn.token)
 	}
-	return append(args, "--scale-child"), env, nil
+	return append(args, "--child"), env, nil
 }
 
 // writeFile creates path and writes it with write.
@@ -313,3 +354,32 @@ func writeAllocProfile(f *os.File) error {
 	}
 	return f.Close()
 }
+
+// shapesValue is a flag holding worker fleets: 4x8,200x4 (workers x slots per worker).
+type shapesValue struct{ shapes *[]bench.Shape }
+
+func (v shapesValue) String() string {
+	if v.shapes == nil {
+		return ""
+	}
+	parts := make([]string, len(*v.shapes))
+	for i, sh := range *v.shapes {
+		parts[i] = fmt.Sprintf("%dx%d", sh.Workers, sh.Concurrency)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (v shapesValue) Set(s string) error {
+	var shapes []bench.Shape
+	for part := range strings.SplitSeq(s, ",") {
+		var sh bench.Shape
+		if _, err := fmt.Sscanf(strings.TrimSpace(part), "%dx%d", &sh.Workers, &sh.Concurrency); err != nil {
+			return fmt.Errorf("fleet %q: want workers x slots, like 4x8", part)
+		}
+		shapes = append(shapes, sh)
+	}
+	*v.shapes = shapes
+	return nil
+}
+
+func (v shapesValue) Type() string { return "fleets" }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -21,6 +22,11 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "scale", "--scale-sizes", "10"}, "at least 100"},
 		{[]string{"bench", "--namespace", "a-namespace-prefix-too-long"}, "at most 18"},
 		{[]string{"bench", "--namespace", "bad.prefix"}, "--namespace"},
+		{[]string{"bench", "fleet", "--fleet-parts", "workers,nope"}, `unknown part "nope"`},
+		{[]string{"bench", "fleet", "--fleet-submitters", "0"}, "submitters 1..20000"},
+		{[]string{"bench", "fleet", "--fleet-shapes", "4by8"}, "want workers x slots"},
+		{[]string{"bench", "throughput", "--shapes", "0x8"}, "must be positive"},
+		{[]string{"bench", "throughput", "--replicas", "7"}, "--replicas is 7"},
 	} {
 		code, out, errOut := runCLI(t, "", tc.args...)
 		if code != exitUsage || !strings.Contains(out+errOut, tc.want) {
@@ -68,5 +74,25 @@ func TestBenchJSON(t *testing.T) {
 	code, out, errOut = runCLI(t, "", "bench", "throughput", "--memprofile", filepath.Join(t.TempDir(), "missing", "a.mem"))
 	if code != exitError || !strings.Contains(errOut, "no such file or directory") || strings.Contains(errOut, "round 1/") {
 		t.Errorf("memprofile in a missing directory: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+}
+
+// TestStatCPU: the cluster's CPU is read from /proc/<pid>/stat, whose command name may hold
+// spaces and parentheses.
+func TestStatCPU(t *testing.T) {
+	t.Parallel()
+	line := "4242 (nats (server) x) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 31 0 0 20 0 12 0 100 0 0\n"
+	if d, ok := statCPU([]byte(line)); !ok || d != 281*clockTick {
+		t.Errorf("statCPU = %v, %v; want %v", d, ok, 281*clockTick)
+	}
+	for _, bad := range []string{"", "4242 nats S 1", "4242 (nats) S 1 2 3"} {
+		if _, ok := statCPU([]byte(bad)); ok {
+			t.Errorf("statCPU(%q) accepted", bad)
+		}
+	}
+	if runtime.GOOS == "linux" {
+		if _, ok := procCPU(os.Getpid()); !ok {
+			t.Error("procCPU of this process failed")
+		}
 	}
 }

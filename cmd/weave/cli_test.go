@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os/exec"
 	"slices"
@@ -342,5 +343,59 @@ func TestSubmitSingle(t *testing.T) {
 	code, out, errOut = runCLI(t, "{\"key\":\"a\"}\n{\"key\":\"b\"}\n", append([]string{"submit", "--single", "-g", "two"}, conn...)...)
 	if code != exitUsage || !strings.Contains(errOut, "more than one job") {
 		t.Fatalf("submit --single of two jobs: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestSubmitSingles: submit --singles submits every line as a single job of its own group (the
+// line's, or a generated one), a duplicate once; --outcomes prints each job's line with its
+// outcome; --wait exits 1 when a job did not succeed; --group with it, and a group field without
+// it, are refused.
+func TestSubmitSingles(t *testing.T) {
+	t.Parallel()
+	conn := newCLINamespace(t, "many")
+	background(t, conn, []string{"coordinator"}, []string{"worker", "--id", "w", "--", "sh", "-c", `read l; [ "$l" = fail ] && exit 1; echo "ran $l"`})
+	var in strings.Builder
+	for i := range 2500 { // more than one chunk of SubmitMany
+		fmt.Fprintf(&in, "{\"payload\":\"%d\"}\n", i)
+	}
+	in.WriteString(`{"group":"tenant-7","key":"k","payload":"mine"}` + "\n")
+	in.WriteString(`{"group":"tenant-7","key":"k","payload":"mine"}` + "\n")
+	code, out, errOut := runCLI(t, in.String(), append([]string{"submit", "--singles", "--outcomes", "--wait-timeout", "2m"}, conn...)...)
+	if code != exitOK || !strings.Contains(errOut, "2501 jobs submitted as single jobs, 1 duplicates dropped") ||
+		!strings.Contains(errOut, "2502 single jobs complete: 2502 done, 0 failed, 0 canceled") {
+		t.Fatalf("submit --singles: exit %d\nstderr: %s", code, errOut)
+	}
+	type line struct {
+		Group     string
+		ID        uint64
+		Duplicate bool
+		Outcome   struct{ State, Result string }
+	}
+	groups := map[string]bool{}
+	var last []line
+	for _, text := range strings.Split(strings.TrimSpace(out), "\n") {
+		var l line
+		if err := json.Unmarshal([]byte(text), &l); err != nil || l.Outcome.State != "done" {
+			t.Fatalf("outcome line %q: %+v, %v", text, l, err)
+		}
+		if !l.Duplicate && groups[l.Group] {
+			t.Fatalf("group %q given to two jobs", l.Group)
+		}
+		groups[l.Group] = true
+		last = append(last, l)
+	}
+	if n := len(last); n != 2502 || last[n-2].Group != "tenant-7" || last[n-2].Outcome.Result != "ran mine\n" ||
+		!last[n-1].Duplicate || last[n-1].ID != last[n-2].ID || last[0].Outcome.Result != "ran 0\n" {
+		t.Fatalf("%d outcome lines; the last two: %+v; the first: %+v", n, last[max(0, n-2):], last[0])
+	}
+	code, out, errOut = runCLI(t, `{"payload":"fail"}`+"\n", append([]string{"submit", "--singles", "--wait", "--wait-timeout", "2m"}, conn...)...)
+	if code != exitError || !strings.Contains(out, "1 single job complete: 0 done, 1 failed, 0 canceled") {
+		t.Fatalf("submit --singles --wait of a failing job: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	if code, _, errOut := runCLI(t, `{}`, append([]string{"submit", "--singles", "-g", "g"}, conn...)...); code != exitUsage || !strings.Contains(errOut, "not with --single or --group") {
+		t.Fatalf("submit --singles --group: exit %d\n%s", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, `{"group":"g1"}`, append([]string{"submit", "-g", "g2"}, conn...)...); code != exitError || !strings.Contains(errOut, "for submit --singles only") {
+		t.Fatalf("a group field without --singles: exit %d\n%s", code, errOut)
 	}
 }

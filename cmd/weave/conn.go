@@ -160,19 +160,19 @@ func (f *connFlags) connect(ctx context.Context, name string, longRunning bool, 
 	return nc, nil
 }
 
-// session is a short-lived command's connection. Its context ends, with the server's error as
+// cmdConn is a short-lived command's connection. Its context ends, with the server's error as
 // its cause, as soon as the server refuses something the command did for lack of permission: the
 // server answers a refused publish or subscription only with an asynchronous error, and the
 // request behind it would otherwise wait for its timeout (or for ever) and then say nothing of
 // the reason.
-type session struct {
+type cmdConn struct {
 	ctx    context.Context
 	nc     *nats.Conn
 	cancel context.CancelCauseFunc
 }
 
-// open connects a short-lived command (see session).
-func (f *connFlags) open(ctx context.Context, name string, log zerolog.Logger) (*session, error) {
+// open connects a short-lived command (see cmdConn).
+func (f *connFlags) open(ctx context.Context, name string, log zerolog.Logger) (*cmdConn, error) {
 	nc, err := f.connect(ctx, name, false, log)
 	if err != nil {
 		return nil, err
@@ -183,17 +183,17 @@ func (f *connFlags) open(ctx context.Context, name string, log zerolog.Logger) (
 			cancel(err)
 		}
 	})
-	return &session{ctx: ctx, nc: nc, cancel: cancel}, nil
+	return &cmdConn{ctx: ctx, nc: nc, cancel: cancel}, nil
 }
 
 // close drains and closes the connection.
-func (s *session) close() {
+func (s *cmdConn) close() {
 	closeConn(s.nc)
 	s.cancel(nil)
 }
 
-// explain returns err, adding the server's refusal if one ended the session's context.
-func (s *session) explain(err error) error {
+// explain returns err, adding the server's refusal if one ended the connection's context.
+func (s *cmdConn) explain(err error) error {
 	cause := context.Cause(s.ctx)
 	if err == nil || cause == nil || !errors.Is(cause, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrPermissionViolation) {
 		return err

@@ -289,8 +289,8 @@ func withDispatcher(cmd *cobra.Command, g *globals, conn *connFlags, name string
 }
 
 // newDispatcher connects and returns a dispatcher of the namespace the flags name, waiting at
-// most --timeout for each answer; the caller closes the session.
-func newDispatcher(ctx context.Context, conn *connFlags, name string, log zerolog.Logger, opts ...func(*dispatcher.Config)) (*dispatcher.Dispatcher, *session, error) {
+// most --timeout for each answer; the caller closes the connection.
+func newDispatcher(ctx context.Context, conn *connFlags, name string, log zerolog.Logger, opts ...func(*dispatcher.Config)) (*dispatcher.Dispatcher, *cmdConn, error) {
 	s, err := conn.open(ctx, name, log)
 	if err != nil {
 		return nil, nil, err

@@ -72,7 +72,7 @@ func TestPermissionErrorsFailFast(t *testing.T) {
 		{"noapi", []string{"failed", "list"}, `Permissions Violation for Publish to "$JS.API.STREAM.INFO.perm_JOBS"`},
 		{"noapi", []string{"submit", "-g", "g"}, `Permissions Violation for Publish to "$JS.API.STREAM.INFO.perm_JOBS"`},
 		// Publish seals a group whose open failed, with a fresh context bounded by --timeout
-		// (issue 8 changes that): this case checks the message, not the speed.
+		// (not the command's context): this case checks the message, not the speed.
 		{"nocancel", []string{"submit", "-g", "g"}, `Permissions Violation for Publish to "perm.group.g"`},
 	} {
 		// --timeout is far longer than the test's deadline: only the server's refusal can end

@@ -34,7 +34,8 @@ type submitCmd struct {
 	maxPack     int
 	weight      int
 	single      bool
-	nc          *nats.Conn // the session's connection, for asking the coordinator's status
+	singles     bool
+	nc          *nats.Conn // the command's connection, for asking the coordinator's status
 	showWait    bool       // show the progress of --wait on stderr (a terminal)
 	// allowDuplicates: a submission whose every job was a duplicate is not an error.
 	allowDuplicates bool
@@ -44,7 +45,7 @@ type submitCmd struct {
 func newSubmitCmd(g *globals) *cobra.Command {
 	s := &submitCmd{g: g}
 	cmd := &cobra.Command{
-		Use:   "submit --group G [--file jobs.jsonl|-]",
+		Use:   "submit (--group G | --single | --singles) [--file jobs.jsonl|-]",
 		Short: "Submit a group of jobs from JSON lines",
 		Long: `Submit publishes a group of jobs read from JSON lines, one job per line, and seals the group.
 The file is streamed: jobs are published as they are read, whatever the file's size.
@@ -73,6 +74,15 @@ With --single, the input's one job is submitted as a group of its own in a singl
 group is --group, or a generated "job-..." ID), --wait prints its outcome, and --outcomes
 prints it as a JSON line on stdout (the other lines then go to stderr), as for a group.
 
+With --singles, every line is a single job of its own group, as --single makes one: the line's
+"group" field names the group (a generated "job-..." ID without it), and the jobs are submitted
+many at a time (Dispatcher.SubmitMany) instead of one round trip each. --json prints a line per
+job ({"group", "id", "duplicate"}); --wait waits for every job and prints the counts;
+--outcomes prints each job's line with its outcome.
+
+  {"group": "tenant-7", "key": "invoice-1", "payload": {"id": 1}}
+  {"payload": "a job of a generated group"}
+
 With --wait, submit waits for every job of the group to end and prints the counts; it exits
 with status 1 if any job failed or was canceled. --outcomes also prints each job's outcome as
 a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b64"), "error"}.`,
@@ -88,6 +98,7 @@ a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b
 	f.DurationVar(&s.waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: wait until interrupted)")
 	f.IntVar(&s.weight, "weight", 1, "the group's weight in the fair share of the slots under least in-flight (1-1000)")
 	f.BoolVar(&s.single, "single", false, "submit one job (the input's only line) as a group of its own, in one message; --group is then optional (default: generated)")
+	f.BoolVar(&s.singles, "singles", false, "submit every line as a single job of its own group (the line's \"group\", or a generated ID), many in flight at once; not with --group")
 	f.IntVar(&s.maxPack, "max-pack", wire.MaxPack, "most jobs without a key stored in one message (a pack); 1 stores each job alone, for a coordinator built before packs")
 	f.BoolVar(&s.allowDuplicates, "allow-duplicates", false, "exit 0 even if every job was a duplicate (re-submitted within the dedup window)")
 	f.BoolVar(&s.jsonOut, "json", false, "print the submission (and summary) as JSON")
@@ -99,7 +110,13 @@ a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b
 }
 
 func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
-	if s.single && s.group == "" {
+	switch {
+	case s.singles && (s.single || s.group != ""):
+		return usageErrorf("--singles takes each job's group from its line (\"group\"), or generates one: not with --single or --group")
+	case s.singles && cmd.Flags().Changed("weight"):
+		return usageErrorf("--weight is a group's: with --singles, every job is a group of weight 1")
+	}
+	if s.singles || s.single && s.group == "" {
 		// A generated group ID (Dispatcher.Submit).
 	} else if err := checkGroupFlag(s.group); err != nil {
 		return err
@@ -140,6 +157,9 @@ func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
 func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.Reader, bar *progressbar.ProgressBar, size int64, stdout, stderr io.Writer) error {
 	if s.single {
 		return s.submitSingle(ctx, d, in, stdout, stderr)
+	}
+	if s.singles {
+		return s.submitSingles(ctx, d, in, bar, stdout, stderr)
 	}
 
 	jr := newJobReader(in)
@@ -487,7 +507,114 @@ func (s *submitCmd) submitSingle(ctx context.Context, d *dispatcher.Dispatcher, 
 	return nil
 }
 
-// singleResult is submit --single --json's output.
+// singlesChunk is how many lines submit --singles reads before it submits them
+// (Dispatcher.SubmitMany): a bounded memory, and enough publishes to keep MaxPending in flight.
+const singlesChunk = 1000
+
+// submitSingles submits every job of in as a single job of its own group (Dispatcher.SubmitMany),
+// chunk by chunk, and with --wait or --outcomes waits for each job's outcome.
+func (s *submitCmd) submitSingles(ctx context.Context, d *dispatcher.Dispatcher, in io.Reader, bar *progressbar.ProgressBar, stdout, stderr io.Writer) error {
+	jr := newJobReader(in)
+	jr.singles = true
+	info := stdout
+	if s.outcomes || s.jsonOut {
+		info = stderr // stdout carries JSON lines
+	}
+	var (
+		submitted []dispatcher.Submitted // kept only to wait for them
+		accepted  int
+		dups      int
+		chunk     []dispatcher.Single
+		enc       = json.NewEncoder(stdout)
+	)
+	flush := func() error {
+		subs, err := d.SubmitMany(ctx, chunk)
+		for _, sub := range subs {
+			dup := sub.Handle.Duplicates() > 0
+			if dup {
+				dups++
+			} else {
+				accepted++
+			}
+			if s.jsonOut && !s.outcomes {
+				if err := enc.Encode(singleResult{Group: sub.Handle.GroupID(), ID: sub.ID, Duplicate: dup}); err != nil {
+					return err
+				}
+			}
+			if s.wait || s.outcomes {
+				submitted = append(submitted, sub)
+			}
+		}
+		if bar != nil {
+			_ = bar.Add(len(subs))
+		}
+		chunk = chunk[:0]
+		return err
+	}
+	var err error
+	for err == nil {
+		if _, ok := jr.next(); !ok {
+			break
+		}
+		chunk = append(chunk, jr.single)
+		if len(chunk) == singlesChunk {
+			err = flush()
+		}
+	}
+	if err == nil && len(chunk) > 0 {
+		err = flush()
+	}
+	if bar != nil {
+		_ = bar.Finish()
+		fmt.Fprintln(stderr)
+	}
+	err = errors.Join(jr.Err(), err)
+	if err == nil || accepted+dups > 0 {
+		fmt.Fprintf(info, "%s submitted as single jobs", count(accepted, "job"))
+		if dups > 0 {
+			fmt.Fprintf(info, ", %d duplicates dropped", dups)
+		}
+		fmt.Fprintln(info)
+	}
+	if err != nil {
+		return fmt.Errorf("%w (the %s before it were submitted)", err, count(accepted+dups, "job"))
+	}
+	if !s.wait && !s.outcomes {
+		return nil
+	}
+	wctx, cancel := contextWithTimeout(ctx, s.waitTimeout)
+	defer cancel()
+	s.checkCoordinator(wctx, stderr)
+	var sum summaryJSON
+	for _, sub := range submitted {
+		o, err := sub.Handle.WaitJob(wctx, sub.ID)
+		if err != nil {
+			return s.waitError(err)
+		}
+		sum.Jobs++
+		switch o.State {
+		case dispatcher.StateDone:
+			sum.Done++
+		case dispatcher.StateFailed:
+			sum.Failed++
+		default:
+			sum.Canceled++
+		}
+		if s.outcomes {
+			line := outcomeLine(o)
+			if err := enc.Encode(singleResult{Group: sub.Handle.GroupID(), ID: sub.ID, Duplicate: sub.Handle.Duplicates() > 0, Outcome: &line}); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprintf(info, "%s complete: %d done, %d failed, %d canceled\n", count(sum.Jobs, "single job"), sum.Done, sum.Failed, sum.Canceled)
+	if n := sum.Failed + sum.Canceled; n > 0 {
+		return silentError{fmt.Errorf("%s did not succeed", count(n, "job"))}
+	}
+	return nil
+}
+
+// singleResult is submit --single --json's output, and each line of submit --singles --json.
 type singleResult struct {
 	Group     string          `json:"group"`
 	ID        uint64          `json:"id"`

@@ -34,98 +34,122 @@ type jobLine struct {
 	Timeout     string          `json:"timeout"`
 	Delay       string          `json:"delay"`
 	RunAt       string          `json:"run_at"`
+	Group       string          `json:"group"` // submit --singles only: the job's own group
 }
 
 // errJobLine wraps every error of a malformed line.
 var errJobLine = errors.New("bad job line")
 
-// parseJobLine decodes one non-blank line into a job.
+// parseJobLine decodes one non-blank line into a job of the group being submitted.
 func parseJobLine(line []byte) (dispatcher.Job, error) {
+	j, l, err := decodeJobLine(line)
+	if err == nil && l.Group != "" {
+		err = fmt.Errorf("%w: group %q: a job's own group is for submit --singles only (the group is --group)", errJobLine, l.Group)
+	}
+	return j, err
+}
+
+// parseSingleLine decodes one non-blank line into a single job (submit --singles): the job, and
+// its group field (empty for a generated one).
+func parseSingleLine(line []byte) (dispatcher.Single, error) {
+	j, l, err := decodeJobLine(line)
+	if err == nil && l.Group != "" {
+		if verr := wire.ValidateGroupID(l.Group); verr != nil {
+			err = fmt.Errorf("%w: group: %s", errJobLine, plainReason(verr))
+		}
+	}
+	return dispatcher.Single{Group: l.Group, Job: j}, err
+}
+
+// decodeJobLine decodes one non-blank line into a job, and returns the line's fields too.
+func decodeJobLine(line []byte) (dispatcher.Job, jobLine, error) {
 	var l jobLine
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&l); err != nil {
-		return dispatcher.Job{}, fmt.Errorf("%w: %v", errJobLine, err)
+		return dispatcher.Job{}, l, fmt.Errorf("%w: %v", errJobLine, err)
 	}
 	if dec.More() {
-		return dispatcher.Job{}, fmt.Errorf("%w: more than one JSON value on the line", errJobLine)
+		return dispatcher.Job{}, l, fmt.Errorf("%w: more than one JSON value on the line", errJobLine)
 	}
 	j := dispatcher.Job{Key: l.Key, Require: l.Require, Prefer: l.Prefer, MaxAttempts: l.MaxAttempts}
 	switch {
 	case l.PayloadB64 != nil && l.Payload != nil:
-		return j, fmt.Errorf("%w: payload and payload_b64 are exclusive", errJobLine)
+		return j, l, fmt.Errorf("%w: payload and payload_b64 are exclusive", errJobLine)
 	case l.PayloadB64 != nil:
 		b, err := base64.StdEncoding.DecodeString(*l.PayloadB64)
 		if err != nil {
-			return j, fmt.Errorf("%w: payload_b64: %v", errJobLine, err)
+			return j, l, fmt.Errorf("%w: payload_b64: %v", errJobLine, err)
 		}
 		j.Payload = b
 	case len(l.Payload) > 0 && l.Payload[0] == '"':
 		var s string
 		if err := json.Unmarshal(l.Payload, &s); err != nil {
-			return j, fmt.Errorf("%w: payload: %v", errJobLine, err)
+			return j, l, fmt.Errorf("%w: payload: %v", errJobLine, err)
 		}
 		j.Payload = []byte(s)
 	case len(l.Payload) > 0 && string(l.Payload) != "null":
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, l.Payload); err != nil {
-			return j, fmt.Errorf("%w: payload: %v", errJobLine, err)
+			return j, l, fmt.Errorf("%w: payload: %v", errJobLine, err)
 		}
 		j.Payload = buf.Bytes()
 	}
 	if l.Timeout != "" {
 		d, err := time.ParseDuration(l.Timeout)
 		if err != nil || d < 0 {
-			return j, fmt.Errorf("%w: timeout %q: want a Go duration such as \"30s\" or \"5m\"", errJobLine, l.Timeout)
+			return j, l, fmt.Errorf("%w: timeout %q: want a Go duration such as \"30s\" or \"5m\"", errJobLine, l.Timeout)
 		}
 		j.Timeout = d
 	}
 	if l.Delay != "" {
 		d, err := time.ParseDuration(l.Delay)
 		if err != nil || d < 0 || d > wire.MaxDelay {
-			return j, fmt.Errorf("%w: delay %q: want a Go duration such as \"90s\" or \"2h\", at most %v", errJobLine, l.Delay, wire.MaxDelay)
+			return j, l, fmt.Errorf("%w: delay %q: want a Go duration such as \"90s\" or \"2h\", at most %v", errJobLine, l.Delay, wire.MaxDelay)
 		}
 		j.Delay = d
 	}
 	if l.RunAt != "" {
 		t, err := time.Parse(time.RFC3339Nano, l.RunAt)
 		if err != nil {
-			return j, fmt.Errorf("%w: run_at %q: want an RFC 3339 time such as \"2026-12-01T09:00:00Z\"", errJobLine, l.RunAt)
+			return j, l, fmt.Errorf("%w: run_at %q: want an RFC 3339 time such as \"2026-12-01T09:00:00Z\"", errJobLine, l.RunAt)
 		}
 		if l.Delay != "" {
-			return j, fmt.Errorf("%w: delay and run_at are exclusive", errJobLine)
+			return j, l, fmt.Errorf("%w: delay and run_at are exclusive", errJobLine)
 		}
 		j.RunAt = t
 	}
 	// The checks Publish makes, here so that the error names the line and the file's field
 	// rather than the job's index and the Go field.
 	if err := wire.ValidateKey(l.Key); err != nil {
-		return j, fmt.Errorf("%w: key: %s", errJobLine, plainReason(err))
+		return j, l, fmt.Errorf("%w: key: %s", errJobLine, plainReason(err))
 	}
 	for _, f := range []struct {
 		name string
 		v    []string
 	}{{"require", l.Require}, {"prefer", l.Prefer}} {
 		if err := wire.ValidateResources(f.name, f.v); err != nil {
-			return j, fmt.Errorf("%w: %s", errJobLine, plainReason(err))
+			return j, l, fmt.Errorf("%w: %s", errJobLine, plainReason(err))
 		}
 	}
 	if l.MaxAttempts < 0 || l.MaxAttempts > wire.MaxAttemptsLimit {
-		return j, fmt.Errorf("%w: max_attempts %d outside 0..%d (0: the coordinator's --max-attempts)", errJobLine, l.MaxAttempts, wire.MaxAttemptsLimit)
+		return j, l, fmt.Errorf("%w: max_attempts %d outside 0..%d (0: the coordinator's --max-attempts)", errJobLine, l.MaxAttempts, wire.MaxAttemptsLimit)
 	}
 	if j.Timeout > wire.MaxTimeout {
-		return j, fmt.Errorf("%w: timeout %v above %v", errJobLine, j.Timeout, wire.MaxTimeout)
+		return j, l, fmt.Errorf("%w: timeout %v above %v", errJobLine, j.Timeout, wire.MaxTimeout)
 	}
-	return j, nil
+	return j, l, nil
 }
 
 // jobReader reads jobs from JSON lines one at a time, so a file of any size streams through
 // bounded memory.
 type jobReader struct {
 	r       *bufio.Reader
-	line    int   // number of the last line read
-	jobLine int   // number of the line of the last job returned
-	err     error // first error, which ends the jobs
+	singles bool              // lines may name their own group (submit --singles)
+	single  dispatcher.Single // with singles: the last job returned and its group
+	line    int               // number of the last line read
+	jobLine int               // number of the line of the last job returned
+	err     error             // first error, which ends the jobs
 }
 
 func newJobReader(r io.Reader) *jobReader {
@@ -140,7 +164,13 @@ func (jr *jobReader) next() (j dispatcher.Job, ok bool) {
 		if len(line) > 0 {
 			jr.line++
 			if line = bytes.TrimSpace(line); len(line) > 0 {
-				j, perr := parseJobLine(line)
+				var perr error
+				if jr.singles {
+					jr.single, perr = parseSingleLine(line)
+					j = jr.single.Job
+				} else {
+					j, perr = parseJobLine(line)
+				}
 				if perr != nil {
 					jr.err = fmt.Errorf("line %d: %w", jr.line, perr)
 					return j, false

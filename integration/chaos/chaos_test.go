@@ -468,14 +468,14 @@ func (r *run) killNode(ctx context.Context, f *fault) error {
 		f.note = err.Error()
 		return err
 	}
-	f.target, f.affected, f.window = nd.name, r.allWorkers(), r.cfg.workerLease
+	f.target, f.affected, f.window = nd.Name, r.allWorkers(), r.cfg.workerLease
 	f.at = time.Now()
 	if err := nd.kill(ctx); err != nil {
 		return err
 	}
 	led := 0
 	for _, l := range before {
-		if l == nd.name {
+		if l == nd.Name {
 			led++
 		}
 	}
@@ -490,7 +490,7 @@ func (r *run) killNode(ctx context.Context, f *fault) error {
 		f.election = time.Since(f.at)
 		f.note = fmt.Sprintf("led %d of %d streams; all led again after %v", led, len(before), f.election.Round(time.Millisecond))
 		// Work must go on with two nodes, not only once the third is back.
-		if r.awaitProgress(ctx, fmt.Sprintf("with %s down", nd.name)) == stalled {
+		if r.awaitProgress(ctx, fmt.Sprintf("with %s down", nd.Name)) == stalled {
 			f.note += "; no progress on two nodes"
 		}
 	}
@@ -499,7 +499,7 @@ func (r *run) killNode(ctx context.Context, f *fault) error {
 	}
 	hctx, cancel := context.WithTimeout(ctx, r.cfg.stall)
 	defer cancel()
-	if herr := nd.waitHealthy(hctx); herr != nil {
+	if herr := nd.WaitHealthy(hctx); herr != nil {
 		f.note += "; " + herr.Error()
 	}
 	f.end = time.Now()

@@ -192,8 +192,16 @@ func (c *Client) Scan(ctx context.Context, from uint64, batch int, fn func(*Msg)
 // Next reads up to n messages on subject (wildcards allowed) with sequence ≥ from, in order,
 // with one batch direct get request.
 func (c *Client) Next(ctx context.Context, subject string, from uint64, n int) ([]*Msg, error) {
+	return c.NextUpTo(ctx, subject, from, n, 0)
+}
+
+// NextUpTo is Next that also stops once the messages read hold maxBytes (subjects, headers and
+// bodies): the server sends at least one, and stops after the one that reaches maxBytes. 0 is the
+// server's limit (its max_pending, 64 MiB by default): a reader of messages of any size bounds
+// what one page holds with it.
+func (c *Client) NextUpTo(ctx context.Context, subject string, from uint64, n, maxBytes int) ([]*Msg, error) {
 	var out []*Msg
-	_, err := c.batch(ctx, from, n, subject, func(m *Msg) error {
+	_, err := c.batchUpTo(ctx, from, n, maxBytes, subject, func(m *Msg) error {
 		out = append(out, m)
 		return nil
 	})
@@ -203,16 +211,22 @@ func (c *Client) Next(ctx context.Context, subject string, from uint64, n int) (
 // batch sends one batch direct get request (from sequence from, up to n messages, on subject if
 // not empty) and passes each message to fn in order. It returns how many messages came.
 func (c *Client) batch(ctx context.Context, from uint64, n int, subject string, fn func(*Msg) error) (int, error) {
+	return c.batchUpTo(ctx, from, n, 0, subject, fn)
+}
+
+// batchUpTo is batch with a bound on the bytes of the messages, 0 for the server's (NextUpTo).
+func (c *Client) batchUpTo(ctx context.Context, from uint64, n, maxBytes int, subject string, fn func(*Msg) error) (int, error) {
 	reply, ch, done, err := c.open(n)
 	if err != nil {
 		return 0, err
 	}
 	defer done()
 	req, _ := json.Marshal(struct {
-		Seq     uint64 `json:"seq"`
-		Batch   int    `json:"batch"`
-		NextFor string `json:"next_by_subj,omitempty"`
-	}{from, n, subject})
+		Seq      uint64 `json:"seq"`
+		Batch    int    `json:"batch"`
+		MaxBytes int    `json:"max_bytes,omitempty"`
+		NextFor  string `json:"next_by_subj,omitempty"`
+	}{from, n, maxBytes, subject})
 	if err := c.nc.PublishRequest(c.subj, reply, req); err != nil {
 		return 0, err
 	}

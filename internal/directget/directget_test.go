@@ -55,6 +55,15 @@ func TestGetScanNext(t *testing.T) {
 	if len(odd) != 3 || odd[0].Seq != 4 || odd[2].Seq != 8 || odd[1].Subject != "s.1" {
 		t.Fatalf("Next(s.1, 3, 3) = %+v", odd)
 	}
+	// A bound on bytes: each message is subject, headers and body; the one that reaches it is the
+	// last, and one comes whatever the bound.
+	few, err := c.NextUpTo(ctx, "s.1", 1, 5, 7)
+	if err != nil || len(few) != 2 || few[0].Seq != 2 || few[1].Seq != 4 {
+		t.Fatalf("NextUpTo(s.1, 1, 5, 7 bytes) = %+v, %v; want the messages at 2 and 4", few, err)
+	}
+	if one, err := c.NextUpTo(ctx, "s.1", 1, 5, 1); err != nil || len(one) != 1 {
+		t.Fatalf("NextUpTo with a bound below one message = %+v, %v; want one message", one, err)
+	}
 	none, err := c.Next(ctx, "s.1", 11, 3)
 	if err != nil || len(none) != 0 {
 		t.Fatalf("Next past the end = %v, %v", none, err)

@@ -14,7 +14,7 @@ import (
 )
 
 // Scenarios are the scenario names, in the order Run runs them.
-var Scenarios = []string{"throughput", "latency", "single", "fairness", "weights", "limits", "affinity", "spread", "herd", "scale"}
+var Scenarios = []string{"throughput", "latency", "single", "fairness", "weights", "limits", "affinity", "spread", "herd", "fleet", "scale"}
 
 // Config holds every scenario's configuration; zero fields take the defaults.
 type Config struct {
@@ -27,6 +27,7 @@ type Config struct {
 	Affinity   AffinityConfig
 	Spread     SpreadConfig
 	Herd       HerdConfig
+	Fleet      FleetConfig
 	Scale      ScaleConfig
 }
 
@@ -54,6 +55,8 @@ func (c *Config) Validate(scenarios []string) error {
 			err = c.Spread.defaults()
 		case "herd":
 			err = c.Herd.defaults()
+		case "fleet":
+			err = c.Fleet.defaults()
 		case "scale":
 			err = c.Scale.defaults()
 		default:
@@ -137,6 +140,8 @@ func runScenario(ctx context.Context, env *Env, name string, cfg *Config) (Resul
 		return RunSpread(ctx, env, cfg.Spread)
 	case "herd":
 		return RunHerd(ctx, env, cfg.Herd)
+	case "fleet":
+		return RunFleet(ctx, env, cfg.Fleet)
 	case "scale":
 		return RunScale(ctx, env, cfg.Scale)
 	}

@@ -69,7 +69,7 @@ func BenchmarkThroughput(b *testing.B) {
 		workers, conc, prefetch, batch int
 	}{
 		{1, 64, 0, 0}, // the coordinator's defaults
-		{1, 8, 0, 0},  // few slots (issue 13)
+		{1, 8, 0, 0},  // few slots
 		{4, 8, 0, 0},
 		{16, 4, 0, 0},
 		{2, 32, 0, 0},
@@ -197,5 +197,39 @@ func reportQuantiles(b *testing.B, name string, qs []bench.Quantiles, which ...s
 			}
 		}
 		b.ReportMetric(v*1000, name+"-"+w+"-µs")
+	}
+}
+
+// BenchmarkFleet runs the fleet scenario (bench.RunFleet) at sizes that keep CI quick: single
+// jobs at 500/s for 2 s from 1 and from 100 submitters (each its own connection and
+// Dispatcher) to 4 × 8 workers, and 5,000 no-op jobs through 8 × 8 and 50 × 8 workers (each its
+// own connection), each beside raw JetStream with the same fleet. weave bench fleet runs the
+// issue's sizes (up to 3,000 submitters and 1,000 workers) and the idle fleet. It reports, from
+// the last op:
+//
+//	s<n>-p50-µs, s<n>-p99-µs   submit → outcome with n submitters
+//	s<n>-cpu-growth            CPU per job with n submitters ÷ with 1
+//	w<W>x<S>-ratio             Weave ÷ raw JetStream throughput with that fleet
+//	w<W>x<S>-cpu-ratio         CPU per job, Weave ÷ raw JetStream
+func BenchmarkFleet(b *testing.B) {
+	cfg := bench.FleetConfig{
+		Parts:      []string{"submitters", "workers"},
+		Submitters: []int{1, 100}, Duration: 2 * time.Second,
+		Shapes: []bench.Shape{{Workers: 8, Concurrency: 8}, {Workers: 50, Concurrency: 8}}, Jobs: 5000, Rounds: 1,
+	}
+	var res *bench.FleetScenarioResult
+	for b.Loop() {
+		res = runScenario(b, func(ctx context.Context, env *bench.Env) (*bench.FleetScenarioResult, error) {
+			return bench.RunFleet(ctx, env, cfg)
+		})
+	}
+	for _, s := range res.Submitters {
+		b.ReportMetric(s.Weave.SubmitSeen.P50*1000, fmt.Sprintf("s%d-p50-µs", s.Submitters))
+		b.ReportMetric(s.Weave.SubmitSeen.P99*1000, fmt.Sprintf("s%d-p99-µs", s.Submitters))
+		b.ReportMetric(s.WeaveCPUGrowth, fmt.Sprintf("s%d-cpu-growth", s.Submitters))
+	}
+	for _, f := range res.Workers {
+		b.ReportMetric(f.Ratio, fmt.Sprintf("w%dx%d-ratio", f.Shape.Workers, f.Shape.Concurrency))
+		b.ReportMetric(f.CPURatio, fmt.Sprintf("w%dx%d-cpu-ratio", f.Shape.Workers, f.Shape.Concurrency))
 	}
 }

@@ -12,6 +12,10 @@
 //     starts, against a FIFO queue simulated on the same jobs.
 //   - herd: many idle slots in several workers; pulls and CPU while idle, wakeups per job in a
 //     trickle, ack and report messages per job at saturation.
+//   - fleet: single jobs from many submitters (1 to 3,000, each its own connection and
+//     Dispatcher) and no-op throughput with many workers (8 × 8 to 1,000 × 1, each its own
+//     connection), each beside raw JetStream with the same fleet; the CPU an idle fleet of 1,000
+//     workers costs the coordinator and the server, measured in a child process of their own.
 //   - scale: the coordinator's memory per pending job and the cost of scheduling from backlogs
 //     of growing size.
 //
@@ -23,7 +27,11 @@
 // JSON. Components run under the pprof label component=server|coordinator|worker|dispatcher|
 // producer|reference|bench, so a CPU profile of a run can be split by component.
 //
-// bench_test.go runs the throughput and latency scenarios as Go benchmarks:
+// With Env.Replicas above one every stream, Weave's and the references', has that many replicas
+// (weave bench --replicas 3 starts a cluster of three nats-server processes for it).
+//
+// bench_test.go runs the throughput, latency and fleet scenarios (the fleet at small sizes) as
+// Go benchmarks:
 //
 //	go test -run='^$' -bench=. -benchtime=1x ./cmd/weave/internal/bench/
 package bench

@@ -39,10 +39,21 @@ type Env struct {
 	// Progress receives a line per step of a scenario. Nil: none.
 	Progress io.Writer
 
-	// ChildCommand, if set, runs each scale measurement in a fresh process, so that its heap
-	// holds nothing but that measurement's deployment: the command (program and arguments) that
-	// runs RunScaleChild with the next argument as its spec, as weave bench --scale-child does.
-	// Nil: the measurements run in this process.
+	// ServerCPU, if set, returns the CPU time the external server's processes have used so far
+	// (a cluster the bench started itself), so that the throughput and fleet scenarios count it
+	// with this process's, as they do an embedded server's. Nil: an external server's CPU is not
+	// counted.
+	ServerCPU func() time.Duration
+
+	// Replicas is the replicas of every stream the scenarios create (the namespace's, through
+	// the coordinator, and the references'): 0 or 1 for a single server, 3 on a cluster.
+	Replicas int
+
+	// ChildCommand, if set, runs the measurements that must be apart from this process in a
+	// fresh one: each scale measurement (so that its heap holds nothing but that deployment) and
+	// the fleet scenario's idle coordinator (so that its CPU is not the workers'). It is the
+	// command (program and arguments) that runs RunChild with the next argument as its spec and
+	// its standard input and output, as weave bench --child does. Nil: they run in this process.
 	ChildCommand []string
 	// ChildEnv is added to this process's environment for the child processes (secrets that
 	// should not appear on a command line).
@@ -67,6 +78,19 @@ func (e *Env) Validate() error {
 	return nil
 }
 
+// cpu returns the CPU time used so far by this process and, where Env.ServerCPU knows it, the
+// external server's processes.
+func (e *Env) cpu() time.Duration {
+	if e.ServerCPU != nil {
+		return processCPU() + e.ServerCPU()
+	}
+	return processCPU()
+}
+
+// serverCPUCounted reports whether the CPU figures include the server's: embedded, or external
+// with Env.ServerCPU.
+func (e *Env) serverCPUCounted() bool { return !e.External() || e.ServerCPU != nil }
+
 // External reports whether the scenarios run on an external server.
 func (e *Env) External() bool { return e.Dial != nil }
 
@@ -74,6 +98,7 @@ func (e *Env) External() bool { return e.Dial != nil }
 // connections and the components started in it.
 type deployment struct {
 	*inproc.Deployment
+	replicas int // Env.Replicas
 }
 
 // benchAlarms is the coordinators' alarm configuration in every scenario: the scenarios publish
@@ -86,14 +111,23 @@ func benchAlarms(cfg coordinator.Config) coordinator.Config {
 	return cfg
 }
 
-// Coordinator starts a coordinator (see inproc.Deployment.Coordinator) with benchAlarms.
+// Coordinator starts a coordinator (see inproc.Deployment.Coordinator) with benchAlarms and the
+// deployment's replicas.
 func (d *deployment) Coordinator(cfg coordinator.Config) error {
-	return d.Deployment.Coordinator(benchAlarms(cfg))
+	return d.Deployment.Coordinator(d.config(cfg))
 }
 
-// StartCoordinator starts a coordinator (see inproc.Deployment.StartCoordinator) with benchAlarms.
+// StartCoordinator starts a coordinator (see inproc.Deployment.StartCoordinator) with benchAlarms
+// and the deployment's replicas.
 func (d *deployment) StartCoordinator(cfg coordinator.Config) (*inproc.Service, error) {
-	return d.Deployment.StartCoordinator(benchAlarms(cfg))
+	return d.Deployment.StartCoordinator(d.config(cfg))
+}
+
+func (d *deployment) config(cfg coordinator.Config) coordinator.Config {
+	if cfg.Streams.Replicas == 0 {
+		cfg.Streams.Replicas = d.replicas
+	}
+	return benchAlarms(cfg)
 }
 
 func randomHex(n int) string {
@@ -124,7 +158,7 @@ func (e *Env) deploy(ctx context.Context, tag string) (*deployment, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &deployment{d}, nil
+	return &deployment{Deployment: d, replicas: e.Replicas}, nil
 }
 
 // lastClose is when a deployment of this process last closed (UnixNano).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -462,7 +461,8 @@ func settle(ctx context.Context) {
 	}
 }
 
-// scaleChildSpec is what a child process measures: one size, in one configuration.
+// scaleChildSpec is what a child process measures for the scale scenario: one size, in one
+// configuration.
 type scaleChildSpec struct {
 	Config   ScaleConfig `json:"config"`
 	Jobs     int         `json:"jobs"`
@@ -470,27 +470,15 @@ type scaleChildSpec struct {
 	Defaults bool        `json:"defaults"`
 }
 
-// scaleStepChild runs scaleStep in a fresh process (Env.ChildCommand followed by the spec as
-// JSON) and merges what it measured into step.
+// scaleStepChild runs scaleStep in a fresh process (see Env.ChildCommand) and merges what it
+// measured into step.
 func scaleStepChild(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, defaults bool) error {
-	spec, err := json.Marshal(scaleChildSpec{Config: cfg, Jobs: step.Jobs, Groups: step.Groups, Defaults: defaults})
+	var got ScaleStep
+	err := env.runChild(ctx, childSpec{Scale: &scaleChildSpec{Config: cfg, Jobs: step.Jobs, Groups: step.Groups, Defaults: defaults}}, func(c *child) error {
+		return c.read(&got)
+	})
 	if err != nil {
 		return err
-	}
-	args := append(slices.Clone(env.ChildCommand[1:]), string(spec))
-	cmd := exec.CommandContext(ctx, env.ChildCommand[0], args...)
-	cmd.Env = append(os.Environ(), env.ChildEnv...)
-	cmd.Stderr = env.Progress
-	if cmd.Stderr == nil {
-		cmd.Stderr = io.Discard
-	}
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("child process %s: %w", env.ChildCommand[0], err)
-	}
-	var got ScaleStep
-	if err := json.Unmarshal(out, &got); err != nil {
-		return fmt.Errorf("child process output: %w", err)
 	}
 	if !defaults {
 		step.NoCache = got.NoCache
@@ -501,13 +489,9 @@ func scaleStepChild(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleS
 	return nil
 }
 
-// RunScaleChild is the child process's side of an isolated scale measurement: it runs the
-// measurement described by spec (JSON, from the parent) and writes the step to w as JSON.
-func RunScaleChild(ctx context.Context, env *Env, spec string, w io.Writer) error {
-	var sp scaleChildSpec
-	if err := json.Unmarshal([]byte(spec), &sp); err != nil {
-		return fmt.Errorf("scale child spec: %w", err)
-	}
+// runScaleChild is the child process's side of an isolated scale measurement: it runs the
+// measurement sp describes and writes the step to w as JSON.
+func runScaleChild(ctx context.Context, env *Env, sp scaleChildSpec, w io.Writer) error {
 	cfg := sp.Config
 	if err := cfg.defaults(); err != nil {
 		return err
@@ -519,8 +503,13 @@ func RunScaleChild(ctx context.Context, env *Env, spec string, w io.Writer) erro
 	return json.NewEncoder(w).Encode(step)
 }
 
-// publishAll publishes the groups from several goroutines without waiting for their outcomes.
+// publishAll publishes the groups from several goroutines without waiting for their outcomes;
+// groups of one job are single jobs, submitted in bulk from one goroutine (SubmitMany), as a
+// producer with a backlog of one-off jobs would.
 func publishAll(ctx context.Context, d *dispatcher.Dispatcher, prefix string, sizes []int, payload []byte) error {
+	if !slices.ContainsFunc(sizes, func(n int) bool { return n != 1 }) {
+		return submitAll(ctx, d, prefix, len(sizes), payload)
+	}
 	const publishers = 8
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -546,6 +535,25 @@ func publishAll(ctx context.Context, d *dispatcher.Dispatcher, prefix string, si
 		wg.Wait()
 	})
 	return context.Cause(ctx)
+}
+
+// submitAll submits n single jobs, groups prefix0 to prefix<n-1>, in chunks of SubmitMany.
+func submitAll(ctx context.Context, d *dispatcher.Dispatcher, prefix string, n int, payload []byte) error {
+	const chunk = 1000
+	var err error
+	inproc.Labeled("producer", func() {
+		singles := make([]dispatcher.Single, 0, chunk)
+		for i := 0; i < n && err == nil; i += chunk {
+			singles = singles[:0]
+			for j := i; j < min(n, i+chunk); j++ {
+				singles = append(singles, dispatcher.Single{Group: fmt.Sprint(prefix, j), Job: dispatcher.Job{Payload: payload}})
+			}
+			if _, serr := d.SubmitMany(ctx, singles); serr != nil {
+				err = fmt.Errorf("submit: %w", serr)
+			}
+		}
+	})
+	return err
 }
 
 // Section implements Result.
@@ -609,7 +617,7 @@ func (r *ScaleResult) Section() Section {
 		rs = append(rs, fmt.Sprint(c.profileRate(st.Jobs)))
 	}
 	rates := strings.Join(slices.Compact(rs), ", ")
-	where := "Each measurement ran in a fresh child process (weave bench --scale-child), so the process held that deployment alone."
+	where := "Each measurement ran in a fresh child process (weave bench --child), so the process held that deployment alone."
 	if !r.Isolated {
 		where = "The measurements ran in this process: objects of earlier deployments still being released can make small sizes noisy (run weave bench scale for isolated child processes)."
 	}

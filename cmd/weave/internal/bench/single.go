@@ -230,7 +230,7 @@ func rawSingle(ctx context.Context, d *deployment, n, rate int, l *singleLog, cp
 		return err
 	}
 	name := rawStream(names)
-	s, err := sub.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{jobSubj, resSubj}, Storage: jetstream.FileStorage})
+	s, err := sub.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{jobSubj, resSubj}, Storage: jetstream.FileStorage, Replicas: d.replicas})
 	if err != nil {
 		return err
 	}

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +19,23 @@ import (
 	"github.com/weavejobs/weave/spreader"
 )
 
+// testChildEnv, set in the environment of a child process started by a test (Env.ChildCommand
+// is this test binary), makes TestMain run RunChild on the last argument instead of the tests.
+const testChildEnv = "WEAVE_BENCH_TEST_CHILD"
+
+// testChildEnvOf is an Env whose child processes run this test binary.
+func testChildEnvOf() *Env {
+	return &Env{ChildCommand: []string{os.Args[0]}, ChildEnv: []string{testChildEnv + "=1"}}
+}
+
 func TestMain(m *testing.M) {
+	if os.Getenv(testChildEnv) != "" {
+		if err := RunChild(context.Background(), &Env{}, os.Args[len(os.Args)-1], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	var opts []goleak.Option
 	for _, fn := range jstest.ServerGoroutineLeaks {
 		opts = append(opts, goleak.IgnoreTopFunction(fn))
@@ -94,8 +113,8 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
-// TestThroughputFleets: by default the throughput scenario measures the four fleets issue 13
-// sets targets for; --workers or --concurrency (either) names one fleet instead.
+// TestThroughputFleets: by default the throughput scenario measures the four fleets it sets
+// targets for; --workers or --concurrency (either) names one fleet instead.
 func TestThroughputFleets(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -154,7 +173,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // TestScaleSmall runs the scale scenario in this process with tiny sizes, and one measurement
-// through RunScaleChild, the child process's entry point. Memory figures at these sizes are
+// through RunChild, the child process's entry point. Memory figures at these sizes are
 // noise; it checks they are all there.
 func TestScaleSmall(t *testing.T) {
 	settleMax = 0 // the figures are not checked: do not wait for earlier deployments' memory
@@ -191,8 +210,8 @@ func TestScaleSmall(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	spec := `{"config":{"group_size":100,"drain_jobs":20},"jobs":300,"groups":3,"defaults":false}`
-	if err := RunScaleChild(ctx, &Env{}, spec, &out); err != nil {
+	spec := `{"scale":{"config":{"group_size":100,"drain_jobs":20},"jobs":300,"groups":3,"defaults":false}}`
+	if err := RunChild(ctx, &Env{}, spec, nil, &out); err != nil {
 		t.Fatal(err)
 	}
 	var step ScaleStep
@@ -202,7 +221,119 @@ func TestScaleSmall(t *testing.T) {
 	if step.Jobs != 300 || step.NoCache.CoordBytes == 0 || step.Default.CoordBytes != 0 || step.DrainJobs != 0 {
 		t.Errorf("child step %+v", step)
 	}
-	if err := RunScaleChild(ctx, &Env{}, "{", &out); err == nil {
-		t.Error("a bad spec accepted")
+	for _, bad := range []string{"{", "{}"} {
+		if err := RunChild(ctx, &Env{}, bad, nil, &out); err == nil {
+			t.Errorf("spec %s accepted", bad)
+		}
+	}
+}
+
+// TestFleetSmall runs the fleet scenario's three parts at tiny sizes, the idle coordinator in a
+// child process (this test binary), and checks that every figure is there and consistent and
+// that the targets are checked where they apply; not that they are met. Not parallel: it
+// measures time and CPU.
+func TestFleetSmall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := FleetConfig{
+		Submitters: []int{1, 20}, Rate: 200, Duration: 300 * time.Millisecond, SubmitFleet: Shape{2, 2},
+		Shapes: []Shape{{2, 2}, {8, 1}}, Jobs: 300, Groups: 10, Rounds: 1,
+		IdleWorkers: 10, Idle: time.Second,
+	}
+	res, err := RunFleet(ctx, testChildEnvOf(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Submitters) != 2 {
+		t.Fatalf("submitters %+v", res.Submitters)
+	}
+	for _, s := range res.Submitters {
+		for side, x := range map[string]SingleSide{"Weave": s.Weave, "raw": s.Raw} {
+			if x.Jobs != 60 || x.SubmitSeen.N != 60 || x.SubmitSeen.P50 <= 0 || x.SubmitSeen.P99 < x.SubmitSeen.P50 {
+				t.Errorf("%d submitters, %s: %+v", s.Submitters, side, x)
+			}
+			if runtime.GOOS == "linux" && x.CPUPerJob <= 0 {
+				t.Errorf("%d submitters, %s: no CPU per job", s.Submitters, side)
+			}
+		}
+		if s.Unfinished != 0 || s.WeaveSeconds <= 0 {
+			t.Errorf("%d submitters: %d unfinished, %.3f s", s.Submitters, s.Unfinished, s.WeaveSeconds)
+		}
+	}
+	if g := res.Submitters[1]; math.Abs(g.WeaveCPUGrowth-g.Weave.CPUPerJob/res.Submitters[0].Weave.CPUPerJob) > 1e-9 || res.Submitters[0].WeaveCPUGrowth != 1 {
+		t.Errorf("CPU growth %.3f and %.3f", res.Submitters[0].WeaveCPUGrowth, g.WeaveCPUGrowth)
+	}
+	if len(res.Workers) != 2 || res.Workers[0].Shape != (Shape{2, 2}) || res.Workers[1].Shape != (Shape{8, 1}) {
+		t.Fatalf("worker fleets %+v", res.Workers)
+	}
+	for _, f := range res.Workers {
+		if len(f.Rounds) != 1 || f.WeaveJobsPerSec <= 0 || f.RawJobsPerSec <= 0 || f.Ratio <= 0 || f.JobsPerWorkBatch < 1 {
+			t.Errorf("fleet %s: %+v", f.Shape, f)
+		}
+	}
+	idle := res.Idle
+	if idle == nil || !idle.Isolated || !idle.ServerIncluded || idle.Workers != 10 || idle.Seconds < 1 || idle.ServerCPUPct < 0 || idle.WorkersCPUPct < 0 || idle.PullsPerWorkerS < 0 {
+		t.Fatalf("idle %+v", idle)
+	}
+	// No count reaches the submitters' targets, and neither 8 × 8 nor 500 × 2 ran: a throughput
+	// and a CPU check per worker fleet, and the idle check.
+	if len(res.Checks) != 5 || res.Checks[4].Value != idle.ServerCPUPct || res.Checks[4].Limit != 3 {
+		t.Errorf("checks %+v", res.Checks)
+	}
+	var out bytes.Buffer
+	if err := (&Report{Results: []Result{res}}).WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(out.Bytes(), []byte("an idle fleet")) || !bytes.Contains(out.Bytes(), []byte("raw JetStream with the same fleet")) {
+		t.Errorf("report:\n%s", out.String())
+	}
+}
+
+// TestFleetChecks: the submitters' targets apply from 1,000 submitters, and the CPU growth of
+// the worker fleets compares 500 × 2 with 8 × 8.
+func TestFleetChecks(t *testing.T) {
+	t.Parallel()
+	r := &FleetScenarioResult{
+		Submitters: []SubmittersResult{
+			{Submitters: 1, Weave: SingleSide{CPUPerJob: 100}, WeaveCPUGrowth: 1},
+			{Submitters: 1000, Weave: SingleSide{CPUPerJob: 120, SubmitSeen: Quantiles{N: 3000, P50: 0.8, P99: 6}}, WeaveCPUGrowth: 1.2},
+		},
+		Workers: []FleetResult{
+			{Shape: Shape{8, 8}, Ratio: 0.7, CPURatio: 2, WeaveCPUPer1000: 0.04, RawCPUPer1000: 0.02},
+			{Shape: Shape{500, 2}, Ratio: 0.4, CPURatio: 3, WeaveCPUPer1000: 0.1, RawCPUPer1000: 0.03},
+		},
+		Idle: &IdleFleetResult{Workers: 1000, Isolated: true, ServerIncluded: true, ServerCPUPct: 2},
+	}
+	var got []string
+	for _, c := range r.checks() {
+		got = append(got, fmt.Sprintf("%s %s %s", c.Name, c.Measured, c.Verdict()))
+	}
+	want := []string{
+		"1,000 submitters: submit → outcome p50 (ms) 0.80 PASS",
+		"1,000 submitters: submit → outcome p99 (ms) 6.00 MISS",
+		"1,000 submitters: CPU per job ÷ with 1 1.20 PASS",
+		"8 × 8: Weave ÷ raw JetStream (same fleet) throughput 0.70 PASS",
+		"8 × 8: CPU per job, Weave ÷ raw JetStream (same fleet) 2.00 PASS",
+		"500 × 2: Weave ÷ raw JetStream (same fleet) throughput 0.40 MISS",
+		"500 × 2: CPU per job, Weave ÷ raw JetStream (same fleet) 3.00 MISS",
+		"Weave CPU per job at 500 × 2 ÷ at 8 × 8 2.50 MISS",
+		"1,000 idle workers: coordinator + server CPU (% of one core) 2.00 PASS",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("checks:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	r.Idle.Isolated = false
+	if n := len(r.checks()); n != len(want)-1 {
+		t.Errorf("%d checks with the idle fleet in one process, want %d: its figure includes the workers", n, len(want)-1)
+	}
+	// A count that failed misses a check of its own, beside the figures it measured, if any.
+	r.Submitters = append(r.Submitters, SubmittersResult{Submitters: 3000, Error: "coordinator lease lost"})
+	if cs := r.checks(); len(cs) != len(want) || cs[3].Name != "3,000 submitters: the run completes" || cs[3].Pass {
+		t.Errorf("checks with a failed count: %+v", cs)
+	}
+	// A worker fleet that failed: its own miss instead of its two checks, and no CPU growth.
+	r.Workers[1] = FleetResult{Shape: Shape{500, 2}, Error: "stalled"}
+	if cs := r.checks(); len(cs) != len(want)-2 || cs[6].Name != "500 × 2: the run completes" || cs[6].Pass {
+		t.Errorf("checks with a failed fleet: %+v", cs)
 	}
 }

@@ -99,7 +99,7 @@ type ThroughputRound struct {
 	RawCPUSeconds   float64 `json:"raw_cpu_s"`
 }
 
-// The throughput targets (issue 13): Weave's throughput at least minRatioWide of raw JetStream's
+// The throughput targets: Weave's throughput at least minRatioWide of raw JetStream's
 // for one worker of wideSlots slots or more and minRatioFew for other fleets, its CPU per job at
 // most maxCPURatio times raw's, in every fleet.
 const (
@@ -122,8 +122,12 @@ func minRatio(sh Shape) float64 {
 type ThroughputResult struct {
 	Config   ThroughputConfig `json:"config"`
 	Embedded bool             `json:"embedded_server"`
-	Fleets   []FleetResult    `json:"fleets"`
-	Checks   []Check          `json:"checks"`
+	Replicas int              `json:"replicas"`
+	// ServerCPU: the CPU figures include the server's (embedded, or the processes of a cluster
+	// the bench started).
+	ServerCPU bool          `json:"server_cpu_counted"`
+	Fleets    []FleetResult `json:"fleets"`
+	Checks    []Check       `json:"checks"`
 }
 
 // FleetResult is what the throughput scenario measured with one fleet.
@@ -159,6 +163,8 @@ type FleetResult struct {
 	StoredPerJob      map[string]float64 `json:"stored_msgs_per_job"`
 	PeakRSSBytes      uint64             `json:"peak_rss_bytes"`       // VmHWM over the Weave runs
 	PeakRSSSinceStart bool               `json:"peak_rss_since_start"` // the peak could not be reset: it is since the process started
+	// Error says why the fleet's run failed (the fleet scenario goes on with the next fleet).
+	Error string `json:"error,omitempty"`
 }
 
 // Scenario implements Result.
@@ -173,9 +179,9 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (*Throug
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	res := &ThroughputResult{Config: cfg, Embedded: !env.External()}
+	res := &ThroughputResult{Config: cfg, Embedded: !env.External(), Replicas: max(env.Replicas, 1), ServerCPU: env.serverCPUCounted()}
 	for _, sh := range cfg.Shapes {
-		f, err := runFleet(ctx, env, cfg, sh)
+		f, err := runFleet(ctx, env, "throughput", cfg, sh, Shape{})
 		if err != nil {
 			return nil, fmt.Errorf("fleet %s: %w", sh, err)
 		}
@@ -188,8 +194,10 @@ func RunThroughput(ctx context.Context, env *Env, cfg ThroughputConfig) (*Throug
 	return res, nil
 }
 
-func runFleet(ctx context.Context, env *Env, cfg ThroughputConfig, sh Shape) (res *FleetResult, err error) {
-	d, err := env.deploy(ctx, "thr")
+// runFleet measures fleet sh as the scenario named says: Weave, and the raw reference consumed
+// by rawFleet (see newRawRef), round after round on one deployment.
+func runFleet(ctx context.Context, env *Env, scenario string, cfg ThroughputConfig, sh, rawFleet Shape) (res *FleetResult, err error) {
+	d, err := env.deploy(ctx, scenario[:min(len(scenario), 5)]) // the namespace's length is bounded
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +226,7 @@ func runFleet(ctx context.Context, env *Env, cfg ThroughputConfig, sh Shape) (re
 	if err != nil {
 		return nil, err
 	}
-	ref, err := newRawRef(d)
+	ref, err := newRawRef(d, rawFleet)
 	if err != nil {
 		return nil, err
 	}
@@ -243,11 +251,11 @@ func runFleet(ctx context.Context, env *Env, cfg ThroughputConfig, sh Shape) (re
 			if err != nil {
 				return err
 			}
-			os0, cpu0, start := readOSCounts(), processCPU(), time.Now()
+			os0, cpu0, start := readOSCounts(), env.cpu(), time.Now()
 			if err := publishAndWait(ctx, disp, fmt.Sprint("r", round, "-"), sizes, payload); err != nil {
 				return err
 			}
-			took, cpu := time.Since(start), processCPU()-cpu0
+			took, cpu := time.Since(start), env.cpu()-cpu0
 			weaveOS = weaveOS.plus(readOSCounts().minus(os0))
 			ran := time.Unix(0, lastRun.Load()).Sub(start)
 			res.PeakRSSBytes = max(res.PeakRSSBytes, peakRSS())
@@ -260,20 +268,20 @@ func runFleet(ctx context.Context, env *Env, cfg ThroughputConfig, sh Shape) (re
 				storedMsgs[name] += n - stored0[name]
 			}
 			weaveTime, weaveCPU, ranTime = weaveTime+took, weaveCPU+cpu, ranTime+ran
-			env.progressf("throughput %s: round %d/%d: Weave %s jobs/s", sh, round+1, cfg.Rounds, rate(float64(cfg.Jobs)/took.Seconds()))
+			env.progressf("%s %s: round %d/%d: Weave %s jobs/s", scenario, sh, round+1, cfg.Rounds, rate(float64(cfg.Jobs)/took.Seconds()))
 			return nil
 		}
 		raw := func() error {
-			os0, cpu0 := readOSCounts(), processCPU()
+			os0, cpu0 := readOSCounts(), env.cpu()
 			took, err := ref.run(ctx, cfg.Jobs, payload)
 			if err != nil {
 				return fmt.Errorf("raw JetStream reference: %w", err)
 			}
-			cpu := processCPU() - cpu0
+			cpu := env.cpu() - cpu0
 			rawOS = rawOS.plus(readOSCounts().minus(os0))
 			r.RawSeconds, r.RawCPUSeconds = took.Seconds(), cpu.Seconds()
 			rawTime, rawCPU = rawTime+took, rawCPU+cpu
-			env.progressf("throughput %s: round %d/%d: raw JetStream %s msgs/s", sh, round+1, cfg.Rounds, rate(float64(cfg.Jobs)/took.Seconds()))
+			env.progressf("%s %s: round %d/%d: raw JetStream %s msgs/s", scenario, sh, round+1, cfg.Rounds, rate(float64(cfg.Jobs)/took.Seconds()))
 			return nil
 		}
 		// Alternate the order, so that neither path always runs on a server busy with the
@@ -351,10 +359,16 @@ func (r *ThroughputResult) Section() Section {
 	}
 	s.Tables = []Table{rates, also}
 	s.Notes = append(s.Notes, "Weave is timed from the first Publish to every group's summary received (handlers only: to the last handler call); raw JetStream from the first async publish to the last ack flushed (one work-queue stream, file storage, one pull consumer).")
-	if r.Embedded {
+	switch {
+	case r.Embedded:
 		s.Notes = append(s.Notes, "CPU is the whole process's (getrusage): the embedded NATS server, coordinator, workers and dispatcher together.")
-	} else {
+	case r.ServerCPU:
+		s.Notes = append(s.Notes, "CPU is this process's (getrusage: coordinator, workers and dispatcher) plus the cluster's nats-server processes' (/proc).")
+	default:
 		s.Notes = append(s.Notes, "CPU is this process's (getrusage): coordinator, workers and dispatcher; the external server's CPU is not included.")
+	}
+	if r.Replicas > 1 {
+		s.Notes = append(s.Notes, fmt.Sprintf("Every stream, Weave's and the reference's, has %d replicas.", r.Replicas))
 	}
 	rss := "Peak RSS is VmHWM, reset before each Weave run"
 	if slices.ContainsFunc(r.Fleets, func(f FleetResult) bool { return f.PeakRSSSinceStart }) {
@@ -468,37 +482,60 @@ func rawStream(names wire.Names) string { return names.Namespace() + "_RAW" }
 
 // rawRef is the reference: what the same server does for plain JetStream work-queue messages.
 type rawRef struct {
-	names        wire.Names
-	pubNC, subNC *nats.Conn
-	pub, sub     jetstream.JetStream
+	names    wire.Names
+	replicas int
+	pubNC    *nats.Conn
+	pub      jetstream.JetStream
+	admin    jetstream.JetStream // creates and deletes the stream
+	// The consumers: one connection each, pulling from the one durable consumer. fleet.Workers
+	// 0 is a single consumer with the client's default pull options.
+	fleet Shape
+	subs  []*nats.Conn
 }
 
-func newRawRef(d *deployment) (*rawRef, error) {
-	r := &rawRef{names: d.Names()}
+// newRawRef connects the reference's publisher and its consumers: one connection with the
+// client's default pulls when fleet is the zero Shape (the floor of one hop), else fleet.Workers
+// connections that each keep fleet.Concurrency messages in hand, as a Weave fleet of that shape
+// does.
+func newRawRef(d *deployment, fleet Shape) (*rawRef, error) {
+	r := &rawRef{names: d.Names(), replicas: d.replicas, fleet: fleet}
 	var err error
 	if r.pubNC, err = d.Connect("reference"); err != nil {
-		return nil, err
-	}
-	if r.subNC, err = d.Connect("reference"); err != nil {
 		return nil, err
 	}
 	// The dispatcher's default bound on pending acks.
 	if r.pub, err = jetstream.New(r.pubNC, jetstream.WithPublishAsyncMaxPending(dispatcher.DefaultMaxPending)); err != nil {
 		return nil, err
 	}
-	if r.sub, err = jetstream.New(r.subNC); err != nil {
+	for range max(fleet.Workers, 1) {
+		nc, err := d.Connect("reference")
+		if err != nil {
+			return nil, err
+		}
+		r.subs = append(r.subs, nc)
+	}
+	if r.admin, err = jetstream.New(r.subs[0]); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-// run publishes n messages asynchronously into a new work-queue stream (file storage) while a
-// pull consumer consumes and acks them, and returns the time from the first publish to the last
-// ack, flushed to the server. The stream is deleted afterwards.
+// rawStallWait bounds how long the reference's publisher waits for room among its pending
+// acks: the client's default (200ms) fails the run on a machine busy for a moment, where the
+// dispatcher would wait.
+const rawStallWait = 30 * time.Second
+
+// maxWaiting is the pull requests the raw consumer keeps waiting: the server's default (512)
+// unless the fleet's workers, each with a pull or two outstanding, need more.
+func (r *rawRef) maxWaiting() int { return max(512, 4*len(r.subs)) }
+
+// run publishes n messages asynchronously into a new work-queue stream (file storage) while the
+// consumers consume and ack them, and returns the time from the first publish to the last ack,
+// flushed to the server. The stream is deleted afterwards.
 func (r *rawRef) run(ctx context.Context, n int, payload []byte) (took time.Duration, err error) {
 	name, subject := rawStream(r.names), r.names.Namespace()+".raw"
-	s, err := r.sub.CreateStream(ctx, jetstream.StreamConfig{
-		Name: name, Subjects: []string{subject}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage,
+	s, err := r.admin.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: []string{subject}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: r.replicas,
 	})
 	if err != nil {
 		return 0, err
@@ -506,33 +543,47 @@ func (r *rawRef) run(ctx context.Context, n int, payload []byte) (took time.Dura
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if derr := r.sub.DeleteStream(dctx, name); err == nil && derr != nil {
+		if derr := r.admin.DeleteStream(dctx, name); err == nil && derr != nil {
 			err = derr
 		}
 	}()
-	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: -1})
-	if err != nil {
+	if _, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: -1, MaxWaiting: r.maxWaiting(), Replicas: r.replicas,
+	}); err != nil {
 		return 0, err
 	}
 	var got atomic.Int64
 	done := make(chan struct{})
-	var cc jetstream.ConsumeContext
-	inproc.Labeled("reference", func() {
-		cc, err = cons.Consume(func(m jetstream.Msg) {
-			_ = m.Ack()
-			if got.Add(1) == int64(n) {
-				close(done)
-			}
-		})
-	})
-	if err != nil {
-		return 0, err
+	handle := func(m jetstream.Msg) {
+		_ = m.Ack()
+		if got.Add(1) == int64(n) {
+			close(done)
+		}
 	}
-	defer cc.Stop()
+	var opts []jetstream.PullConsumeOpt
+	if r.fleet.Workers > 0 {
+		opts = append(opts, jetstream.PullMaxMessages(r.fleet.Concurrency))
+	}
+	for _, nc := range r.subs {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return 0, err
+		}
+		cons, err := js.Consumer(ctx, name, "raw")
+		if err != nil {
+			return 0, err
+		}
+		var cc jetstream.ConsumeContext
+		inproc.Labeled("reference", func() { cc, err = cons.Consume(handle, opts...) })
+		if err != nil {
+			return 0, err
+		}
+		defer cc.Stop()
+	}
 	start := time.Now()
 	inproc.Labeled("reference", func() {
 		for range n {
-			if _, err = r.pub.PublishAsync(subject, payload); err != nil {
+			if _, err = r.pub.PublishAsync(subject, payload, jetstream.WithStallWait(rawStallWait)); err != nil {
 				return
 			}
 		}
@@ -552,7 +603,14 @@ func (r *rawRef) run(ctx context.Context, n int, payload []byte) (took time.Dura
 	case <-time.After(time.Minute):
 		return 0, fmt.Errorf("%d of %d messages consumed after a minute", got.Load(), n)
 	}
-	if err := r.subNC.Flush(); err != nil {
+	// Every consumer's last acks, flushed side by side: one round trip, whatever the fleet.
+	var flushes sync.WaitGroup
+	errs := make([]error, len(r.subs))
+	for i, nc := range r.subs {
+		flushes.Go(func() { errs[i] = nc.Flush() })
+	}
+	flushes.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return 0, err
 	}
 	return time.Since(start), nil

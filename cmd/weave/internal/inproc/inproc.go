@@ -54,6 +54,10 @@ type Options struct {
 	// Close. Empty: a new temporary directory, removed too.
 	Dir string
 
+	// Joined: the namespace belongs to another deployment (in another process, say), so on an
+	// external server Close leaves its streams and lease bucket to their owner.
+	Joined bool
+
 	// InProcess connects the components to the embedded server in process rather than over
 	// TCP (as separate processes would).
 	InProcess bool
@@ -248,7 +252,7 @@ func (d *Deployment) Close() error {
 	for _, s := range slices.Backward(svcs) {
 		errs = append(errs, s.Stop())
 	}
-	if d.srv == nil && d.admin != nil {
+	if d.srv == nil && d.admin != nil && !d.opts.Joined {
 		errs = append(errs, deleteNamespace(d.admin, d.names, d.opts.Streams))
 	}
 	for _, nc := range conns {
@@ -347,11 +351,28 @@ func (d *Deployment) Worker(cfg worker.Config, h worker.HandlerFunc) (*worker.Wo
 
 // Dispatcher returns a dispatcher on its own connection.
 func (d *Deployment) Dispatcher() (*dispatcher.Dispatcher, error) {
+	disp, _, err := d.DispatcherConn()
+	return disp, err
+}
+
+// DispatcherConn is Dispatcher that also returns the dispatcher's connection, for a caller that
+// closes it before Close (a fleet of producers replaced by another).
+func (d *Deployment) DispatcherConn() (*dispatcher.Dispatcher, *nats.Conn, error) {
 	nc, err := d.Connect("dispatcher")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return dispatcher.New(nc, dispatcher.Config{Namespace: d.Namespace(), Logger: d.logger("dispatcher")})
+	disp, err := dispatcher.New(nc, dispatcher.Config{Namespace: d.Namespace(), Logger: d.logger("dispatcher")})
+	return disp, nc, err
+}
+
+// ClientURL is the embedded server's client URL, for another process to connect to; "" on an
+// external server.
+func (d *Deployment) ClientURL() string {
+	if d.srv == nil {
+		return ""
+	}
+	return d.srv.ClientURL()
 }
 
 // statusTimeout bounds one status query.
