@@ -1,11 +1,14 @@
 package coordinator
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/spreader"
 )
@@ -142,5 +145,144 @@ func TestStatusCountsLimitedGroups(t *testing.T) {
 	g := te.e.groups.byID["g"]
 	if gl := te.e.groupLive(g, te.e.groupWaits(g)); gl.InFlight != 3 {
 		t.Fatalf("inspection: %d in flight, want 3", gl.InFlight)
+	}
+}
+
+// TestLimitLinesKeepTheirCounts drives random workloads through limits (both policies,
+// weights, limits set, paused, resumed and removed, cancels, failures and retries) and checks
+// after every step what the lines and counts promise: no limit runs more than its concurrency,
+// each line's counts match the jobs it holds and has offered, and each group's in-flight count
+// matches its jobs released and not reported. Every job ends once the limits are removed.
+func TestLimitLinesKeepTheirCounts(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(30) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		policy := spreader.LeastInFlight
+		if seed%3 == 2 {
+			policy = spreader.RoundRobin
+		}
+		te := newTestEngine(t, Config{Policy: policy, RetryBase: time.Millisecond, RetryMax: time.Millisecond, Prefetch: -1})
+		te.worker("w", 2+rng.IntN(10), "eu")
+		limits := []wire.Limit{
+			{Kind: wire.LimitResource, Name: "eu", Concurrency: 1 + rng.IntN(4)},
+			{Kind: wire.LimitGroup, Name: "g1", Concurrency: 1 + rng.IntN(3)},
+		}
+		for _, l := range limits {
+			te.e.setLimit(l, te.now)
+		}
+		var ids []uint64
+		for g := range 6 {
+			group := fmt.Sprint("g", g)
+			te.control(wire.GroupControl{Group: group, Op: wire.OpOpen, Weight: 1 + rng.IntN(3)})
+			for range 5 + rng.IntN(40) {
+				m := wire.JobMeta{Group: group, MaxAttempts: 2}
+				if rng.IntN(3) > 0 {
+					m.Prefer = []string{"eu"}
+				}
+				ids = append(ids, te.job(m))
+			}
+			te.seal(group)
+		}
+		var running []*job
+		check := func(step int) {
+			t.Helper()
+			inFlight := map[*group]int{}
+			for _, j := range te.e.jobs {
+				if j.pool != nil {
+					inFlight[j.g]++
+				}
+			}
+			for _, g := range te.e.groups.byID {
+				if g.inFlight != inFlight[g] {
+					t.Fatalf("seed %d step %d: group %s counts %d in flight, has %d", seed, step, g.id, g.inFlight, inFlight[g])
+				}
+			}
+			for k, ls := range te.e.limits.byKey {
+				running := ls.running
+				te.e.countRunning(ls)
+				if ls.running != running || (ls.Concurrency > 0 && running > ls.Concurrency) {
+					t.Fatalf("seed %d step %d: limit %v counts %d running, has %d (concurrency %d)", seed, step, k, running, ls.running, ls.Concurrency)
+				}
+				held, entries, offered := 0, 0, 0
+				for g, q := range ls.line {
+					live := 0
+					for _, j := range q {
+						if j.heldBy == ls {
+							live++
+						}
+					}
+					if live != ls.byGroup[g] || live == 0 || !slices.Contains(ls.order, g) {
+						t.Fatalf("seed %d step %d: limit %v holds %d jobs of %s, counts %d (in order: %v)", seed, step, k, live, g.id, ls.byGroup[g], slices.Contains(ls.order, g))
+					}
+					held, entries = held+live, entries+len(q)
+				}
+				for _, j := range te.e.retries.ready {
+					if j.offeredBy == ls {
+						offered++
+					}
+				}
+				if held != ls.held || entries != ls.entries || len(ls.order) != len(ls.line) || offered != ls.offered {
+					t.Fatalf("seed %d step %d: limit %v: %d held (counts %d), %d entries (%d), %d groups in order of %d, %d offered (%d)",
+						seed, step, k, held, ls.held, entries, ls.entries, len(ls.order), len(ls.line), offered, ls.offered)
+				}
+			}
+		}
+		for step := range 400 {
+			te.now = te.now.Add(time.Millisecond)
+			te.worker("w", 2+rng.IntN(10), "eu")
+			te.e.tick(te.now)
+			for _, js := range te.releases() {
+				running = append(running, js...)
+			}
+			check(step)
+			switch r := rng.IntN(20); {
+			case r == 0:
+				l := limits[rng.IntN(len(limits))]
+				l.Paused = rng.IntN(2) == 0
+				te.e.setLimit(l, te.now)
+			case r == 1:
+				id := ids[rng.IntN(len(ids))]
+				for _, g := range te.e.groups.byID {
+					te.control(wire.GroupControl{Group: g.id, Op: wire.OpCancel, Jobs: []uint64{id}})
+					break
+				}
+			case len(running) > 0:
+				i := rng.IntN(len(running))
+				j := running[i]
+				running = append(running[:i], running[i+1:]...)
+				if st, _ := te.e.idx.State(j.id); st == jobindex.Running {
+					status := wire.StatusOK
+					if rng.IntN(4) == 0 {
+						status = wire.StatusError
+					}
+					te.report(j, status, "")
+				}
+			}
+			check(step)
+		}
+		for _, l := range limits {
+			te.e.setLimit(wire.Limit{Kind: l.Kind, Name: l.Name}, te.now) // removed
+		}
+		for step := 0; len(te.e.groups.byID) > 0; step++ {
+			if step > 10_000 {
+				t.Fatalf("seed %d: %d groups left once the limits were removed", seed, len(te.e.groups.byID))
+			}
+			te.now = te.now.Add(time.Millisecond)
+			te.worker("w", 8, "eu")
+			te.e.tick(te.now)
+			for _, js := range te.releases() {
+				running = append(running, js...)
+			}
+			for _, j := range running {
+				if st, _ := te.e.idx.State(j.id); st == jobindex.Running {
+					te.report(j, wire.StatusOK, "")
+				}
+			}
+			running = running[:0]
+			for _, g := range te.e.out.summaries {
+				te.e.forget(g)
+			}
+			te.e.out = effects{}
+		}
 	}
 }
