@@ -244,14 +244,14 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 func (s *submitCmd) waitFor(ctx context.Context, h *dispatcher.Handle, out, stderr io.Writer) (summaryJSON, error) {
 	if !s.outcomes && s.showWait {
 		if err := s.showProgress(ctx, h, stderr); err != nil {
-			return summaryJSON{}, s.waitError(err)
+			return summaryJSON{}, s.waitError(s.group, err)
 		}
 	}
 	if s.outcomes {
 		enc := json.NewEncoder(out)
 		for o, err := range h.Outcomes(ctx) {
 			if err != nil {
-				return summaryJSON{}, s.waitError(err)
+				return summaryJSON{}, s.waitError(s.group, err)
 			}
 			if err := enc.Encode(outcomeLine(o)); err != nil {
 				return summaryJSON{}, err
@@ -260,7 +260,7 @@ func (s *submitCmd) waitFor(ctx context.Context, h *dispatcher.Handle, out, stde
 	}
 	sum, err := h.WaitSummary(ctx)
 	if err != nil {
-		return summaryJSON{}, s.waitError(err)
+		return summaryJSON{}, s.waitError(s.group, err)
 	}
 	return summaryJSON{Jobs: sum.Jobs, Done: sum.Done, Failed: sum.Failed, Canceled: sum.Canceled}, nil
 }
@@ -422,11 +422,11 @@ func (s *submitCmd) showProgress(ctx context.Context, h *dispatcher.Handle, stde
 }
 
 // waitError is err of waiting for the group, saying which limit ended the wait.
-func (s *submitCmd) waitError(err error) error {
+func (s *submitCmd) waitError(group string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) && s.waitTimeout > 0 {
-		return fmt.Errorf("group %q did not finish within --wait-timeout %v (its jobs go on; 'weave status' shows them)", s.group, s.waitTimeout)
+		return fmt.Errorf("group %q did not finish within --wait-timeout %v (its jobs go on; 'weave status' shows them)", group, s.waitTimeout)
 	}
-	return fmt.Errorf("wait for group %q: %w", s.group, err)
+	return fmt.Errorf("wait for group %q: %w", group, err)
 }
 
 // idRange is ", ID n" or ", IDs first-last": the IDs a submission was given. Jobs stored in
@@ -479,7 +479,7 @@ func (s *submitCmd) submitSingle(ctx context.Context, d *dispatcher.Dispatcher, 
 		s.checkCoordinator(wctx, stderr)
 		o, err := h.WaitJob(wctx, id)
 		if err != nil {
-			return s.waitError(err)
+			return s.waitError(h.GroupID(), err)
 		}
 		line := outcomeLine(o)
 		res.Outcome = &line
@@ -589,7 +589,8 @@ func (s *submitCmd) submitSingles(ctx context.Context, d *dispatcher.Dispatcher,
 	for _, sub := range submitted {
 		o, err := sub.Handle.WaitJob(wctx, sub.ID)
 		if err != nil {
-			return s.waitError(err)
+			fmt.Fprintf(info, "%s ended before job %d: %d done, %d failed, %d canceled\n", count(sum.Jobs, "single job"), sub.ID, sum.Done, sum.Failed, sum.Canceled)
+			return s.waitError(sub.Handle.GroupID(), err)
 		}
 		sum.Jobs++
 		switch o.State {
