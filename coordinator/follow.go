@@ -37,6 +37,9 @@ type follower struct {
 	current uint32        // the newest consumer generation the loop has seen (owned by the loop)
 	gens    atomic.Uint32 // consumers started
 	errs    atomic.Uint64 // errors the consumers reported (read by watch)
+	// reconnects is the connection's reconnect count when the follower started: alerts from
+	// then on open watch's window, also those before its goroutine runs.
+	reconnects uint64
 
 	mu sync.Mutex
 	cc jetstream.ConsumeContext // the current consumer's; guarded by mu
@@ -81,6 +84,7 @@ func (r *run) follow(ctx context.Context, stream string, ch chan<- streamMsg, op
 		return nil, 0, err
 	}
 	r.stop = append(r.stop, f.stop)
+	f.reconnects = r.c.nc.Stats().Reconnects
 	r.wg.Go(f.watch)
 	return f, last, nil
 }
@@ -174,7 +178,7 @@ func (f *follower) watch() {
 	alerts := func() uint64 { return f.r.c.nc.Stats().Reconnects + f.errs.Load() }
 	// seen is the last sequence applied and since when (or since the last check while idle);
 	// counted the alerts the watch last saw, and alert the end of the window they opened.
-	seen, since, counted := f.applied.Load(), time.Now(), alerts()
+	seen, since, counted := f.applied.Load(), time.Now(), f.reconnects
 	var alert time.Time
 	for {
 		select {
