@@ -39,8 +39,8 @@ const (
 	// reportFieldsSize bounds a report's encoding beside its data: three varints, the status
 	// byte and the data's length.
 	reportFieldsSize = 3*10 + 1 + 10
-	// proofFieldsSize bounds a report's Weave-Proof header line beside the proof itself: the
-	// header's name, the job ID, the attempt and the separators.
+	// proofFieldsSize bounds a report's entry in the Weave-Proof header beside the proof itself:
+	// the job ID, the attempt and the separators (and the header's name, for the first).
 	proofFieldsSize = len(wire.HdrProof) + 4 + 20 + 1 + 10 + 1
 )
 

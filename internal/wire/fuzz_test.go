@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode"
 
@@ -178,6 +179,8 @@ func FuzzReportProofs(f *testing.F) {
 	f.Add("7 1 0.o34tbbZRugcOhiZuYfqK-o")   // padding bits set: the same MAC
 	f.Add("7 1 0.o\r34tbbZRugcOhiZuYfqK-g") // a line break, which the decoder skips
 	f.Add("7 1 00.o34tbbZRugcOhiZuYfqK-g")  // a leading zero
+	f.Add("7 1 " + k.Proof("p", 7, 1, 0) + ",8 2 " + k.Proof("p", 8, 2, 12))
+	f.Add(",,7 1 x,")
 	f.Fuzz(func(t *testing.T, v string) {
 		reports := []Report{{ID: 7, Attempt: 1}, {ID: 8, Attempt: 2}}
 		ReportProofs(nats.Header{HdrProof: []string{v, v}}, reports)
@@ -185,7 +188,13 @@ func FuzzReportProofs(f *testing.F) {
 			if r.Proof == "" {
 				continue
 			}
-			if id, attempt, proof, ok := parseProofValue(v); !ok || id != r.ID || attempt != r.Attempt || proof != r.Proof {
+			named := false // by a well-formed entry of v
+			for _, entry := range strings.Split(v, ",") {
+				if id, attempt, proof, ok := parseProofValue(entry); ok && id == r.ID && attempt == r.Attempt && proof == r.Proof {
+					named = true
+				}
+			}
+			if !named {
 				t.Fatalf("report %d/%d took proof %q from %q", r.ID, r.Attempt, r.Proof, v)
 			}
 			if rel, ok := k.Verify(r.Proof, "p", r.ID, r.Attempt); ok && r.Proof != k.Proof("p", r.ID, r.Attempt, rel) {

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"hash"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 )
@@ -14,12 +16,12 @@ import (
 // Release proofs. The coordinator signs each job it releases with a key only coordinators can
 // read (ReleaseKey, kept in the namespace's key bucket, see Names.KeyBucket): the proof names
 // the pool, the job, the attempt and the release (Rel). It travels beside the work batch's
-// encoding, in one Weave-Proof header value per job, "<job ID> <attempt> <proof>"; a worker
-// echoes each job's value on the report batch that reports it. A coordinator that did not see
-// the release (after a restart, when the job's batch has been acknowledged) accepts a report only
-// with a proof it can verify: no worker can forge one for a job that was not released to its own
-// pool. Headers, not the binary encodings, so that workers and coordinators of the release
-// before proofs read the batches and reports of this one.
+// encoding, in its Weave-Proof header: one entry per job, "<job ID> <attempt> <proof>",
+// comma-separated; a worker echoes each job's entry on the report batch that reports it. A
+// coordinator that did not see the release (after a restart, when the job's batch has been
+// acknowledged) accepts a report only with a proof it can verify: no worker can forge one for a
+// job that was not released to its own pool. Headers, not the binary encodings, so that workers
+// and coordinators of the release before proofs read the batches and reports of this one.
 const HdrProof = "Weave-Proof"
 
 // ReleaseKeySize is the length of a release key.
@@ -62,8 +64,20 @@ func (k *ReleaseKey) Verify(proof, pool string, id uint64, attempt uint32) (rel 
 	return rel, hmac.Equal(got, k.mac(pool, id, attempt, rel))
 }
 
+// macs keeps keyed HMAC states per release key, so a proof does not key a new one (a process
+// holds one key, or a few in tests).
+var macs sync.Map // ReleaseKey → *sync.Pool of hash.Hash
+
 func (k *ReleaseKey) mac(pool string, id uint64, attempt uint32, rel uint64) []byte {
-	m := hmac.New(sha256.New, k[:])
+	p, ok := macs.Load(*k)
+	if !ok {
+		key := *k
+		p, _ = macs.LoadOrStore(key, &sync.Pool{New: func() any { return hmac.New(sha256.New, key[:]) }})
+	}
+	states := p.(*sync.Pool)
+	m := states.Get().(hash.Hash)
+	defer states.Put(m)
+	m.Reset()
 	var b [8 + 8 + 4 + 8]byte
 	binary.BigEndian.PutUint64(b[0:], uint64(len(pool)))
 	binary.BigEndian.PutUint64(b[8:], id)
@@ -75,33 +89,53 @@ func (k *ReleaseKey) mac(pool string, id uint64, attempt uint32, rel uint64) []b
 	return m.Sum(nil)[:proofMACSize]
 }
 
-// SetWorkProofs adds the Weave-Proof values of the batch's jobs that carry a proof to m.
+// SetWorkProofs sets m's Weave-Proof header to the entries of the batch's jobs that carry a proof.
 func SetWorkProofs(m *nats.Msg, jobs []WorkJob) {
-	for i := range jobs {
-		setProof(m, jobs[i].ID, jobs[i].Attempt, jobs[i].Proof)
-	}
+	setProofs(m, len(jobs), func(i int) (uint64, uint32, string) { return jobs[i].ID, jobs[i].Attempt, jobs[i].Proof })
 }
 
-// SetReportProofs adds the Weave-Proof values of the reports that carry a proof to m.
+// SetReportProofs sets m's Weave-Proof header to the entries of the reports that carry a proof.
 func SetReportProofs(m *nats.Msg, reports []Report) {
-	for i := range reports {
-		setProof(m, reports[i].ID, reports[i].Attempt, reports[i].Proof)
-	}
+	setProofs(m, len(reports), func(i int) (uint64, uint32, string) {
+		return reports[i].ID, reports[i].Attempt, reports[i].Proof
+	})
 }
 
-func setProof(m *nats.Msg, id uint64, attempt uint32, proof string) {
-	if proof == "" {
+// setProofs writes the n records' proofs as one header value, entries "<id> <attempt> <proof>"
+// separated by commas: one header line per message, however many jobs it carries, is what the
+// NATS clients and server parse.
+func setProofs(m *nats.Msg, n int, record func(i int) (id uint64, attempt uint32, proof string)) {
+	var b []byte
+	for i := range n {
+		id, attempt, proof := record(i)
+		if proof == "" {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, id, 10)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, uint64(attempt), 10)
+		b = append(b, ' ')
+		b = append(b, proof...)
+	}
+	if len(b) == 0 {
 		return
 	}
 	if m.Header == nil {
 		m.Header = nats.Header{}
 	}
-	m.Header[HdrProof] = append(m.Header[HdrProof], strconv.FormatUint(id, 10)+" "+strconv.FormatUint(uint64(attempt), 10)+" "+proof)
+	m.Header[HdrProof] = []string{string(b)}
 }
 
-// WorkProofs sets the Proof of the batch's jobs from its Weave-Proof values.
+// WorkProofs sets the Proof of the batch's jobs from its Weave-Proof entries.
 func WorkProofs(h nats.Header, jobs []WorkJob) {
-	eachProof(h, len(jobs), func(id uint64, attempt uint32, proof string) {
+	eachProof(h, len(jobs), func(k int, id uint64, attempt uint32, proof string) {
+		if k < len(jobs) && jobs[k].ID == id && jobs[k].Attempt == attempt {
+			jobs[k].Proof = proof // in the batch's order, as SetWorkProofs writes them
+			return
+		}
 		for i := range jobs {
 			if jobs[i].ID == id && jobs[i].Attempt == attempt {
 				jobs[i].Proof = proof
@@ -111,11 +145,15 @@ func WorkProofs(h nats.Header, jobs []WorkJob) {
 	})
 }
 
-// ReportProofs sets the Proof of the reports from their message's Weave-Proof values. Values
+// ReportProofs sets the Proof of the reports from their message's Weave-Proof entries. Entries
 // that do not parse, or name no report of the message, are ignored: a report without its proof
 // is judged as one without any.
 func ReportProofs(h nats.Header, reports []Report) {
-	eachProof(h, len(reports), func(id uint64, attempt uint32, proof string) {
+	eachProof(h, len(reports), func(k int, id uint64, attempt uint32, proof string) {
+		if k < len(reports) && reports[k].ID == id && reports[k].Attempt == attempt && reports[k].Proof == "" {
+			reports[k].Proof = proof // in the message's order, as SetReportProofs writes them
+			return
+		}
 		for i := range reports {
 			if reports[i].ID == id && reports[i].Attempt == attempt && reports[i].Proof == "" {
 				reports[i].Proof = proof
@@ -125,18 +163,20 @@ func ReportProofs(h nats.Header, reports []Report) {
 	})
 }
 
-// eachProof calls f with each well-formed Weave-Proof value of h, at most n of them (one per
-// job or report of the message, so a forged header cannot make the reader work harder than the
-// message's own records do).
-func eachProof(h nats.Header, n int, f func(id uint64, attempt uint32, proof string)) {
-	vals := h[HdrProof]
-	if len(vals) > n {
-		vals = vals[:n]
-	}
-	for _, v := range vals {
-		id, attempt, proof, ok := parseProofValue(v)
-		if ok {
-			f(id, attempt, proof)
+// eachProof calls f with each well-formed Weave-Proof entry of h and its rank among the entries,
+// at most n of them (one per job or report of the message, so a forged header cannot make the
+// reader work harder than the message's own records do). Entries are separated by commas, in
+// one value or several.
+func eachProof(h nats.Header, n int, f func(k int, id uint64, attempt uint32, proof string)) {
+	k := 0
+	for _, v := range h[HdrProof] {
+		for v != "" && k < n {
+			var entry string
+			entry, v, _ = strings.Cut(v, ",")
+			if id, attempt, proof, ok := parseProofValue(entry); ok {
+				f(k, id, attempt, proof)
+			}
+			k++
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -50,6 +51,9 @@ func TestProofHeaders(t *testing.T) {
 		if got[i].Proof != jobs[i].Proof {
 			t.Errorf("job %d: proof %q, want %q", jobs[i].ID, got[i].Proof, jobs[i].Proof)
 		}
+	}
+	if vals := m.Header.Values(HdrProof); len(vals) != 1 || strings.Count(vals[0], ",") != 1 {
+		t.Errorf("Weave-Proof %q: want one value holding the two proofs", vals)
 	}
 	reports := []Report{{ID: 2, Attempt: 1, Proof: "a"}, {ID: 2, Attempt: 2, Proof: "b"}, {ID: 5, Attempt: 1}}
 	rm := nats.NewMsg("r")
