@@ -167,15 +167,8 @@ func (r *reference) publish(ctx context.Context, b *testing.B, group string, job
 	control(wire.GroupControl{Group: group, Op: wire.OpSeal, Count: uint64(n)})
 }
 
-// BenchmarkSubmitMany measures SubmitMany of 10,000 single jobs of 128 bytes into an embedded
-// server, and, in the same run and on the same connection, a reference: as many single-job
-// messages published by hand with PublishMsgAsync and the same limit of pending acks. It reports
-// both rates and their ratio (SubmitMany / reference).
-//
-//	go test -run='^$' -bench=SubmitMany -benchtime=5x ./dispatcher/
-func BenchmarkSubmitMany(b *testing.B) {
-	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Minute)
-	defer cancel()
+// benchNamespace starts an embedded server and creates the streams of namespace "bench" on it.
+func benchNamespace(ctx context.Context, b *testing.B) (*nats.Conn, jetstream.JetStream, wire.Names) {
 	srv := jstest.New(b)
 	nc := jstest.NewConn(b, srv.ClientURL())
 	js, err := jetstream.New(nc)
@@ -186,6 +179,19 @@ func BenchmarkSubmitMany(b *testing.B) {
 	if _, err := topology.Init(ctx, js, names, config.StreamOptions{}); err != nil {
 		b.Fatal(err)
 	}
+	return nc, js, names
+}
+
+// BenchmarkSubmitMany measures SubmitMany of 10,000 single jobs of 128 bytes into an embedded
+// server, and, in the same run and on the same connection, a reference: as many single-job
+// messages published by hand with PublishMsgAsync and the same limit of pending acks. It reports
+// both rates and their ratio (SubmitMany / reference).
+//
+//	go test -run='^$' -bench=SubmitMany -benchtime=5x ./dispatcher/
+func BenchmarkSubmitMany(b *testing.B) {
+	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Minute)
+	defer cancel()
+	nc, _, _ := benchNamespace(ctx, b)
 	d, err := dispatcher.New(nc, dispatcher.Config{Namespace: "bench"})
 	if err != nil {
 		b.Fatal(err)
@@ -253,16 +259,7 @@ func BenchmarkWaiters(b *testing.B) {
 	const n = 10_000
 	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Minute)
 	defer cancel()
-	srv := jstest.New(b)
-	nc := jstest.NewConn(b, srv.ClientURL())
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	names, _ := wire.NewNames("bench")
-	if _, err := topology.Init(ctx, js, names, config.StreamOptions{}); err != nil {
-		b.Fatal(err)
-	}
+	nc, js, names := benchNamespace(ctx, b)
 	for range b.N {
 		d, err := dispatcher.New(nc, dispatcher.Config{Namespace: "bench"})
 		if err != nil {

@@ -18,18 +18,26 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// TestInitUpgradesResults: a RESULTS stream an earlier release created, without the outcome
-// transform, gets it from Init (and only that); an outcome published to a reply token is then
-// stored under its group's subject.
-func TestInitUpgradesResults(t *testing.T) {
-	t.Parallel()
+// setupServer starts an embedded server and returns a JetStream client of it and a context for
+// the test's requests.
+func setupServer(t *testing.T) (jetstream.JetStream, context.Context) {
+	t.Helper()
 	srv := jstest.New(t)
 	js, err := jetstream.New(jstest.NewConn(t, srv.ClientURL()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
+	return js, ctx
+}
+
+// TestInitUpgradesResults: a RESULTS stream an earlier release created, without the outcome
+// transform, gets it from Init (and only that); an outcome published to a reply token is then
+// stored under its group's subject.
+func TestInitUpgradesResults(t *testing.T) {
+	t.Parallel()
+	js, ctx := setupServer(t)
 	names, _ := wire.NewNames("upgrade")
 	var old jetstream.StreamConfig
 	for _, cfg := range topology.Streams(names, config.StreamOptions{}) {
@@ -76,13 +84,7 @@ func TestInitUpgradesResults(t *testing.T) {
 // options) accept them as they are.
 func TestInitIsIdempotent(t *testing.T) {
 	t.Parallel()
-	srv := jstest.New(t)
-	js, err := jetstream.New(jstest.NewConn(t, srv.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	js, ctx := setupServer(t)
 	names, _ := wire.NewNames("topo")
 	if _, err := topology.Init(ctx, js, names, config.StreamOptions{}); err != nil {
 		t.Fatal(err)
@@ -109,15 +111,9 @@ func TestInitIsIdempotent(t *testing.T) {
 // and reports how an existing stream differs from the options, changing nothing.
 func TestCheckAndInit(t *testing.T) {
 	t.Parallel()
-	srv := jstest.New(t)
-	js, err := jetstream.New(jstest.NewConn(t, srv.ClientURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	js, ctx := setupServer(t)
 	names, _ := wire.NewNames("acme")
-	err = topology.Check(ctx, js, names, names.JobsStream())
+	err := topology.Check(ctx, js, names, names.JobsStream())
 	if !errors.Is(err, topology.ErrNamespaceNotFound) || !strings.Contains(err.Error(), `namespace "acme" is not initialised (stream acme_JOBS not found)`) {
 		t.Fatalf("Check before Init: %v", err)
 	}
