@@ -12,9 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/cmd/weave/internal/inproc"
-	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
-	"github.com/weavejobs/weave/worker"
 )
 
 // SubmittersResult is what the fleet scenario measured with one count of submitters.
@@ -52,19 +50,7 @@ func runSubmitters(ctx context.Context, env *Env, cfg FleetConfig, n int) (res *
 	res = &SubmittersResult{Submitters: n}
 
 	wl := newSingleLog(jobs)
-	if err := d.Coordinator(coordinator.Config{}); err != nil {
-		return nil, err
-	}
-	sh := cfg.SubmitFleet
-	for i := range sh.Workers {
-		if _, _, err := d.Worker(worker.Config{ID: fmt.Sprint("w", i), Concurrency: sh.Concurrency}, func(_ context.Context, j *worker.Job) ([]byte, error) {
-			wl.started(j.Payload)
-			return nil, nil
-		}); err != nil {
-			return nil, err
-		}
-	}
-	if err := d.WaitStatus(inproc.FleetReady(sh.Workers, sh.Workers*sh.Concurrency)); err != nil {
+	if err := wl.startFleet(d, cfg.SubmitFleet.Workers, cfg.SubmitFleet.Concurrency); err != nil {
 		return nil, err
 	}
 	env.progressf("fleet: %s submitters: connecting", count(n))
@@ -103,7 +89,7 @@ func runSubmitters(ctx context.Context, env *Env, cfg FleetConfig, n int) (res *
 
 	rl := newSingleLog(jobs)
 	var rawCPU time.Duration
-	if err := rawSubmitters(ctx, env, d, n, sh, jobs, cfg.Rate, rl, &rawCPU); err != nil {
+	if err := rawSubmitters(ctx, env, d, n, cfg.SubmitFleet, jobs, cfg.Rate, rl, &rawCPU); err != nil {
 		return nil, fmt.Errorf("raw JetStream reference: %w", err)
 	}
 	res.Raw = rl.side()

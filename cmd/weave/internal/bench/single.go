@@ -78,6 +78,23 @@ type singleLog struct {
 	all         chan struct{}
 }
 
+// startFleet starts d's coordinator and workers × concurrency no-op workers that log each job's
+// start in wl, and waits until the coordinator knows them all.
+func (wl *singleLog) startFleet(d *deployment, workers, concurrency int) error {
+	if err := d.Coordinator(coordinator.Config{}); err != nil {
+		return err
+	}
+	for i := range workers {
+		if _, _, err := d.Worker(worker.Config{ID: fmt.Sprint("w", i), Concurrency: concurrency}, func(_ context.Context, j *worker.Job) ([]byte, error) {
+			wl.started(j.Payload)
+			return nil, nil
+		}); err != nil {
+			return err
+		}
+	}
+	return d.WaitStatus(inproc.FleetReady(workers, workers*concurrency))
+}
+
 func newSingleLog(n int) *singleLog {
 	l := &singleLog{submit: make([]time.Time, n), start: make([]time.Duration, n), seen: make([]time.Duration, n), n: n, all: make(chan struct{})}
 	return l
@@ -146,20 +163,11 @@ func RunSingle(ctx context.Context, env *Env, cfg SingleConfig) (res *SingleResu
 
 	// Weave.
 	wl := newSingleLog(n)
-	if err := d.Coordinator(coordinator.Config{}); err != nil {
-		return nil, err
-	}
-	if _, _, err := d.Worker(worker.Config{ID: "w0", Concurrency: cfg.Concurrency}, func(_ context.Context, j *worker.Job) ([]byte, error) {
-		wl.started(j.Payload)
-		return nil, nil
-	}); err != nil {
+	if err := wl.startFleet(d, 1, cfg.Concurrency); err != nil {
 		return nil, err
 	}
 	disp, err := d.Dispatcher()
 	if err != nil {
-		return nil, err
-	}
-	if err := d.WaitStatus(inproc.FleetReady(1, cfg.Concurrency)); err != nil {
 		return nil, err
 	}
 	if err := warmUp(ctx, disp, make([]byte, 8)); err != nil {
