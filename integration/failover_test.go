@@ -209,6 +209,35 @@ func TestClusterReplayAfterTakeover(t *testing.T) {
 	}
 }
 
+// TestClusterCoordinatorFollowsNamespaceReplicas: a coordinator started without replicas (as
+// 'weave coordinator' without --replicas) on a namespace created with 3 creates its lease and
+// release-key buckets with 3 replicas too: one replica would make the lease a single point of
+// failure on the cluster.
+func TestClusterCoordinatorFollowsNamespaceReplicas(t *testing.T) {
+	t.Parallel()
+	e := setupCluster(t)
+	e.streams = coordinator.StreamOptions{}
+	e.clusterCoordinator(coordinator.Config{})
+	e.clusterWorker(2, func(_ context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
+	if sum, err := e.publish("g", jobs(3, nil)).WaitSummary(e.ctx); err != nil || sum.Done != 3 {
+		t.Fatalf("group: %+v %v", sum, err)
+	}
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := wire.NewNames(e.ns)
+	for _, bucket := range []string{names.LeaseBucket(), names.KeyBucket()} {
+		s, err := js.Stream(e.ctx, "KV_"+bucket)
+		if err != nil {
+			t.Fatalf("bucket %s: %v", bucket, err)
+		}
+		if got := s.CachedInfo().Config.Replicas; got != 3 {
+			t.Errorf("bucket %s has %d replicas, want the namespace's 3", bucket, got)
+		}
+	}
+}
+
 // TestClusterNodeLoss: the node leading the RESULTS stream (where outcomes and summaries go),
 // which the coordinator is connected to, is shut down while groups run. Every group still gets
 // its summary with every job done: writes lost with the node or failed during the election
