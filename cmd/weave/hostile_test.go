@@ -107,6 +107,10 @@ func TestCLIHostileWorker(t *testing.T) {
 		{"limit", "list"},
 		{"schedule", "list"},
 		{"status"},
+		{"failed", "list", "--json"},
+		{"job", id, "--json"},
+		{"job", "--group", "g", "--key", "evil-key", "--json"},
+		{"groups", "--json"},
 	} {
 		code, out, errOut := cli(args...)
 		if code != exitOK {
@@ -115,6 +119,16 @@ func TestCLIHostileWorker(t *testing.T) {
 		}
 		if raw := rawBytes(out + errOut); len(raw) > 0 {
 			t.Errorf("weave %s prints raw characters: %v", strings.Join(args, " "), raw)
+		}
+		if args[len(args)-1] == "--json" {
+			want := `\u001b[31mRED\u001b[0m`
+			if args[1] == id {
+				want = `\u001b[2J`
+			}
+			if !strings.Contains(out, want) && args[0] != "groups" {
+				t.Errorf("weave %s does not carry the hostile error escaped:\n%s", strings.Join(args, " "), out)
+			}
+			continue
 		}
 		full := strings.Contains(strings.Join(args, " "), "--full")
 		switch args[0] {

@@ -248,7 +248,7 @@ func (s *submitCmd) waitFor(ctx context.Context, h *dispatcher.Handle, out, stde
 		}
 	}
 	if s.outcomes {
-		enc := json.NewEncoder(out)
+		enc := jsonEncoder(out)
 		for o, err := range h.Outcomes(ctx) {
 			if err != nil {
 				return summaryJSON{}, s.waitError(s.group, err)
@@ -362,8 +362,12 @@ func outcomeLine(o dispatcher.JobOutcome) jobOutcomeLine {
 }
 
 // writeJSON writes v as JSON, indented or on one line.
+// jsonEncoder is every --json output's encoder: job results and errors, IDs and keys are
+// untrusted text, written with the characters a terminal may interpret escaped (safetext.JSON).
+func jsonEncoder(w io.Writer) *json.Encoder { return json.NewEncoder(safetext.JSON(w)) }
+
 func writeJSON(w io.Writer, v any, indent bool) error {
-	enc := json.NewEncoder(w)
+	enc := jsonEncoder(w)
 	if indent {
 		enc.SetIndent("", "  ")
 	}
@@ -485,7 +489,7 @@ func (s *submitCmd) submitSingle(ctx context.Context, d *dispatcher.Dispatcher, 
 		res.Outcome = &line
 		if !s.jsonOut {
 			if s.outcomes {
-				if err := json.NewEncoder(stdout).Encode(line); err != nil {
+				if err := jsonEncoder(stdout).Encode(line); err != nil {
 					return err
 				}
 			}
@@ -525,7 +529,7 @@ func (s *submitCmd) submitSingles(ctx context.Context, d *dispatcher.Dispatcher,
 		accepted  int
 		dups      int
 		chunk     []dispatcher.Single
-		enc       = json.NewEncoder(stdout)
+		enc       = jsonEncoder(stdout)
 	)
 	flush := func() error {
 		subs, err := d.SubmitMany(ctx, chunk)
