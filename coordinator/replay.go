@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"container/heap"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/weavejobs/weave/internal/jobindex"
@@ -41,6 +42,119 @@ type replayState struct {
 	// order: judged by the live path once the state is rebuilt, except those refusedLive.
 	unproven    []reportAt
 	refusedLive map[refusedReport]bool // reports refused and journaled before the restart
+	// held are the incarnations opened after a sealed one not known to be complete, in arrival
+	// order, decided by endReplay (see heldOpen); heldOf finds one by its group.
+	held   []*heldOpen
+	heldOf map[*group]*heldOpen
+}
+
+// heldOpen is an incarnation whose open (or single job) replay read while its group ID's
+// previous incarnation, prev, was sealed and not known to be complete. Live, such an open is
+// accepted only once prev is complete; replay learns that from the reports and outcomes, read
+// after JOBS. Meanwhile it is tracked like any incarnation (one a coordinator accepted may have
+// run jobs), and endReplay decides it (decideHeld).
+type heldOpen struct {
+	g, prev *group
+	msgs    []heldMsg // the JOBS messages applied to g, its open first: refused with it
+	decided bool
+	refused bool
+}
+
+// heldMsg is a JOBS message applied to a held incarnation: an open (on the job subject: a single
+// job), a seal or a keep-alive, or (c nil) a job message.
+type heldMsg struct {
+	subject string
+	seq     uint64
+	c       *wire.GroupControl
+}
+
+// hold starts holding g, opened at replay after prev (see heldOpen).
+func (rs *replayState) hold(g, prev *group, open heldMsg) {
+	h := &heldOpen{g: g, prev: prev, msgs: []heldMsg{open}}
+	if rs.heldOf == nil {
+		rs.heldOf = map[*group]*heldOpen{}
+	}
+	rs.heldOf[g] = h
+	rs.held = append(rs.held, h)
+}
+
+// noteHeld records, during replay, a JOBS message applied to g if g is held (see heldOpen).
+func (e *engine) noteHeld(g *group, subject string, seq uint64, c *wire.GroupControl) {
+	if !e.replaying() {
+		return
+	}
+	if h := e.replay.heldOf[g]; h != nil && h.msgs[len(h.msgs)-1].seq != seq { // a single job's open is its job
+		h.msgs = append(h.msgs, heldMsg{subject: subject, seq: seq, c: c})
+	}
+}
+
+// since returns the incarnation that messages applied to g would have gone to live: g, or, if
+// g's open was refused, the incarnation before it.
+func (rs *replayState) since(g *group) *group {
+	for h := rs.heldOf[g]; h != nil && h.refused; h = rs.heldOf[g] {
+		g = h.prev
+	}
+	return g
+}
+
+// decideHeld decides a held incarnation as the live coordinator did, or would have: it is kept
+// if the incarnation before it is complete, or if a coordinator accepted it (one of its jobs
+// was released or has an outcome stored); otherwise its open is refused, with every message
+// that joined it, for the reasons the live coordinator gives, and it is forgotten. Called once
+// the reports are decided, with the cancels in stream order (a cancel may complete the one
+// before it); after replay, so refusals are recorded, counted and their messages deleted.
+func (e *engine) decideHeld(rs *replayState, h *heldOpen) {
+	if h.decided {
+		return
+	}
+	h.decided = true
+	if ph := rs.heldOf[h.prev]; ph != nil {
+		e.decideHeld(rs, ph)
+	}
+	prev, g := rs.since(h.prev), h.g
+	e.checkComplete(prev)
+	c, _ := e.idx.GroupCounts(g.idxKey)
+	if prev.complete || g.complete || c.Pending+c.Delayed < g.admitted {
+		return
+	}
+	h.refused = true
+	for _, m := range h.msgs {
+		switch {
+		case m.c == nil:
+			e.reject(m.subject, m.seq, e.joinRefusal(m.subject, g.id, prev))
+		case m.c.Op == wire.OpSeal:
+			e.applySeal(m.subject, m.seq, *m.c, prev)
+		case m.c.Op == wire.OpKeepAlive:
+			e.applyKeepAlive(m.subject, m.seq, *m.c, prev)
+		case strings.HasPrefix(m.subject, e.names.JobSubject("")):
+			e.reject(m.subject, m.seq, singleRunning(g.id))
+		default:
+			e.reject(m.subject, m.seq, openRunning(g.id))
+		}
+	}
+	// Its jobs were never admitted: out of the scheduler, the index and the count.
+	if g.inSched {
+		e.sched.Cancel(g)
+		g.inSched = false
+	}
+	for _, st := range []jobindex.State{jobindex.Pending, jobindex.Delayed} {
+		for _, id := range slices.Collect(e.idx.GroupJobs(g.idxKey, st)) {
+			_, _ = e.idx.Move(id, jobindex.Canceled) // not a transition any job made: not in the metrics
+		}
+	}
+	e.stats.Admitted -= g.admitted
+	e.untrack(g)
+	if e.groups.byID[g.id] == nil {
+		e.groups.byID[g.id] = prev
+	}
+	if req := e.rd.replayOpens[g.openSeq]; req != 0 {
+		// A redrive's open refused: its request, if stored, is decided as one without an open.
+		delete(e.rd.replayOpens, g.openSeq)
+		if _, ok := e.rd.replayAsks[req]; ok {
+			e.rd.replayOpen = append(e.rd.replayOpen, req)
+			slices.Sort(e.rd.replayOpen)
+		}
+	}
 }
 
 // refusedReport names one report of a report message: a journal.KindRefused entry.
@@ -49,9 +163,10 @@ type refusedReport struct {
 	attempt uint32
 }
 
-// replayCancel is a cancel read during replay: of the group, or of some of its jobs.
+// replayCancel is a cancel read during replay at seq: of the group, or of some of its jobs.
 type replayCancel struct {
 	g    *group
+	seq  uint64
 	jobs []uint64
 }
 
@@ -258,12 +373,25 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 		return rs.refusedLive[refusedReport{ra.seq, ra.r.ID, ra.r.Attempt}]
 	}))
 	slices.SortStableFunc(reports, func(a, b reportAt) int { return cmp.Compare(a.seq, b.seq) })
+	var unreleased []reportAt // about a job of a held incarnation never released: judged once it is decided
 	for _, ra := range reports {
+		if rs.heldOf[rs.groupOf[ra.r.ID]] != nil && e.jobs[ra.r.ID] == nil {
+			unreleased = append(unreleased, ra)
+			continue
+		}
 		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
 	}
 	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
 	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
+	// One of a held incarnation goes, if its open is refused, where it would have gone live.
 	for _, c := range rs.cancels {
+		if h := rs.heldOf[c.g]; h != nil {
+			e.decideHeld(rs, h)
+			if h.refused {
+				c.g = rs.since(c.g)
+				c.g.lastSeq = max(c.g.lastSeq, c.seq) // purged with it, as live
+			}
+		}
 		switch {
 		case c.g.complete:
 		case len(c.jobs) > 0:
@@ -271,6 +399,12 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 		default:
 			e.cancelGroup(c.g)
 		}
+	}
+	for _, h := range rs.held {
+		e.decideHeld(rs, h)
+	}
+	for _, ra := range unreleased {
+		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
 	}
 	for _, g := range e.groups.arrival {
 		e.checkComplete(g)
