@@ -2,10 +2,13 @@ package coordinator
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/auth"
 	"github.com/weavejobs/weave/internal/wire"
+	"github.com/weavejobs/weave/worker"
 )
 
 // authServer starts an embedded JetStream server configured with the authorization block
@@ -81,16 +85,18 @@ func authServer(t *testing.T, ns string, users []auth.User) (connect func(user s
 
 // TestForgedOpenWhileNoCoordinatorRuns runs on a server with the users `weave auth` renders. Group
 // g is sealed and still running (its job waits for a resource no worker holds) when its
-// coordinator stops. While none runs, the producer's user stores an open of g, a job, a
-// keep-alive and a seal after it, and a single job of g. The next coordinator refuses each as the
-// live coordinator does: recorded in NS_REJECTED with the live reason, counted, deleted from
-// NS_JOBS, and nothing changes (g's job is its only one, still pending). The same inputs stored
-// while it runs get the same records. (Replay used to accept them: the forged open started a new
-// incarnation of g.)
+// coordinator stops; group f has completed, its job failed (so its messages are kept). While no
+// coordinator runs, the producer's user stores an open of g, a job, a keep-alive and a seal after
+// it, a single job of g, and a cancel of f. The next coordinator refuses each as the live
+// coordinator does: recorded in NS_REJECTED with the live reason, counted, deleted from NS_JOBS,
+// and nothing changes (g's job is its only one, still pending). The same inputs stored while it
+// runs get the same records. (Replay used to accept the open, which started a new incarnation of
+// g, and the single job, and to drop the cancel unrecorded.)
 func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 	t.Parallel()
 	const ns = "fopen"
-	connect := authServer(t, ns, []auth.User{{Role: auth.Coordinator}, {Role: auth.Producer}, {Role: auth.Observer}})
+	connect := authServer(t, ns, []auth.User{{Role: auth.Coordinator}, {Role: auth.Producer}, {Role: auth.Observer},
+		{Role: auth.Worker, WorkerID: "wy", Resources: []string{"y"}}})
 	names, _ := wire.NewNames(ns)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -151,7 +157,28 @@ func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor("g's job to be admitted", func() bool { return status().Totals.Admitted == 1 })
+	w, err := worker.New(connect(ns+"-worker-wy"), worker.Config{Namespace: ns, ID: "wy", Resources: []string{"y"}, Concurrency: 1, Logger: zerolog.Nop()},
+		worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) { return nil, worker.Permanent(errors.New("no")) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	wdone := make(chan error, 1)
+	go func() { wdone <- w.Run(wctx) }()
+	defer func() {
+		wcancel()
+		<-wdone
+	}()
+	hf, err := d.Publish(ctx, "f", func(yield func(dispatcher.Job) bool) {
+		yield(dispatcher.Job{Key: "fails", Require: []string{"y"}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum, err := hf.WaitSummary(ctx); err != nil || sum.Failed != 1 {
+		t.Fatalf("f's summary %+v, %v; want its job failed", sum, err)
+	}
+	waitFor("g's job to be admitted", func() bool { return status().Totals.Admitted == 2 })
 	stop1()
 
 	jobs, err := jetstream.New(coordNC)
@@ -165,7 +192,7 @@ func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 		}
 		return s.CachedInfo().State.Msgs
 	}
-	held := jobsHeld() // g's open, job and seal
+	held := jobsHeld() // g's and f's open, job and seal
 
 	// The producer's user stores the inputs; each is refused for the reason returned.
 	prodJS, err := jetstream.New(prodNC)
@@ -183,6 +210,7 @@ func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 			{&nats.Msg{Subject: names.GroupSubject("g"), Header: wire.GroupControl{Group: "g", Op: wire.OpKeepAlive}.Header()}, "keep-alive of a group that is not open: g"},
 			{&nats.Msg{Subject: names.GroupSubject("g"), Header: wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1}.Header()}, "seal of a group that is not open: g"},
 			{&nats.Msg{Subject: names.JobSubject("g"), Header: wire.JobMeta{Group: "g", Key: key, Single: true}.Header(), Data: []byte("forged")}, singleRunning("g")},
+			{&nats.Msg{Subject: names.GroupSubject("f"), Header: wire.GroupControl{Group: "f", Op: wire.OpCancel}.Header()}, cancelNotOpen("f")},
 		} {
 			ack, err := prodJS.PublishMsg(ctx, in.m)
 			if err != nil {
@@ -210,9 +238,11 @@ func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 		}
 		return got
 	}
-	check := func(when string, want []rejection, rejected uint64) {
+	check := func(when string, want []rejection, rejected, refused uint64) {
 		t.Helper()
 		got := recorded(len(want))
+		// At replay a cancel is applied before the open stored ahead of it is decided.
+		slices.SortFunc(got, func(a, b rejection) int { return cmp.Compare(a.seq, b.seq) })
 		for i := range want {
 			if got[i] != want[i] {
 				t.Errorf("%s: record %d is %+v, want %+v", when, i, got[i], want[i])
@@ -220,8 +250,9 @@ func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 		}
 		waitFor("the refused inputs to be deleted from NS_JOBS", func() bool { return jobsHeld() == held })
 		st := status()
-		if st.Totals.Rejected != rejected || st.Totals.Admitted != 1 {
-			t.Errorf("%s: %d rejected, %d admitted; want %d and g's one job", when, st.Totals.Rejected, st.Totals.Admitted, rejected)
+		if st.Totals.Rejected != rejected || st.Totals.Refused != refused || st.Totals.Admitted != 2 {
+			t.Errorf("%s: %d rejected, %d refused, %d admitted; want %d, %d and g's and f's jobs", when,
+				st.Totals.Rejected, st.Totals.Refused, st.Totals.Admitted, rejected, refused)
 		}
 		if info, err := d.Job(ctx, h.FirstID()); err != nil || info.State != dispatcher.StatePending || info.Group != "g" {
 			t.Errorf("%s: g's job is %+v, %v; want pending", when, info, err)
@@ -231,8 +262,9 @@ func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 	stored := storeInputs("1")
 	start()
 	waitFor("the second coordinator", func() bool { return status().Epoch != 0 })
-	check("stored while no coordinator ran", stored, 5)
-	check("stored while a coordinator runs", storeInputs("2"), 10)
+	check("stored while no coordinator ran", stored, 5, 1)
+	waitFor("f to be forgotten", func() bool { return status().OpenGroups == 1 })
+	check("stored while a coordinator runs", storeInputs("2"), 10, 2)
 }
 
 func deadlineOf(ctx context.Context) time.Time {

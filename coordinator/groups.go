@@ -173,14 +173,14 @@ func (e *engine) applySeal(subject string, seq uint64, c wire.GroupControl, g *g
 // applyCancel cancels a whole group or some of its jobs, and answers if asked to.
 func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g *group) {
 	if g == nil {
-		e.refuse(subject, seq, "cancel of a group that is not open: "+c.Group)
+		e.refuse(subject, seq, cancelNotOpen(c.Group))
 		e.answerNotOpen(seq, c)
 		return
 	}
 	if g.complete {
 		// Rejected like a cancel of a group gone already, so its message is deleted: the
 		// group's purge has gone or is on its way, and would not cover it.
-		e.refuse(subject, seq, "cancel of a group that is complete: "+c.Group)
+		e.refuse(subject, seq, cancelComplete(c.Group))
 		e.answerNotOpen(seq, c)
 		return
 	}
@@ -196,7 +196,7 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g 
 	if e.replaying() {
 		// The group's pending jobs are not in the scheduler yet, nor its running ones known:
 		// endReplay applies the cancel to the rebuilt state.
-		e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, seq: seq, jobs: c.Jobs})
+		e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, subject: subject, seq: seq, jobs: c.Jobs})
 		return
 	}
 	canceled, stopping := g.canceled, len(e.out.cancels)
@@ -208,6 +208,10 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g 
 	}
 	e.answer(seq, c, wire.ControlAnswer{OK: true, Canceled: int(g.canceled - canceled), Stopping: len(e.out.cancels) - stopping, Final: final, Unknown: unknown})
 }
+
+// cancelNotOpen and cancelComplete are why a cancel of a group not open, or complete, is refused.
+func cancelNotOpen(id string) string  { return "cancel of a group that is not open: " + id }
+func cancelComplete(id string) string { return "cancel of a group that is complete: " + id }
 
 // seal marks g sealed by the message at seq: no more jobs join it.
 func (e *engine) seal(g *group, seq uint64) {

@@ -46,6 +46,9 @@ type replayState struct {
 	// order, decided by endReplay (see heldOpen); heldOf finds one by its group.
 	held   []*heldOpen
 	heldOf map[*group]*heldOpen
+	// summarized holds, for the incarnations whose summary is stored, the JOBS sequence of their
+	// last message when they completed, if the summary says it: a cancel after it came too late.
+	summarized map[*group]uint64
 }
 
 // heldOpen is an incarnation whose open (or single job) replay read while its group ID's
@@ -163,11 +166,13 @@ type refusedReport struct {
 	attempt uint32
 }
 
-// replayCancel is a cancel read during replay at seq: of the group, or of some of its jobs.
+// replayCancel is a cancel read during replay on subject at seq: of the group, or of some of
+// its jobs.
 type replayCancel struct {
-	g    *group
-	seq  uint64
-	jobs []uint64
+	g       *group
+	subject string
+	seq     uint64
+	jobs    []uint64
 }
 
 // reportAt is a report seen during replay, applied once the journal has been read.
@@ -296,8 +301,9 @@ func (e *engine) skipRefused(entries []journal.Entry) {
 }
 
 // outcomeReplay applies one message from a group's outcome subject written before the restart:
-// msgSeq and at are its sequence and time in RESULTS.
-func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome, sum *wire.GroupSummary, msgSeq uint64, at time.Time) {
+// msgSeq and at are its sequence and time in RESULTS; lastSeq, for a summary, the JOBS sequence
+// of the incarnation's last message when it completed (0 if the summary does not say).
+func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome, sum *wire.GroupSummary, lastSeq, msgSeq uint64, at time.Time) {
 	id, err := wire.ParseGroupToken(gtok)
 	if err != nil {
 		return
@@ -318,6 +324,12 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 		keep := sum.Failed > 0
 		if g != nil {
 			g.complete = true
+			if lastSeq > 0 {
+				if e.replay.summarized == nil {
+					e.replay.summarized = map[*group]uint64{}
+				}
+				e.replay.summarized[g] = lastSeq
+			}
 			jobsSeq = g.lastSeq
 			keep = keep || e.retention.keeping[g.tok] > 0 // kept for an earlier one (keepsJobs)
 		}
@@ -383,20 +395,29 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	}
 	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
 	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
-	// One of a held incarnation goes, if its open is refused, where it would have gone live.
+	// One of a held incarnation goes, if its open is refused, where it would have gone live. One
+	// stored after its incarnation completed is refused, as live: after the last message its
+	// stored summary names (its incarnation is forgotten once replay ends), or, moved to an
+	// incarnation that completed during this reconciliation, after its last message.
 	for _, c := range rs.cancels {
 		if h := rs.heldOf[c.g]; h != nil {
 			e.decideHeld(rs, h)
 			if h.refused {
 				c.g = rs.since(c.g)
-				c.g.lastSeq = max(c.g.lastSeq, c.seq) // purged with it, as live
 			}
 		}
+		last, summarized := rs.summarized[c.g]
 		switch {
+		case c.g.complete && summarized && c.seq > last:
+			e.refuse(c.subject, c.seq, cancelNotOpen(c.g.id))
+		case c.g.complete && c.seq > c.g.lastSeq:
+			e.refuse(c.subject, c.seq, cancelComplete(c.g.id))
 		case c.g.complete:
 		case len(c.jobs) > 0:
+			c.g.lastSeq = max(c.g.lastSeq, c.seq) // purged with it (a cancel moved from a refused open)
 			e.cancelJobs(c.g, c.jobs)
 		default:
+			c.g.lastSeq = max(c.g.lastSeq, c.seq)
 			e.cancelGroup(c.g)
 		}
 	}
