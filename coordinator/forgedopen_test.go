@@ -19,6 +19,7 @@ import (
 
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/auth"
+	"github.com/weavejobs/weave/internal/schedule"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -87,11 +88,12 @@ func authServer(t *testing.T, ns string, users []auth.User) (connect func(user s
 // g is sealed and still running (its job waits for a resource no worker holds) when its
 // coordinator stops; group f has completed, its job failed (so its messages are kept). While no
 // coordinator runs, the producer's user stores an open of g, a job, a keep-alive and a seal after
-// it, a single job of g, and a cancel of f. The next coordinator refuses each as the live
-// coordinator does: recorded in NS_REJECTED with the live reason, counted, deleted from NS_JOBS,
-// and nothing changes (g's job is its only one, still pending). The same inputs stored while it
-// runs get the same records. (Replay used to accept the open, which started a new incarnation of
-// g, and the single job, and to drop the cancel unrecorded.)
+// it, a single job of g, a cancel of f and a malformed schedule. The next coordinator refuses each
+// as the live coordinator does: recorded in NS_REJECTED with the live reason, counted, deleted
+// from NS_JOBS, and nothing changes (g's job is its only one, still pending). The same inputs
+// stored in NS_JOBS while it runs get the same records. (Replay used to accept the open, which
+// started a new incarnation of g, and the single job, and to drop the cancel unrecorded; the
+// schedule was recorded but not counted.)
 func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 	t.Parallel()
 	const ns = "fopen"
@@ -260,11 +262,18 @@ func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 	}
 
 	stored := storeInputs("1")
+	bad := &nats.Msg{Subject: names.ScheduleSubject("bad"), Data: []byte("{not json")}
+	ack, err := prodJS.PublishMsg(ctx, bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badReason := schedule.Decode(bad.Data, &schedule.Def{})
+	stored = append([]rejection{{subject: bad.Subject, seq: ack.Sequence, reason: badReason.Error()}}, stored...) // its sequence is NS_SCHEDULES' first
 	start()
 	waitFor("the second coordinator", func() bool { return status().Epoch != 0 })
-	check("stored while no coordinator ran", stored, 5, 1)
+	check("stored while no coordinator ran", stored, 6, 1)
 	waitFor("f to be forgotten", func() bool { return status().OpenGroups == 1 })
-	check("stored while a coordinator runs", storeInputs("2"), 10, 2)
+	check("stored while a coordinator runs", storeInputs("2"), 11, 2)
 }
 
 func deadlineOf(ctx context.Context) time.Time {
