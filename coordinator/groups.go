@@ -106,7 +106,7 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 			g.reply = c.Reply // the producer publishing it now is the one alive to hear of it
 		}
 		e.heard(g)
-		e.noteHeld(g, subject, seq, &c)
+		e.noteDeferred(g, subject, seq, &c)
 		return
 	case g != nil && !g.complete && !e.replaying():
 		e.reject(subject, seq, openRunning(c.Group))
@@ -114,8 +114,8 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	}
 	// New, or a new incarnation of a complete group's ID. During replay the feed is read
 	// before the outcomes, so whether a sealed previous incarnation was complete is not known
-	// yet: the new one is held, tracked like any other until endReplay decides it as the live
-	// coordinator would have (see heldOpen).
+	// yet: the new one is deferred: tracked like any other until endReplay decides it as the live
+	// coordinator would have (see deferredOpen).
 	prev := g
 	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), reply: c.Reply, openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1)), redriven: c.Redrive != 0}
 	e.groups.byID[c.Group] = g
@@ -126,7 +126,7 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	if !e.replaying() {
 		e.schedule(g, nil)
 	} else if prev != nil && !prev.complete {
-		e.replay.hold(g, prev, heldMsg{subject: subject, seq: seq, c: &c})
+		e.replay.deferOpen(g, prev, deferredMsg{subject: subject, seq: seq, c: &c})
 	}
 }
 
@@ -146,7 +146,7 @@ func (e *engine) applyKeepAlive(subject string, seq uint64, c wire.GroupControl,
 		return
 	}
 	e.heard(g)
-	e.noteHeld(g, subject, seq, &c)
+	e.noteDeferred(g, subject, seq, &c)
 }
 
 // applySeal seals a group: its producer's seal, or the coordinator's for an abandoned group.
@@ -155,13 +155,13 @@ func (e *engine) applySeal(subject string, seq uint64, c wire.GroupControl, g *g
 	case g != nil && g.sealedByCancel && !c.Abandoned:
 		// Canceled while open, which sealed it: the producer's own seal comes after.
 		g.lastSeq = seq
-		e.noteHeld(g, subject, seq, &c)
+		e.noteDeferred(g, subject, seq, &c)
 		return
 	case g == nil || g.sealed:
 		e.reject(subject, seq, "seal of a group that is not open: "+c.Group)
 		return
 	}
-	e.noteHeld(g, subject, seq, &c)
+	e.noteDeferred(g, subject, seq, &c)
 	e.seal(g, seq)
 	g.count, g.abandoned = c.Count, c.Abandoned
 	if g.abandoned {
@@ -249,7 +249,7 @@ func (e *engine) mayJoin(subject string, seq uint64, group string) bool {
 		e.reject(subject, seq, reason)
 		return false
 	}
-	e.noteHeld(g, subject, seq, nil)
+	e.noteDeferred(g, subject, seq, nil)
 	return true
 }
 

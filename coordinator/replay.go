@@ -42,77 +42,77 @@ type replayState struct {
 	// order: judged by the live path once the state is rebuilt, except those refusedLive.
 	unproven    []reportAt
 	refusedLive map[refusedReport]bool // reports refused and journaled before the restart
-	// held are the incarnations opened after a sealed one not known to be complete, in arrival
-	// order, decided by endReplay (see heldOpen); heldOf finds one by its group.
-	held   []*heldOpen
-	heldOf map[*group]*heldOpen
+	// deferred are the incarnations opened after a sealed one not known to be complete, in arrival
+	// order, decided by endReplay (see deferredOpen); deferredOf finds one by its group.
+	deferred   []*deferredOpen
+	deferredOf map[*group]*deferredOpen
 	// summarized holds, for the incarnations whose summary is stored, the JOBS sequence of their
 	// last message when they completed, if the summary says it: a cancel after it came too late.
 	summarized map[*group]uint64
 }
 
-// heldOpen is an incarnation whose open (or single job) replay read while its group ID's
+// deferredOpen is an incarnation whose open (or single job) replay read while its group ID's
 // previous incarnation, prev, was sealed and not known to be complete. Live, such an open is
 // accepted only once prev is complete; replay learns that from the reports and outcomes, read
 // after JOBS. Meanwhile it is tracked like any incarnation (one a coordinator accepted may have
-// run jobs), and endReplay decides it (decideHeld).
-type heldOpen struct {
+// run jobs), and endReplay decides it (decideDeferred).
+type deferredOpen struct {
 	g, prev *group
-	msgs    []heldMsg // the JOBS messages applied to g, its open first: refused with it
+	msgs    []deferredMsg // the JOBS messages applied to g, its open first: refused with it
 	decided bool
 	refused bool
 }
 
-// heldMsg is a JOBS message applied to a held incarnation: an open (on the job subject: a single
-// job), a seal or a keep-alive, or (c nil) a job message.
-type heldMsg struct {
+// deferredMsg is a JOBS message applied to a deferred incarnation: an open (on the job subject:
+// a single job), a seal or a keep-alive, or (c nil) a job message.
+type deferredMsg struct {
 	subject string
 	seq     uint64
 	c       *wire.GroupControl
 }
 
-// hold starts holding g, opened at replay after prev (see heldOpen).
-func (rs *replayState) hold(g, prev *group, open heldMsg) {
-	h := &heldOpen{g: g, prev: prev, msgs: []heldMsg{open}}
-	if rs.heldOf == nil {
-		rs.heldOf = map[*group]*heldOpen{}
+// deferOpen defers the decision on g, opened at replay after prev (see deferredOpen).
+func (rs *replayState) deferOpen(g, prev *group, open deferredMsg) {
+	h := &deferredOpen{g: g, prev: prev, msgs: []deferredMsg{open}}
+	if rs.deferredOf == nil {
+		rs.deferredOf = map[*group]*deferredOpen{}
 	}
-	rs.heldOf[g] = h
-	rs.held = append(rs.held, h)
+	rs.deferredOf[g] = h
+	rs.deferred = append(rs.deferred, h)
 }
 
-// noteHeld records, during replay, a JOBS message applied to g if g is held (see heldOpen).
-func (e *engine) noteHeld(g *group, subject string, seq uint64, c *wire.GroupControl) {
+// noteDeferred records, during replay, a JOBS message applied to g if g is deferred.
+func (e *engine) noteDeferred(g *group, subject string, seq uint64, c *wire.GroupControl) {
 	if !e.replaying() {
 		return
 	}
-	if h := e.replay.heldOf[g]; h != nil && h.msgs[len(h.msgs)-1].seq != seq { // a single job's open is its job
-		h.msgs = append(h.msgs, heldMsg{subject: subject, seq: seq, c: c})
+	if h := e.replay.deferredOf[g]; h != nil && h.msgs[len(h.msgs)-1].seq != seq { // a single job's open is its job
+		h.msgs = append(h.msgs, deferredMsg{subject: subject, seq: seq, c: c})
 	}
 }
 
 // since returns the incarnation that messages applied to g would have gone to live: g, or, if
 // g's open was refused, the incarnation before it.
 func (rs *replayState) since(g *group) *group {
-	for h := rs.heldOf[g]; h != nil && h.refused; h = rs.heldOf[g] {
+	for h := rs.deferredOf[g]; h != nil && h.refused; h = rs.deferredOf[g] {
 		g = h.prev
 	}
 	return g
 }
 
-// decideHeld decides a held incarnation as the live coordinator did, or would have: it is kept
-// if the incarnation before it is complete, or if a coordinator accepted it (one of its jobs
-// was released or has an outcome stored); otherwise its open is refused, with every message
+// decideDeferred decides a deferred incarnation as the live coordinator did, or would have: it is
+// kept if the incarnation before it is complete, or if a coordinator accepted it (one of its
+// jobs was released or has an outcome stored); otherwise its open is refused, with every message
 // that joined it, for the reasons the live coordinator gives, and it is forgotten. Called once
 // the reports are decided, with the cancels in stream order (a cancel may complete the one
 // before it); after replay, so refusals are recorded, counted and their messages deleted.
-func (e *engine) decideHeld(rs *replayState, h *heldOpen) {
+func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
 	if h.decided {
 		return
 	}
 	h.decided = true
-	if ph := rs.heldOf[h.prev]; ph != nil {
-		e.decideHeld(rs, ph)
+	if ph := rs.deferredOf[h.prev]; ph != nil {
+		e.decideDeferred(rs, ph)
 	}
 	prev, g := rs.since(h.prev), h.g
 	e.checkComplete(prev)
@@ -385,9 +385,9 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 		return rs.refusedLive[refusedReport{ra.seq, ra.r.ID, ra.r.Attempt}]
 	}))
 	slices.SortStableFunc(reports, func(a, b reportAt) int { return cmp.Compare(a.seq, b.seq) })
-	var unreleased []reportAt // about a job of a held incarnation never released: judged once it is decided
+	var unreleased []reportAt // about a job of a deferred incarnation never released: judged once it is decided
 	for _, ra := range reports {
-		if rs.heldOf[rs.groupOf[ra.r.ID]] != nil && e.jobs[ra.r.ID] == nil {
+		if rs.deferredOf[rs.groupOf[ra.r.ID]] != nil && e.jobs[ra.r.ID] == nil {
 			unreleased = append(unreleased, ra)
 			continue
 		}
@@ -395,13 +395,13 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	}
 	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
 	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
-	// One of a held incarnation goes, if its open is refused, where it would have gone live. One
+	// One of a deferred incarnation goes, if its open is refused, where it would have gone live. One
 	// stored after its incarnation completed is refused, as live: after the last message its
 	// stored summary names (its incarnation is forgotten once replay ends), or, moved to an
 	// incarnation that completed during this reconciliation, after its last message.
 	for _, c := range rs.cancels {
-		if h := rs.heldOf[c.g]; h != nil {
-			e.decideHeld(rs, h)
+		if h := rs.deferredOf[c.g]; h != nil {
+			e.decideDeferred(rs, h)
 			if h.refused {
 				c.g = rs.since(c.g)
 			}
@@ -421,8 +421,8 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 			e.cancelGroup(c.g)
 		}
 	}
-	for _, h := range rs.held {
-		e.decideHeld(rs, h)
+	for _, h := range rs.deferred {
+		e.decideDeferred(rs, h)
 	}
 	for _, ra := range unreleased {
 		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)

@@ -13,8 +13,8 @@ import (
 //
 // A single job whose group ID has an incarnation that is not complete is refused: a single job
 // opens its own group. During replay the feed is read before the outcomes, so whether a sealed
-// incarnation had completed is not known yet: as an open (applyOpen), the single job is held
-// until endReplay decides it (see heldOpen).
+// incarnation had completed is not known yet: as an open (applyOpen), the single job is deferred
+// until endReplay decides it (see deferredOpen).
 func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stored time.Time) bool {
 	m := &j.Meta
 	if g := e.groups.byID[m.Group]; g != nil && !g.complete && (!g.sealed || !e.replaying()) {

@@ -40,11 +40,11 @@ func takeRejections(e *engine) []rejection {
 	return rj
 }
 
-// heldCase is a group g whose first incarnation (open 1, jobs 2 and 3, seal 4) runs job 2 (none
+// deferredCase is a group g whose first incarnation (open 1, jobs 2 and 3, seal 4) runs job 2 (none
 // if idle) and has job 3 pending, then inputs stored after it from 5 on, and reports about them
 // (EVENTS 30 on). live returns the engine that read them as they came; replayed the engine of a
 // coordinator that started after they were stored, with alive the jobs in WORK.
-type heldCase struct {
+type deferredCase struct {
 	t       *testing.T
 	idle    bool
 	inputs  []jobsMsg
@@ -52,7 +52,7 @@ type heldCase struct {
 	now     time.Time
 }
 
-func (hc *heldCase) first(names wire.Names) []jobsMsg {
+func (hc *deferredCase) first(names wire.Names) []jobsMsg {
 	return []jobsMsg{
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpOpen}),
 		jobMsg(names, wire.JobMeta{Group: "g"}),
@@ -61,7 +61,7 @@ func (hc *heldCase) first(names wire.Names) []jobsMsg {
 	}
 }
 
-func (hc *heldCase) live() *engine {
+func (hc *deferredCase) live() *engine {
 	te := newTestEngine(hc.t, Config{Prefetch: -1})
 	hc.now = te.now
 	feedFrom(te.e, 1, hc.first(te.e.names))
@@ -78,7 +78,7 @@ func (hc *heldCase) live() *engine {
 	return te.e
 }
 
-func (hc *heldCase) replayed(alive map[uint64]aliveJob) *engine {
+func (hc *deferredCase) replayed(alive map[uint64]aliveJob) *engine {
 	te := newTestEngine(hc.t, Config{Prefetch: -1})
 	e := te.restarted()
 	feedFrom(e, 1, hc.first(e.names))
@@ -103,7 +103,7 @@ func (hc *heldCase) replayed(alive map[uint64]aliveJob) *engine {
 func TestReplayRefusesOpenOfRunningGroup(t *testing.T) {
 	t.Parallel()
 	names, _ := wire.NewNames("")
-	hc := &heldCase{t: t, inputs: []jobsMsg{
+	hc := &deferredCase{t: t, inputs: []jobsMsg{
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpOpen}),      // 5
 		jobMsg(names, wire.JobMeta{Group: "g", Key: "forged"}),                 // 6
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpKeepAlive}), // 7
@@ -167,12 +167,12 @@ func TestReplayRefusesOpenOfRunningGroup(t *testing.T) {
 	}
 }
 
-// TestReplayHeldCancelGoesToRunningGroup: a cancel stored after a refused open is, as live, the
+// TestReplayDeferredCancelGoesToRunningGroup: a cancel stored after a refused open is, as live, the
 // running incarnation's: its pending job ends canceled and its running one is told to stop.
-func TestReplayHeldCancelGoesToRunningGroup(t *testing.T) {
+func TestReplayDeferredCancelGoesToRunningGroup(t *testing.T) {
 	t.Parallel()
 	names, _ := wire.NewNames("")
-	hc := &heldCase{t: t, inputs: []jobsMsg{
+	hc := &deferredCase{t: t, inputs: []jobsMsg{
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpOpen}),
 		jobMsg(names, wire.JobMeta{Group: "g"}),
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpCancel}), // 7
@@ -193,12 +193,12 @@ func TestReplayHeldCancelGoesToRunningGroup(t *testing.T) {
 	}
 }
 
-// TestReplayHeldOpenAfterCancelCompletes: a cancel that completes the incarnation before lets the
+// TestReplayDeferredOpenAfterCancelCompletes: a cancel that completes the incarnation before lets the
 // open after it start the next, live and at replay; the open before it is refused.
-func TestReplayHeldOpenAfterCancelCompletes(t *testing.T) {
+func TestReplayDeferredOpenAfterCancelCompletes(t *testing.T) {
 	t.Parallel()
 	names, _ := wire.NewNames("")
-	hc := &heldCase{t: t, idle: true, inputs: []jobsMsg{
+	hc := &deferredCase{t: t, idle: true, inputs: []jobsMsg{
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpOpen}),   // 5: refused
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpCancel}), // 6
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpOpen}),   // 7
