@@ -91,9 +91,9 @@ func (e *engine) noteDeferred(g *group, subject string, seq uint64, c *wire.Grou
 	}
 }
 
-// since returns the incarnation that messages applied to g would have gone to live: g, or, if
+// effective returns the incarnation that messages applied to g would have gone to live: g, or, if
 // g's open was refused, the incarnation before it.
-func (rs *replayState) since(g *group) *group {
+func (rs *replayState) effective(g *group) *group {
 	for h := rs.deferredOf[g]; h != nil && h.refused; h = rs.deferredOf[g] {
 		g = h.prev
 	}
@@ -114,7 +114,7 @@ func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
 	if ph := rs.deferredOf[h.prev]; ph != nil {
 		e.decideDeferred(rs, ph)
 	}
-	prev, g := rs.since(h.prev), h.g
+	prev, g := rs.effective(h.prev), h.g
 	e.checkComplete(prev)
 	c, _ := e.idx.GroupCounts(g.idxKey)
 	if prev.complete || g.complete || c.Pending+c.Delayed < g.admitted {
@@ -403,7 +403,7 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 		if h := rs.deferredOf[c.g]; h != nil {
 			e.decideDeferred(rs, h)
 			if h.refused {
-				c.g = rs.since(c.g)
+				c.g = rs.effective(c.g)
 			}
 		}
 		last, summarized := rs.summarized[c.g]
