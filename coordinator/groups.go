@@ -114,8 +114,8 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	}
 	// New, or a new incarnation of a complete group's ID. During replay the feed is read
 	// before the outcomes, so whether a sealed previous incarnation was complete is not known
-	// yet: the new one is deferred: tracked like any other until endReplay decides it as the live
-	// coordinator would have (see deferredOpen).
+	// yet: the decision on the new one is deferred to endReplay, which decides as the live
+	// coordinator would have (see deferredOpen); meanwhile it is tracked like any other.
 	prev := g
 	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), reply: c.Reply, openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1)), redriven: c.Redrive != 0}
 	e.groups.byID[c.Group] = g

@@ -42,8 +42,8 @@ type replayState struct {
 	// order: judged by the live path once the state is rebuilt, except those refusedLive.
 	unproven    []reportAt
 	refusedLive map[refusedReport]bool // reports refused and journaled before the restart
-	// deferred are the incarnations opened after a sealed one not known to be complete, in arrival
-	// order, decided by endReplay (see deferredOpen); deferredOf finds one by its group.
+	// deferred are the incarnations opened after a sealed one not known to be complete, in
+	// arrival order, decided by endReplay (see deferredOpen); deferredOf finds one by its group.
 	deferred   []*deferredOpen
 	deferredOf map[*group]*deferredOpen
 	// summarized holds, for the incarnations whose summary is stored, the JOBS sequence of their
@@ -86,13 +86,14 @@ func (e *engine) noteDeferred(g *group, subject string, seq uint64, c *wire.Grou
 	if !e.replaying() {
 		return
 	}
-	if h := e.replay.deferredOf[g]; h != nil && h.msgs[len(h.msgs)-1].seq != seq { // a single job's open is its job
+	// A single job's message is its open and its job: recorded once.
+	if h := e.replay.deferredOf[g]; h != nil && h.msgs[len(h.msgs)-1].seq != seq {
 		h.msgs = append(h.msgs, deferredMsg{subject: subject, seq: seq, c: c})
 	}
 }
 
-// effective returns the incarnation that messages applied to g would have gone to live: g, or, if
-// g's open was refused, the incarnation before it.
+// effective returns the incarnation that messages applied to g would have gone to live: g, or,
+// if g's open was refused, the incarnation before it.
 func (rs *replayState) effective(g *group) *group {
 	for h := rs.deferredOf[g]; h != nil && h.refused; h = rs.deferredOf[g] {
 		g = h.prev
@@ -385,7 +386,9 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 		return rs.refusedLive[refusedReport{ra.seq, ra.r.ID, ra.r.Attempt}]
 	}))
 	slices.SortStableFunc(reports, func(a, b reportAt) int { return cmp.Compare(a.seq, b.seq) })
-	var unreleased []reportAt // about a job of a deferred incarnation never released: judged once it is decided
+	// Reports about never-released jobs of deferred incarnations wait for their decision: a
+	// refused incarnation's jobs were never admitted, so reports about them are stale, as live.
+	var unreleased []reportAt
 	for _, ra := range reports {
 		if rs.deferredOf[rs.groupOf[ra.r.ID]] != nil && e.jobs[ra.r.ID] == nil {
 			unreleased = append(unreleased, ra)
@@ -395,8 +398,8 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	}
 	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
 	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
-	// One of a deferred incarnation goes, if its open is refused, where it would have gone live. One
-	// stored after its incarnation completed is refused, as live: after the last message its
+	// One of a deferred incarnation goes, if its open is refused, where it would have gone live.
+	// One stored after its incarnation completed is refused, as live: after the last message its
 	// stored summary names (its incarnation is forgotten once replay ends), or, moved to an
 	// incarnation that completed during this reconciliation, after its last message.
 	for _, c := range rs.cancels {
