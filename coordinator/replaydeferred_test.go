@@ -40,10 +40,10 @@ func takeRejections(e *engine) []rejection {
 	return rj
 }
 
-// deferredCase is a group g whose first incarnation (open 1, jobs 2 and 3, seal 4) runs job 2 (none
-// if idle) and has job 3 pending, then inputs stored after it from 5 on, and reports about them
-// (EVENTS 30 on). live returns the engine that read them as they came; replayed the engine of a
-// coordinator that started after they were stored, with alive the jobs in WORK.
+// deferredCase is a group g whose first incarnation (open 1, jobs 2 and 3, seal 4) runs job 2
+// (none if idle) and has job 3 pending, then inputs stored after it from 5 on, and reports about
+// them (EVENTS 30 on). live returns the engine that read them as they came; replayed the engine
+// of a coordinator that started after they were stored, with alive the jobs in WORK.
 type deferredCase struct {
 	t       *testing.T
 	idle    bool
@@ -52,7 +52,7 @@ type deferredCase struct {
 	now     time.Time
 }
 
-func (hc *deferredCase) first(names wire.Names) []jobsMsg {
+func (dc *deferredCase) first(names wire.Names) []jobsMsg {
 	return []jobsMsg{
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpOpen}),
 		jobMsg(names, wire.JobMeta{Group: "g"}),
@@ -61,32 +61,32 @@ func (hc *deferredCase) first(names wire.Names) []jobsMsg {
 	}
 }
 
-func (hc *deferredCase) live() *engine {
-	te := newTestEngine(hc.t, Config{Prefetch: -1})
-	hc.now = te.now
-	feedFrom(te.e, 1, hc.first(te.e.names))
-	if !hc.idle {
+func (dc *deferredCase) live() *engine {
+	te := newTestEngine(dc.t, Config{Prefetch: -1})
+	dc.now = te.now
+	feedFrom(te.e, 1, dc.first(te.e.names))
+	if !dc.idle {
 		te.worker("w", 1)
 		if rel := te.releases()["any"]; len(rel) != 1 || rel[0].id != 2 {
-			hc.t.Fatalf("released %v, want job 2", ids(rel))
+			dc.t.Fatalf("released %v, want job 2", ids(rel))
 		}
 	}
-	feedFrom(te.e, 5, hc.inputs)
-	for i, r := range hc.reports {
+	feedFrom(te.e, 5, dc.inputs)
+	for i, r := range dc.reports {
 		te.e.report("any", "w", 30+uint64(i), r, te.now)
 	}
 	return te.e
 }
 
-func (hc *deferredCase) replayed(alive map[uint64]aliveJob) *engine {
-	te := newTestEngine(hc.t, Config{Prefetch: -1})
+func (dc *deferredCase) replayed(alive map[uint64]aliveJob) *engine {
+	te := newTestEngine(dc.t, Config{Prefetch: -1})
 	e := te.restarted()
-	feedFrom(e, 1, hc.first(e.names))
-	feedFrom(e, 5, hc.inputs)
-	for i, r := range hc.reports {
+	feedFrom(e, 1, dc.first(e.names))
+	feedFrom(e, 5, dc.inputs)
+	for i, r := range dc.reports {
 		e.report("any", "w", 30+uint64(i), r, te.now)
 	}
-	if alive == nil && !hc.idle {
+	if alive == nil && !dc.idle {
 		alive = map[uint64]aliveJob{2: {attempt: 1, pool: "any"}}
 	}
 	e.endReplay(alive, te.now)
@@ -103,19 +103,19 @@ func (hc *deferredCase) replayed(alive map[uint64]aliveJob) *engine {
 func TestReplayRefusesOpenOfRunningGroup(t *testing.T) {
 	t.Parallel()
 	names, _ := wire.NewNames("")
-	hc := &deferredCase{t: t, inputs: []jobsMsg{
+	dc := &deferredCase{t: t, inputs: []jobsMsg{
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpOpen}),      // 5
 		jobMsg(names, wire.JobMeta{Group: "g", Key: "forged"}),                 // 6
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpKeepAlive}), // 7
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1}),
 		jobMsg(names, wire.JobMeta{Group: "g", Single: true}), // 9
 	}, reports: []wire.Report{{ID: 6, Attempt: 1, Status: wire.StatusOK, Data: []byte("forged")}}}
-	live := hc.live()
+	live := dc.live()
 	want := takeRejections(live)
 	if len(want) != 5 {
 		t.Fatalf("live rejections %+v, want the 5 inputs", want)
 	}
-	e := hc.replayed(nil)
+	e := dc.replayed(nil)
 	if got := takeRejections(e); !reflect.DeepEqual(got, want) {
 		t.Errorf("replay rejected\n%+v\nlive\n%+v", got, want)
 	}
@@ -143,7 +143,7 @@ func TestReplayRefusesOpenOfRunningGroup(t *testing.T) {
 		}
 	}
 	// The running incarnation's pending job is offered as before, and nothing else.
-	joinAny(e, hc.now)
+	joinAny(e, dc.now)
 	e.releaseAll()
 	var released []uint64
 	for _, r := range e.out.releases {
@@ -157,8 +157,8 @@ func TestReplayRefusesOpenOfRunningGroup(t *testing.T) {
 
 	// Had a coordinator released the open's job (accepted it: before this release), it stays;
 	// the single job after it is refused, as the open incarnation is not complete.
-	hc.reports = nil // a report from pool any would now be about a job released to it
-	e = hc.replayed(map[uint64]aliveJob{2: {attempt: 1, pool: "any"}, 6: {attempt: 1, pool: "any"}})
+	dc.reports = nil // a report from pool any would now be about a job released to it
+	e = dc.replayed(map[uint64]aliveJob{2: {attempt: 1, pool: "any"}, 6: {attempt: 1, pool: "any"}})
 	if got := takeRejections(e); len(got) != 1 || got[0] != want[4] {
 		t.Errorf("with job 6 released, replay rejected %+v, want only the single job", got)
 	}
@@ -172,14 +172,14 @@ func TestReplayRefusesOpenOfRunningGroup(t *testing.T) {
 func TestReplayDeferredCancelGoesToRunningGroup(t *testing.T) {
 	t.Parallel()
 	names, _ := wire.NewNames("")
-	hc := &deferredCase{t: t, inputs: []jobsMsg{
+	dc := &deferredCase{t: t, inputs: []jobsMsg{
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpOpen}),
 		jobMsg(names, wire.JobMeta{Group: "g"}),
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpCancel}), // 7
 	}}
-	live := hc.live()
+	live := dc.live()
 	want := takeRejections(live)
-	e := hc.replayed(nil)
+	e := dc.replayed(nil)
 	if got := takeRejections(e); !reflect.DeepEqual(got, want) || len(want) != 2 {
 		t.Errorf("replay rejected %+v, live %+v; want the open and its job", got, want)
 	}
@@ -193,21 +193,21 @@ func TestReplayDeferredCancelGoesToRunningGroup(t *testing.T) {
 	}
 }
 
-// TestReplayDeferredOpenAfterCancelCompletes: a cancel that completes the incarnation before lets the
-// open after it start the next, live and at replay; the open before it is refused.
+// TestReplayDeferredOpenAfterCancelCompletes: a cancel that completes the incarnation before lets
+// the open after it start the next, live and at replay; the open before it is refused.
 func TestReplayDeferredOpenAfterCancelCompletes(t *testing.T) {
 	t.Parallel()
 	names, _ := wire.NewNames("")
-	hc := &deferredCase{t: t, idle: true, inputs: []jobsMsg{
+	dc := &deferredCase{t: t, idle: true, inputs: []jobsMsg{
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpOpen}),   // 5: refused
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpCancel}), // 6
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpOpen}),   // 7
 		jobMsg(names, wire.JobMeta{Group: "g"}),                             // 8
 		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1}),
 	}}
-	live := hc.live()
+	live := dc.live()
 	want := takeRejections(live)
-	e := hc.replayed(nil)
+	e := dc.replayed(nil)
 	if got := takeRejections(e); !reflect.DeepEqual(got, want) || len(want) != 1 || want[0].seq != 5 {
 		t.Errorf("replay rejected %+v, live %+v; want the open at 5", got, want)
 	}
