@@ -106,16 +106,17 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 			g.reply = c.Reply // the producer publishing it now is the one alive to hear of it
 		}
 		e.heard(g)
+		e.noteDeferred(g, subject, seq, &c)
 		return
 	case g != nil && !g.complete && !e.replaying():
-		e.reject(subject, seq, "group "+c.Group+" is sealed and still running; publish it again once it has finished")
+		e.reject(subject, seq, openRunning(c.Group))
 		return
 	}
 	// New, or a new incarnation of a complete group's ID. During replay the feed is read
-	// before the outcomes, so whether the previous incarnation was complete is not known
-	// yet; but an open still in the stream after a sealed incarnation is one the live
-	// coordinator accepted (it deletes those it refuses), so replay accepts it too and
-	// tracks both incarnations until the outcomes tell how far the older one got.
+	// before the outcomes, so whether a sealed previous incarnation was complete is not known
+	// yet: the decision on the new one is deferred to endReplay, which decides as the live
+	// coordinator would have (see deferredOpen); meanwhile it is tracked like any other.
+	prev := g
 	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), reply: c.Reply, openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1)), redriven: c.Redrive != 0}
 	e.groups.byID[c.Group] = g
 	e.groups.incarnations[seq] = g
@@ -124,7 +125,14 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	e.heard(g)
 	if !e.replaying() {
 		e.schedule(g, nil)
+	} else if prev != nil && !prev.complete {
+		e.replay.deferOpen(g, prev, deferredMsg{subject: subject, seq: seq, c: &c})
 	}
+}
+
+// openRunning is why an open (live) of a group whose sealed incarnation still runs is refused.
+func openRunning(id string) string {
+	return "group " + id + " is sealed and still running; publish it again once it has finished"
 }
 
 // single reports whether g is a single job (admitSingle): its one message in JOBS is its open,
@@ -138,6 +146,7 @@ func (e *engine) applyKeepAlive(subject string, seq uint64, c wire.GroupControl,
 		return
 	}
 	e.heard(g)
+	e.noteDeferred(g, subject, seq, &c)
 }
 
 // applySeal seals a group: its producer's seal, or the coordinator's for an abandoned group.
@@ -146,11 +155,13 @@ func (e *engine) applySeal(subject string, seq uint64, c wire.GroupControl, g *g
 	case g != nil && g.sealedByCancel && !c.Abandoned:
 		// Canceled while open, which sealed it: the producer's own seal comes after.
 		g.lastSeq = seq
+		e.noteDeferred(g, subject, seq, &c)
 		return
 	case g == nil || g.sealed:
 		e.reject(subject, seq, "seal of a group that is not open: "+c.Group)
 		return
 	}
+	e.noteDeferred(g, subject, seq, &c)
 	e.seal(g, seq)
 	g.count, g.abandoned = c.Count, c.Abandoned
 	if g.abandoned {
@@ -162,14 +173,14 @@ func (e *engine) applySeal(subject string, seq uint64, c wire.GroupControl, g *g
 // applyCancel cancels a whole group or some of its jobs, and answers if asked to.
 func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g *group) {
 	if g == nil {
-		e.refuse(subject, seq, "cancel of a group that is not open: "+c.Group)
+		e.refuse(subject, seq, cancelNotOpen(c.Group))
 		e.answerNotOpen(seq, c)
 		return
 	}
 	if g.complete {
 		// Rejected like a cancel of a group gone already, so its message is deleted: the
 		// group's purge has gone or is on its way, and would not cover it.
-		e.refuse(subject, seq, "cancel of a group that is complete: "+c.Group)
+		e.refuse(subject, seq, cancelComplete(c.Group))
 		e.answerNotOpen(seq, c)
 		return
 	}
@@ -185,7 +196,7 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g 
 	if e.replaying() {
 		// The group's pending jobs are not in the scheduler yet, nor its running ones known:
 		// endReplay applies the cancel to the rebuilt state.
-		e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, jobs: c.Jobs})
+		e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, subject: subject, seq: seq, jobs: c.Jobs})
 		return
 	}
 	canceled, stopping := g.canceled, len(e.out.cancels)
@@ -197,6 +208,10 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g 
 	}
 	e.answer(seq, c, wire.ControlAnswer{OK: true, Canceled: int(g.canceled - canceled), Stopping: len(e.out.cancels) - stopping, Final: final, Unknown: unknown})
 }
+
+// cancelNotOpen and cancelComplete are why a cancel of a group not open, or complete, is refused.
+func cancelNotOpen(id string) string  { return "cancel of a group that is not open: " + id }
+func cancelComplete(id string) string { return "cancel of a group that is complete: " + id }
 
 // seal marks g sealed by the message at seq: no more jobs join it.
 func (e *engine) seal(g *group, seq uint64) {
@@ -230,21 +245,28 @@ func (e *engine) abandon(now time.Time) {
 // too, holds jobs of one group); if not, it rejects the message and reports false.
 func (e *engine) mayJoin(subject string, seq uint64, group string) bool {
 	g := e.groups.byID[group]
-	switch {
-	case g == nil:
-		e.reject(subject, seq, "job for a group that is not open: "+group)
-		return false
-	case g.sealedByCancel:
-		e.reject(subject, seq, "job for group "+group+", which was canceled")
-		return false
-	case g.sealed:
-		e.reject(subject, seq, "job after the seal of group "+group)
-		return false
-	case subject != e.names.JobSubject(g.tok):
-		e.reject(subject, seq, "job subject does not match its group "+group)
+	if reason := e.joinRefusal(subject, group, g); reason != "" {
+		e.reject(subject, seq, reason)
 		return false
 	}
+	e.noteDeferred(g, subject, seq, nil)
 	return true
+}
+
+// joinRefusal returns why a job message on subject may not join g, its group ID's latest
+// incarnation (nil if none is tracked), or "".
+func (e *engine) joinRefusal(subject, group string, g *group) string {
+	switch {
+	case g == nil:
+		return "job for a group that is not open: " + group
+	case g.sealedByCancel:
+		return "job for group " + group + ", which was canceled"
+	case g.sealed:
+		return "job after the seal of group " + group
+	case subject != e.names.JobSubject(g.tok):
+		return "job subject does not match its group " + group
+	}
+	return ""
 }
 
 // admit indexes job j of the message stored at seq in its group, which mayJoin checked, and
@@ -425,6 +447,12 @@ func (e *engine) checkComplete(g *group) {
 
 // forget drops a complete group whose summary is stored.
 func (e *engine) forget(g *group) {
+	e.untrack(g)
+	e.redriveCompleted(g.id)
+}
+
+// untrack drops g from the groups and its jobs, all ended, from the index.
+func (e *engine) untrack(g *group) {
 	if e.groups.byID[g.id] == g {
 		delete(e.groups.byID, g.id)
 	}
@@ -440,5 +468,4 @@ func (e *engine) forget(g *group) {
 			break
 		}
 	}
-	e.redriveCompleted(g.id)
 }

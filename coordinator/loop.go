@@ -50,6 +50,8 @@ func (r *run) loop(ctx context.Context) error {
 			r.trimEvents(ctx)
 		case end := <-r.redriveEnds:
 			r.e.redriveEnded(end)
+		case rj := <-r.schedReject:
+			r.e.reject(rj.subject, rj.seq, rj.reason)
 		case low := <-r.trimmedCh:
 			r.trimming = false
 			if low > 0 {

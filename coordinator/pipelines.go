@@ -375,6 +375,7 @@ func (r *run) acker(ctx context.Context) {
 		if op := w.summary; op != nil {
 			// Everything written before it is stored: the group's outcomes are.
 			m := r.outcomeMsg(*op, wire.AppendLast(nil, op.outcomes, *op.summary))
+			m.Header.Set(wire.HdrLastSeq, strconv.FormatUint(op.lastSeq, 10)) // later messages of its ID are not its (see endReplay)
 			m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.s.%s.%d", r.epoch, op.gtok, op.openSeq))
 			f, err := r.publishAsync(m)
 			if err != nil {

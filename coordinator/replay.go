@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"container/heap"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/weavejobs/weave/internal/jobindex"
@@ -41,6 +42,123 @@ type replayState struct {
 	// order: judged by the live path once the state is rebuilt, except those refusedLive.
 	unproven    []reportAt
 	refusedLive map[refusedReport]bool // reports refused and journaled before the restart
+	// deferred are the incarnations opened after a sealed one not known to be complete, in
+	// arrival order, decided by endReplay (see deferredOpen); deferredOf finds one by its group.
+	deferred   []*deferredOpen
+	deferredOf map[*group]*deferredOpen
+	// summarized holds, for the incarnations whose summary is stored, the JOBS sequence of their
+	// last message when they completed, if the summary says it: a cancel after it came too late.
+	summarized map[*group]uint64
+}
+
+// deferredOpen is an incarnation whose open (or single job) replay read while its group ID's
+// previous incarnation, prev, was sealed and not known to be complete. Live, such an open is
+// accepted only once prev is complete; replay learns that from the reports and outcomes, read
+// after JOBS. Meanwhile it is tracked like any incarnation (one a coordinator accepted may have
+// run jobs), and endReplay decides it (decideDeferred).
+type deferredOpen struct {
+	g, prev *group
+	msgs    []deferredMsg // the JOBS messages applied to g, its open first: refused with it
+	decided bool
+	refused bool
+}
+
+// deferredMsg is a JOBS message applied to a deferred incarnation: an open (on the job subject:
+// a single job), a seal or a keep-alive, or (c nil) a job message.
+type deferredMsg struct {
+	subject string
+	seq     uint64
+	c       *wire.GroupControl
+}
+
+// deferOpen defers the decision on g, opened at replay after prev (see deferredOpen).
+func (rs *replayState) deferOpen(g, prev *group, open deferredMsg) {
+	h := &deferredOpen{g: g, prev: prev, msgs: []deferredMsg{open}}
+	if rs.deferredOf == nil {
+		rs.deferredOf = map[*group]*deferredOpen{}
+	}
+	rs.deferredOf[g] = h
+	rs.deferred = append(rs.deferred, h)
+}
+
+// noteDeferred records, during replay, a JOBS message applied to g if g is deferred.
+func (e *engine) noteDeferred(g *group, subject string, seq uint64, c *wire.GroupControl) {
+	if !e.replaying() {
+		return
+	}
+	// A single job's message is its open and its job: recorded once.
+	if h := e.replay.deferredOf[g]; h != nil && h.msgs[len(h.msgs)-1].seq != seq {
+		h.msgs = append(h.msgs, deferredMsg{subject: subject, seq: seq, c: c})
+	}
+}
+
+// effective returns the incarnation that messages applied to g would have gone to live: g, or,
+// if g's open was refused, the incarnation before it.
+func (rs *replayState) effective(g *group) *group {
+	for h := rs.deferredOf[g]; h != nil && h.refused; h = rs.deferredOf[g] {
+		g = h.prev
+	}
+	return g
+}
+
+// decideDeferred decides a deferred incarnation as the live coordinator did, or would have: it is
+// kept if the incarnation before it is complete, or if a coordinator accepted it (one of its
+// jobs was released or has an outcome stored); otherwise its open is refused, with every message
+// that joined it, for the reasons the live coordinator gives, and it is forgotten. Called once
+// the reports are decided, with the cancels in stream order (a cancel may complete the one
+// before it); after replay, so refusals are recorded, counted and their messages deleted.
+func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
+	if h.decided {
+		return
+	}
+	h.decided = true
+	if ph := rs.deferredOf[h.prev]; ph != nil {
+		e.decideDeferred(rs, ph)
+	}
+	prev, g := rs.effective(h.prev), h.g
+	e.checkComplete(prev)
+	c, _ := e.idx.GroupCounts(g.idxKey)
+	if prev.complete || g.complete || c.Pending+c.Delayed < g.admitted {
+		return
+	}
+	h.refused = true
+	for _, m := range h.msgs {
+		switch {
+		case m.c == nil:
+			e.reject(m.subject, m.seq, e.joinRefusal(m.subject, g.id, prev))
+		case m.c.Op == wire.OpSeal:
+			e.applySeal(m.subject, m.seq, *m.c, prev)
+		case m.c.Op == wire.OpKeepAlive:
+			e.applyKeepAlive(m.subject, m.seq, *m.c, prev)
+		case strings.HasPrefix(m.subject, e.names.JobSubject("")):
+			e.reject(m.subject, m.seq, singleRunning(g.id))
+		default:
+			e.reject(m.subject, m.seq, openRunning(g.id))
+		}
+	}
+	// Its jobs were never admitted: out of the scheduler, the index and the count.
+	if g.inSched {
+		e.sched.Cancel(g)
+		g.inSched = false
+	}
+	for _, st := range []jobindex.State{jobindex.Pending, jobindex.Delayed} {
+		for _, id := range slices.Collect(e.idx.GroupJobs(g.idxKey, st)) {
+			_, _ = e.idx.Move(id, jobindex.Canceled) // not a transition any job made: not in the metrics
+		}
+	}
+	e.stats.Admitted -= g.admitted
+	e.untrack(g)
+	if e.groups.byID[g.id] == nil {
+		e.groups.byID[g.id] = prev
+	}
+	if req := e.rd.replayOpens[g.openSeq]; req != 0 {
+		// A redrive's open refused: its request, if stored, is decided as one without an open.
+		delete(e.rd.replayOpens, g.openSeq)
+		if _, ok := e.rd.replayAsks[req]; ok {
+			e.rd.replayOpen = append(e.rd.replayOpen, req)
+			slices.Sort(e.rd.replayOpen)
+		}
+	}
 }
 
 // refusedReport names one report of a report message: a journal.KindRefused entry.
@@ -49,10 +167,13 @@ type refusedReport struct {
 	attempt uint32
 }
 
-// replayCancel is a cancel read during replay: of the group, or of some of its jobs.
+// replayCancel is a cancel read during replay on subject at seq: of the group, or of some of
+// its jobs.
 type replayCancel struct {
-	g    *group
-	jobs []uint64
+	g       *group
+	subject string
+	seq     uint64
+	jobs    []uint64
 }
 
 // reportAt is a report seen during replay, applied once the journal has been read.
@@ -181,8 +302,9 @@ func (e *engine) skipRefused(entries []journal.Entry) {
 }
 
 // outcomeReplay applies one message from a group's outcome subject written before the restart:
-// msgSeq and at are its sequence and time in RESULTS.
-func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome, sum *wire.GroupSummary, msgSeq uint64, at time.Time) {
+// msgSeq and at are its sequence and time in RESULTS; lastSeq, for a summary, the JOBS sequence
+// of the incarnation's last message when it completed (0 if the summary does not say).
+func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome, sum *wire.GroupSummary, lastSeq, msgSeq uint64, at time.Time) {
 	id, err := wire.ParseGroupToken(gtok)
 	if err != nil {
 		return
@@ -203,6 +325,12 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 		keep := sum.Failed > 0
 		if g != nil {
 			g.complete = true
+			if lastSeq > 0 {
+				if e.replay.summarized == nil {
+					e.replay.summarized = map[*group]uint64{}
+				}
+				e.replay.summarized[g] = lastSeq
+			}
 			jobsSeq = g.lastSeq
 			keep = keep || e.retention.keeping[g.tok] > 0 // kept for an earlier one (keepsJobs)
 		}
@@ -258,19 +386,49 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 		return rs.refusedLive[refusedReport{ra.seq, ra.r.ID, ra.r.Attempt}]
 	}))
 	slices.SortStableFunc(reports, func(a, b reportAt) int { return cmp.Compare(a.seq, b.seq) })
+	// Reports about never-released jobs of deferred incarnations wait for their decision: a
+	// refused incarnation's jobs were never admitted, so reports about them are stale, as live.
+	var unreleased []reportAt
 	for _, ra := range reports {
+		if rs.deferredOf[rs.groupOf[ra.r.ID]] != nil && e.jobs[ra.r.ID] == nil {
+			unreleased = append(unreleased, ra)
+			continue
+		}
 		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
 	}
 	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
 	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
+	// One of a deferred incarnation goes, if its open is refused, where it would have gone live.
+	// One stored after its incarnation completed is refused, as live: after the last message its
+	// stored summary names (its incarnation is forgotten once replay ends), or, moved to an
+	// incarnation that completed during this reconciliation, after its last message.
 	for _, c := range rs.cancels {
+		if h := rs.deferredOf[c.g]; h != nil {
+			e.decideDeferred(rs, h)
+			if h.refused {
+				c.g = rs.effective(c.g)
+			}
+		}
+		last, summarized := rs.summarized[c.g]
 		switch {
+		case c.g.complete && summarized && c.seq > last:
+			e.refuse(c.subject, c.seq, cancelNotOpen(c.g.id))
+		case c.g.complete && c.seq > c.g.lastSeq:
+			e.refuse(c.subject, c.seq, cancelComplete(c.g.id))
 		case c.g.complete:
 		case len(c.jobs) > 0:
+			c.g.lastSeq = max(c.g.lastSeq, c.seq) // purged with it (a cancel moved from a refused open)
 			e.cancelJobs(c.g, c.jobs)
 		default:
+			c.g.lastSeq = max(c.g.lastSeq, c.seq)
 			e.cancelGroup(c.g)
 		}
+	}
+	for _, h := range rs.deferred {
+		e.decideDeferred(rs, h)
+	}
+	for _, ra := range unreleased {
+		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
 	}
 	for _, g := range e.groups.arrival {
 		e.checkComplete(g)

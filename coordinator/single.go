@@ -13,12 +13,12 @@ import (
 //
 // A single job whose group ID has an incarnation that is not complete is refused: a single job
 // opens its own group. During replay the feed is read before the outcomes, so whether a sealed
-// incarnation had completed is not known yet; as for an open (applyOpen), a single job still in
-// the stream after one is one the live coordinator accepted (it deletes those it refuses).
+// incarnation had completed is not known yet: as an open (applyOpen), the single job is deferred
+// until endReplay decides it (see deferredOpen).
 func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stored time.Time) bool {
 	m := &j.Meta
 	if g := e.groups.byID[m.Group]; g != nil && !g.complete && (!g.sealed || !e.replaying()) {
-		e.reject(subject, seq, "single job for group "+m.Group+", which is open or still running: a single job opens a group of its own")
+		e.reject(subject, seq, singleRunning(m.Group))
 		return false
 	}
 	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply}, e.groups.byID[m.Group], stored)
@@ -30,4 +30,9 @@ func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stor
 	}
 	e.checkComplete(g)
 	return admitted
+}
+
+// singleRunning is why a single job for a group ID with an incarnation not complete is refused.
+func singleRunning(id string) string {
+	return "single job for group " + id + ", which is open or still running: a single job opens a group of its own"
 }

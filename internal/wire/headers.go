@@ -24,6 +24,7 @@ const (
 	HdrTimeout     = "Weave-Timeout"
 	HdrEpoch       = "Weave-Epoch"
 	HdrGroupSeq    = "Weave-Group-Seq"  // on outcomes: the sequence of the group's open (its incarnation)
+	HdrLastSeq     = "Weave-Last-Seq"   // on a summary: the JOBS sequence of its incarnation's last message when it completed
 	HdrReason      = "Weave-Reason"     // on rejections
 	HdrSubject     = "Weave-Subject"    // on rejections: the refused message's subject
 	HdrSeq         = "Weave-Seq"        // on rejections: the refused message's stream sequence
