@@ -16,11 +16,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/leakcheck"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
@@ -31,11 +31,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
-	var opts []goleak.Option
-	for _, fn := range jstest.ServerGoroutineLeaks {
-		opts = append(opts, goleak.IgnoreTopFunction(fn))
-	}
-	goleak.VerifyTestMain(m, opts...)
+	leakcheck.Main(m)
 }
 
 // env is one test's isolated Weave deployment: its own namespace on a shared or own server.

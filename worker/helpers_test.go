@@ -8,17 +8,17 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/weavejobs/weave/integration/jstest"
 	"github.com/weavejobs/weave/internal/config"
+	"github.com/weavejobs/weave/internal/leakcheck"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.Main(m)
 }
 
 // waitTimeout bounds every wait for a condition.

@@ -7,15 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/weavejobs/weave/internal/leakcheck"
 	"github.com/weavejobs/weave/spreader"
 )
 
 // TestMain checks that Run stops everything it started, as cmd/weave's tests did when the demo
 // lived there.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.Main(m)
 }
 
 // TestRunMeasures checks the measurements themselves, with round-robin and a cap per site.
