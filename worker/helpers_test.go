@@ -12,6 +12,7 @@ import (
 	"github.com/weavejobs/weave/integration/jstest"
 	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/leakcheck"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
@@ -172,23 +173,7 @@ func (f *fixture) workMsgs() uint64 {
 // waitWorkEmpty waits until every work batch has been acked (or terminated).
 func (f *fixture) waitWorkEmpty() {
 	f.t.Helper()
-	waitFor(f.t, "WORK stream empty", func() bool { return f.workMsgs() == 0 })
-}
-
-// waitFor polls cond until it holds, failing the test after waitTimeout.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(waitTimeout)
-	defer deadline.Stop()
-	poll := time.NewTicker(2 * time.Millisecond)
-	defer poll.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-poll.C:
-		}
-	}
+	testwait.For(f.t, waitTimeout, "WORK stream empty", func() bool { return f.workMsgs() == 0 })
 }
 
 // recv receives from ch, failing the test after waitTimeout.
