@@ -22,7 +22,7 @@ import (
 // The engine holds what ties its parts together (the job index, the scheduler, the jobs in
 // flight, the counters and the effects of the current step); each part owns one kind of state:
 // groups (groups.go), the fleet (fleet.go), retries (retries.go), retention (retention.go) and,
-// until replay ends, replay (replay.go). The release decision (release.go) reads them all.
+// until replay ends, replay (replaystate.go). The release decision (release.go) reads them all.
 type engine struct {
 	cfg   Config
 	names wire.Names

@@ -16,6 +16,7 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -295,7 +296,7 @@ func TestClusterNodeLoss(t *testing.T) {
 		defer mu.Unlock()
 		return len(starts)
 	}
-	eventually(t, time.Minute, "a quarter of the jobs to start", func() bool { return started() >= groups*perGroup/4 })
+	testwait.For(t, time.Minute, "a quarter of the jobs to start", func() bool { return started() >= groups*perGroup/4 })
 	// The streams the node leads: job starts pause for the election of each (nats-server draws
 	// its election timeout between 4 and 9 s), most for EVENTS, which carries every report.
 	var led []string
@@ -375,7 +376,7 @@ func TestWritesRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "a tenth of the jobs to start", func() bool { return started.Load() >= groups*perGroup/10 })
+	testwait.For(t, time.Minute, "a tenth of the jobs to start", func() bool { return started.Load() >= groups*perGroup/10 })
 	info, err := results.Info(e.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -388,7 +389,7 @@ func TestWritesRetried(t *testing.T) {
 	}
 	// Refused until some job finished since: its outcome write failed.
 	doneAt := started.Load()
-	eventually(t, time.Minute, "more jobs to run while RESULTS refuses writes", func() bool { return started.Load() >= doneAt+2*8 })
+	testwait.For(t, time.Minute, "more jobs to run while RESULTS refuses writes", func() bool { return started.Load() >= doneAt+2*8 })
 	if _, err := js.UpdateStream(e.ctx, open); err != nil {
 		t.Fatal(err)
 	}
@@ -438,12 +439,12 @@ func TestClusterTakeover(t *testing.T) {
 	for g := range groups {
 		hs = append(hs, e.publish(fmt.Sprint("g", g), jobs(perGroup, nil)))
 	}
-	eventually(t, time.Minute, "the active coordinator to run jobs", func() bool { return started.Load() > 0 })
+	testwait.For(t, time.Minute, "the active coordinator to run jobs", func() bool { return started.Load() > 0 })
 	e.clusterCoordinator(coordinator.Config{Logger: testLogger("standby")}) // waits as a standby
 
 	lostAt := time.Now()
 	activeConn.Close()
-	eventually(t, time.Minute, "the standby to answer status", func() bool {
+	testwait.For(t, time.Minute, "the standby to answer status", func() bool {
 		ctx, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
 		defer cancel()
 		_, err := coordinator.QueryStatus(ctx, e.nc, e.ns)
@@ -531,7 +532,7 @@ func TestWorkerStartsThroughLostQuorum(t *testing.T) {
 	// the fault makes that certain: the coordinator stands by again, as 'weave coordinator'
 	// does, and must carry on once the cluster is back, beside the worker started through it.
 	e.clusterCoordinator(coordinator.Config{LeaseTTL: 2 * time.Second}, servers[0])
-	eventually(t, time.Minute, "the coordinator to answer status", func() bool {
+	testwait.For(t, time.Minute, "the coordinator to answer status", func() bool {
 		_, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		return err == nil
 	})

@@ -21,6 +21,7 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // TestCLI runs a coordinator and a worker with the CLI against an embedded server, submits a
@@ -169,7 +170,7 @@ func TestStatusFlagsResourcesWithoutHolders(t *testing.T) {
 	if code, out, errOut := runCLI(t, `{"key":"x","require":["gpu"]}`, append([]string{"submit", "-g", "g"}, conn...)...); code != exitOK {
 		t.Fatalf("submit: exit %d\n%s%s", code, out, errOut)
 	}
-	waitFor(t, 30*time.Second, "status to flag gpu", func() bool {
+	testwait.For(t, 30*time.Second, "status to flag gpu", func() bool {
 		code, out, _ := runCLI(t, "", append([]string{"status"}, conn...)...)
 		return code == exitOK && strings.Contains(out, "no live worker holds gpu") &&
 			strings.Contains(out, "! jobs wait for resources no live worker holds: gpu")
@@ -212,20 +213,6 @@ func initNamespace(t *testing.T, conn []string) {
 	t.Helper()
 	if code, out, errOut := runCLI(t, "", append([]string{"init"}, conn...)...); code != exitOK {
 		t.Fatalf("init: exit %d\n%s%s", code, out, errOut)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -148,7 +149,7 @@ func TestCLIHostileWorker(t *testing.T) {
 		}
 	}
 	// The worker's copy of its command's stderr.
-	waitFor(t, 30*time.Second, "the worker to copy the command's stderr", func() bool { return strings.Contains(workerErr.String(), "PWNED-TITLE") })
+	testwait.For(t, 30*time.Second, "the worker to copy the command's stderr", func() bool { return strings.Contains(workerErr.String(), "PWNED-TITLE") })
 	if raw := rawBytes(workerErr.String()); len(raw) > 0 {
 		t.Errorf("the worker copies its command's stderr raw: %v", raw)
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // account is where streams live: these servers configure no accounts, so clients use the
@@ -156,7 +158,7 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 }
 
 func (c *Cluster) waitReady(ctx context.Context) error {
-	return poll(ctx, func() (string, error) {
+	return testwait.Until(ctx, testwait.Interval, func() (string, error) {
 		var leader *server.Server
 		running := 0
 		for _, s := range c.servers {
@@ -198,7 +200,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 func (c *Cluster) WaitStreamReady(ctx context.Context, stream string) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	err := poll(ctx, func() (string, error) {
+	err := testwait.Until(ctx, testwait.Interval, func() (string, error) {
 		replicas, leaders := 0, 0
 		for _, s := range c.servers {
 			ns := s.NATS()
