@@ -20,6 +20,7 @@ import (
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/auth"
 	"github.com/weavejobs/weave/internal/schedule"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -136,13 +137,7 @@ func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for !cond() {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("waiting for %s: %v", what, ctx.Err())
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
+		testwait.For(t, 30*time.Second, what, cond)
 	}
 	stop1 := start()
 	waitFor("the first coordinator", func() bool { return status().Epoch != 0 })
