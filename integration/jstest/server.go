@@ -142,7 +142,12 @@ func (s *Server) launch() (*server.Server, *serverLogger, error) {
 
 	port := s.port
 	if port == 0 {
-		port = server.RANDOM_PORT
+		// A port outside the ephemeral range, which Restart can bind again (see freePorts).
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, nil, err
+		}
+		port = ports[0]
 	}
 	o := &server.Options{
 		ServerName: s.name,
