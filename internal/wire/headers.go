@@ -93,6 +93,10 @@ type GroupControl struct {
 	// Weight, on an open, scales the group's fair share of the slots: a group of weight 3 gets
 	// three times the share of one of weight 1 (1–MaxWeight; 0 on the wire means 1).
 	Weight int
+	// After, on an open, lists the groups this one runs after (see After); Priority is its
+	// priority (0–MaxPriority): a ready group of a higher priority is served first.
+	After    []After
+	Priority int
 }
 
 // MaxCancelJobs bounds the job IDs one cancel or redrive message names.
@@ -115,6 +119,9 @@ func (c GroupControl) Header() nats.Header {
 	}
 	if c.Op == OpOpen && c.Weight > 0 {
 		h.Set(HdrWeight, strconv.Itoa(c.Weight))
+	}
+	if c.Op == OpOpen {
+		setFeatures(h, c.After, c.Priority)
 	}
 	if (c.Op == OpCancel || c.Op == OpRedrive) && len(c.Jobs) > 0 {
 		ids := make([]string, len(c.Jobs))
@@ -159,6 +166,10 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 				return GroupControl{}, fmt.Errorf("%w: open of group %q: bad %s %q (want 1..%d)", ErrMalformed, c.Group, HdrWeight, v, MaxWeight)
 			}
 			c.Weight = n
+		}
+		var err error
+		if c.After, c.Priority, err = parseFeatures(h, c.Group); err != nil {
+			return GroupControl{}, err
 		}
 	case OpCancel, OpRedrive:
 		if c.Reply = h.Get(HdrReply); c.Reply != "" {
@@ -209,6 +220,9 @@ type JobMeta struct {
 	RedriveOf uint64
 	// Reply, on a single job, is its producer's reply token, as on an open (GroupControl.Reply).
 	Reply string
+	// After and Priority, on a single job, are its group's, as on an open (GroupControl).
+	After    []After
+	Priority int
 }
 
 // Validate checks the metadata against the protocol's limits.
@@ -230,6 +244,17 @@ func (m JobMeta) Validate() error {
 			return fmt.Errorf("%w: %s on a job that is not a single job", ErrBadOption, HdrReply)
 		}
 		if err := ValidateReplyToken(m.Reply); err != nil {
+			return err
+		}
+	}
+	if len(m.After) > 0 || m.Priority != 0 {
+		if !m.Single {
+			return fmt.Errorf("%w: a job that is not a single job takes its group's dependencies and priority from its open", ErrBadOption)
+		}
+		if err := ValidateAfter(m.Group, m.After); err != nil {
+			return err
+		}
+		if err := ValidatePriority(m.Priority); err != nil {
 			return err
 		}
 	}
@@ -284,6 +309,7 @@ func (m JobMeta) Header() nats.Header {
 		if m.Reply != "" {
 			h.Set(HdrReply, m.Reply)
 		}
+		setFeatures(h, m.After, m.Priority)
 	}
 	return h
 }
@@ -332,6 +358,13 @@ func ParseJobMeta(h nats.Header) (JobMeta, error) {
 			return JobMeta{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 		}
 	}
+	var err error
+	if m.After, m.Priority, err = parseFeatures(h, m.Group); err != nil {
+		return JobMeta{}, err
+	}
+	if (len(m.After) > 0 || m.Priority > 0) && !m.Single {
+		return JobMeta{}, fmt.Errorf("%w: %s or %s on a job that is not a single job", ErrMalformed, HdrAfter, HdrPriority)
+	}
 	if v := h.Get(HdrRunAt); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms <= 0 || ms > maxRunAtMilli {
@@ -354,8 +387,8 @@ func checkVersion(h nats.Header) error {
 	if v == "" {
 		return fmt.Errorf("%w: missing %s header", ErrMalformed, HdrVersion)
 	}
-	if v != strconv.Itoa(Version) {
-		return fmt.Errorf("%w: %s %q (this build speaks %d)", ErrVersion, HdrVersion, v, Version)
+	if v != strconv.Itoa(Version) && v != strconv.Itoa(FeatureVersion) {
+		return fmt.Errorf("%w: %s %q (this build speaks %d and %d)", ErrVersion, HdrVersion, v, Version, FeatureVersion)
 	}
 	return nil
 }
