@@ -58,7 +58,8 @@ type engine struct {
 	one          [1]uint64      // scratch for settles
 	settledMatch jobindex.Match // the match of the candidate that settled the latest choice
 
-	rd redriveState // redrive requests (redrive.go)
+	rd   redriveState // redrive requests (redrive.go)
+	deps deps         // groups held until the groups they run after complete (after.go)
 }
 
 // replaying reports whether replay is still reading the streams.
@@ -110,10 +111,12 @@ type effects struct {
 	answers         []answer        // answers to control messages that asked for one (answers.go)
 	refused         []journal.Entry // refused reports, to journal (journal.KindRefused)
 	redrives        []redriveOrder  // redrive decisions to carry out (redrive.go)
+	readies         []*group        // held groups whose edges are met: store their ready record (after.go)
+	depCancels      []*group        // held groups an edge can no longer release: store a cancel of them
 }
 
 func (o *effects) empty() bool {
-	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.abandons)+len(o.answers)+len(o.refused)+len(o.redrives) == 0
+	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.abandons)+len(o.answers)+len(o.refused)+len(o.redrives)+len(o.readies)+len(o.depCancels) == 0
 }
 
 // release is a batch of jobs handed to a pool.
@@ -197,7 +200,7 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header, data []byte, st
 			e.reject(subject, seq, err.Error())
 			return nil, 0
 		}
-		e.control(subject, seq, c, stored)
+		e.control(subject, seq, c, data, stored)
 		return nil, 0
 	}
 	jobs, err := wire.ParseStoredJobs(seq, h, data)

@@ -63,6 +63,14 @@ type group struct {
 	complete         bool // every job terminal and the summary is being written
 	keepJobs         bool // complete: its job messages are kept until its retention passes (see keepsJobs)
 
+	// after are the groups it runs after (after.go); readyAsked: its ready record was asked
+	// for; afterResults: how they ended, encoded for its jobs' batches (wire.HdrAfter).
+	after        []edge
+	readyAsked   bool
+	afterResults string
+	afterFailed  string // the group it runs after whose end canceled it
+	priority     int    // its priority (wire.GroupControl.Priority)
+
 	outcomes    []wire.Outcome // terminal outcomes not yet handed to the writer
 	outcomeSeqs []uint64       // the EVENTS sequence of the report behind each, or 0
 	// outcomesAt is when its outcomes were last handed to the writer; lingering is set while
@@ -73,9 +81,22 @@ type group struct {
 
 func (g *group) terminal() uint64 { return g.done + g.failed + g.canceled }
 
+// canceledWhy is the outcome text of g's jobs ended by a cancel of the whole group.
+func (g *group) canceledWhy() string {
+	if g.afterFailed != "" {
+		return "group canceled: group " + g.afterFailed + ", which it runs after, did not end as it asks"
+	}
+	return "group canceled"
+}
+
+// summary is the summary of g, complete.
+func (g *group) summary() wire.GroupSummary {
+	return wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled, Abandoned: g.abandoned}
+}
+
 // control applies a group's control message stored at seq in JOBS (at the server's time stored).
 // One case per operation: a new operation on the control subject is one more case and method.
-func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored time.Time) {
+func (e *engine) control(subject string, seq uint64, c wire.GroupControl, data []byte, stored time.Time) {
 	g := e.groups.byID[c.Group]
 	switch c.Op {
 	case wire.OpOpen:
@@ -91,6 +112,8 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 		e.applyCancel(subject, seq, c, g)
 	case wire.OpRedrive:
 		e.redriveAsked(subject, seq, c)
+	case wire.OpReady:
+		e.applyReady(subject, seq, c, g, data)
 	}
 }
 
@@ -117,16 +140,31 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	// yet: the decision on the new one is deferred to endReplay, which decides as the live
 	// coordinator would have (see deferredOpen); meanwhile it is tracked like any other.
 	prev := g
-	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), reply: c.Reply, openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1)), redriven: c.Redrive != 0}
+	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), reply: c.Reply, openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1)), redriven: c.Redrive != 0, priority: c.Priority}
+	if ok, reason := e.holdOpen(g, c.After); !ok {
+		e.refuse(subject, seq, reason)
+		e.answer(seq, c, wire.ControlAnswer{Code: wire.AnswerCycle, Reason: reason})
+		return
+	}
 	e.groups.byID[c.Group] = g
 	e.groups.incarnations[seq] = g
 	e.groups.arrival = append(e.groups.arrival, g)
 	e.groups.unsealed[g] = true
 	e.heard(g)
-	if !e.replaying() {
+	e.openedForDeps(g)
+	if len(c.After) > 0 {
+		if e.replaying() && e.cfg.now().Sub(stored) < answerLateFor {
+			e.replay.heldOpens = append(e.replay.heldOpens, heldOpen{seq: seq, c: c})
+		}
+		e.answer(seq, c, wire.ControlAnswer{OK: true})
+	}
+	switch {
+	case e.replaying():
+		if prev != nil && !prev.complete {
+			e.replay.deferOpen(g, prev, deferredMsg{subject: subject, seq: seq, c: &c})
+		}
+	case !e.deps.held[g]:
 		e.schedule(g, nil)
-	} else if prev != nil && !prev.complete {
-		e.replay.deferOpen(g, prev, deferredMsg{subject: subject, seq: seq, c: &c})
 	}
 }
 
@@ -186,7 +224,12 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g 
 	}
 	// The cancel is the group's message in JOBS, to be purged with it.
 	g.lastSeq = max(g.lastSeq, seq)
-	if len(c.Jobs) == 0 && !g.sealed {
+	if c.AfterFailed != "" {
+		g.afterFailed = c.AfterFailed
+	}
+	// A cancel for a dependency leaves the group open: the producer's jobs still join it (and
+	// end canceled), so its summary counts every job it published.
+	if len(c.Jobs) == 0 && !g.sealed && c.AfterFailed == "" {
 		// No job may join a canceled group, so it can complete without its producer. Sealed at
 		// the cancel's place in the stream, also while replaying, so a replay refuses the
 		// same later jobs.
@@ -291,7 +334,7 @@ func (e *engine) admit(subject string, seq uint64, j *wire.StoredJob) bool {
 	switch {
 	case g.cancelReq:
 		e.moveTerminal(id, jobindex.Canceled)
-		e.recordOutcome(g, wire.Outcome{ID: id, Key: m.Key, State: wire.FinalCanceled, Data: []byte("group canceled")}, 0)
+		e.recordOutcome(g, wire.Outcome{ID: id, Key: m.Key, State: wire.FinalCanceled, Data: []byte(g.canceledWhy())}, 0)
 		return false
 	case delayed:
 		e.delay(g, id, m.RunAt)
@@ -325,7 +368,7 @@ func (e *engine) cancelGroup(g *group) {
 		return
 	}
 	g.cancelReq = true
-	const reason = "group canceled"
+	reason := g.canceledWhy()
 	if g.inSched {
 		for _, id := range e.sched.Cancel(g) {
 			e.moveTerminal(id, jobindex.Canceled)
@@ -333,9 +376,16 @@ func (e *engine) cancelGroup(g *group) {
 		}
 		g.inSched = false
 	}
-	for _, id := range slices.Collect(e.idx.GroupJobs(g.idxKey, jobindex.Delayed)) {
-		e.moveTerminal(id, jobindex.Canceled)
-		e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
+	held := jobindex.Delayed
+	if e.deps.held[g] {
+		held = jobindex.Pending // a held group's jobs wait in the index alone
+		e.dropHeld(g)
+	}
+	for _, st := range []jobindex.State{jobindex.Delayed, held} {
+		for _, id := range slices.Collect(e.idx.GroupJobs(g.idxKey, st)) {
+			e.moveTerminal(id, jobindex.Canceled)
+			e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
+		}
 	}
 	for _, j := range e.jobs {
 		if j.g != g {
@@ -358,7 +408,7 @@ func (e *engine) cancelGroup(g *group) {
 // the group that had ended already, and IDs that are not jobs of the group.
 func (e *engine) cancelJobs(g *group, ids []uint64) (final, unknown []uint64) {
 	const reason = "job canceled"
-	var delayed map[uint64]bool
+	var waiting map[uint64]bool
 	for _, id := range ids {
 		st, ok := e.idx.State(id)
 		switch {
@@ -388,14 +438,16 @@ func (e *engine) cancelJobs(g *group, ids []uint64) (final, unknown []uint64) {
 			continue
 		}
 		cancel := st == jobindex.Pending && g.inSched && e.sched.Remove(g, id, func(a, b uint64) bool { return a == b })
-		if st == jobindex.Delayed {
-			if delayed == nil { // the group's delayed jobs, read once: is id one of them?
-				delayed = map[uint64]bool{}
-				for d := range e.idx.GroupJobs(g.idxKey, jobindex.Delayed) {
-					delayed[d] = true
+		if st == jobindex.Delayed || st == jobindex.Pending && e.deps.held[g] {
+			if waiting == nil { // the group's jobs waiting outside the scheduler, read once: is id one of them?
+				waiting = map[uint64]bool{}
+				for _, s := range []jobindex.State{jobindex.Delayed, jobindex.Pending} {
+					for d := range e.idx.GroupJobs(g.idxKey, s) {
+						waiting[d] = true
+					}
 				}
 			}
-			cancel = delayed[id]
+			cancel = waiting[id]
 		}
 		if !cancel {
 			unknown = append(unknown, id) // another group's
@@ -442,6 +494,8 @@ func (e *engine) checkComplete(g *group) {
 		e.sched.Cancel(g) // frees its slot if it still holds one; its queue is empty
 		g.inSched = false
 	}
+	e.dropHeld(g)
+	e.completedForDeps(g)
 	e.out.summaries = append(e.out.summaries, g)
 }
 

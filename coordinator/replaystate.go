@@ -49,6 +49,15 @@ type replayState struct {
 	// summarized holds, for the incarnations whose summary is stored, the JOBS sequence of their
 	// last message when they completed, if the summary says it: a cancel after it came too late.
 	summarized map[*group]uint64
+	// heldOpens are opens with edges stored lately, whose producer may still wait for the
+	// answer (Publish waits RequestTimeout): answered once replay has bound them.
+	heldOpens []heldOpen
+}
+
+// heldOpen is an open with edges read during replay, to answer at its end.
+type heldOpen struct {
+	seq uint64
+	c   wire.GroupControl
 }
 
 // deferredOpen is an incarnation whose open (or single job) replay read while its group ID's
@@ -148,6 +157,7 @@ func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
 	}
 	e.stats.Admitted -= g.admitted
 	e.untrack(g)
+	e.dropHeld(g)
 	if e.groups.byID[g.id] == nil {
 		e.groups.byID[g.id] = prev
 	}
@@ -334,7 +344,7 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 			jobsSeq = g.lastSeq
 			keep = keep || e.retention.keeping[g.tok] > 0 // kept for an earlier one (keepsJobs)
 		}
-		e.retain(id, openSeq, msgSeq, keep, jobsSeq, at)
+		e.retain(id, openSeq, msgSeq, keep, jobsSeq, at, *sum)
 	}
 }
 
@@ -370,6 +380,7 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	e.replay = nil // live from here on
 	e.maxEpoch = max(e.maxEpoch, e.epoch)
 	e.boundRetained()
+	e.bindAfterReplay(rs.heldOpens)
 	e.rebuildScheduler(pending)
 	// The incarnations whose summary is stored: purge them if not yet done. Taken before the
 	// undecided reports are decided, since those can complete more groups (whose summary is
@@ -517,7 +528,7 @@ func (e *engine) neverReleased(rs *replayState) map[*group][]uint64 {
 // never-released pending jobs in ID order, sealed after the push.
 func (e *engine) rebuildScheduler(pending map[*group][]uint64) {
 	for _, g := range e.groups.arrival {
-		if !g.complete {
+		if !g.complete && !e.deps.held[g] {
 			ids := pending[g]
 			slices.Sort(ids)
 			e.schedule(g, ids)

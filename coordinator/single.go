@@ -21,8 +21,11 @@ func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stor
 		e.reject(subject, seq, singleRunning(m.Group))
 		return false
 	}
-	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply}, e.groups.byID[m.Group], stored)
+	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply, After: m.After, Priority: m.Priority}, e.groups.byID[m.Group], stored)
 	g := e.groups.byID[m.Group]
+	if g == nil || g.openSeq != seq {
+		return false // its open was refused (a cycle), and so the message
+	}
 	admitted := e.mayJoin(subject, seq, m.Group) && e.admit(subject, seq, j)
 	if !g.sealed {
 		e.seal(g, seq)

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -25,6 +26,9 @@ import (
 const (
 	HdrAfter    = "Weave-After"
 	HdrPriority = "Weave-Priority" // on an open or a single job: the group's priority (1–MaxPriority; absent = 0)
+	// HdrAfterFailed, on the coordinator's cancel of a group, names the group it ran after that
+	// ended otherwise than it asked.
+	HdrAfterFailed = "Weave-After-Failed"
 
 	// FeatureVersion is the Weave-Version of an open or a single job with edges or a priority.
 	FeatureVersion = 3
@@ -213,4 +217,116 @@ func indexOf(names []string, s string) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// OpReady is the coordinator's record that a group's dependencies are met: its jobs may be
+// released from the record's place in JOBS on, live and at replay alike. Only a coordinator
+// writes it (Weave-Proof: ReadyProof); its body is the dependencies' results (AppendAfterResults),
+// which the group's jobs receive with their work batch (Weave-After on the batch).
+const OpReady GroupOp = "ready"
+
+// MaxAfterFailedIDs bounds the failed job IDs an AfterResult lists; Dispatcher.Failed lists all.
+const MaxAfterFailedIDs = 1000
+
+// AfterResult is how a group a dependent ran after ended: the edge, the incarnation it bound
+// to, and that incarnation's summary and failed job IDs (up to MaxAfterFailedIDs; More says
+// there were more).
+type AfterResult struct {
+	Group       string   `json:"group"`
+	Incarnation uint64   `json:"incarnation"`
+	When        string   `json:"when"`
+	Jobs        uint64   `json:"jobs"`
+	Done        uint64   `json:"done"`
+	Failed      uint64   `json:"failed"`
+	Canceled    uint64   `json:"canceled"`
+	FailedIDs   []uint64 `json:"failed_ids,omitempty"`
+	More        bool     `json:"more,omitempty"`
+}
+
+// AppendAfterResults encodes a ready record's body.
+func AppendAfterResults(dst []byte, rs []AfterResult) []byte {
+	b, _ := json.Marshal(rs) // plain values: cannot fail
+	return append(dst, b...)
+}
+
+// ParseAfterResults decodes a ready record's body (or a batch's Weave-After value).
+func ParseAfterResults(b []byte) ([]AfterResult, error) {
+	var rs []AfterResult
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if err := json.Unmarshal(b, &rs); err != nil {
+		return nil, fmt.Errorf("%w: dependency results: %v", ErrMalformed, err)
+	}
+	if len(rs) > MaxAfter {
+		return nil, fmt.Errorf("%w: %d dependency results, at most %d", ErrMalformed, len(rs), MaxAfter)
+	}
+	for _, r := range rs {
+		if err := ValidateGroupID(r.Group); err != nil || len(r.FailedIDs) > MaxAfterFailedIDs {
+			return nil, fmt.Errorf("%w: dependency result of %q", ErrMalformed, r.Group)
+		}
+	}
+	return rs, nil
+}
+
+// readyDomain separates ready proofs from release proofs: no pool name holds a NUL.
+const readyDomain = "\x00ready\x00"
+
+// ReadyProof is the coordinator's proof that it wrote the ready record of group's incarnation.
+func (k *ReleaseKey) ReadyProof(group string, incarnation uint64) string {
+	return k.Proof(readyDomain+group, incarnation, 0, 0)
+}
+
+// VerifyReady checks a ready record's proof.
+func (k *ReleaseKey) VerifyReady(proof, group string, incarnation uint64) bool {
+	rel, ok := k.Verify(proof, readyDomain+group, incarnation, 0)
+	return ok && rel == 0
+}
+
+// ReadyMsgID is a ready record's dedup ID: a coordinator writing it again (after a restart)
+// stores it once within the dedup window.
+func ReadyMsgID(gtok string, incarnation uint64) string {
+	return "ready/" + gtok + "/" + strconv.FormatUint(incarnation, 10)
+}
+
+// SetWorkAfter adds to a work batch the dependency results of its jobs' groups (WorkJob.After),
+// one Weave-After value per group: "<group token> <results>".
+func SetWorkAfter(m *nats.Msg, jobs []WorkJob) {
+	var seen map[string]bool
+	for i := range jobs {
+		if jobs[i].After == "" {
+			continue
+		}
+		tok := GroupToken(jobs[i].Group)
+		if seen[tok] {
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+			if m.Header == nil {
+				m.Header = nats.Header{}
+			}
+		}
+		seen[tok] = true
+		m.Header.Add(HdrAfter, tok+" "+jobs[i].After)
+	}
+}
+
+// WorkAfter sets the After of the batch's jobs from its Weave-After values. A value that does not
+// parse is ignored, as a trace is: it is never a reason to refuse work.
+func WorkAfter(h nats.Header, jobs []WorkJob) {
+	for _, v := range h.Values(HdrAfter) {
+		tok, results, ok := strings.Cut(v, " ")
+		if !ok {
+			continue
+		}
+		if _, err := ParseAfterResults([]byte(results)); err != nil {
+			continue
+		}
+		for i := range jobs {
+			if GroupToken(jobs[i].Group) == tok {
+				jobs[i].After = results
+			}
+		}
+	}
 }

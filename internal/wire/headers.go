@@ -97,6 +97,13 @@ type GroupControl struct {
 	// priority (0–MaxPriority): a ready group of a higher priority is served first.
 	After    []After
 	Priority int
+	// Incarnation and Proof, on a ready record (OpReady), name the incarnation whose
+	// dependencies are met and prove that a coordinator wrote it (ReleaseKey.ReadyProof).
+	Incarnation uint64
+	Proof       string
+	// AfterFailed, on a cancel of a whole group, names the group it runs after that ended
+	// otherwise than it asks: the coordinator's cancel, which leaves the group open.
+	AfterFailed string
 }
 
 // MaxCancelJobs bounds the job IDs one cancel or redrive message names.
@@ -129,6 +136,14 @@ func (c GroupControl) Header() nats.Header {
 			ids[i] = strconv.FormatUint(id, 10)
 		}
 		h.Set(HdrJobs, strings.Join(ids, ","))
+	}
+	if c.Op == OpCancel && c.AfterFailed != "" {
+		h.Set(HdrAfterFailed, c.AfterFailed)
+	}
+	if c.Op == OpReady {
+		h.Set(HdrGroupSeq, strconv.FormatUint(c.Incarnation, 10))
+		h.Set(HdrProof, c.Proof)
+		h.Set(HdrMsgID, ReadyMsgID(GroupToken(c.Group), c.Incarnation))
 	}
 	if (c.Op == OpCancel || c.Op == OpRedrive || c.Op == OpOpen) && c.Reply != "" {
 		h.Set(HdrReply, c.Reply)
@@ -172,6 +187,12 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 			return GroupControl{}, err
 		}
 	case OpCancel, OpRedrive:
+		if v := h.Get(HdrAfterFailed); v != "" && c.Op == OpCancel {
+			if err := ValidateGroupID(v); err != nil {
+				return GroupControl{}, fmt.Errorf("%w: %s: %v", ErrMalformed, HdrAfterFailed, err)
+			}
+			c.AfterFailed = v
+		}
 		if c.Reply = h.Get(HdrReply); c.Reply != "" {
 			if err := ValidateReplyToken(c.Reply); err != nil {
 				return GroupControl{}, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -190,6 +211,12 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 				c.Jobs = append(c.Jobs, id)
 			}
 		}
+	case OpReady:
+		n, err := strconv.ParseUint(h.Get(HdrGroupSeq), 10, 64)
+		if err != nil || n == 0 {
+			return GroupControl{}, fmt.Errorf("%w: ready record of group %q: bad %s %q", ErrMalformed, c.Group, HdrGroupSeq, h.Get(HdrGroupSeq))
+		}
+		c.Incarnation, c.Proof = n, h.Get(HdrProof)
 	case OpSeal:
 		n, err := strconv.ParseUint(h.Get(HdrCount), 10, 64)
 		if err != nil {

@@ -180,6 +180,9 @@ type GroupLive struct {
 	// aside until one joins); NextRunAt is when the first of its delayed jobs runs.
 	Unplaceable int       `json:"unplaceable,omitempty"`
 	NextRunAt   time.Time `json:"next_run_at,omitzero"`
+	// WaitsFor names the groups it runs after that have not completed as it asks (the group is
+	// held: none of its jobs is released meanwhile).
+	WaitsFor []string `json:"waits_for,omitempty"`
 }
 
 // HeldBack is one limit holding jobs of a group back: why its pending jobs do not start.
