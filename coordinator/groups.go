@@ -69,7 +69,6 @@ type group struct {
 	readyAsked   bool
 	afterResults string
 	afterFailed  string // the group it runs after whose end canceled it
-	priority     int    // its priority (wire.GroupControl.Priority)
 
 	outcomes    []wire.Outcome // terminal outcomes not yet handed to the writer
 	outcomeSeqs []uint64       // the EVENTS sequence of the report behind each, or 0
@@ -140,7 +139,7 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	// yet: the decision on the new one is deferred to endReplay, which decides as the live
 	// coordinator would have (see deferredOpen); meanwhile it is tracked like any other.
 	prev := g
-	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), reply: c.Reply, openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1)), redriven: c.Redrive != 0, priority: c.Priority}
+	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), reply: c.Reply, openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1)), redriven: c.Redrive != 0}
 	if ok, reason := e.holdOpen(g, c.After); !ok {
 		e.refuse(subject, seq, reason)
 		e.answer(seq, c, wire.ControlAnswer{Code: wire.AnswerCycle, Reason: reason})
