@@ -386,3 +386,35 @@ func TestSubmitSingles(t *testing.T) {
 		t.Fatalf("a group field without --singles: exit %d\n%s", code, errOut)
 	}
 }
+
+// TestSubmitAfter: submit --after holds a group until the group it names has completed: 'weave
+// group' says what it waits for, and it runs once that group is published and done; a single
+// job takes --after too; bad --when and --if-failed values are usage errors.
+func TestSubmitAfter(t *testing.T) {
+	t.Parallel()
+	conn := newCLINamespace(t, "after")
+	background(t, conn, []string{"coordinator"}, []string{"worker", "--id", "w", "--", "cat"})
+	if code, out, errOut := runCLI(t, `{"key":"i","payload":"index"}`, append([]string{"submit", "-g", "index", "--after", "crawl"}, conn...)...); code != exitOK {
+		t.Fatalf("submit --after: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, `{"payload":"mail"}`, append([]string{"submit", "--single", "-g", "mail", "--after", "index"}, conn...)...); code != exitOK {
+		t.Fatalf("submit --single --after: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut := runCLI(t, "", append([]string{"group", "index"}, conn...)...)
+	if code != exitOK || !strings.Contains(out, `group "index": held until the groups it runs after have completed as it asks: crawl (success; not published yet)`) {
+		t.Fatalf("group index: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, `{"key":"a","payload":"x"}`, append([]string{"submit", "-g", "crawl", "--wait", "--wait-timeout", "30s"}, conn...)...); code != exitOK {
+		t.Fatalf("submit crawl: exit %d\n%s%s", code, out, errOut)
+	}
+	testwait.For(t, 30*time.Second, "index and mail to finish after crawl", func() bool {
+		_, out, _ := runCLI(t, "", append([]string{"groups"}, conn...)...)
+		return strings.Count(out, "complete") >= 3
+	})
+	for _, bad := range [][]string{{"--when", "sometimes"}, {"--if-failed", "retry"}, {"--when", "failure", "--if-failed", "wait"}} {
+		args := append(append([]string{"submit", "-g", "x", "--after", "y"}, bad...), conn...)
+		if code, _, errOut := runCLI(t, "", args...); code != exitUsage {
+			t.Errorf("submit %v: exit %d, want %d\n%s", bad, code, exitUsage, errOut)
+		}
+	}
+}
