@@ -211,6 +211,7 @@ func (e *engine) decideEdge(g *group, ed *edge, st edgeState) {
 		// Held until the cancel is read back (cancelGroup), so that its jobs end canceled
 		// there, as at replay.
 		g.afterFailed = ed.Group
+		e.stats.AfterCanceled++
 		e.out.depCancels = append(e.out.depCancels, g)
 		e.log.Info().Str("group", g.id).Str("after", ed.Group).Str("when", ed.When.String()).Msg("group canceled: a group it runs after ended otherwise")
 	}
@@ -302,6 +303,7 @@ func (e *engine) applyReady(subject string, seq uint64, c wire.GroupControl, g *
 		return
 	}
 	e.dropHeld(g)
+	e.stats.AfterReleased++
 	if len(results) > 0 {
 		g.afterResults = string(wire.AppendAfterResults(nil, results))
 	}

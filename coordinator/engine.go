@@ -71,6 +71,7 @@ type counters struct {
 	Done, Failed, Canceled                                                                         uint64 // jobs that ended so
 	RejectedReports, RejectedHeartbeats                                                            uint64 // of Rejected: see report and checkHeartbeat
 	Refused                                                                                        uint64 // requests the state refuses (see refuse)
+	AfterReleased, AfterCanceled                                                                   uint64 // groups held by dependencies, released or canceled (after.go)
 }
 
 // job is a job that has been released at least once and has not ended yet. Owned by the loop,

@@ -52,6 +52,7 @@ type Status struct {
 	// of workers or resources), its longest lists are cut, from the end, until it does, and Cut
 	// is set. A list shorter than its count was cut.
 	OpenGroups    int  `json:"open_groups"`
+	HeldGroups    int  `json:"held_groups"` // of OpenGroups: held until the groups they run after complete
 	WorkerCount   int  `json:"worker_count"`
 	ResourceCount int  `json:"resource_count"`
 	LimitCount    int  `json:"limit_count"`
@@ -81,6 +82,10 @@ type Totals struct {
 	// Refused counts requests the state refuses, not counted in Rejected: a cancel of a group
 	// that is not open, a redrive of a group running or with nothing to run again.
 	Refused uint64 `json:"refused"`
+	// Groups that ran after others: released by their ready record, or canceled because a group
+	// they ran after ended otherwise than they asked.
+	AfterReleased uint64 `json:"after_released"`
+	AfterCanceled uint64 `json:"after_canceled"`
 }
 
 // GroupStatus describes one open group.
@@ -206,6 +211,7 @@ func (e *engine) status() *Status {
 		s.Jobs[st.String()] = e.idx.Count(st)
 	}
 	s.OpenGroups = len(e.groups.arrival)
+	s.HeldGroups = len(e.deps.held)
 	held := e.heldBack(nil)
 	for _, g := range e.groups.arrival {
 		if len(s.Groups) == maxGroupsInStatus {

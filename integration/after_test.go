@@ -169,6 +169,13 @@ func TestFollowUps(t *testing.T) {
 	if got := log.started("mail"); got != 0 {
 		t.Fatalf("mail ran %d jobs before report succeeded", got)
 	}
+	st, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.HeldGroups != 1 || st.Totals.AfterReleased != 2 {
+		t.Fatalf("status: held groups %d, after released %d; want mail held, alert and cleanup released", st.HeldGroups, st.Totals.AfterReleased)
+	}
 	info, err := e.d.Group(e.ctx, "mail")
 	if err != nil || !strings.Contains(strings.Join(info.WaitsFor, " "), "report") {
 		t.Fatalf("group mail: %+v %v; want it shown waiting for report", info, err)
