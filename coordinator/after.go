@@ -29,7 +29,7 @@ type deps struct {
 	byInc     map[uint64][]*group // dependents waiting on an incarnation, by its open sequence
 	byNext    map[string][]*group // dependents waiting for a group ID's next incarnation
 	byRedrive map[string][]*group // dependents waiting for a redrive of a group ID that failed
-	held      map[*group]bool     // groups whose jobs are held: unmet edges, or a ready record on its way
+	waiting   map[*group]bool     // groups whose jobs wait: unmet edges, or a ready record on its way
 }
 
 // edge is one of a group's edges, as bound.
@@ -66,7 +66,7 @@ func (e *engine) holdOpen(g *group, edges []wire.After) (ok bool, reason string)
 		g.after[i] = edge{After: a}
 	}
 	e.depsInit()
-	e.deps.held[g] = true
+	e.deps.waiting[g] = true
 	if !e.replaying() {
 		e.bindEdges(g, false)
 	}
@@ -75,8 +75,8 @@ func (e *engine) holdOpen(g *group, edges []wire.After) (ok bool, reason string)
 
 // depsInit makes the maps of deps on first use: most namespaces never use edges.
 func (e *engine) depsInit() {
-	if e.deps.held == nil {
-		e.deps = deps{byInc: map[uint64][]*group{}, byNext: map[string][]*group{}, byRedrive: map[string][]*group{}, held: map[*group]bool{}}
+	if e.deps.waiting == nil {
+		e.deps = deps{byInc: map[uint64][]*group{}, byNext: map[string][]*group{}, byRedrive: map[string][]*group{}, waiting: map[*group]bool{}}
 	}
 }
 
@@ -89,7 +89,7 @@ func (e *engine) cycle(id string, edges []wire.After) string {
 	seen := map[*group]bool{}
 	var walk func(g *group) string
 	walk = func(g *group) string {
-		if g == nil || seen[g] || !e.deps.held[g] {
+		if g == nil || seen[g] || !e.deps.waiting[g] {
 			return ""
 		}
 		seen[g] = true
@@ -219,7 +219,7 @@ func (e *engine) decideEdge(g *group, ed *edge, st edgeState) {
 
 // edgesChanged asks for g's ready record once every edge is met.
 func (e *engine) edgesChanged(g *group) {
-	if !e.deps.held[g] || g.readyAsked || g.cancelReq || g.afterFailed != "" {
+	if !e.deps.waiting[g] || g.readyAsked || g.cancelReq || g.afterFailed != "" {
 		return
 	}
 	for _, ed := range g.after {
@@ -234,7 +234,7 @@ func (e *engine) edgesChanged(g *group) {
 // openedForDeps binds the edges waiting for a new incarnation of g's ID (or, for a redrive, for
 // a redrive of it) to g.
 func (e *engine) openedForDeps(g *group) {
-	if e.deps.held == nil || e.replaying() {
+	if e.deps.waiting == nil || e.replaying() {
 		return
 	}
 	waiting := e.deps.byNext[g.id]
@@ -244,7 +244,7 @@ func (e *engine) openedForDeps(g *group) {
 		delete(e.deps.byRedrive, g.id)
 	}
 	for _, d := range waiting {
-		if !e.deps.held[d] {
+		if !e.deps.waiting[d] {
 			continue
 		}
 		for i := range d.after {
@@ -259,7 +259,7 @@ func (e *engine) openedForDeps(g *group) {
 
 // completedForDeps decides the edges bound to g, which has just completed.
 func (e *engine) completedForDeps(g *group) {
-	if e.deps.held == nil {
+	if e.deps.waiting == nil {
 		return
 	}
 	waiting := e.deps.byInc[g.openSeq]
@@ -269,7 +269,7 @@ func (e *engine) completedForDeps(g *group) {
 	}
 	st := e.stateOf(g)
 	for _, d := range waiting {
-		if !e.deps.held[d] {
+		if !e.deps.waiting[d] {
 			continue
 		}
 		for i := range d.after {
@@ -294,7 +294,7 @@ func (e *engine) applyReady(subject string, seq uint64, c wire.GroupControl, g *
 		}
 	}
 	g.lastSeq = max(g.lastSeq, seq)
-	if !e.deps.held[g] {
+	if !e.deps.waiting[g] {
 		return // written again after a restart: the first one released it
 	}
 	results, err := wire.ParseAfterResults(data)
@@ -302,7 +302,7 @@ func (e *engine) applyReady(subject string, seq uint64, c wire.GroupControl, g *
 		e.reject(subject, seq, err.Error())
 		return
 	}
-	e.dropHeld(g)
+	e.stopWaiting(g)
 	e.stats.AfterReleased++
 	if len(results) > 0 {
 		g.afterResults = string(wire.AppendAfterResults(nil, results))
@@ -315,9 +315,9 @@ func (e *engine) applyReady(subject string, seq uint64, c wire.GroupControl, g *
 	}
 }
 
-// dropHeld stops holding g: released, canceled or forgotten.
-func (e *engine) dropHeld(g *group) {
-	delete(e.deps.held, g)
+// stopWaiting stops holding g: released, canceled or forgotten.
+func (e *engine) stopWaiting(g *group) {
+	delete(e.deps.waiting, g)
 }
 
 // answerLateFor is how old an open with edges read during replay may be for the coordinator to
@@ -331,11 +331,11 @@ func (e *engine) bindAfterReplay(opens []heldOpen) {
 	for _, o := range opens {
 		e.answer(o.seq, o.c, wire.ControlAnswer{OK: true})
 	}
-	if e.deps.held == nil {
+	if e.deps.waiting == nil {
 		return
 	}
 	for _, g := range e.groups.arrival {
-		if e.deps.held[g] {
+		if e.deps.waiting[g] {
 			e.bindEdges(g, true)
 		}
 	}

@@ -162,7 +162,7 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 		if prev != nil && !prev.complete {
 			e.replay.deferOpen(g, prev, deferredMsg{subject: subject, seq: seq, c: &c})
 		}
-	case !e.deps.held[g]:
+	case !e.deps.waiting[g]:
 		e.schedule(g, nil)
 	}
 }
@@ -376,9 +376,9 @@ func (e *engine) cancelGroup(g *group) {
 		g.inSched = false
 	}
 	held := jobindex.Delayed
-	if e.deps.held[g] {
+	if e.deps.waiting[g] {
 		held = jobindex.Pending // a held group's jobs wait in the index alone
-		e.dropHeld(g)
+		e.stopWaiting(g)
 	}
 	for _, st := range []jobindex.State{jobindex.Delayed, held} {
 		for _, id := range slices.Collect(e.idx.GroupJobs(g.idxKey, st)) {
@@ -437,7 +437,7 @@ func (e *engine) cancelJobs(g *group, ids []uint64) (final, unknown []uint64) {
 			continue
 		}
 		cancel := st == jobindex.Pending && g.inSched && e.sched.Remove(g, id, func(a, b uint64) bool { return a == b })
-		if st == jobindex.Delayed || st == jobindex.Pending && e.deps.held[g] {
+		if st == jobindex.Delayed || st == jobindex.Pending && e.deps.waiting[g] {
 			if waiting == nil { // the group's jobs waiting outside the scheduler, read once: is id one of them?
 				waiting = map[uint64]bool{}
 				for _, s := range []jobindex.State{jobindex.Delayed, jobindex.Pending} {
@@ -493,7 +493,7 @@ func (e *engine) checkComplete(g *group) {
 		e.sched.Cancel(g) // frees its slot if it still holds one; its queue is empty
 		g.inSched = false
 	}
-	e.dropHeld(g)
+	e.stopWaiting(g)
 	e.completedForDeps(g)
 	e.out.summaries = append(e.out.summaries, g)
 }

@@ -256,7 +256,7 @@ func (e *engine) groupLive(g *group, w waits) wire.GroupLive {
 		OpenedAt: g.openedAt, Admitted: g.admitted, Queued: e.sched.Queued(g), InFlight: g.inFlight, Jobs: counts(gc),
 		HeldBack: w.held[g], Unplaceable: w.unplaceable[g], NextRunAt: w.nextRunAt[g],
 	}
-	if e.deps.held[g] {
+	if e.deps.waiting[g] {
 		gl.WaitsFor = g.waitsFor()
 	}
 	if !g.sealed {

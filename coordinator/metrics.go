@@ -158,7 +158,7 @@ type metricsSnapshot struct {
 	wait, run    hist
 	groups       []groupSnap
 	groupsActive int
-	groupsHeld   int
+	groupsWaiting   int
 	resources    []ResourceStatus
 	limits       []LimitStatus
 	pools        []PoolStatus
@@ -253,7 +253,7 @@ func (r *run) observe() {
 		}
 	}
 	s.groupsActive = len(e.groups.arrival)
-	s.groupsHeld = len(e.deps.held)
+	s.groupsWaiting = len(e.deps.waiting)
 	for _, j := range e.retries.ready {
 		note(j.id)
 	}
@@ -349,7 +349,7 @@ var (
 	descGroupJobs     = desc("weave_group_jobs", "Jobs of an open group per state (the first 50 open groups in arrival order).", "group", "state")
 	descGroupInFlight = desc("weave_group_in_flight", "Jobs of an open group released and not yet reported (first 50 groups).", "group")
 	descGroupsActive  = desc("weave_groups_active", "Open groups tracked by the coordinator.")
-	descGroupsHeld    = desc("weave_groups_waiting_dependencies", "Open groups held until the groups they run after complete.")
+	descGroupsWaiting    = desc("weave_groups_waiting_dependencies", "Open groups held until the groups they run after complete.")
 	descAfter         = desc("weave_dependents_total", "Groups held by dependencies (After, follow-ups) that were released or canceled.", "outcome")
 	descGroupsUnlist  = desc("weave_groups_unlisted", "Open groups beyond the 50 with their own weave_group_* series.")
 	descResourceJobs  = desc("weave_resource_jobs", "Jobs requiring a resource, per state (first 100 resources by name).", "resource", "state")
@@ -374,7 +374,7 @@ var (
 func (c *coordCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descJobs, descEntered, descLeft, descAdmitted, descReleased, descRetried, descEnded,
 		descRejected, descLostJobs, descLapsed, descRescued, descRequeued, descWait, descRun, descGroupJobs, descGroupInFlight,
-		descGroupsActive, descGroupsHeld, descAfter, descGroupsUnlist, descResourceJobs, descResourceHold, descLimitRunning, descLimitHeld, descLimitPaused,
+		descGroupsActive, descGroupsWaiting, descAfter, descGroupsUnlist, descResourceJobs, descResourceHold, descLimitRunning, descLimitHeld, descLimitPaused,
 		descPoolWorkers, descPoolSlots, descPoolOut,
 		descWorkerSlots, descSlots, descOldest, descDepth, descAlarm, descLeaseHeld, descLeaseEpoch, descLeaseAcq, descLeaseLost} {
 		ch <- d
@@ -430,7 +430,7 @@ func (c *coordCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descGroupInFlight, float64(g.inFlight), g.id)
 	}
 	gauge(descGroupsActive, float64(s.groupsActive))
-	gauge(descGroupsHeld, float64(s.groupsHeld))
+	gauge(descGroupsWaiting, float64(s.groupsWaiting))
 	counter(descAfter, t.AfterReleased, "released")
 	counter(descAfter, t.AfterCanceled, "canceled")
 	gauge(descGroupsUnlist, float64(s.groupsActive-len(s.groups)))

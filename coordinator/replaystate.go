@@ -157,7 +157,7 @@ func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
 	}
 	e.stats.Admitted -= g.admitted
 	e.untrack(g)
-	e.dropHeld(g)
+	e.stopWaiting(g)
 	if e.groups.byID[g.id] == nil {
 		e.groups.byID[g.id] = prev
 	}
@@ -528,7 +528,7 @@ func (e *engine) neverReleased(rs *replayState) map[*group][]uint64 {
 // never-released pending jobs in ID order, sealed after the push.
 func (e *engine) rebuildScheduler(pending map[*group][]uint64) {
 	for _, g := range e.groups.arrival {
-		if !g.complete && !e.deps.held[g] {
+		if !g.complete && !e.deps.waiting[g] {
 			ids := pending[g]
 			slices.Sort(ids)
 			e.schedule(g, ids)

@@ -52,7 +52,7 @@ type Status struct {
 	// of workers or resources), its longest lists are cut, from the end, until it does, and Cut
 	// is set. A list shorter than its count was cut.
 	OpenGroups    int  `json:"open_groups"`
-	HeldGroups    int  `json:"held_groups"` // of OpenGroups: held until the groups they run after complete
+	WaitingGroups int  `json:"waiting_groups"` // of OpenGroups: waiting until the groups they run after complete
 	WorkerCount   int  `json:"worker_count"`
 	ResourceCount int  `json:"resource_count"`
 	LimitCount    int  `json:"limit_count"`
@@ -211,7 +211,7 @@ func (e *engine) status() *Status {
 		s.Jobs[st.String()] = e.idx.Count(st)
 	}
 	s.OpenGroups = len(e.groups.arrival)
-	s.HeldGroups = len(e.deps.held)
+	s.WaitingGroups = len(e.deps.waiting)
 	held := e.heldBack(nil)
 	for _, g := range e.groups.arrival {
 		if len(s.Groups) == maxGroupsInStatus {

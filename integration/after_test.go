@@ -173,8 +173,8 @@ func TestFollowUps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.HeldGroups != 1 || st.Totals.AfterReleased != 2 {
-		t.Fatalf("status: held groups %d, after released %d; want mail held, alert and cleanup released", st.HeldGroups, st.Totals.AfterReleased)
+	if st.WaitingGroups != 1 || st.Totals.AfterReleased != 2 {
+		t.Fatalf("status: waiting groups %d, after released %d; want mail waiting, alert and cleanup released", st.WaitingGroups, st.Totals.AfterReleased)
 	}
 	info, err := e.d.Group(e.ctx, "mail")
 	if err != nil || !strings.Contains(strings.Join(info.WaitsFor, " "), "report") {

@@ -218,8 +218,8 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 	if len(st.Groups) < st.OpenGroups {
 		groupsNote = fmt.Sprintf("; the oldest %d listed", len(st.Groups))
 	}
-	if st.HeldGroups > 0 {
-		groupsNote = fmt.Sprintf(", %d held by groups they run after", st.HeldGroups) + groupsNote
+	if st.WaitingGroups > 0 {
+		groupsNote = fmt.Sprintf(", %d waiting for groups they run after", st.WaitingGroups) + groupsNote
 	}
 	section(fmt.Sprintf("GROUPS (%d open, %d not sealed%s)", max(st.OpenGroups, len(st.Groups)), st.Unsealed, groupsNote))
 	if len(st.Groups) > 0 {
