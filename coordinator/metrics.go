@@ -150,22 +150,22 @@ func (m *loopMetrics) workerLost(id string) { m.lost = append(m.lost, id) }
 
 // metricsSnapshot is what a scrape reads: immutable once published.
 type metricsSnapshot struct {
-	epoch        uint64
-	states       []uint64 // per jobindex state
-	entered      []uint64 // per state: jobs that entered it (admissions into pending included)
-	left         []uint64 // per state
-	totals       Totals
-	wait, run    hist
-	groups       []groupSnap
-	groupsActive int
-	groupsWaiting   int
-	resources    []ResourceStatus
-	limits       []LimitStatus
-	pools        []PoolStatus
-	workers      []WorkerStatus
-	oldestAge    time.Duration // of the oldest pending job; 0 if none
-	slots        int
-	alarms       []Alarm
+	epoch         uint64
+	states        []uint64 // per jobindex state
+	entered       []uint64 // per state: jobs that entered it (admissions into pending included)
+	left          []uint64 // per state
+	totals        Totals
+	wait, run     hist
+	groups        []groupSnap
+	groupsActive  int
+	groupsWaiting int
+	resources     []ResourceStatus
+	limits        []LimitStatus
+	pools         []PoolStatus
+	workers       []WorkerStatus
+	oldestAge     time.Duration // of the oldest pending job; 0 if none
+	slots         int
+	alarms        []Alarm
 }
 
 type groupSnap struct {
@@ -349,7 +349,7 @@ var (
 	descGroupJobs     = desc("weave_group_jobs", "Jobs of an open group per state (the first 50 open groups in arrival order).", "group", "state")
 	descGroupInFlight = desc("weave_group_in_flight", "Jobs of an open group released and not yet reported (first 50 groups).", "group")
 	descGroupsActive  = desc("weave_groups_active", "Open groups tracked by the coordinator.")
-	descGroupsWaiting    = desc("weave_groups_waiting_dependencies", "Open groups held until the groups they run after complete.")
+	descGroupsWaiting = desc("weave_groups_waiting_dependencies", "Open groups held until the groups they run after complete.")
 	descAfter         = desc("weave_dependents_total", "Groups held by dependencies (After, follow-ups) that were released or canceled.", "outcome")
 	descGroupsUnlist  = desc("weave_groups_unlisted", "Open groups beyond the 50 with their own weave_group_* series.")
 	descResourceJobs  = desc("weave_resource_jobs", "Jobs requiring a resource, per state (first 100 resources by name).", "resource", "state")
