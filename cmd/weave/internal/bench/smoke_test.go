@@ -333,3 +333,20 @@ func TestFleetChecks(t *testing.T) {
 		t.Errorf("checks with a failed fleet: %+v", cs)
 	}
 }
+
+// TestChainsSmoke runs the chains scenario small: every follow-up runs once, after its group's
+// job ended, the waiting groups count and are all released once their group is done.
+func TestChainsSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := RunChains(ctx, &Env{}, ChainsConfig{FollowUps: 20, Interval: time.Millisecond, Waiting: 200, Window: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.FollowUpsRan != 20 || r.FollowUpDelay.N != 20 || r.SingleStart.N != 20 || r.FollowUpDelay.P10 < 0 {
+		t.Fatalf("follow-ups ran %d, delays %+v, singles %+v", r.FollowUpsRan, r.FollowUpDelay, r.SingleStart)
+	}
+	if r.HeapPerWaiting <= 0 || r.ReleaseAllS <= 0 || r.ReleasedPerSec <= 0 {
+		t.Fatalf("waiting groups: %+v", r)
+	}
+}
