@@ -160,6 +160,11 @@ func (d *Dispatcher) awaitOpen(ctx context.Context, sub *nats.Subscription, grou
 
 // publishFollowUps publishes the follow-ups of the group h opened, each after h's incarnation.
 func (d *Dispatcher) publishFollowUps(ctx context.Context, h *Handle, then []FollowUp) ([]*Handle, error) {
+	// An open that resumed an unsealed group (a producer publishing again after a crash) joined
+	// its incarnation, which the follow-ups must name: read it from the control messages.
+	if err := h.resolveIncarnation(ctx); err != nil {
+		return nil, fmt.Errorf("weave: follow-ups of group %q: %w", h.group, err)
+	}
 	var hs []*Handle
 	for i, f := range then {
 		id := f.Group

@@ -13,6 +13,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -280,5 +281,28 @@ func TestDependencyAcrossRestart(t *testing.T) {
 	}
 	if sum, err := d.WaitSummary(e.ctx); err != nil || sum.Done != 1 {
 		t.Fatalf("d: %+v %v", sum, err)
+	}
+}
+
+// TestFollowUpAfterResume: a producer that publishes a group again after a crash resumes its
+// open incarnation; the follow-ups it publishes with it wait on that incarnation, and run.
+func TestFollowUpAfterResume(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	log := newRunLog()
+	e.worker(worker.Config{Concurrency: 4}, log.handler(nil))
+	// The crashed producer's open, never sealed.
+	names, _ := wire.NewNames(e.ns)
+	e.publishRaw(names.GroupSubject("p"), wire.GroupControl{Group: "p", Op: wire.OpOpen}.Header(), nil)
+	h, err := e.d.Publish(e.ctx, "p", jobs(2, nil), dispatcher.Then(dispatcher.FollowUp{Group: "f", Jobs: []dispatcher.Job{{Payload: []byte("x")}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum, err := h.FollowUps()[0].WaitSummary(e.ctx); err != nil || sum.Done != 1 {
+		t.Fatalf("follow-up: %+v %v", sum, err)
+	}
+	if log.firstStart("f").Before(log.ends["p"]) {
+		t.Fatal("the follow-up started before its group ended")
 	}
 }
