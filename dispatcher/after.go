@@ -77,7 +77,8 @@ type FollowUp struct {
 }
 
 // Then publishes follow-ups with the group (see FollowUp): Publish stores each after the group's
-// jobs and before its seal. The Handle's FollowUps returns theirs.
+// jobs and before its seal. The Handle's FollowUps returns theirs. Publishing the group again
+// after a crash finds a follow-up stored and waiting: it is left as it is (its Handle returned).
 func Then(f ...FollowUp) GroupOption {
 	return func(o *groupOptions) { o.then = append(o.then, f...) }
 }
@@ -178,6 +179,9 @@ func (d *Dispatcher) publishFollowUps(ctx context.Context, h *Handle, then []Fol
 		fh, err := d.Publish(ctx, id, slices.Values(f.Jobs), After(dep))
 		if fh != nil {
 			hs = append(hs, fh)
+		}
+		if errors.Is(err, ErrGroupRunning) {
+			continue // stored by an earlier Publish of the group (a producer publishing it again after a crash)
 		}
 		if err != nil {
 			return hs, fmt.Errorf("weave: follow-up %q of group %q: %w", id, h.group, err)

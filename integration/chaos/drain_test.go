@@ -106,8 +106,12 @@ type storedGroups struct {
 func (r *run) readResults(ctx context.Context) (storedGroups, error) {
 	st := storedGroups{summaries: map[string][]wire.GroupSummary{}}
 	err := r.readStream(ctx, r.names.ResultsStream(), r.names.AllOutcomes(), func(m jetstream.Msg) {
-		// The workload's group IDs are their own subject tokens (wire.GroupToken).
-		group := strings.TrimPrefix(m.Subject(), r.names.OutcomeSubject(""))
+		// A follow-up's ID ("g00003.then.1") is not its own subject token (wire.GroupToken).
+		group, err := wire.ParseGroupToken(strings.TrimPrefix(m.Subject(), r.names.OutcomeSubject("")))
+		if err != nil {
+			st.bad++
+			return
+		}
 		outs, sum, err := wire.DecodeOutcomeMsg(m.Data())
 		if err != nil {
 			st.bad++
