@@ -351,7 +351,30 @@ func (e *engine) readyRecord(g *group) (wire.GroupControl, []byte) {
 		wire.AppendAfterResults(nil, results)
 }
 
-// waitsFor describes what a held group waits for, for status and inspection.
+// maxListedDependents bounds the dependents status lists per group.
+const maxListedDependents = 20
+
+// dependentsOf lists the IDs of up to max groups waiting on g: bound to its incarnation, waiting
+// for its ID's next one, or for a redrive of it.
+func (e *engine) dependentsOf(g *group, max int) []string {
+	if e.deps.waiting == nil {
+		return nil
+	}
+	var out []string
+	for _, list := range [][]*group{e.deps.byInc[g.openSeq], e.deps.byNext[g.id], e.deps.byRedrive[g.id]} {
+		for _, d := range list {
+			if len(out) == max {
+				return out
+			}
+			if e.deps.waiting[d] && !slices.Contains(out, d.id) {
+				out = append(out, d.id)
+			}
+		}
+	}
+	return out
+}
+
+// waitsFor describes what a waiting group waits for, for status and inspection.
 func (g *group) waitsFor() []string {
 	var out []string
 	for _, ed := range g.after {

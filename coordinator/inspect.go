@@ -259,6 +259,7 @@ func (e *engine) groupLive(g *group, w waits) wire.GroupLive {
 	if e.deps.waiting[g] {
 		gl.WaitsFor = g.waitsFor()
 	}
+	gl.FollowedBy = e.dependentsOf(g, maxListedDependents)
 	if !g.sealed {
 		gl.LastHeard = g.lastHeard
 	}

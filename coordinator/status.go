@@ -102,6 +102,10 @@ type GroupStatus struct {
 	Held      int               `json:"held,omitempty"`      // pending, held back by a limit (Status.Limits)
 	Busy      float64           `json:"busy"`                // share of a released job's time its handler runs (recent average)
 	Jobs      map[string]uint64 `json:"jobs"`
+	// WaitsFor names the groups it runs after that have not completed as it asks; FollowedBy
+	// the groups waiting on it (dependents and follow-ups), at most 20.
+	WaitsFor   []string `json:"waits_for,omitempty"`
+	FollowedBy []string `json:"followed_by,omitempty"`
 }
 
 // ResourceStatus counts the jobs naming one resource, and the live slots holding it. Pending
@@ -225,6 +229,10 @@ func (e *engine) status() *Status {
 		if !g.sealed {
 			gs.LastHeard = g.lastHeard
 		}
+		if e.deps.waiting[g] {
+			gs.WaitsFor = g.waitsFor()
+		}
+		gs.FollowedBy = e.dependentsOf(g, maxListedDependents)
 		s.Groups = append(s.Groups, gs)
 	}
 	holders := map[string]int{}

@@ -154,6 +154,8 @@ type GroupInfo struct {
 	// WaitsFor names the groups it runs after (After, Then) that have not completed as it asks:
 	// none of its jobs is released meanwhile (live only).
 	WaitsFor []string `json:"waits_for,omitempty"`
+	// FollowedBy names the groups waiting on it, at most 20 (live only).
+	FollowedBy []string `json:"followed_by,omitempty"`
 }
 
 // HeldBack is a limit holding some of a group's pending jobs back: Kind and Name say which
@@ -615,7 +617,7 @@ func groupInfo(g *wire.GroupLive) *GroupInfo {
 	gi := &GroupInfo{
 		ID: g.ID, Incarnation: g.Incarnation, Abandoned: g.Abandoned, Admitted: int(g.Admitted),
 		Queued: g.Queued, InFlight: g.InFlight, OpenedAt: g.OpenedAt, LastHeard: g.LastHeard, CompletedAt: g.CompletedAt,
-		HeldBack: g.HeldBack, Unplaceable: g.Unplaceable, NextRunAt: g.NextRunAt, WaitsFor: g.WaitsFor,
+		HeldBack: g.HeldBack, Unplaceable: g.Unplaceable, NextRunAt: g.NextRunAt, WaitsFor: g.WaitsFor, FollowedBy: g.FollowedBy,
 	}
 	switch {
 	case g.Complete:

@@ -401,7 +401,8 @@ func TestSubmitAfter(t *testing.T) {
 		t.Fatalf("submit --single --after: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut := runCLI(t, "", append([]string{"group", "index"}, conn...)...)
-	if code != exitOK || !strings.Contains(out, `group "index": held until the groups it runs after have completed as it asks: crawl (success; not published yet)`) {
+	if code != exitOK || !strings.Contains(out, `group "index": held until the groups it runs after have completed as it asks: crawl (success; not published yet)`) ||
+		!strings.Contains(out, `group "index": followed by mail (they run after it)`) {
 		t.Fatalf("group index: exit %d\n%s%s", code, out, errOut)
 	}
 	if code, out, errOut := runCLI(t, `{"key":"a","payload":"x"}`, append([]string{"submit", "-g", "crawl", "--wait", "--wait-timeout", "30s"}, conn...)...); code != exitOK {

@@ -183,6 +183,8 @@ type GroupLive struct {
 	// WaitsFor names the groups it runs after that have not completed as it asks (the group is
 	// held: none of its jobs is released meanwhile).
 	WaitsFor []string `json:"waits_for,omitempty"`
+	// FollowedBy names groups waiting on it (dependents, follow-ups), at most 20.
+	FollowedBy []string `json:"followed_by,omitempty"`
 }
 
 // HeldBack is one limit holding jobs of a group back: why its pending jobs do not start.

@@ -157,8 +157,23 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := e.d.PauseSchedule(t.Context(), "poll"); err != nil {
 		t.Fatal(err)
 	}
+	// A group that runs after the gated one: it waits, and the chain shows on both rows.
+	if _, err := e.d.Publish(t.Context(), "index", slices.Values(jobsOf("index", []string{"ok"})),
+		dispatcher.After(dispatcher.Dependency{Group: gated})); err != nil {
+		t.Fatal(err)
+	}
 	run(t, ctx, "the groups view shows the gated group, nothing ended",
 		chromedp.KeyEvent("2"),
+		poll(`(() => { const w = document.querySelector('tr[data-group="index"] [data-chain="waits"]'),
+			f = document.querySelector('tr[data-group="`+gated+`"] [data-chain="then"]');
+			return w !== null && w.textContent === 'waits for `+gated+` (success, incarnation ' + w.textContent.split('incarnation ')[1] &&
+				f !== null && f.textContent === '→ index'; })()`),
+		// The filter of groups waiting for others shows it alone.
+		poll(`(() => { const s = document.getElementById('group-state'); s.value = 'waiting'; s.dispatchEvent(new Event('change'));
+			const rows = document.querySelectorAll('#groups-table tr[data-group]');
+			return rows.length === 1 && rows[0].dataset.group === 'index'; })()`),
+		poll(`(() => { const s = document.getElementById('group-state'); s.value = ''; s.dispatchEvent(new Event('change'));
+			return document.querySelectorAll('#groups-table tr[data-group]').length > 1; })()`),
 		// The schedules, the paused one flagged.
 		poll(`(() => { const y = document.querySelector('tr[data-schedule="yearly"]'), p = document.querySelector('tr[data-schedule="poll"]');
 			return y !== null && y.textContent.includes('@yearly') && y.querySelector('.flag') === null &&
