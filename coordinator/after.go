@@ -351,6 +351,19 @@ func (e *engine) readyRecord(g *group) (wire.GroupControl, []byte) {
 		wire.AppendAfterResults(nil, results)
 }
 
+// missingDeps lists the groups waiting for a group never published (for dependency_missing).
+func (e *engine) missingDeps() []missingDep {
+	var out []missingDep
+	for id, list := range e.deps.byNext {
+		for _, g := range list {
+			if e.deps.waiting[g] {
+				out = append(out, missingDep{group: g.id, waitsFor: id, since: g.openedAt})
+			}
+		}
+	}
+	return out
+}
+
 // maxListedDependents bounds the dependents status lists per group.
 const maxListedDependents = 20
 

@@ -294,6 +294,7 @@ func (r *run) observe() {
 	for _, ls := range e.limits.byKey {
 		in.held += uint64(ls.held)
 	}
+	in.missing = e.missingDeps()
 	m.lost = nil
 	for id, w := range e.fleet.workers {
 		in.busy += w.hb.Busy

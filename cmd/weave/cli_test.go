@@ -388,12 +388,13 @@ func TestSubmitSingles(t *testing.T) {
 }
 
 // TestSubmitAfter: submit --after holds a group until the group it names has completed: 'weave
-// group' says what it waits for, and it runs once that group is published and done; a single
-// job takes --after too; bad --when and --if-failed values are usage errors.
+// group' says what it waits for, dependency_missing is raised while that group is not published,
+// and it runs once that group is published and done; a single job takes --after too; bad --when
+// and --if-failed values are usage errors.
 func TestSubmitAfter(t *testing.T) {
 	t.Parallel()
 	conn := newCLINamespace(t, "after")
-	background(t, conn, []string{"coordinator"}, []string{"worker", "--id", "w", "--", "cat"})
+	background(t, conn, []string{"coordinator", "--alarm-missing-after", "1s"}, []string{"worker", "--id", "w", "--", "cat"})
 	if code, out, errOut := runCLI(t, `{"key":"i","payload":"index"}`, append([]string{"submit", "-g", "index", "--after", "crawl"}, conn...)...); code != exitOK {
 		t.Fatalf("submit --after: exit %d\n%s%s", code, out, errOut)
 	}
@@ -405,6 +406,11 @@ func TestSubmitAfter(t *testing.T) {
 		!strings.Contains(out, `group "index": followed by mail (they run after it)`) {
 		t.Fatalf("group index: exit %d\n%s%s", code, out, errOut)
 	}
+	// A second later, nobody has published crawl: the alarm says so.
+	testwait.For(t, 30*time.Second, "dependency_missing to be raised", func() bool {
+		_, out, _ := runCLI(t, "", append([]string{"status"}, conn...)...)
+		return strings.Contains(out, "dependency_missing") && strings.Contains(out, "index waits for crawl")
+	})
 	if code, out, errOut := runCLI(t, `{"key":"a","payload":"x"}`, append([]string{"submit", "-g", "crawl", "--wait", "--wait-timeout", "30s"}, conn...)...); code != exitOK {
 		t.Fatalf("submit crawl: exit %d\n%s%s", code, out, errOut)
 	}
