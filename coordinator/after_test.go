@@ -1,0 +1,74 @@
+package coordinator
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// ready feeds the engine g's ready record with proof (its own when proof is "").
+func (te *testEngine) ready(g string, incarnation uint64, proof string) {
+	if proof == "" {
+		proof = te.e.key.ReadyProof(g, incarnation)
+	}
+	c := wire.GroupControl{Group: g, Op: wire.OpReady, Incarnation: incarnation, Proof: proof}
+	te.seq++
+	te.e.feed(te.e.names.GroupSubject(wire.GroupToken(g)), te.seq, c.Header(), wire.AppendAfterResults(nil, nil), time.Time{})
+}
+
+// TestReadyRecord: a group after another waits, with no job released, until its edge is met;
+// the engine then asks for its ready record once and releases the group only when the record is
+// read back; a record read again changes nothing, and one without a coordinator's proof is
+// rejected and releases nothing.
+func TestReadyRecord(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.worker("w", 4)
+	te.open("a")
+	te.job(wire.JobMeta{Group: "a"})
+	te.seal("a")
+	bOpen := te.control(wire.GroupControl{Group: "b", Op: wire.OpOpen, After: []wire.After{{Group: "a"}}})
+	te.job(wire.JobMeta{Group: "b"})
+	te.seal("b")
+	cOpen := te.control(wire.GroupControl{Group: "c", Op: wire.OpOpen, After: []wire.After{{Group: "b"}}})
+	te.job(wire.JobMeta{Group: "c"})
+	te.seal("c")
+
+	rel := te.releases()["any"]
+	if len(rel) != 1 || rel[0].g.id != "a" {
+		t.Fatalf("released %d jobs (want a's only)", len(rel))
+	}
+	b, c := te.e.groups.byID["b"], te.e.groups.byID["c"]
+	if !te.e.deps.waiting[b] || !te.e.deps.waiting[c] || len(te.e.out.readies) != 0 {
+		t.Fatalf("b waiting %v, c waiting %v, readies %d", te.e.deps.waiting[b], te.e.deps.waiting[c], len(te.e.out.readies))
+	}
+	te.report(rel[0], wire.StatusOK, "ok")
+	if len(te.e.out.readies) != 1 || te.e.out.readies[0] != b {
+		t.Fatalf("readies after a completed: %d", len(te.e.out.readies))
+	}
+	if n := len(te.releases()["any"]); n != 0 {
+		t.Fatalf("b released %d jobs before its ready record was read back", n)
+	}
+	te.e.out.readies = nil
+
+	// A forged record for c: rejected, c still waits.
+	te.ready("c", cOpen, te.e.key.ReadyProof("c", cOpen+1))
+	if !te.e.deps.waiting[c] || !strings.Contains(te.lastRejection(), "without a coordinator's proof") {
+		t.Fatalf("forged ready: c waiting %v, rejection %q", te.e.deps.waiting[c], te.lastRejection())
+	}
+	te.ready("b", bOpen, "")
+	rel = te.releases()["any"]
+	if len(rel) != 1 || rel[0].g != b || te.e.deps.waiting[b] || te.e.stats.AfterReleased != 1 {
+		t.Fatalf("after b's ready record: released %d, waiting %v, released groups %d", len(rel), te.e.deps.waiting[b], te.e.stats.AfterReleased)
+	}
+	te.ready("b", bOpen, "") // stored twice (a coordinator writing it again after a restart)
+	if n := len(te.releases()["any"]); n != 0 || te.e.stats.AfterReleased != 1 {
+		t.Fatalf("a second ready record released %d jobs", n)
+	}
+	te.report(rel[0], wire.StatusPermanent, "boom")
+	if len(te.e.out.depCancels) != 1 || te.e.out.depCancels[0] != c || c.afterFailed != "b" {
+		t.Fatalf("b failed: cancels %d, c after-failed %q; want c canceled for b", len(te.e.out.depCancels), c.afterFailed)
+	}
+}
