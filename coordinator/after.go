@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -26,10 +27,23 @@ import (
 // or complete and retained), else to its next one. Replay binds after it has read the outcomes,
 // so that complete incarnations are known as they were live. Owned by the loop.
 type deps struct {
-	byInc     map[uint64][]*group // dependents waiting on an incarnation, by its open sequence
-	byNext    map[string][]*group // dependents waiting for a group ID's next incarnation
-	byRedrive map[string][]*group // dependents waiting for a redrive of a group ID that failed
-	waiting   map[*group]bool     // groups whose jobs wait: unmet edges, or a ready record on its way
+	waiting   map[uint64]*waitingGroup // by open sequence: groups whose jobs wait (unmet edges, or a ready record on its way)
+	byInc     map[uint64][]uint64      // dependents' open sequences, by the incarnation they wait on
+	byNext    map[string][]uint64      // dependents waiting for a group ID's next incarnation
+	byRedrive map[string][]uint64      // dependents waiting for a redrive of a group ID that failed
+	// results and failedOn outlive the wait, until the group is forgotten: how the groups it
+	// ran after ended (for its jobs' batches), and the group whose end canceled it.
+	results  map[uint64]string
+	failedOn map[uint64]string
+}
+
+// waitingGroup is a group held by its edges.
+type waitingGroup struct {
+	id         string
+	openSeq    uint64
+	openedAt   time.Time
+	edges      []edge
+	readyAsked bool
 }
 
 // edge is one of a group's edges, as bound.
@@ -50,7 +64,7 @@ type edgeState struct {
 
 func (s edgeState) succeeded() bool { return s.failed == 0 && s.canceled == 0 }
 
-// holdOpen takes the edges of g's open: g is held, and its edges are bound now, or at the end of
+// holdOpen takes the edges of g's open: g waits, and its edges are bound now, or at the end of
 // replay. It reports false when the open must be refused, for a cycle (its reason given).
 func (e *engine) holdOpen(g *group, edges []wire.After) (ok bool, reason string) {
 	if len(edges) == 0 {
@@ -61,24 +75,23 @@ func (e *engine) holdOpen(g *group, edges []wire.After) (ok bool, reason string)
 			return false, "group " + g.id + " would run after itself through " + dep + ": a cycle"
 		}
 	}
-	g.after = make([]edge, len(edges))
+	w := &waitingGroup{id: g.id, openSeq: g.openSeq, openedAt: g.openedAt, edges: make([]edge, len(edges))}
 	for i, a := range edges {
-		g.after[i] = edge{After: a}
+		w.edges[i] = edge{After: a}
 	}
-	e.depsInit()
-	e.deps.waiting[g] = true
+	if e.deps.waiting == nil { // most namespaces never use edges
+		e.deps = deps{waiting: map[uint64]*waitingGroup{}, byInc: map[uint64][]uint64{}, byNext: map[string][]uint64{},
+			byRedrive: map[string][]uint64{}, results: map[uint64]string{}, failedOn: map[uint64]string{}}
+	}
+	e.deps.waiting[g.openSeq] = w
 	if !e.replaying() {
-		e.bindEdges(g, false)
+		e.bindEdges(w, false)
 	}
 	return true, ""
 }
 
-// depsInit makes the maps of deps on first use: most namespaces never use edges.
-func (e *engine) depsInit() {
-	if e.deps.waiting == nil {
-		e.deps = deps{byInc: map[uint64][]*group{}, byNext: map[string][]*group{}, byRedrive: map[string][]*group{}, waiting: map[*group]bool{}}
-	}
-}
+// isWaiting reports whether g is held by its edges.
+func (e *engine) isWaiting(g *group) bool { return e.deps.waiting[g.openSeq] != nil }
 
 // cycle reports a group through which a new incarnation of id with edges would wait on itself:
 // a group it would (transitively) run after that waits for id's next incarnation.
@@ -86,63 +99,66 @@ func (e *engine) cycle(id string, edges []wire.After) string {
 	if len(e.deps.byNext[id]) == 0 {
 		return ""
 	}
-	seen := map[*group]bool{}
-	var walk func(g *group) string
-	walk = func(g *group) string {
-		if g == nil || seen[g] || !e.deps.waiting[g] {
+	seen := map[uint64]bool{}
+	var walk func(seq uint64) string
+	walk = func(seq uint64) string {
+		w := e.deps.waiting[seq]
+		if w == nil || seen[seq] {
 			return ""
 		}
-		seen[g] = true
-		for _, ed := range g.after {
+		seen[seq] = true
+		for _, ed := range w.edges {
 			if ed.met {
 				continue
 			}
 			if ed.bound == 0 && ed.Group == id {
-				return g.id
+				return w.id
 			}
-			if found := walk(e.groups.incarnations[ed.bound]); found != "" {
+			if found := walk(ed.bound); found != "" {
 				return found
 			}
 		}
 		return ""
 	}
 	for _, a := range edges {
-		if found := walk(e.groups.byID[a.Group]); found != "" {
-			return found
+		if g := e.groups.byID[a.Group]; g != nil {
+			if found := walk(g.openSeq); found != "" {
+				return found
+			}
 		}
 	}
 	return ""
 }
 
-// bindEdges binds g's unbound edges (see deps) and decides those whose incarnation is complete;
+// bindEdges binds w's unbound edges (see deps) and decides those whose incarnation is complete;
 // all looks at every tracked incarnation (after a restart), not only each ID's latest.
-func (e *engine) bindEdges(g *group, all bool) {
-	for i := range g.after {
-		ed := &g.after[i]
+func (e *engine) bindEdges(w *waitingGroup, all bool) {
+	for i := range w.edges {
+		ed := &w.edges[i]
 		if ed.met || ed.bound != 0 {
 			continue
 		}
 		ed.bound = ed.Incarnation
 		if ed.bound == 0 {
-			ed.bound = e.latestIncarnation(ed.Group, g.openSeq, all)
+			ed.bound = e.latestIncarnation(ed.Group, w.openSeq, all)
 		}
 		switch dep := e.groups.incarnations[ed.bound]; {
 		case ed.bound == 0:
-			e.deps.byNext[ed.Group] = append(e.deps.byNext[ed.Group], g)
+			e.deps.byNext[ed.Group] = append(e.deps.byNext[ed.Group], w.openSeq)
 		case dep != nil && !dep.complete:
-			e.deps.byInc[ed.bound] = append(e.deps.byInc[ed.bound], g)
+			e.deps.byInc[ed.bound] = append(e.deps.byInc[ed.bound], w.openSeq)
 		case dep != nil:
-			e.decideEdge(g, ed, e.stateOf(dep))
+			e.decideEdge(w, ed, e.stateOf(dep))
 		default:
 			st, known := e.retainedState(ed.Group, ed.bound)
 			if !known {
 				// Complete and past its retention, or never stored: nothing says it succeeded.
 				st = edgeState{failed: 1}
 			}
-			e.decideEdge(g, ed, st)
+			e.decideEdge(w, ed, st)
 		}
 	}
-	e.edgesChanged(g)
+	e.edgesChanged(w)
 }
 
 // latestIncarnation is the open sequence of id's latest incarnation opened before seq, tracked
@@ -195,8 +211,8 @@ func (e *engine) retainedState(id string, openSeq uint64) (edgeState, bool) {
 	return edgeState{}, false
 }
 
-// decideEdge decides ed of g, whose incarnation ended as st.
-func (e *engine) decideEdge(g *group, ed *edge, st edgeState) {
+// decideEdge decides ed of w, whose incarnation ended as st.
+func (e *engine) decideEdge(w *waitingGroup, ed *edge, st edgeState) {
 	ed.result = wire.AfterResult{Group: ed.Group, Incarnation: ed.bound, When: ed.When.String(),
 		Jobs: st.jobs, Done: st.done, Failed: st.failed, Canceled: st.canceled, FailedIDs: st.failedIDs, More: st.more}
 	switch {
@@ -206,29 +222,32 @@ func (e *engine) decideEdge(g *group, ed *edge, st edgeState) {
 		ed.met, ed.failed = true, false
 	case ed.When == wire.WhenSuccess && ed.IfFailed == wire.IfFailedWait:
 		ed.failed = true
-		e.deps.byRedrive[ed.Group] = append(e.deps.byRedrive[ed.Group], g)
-	case g.afterFailed == "":
-		// Held until the cancel is read back (cancelGroup), so that its jobs end canceled
+		e.deps.byRedrive[ed.Group] = append(e.deps.byRedrive[ed.Group], w.openSeq)
+	case e.deps.failedOn[w.openSeq] == "":
+		// Waiting until the cancel is read back (cancelGroup), so that its jobs end canceled
 		// there, as at replay.
-		g.afterFailed = ed.Group
+		e.deps.failedOn[w.openSeq] = ed.Group
 		e.stats.AfterCanceled++
-		e.out.depCancels = append(e.out.depCancels, g)
-		e.log.Info().Str("group", g.id).Str("after", ed.Group).Str("when", ed.When.String()).Msg("group canceled: a group it runs after ended otherwise")
+		e.out.depCancels = append(e.out.depCancels, depControl{id: w.id, openSeq: w.openSeq})
+		e.log.Info().Str("group", w.id).Str("after", ed.Group).Str("when", ed.When.String()).Msg("group canceled: a group it runs after ended otherwise")
 	}
 }
 
-// edgesChanged asks for g's ready record once every edge is met.
-func (e *engine) edgesChanged(g *group) {
-	if !e.deps.waiting[g] || g.readyAsked || g.cancelReq || g.afterFailed != "" {
+// edgesChanged asks for w's ready record once every edge is met.
+func (e *engine) edgesChanged(w *waitingGroup) {
+	if e.deps.waiting[w.openSeq] != w || w.readyAsked || e.deps.failedOn[w.openSeq] != "" {
 		return
 	}
-	for _, ed := range g.after {
+	if g := e.groups.incarnations[w.openSeq]; g != nil && g.cancelReq {
+		return
+	}
+	for _, ed := range w.edges {
 		if !ed.met {
 			return
 		}
 	}
-	g.readyAsked = true
-	e.out.readies = append(e.out.readies, g)
+	w.readyAsked = true
+	e.out.readies = append(e.out.readies, depControl{id: w.id, openSeq: w.openSeq})
 }
 
 // openedForDeps binds the edges waiting for a new incarnation of g's ID (or, for a redrive, for
@@ -243,15 +262,16 @@ func (e *engine) openedForDeps(g *group) {
 		waiting = append(waiting, e.deps.byRedrive[g.id]...)
 		delete(e.deps.byRedrive, g.id)
 	}
-	for _, d := range waiting {
-		if !e.deps.waiting[d] {
+	for _, seq := range waiting {
+		w := e.deps.waiting[seq]
+		if w == nil {
 			continue
 		}
-		for i := range d.after {
-			ed := &d.after[i]
+		for i := range w.edges {
+			ed := &w.edges[i]
 			if ed.Group == g.id && !ed.met && (ed.bound == 0 || ed.failed && g.redriven) {
 				ed.bound, ed.failed = g.openSeq, false
-				e.deps.byInc[g.openSeq] = append(e.deps.byInc[g.openSeq], d)
+				e.deps.byInc[g.openSeq] = append(e.deps.byInc[g.openSeq], seq)
 			}
 		}
 	}
@@ -268,20 +288,21 @@ func (e *engine) completedForDeps(g *group) {
 		return
 	}
 	st := e.stateOf(g)
-	for _, d := range waiting {
-		if !e.deps.waiting[d] {
+	for _, seq := range waiting {
+		w := e.deps.waiting[seq]
+		if w == nil {
 			continue
 		}
-		for i := range d.after {
-			if ed := &d.after[i]; ed.bound == g.openSeq && !ed.met && !ed.failed {
-				e.decideEdge(d, ed, st)
+		for i := range w.edges {
+			if ed := &w.edges[i]; ed.bound == g.openSeq && !ed.met && !ed.failed {
+				e.decideEdge(w, ed, st)
 			}
 		}
-		e.edgesChanged(d)
+		e.edgesChanged(w)
 	}
 }
 
-// applyReady releases the held group its ready record names (wire.OpReady).
+// applyReady releases the waiting group its ready record names (wire.OpReady).
 func (e *engine) applyReady(subject string, seq uint64, c wire.GroupControl, g *group, data []byte) {
 	switch {
 	case !e.key.VerifyReady(c.Proof, c.Group, c.Incarnation):
@@ -294,7 +315,7 @@ func (e *engine) applyReady(subject string, seq uint64, c wire.GroupControl, g *
 		}
 	}
 	g.lastSeq = max(g.lastSeq, seq)
-	if !e.deps.waiting[g] {
+	if !e.isWaiting(g) {
 		return // written again after a restart: the first one released it
 	}
 	results, err := wire.ParseAfterResults(data)
@@ -305,49 +326,72 @@ func (e *engine) applyReady(subject string, seq uint64, c wire.GroupControl, g *
 	e.stopWaiting(g)
 	e.stats.AfterReleased++
 	if len(results) > 0 {
-		g.afterResults = string(wire.AppendAfterResults(nil, results))
-	}
-	for i := range g.after {
-		g.after[i].met = true
+		e.deps.results[g.openSeq] = string(wire.AppendAfterResults(nil, results))
 	}
 	if !e.replaying() && !g.cancelReq && !g.complete {
 		e.schedule(g, slices.Collect(e.idx.GroupJobs(g.idxKey, jobindex.Pending)))
 	}
 }
 
-// stopWaiting stops holding g: released, canceled or forgotten.
-func (e *engine) stopWaiting(g *group) {
-	delete(e.deps.waiting, g)
+// stopWaiting stops holding g: released, canceled or complete.
+func (e *engine) stopWaiting(g *group) { delete(e.deps.waiting, g.openSeq) }
+
+// forgetDeps drops what deps keeps of a forgotten group.
+func (e *engine) forgetDeps(g *group) {
+	if e.deps.waiting != nil {
+		delete(e.deps.waiting, g.openSeq)
+		delete(e.deps.results, g.openSeq)
+		delete(e.deps.failedOn, g.openSeq)
+	}
+}
+
+// afterResults is how the groups g ran after ended, encoded for its jobs' batches ("" for none).
+func (e *engine) afterResults(g *group) string { return e.deps.results[g.openSeq] }
+
+// canceledFor is the group whose end canceled g ("" if none did).
+func (e *engine) canceledFor(g *group) string { return e.deps.failedOn[g.openSeq] }
+
+// depsCanceled records, as a coordinator's cancel is read (at replay too), the group whose end
+// canceled g.
+func (e *engine) depsCanceled(g *group, dep string) {
+	if e.deps.failedOn == nil {
+		e.deps.failedOn = map[uint64]string{}
+	}
+	e.deps.failedOn[g.openSeq] = dep
 }
 
 // answerLateFor is how old an open with edges read during replay may be for the coordinator to
 // answer it at replay's end: its producer may still be waiting (Publish waits RequestTimeout).
 const answerLateFor = 30 * time.Second
 
-// bindAfterReplay binds the edges of the groups replay left held (no ready record read), now
+// bindAfterReplay binds the edges of the groups replay left waiting (no ready record read), now
 // that the complete incarnations are known; the completions endReplay decides next decide them.
 // It answers the opens stored lately, whose producers may still wait.
 func (e *engine) bindAfterReplay(opens []heldOpen) {
 	for _, o := range opens {
 		e.answer(o.seq, o.c, wire.ControlAnswer{OK: true})
 	}
-	if e.deps.waiting == nil {
-		return
-	}
-	for _, g := range e.groups.arrival {
-		if e.deps.waiting[g] {
-			e.bindEdges(g, true)
-		}
+	for _, seq := range slices.Sorted(maps.Keys(e.deps.waiting)) {
+		e.bindEdges(e.deps.waiting[seq], true)
 	}
 }
 
-// readyRecord is the ready record the run stores for g.
-func (e *engine) readyRecord(g *group) (wire.GroupControl, []byte) {
-	results := make([]wire.AfterResult, len(g.after))
-	for i, ed := range g.after {
-		results[i] = ed.result
+// depControl names a group whose ready record or cancel the run stores.
+type depControl struct {
+	id      string
+	openSeq uint64
+}
+
+// readyRecord is the ready record the run stores for the waiting group at openSeq.
+func (e *engine) readyRecord(id string, openSeq uint64) (wire.GroupControl, []byte) {
+	var results []wire.AfterResult
+	if w := e.deps.waiting[openSeq]; w != nil {
+		results = make([]wire.AfterResult, len(w.edges))
+		for i, ed := range w.edges {
+			results[i] = ed.result
+		}
 	}
-	return wire.GroupControl{Group: g.id, Op: wire.OpReady, Incarnation: g.openSeq, Proof: e.key.ReadyProof(g.id, g.openSeq)},
+	return wire.GroupControl{Group: id, Op: wire.OpReady, Incarnation: openSeq, Proof: e.key.ReadyProof(id, openSeq)},
 		wire.AppendAfterResults(nil, results)
 }
 
@@ -355,9 +399,9 @@ func (e *engine) readyRecord(g *group) (wire.GroupControl, []byte) {
 func (e *engine) missingDeps() []missingDep {
 	var out []missingDep
 	for id, list := range e.deps.byNext {
-		for _, g := range list {
-			if e.deps.waiting[g] {
-				out = append(out, missingDep{group: g.id, waitsFor: id, since: g.openedAt})
+		for _, seq := range list {
+			if w := e.deps.waiting[seq]; w != nil {
+				out = append(out, missingDep{group: w.id, waitsFor: id, since: w.openedAt})
 			}
 		}
 	}
@@ -374,23 +418,27 @@ func (e *engine) dependentsOf(g *group, max int) []string {
 		return nil
 	}
 	var out []string
-	for _, list := range [][]*group{e.deps.byInc[g.openSeq], e.deps.byNext[g.id], e.deps.byRedrive[g.id]} {
-		for _, d := range list {
+	for _, list := range [][]uint64{e.deps.byInc[g.openSeq], e.deps.byNext[g.id], e.deps.byRedrive[g.id]} {
+		for _, seq := range list {
 			if len(out) == max {
 				return out
 			}
-			if e.deps.waiting[d] && !slices.Contains(out, d.id) {
-				out = append(out, d.id)
+			if w := e.deps.waiting[seq]; w != nil && !slices.Contains(out, w.id) {
+				out = append(out, w.id)
 			}
 		}
 	}
 	return out
 }
 
-// waitsFor describes what a waiting group waits for, for status and inspection.
-func (g *group) waitsFor() []string {
+// waitsFor describes what the waiting group g waits for, for status and inspection.
+func (e *engine) waitsFor(g *group) []string {
+	w := e.deps.waiting[g.openSeq]
+	if w == nil {
+		return nil
+	}
 	var out []string
-	for _, ed := range g.after {
+	for _, ed := range w.edges {
 		switch {
 		case ed.met:
 		case ed.bound == 0:
@@ -406,19 +454,20 @@ func (g *group) waitsFor() []string {
 
 // storeDepControls stores the ready records of readies and a cancel of each group in cancels,
 // trying again until they are stored or the term ends (the next term decides them again). The
-// messages are built here, on the loop, which owns the groups.
-func (r *run) storeDepControls(ctx context.Context, readies, cancels []*group) {
+// messages are built here, on the loop, which owns the engine.
+func (r *run) storeDepControls(ctx context.Context, readies, cancels []depControl) {
 	var msgs []*nats.Msg
-	for _, g := range readies {
-		c, body := r.e.readyRecord(g)
-		m := nats.NewMsg(r.names.GroupSubject(g.tok))
+	for _, d := range readies {
+		c, body := r.e.readyRecord(d.id, d.openSeq)
+		m := nats.NewMsg(r.names.GroupSubject(wire.GroupToken(d.id)))
 		m.Header, m.Data = c.Header(), body
 		msgs = append(msgs, m)
 	}
-	for _, g := range cancels {
-		m := nats.NewMsg(r.names.GroupSubject(g.tok))
-		m.Header = wire.GroupControl{Group: g.id, Op: wire.OpCancel, AfterFailed: g.afterFailed}.Header()
-		m.Header.Set(wire.HdrMsgID, "dep-cancel/"+g.tok+"/"+strconv.FormatUint(g.openSeq, 10))
+	for _, d := range cancels {
+		tok := wire.GroupToken(d.id)
+		m := nats.NewMsg(r.names.GroupSubject(tok))
+		m.Header = wire.GroupControl{Group: d.id, Op: wire.OpCancel, AfterFailed: r.e.deps.failedOn[d.openSeq]}.Header()
+		m.Header.Set(wire.HdrMsgID, "dep-cancel/"+tok+"/"+strconv.FormatUint(d.openSeq, 10))
 		msgs = append(msgs, m)
 	}
 	for _, m := range msgs {

@@ -41,11 +41,11 @@ func TestReadyRecord(t *testing.T) {
 		t.Fatalf("released %d jobs (want a's only)", len(rel))
 	}
 	b, c := te.e.groups.byID["b"], te.e.groups.byID["c"]
-	if !te.e.deps.waiting[b] || !te.e.deps.waiting[c] || len(te.e.out.readies) != 0 {
-		t.Fatalf("b waiting %v, c waiting %v, readies %d", te.e.deps.waiting[b], te.e.deps.waiting[c], len(te.e.out.readies))
+	if !te.e.isWaiting(b) || !te.e.isWaiting(c) || len(te.e.out.readies) != 0 {
+		t.Fatalf("b waiting %v, c waiting %v, readies %d", te.e.isWaiting(b), te.e.isWaiting(c), len(te.e.out.readies))
 	}
 	te.report(rel[0], wire.StatusOK, "ok")
-	if len(te.e.out.readies) != 1 || te.e.out.readies[0] != b {
+	if len(te.e.out.readies) != 1 || te.e.out.readies[0].openSeq != b.openSeq {
 		t.Fatalf("readies after a completed: %d", len(te.e.out.readies))
 	}
 	if n := len(te.releases()["any"]); n != 0 {
@@ -55,20 +55,20 @@ func TestReadyRecord(t *testing.T) {
 
 	// A forged record for c: rejected, c still waits.
 	te.ready("c", cOpen, te.e.key.ReadyProof("c", cOpen+1))
-	if !te.e.deps.waiting[c] || !strings.Contains(te.lastRejection(), "without a coordinator's proof") {
-		t.Fatalf("forged ready: c waiting %v, rejection %q", te.e.deps.waiting[c], te.lastRejection())
+	if !te.e.isWaiting(c) || !strings.Contains(te.lastRejection(), "without a coordinator's proof") {
+		t.Fatalf("forged ready: c waiting %v, rejection %q", te.e.isWaiting(c), te.lastRejection())
 	}
 	te.ready("b", bOpen, "")
 	rel = te.releases()["any"]
-	if len(rel) != 1 || rel[0].g != b || te.e.deps.waiting[b] || te.e.stats.AfterReleased != 1 {
-		t.Fatalf("after b's ready record: released %d, waiting %v, released groups %d", len(rel), te.e.deps.waiting[b], te.e.stats.AfterReleased)
+	if len(rel) != 1 || rel[0].g != b || te.e.isWaiting(b) || te.e.stats.AfterReleased != 1 {
+		t.Fatalf("after b's ready record: released %d, waiting %v, released groups %d", len(rel), te.e.isWaiting(b), te.e.stats.AfterReleased)
 	}
 	te.ready("b", bOpen, "") // stored twice (a coordinator writing it again after a restart)
 	if n := len(te.releases()["any"]); n != 0 || te.e.stats.AfterReleased != 1 {
 		t.Fatalf("a second ready record released %d jobs", n)
 	}
 	te.report(rel[0], wire.StatusPermanent, "boom")
-	if len(te.e.out.depCancels) != 1 || te.e.out.depCancels[0] != c || c.afterFailed != "b" {
-		t.Fatalf("b failed: cancels %d, c after-failed %q; want c canceled for b", len(te.e.out.depCancels), c.afterFailed)
+	if len(te.e.out.depCancels) != 1 || te.e.out.depCancels[0].openSeq != c.openSeq || te.e.canceledFor(c) != "b" {
+		t.Fatalf("b failed: cancels %d, c canceled for %q; want c canceled for b", len(te.e.out.depCancels), te.e.canceledFor(c))
 	}
 }

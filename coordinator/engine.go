@@ -112,8 +112,8 @@ type effects struct {
 	answers         []answer        // answers to control messages that asked for one (answers.go)
 	refused         []journal.Entry // refused reports, to journal (journal.KindRefused)
 	redrives        []redriveOrder  // redrive decisions to carry out (redrive.go)
-	readies         []*group        // held groups whose edges are met: store their ready record (after.go)
-	depCancels      []*group        // held groups an edge can no longer release: store a cancel of them
+	readies         []depControl    // waiting groups whose edges are met: store their ready record (after.go)
+	depCancels      []depControl    // waiting groups an edge can no longer release: store a cancel of them
 }
 
 func (o *effects) empty() bool {

@@ -63,12 +63,6 @@ type group struct {
 	complete         bool // every job terminal and the summary is being written
 	keepJobs         bool // complete: its job messages are kept until its retention passes (see keepsJobs)
 
-	// after are the groups it runs after (after.go); readyAsked: its ready record was asked
-	// for; afterResults: how they ended, encoded for its jobs' batches (wire.HdrAfter).
-	after        []edge
-	readyAsked   bool
-	afterResults string
-	afterFailed  string // the group it runs after whose end canceled it
 
 	outcomes    []wire.Outcome // terminal outcomes not yet handed to the writer
 	outcomeSeqs []uint64       // the EVENTS sequence of the report behind each, or 0
@@ -81,9 +75,9 @@ type group struct {
 func (g *group) terminal() uint64 { return g.done + g.failed + g.canceled }
 
 // canceledWhy is the outcome text of g's jobs ended by a cancel of the whole group.
-func (g *group) canceledWhy() string {
-	if g.afterFailed != "" {
-		return "group canceled: group " + g.afterFailed + ", which it runs after, did not end as it asks"
+func (e *engine) canceledWhy(g *group) string {
+	if dep := e.canceledFor(g); dep != "" {
+		return "group canceled: group " + dep + ", which it runs after, did not end as it asks"
 	}
 	return "group canceled"
 }
@@ -162,7 +156,7 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 		if prev != nil && !prev.complete {
 			e.replay.deferOpen(g, prev, deferredMsg{subject: subject, seq: seq, c: &c})
 		}
-	case !e.deps.waiting[g]:
+	case !e.isWaiting(g):
 		e.schedule(g, nil)
 	}
 }
@@ -224,7 +218,7 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g 
 	// The cancel is the group's message in JOBS, to be purged with it.
 	g.lastSeq = max(g.lastSeq, seq)
 	if c.AfterFailed != "" {
-		g.afterFailed = c.AfterFailed
+		e.depsCanceled(g, c.AfterFailed)
 	}
 	// A cancel for a dependency leaves the group open: the producer's jobs still join it (and
 	// end canceled), so its summary counts every job it published.
@@ -333,7 +327,7 @@ func (e *engine) admit(subject string, seq uint64, j *wire.StoredJob) bool {
 	switch {
 	case g.cancelReq:
 		e.moveTerminal(id, jobindex.Canceled)
-		e.recordOutcome(g, wire.Outcome{ID: id, Key: m.Key, State: wire.FinalCanceled, Data: []byte(g.canceledWhy())}, 0)
+		e.recordOutcome(g, wire.Outcome{ID: id, Key: m.Key, State: wire.FinalCanceled, Data: []byte(e.canceledWhy(g))}, 0)
 		return false
 	case delayed:
 		e.delay(g, id, m.RunAt)
@@ -367,7 +361,7 @@ func (e *engine) cancelGroup(g *group) {
 		return
 	}
 	g.cancelReq = true
-	reason := g.canceledWhy()
+	reason := e.canceledWhy(g)
 	if g.inSched {
 		for _, id := range e.sched.Cancel(g) {
 			e.moveTerminal(id, jobindex.Canceled)
@@ -376,7 +370,7 @@ func (e *engine) cancelGroup(g *group) {
 		g.inSched = false
 	}
 	held := jobindex.Delayed
-	if e.deps.waiting[g] {
+	if e.isWaiting(g) {
 		held = jobindex.Pending // a held group's jobs wait in the index alone
 		e.stopWaiting(g)
 	}
@@ -437,7 +431,7 @@ func (e *engine) cancelJobs(g *group, ids []uint64) (final, unknown []uint64) {
 			continue
 		}
 		cancel := st == jobindex.Pending && g.inSched && e.sched.Remove(g, id, func(a, b uint64) bool { return a == b })
-		if st == jobindex.Delayed || st == jobindex.Pending && e.deps.waiting[g] {
+		if st == jobindex.Delayed || st == jobindex.Pending && e.isWaiting(g) {
 			if waiting == nil { // the group's jobs waiting outside the scheduler, read once: is id one of them?
 				waiting = map[uint64]bool{}
 				for _, s := range []jobindex.State{jobindex.Delayed, jobindex.Pending} {
@@ -502,6 +496,7 @@ func (e *engine) checkComplete(g *group) {
 func (e *engine) forget(g *group) {
 	e.untrack(g)
 	e.redriveCompleted(g.id)
+	e.forgetDeps(g)
 }
 
 // untrack drops g from the groups and its jobs, all ended, from the index.

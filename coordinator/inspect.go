@@ -256,8 +256,8 @@ func (e *engine) groupLive(g *group, w waits) wire.GroupLive {
 		OpenedAt: g.openedAt, Admitted: g.admitted, Queued: e.sched.Queued(g), InFlight: g.inFlight, Jobs: counts(gc),
 		HeldBack: w.held[g], Unplaceable: w.unplaceable[g], NextRunAt: w.nextRunAt[g],
 	}
-	if e.deps.waiting[g] {
-		gl.WaitsFor = g.waitsFor()
+	if e.isWaiting(g) {
+		gl.WaitsFor = e.waitsFor(g)
 	}
 	gl.FollowedBy = e.dependentsOf(g, maxListedDependents)
 	if !g.sealed {

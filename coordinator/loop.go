@@ -218,7 +218,7 @@ func (r *run) handOutReleases(ctx context.Context, releases []release) bool {
 		}
 		var readAhead map[*group]bool // groups whose next jobs this batch reads ahead
 		for i, j := range rel.jobs {
-			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, rel: j.rel, gtok: j.g.tok, after: j.g.afterResults}
+			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, rel: j.rel, gtok: j.g.tok, after: r.e.afterResults(j.g)}
 			if req.sent == nil && !readAhead[j.g] && !r.payloads.has(j.id) {
 				if readAhead == nil {
 					readAhead = map[*group]bool{}
@@ -256,7 +256,7 @@ func (r *run) releaseAtOnce(rel release) *sentBatch {
 	work := make([]wire.WorkJob, len(jobs))
 	for i, j := range jobs {
 		rj := rel.jobs[i]
-		work[i] = r.workJob(rel.pool.key, releaseJob{id: rj.id, attempt: rj.attempt, rel: rj.rel, after: rj.g.afterResults}, j)
+		work[i] = r.workJob(rel.pool.key, releaseJob{id: rj.id, attempt: rj.attempt, rel: rj.rel, after: r.e.afterResults(rj.g)}, j)
 	}
 	if firstBatch(work, r.cfg.MaxBatchBytes) < len(work) {
 		return nil // the pipeline splits what is too large for one batch

@@ -528,7 +528,7 @@ func (e *engine) neverReleased(rs *replayState) map[*group][]uint64 {
 // never-released pending jobs in ID order, sealed after the push.
 func (e *engine) rebuildScheduler(pending map[*group][]uint64) {
 	for _, g := range e.groups.arrival {
-		if !g.complete && !e.deps.waiting[g] {
+		if !g.complete && !e.isWaiting(g) {
 			ids := pending[g]
 			slices.Sort(ids)
 			e.schedule(g, ids)

@@ -229,8 +229,8 @@ func (e *engine) status() *Status {
 		if !g.sealed {
 			gs.LastHeard = g.lastHeard
 		}
-		if e.deps.waiting[g] {
-			gs.WaitsFor = g.waitsFor()
+		if e.isWaiting(g) {
+			gs.WaitsFor = e.waitsFor(g)
 		}
 		gs.FollowedBy = e.dependentsOf(g, maxListedDependents)
 		s.Groups = append(s.Groups, gs)
