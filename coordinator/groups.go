@@ -63,7 +63,6 @@ type group struct {
 	complete         bool // every job terminal and the summary is being written
 	keepJobs         bool // complete: its job messages are kept until its retention passes (see keepsJobs)
 
-
 	outcomes    []wire.Outcome // terminal outcomes not yet handed to the writer
 	outcomeSeqs []uint64       // the EVENTS sequence of the report behind each, or 0
 	// outcomesAt is when its outcomes were last handed to the writer; lingering is set while
