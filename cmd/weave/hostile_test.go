@@ -42,7 +42,7 @@ func TestCLIHostileWorker(t *testing.T) {
 	workerErr := &lockedBuffer{}
 	for _, args := range [][]string{
 		{"coordinator"},
-		{"worker", "--id", "w1", "--heartbeat-interval", "100ms", "--", "sh", "-c", script},
+		{"worker", "--id", "w1", "--heartbeat-interval", "100ms", "--resources", "sh", "--", "sh", "-c", script},
 	} {
 		full := append(append([]string{args[0]}, conn...), args[1:]...)
 		wg.Go(func() {
@@ -78,7 +78,9 @@ func TestCLIHostileWorker(t *testing.T) {
 		return runCLI(t, "", append(args, conn...)...)
 	}
 
-	jobs := `{"key":"evil-key","payload":"x"}
+	// evil-key requires the command worker's resource: the library worker, which could take a
+	// job requiring nothing, fails every job with its own error.
+	jobs := `{"key":"evil-key","payload":"x","require":["sh"]}
 {"key":"big","payload":"x","require":["big"]}
 `
 	if code, out, errOut := runCLI(t, jobs, append([]string{"submit", "-g", "g", "--wait", "--wait-timeout", "30s"}, conn...)...); code != exitError || !strings.Contains(out, "2 failed") {
