@@ -72,3 +72,32 @@ func TestReadyRecord(t *testing.T) {
 		t.Fatalf("b failed: cancels %d, c canceled for %q; want c canceled for b", len(te.e.out.depCancels), te.e.canceledFor(c))
 	}
 }
+
+// TestPriorityGoesFirst: a group of a higher priority takes every slot it can use before groups
+// of lower priorities, whatever least in-flight would share; the slots it cannot use (its jobs
+// require what the pool lacks, or it has none left) go to the lower priorities.
+func TestPriorityGoesFirst(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1, Feeders: 4})
+	te.worker("w", 4)
+	te.open("low")
+	for range 6 {
+		te.job(wire.JobMeta{Group: "low"})
+	}
+	te.control(wire.GroupControl{Group: "high", Op: wire.OpOpen, Priority: 5})
+	for range 3 {
+		te.job(wire.JobMeta{Group: "high"})
+	}
+	te.job(wire.JobMeta{Group: "high", Require: []string{"gpu"}}) // no pool can run it
+	count := func(rel []*job) map[string]int {
+		n := map[string]int{}
+		for _, j := range rel {
+			n[j.g.id]++
+		}
+		return n
+	}
+	got := count(te.releases()["any"])
+	if got["high"] != 3 || got["low"] != 1 {
+		t.Fatalf("released %v; want high's 3 runnable jobs first, then 1 of low's", got)
+	}
+}

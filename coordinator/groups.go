@@ -19,6 +19,7 @@ type groupSet struct {
 	unsealed         map[*group]bool   // open incarnations not sealed yet: AbandonAfter watches them
 	nextAbandonCheck time.Time         // abandon looks for silent producers no more often than this
 	busy             float64           // the average of the groups' busy shares: a new group starts from it
+	prioritized      int               // tracked incarnations with a priority: the release decision looks at every candidate
 }
 
 // group is one incarnation of a group, from its open until it is complete and forgotten.
@@ -33,6 +34,7 @@ type group struct {
 	lastSeq   uint64 // the sequence of its last message in JOBS: a purge stops there
 	sealed    bool
 	weight    float64 // its weight in the fair share (the open's; 1 by default): see load
+	priority  int     // its priority (the open's): its jobs go before lower priorities' (release.go)
 	abandoned bool    // sealed by the coordinator: the producer went silent (see abandon)
 	// sealedByCancel: a cancel of the whole group sealed it before its producer did.
 	sealedByCancel bool
@@ -132,7 +134,7 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	// yet: the decision on the new one is deferred to endReplay, which decides as the live
 	// coordinator would have (see deferredOpen); meanwhile it is tracked like any other.
 	prev := g
-	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), reply: c.Reply, openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1)), redriven: c.Redrive != 0}
+	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), reply: c.Reply, openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1)), redriven: c.Redrive != 0, priority: c.Priority}
 	if ok, reason := e.holdOpen(g, c.After); !ok {
 		e.refuse(subject, seq, reason)
 		e.answer(seq, c, wire.ControlAnswer{Code: wire.AnswerCycle, Reason: reason})
@@ -141,6 +143,9 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	e.groups.byID[c.Group] = g
 	e.groups.incarnations[seq] = g
 	e.groups.arrival = append(e.groups.arrival, g)
+	if g.priority > 0 {
+		e.groups.prioritized++
+	}
 	e.groups.unsealed[g] = true
 	e.heard(g)
 	e.openedForDeps(g)
@@ -502,6 +507,9 @@ func (e *engine) forget(g *group) {
 func (e *engine) untrack(g *group) {
 	if e.groups.byID[g.id] == g {
 		delete(e.groups.byID, g.id)
+	}
+	if _, tracked := e.groups.incarnations[g.openSeq]; tracked && g.priority > 0 {
+		e.groups.prioritized--
 	}
 	delete(e.groups.incarnations, g.openSeq)
 	delete(e.groups.unsealed, g)

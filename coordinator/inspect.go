@@ -260,6 +260,7 @@ func (e *engine) groupLive(g *group, w waits) wire.GroupLive {
 		gl.WaitsFor = e.waitsFor(g)
 	}
 	gl.FollowedBy = e.dependentsOf(g, maxListedDependents)
+	gl.Priority = g.priority
 	if !g.sealed {
 		gl.LastHeard = g.lastHeard
 	}

@@ -21,7 +21,7 @@ func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stor
 		e.reject(subject, seq, singleRunning(m.Group))
 		return false
 	}
-	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply, After: m.After}, e.groups.byID[m.Group], stored)
+	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply, After: m.After, Priority: m.Priority}, e.groups.byID[m.Group], stored)
 	g := e.groups.byID[m.Group]
 	if g == nil || g.openSeq != seq {
 		return false // its open was refused (a cycle), and so the message

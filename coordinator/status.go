@@ -106,6 +106,7 @@ type GroupStatus struct {
 	// the groups waiting on it (dependents and follow-ups), at most 20.
 	WaitsFor   []string `json:"waits_for,omitempty"`
 	FollowedBy []string `json:"followed_by,omitempty"`
+	Priority   int      `json:"priority,omitempty"` // its jobs go before lower priorities'
 }
 
 // ResourceStatus counts the jobs naming one resource, and the live slots holding it. Pending
@@ -233,6 +234,7 @@ func (e *engine) status() *Status {
 			gs.WaitsFor = e.waitsFor(g)
 		}
 		gs.FollowedBy = e.dependentsOf(g, maxListedDependents)
+		gs.Priority = g.priority
 		s.Groups = append(s.Groups, gs)
 	}
 	holders := map[string]int{}

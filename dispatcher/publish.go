@@ -121,7 +121,7 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 	if err := d.ensure(ctx); err != nil {
 		return nil, err
 	}
-	open := wire.GroupControl{Group: groupID, Op: wire.OpOpen, Weight: o.weight, Reply: d.reply, After: o.edges()}
+	open := wire.GroupControl{Group: groupID, Op: wire.OpOpen, Weight: o.weight, Reply: d.reply, After: o.edges(), Priority: o.priority}
 	answers, err := d.openAnswers(open)
 	if err != nil {
 		return nil, err
@@ -192,9 +192,10 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 type GroupOption func(*groupOptions)
 
 type groupOptions struct {
-	weight int
-	after  []Dependency
-	then   []FollowUp
+	weight   int
+	priority int
+	after    []Dependency
+	then     []FollowUp
 }
 
 // Weight scales the group's fair share of the worker slots: under the least in-flight policy a
@@ -204,9 +205,20 @@ type groupOptions struct {
 // the round-robin policy it has no effect.
 func Weight(w int) GroupOption { return func(o *groupOptions) { o.weight = w } }
 
+// Priority puts the group's jobs ahead of those of groups of lower priority (0, the default, to
+// 9): whenever a pool has room, the coordinator releases a job of the highest priority that pool
+// can run, and shares the slots fairly (weights, least in-flight) only among groups of one
+// priority. Limits and MaxInFlightPerGroup still bound an urgent group; the slots they leave go
+// to lower priorities. For urgent work, not for ordering a backlog: groups of a low priority get
+// nothing while higher ones have jobs the pool can run.
+func Priority(p int) GroupOption { return func(o *groupOptions) { o.priority = p } }
+
 func (o *groupOptions) validate(groupID string) error {
 	if o.weight < 0 || o.weight > wire.MaxWeight {
 		return fmt.Errorf("weight %d outside 1..%d", o.weight, wire.MaxWeight)
+	}
+	if err := wire.ValidatePriority(o.priority); err != nil {
+		return err
 	}
 	return o.validateAfter(groupID)
 }

@@ -395,7 +395,7 @@ func TestSubmitAfter(t *testing.T) {
 	t.Parallel()
 	conn := newCLINamespace(t, "after")
 	background(t, conn, []string{"coordinator", "--alarm-missing-after", "1s"}, []string{"worker", "--id", "w", "--", "cat"})
-	if code, out, errOut := runCLI(t, `{"key":"i","payload":"index"}`, append([]string{"submit", "-g", "index", "--after", "crawl"}, conn...)...); code != exitOK {
+	if code, out, errOut := runCLI(t, `{"key":"i","payload":"index"}`, append([]string{"submit", "-g", "index", "--after", "crawl", "--priority", "3"}, conn...)...); code != exitOK {
 		t.Fatalf("submit --after: exit %d\n%s%s", code, out, errOut)
 	}
 	if code, out, errOut := runCLI(t, `{"payload":"mail"}`, append([]string{"submit", "--single", "-g", "mail", "--after", "index"}, conn...)...); code != exitOK {
@@ -403,7 +403,8 @@ func TestSubmitAfter(t *testing.T) {
 	}
 	code, out, errOut := runCLI(t, "", append([]string{"group", "index"}, conn...)...)
 	if code != exitOK || !strings.Contains(out, `group "index": held until the groups it runs after have completed as it asks: crawl (success; not published yet)`) ||
-		!strings.Contains(out, `group "index": followed by mail (they run after it)`) {
+		!strings.Contains(out, `group "index": followed by mail (they run after it)`) ||
+		!strings.Contains(out, `group "index": priority 3: its jobs go before those of lower priorities`) {
 		t.Fatalf("group index: exit %d\n%s%s", code, out, errOut)
 	}
 	// A second later, nobody has published crawl: the alarm says so.
@@ -418,7 +419,7 @@ func TestSubmitAfter(t *testing.T) {
 		_, out, _ := runCLI(t, "", append([]string{"groups"}, conn...)...)
 		return strings.Count(out, "complete") >= 3
 	})
-	for _, bad := range [][]string{{"--when", "sometimes"}, {"--if-failed", "retry"}, {"--when", "failure", "--if-failed", "wait"}} {
+	for _, bad := range [][]string{{"--when", "sometimes"}, {"--if-failed", "retry"}, {"--when", "failure", "--if-failed", "wait"}, {"--priority", "10"}} {
 		args := append(append([]string{"submit", "-g", "x", "--after", "y"}, bad...), conn...)
 		if code, _, errOut := runCLI(t, "", args...); code != exitUsage {
 			t.Errorf("submit %v: exit %d, want %d\n%s", bad, code, exitUsage, errOut)

@@ -320,6 +320,9 @@ func waitLines(g dispatcher.GroupInfo, now time.Time) []string {
 	if len(g.WaitsFor) > 0 {
 		out = append(out, fmt.Sprintf("group %q: held until the groups it runs after have completed as it asks: %s", g.ID, safetext.Line(strings.Join(g.WaitsFor, ", "))))
 	}
+	if g.Priority > 0 {
+		out = append(out, fmt.Sprintf("group %q: priority %d: its jobs go before those of lower priorities", g.ID, g.Priority))
+	}
 	if len(g.FollowedBy) > 0 {
 		out = append(out, fmt.Sprintf("group %q: followed by %s (they run after it)", g.ID, safetext.Line(strings.Join(g.FollowedBy, ", "))))
 	}

@@ -39,6 +39,7 @@ type submitCmd struct {
 	when        string   // --when: the condition of each
 	ifFailed    string   // --if-failed: what a success condition does when one did not succeed
 	deps        []dispatcher.Dependency
+	priority    int
 	nc          *nats.Conn // the command's connection, for asking the coordinator's status
 	showWait    bool       // show the progress of --wait on stderr (a terminal)
 	// allowDuplicates: a submission whose every job was a duplicate is not an error.
@@ -104,6 +105,7 @@ a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b
 	f.BoolVar(&s.single, "single", false, "submit one job (the input's only line) as a group of its own, in one message; --group is then optional (default: generated)")
 	f.BoolVar(&s.singles, "singles", false, "submit every line as a single job of its own group (the line's \"group\", or a generated ID), many in flight at once; not with --group")
 	f.IntVar(&s.maxPack, "max-pack", wire.MaxPack, "most jobs without a key stored in one message (a pack); 1 stores each job alone, for a coordinator built before packs")
+	f.IntVar(&s.priority, "priority", 0, "the group's priority, 0-9: its jobs go before those of lower priorities whenever a pool has room (for urgent work)")
 	f.StringArrayVar(&s.after, "after", nil, "run the group after this group has completed (repeat for several): its jobs are stored now and held until then")
 	f.StringVar(&s.when, "when", "success", "what --after waits for in each group: success (every job done), completion (whatever the outcomes) or failure")
 	f.StringVar(&s.ifFailed, "if-failed", "cancel", "with --when success, what to do when a group did not succeed: cancel this group, or wait for a redrive of it")
@@ -124,6 +126,10 @@ func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
 		return usageErrorf("--weight is a group's: with --singles, every job is a group of weight 1")
 	case s.singles && len(s.after) > 0:
 		return usageErrorf("--after is a group's: not with --singles")
+	case s.singles && s.priority != 0:
+		return usageErrorf("--priority is a group's: not with --singles")
+	case s.priority < 0 || s.priority > wire.MaxPriority:
+		return usageErrorf("--priority %d outside 0..%d", s.priority, wire.MaxPriority)
 	}
 	if err := s.dependencies(); err != nil {
 		return err
@@ -175,7 +181,7 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 	}
 
 	jr := newJobReader(in)
-	h, err := d.Publish(ctx, s.group, readJobs(jr, bar, size > 0), dispatcher.Weight(s.weight), dispatcher.After(s.deps...))
+	h, err := d.Publish(ctx, s.group, readJobs(jr, bar, size > 0), dispatcher.Weight(s.weight), dispatcher.After(s.deps...), dispatcher.Priority(s.priority))
 	if errors.Is(err, dispatcher.ErrInvalidJob) {
 		// Publish refuses the job it was just given: the last one read.
 		err = fmt.Errorf("line %d: %w", jr.jobLine, err)
@@ -472,7 +478,7 @@ func (s *submitCmd) submitSingle(ctx context.Context, d *dispatcher.Dispatcher, 
 	if _, more := jr.next(); more || jr.Err() != nil {
 		return usageErrorf("--single: the input holds more than one job (line %d)", jr.line)
 	}
-	h, id, err := d.Submit(ctx, s.group, job, dispatcher.After(s.deps...))
+	h, id, err := d.Submit(ctx, s.group, job, dispatcher.After(s.deps...), dispatcher.Priority(s.priority))
 	if err != nil {
 		return err
 	}

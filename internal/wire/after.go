@@ -20,21 +20,25 @@ import (
 // to bind it (the group ID's latest incarnation opened before, else its next one); the group ID
 // comes last, so it may hold spaces.
 //
-// Messages that carry edges have Weave-Version FeatureVersion: a coordinator of a build before
-// them refuses them as a version it does not speak (and records the rejection) rather than run
-// a dependent group at once.
+// Messages that carry edges or a priority have Weave-Version FeatureVersion: a coordinator of a
+// build before them refuses them as a version it does not speak (and records the rejection)
+// rather than run a dependent group at once or ignore its priority.
 const (
 	HdrAfter = "Weave-After"
+	// HdrPriority, on an open or a single job: the group's priority (1–MaxPriority; absent = 0).
+	HdrPriority = "Weave-Priority"
 	// HdrAfterFailed, on the coordinator's cancel of a group, names the group it ran after that
 	// ended otherwise than it asked.
 	HdrAfterFailed = "Weave-After-Failed"
 
-	// FeatureVersion is the Weave-Version of an open or a single job with edges.
+	// FeatureVersion is the Weave-Version of an open or a single job with edges or a priority.
 	FeatureVersion = 3
 
 	// MaxAfter bounds the groups one group runs after (a fan-in wider than this is a chain of
 	// groups, or a group with its own edges).
 	MaxAfter = 256
+	// MaxPriority is the highest group priority.
+	MaxPriority = 9
 )
 
 // When is the condition an edge waits for.
@@ -129,38 +133,58 @@ func ValidateAfter(group string, edges []After) error {
 	return nil
 }
 
-// setAfter adds edges to h, and the version that says a message uses them.
-func setAfter(h nats.Header, edges []After) {
-	if len(edges) == 0 {
+// ValidatePriority checks a group's priority: 0 (none) to MaxPriority.
+func ValidatePriority(p int) error {
+	if p < 0 || p > MaxPriority {
+		return fmt.Errorf("%w: priority %d outside 0..%d", ErrBadOption, p, MaxPriority)
+	}
+	return nil
+}
+
+// setFeatures adds edges and a priority to h, and the version that says a message uses them.
+func setFeatures(h nats.Header, edges []After, priority int) {
+	if len(edges) == 0 && priority == 0 {
 		return
 	}
 	h.Set(HdrVersion, strconv.Itoa(FeatureVersion))
 	for _, a := range edges {
 		h.Add(HdrAfter, a.value())
 	}
+	if priority > 0 {
+		h.Set(HdrPriority, strconv.Itoa(priority))
+	}
 }
 
-// parseAfterHeader reads the edges of a message of group (which its edges may not name).
-func parseAfterHeader(h nats.Header, group string) ([]After, error) {
+// parseFeatures reads the edges and the priority of a message of group (which its edges may
+// not name).
+func parseFeatures(h nats.Header, group string) ([]After, int, error) {
 	vals := h.Values(HdrAfter)
 	if len(vals) > MaxAfter {
-		return nil, fmt.Errorf("%w: %d %s values, at most %d", ErrMalformed, len(vals), HdrAfter, MaxAfter)
+		return nil, 0, fmt.Errorf("%w: %d %s values, at most %d", ErrMalformed, len(vals), HdrAfter, MaxAfter)
 	}
 	var edges []After
 	for _, v := range vals {
 		a, err := parseAfter(v)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		edges = append(edges, a)
 	}
 	if err := ValidateAfter(group, edges); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+		return nil, 0, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if len(edges) > 0 && h.Get(HdrVersion) != strconv.Itoa(FeatureVersion) {
-		return nil, fmt.Errorf("%w: %s on a message of %s %q (want %d)", ErrMalformed, HdrAfter, HdrVersion, h.Get(HdrVersion), FeatureVersion)
+	priority := 0
+	if v := h.Get(HdrPriority); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPriority || v != strconv.Itoa(n) {
+			return nil, 0, fmt.Errorf("%w: bad %s %q (want 1..%d)", ErrMalformed, HdrPriority, v, MaxPriority)
+		}
+		priority = n
 	}
-	return edges, nil
+	if (len(edges) > 0 || priority > 0) && h.Get(HdrVersion) != strconv.Itoa(FeatureVersion) {
+		return nil, 0, fmt.Errorf("%w: %s or %s on a message of %s %q (want %d)", ErrMalformed, HdrAfter, HdrPriority, HdrVersion, h.Get(HdrVersion), FeatureVersion)
+	}
+	return edges, priority, nil
 }
 
 func parseAfter(v string) (After, error) {

@@ -19,7 +19,7 @@ func TestAfterRoundTrip(t *testing.T) {
 		{Group: "b", Incarnation: 17, When: WhenFailure},
 		{Group: "c", When: WhenComplete},
 	}
-	open := GroupControl{Group: "index", Op: OpOpen, After: edges}
+	open := GroupControl{Group: "index", Op: OpOpen, After: edges, Priority: 3}
 	h := open.Header()
 	if h.Get(HdrVersion) != "3" || len(h.Values(HdrAfter)) != 3 {
 		t.Fatalf("headers %v", h)
@@ -31,8 +31,8 @@ func TestAfterRoundTrip(t *testing.T) {
 	if v := plain.Header().Get(HdrVersion); v != "1" {
 		t.Fatalf("an open without edges has version %s, want 1 (readable by earlier coordinators)", v)
 	}
-	single := JobMeta{Group: "j", Single: true, After: edges[:1]}
-	if back, err := ParseJobMeta(single.Header()); err != nil || !reflect.DeepEqual(back.After, single.After) {
+	single := JobMeta{Group: "j", Single: true, After: edges[:1], Priority: 1}
+	if back, err := ParseJobMeta(single.Header()); err != nil || !reflect.DeepEqual(back.After, single.After) || back.Priority != 1 {
 		t.Fatalf("single: %+v %v", back, err)
 	}
 }
@@ -55,6 +55,8 @@ func TestAfterRefused(t *testing.T) {
 		{"bad incarnation", HdrAfter, "success cancel 01 a", "bad Weave-After"},
 		{"wait on failure", HdrAfter, "failure wait 0 a", "applies to a success condition only"},
 		{"itself", HdrAfter, "success cancel 0 g", "cannot run after itself"},
+		{"priority", HdrPriority, "10", "bad Weave-Priority"},
+		{"priority zero-padded", HdrPriority, "03", "bad Weave-Priority"},
 		{"bidi group", HdrAfter, "success cancel 0 a\u202eb", "bidi control"},
 	} {
 		h := base()

@@ -93,8 +93,10 @@ type GroupControl struct {
 	// Weight, on an open, scales the group's fair share of the slots: a group of weight 3 gets
 	// three times the share of one of weight 1 (1–MaxWeight; 0 on the wire means 1).
 	Weight int
-	// After, on an open, lists the groups this one runs after (see After).
-	After []After
+	// After, on an open, lists the groups this one runs after (see After); Priority is the
+	// group's priority (0–MaxPriority): its jobs go before those of lower priorities.
+	After    []After
+	Priority int
 	// Incarnation and Proof, on a ready record (OpReady), name the incarnation whose
 	// dependencies are met and prove that a coordinator wrote it (ReleaseKey.ReadyProof).
 	Incarnation uint64
@@ -126,7 +128,7 @@ func (c GroupControl) Header() nats.Header {
 		h.Set(HdrWeight, strconv.Itoa(c.Weight))
 	}
 	if c.Op == OpOpen {
-		setAfter(h, c.After)
+		setFeatures(h, c.After, c.Priority)
 	}
 	if (c.Op == OpCancel || c.Op == OpRedrive) && len(c.Jobs) > 0 {
 		ids := make([]string, len(c.Jobs))
@@ -181,7 +183,7 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 			c.Weight = n
 		}
 		var err error
-		if c.After, err = parseAfterHeader(h, c.Group); err != nil {
+		if c.After, c.Priority, err = parseFeatures(h, c.Group); err != nil {
 			return GroupControl{}, err
 		}
 	case OpCancel, OpRedrive:
@@ -245,8 +247,9 @@ type JobMeta struct {
 	RedriveOf uint64
 	// Reply, on a single job, is its producer's reply token, as on an open (GroupControl.Reply).
 	Reply string
-	// After, on a single job, are its group's edges, as on an open (GroupControl).
-	After []After
+	// After and Priority, on a single job, are its group's, as on an open (GroupControl).
+	After    []After
+	Priority int
 }
 
 // Validate checks the metadata against the protocol's limits.
@@ -271,11 +274,14 @@ func (m JobMeta) Validate() error {
 			return err
 		}
 	}
-	if len(m.After) > 0 {
+	if len(m.After) > 0 || m.Priority != 0 {
 		if !m.Single {
-			return fmt.Errorf("%w: a job that is not a single job takes its group's dependencies from its open", ErrBadOption)
+			return fmt.Errorf("%w: a job that is not a single job takes its group's dependencies and priority from its open", ErrBadOption)
 		}
 		if err := ValidateAfter(m.Group, m.After); err != nil {
+			return err
+		}
+		if err := ValidatePriority(m.Priority); err != nil {
 			return err
 		}
 	}
@@ -330,7 +336,7 @@ func (m JobMeta) Header() nats.Header {
 		if m.Reply != "" {
 			h.Set(HdrReply, m.Reply)
 		}
-		setAfter(h, m.After)
+		setFeatures(h, m.After, m.Priority)
 	}
 	return h
 }
@@ -380,11 +386,11 @@ func ParseJobMeta(h nats.Header) (JobMeta, error) {
 		}
 	}
 	var err error
-	if m.After, err = parseAfterHeader(h, m.Group); err != nil {
+	if m.After, m.Priority, err = parseFeatures(h, m.Group); err != nil {
 		return JobMeta{}, err
 	}
-	if len(m.After) > 0 && !m.Single {
-		return JobMeta{}, fmt.Errorf("%w: %s on a job that is not a single job", ErrMalformed, HdrAfter)
+	if (len(m.After) > 0 || m.Priority > 0) && !m.Single {
+		return JobMeta{}, fmt.Errorf("%w: %s or %s on a job that is not a single job", ErrMalformed, HdrAfter, HdrPriority)
 	}
 	if v := h.Get(HdrRunAt); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)

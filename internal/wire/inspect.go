@@ -185,6 +185,7 @@ type GroupLive struct {
 	WaitsFor []string `json:"waits_for,omitempty"`
 	// FollowedBy names groups waiting on it (dependents, follow-ups), at most 20.
 	FollowedBy []string `json:"followed_by,omitempty"`
+	Priority   int      `json:"priority,omitempty"`
 }
 
 // HeldBack is one limit holding jobs of a group back: why its pending jobs do not start.
