@@ -15,3 +15,10 @@ func WithSiblingWait(c Config, d time.Duration) Config {
 	c.siblingWait = d
 	return c
 }
+
+// WithPullExpiries returns c with pull requests waiting at the server for active, and parked
+// ones for parked, so a test sees a worker park without waiting the default expiries.
+func WithPullExpiries(c Config, active, parked time.Duration) Config {
+	c.pullExpiry, c.parkedExpiry = active, parked
+	return c
+}

@@ -244,25 +244,105 @@ func (k *leaseKeeper) stop() {
 	}
 }
 
-// heartbeatLoop calls send at once, then on the ticks of interval that fall due, and at once on
-// each signal from beat, until stop is closed. It is the heartbeat goroutine's whole schedule.
-// send returns how many intervals may pass until the next heartbeat (1, or more while the worker
-// is idle), which its heartbeat told the coordinator.
+// heartbeatLoop calls send at once, then every period, and at once on each signal from beat,
+// until stop is closed. It is the heartbeat goroutine's whole schedule. send returns how many
+// intervals may pass until the next heartbeat (1, or more while the worker is idle), which its
+// heartbeat told the coordinator: the period is that many intervals, so an idle worker's
+// goroutine wakes only to send. A signal does not move the period; a change of pace starts the
+// new one from the heartbeat that set it.
 func heartbeatLoop(interval time.Duration, beat, stop <-chan struct{}, send func() int) {
-	t := time.NewTicker(interval)
+	every := send()
+	t := time.NewTicker(time.Duration(every) * interval)
 	defer t.Stop()
-	every, ticks := send(), 0
 	for {
+		n := every
 		select {
 		case <-t.C:
-			if ticks++; ticks >= every {
-				every, ticks = send(), 0
-			}
+			n = send()
 		case <-beat:
-			every, ticks = send(), 0
+			n = send()
 		case <-stop:
 			return
 		}
+		if n != every {
+			every = n
+			t.Reset(time.Duration(every) * interval)
+		}
+	}
+}
+
+// pullWatch times the shepherd's checks of its open pulls (puller.overdue): every period while a
+// pull with server heartbeats is open, whose silence must be noticed within two of them; while
+// only parked pulls are open (no heartbeats: silence tells nothing), once, when the earliest is
+// overdue. With no pull open, never. Owned by the shepherd.
+type pullWatch struct {
+	period time.Duration
+	ticker *time.Ticker // while a pull with heartbeats is open
+	timer  *time.Timer  // while only parked pulls are open: fires at due
+	due    time.Time    // zero when the timer is not armed
+}
+
+// watch sets what is open: a pull with heartbeats (ticking), else the time the earliest parked
+// pull is overdue (zero: none). now is the clock due is read against. Called before each wait.
+func (w *pullWatch) watch(ticking bool, due, now time.Time) {
+	if ticking {
+		w.disarm()
+		if w.ticker == nil {
+			w.ticker = time.NewTicker(w.period)
+		}
+		return
+	}
+	if w.ticker != nil {
+		w.ticker.Stop()
+		w.ticker = nil
+	}
+	switch {
+	case due.IsZero():
+		w.disarm()
+	case !due.Equal(w.due):
+		w.due = due
+		// A millisecond past due: the check finds the pull overdue only strictly after it.
+		d := due.Sub(now) + time.Millisecond
+		if w.timer == nil {
+			w.timer = time.NewTimer(d)
+		} else {
+			w.timer.Reset(d)
+		}
+	}
+}
+
+// C ticks when a check is due; nil when none is.
+func (w *pullWatch) C() <-chan time.Time {
+	switch {
+	case w.ticker != nil:
+		return w.ticker.C
+	case !w.due.IsZero():
+		return w.timer.C
+	}
+	return nil
+}
+
+// fired is called after C ticked: a timer's one check is done (watch arms it again if a parked
+// pull is still open).
+func (w *pullWatch) fired() {
+	if w.ticker == nil {
+		w.due = time.Time{}
+	}
+}
+
+func (w *pullWatch) disarm() {
+	if !w.due.IsZero() {
+		w.timer.Stop()
+		w.due = time.Time{}
+	}
+}
+
+// stop ends both timers.
+func (w *pullWatch) stop() {
+	w.disarm()
+	if w.ticker != nil {
+		w.ticker.Stop()
+		w.ticker = nil
 	}
 }
 

@@ -285,7 +285,8 @@ func TestHeartbeatLoopSchedule(t *testing.T) {
 }
 
 // TestHeartbeatLoopIdle: while send says the worker is idle (3 intervals until the next), the
-// loop skips the ticks in between; a signal sends one at once and its answer sets the pace again.
+// loop sends one every 3 intervals; a signal sends one at once and its answer sets the pace
+// again, from then.
 func TestHeartbeatLoopIdle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = time.Second
@@ -301,8 +302,8 @@ func TestHeartbeatLoopIdle(t *testing.T) {
 		}()
 		time.Sleep(7500 * time.Millisecond) // idle: at 0, 3s and 6s
 		every.Store(1)
-		beat <- struct{}{} // a job arrives: at 7.5s, then at 8s and 9s
-		time.Sleep(2 * time.Second)
+		beat <- struct{}{} // a job arrives: at 7.5s, then at 8.5s and 9.5s
+		time.Sleep(2200 * time.Millisecond)
 		close(stop)
 		<-done
 		close(sent)
@@ -310,9 +311,48 @@ func TestHeartbeatLoopIdle(t *testing.T) {
 		for d := range sent {
 			got = append(got, d)
 		}
-		want := []time.Duration{0, 3 * time.Second, 6 * time.Second, 7500 * time.Millisecond, 8 * time.Second, 9 * time.Second}
+		want := []time.Duration{0, 3 * time.Second, 6 * time.Second, 7500 * time.Millisecond, 8500 * time.Millisecond, 9500 * time.Millisecond}
 		if !slices.Equal(got, want) {
 			t.Fatalf("heartbeats at %v, want %v", got, want)
+		}
+	})
+}
+
+// TestPullWatch: while a pull with heartbeats is open the checks come every period; while only
+// a parked pull is open, one check a millisecond after the time it is overdue and none before
+// (the watch re-armed with the same time does not move it); with no pull open, none.
+func TestPullWatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		at := func() time.Duration { return time.Since(start) }
+		w := pullWatch{period: time.Second}
+		defer w.stop()
+		w.watch(true, time.Time{}, time.Now())
+		for _, want := range []time.Duration{time.Second, 2 * time.Second} {
+			<-w.C()
+			w.fired()
+			if at() != want {
+				t.Fatalf("check with a heartbeat pull open at %v, want %v", at(), want)
+			}
+		}
+		due := start.Add(63 * time.Second) // a parked pull sent at 2s, expiring a minute later, plus a second
+		w.watch(false, due, time.Now())
+		time.Sleep(30 * time.Second)
+		w.watch(false, due, time.Now()) // the shepherd's next wait: nothing changes
+		synctest.Wait()
+		select {
+		case <-w.C():
+			t.Fatalf("check at %v, before the parked pull is overdue", at())
+		default:
+		}
+		<-w.C()
+		w.fired()
+		if want := 63*time.Second + time.Millisecond; at() != want {
+			t.Fatalf("check of the parked pull at %v, want %v", at(), want)
+		}
+		w.watch(false, time.Time{}, time.Now())
+		if w.C() != nil {
+			t.Fatal("a check is due with no pull open")
 		}
 	})
 }

@@ -1,0 +1,149 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/config"
+	"github.com/weavejobs/weave/internal/topology"
+	"github.com/weavejobs/weave/internal/wire"
+	"github.com/weavejobs/weave/worker"
+)
+
+// In these tests a worker parks once one 300ms pull has expired without work, and a parked
+// pull waits an hour at the server: a job that runs within waitTimeout reached a parked worker
+// without its pull's expiry, which the default bounds at a minute.
+const (
+	testActiveExpiry = 300 * time.Millisecond
+	testParkedExpiry = time.Hour
+)
+
+func parking(c worker.Config) worker.Config {
+	return worker.WithPullExpiries(c, testActiveExpiry, testParkedExpiry)
+}
+
+var echo = worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
+
+// A worker idle for a pull's expiry parks: its heartbeats tell the coordinator to expect the
+// next in 30s; a job released to its pool reaches it at once, on its parked pull, and the
+// coordinator hears of it at once; it parks again once idle.
+func TestParkedWorkerGetsWork(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	rr := f.reports()
+	hbs := f.heartbeats()
+	r := f.start(parking(worker.Config{Concurrency: 2, HeartbeatInterval: 50 * time.Millisecond}), echo)
+	waitFor(t, "the worker parked", func() bool { return r.w.Stats().Parked })
+	waitHeartbeat(t, hbs, "a parked worker's", func(hb wire.Heartbeat) bool { return hb.IntervalMS == 30_000 })
+	pulls := r.w.Stats().Pulls
+
+	f.publish(r.w.Pool(), job(1, "to a parked worker"))
+	if rep := rr.next(); rep.ID != 1 || rep.Status != wire.StatusOK {
+		t.Fatalf("report %+v", rep)
+	}
+	// Within waitTimeout, so not the parked heartbeat 30s later: the batch brought one.
+	waitHeartbeat(t, hbs, "after the batch", func(hb wire.Heartbeat) bool { return hb.IntervalMS < 30_000 })
+	if st := r.w.Stats(); st.Pulls > pulls+1 {
+		t.Errorf("%d pulls since parked for one job, want at most 1 (the next after it)", st.Pulls-pulls)
+	}
+	waitFor(t, "the worker parked again", func() bool { return r.w.Stats().Parked })
+	f.waitWorkEmpty()
+	must(t, r.stop())
+}
+
+// A parked worker notices a server restart, which loses its parked pull (the server ends it as
+// it shuts down, and the connection drops): it pulls again at once rather than after the parked
+// pull's expiry.
+func TestParkedWorkerServerRestart(t *testing.T) {
+	t.Parallel()
+	f := setupWith(t, config.StreamOptions{}) // file storage: streams and consumer survive the restart
+	rr := f.reports()
+	r := f.start(parking(worker.Config{Concurrency: 1}), echo)
+	waitFor(t, "the worker parked", func() bool { return r.w.Stats().Parked })
+	pulls := r.w.Stats().Pulls
+	must(t, f.srv.Restart(t.Context()))
+	waitFor(t, "a pull after the restart", func() bool { return r.w.Stats().Pulls > pulls })
+	waitFor(t, "the test connection back", f.nc.IsConnected)
+	data := wire.AppendWork(nil, []wire.WorkJob{job(2, "after")})
+	waitFor(t, "a publish after the restart", func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := f.js.Publish(ctx, f.names.WorkSubject(r.w.Pool()), data, jetstream.WithMsgID("job-2"))
+		return err == nil
+	})
+	if rep := rr.next(); rep.ID != 2 || rep.Status != wire.StatusOK || string(rep.Data) != "after" {
+		t.Errorf("report %+v", rep)
+	}
+	must(t, r.stop())
+}
+
+// A parked worker whose connection is cut (the server drops its parked pull with it) pulls again
+// once reconnected, rather than after the parked pull's expiry.
+func TestParkedWorkerReconnects(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	rr := f.reports()
+	proxy, err := jstest.StartProxy(f.srv.ClientURL())
+	must(t, err)
+	t.Cleanup(proxy.Close)
+	r := f.startVia(proxy.URL(), parking(worker.Config{Concurrency: 1}), echo)
+	waitFor(t, "the worker parked", func() bool { return r.w.Stats().Parked })
+	pulls := r.w.Stats().Pulls
+	proxy.Cut()
+	waitFor(t, "a pull after the reconnect", func() bool { return r.w.Stats().Pulls > pulls })
+	f.publish(r.w.Pool(), job(4, "after"))
+	if rep := rr.next(); rep.ID != 4 || rep.Status != wire.StatusOK {
+		t.Errorf("report %+v", rep)
+	}
+	must(t, r.stop())
+}
+
+// On a cluster, a parked worker whose pool consumer's leader changes is told so by the new
+// leader (its parked pull is no longer served) and pulls again at once.
+func TestParkedWorkerLeaderChange(t *testing.T) {
+	t.Parallel()
+	c := jstest.NewCluster(t, 3)
+	nc := jstest.NewConn(t, c.ClientURL(), connOpts...)
+	js, err := jetstream.New(nc)
+	must(t, err)
+	names, err := wire.NewNames("")
+	must(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := topology.Init(ctx, js, names, config.StreamOptions{Replicas: 3, MemoryStorage: true}); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, nc: nc, js: js, names: names}
+	rr := f.reports()
+	r := f.startVia(c.ClientURL(), parking(worker.Config{Concurrency: 1}), echo)
+	waitFor(t, "the worker parked", func() bool { return r.w.Stats().Parked })
+	pulls := r.w.Stats().Pulls
+
+	stepdown := "$JS.API.CONSUMER.LEADER.STEPDOWN." + names.WorkStream() + "." + names.WorkConsumer(r.w.Pool())
+	m, err := nc.Request(stepdown, nil, 5*time.Second)
+	must(t, err)
+	var resp struct {
+		Success bool            `json:"success"`
+		Error   json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil || !resp.Success {
+		t.Fatalf("leader stepdown: %s (%v)", m.Data, err)
+	}
+	waitFor(t, "a pull after the leader change", func() bool { return r.w.Stats().Pulls > pulls })
+
+	waitFor(t, "a publish after the leader change", func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := js.Publish(ctx, names.WorkSubject(r.w.Pool()), wire.AppendWork(nil, []wire.WorkJob{job(3, "after")}), jetstream.WithMsgID("job-3"))
+		return err == nil
+	})
+	if rep := rr.next(); rep.ID != 3 || rep.Status != wire.StatusOK {
+		t.Errorf("report %+v", rep)
+	}
+	must(t, r.stop())
+}
