@@ -31,10 +31,7 @@ var ErrServerTooOld = natsver.ErrServerTooOld
 const (
 	DefaultHeartbeatInterval = time.Second
 	// idleBeats is IdleHeartbeatInterval's default, in HeartbeatIntervals.
-	idleBeats = 5
-	// parkedHeartbeat is IdleHeartbeatInterval's default for a parked worker (at least
-	// idleBeats intervals): half a parked pull's expiry.
-	parkedHeartbeat       = parkedExpiry / 2
+	idleBeats             = 5
 	DefaultLease          = topology.DefaultLease
 	DefaultDrainTimeout   = 10 * time.Second
 	DefaultTimeoutGrace   = time.Second
@@ -86,11 +83,9 @@ type Config struct {
 
 	// IdleHeartbeatInterval is the period of the heartbeats while the worker runs and holds
 	// nothing, so that an idle fleet costs the coordinator and the server little: each
-	// heartbeat tells the coordinator when to expect the next (it forgets a worker silent for
-	// its HeartbeatMisses of them), and the first job to arrive brings one at once. Rounded to
-	// a multiple of HeartbeatInterval. Default 5 × HeartbeatInterval, and 30s (or 5 ×
-	// HeartbeatInterval if longer) once the worker is parked, idle for a pull's expiry (see
-	// Stats.Parked); equal to HeartbeatInterval, idle workers beat at the same pace.
+	// heartbeat tells the coordinator when to expect the next, and the first job to arrive
+	// brings one at once. Rounded to a multiple of HeartbeatInterval. Default 5 ×
+	// HeartbeatInterval; equal to HeartbeatInterval, idle workers beat at the same pace.
 	IdleHeartbeatInterval time.Duration
 
 	// Lease is how long a work batch stays assigned to this worker without news: the AckWait
@@ -169,7 +164,6 @@ type resolved struct {
 	pool           string
 	resources      []string // normalized
 	idleBeats      int      // heartbeat periods between two heartbeats while idle (IdleHeartbeatInterval)
-	parkedBeats    int      // the same while parked
 }
 
 // Validate reports what New would refuse in c, an error wrapping ErrInvalidConfig, without a
@@ -230,11 +224,9 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 			return resolved{}, invalid("%s %v outside %v..%v", d.name, *d.v, d.min, d.max)
 		}
 	}
-	parked := c.IdleHeartbeatInterval // while parked; 0 until set below
 	switch {
 	case c.IdleHeartbeatInterval == 0:
 		c.IdleHeartbeatInterval = min(idleBeats*c.HeartbeatInterval, time.Hour)
-		parked = max(c.IdleHeartbeatInterval, parkedHeartbeat)
 	case c.IdleHeartbeatInterval < c.HeartbeatInterval:
 		return resolved{}, invalid("IdleHeartbeatInterval %v is shorter than HeartbeatInterval %v", c.IdleHeartbeatInterval, c.HeartbeatInterval)
 	}
@@ -267,11 +259,8 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 	if c.parkedExpiry == 0 {
 		c.parkedExpiry = parkedExpiry
 	}
-	beats := func(d time.Duration) int { return max(1, int((d+c.HeartbeatInterval/2)/c.HeartbeatInterval)) }
-	return resolved{
-		Config: c, now: now, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs,
-		idleBeats: beats(c.IdleHeartbeatInterval), parkedBeats: beats(parked),
-	}, nil
+	beats := max(1, int((c.IdleHeartbeatInterval+c.HeartbeatInterval/2)/c.HeartbeatInterval))
+	return resolved{Config: c, now: now, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs, idleBeats: beats}, nil
 }
 
 func invalid(format string, args ...any) error { return config.Errorf(format, args...) }

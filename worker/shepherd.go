@@ -301,31 +301,11 @@ func (s *shepherd) pull() {
 // idle tells whether the worker runs nothing and has nothing queued.
 func (s *shepherd) idle() bool { return len(s.active) == 0 && s.queue.len() == 0 }
 
-// setParked sets whether the worker is parked (see parked).
-func (s *shepherd) setParked(parked bool) {
+// park sets whether the worker is parked (see parked).
+func (s *shepherd) park(parked bool) {
 	if s.parked != parked {
 		s.parked = parked
 		s.stats.parked.Store(parked)
-	}
-}
-
-// unpark ends parking for another cause than work: the next pulls are an active worker's, and
-// the coordinator hears at once (a parked worker's heartbeats are far apart).
-func (s *shepherd) unpark() {
-	if s.parked {
-		s.setParked(false)
-		s.beatNow()
-	}
-}
-
-// beatNow asks for a heartbeat at once if the last said the worker was idle: the coordinator
-// expects the next one only after the idle period.
-func (s *shepherd) beatNow() {
-	if s.idleBeat.Load() {
-		select {
-		case s.beat <- struct{}{}:
-		default:
-		}
 	}
 }
 
@@ -368,7 +348,7 @@ func (s *shepherd) checkPulls(now time.Time) {
 		if give, err := s.puller.overdue(l, now); give {
 			s.puller.abandon(l, s.onBatch)
 			s.onPullEnd(l, err)
-			s.unpark() // the server did not end it: pull as an active worker until one expires
+			s.park(false) // the server did not end it: pull as an active worker until one expires
 		}
 	}
 }
@@ -455,8 +435,14 @@ func (s *shepherd) onBatch(msg workMsg) {
 		s.stats.wakeups.Add(1)
 	}
 	s.gauges()
-	s.setParked(false)
-	s.beatNow() // no longer idle: the coordinator hears so now, not at the end of the idle period
+	s.park(false)
+	if s.idleBeat.Load() {
+		// No longer idle: the coordinator hears so now, not at the end of the idle period.
+		select {
+		case s.beat <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // onDone takes a slot's outcome and gives the slot its next task: the oldest queued job, run by
@@ -628,11 +614,11 @@ func (s *shepherd) onPullEnd(l *lane, err error) {
 		s.backoff.reset()
 		s.pullsThrough()
 		if l.received == 0 && s.idle() {
-			s.setParked(true) // it waited out its expiry for nothing
+			s.park(true) // it waited out its expiry for nothing
 		}
 		return
 	}
-	s.unpark()
+	s.park(false)
 	if err == nil {
 		err = errPullEndedEarly
 	}
@@ -708,7 +694,7 @@ func (s *shepherd) onStatus(st nats.Status) {
 	case nats.CONNECTED:
 		s.log.Info().Int("pulls", s.openPulls).Msg("worker: reconnected, renewing pull requests")
 		s.endPulls()
-		s.unpark()
+		s.park(false)
 		if s.retry != nil {
 			s.retry.Stop()
 			s.retry = nil

@@ -261,15 +261,11 @@ func (w *Worker) heartbeats(beat <-chan struct{}, stop <-chan struct{}) {
 }
 
 // heartbeat publishes a heartbeat and returns how many HeartbeatIntervals it says may pass until
-// the next: idleBeats while the worker runs and holds nothing (parkedBeats once parked), else 1.
+// the next: idleBeats while the worker runs and holds nothing, else 1.
 func (w *Worker) heartbeat(stopped bool) int {
 	hb := w.heartbeatMsg(stopped)
 	every := 1
-	switch {
-	case hb.Busy > 0 || *hb.Held > 0 || hb.Draining:
-	case w.stats.parked.Load():
-		every = w.cfg.parkedBeats
-	default:
+	if hb.Busy == 0 && *hb.Held == 0 && !hb.Draining {
 		every = w.cfg.idleBeats
 	}
 	hb.IntervalMS = int64(every) * w.cfg.HeartbeatInterval.Milliseconds()
