@@ -164,7 +164,7 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 	defer s.nc.RemoveStatusListener(status)
 
 	// Open pulls are checked for missed heartbeats and overdue ends once per heartbeat.
-	watch := pullWatch{period: pullHeartbeat}
+	watch := newPullWatch(pullHeartbeat)
 	lanes := s.puller.lanes
 	drain := drainSchedule{drainTimeout: s.cfg.DrainTimeout, grace: s.cfg.TimeoutGrace}
 	defer func() {
@@ -188,7 +188,7 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 		if s.retry != nil {
 			retryC = s.retry.C
 		}
-		s.watchPulls(&watch)
+		s.watchPulls(watch)
 		select {
 		case m := <-laneC(lanes[0]):
 			s.onLane(lanes[0], m)
@@ -309,23 +309,23 @@ func (s *shepherd) park(parked bool) {
 	}
 }
 
-// watchPulls tells w which open pulls to check when: those with heartbeats every heartbeat,
-// parked ones once they are overdue.
+// watchPulls tells w when the open pulls need checking: once the earliest parked pull is overdue
+// if only parked pulls are open, else every heartbeat.
 func (s *shepherd) watchPulls(w *pullWatch) {
-	var ticking bool
 	var due time.Time
 	for _, l := range s.puller.lanes {
 		switch {
 		case !l.busy:
 		case l.heartbeat > 0:
-			ticking = true
+			w.watch(time.Time{}, time.Time{})
+			return
 		default:
 			if at := l.started.Add(l.expires + time.Second); due.IsZero() || at.Before(due) {
 				due = at
 			}
 		}
 	}
-	w.watch(ticking, due, s.cfg.now())
+	w.watch(due, s.cfg.now())
 }
 
 // onLane takes a message read from lane l, whose pull is open.

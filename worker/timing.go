@@ -271,79 +271,60 @@ func heartbeatLoop(interval time.Duration, beat, stop <-chan struct{}, send func
 	}
 }
 
-// pullWatch times the shepherd's checks of its open pulls (puller.overdue): every period while a
-// pull with server heartbeats is open, whose silence must be noticed within two of them; while
+// pullWatch times the shepherd's checks of its open pulls (puller.overdue): every period, as a
+// pull with server heartbeats needs (its silence must be noticed within two of them); but while
 // only parked pulls are open (no heartbeats: silence tells nothing), once, when the earliest is
-// overdue. With no pull open, never. Owned by the shepherd.
+// overdue. Owned by the shepherd.
 type pullWatch struct {
 	period time.Duration
-	ticker *time.Ticker // while a pull with heartbeats is open
-	timer  *time.Timer  // while only parked pulls are open: fires at due
-	due    time.Time    // zero when the timer is not armed
+	ticker *time.Ticker // runs while due is zero
+	timer  *time.Timer  // armed for due, while only parked pulls are open
+	due    time.Time    // zero while the ticker runs
+	armed  bool         // the timer has not fired for due yet
 }
 
-// watch sets what is open: a pull with heartbeats (ticking), else the time the earliest parked
-// pull is overdue (zero: none). now is the clock due is read against. Called before each wait.
-func (w *pullWatch) watch(ticking bool, due, now time.Time) {
-	if ticking {
-		w.disarm()
-		if w.ticker == nil {
-			w.ticker = time.NewTicker(w.period)
-		}
-		return
-	}
-	if w.ticker != nil {
-		w.ticker.Stop()
-		w.ticker = nil
-	}
+func newPullWatch(period time.Duration) *pullWatch {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &pullWatch{period: period, ticker: time.NewTicker(period), timer: t}
+}
+
+// watch says, before each wait, when the earliest parked pull is overdue if only parked pulls
+// are open, else zero; now is the clock due is read against. It changes the timers only when
+// that changes (a worker parks or stops being parked), not for every pull.
+func (w *pullWatch) watch(due, now time.Time) {
 	switch {
-	case due.IsZero():
-		w.disarm()
-	case !due.Equal(w.due):
-		w.due = due
-		// A millisecond past due: the check finds the pull overdue only strictly after it.
-		d := due.Sub(now) + time.Millisecond
-		if w.timer == nil {
-			w.timer = time.NewTimer(d)
-		} else {
-			w.timer.Reset(d)
+	case due.IsZero() && !w.due.IsZero():
+		w.timer.Stop()
+		w.due, w.armed = time.Time{}, false
+		w.ticker.Reset(w.period)
+	case !due.IsZero() && (!due.Equal(w.due) || !w.armed):
+		if w.due.IsZero() {
+			w.ticker.Stop()
 		}
+		w.due, w.armed = due, true
+		// A millisecond past due: the check finds a pull overdue only strictly after it.
+		w.timer.Reset(due.Sub(now) + time.Millisecond)
 	}
 }
 
-// C ticks when a check is due; nil when none is.
+// C ticks when a check is due.
 func (w *pullWatch) C() <-chan time.Time {
 	switch {
-	case w.ticker != nil:
+	case w.due.IsZero():
 		return w.ticker.C
-	case !w.due.IsZero():
+	case w.armed:
 		return w.timer.C
 	}
 	return nil
 }
 
-// fired is called after C ticked: a timer's one check is done (watch arms it again if a parked
-// pull is still open).
-func (w *pullWatch) fired() {
-	if w.ticker == nil {
-		w.due = time.Time{}
-	}
-}
+// fired is called after C ticked.
+func (w *pullWatch) fired() { w.armed = false }
 
-func (w *pullWatch) disarm() {
-	if !w.due.IsZero() {
-		w.timer.Stop()
-		w.due = time.Time{}
-	}
-}
-
-// stop ends both timers.
 func (w *pullWatch) stop() {
-	w.disarm()
-	if w.ticker != nil {
-		w.ticker.Stop()
-		w.ticker = nil
-	}
+	w.ticker.Stop()
+	w.timer.Stop()
 }
 
 // drainSchedule holds the drain's two deadlines: DrainTimeout after the drain began, the running

@@ -318,42 +318,39 @@ func TestHeartbeatLoopIdle(t *testing.T) {
 	})
 }
 
-// TestPullWatch: while a pull with heartbeats is open the checks come every period; while only
-// a parked pull is open, one check a millisecond after the time it is overdue and none before
-// (the watch re-armed with the same time does not move it); with no pull open, none.
+// TestPullWatch: the checks come every period unless only parked pulls are open; then one comes
+// a millisecond after the earliest is overdue and none before (the shepherd's next waits, which
+// say the same, do not move it); when another pull opens, every period again.
 func TestPullWatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		at := func() time.Duration { return time.Since(start) }
-		w := pullWatch{period: time.Second}
+		w := newPullWatch(time.Second)
 		defer w.stop()
-		w.watch(true, time.Time{}, time.Now())
-		for _, want := range []time.Duration{time.Second, 2 * time.Second} {
+		check := func(want time.Duration) {
+			t.Helper()
 			<-w.C()
 			w.fired()
 			if at() != want {
-				t.Fatalf("check with a heartbeat pull open at %v, want %v", at(), want)
+				t.Fatalf("check at %v, want %v", at(), want)
 			}
 		}
+		w.watch(time.Time{}, time.Now())
+		check(time.Second)
+		check(2 * time.Second)
 		due := start.Add(63 * time.Second) // a parked pull sent at 2s, expiring a minute later, plus a second
-		w.watch(false, due, time.Now())
+		w.watch(due, time.Now())
 		time.Sleep(30 * time.Second)
-		w.watch(false, due, time.Now()) // the shepherd's next wait: nothing changes
+		w.watch(due, time.Now())
 		synctest.Wait()
 		select {
 		case <-w.C():
 			t.Fatalf("check at %v, before the parked pull is overdue", at())
 		default:
 		}
-		<-w.C()
-		w.fired()
-		if want := 63*time.Second + time.Millisecond; at() != want {
-			t.Fatalf("check of the parked pull at %v, want %v", at(), want)
-		}
-		w.watch(false, time.Time{}, time.Now())
-		if w.C() != nil {
-			t.Fatal("a check is due with no pull open")
-		}
+		check(63*time.Second + time.Millisecond)
+		w.watch(time.Time{}, time.Now()) // the overdue pull given up, an active one sent
+		check(64*time.Second + time.Millisecond)
 	})
 }
 
