@@ -150,9 +150,9 @@ type Config struct {
 	clock func() time.Time
 	// siblingWait replaces the constant siblingWait, in tests (export_test.go). 0: the constant.
 	siblingWait time.Duration
-	// pullExpiry and parkedExpiry replace the constants of the same names, in tests
+	// pullExpiry and dormantExpiry replace the constants of the same names, in tests
 	// (export_test.go). 0: the constant.
-	pullExpiry, parkedExpiry time.Duration
+	pullExpiry, dormantExpiry time.Duration
 }
 
 // resolved is a validated Config with defaults filled in.
@@ -256,8 +256,8 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 	if c.pullExpiry == 0 {
 		c.pullExpiry = pullExpiry
 	}
-	if c.parkedExpiry == 0 {
-		c.parkedExpiry = parkedExpiry
+	if c.dormantExpiry == 0 {
+		c.dormantExpiry = dormantExpiry
 	}
 	beats := max(1, int((c.IdleHeartbeatInterval+c.HeartbeatInterval/2)/c.HeartbeatInterval))
 	return resolved{Config: c, now: now, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs, idleBeats: beats}, nil

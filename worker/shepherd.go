@@ -23,13 +23,13 @@ const (
 	// below do not show (the old leader's node is still up): a longer expiry would let losing a
 	// node pause a pool's job starts that long.
 	pullExpiry = 10 * time.Second
-	// parkedExpiry is how long the pull of a parked worker waits (see shepherd.parked), without
+	// dormantExpiry is how long the pull of a dormant worker waits (see shepherd.dormant), without
 	// the server's heartbeats. The server walks all of a consumer's waiting pulls each time one
 	// arrives, expires or is due a heartbeat, so a pool of idle workers costs it in proportion to
-	// the square of their number and to how often their pulls come and go: parking takes that
-	// rate down by an order of magnitude. It bounds how long a parked worker may miss work when
+	// the square of their number and to how often their pulls come and go: dormancy takes that
+	// rate down by an order of magnitude. It bounds how long a dormant worker may miss work when
 	// its pull is lost without a word from the server (nothing tells of it but the expiry).
-	parkedExpiry = time.Minute
+	dormantExpiry = time.Minute
 	// pullHeartbeat is how often the server signals an open pull that it is alive; two missed
 	// end the pull, so a pull lost with a node (or a consumer leader that moved) is noticed
 	// within two seconds rather than ten (the default heartbeat, 5s).
@@ -130,13 +130,13 @@ type shepherd struct {
 	stuck     int                // reported without their handler, which has not returned
 	credits   int                // messages that open pulls may still bring
 	openPulls int                // lanes with a pull open
-	// parked: the last pull ended at its expiry without work while the worker ran and held
-	// nothing: its next pulls wait parkedExpiry, without heartbeats, until work comes or a pull
+	// dormant: the last pull ended at its expiry without work while the worker ran and held
+	// nothing: its next pulls wait dormantExpiry, without heartbeats, until work comes or a pull
 	// ends otherwise (an error, a reconnect, the server's silence past the expiry). The server
 	// tells a pull of its end when it can (a restart ends the connection, which the worker
-	// renews; a consumer's new leader answers the old one's pulls with an error), so a parked
+	// renews; a consumer's new leader answers the old one's pulls with an error), so a dormant
 	// worker gets work as fast as an active one; the expiry bounds the rest.
-	parked    bool
+	dormant   bool
 	backoff   backoff
 	retry     *time.Timer // pull back-off timer; nil when not backing off
 	repairing bool
@@ -277,8 +277,8 @@ func (s *shepherd) pull() {
 	expiry, hb := s.cfg.pullExpiry, pullHeartbeat
 	switch {
 	case !s.idle():
-	case s.parked:
-		expiry, hb = s.cfg.parkedExpiry, 0
+	case s.dormant:
+		expiry, hb = s.cfg.dormantExpiry, 0
 	default:
 		hb = idlePullHeartbeat
 	}
@@ -301,16 +301,16 @@ func (s *shepherd) pull() {
 // idle tells whether the worker runs nothing and has nothing queued.
 func (s *shepherd) idle() bool { return len(s.active) == 0 && s.queue.len() == 0 }
 
-// park sets whether the worker is parked (see parked).
-func (s *shepherd) park(parked bool) {
-	if s.parked != parked {
-		s.parked = parked
-		s.stats.parked.Store(parked)
+// setDormant sets whether the worker is dormant (see dormant).
+func (s *shepherd) setDormant(dormant bool) {
+	if s.dormant != dormant {
+		s.dormant = dormant
+		s.stats.dormant.Store(dormant)
 	}
 }
 
-// watchPulls tells w when the open pulls need checking: once the earliest parked pull is overdue
-// if only parked pulls are open, else every heartbeat.
+// watchPulls tells w when the open pulls need checking: once the earliest dormant pull is overdue
+// if only dormant pulls are open, else every heartbeat.
 func (s *shepherd) watchPulls(w *pullWatch) {
 	var due time.Time
 	for _, l := range s.puller.lanes {
@@ -348,7 +348,7 @@ func (s *shepherd) checkPulls(now time.Time) {
 		if give, err := s.puller.overdue(l, now); give {
 			s.puller.abandon(l, s.onBatch)
 			s.onPullEnd(l, err)
-			s.park(false) // the server did not end it: pull as an active worker until one expires
+			s.setDormant(false) // the server did not end it: pull as an active worker until one expires
 		}
 	}
 }
@@ -435,7 +435,7 @@ func (s *shepherd) onBatch(msg workMsg) {
 		s.stats.wakeups.Add(1)
 	}
 	s.gauges()
-	s.park(false)
+	s.setDormant(false)
 	if s.idleBeat.Load() {
 		// No longer idle: the coordinator hears so now, not at the end of the idle period.
 		select {
@@ -614,11 +614,11 @@ func (s *shepherd) onPullEnd(l *lane, err error) {
 		s.backoff.reset()
 		s.pullsThrough()
 		if l.received == 0 && s.idle() {
-			s.park(true) // it waited out its expiry for nothing
+			s.setDormant(true) // it waited out its expiry for nothing
 		}
 		return
 	}
-	s.park(false)
+	s.setDormant(false)
 	if err == nil {
 		err = errPullEndedEarly
 	}
@@ -694,7 +694,7 @@ func (s *shepherd) onStatus(st nats.Status) {
 	case nats.CONNECTED:
 		s.log.Info().Int("pulls", s.openPulls).Msg("worker: reconnected, renewing pull requests")
 		s.endPulls()
-		s.park(false)
+		s.setDormant(false)
 		if s.retry != nil {
 			s.retry.Stop()
 			s.retry = nil

@@ -273,12 +273,12 @@ func heartbeatLoop(interval time.Duration, beat, stop <-chan struct{}, send func
 
 // pullWatch times the shepherd's checks of its open pulls (puller.overdue): every period, as a
 // pull with server heartbeats needs (its silence must be noticed within two of them); but while
-// only parked pulls are open (no heartbeats: silence tells nothing), once, when the earliest is
+// only dormant pulls are open (no heartbeats: silence tells nothing), once, when the earliest is
 // overdue. Owned by the shepherd.
 type pullWatch struct {
 	period time.Duration
 	ticker *time.Ticker // runs while due is zero
-	timer  *time.Timer  // armed for due, while only parked pulls are open
+	timer  *time.Timer  // armed for due, while only dormant pulls are open
 	due    time.Time    // zero while the ticker runs
 	armed  bool         // the timer has not fired for due yet
 }
@@ -289,9 +289,9 @@ func newPullWatch(period time.Duration) *pullWatch {
 	return &pullWatch{period: period, ticker: time.NewTicker(period), timer: t}
 }
 
-// watch says, before each wait, when the earliest parked pull is overdue if only parked pulls
+// watch says, before each wait, when the earliest dormant pull is overdue if only dormant pulls
 // are open, else zero; now is the clock due is read against. It changes the timers only when
-// that changes (a worker parks or stops being parked), not for every pull.
+// that changes (a worker goes dormant or wakes), not for every pull.
 func (w *pullWatch) watch(due, now time.Time) {
 	switch {
 	case due.IsZero() && !w.due.IsZero():

@@ -318,7 +318,7 @@ func TestHeartbeatLoopIdle(t *testing.T) {
 	})
 }
 
-// TestPullWatch: the checks come every period unless only parked pulls are open; then one comes
+// TestPullWatch: the checks come every period unless only dormant pulls are open; then one comes
 // a millisecond after the earliest is overdue and none before (the shepherd's next waits, which
 // say the same, do not move it); when another pull opens, every period again.
 func TestPullWatch(t *testing.T) {
@@ -338,14 +338,14 @@ func TestPullWatch(t *testing.T) {
 		w.watch(time.Time{}, time.Now())
 		check(time.Second)
 		check(2 * time.Second)
-		due := start.Add(63 * time.Second) // a parked pull sent at 2s, expiring a minute later, plus a second
+		due := start.Add(63 * time.Second) // a dormant pull sent at 2s, expiring a minute later, plus a second
 		w.watch(due, time.Now())
 		time.Sleep(30 * time.Second)
 		w.watch(due, time.Now())
 		synctest.Wait()
 		select {
 		case <-w.C():
-			t.Fatalf("check at %v, before the parked pull is overdue", at())
+			t.Fatalf("check at %v, before the dormant pull is overdue", at())
 		default:
 		}
 		check(63*time.Second + time.Millisecond)

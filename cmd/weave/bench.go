@@ -262,7 +262,7 @@ there, every stream (Weave's and the references') at 3 replicas.`,
 	f.IntVar(&cfg.Fleet.Jobs, "fleet-jobs", 0, "fleet: no-op jobs per round and fleet (default 20,000)")
 	f.IntVar(&cfg.Fleet.Rounds, "fleet-rounds", 0, "fleet: rounds per worker fleet (default 3)")
 	f.IntVar(&cfg.Fleet.IdleWorkers, "fleet-idle-workers", 0, "fleet: workers of one slot in the idle fleet (default 1,000)")
-	f.DurationVar(&cfg.Fleet.Idle, "fleet-idle", 0, "fleet: the idle fleet's measured window, once its workers have parked (default 1m)")
+	f.DurationVar(&cfg.Fleet.Idle, "fleet-idle", 0, "fleet: the idle fleet's measured window, once its workers are dormant (default 1m)")
 	f.StringVar(&cfg.Fleet.IdleProfile, "fleet-idle-profile", "", "fleet: write a CPU profile of the idle window of the coordinator and server's process to this file")
 	f.IntVar(&cfg.Latency.Rate, "rate", 1000, "latency: jobs submitted per second")
 	f.DurationVar(&cfg.Latency.Duration, "duration", 3*time.Second, "latency: how long jobs are submitted")

@@ -65,7 +65,7 @@ func (c *FleetConfig) defaults() error {
 	setDefault(&c.Groups, 200)
 	setDefault(&c.Rounds, 3)
 	setDefault(&c.IdleWorkers, 1000)
-	// A parked worker's pull waits a minute at the server: a window that long sees each one
+	// A dormant worker's pull waits a minute at the server: a window that long sees each one
 	// expire and come again once, the whole of what the fleet costs while idle.
 	setDefault(&c.Idle, time.Minute)
 	for _, n := range c.Submitters {
@@ -319,8 +319,8 @@ func (r *FleetScenarioResult) Section() Section {
 	if i := r.Idle; i != nil {
 		t := Table{
 			Title:  "an idle fleet: CPU as a share of one core",
-			Header: []string{"idle workers", "parked at the start", "window (s)", "coordinator + server (%)", "the workers' process (%)", "pull requests per worker per s"},
-			Rows: [][]string{{count(i.Workers), count(i.Parked), fmt.Sprintf("%.1f", i.Seconds), fmt.Sprintf("%.2f", i.ServerCPUPct), fmt.Sprintf("%.2f", i.WorkersCPUPct),
+			Header: []string{"idle workers", "dormant at the start", "window (s)", "coordinator + server (%)", "the workers' process (%)", "pull requests per worker per s"},
+			Rows: [][]string{{count(i.Workers), count(i.Dormant), fmt.Sprintf("%.1f", i.Seconds), fmt.Sprintf("%.2f", i.ServerCPUPct), fmt.Sprintf("%.2f", i.WorkersCPUPct),
 				fmt.Sprintf("%.3f", i.PullsPerWorkerS)}},
 		}
 		s.Tables = append(s.Tables, t)

@@ -33,8 +33,8 @@ type IdleFleetResult struct {
 	WorkersCPUPct  float64 `json:"workers_cpu_pct_of_core"`
 	// PullsPerWorkerS is the pull requests each idle worker sent per second over the window.
 	PullsPerWorkerS float64 `json:"pulls_per_worker_per_s"`
-	// Parked is how many workers were parked (worker.Stats.Parked) when the window began.
-	Parked int `json:"parked"`
+	// Dormant is how many workers were dormant (worker.Stats.Dormant) when the window began.
+	Dormant int `json:"dormant"`
 }
 
 // idleChildSpec is what a child process runs for the idle fleet: a deployment with a coordinator
@@ -142,7 +142,7 @@ func runIdleFleet(ctx context.Context, env *Env, cfg FleetConfig) (*IdleFleetRes
 }
 
 // idleWorkers starts the idle fleet's workers on d, waits until the coordinator knows them all
-// and they have parked (a worker idle for a pull's expiry pulls and beats less often: that is
+// and they have gone dormant (a worker idle for a pull's expiry pulls less often: that is
 // the idle fleet's steady state), then for settle and until this process is quiet, and calls
 // measure; it counts the workers' pull requests meanwhile into res.
 func idleWorkers(ctx context.Context, env *Env, d *inproc.Deployment, cfg FleetConfig, res *IdleFleetResult, settle time.Duration, measure func() error) error {
@@ -159,17 +159,17 @@ func idleWorkers(ctx context.Context, env *Env, d *inproc.Deployment, cfg FleetC
 	if err := d.WaitStatusWithin(5*time.Minute, inproc.FleetReady(n, n)); err != nil {
 		return err
 	}
-	env.progressf("fleet: %s idle workers: waiting for them to park", count(n))
-	parked := func() int {
+	env.progressf("fleet: %s idle workers: waiting for them to go dormant", count(n))
+	dormant := func() int {
 		k := 0
 		for _, w := range ws {
-			if w.Stats().Parked {
+			if w.Stats().Dormant {
 				k++
 			}
 		}
 		return k
 	}
-	for deadline := time.Now().Add(idleParkWait); parked() < n && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(idleDormantWait); dormant() < n && time.Now().Before(deadline); {
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
@@ -180,7 +180,7 @@ func idleWorkers(ctx context.Context, env *Env, d *inproc.Deployment, cfg FleetC
 	debug.FreeOSMemory()
 	waitQuiet(ctx, 5*time.Second)
 	env.progressf("fleet: %s idle workers: idle for %v", count(n), cfg.Idle)
-	res.Parked = parked()
+	res.Dormant = dormant()
 	s0, t0 := sumStats(ws), time.Now()
 	if err := measure(); err != nil {
 		return err
@@ -189,13 +189,13 @@ func idleWorkers(ctx context.Context, env *Env, d *inproc.Deployment, cfg FleetC
 	return nil
 }
 
-// idleStartup is how long an idle fleet runs, once parked, before it is measured: the last
-// workers' first parked pulls are start-up, not idling. In this process, earlier deployments'
-// timers must pass too (see idleSettle). idleParkWait bounds the wait for the workers to park
-// (they do once a pull has waited out its expiry, 10s, without work).
+// idleStartup is how long an idle fleet runs, once dormant, before it is measured: the last
+// workers' first dormant pulls are start-up, not idling. In this process, earlier deployments'
+// timers must pass too (see idleSettle). idleDormantWait bounds the wait for the workers to go
+// dormant (they do once a pull has waited out its expiry, 10s, without work).
 const (
-	idleStartup  = 3 * time.Second
-	idleParkWait = time.Minute
+	idleStartup     = 3 * time.Second
+	idleDormantWait = time.Minute
 )
 
 // sleepCtx sleeps for d or until ctx is done.

@@ -15,51 +15,50 @@ import (
 	"github.com/weavejobs/weave/worker"
 )
 
-// In these tests a worker parks once one 300ms pull has expired without work, and a parked
-// pull waits an hour at the server: a job that runs within waitTimeout reached a parked worker
+// In these tests a worker goes dormant once one 300ms pull has expired without work, and a
+// dormant worker's pull waits an hour at the server: a job that runs within waitTimeout reached it
 // without its pull's expiry, which the default bounds at a minute.
 const (
-	testActiveExpiry = 300 * time.Millisecond
-	testParkedExpiry = time.Hour
+	testActiveExpiry  = 300 * time.Millisecond
+	testDormantExpiry = time.Hour
 )
 
-func parking(c worker.Config) worker.Config {
-	return worker.WithPullExpiries(c, testActiveExpiry, testParkedExpiry)
+func dormancy(c worker.Config) worker.Config {
+	return worker.WithPullExpiries(c, testActiveExpiry, testDormantExpiry)
 }
 
 var echo = worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
 
-// A worker idle for a pull's expiry parks; a job released to its pool reaches it at once, on its
-// parked pull; it parks again once idle.
-func TestParkedWorkerGetsWork(t *testing.T) {
+// A worker idle for a pull's expiry goes dormant; a job released to its pool reaches it at once,
+// on its dormant pull; it goes dormant again once idle.
+func TestDormantWorkerGetsWork(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	rr := f.reports()
-	r := f.start(parking(worker.Config{Concurrency: 2}), echo)
-	waitFor(t, "the worker parked", func() bool { return r.w.Stats().Parked })
+	r := f.start(dormancy(worker.Config{Concurrency: 2}), echo)
+	waitFor(t, "the worker dormant", func() bool { return r.w.Stats().Dormant })
 	pulls := r.w.Stats().Pulls
 
-	f.publish(r.w.Pool(), job(1, "to a parked worker"))
+	f.publish(r.w.Pool(), job(1, "to a dormant worker"))
 	if rep := rr.next(); rep.ID != 1 || rep.Status != wire.StatusOK {
 		t.Fatalf("report %+v", rep)
 	}
 	if st := r.w.Stats(); st.Pulls > pulls+1 {
-		t.Errorf("%d pulls since parked for one job, want at most 1 (the next after it)", st.Pulls-pulls)
+		t.Errorf("%d pulls since dormant for one job, want at most 1 (the next after it)", st.Pulls-pulls)
 	}
-	waitFor(t, "the worker parked again", func() bool { return r.w.Stats().Parked })
+	waitFor(t, "the worker dormant again", func() bool { return r.w.Stats().Dormant })
 	f.waitWorkEmpty()
 	must(t, r.stop())
 }
 
-// A parked worker notices a server restart, which loses its parked pull (the server ends it as
-// it shuts down, and the connection drops): it pulls again at once rather than after the parked
-// pull's expiry.
-func TestParkedWorkerServerRestart(t *testing.T) {
+// A dormant worker notices a server restart, which loses its pull (the server ends it as it shuts
+// down, and the connection drops): it pulls again at once rather than after the pull's expiry.
+func TestDormantWorkerServerRestart(t *testing.T) {
 	t.Parallel()
 	f := setupWith(t, config.StreamOptions{}) // file storage: streams and consumer survive the restart
 	rr := f.reports()
-	r := f.start(parking(worker.Config{Concurrency: 1}), echo)
-	waitFor(t, "the worker parked", func() bool { return r.w.Stats().Parked })
+	r := f.start(dormancy(worker.Config{Concurrency: 1}), echo)
+	waitFor(t, "the worker dormant", func() bool { return r.w.Stats().Dormant })
 	pulls := r.w.Stats().Pulls
 	must(t, f.srv.Restart(t.Context()))
 	waitFor(t, "a pull after the restart", func() bool { return r.w.Stats().Pulls > pulls })
@@ -77,17 +76,17 @@ func TestParkedWorkerServerRestart(t *testing.T) {
 	must(t, r.stop())
 }
 
-// A parked worker whose connection is cut (the server drops its parked pull with it) pulls again
-// once reconnected, rather than after the parked pull's expiry.
-func TestParkedWorkerReconnects(t *testing.T) {
+// A dormant worker whose connection is cut (the server drops its pull with it) pulls again once
+// reconnected, rather than after the pull's expiry.
+func TestDormantWorkerReconnects(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	rr := f.reports()
 	proxy, err := jstest.StartProxy(f.srv.ClientURL())
 	must(t, err)
 	t.Cleanup(proxy.Close)
-	r := f.startVia(proxy.URL(), parking(worker.Config{Concurrency: 1}), echo)
-	waitFor(t, "the worker parked", func() bool { return r.w.Stats().Parked })
+	r := f.startVia(proxy.URL(), dormancy(worker.Config{Concurrency: 1}), echo)
+	waitFor(t, "the worker dormant", func() bool { return r.w.Stats().Dormant })
 	pulls := r.w.Stats().Pulls
 	proxy.Cut()
 	waitFor(t, "a pull after the reconnect", func() bool { return r.w.Stats().Pulls > pulls })
@@ -98,9 +97,9 @@ func TestParkedWorkerReconnects(t *testing.T) {
 	must(t, r.stop())
 }
 
-// On a cluster, a parked worker whose pool consumer's leader changes is told so by the new
-// leader (its parked pull is no longer served) and pulls again at once.
-func TestParkedWorkerLeaderChange(t *testing.T) {
+// On a cluster, a dormant worker whose pool consumer's leader changes is told so by the new
+// leader (its pull is no longer served) and pulls again at once.
+func TestDormantWorkerLeaderChange(t *testing.T) {
 	t.Parallel()
 	c := jstest.NewCluster(t, 3)
 	nc := jstest.NewConn(t, c.ClientURL(), connOpts...)
@@ -115,8 +114,8 @@ func TestParkedWorkerLeaderChange(t *testing.T) {
 	}
 	f := &fixture{t: t, nc: nc, js: js, names: names}
 	rr := f.reports()
-	r := f.startVia(c.ClientURL(), parking(worker.Config{Concurrency: 1}), echo)
-	waitFor(t, "the worker parked", func() bool { return r.w.Stats().Parked })
+	r := f.startVia(c.ClientURL(), dormancy(worker.Config{Concurrency: 1}), echo)
+	waitFor(t, "the worker dormant", func() bool { return r.w.Stats().Dormant })
 	pulls := r.w.Stats().Pulls
 
 	stepdown := "$JS.API.CONSUMER.LEADER.STEPDOWN." + names.WorkStream() + "." + names.WorkConsumer(r.w.Pool())
