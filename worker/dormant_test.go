@@ -29,20 +29,25 @@ func dormancy(c worker.Config) worker.Config {
 
 var echo = worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
 
-// A worker idle for a pull's expiry goes dormant; a job released to its pool reaches it at once,
-// on its dormant pull; it goes dormant again once idle.
+// A worker idle for a pull's expiry goes dormant: its heartbeats tell the coordinator to expect
+// the next in 30s; a job released to its pool reaches it at once, on its dormant pull, and the
+// coordinator hears of it at once; it goes dormant again once idle.
 func TestDormantWorkerGetsWork(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	rr := f.reports()
-	r := f.start(dormancy(worker.Config{Concurrency: 2}), echo)
+	hbs := f.heartbeats()
+	r := f.start(dormancy(worker.Config{Concurrency: 2, HeartbeatInterval: 50 * time.Millisecond}), echo)
 	waitFor(t, "the worker dormant", func() bool { return r.w.Stats().Dormant })
+	waitHeartbeat(t, hbs, "a dormant worker's", func(hb wire.Heartbeat) bool { return hb.IntervalMS == 30_000 })
 	pulls := r.w.Stats().Pulls
 
 	f.publish(r.w.Pool(), job(1, "to a dormant worker"))
 	if rep := rr.next(); rep.ID != 1 || rep.Status != wire.StatusOK {
 		t.Fatalf("report %+v", rep)
 	}
+	// Within waitTimeout, so not the dormant heartbeat 30s later: the batch brought one.
+	waitHeartbeat(t, hbs, "after the batch", func(hb wire.Heartbeat) bool { return hb.IntervalMS < 30_000 })
 	if st := r.w.Stats(); st.Pulls > pulls+1 {
 		t.Errorf("%d pulls since dormant for one job, want at most 1 (the next after it)", st.Pulls-pulls)
 	}
@@ -77,7 +82,8 @@ func TestDormantWorkerServerRestart(t *testing.T) {
 }
 
 // A dormant worker whose connection is cut (the server drops its pull with it) pulls again once
-// reconnected, rather than after the pull's expiry.
+// reconnected, rather than after the pull's expiry, and is no longer dormant: the coordinator
+// hears so at once.
 func TestDormantWorkerReconnects(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -85,11 +91,14 @@ func TestDormantWorkerReconnects(t *testing.T) {
 	proxy, err := jstest.StartProxy(f.srv.ClientURL())
 	must(t, err)
 	t.Cleanup(proxy.Close)
-	r := f.startVia(proxy.URL(), dormancy(worker.Config{Concurrency: 1}), echo)
+	hbs := f.heartbeats()
+	r := f.startVia(proxy.URL(), dormancy(worker.Config{Concurrency: 1, HeartbeatInterval: 50 * time.Millisecond}), echo)
 	waitFor(t, "the worker dormant", func() bool { return r.w.Stats().Dormant })
+	waitHeartbeat(t, hbs, "a dormant worker's", func(hb wire.Heartbeat) bool { return hb.IntervalMS == 30_000 })
 	pulls := r.w.Stats().Pulls
 	proxy.Cut()
 	waitFor(t, "a pull after the reconnect", func() bool { return r.w.Stats().Pulls > pulls })
+	waitHeartbeat(t, hbs, "after the reconnect", func(hb wire.Heartbeat) bool { return hb.IntervalMS < 30_000 })
 	f.publish(r.w.Pool(), job(4, "after"))
 	if rep := rr.next(); rep.ID != 4 || rep.Status != wire.StatusOK {
 		t.Errorf("report %+v", rep)

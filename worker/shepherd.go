@@ -131,8 +131,9 @@ type shepherd struct {
 	credits   int                // messages that open pulls may still bring
 	openPulls int                // lanes with a pull open
 	// dormant: the last pull ended at its expiry without work while the worker ran and held
-	// nothing: its next pulls wait dormantExpiry, without heartbeats, until work comes or a pull
-	// ends otherwise (an error, a reconnect, the server's silence past the expiry). The server
+	// nothing: its next pulls wait dormantExpiry, without heartbeats, and its own heartbeats
+	// come every dormant period (Config.IdleHeartbeatInterval), until work comes or a pull ends
+	// otherwise (an error, a reconnect, the server's silence past the expiry). The server
 	// tells a pull of its end when it can (a restart ends the connection, which the worker
 	// renews; a consumer's new leader answers the old one's pulls with an error), so a dormant
 	// worker gets work as fast as an active one; the expiry bounds the rest.
@@ -309,6 +310,26 @@ func (s *shepherd) setDormant(dormant bool) {
 	}
 }
 
+// wake ends dormancy for another cause than work: the next pulls are an active worker's, and
+// the coordinator hears at once (a dormant worker's heartbeats are far apart).
+func (s *shepherd) wake() {
+	if s.dormant {
+		s.setDormant(false)
+		s.beatNow()
+	}
+}
+
+// beatNow asks for a heartbeat at once if the last said the worker was idle: the coordinator
+// expects the next one only after the idle period.
+func (s *shepherd) beatNow() {
+	if s.idleBeat.Load() {
+		select {
+		case s.beat <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // watchPulls tells w when the open pulls need checking: once the earliest dormant pull is overdue
 // if only dormant pulls are open, else every heartbeat.
 func (s *shepherd) watchPulls(w *pullWatch) {
@@ -348,7 +369,7 @@ func (s *shepherd) checkPulls(now time.Time) {
 		if give, err := s.puller.overdue(l, now); give {
 			s.puller.abandon(l, s.onBatch)
 			s.onPullEnd(l, err)
-			s.setDormant(false) // the server did not end it: pull as an active worker until one expires
+			s.wake() // the server did not end it: pull as an active worker until one expires
 		}
 	}
 }
@@ -436,13 +457,7 @@ func (s *shepherd) onBatch(msg workMsg) {
 	}
 	s.gauges()
 	s.setDormant(false)
-	if s.idleBeat.Load() {
-		// No longer idle: the coordinator hears so now, not at the end of the idle period.
-		select {
-		case s.beat <- struct{}{}:
-		default:
-		}
-	}
+	s.beatNow() // no longer idle: the coordinator hears so now, not at the end of the idle period
 }
 
 // onDone takes a slot's outcome and gives the slot its next task: the oldest queued job, run by
@@ -618,7 +633,7 @@ func (s *shepherd) onPullEnd(l *lane, err error) {
 		}
 		return
 	}
-	s.setDormant(false)
+	s.wake()
 	if err == nil {
 		err = errPullEndedEarly
 	}
@@ -694,7 +709,7 @@ func (s *shepherd) onStatus(st nats.Status) {
 	case nats.CONNECTED:
 		s.log.Info().Int("pulls", s.openPulls).Msg("worker: reconnected, renewing pull requests")
 		s.endPulls()
-		s.setDormant(false)
+		s.wake()
 		if s.retry != nil {
 			s.retry.Stop()
 			s.retry = nil
