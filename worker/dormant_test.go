@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/integration/jstest"
@@ -147,6 +148,28 @@ func TestDormantWorkerLeaderChange(t *testing.T) {
 	})
 	if rep := rr.next(); rep.ID != 3 || rep.Status != wire.StatusOK {
 		t.Errorf("report %+v", rep)
+	}
+	must(t, r.stop())
+}
+
+// A worker answers a request on its heartbeats' inbox: the coordinator asks it so whether it
+// still lives when another run of its ID asks to join (a dormant worker's heartbeats are too far
+// apart to wait for).
+func TestWorkerAnswersOnItsHeartbeatInbox(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	raw := make(chan *nats.Msg, 64)
+	sub, err := f.nc.ChanSubscribe(f.names.AllHeartbeats(), raw)
+	must(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	must(t, f.nc.Flush())
+	r := f.start(worker.Config{Concurrency: 1}, echo)
+	m := recv(t, "a heartbeat", raw)
+	if m.Reply == "" {
+		t.Fatal("a heartbeat without a reply subject")
+	}
+	if _, err := f.nc.Request(m.Reply, nil, 5*time.Second); err != nil {
+		t.Fatalf("asking the worker on its heartbeats' inbox: %v", err)
 	}
 	must(t, r.stop())
 }
