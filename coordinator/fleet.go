@@ -49,6 +49,9 @@ type workerInfo struct {
 	// quietSince is since when its heartbeats say it runs nothing and holds no batch (zero
 	// otherwise, and for a worker whose heartbeats do not say what it holds): see lost.
 	quietSince time.Time
+	// inbox is where its heartbeats ask for answers: its run listens there while it lives (see
+	// run.probe).
+	inbox string
 }
 
 // heartbeat applies a worker heartbeat received on subject, after checkHeartbeat. It returns a
@@ -170,6 +173,30 @@ func (e *engine) dropWorker(w *workerInfo, now time.Time) {
 	e.fleet.slots -= w.slots
 	e.log.Info().Str("worker", w.hb.Worker).Str("pool", w.pool.key).Msg("worker left")
 	e.resizeFeeders()
+}
+
+// heardFrom notes where the run of an applied heartbeat listens (the heartbeat's reply subject).
+func (e *engine) heardFrom(hb wire.Heartbeat, inbox string) {
+	if w := e.fleet.workers[hb.Worker]; w != nil && w.hb.Run == hb.Run {
+		w.inbox = inbox
+	}
+}
+
+// otherRun returns the run holding hb's worker ID if it is not hb's, and where it listens ("" if
+// its heartbeats named no inbox, or no other run holds the ID).
+func (e *engine) otherRun(hb wire.Heartbeat) (inbox, run string) {
+	if w := e.fleet.workers[hb.Worker]; w != nil && w.hb.Run != hb.Run {
+		return w.inbox, w.hb.Run
+	}
+	return "", ""
+}
+
+// forgetRun forgets worker id if run still holds it: nobody listens on its inbox any more.
+func (e *engine) forgetRun(id, run string, now time.Time) {
+	if w := e.fleet.workers[id]; w != nil && w.hb.Run == run {
+		e.mx.workerLost(id)
+		e.dropWorker(w, now)
+	}
 }
 
 // expireWorkers forgets workers silent for HeartbeatMisses periods.

@@ -1,6 +1,9 @@
 package coordinator
 
 import (
+	"errors"
+	"time"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/weavejobs/weave/internal/wire"
@@ -12,6 +15,10 @@ type heartbeatIn struct {
 	hb             wire.Heartbeat
 	join           bool   // a join: answer whether the worker may start, apply nothing
 	err            string // the message is not a heartbeat: record the rejection
+	// probed marks a join handed back by probe; gone then names the run holding the worker's
+	// ID that no longer listens on its heartbeats' inbox ("" if it does, or no answer came).
+	probed bool
+	gone   string
 }
 
 // subscribeHeartbeats hands heartbeats and joins to the loop (hbCh). Called by replay.
@@ -50,9 +57,18 @@ func (r *run) heartbeat(in heartbeatIn) {
 	case in.err != "":
 		ref = r.e.refuseHeartbeat(in.subject, in.err)
 	case in.join:
+		if in.gone != "" {
+			r.e.forgetRun(in.hb.Worker, in.gone, now)
+		}
+		if inbox, run := r.e.otherRun(in.hb); inbox != "" && !in.probed {
+			r.wg.Go(func() { r.probe(in, inbox, run) })
+			return
+		}
 		ref = r.e.checkHeartbeat(in.subject, in.hb, now)
 	default:
-		ref = r.e.heartbeat(in.subject, in.hb, now)
+		if ref = r.e.heartbeat(in.subject, in.hb, now); ref.reason == "" {
+			r.e.heardFrom(in.hb, in.reply)
+		}
 	}
 	if in.reply == "" || ref.reason == "" && !in.join {
 		return
@@ -63,5 +79,27 @@ func (r *run) heartbeat(in heartbeatIn) {
 	}
 	if err := r.c.nc.Publish(in.reply, reply.Marshal()); err != nil {
 		r.log.Warn().Err(err).Str("subject", in.subject).Msg("answering a heartbeat failed")
+	}
+}
+
+// probeTimeout bounds probe's wait, well within a joining worker's wait for its answer.
+const probeTimeout = 500 * time.Millisecond
+
+// probe asks whether run, which holds the ID of a worker asking to join, still listens on its
+// heartbeats' inbox, then hands the join back to the loop. When that run's connection is gone (a
+// worker that crashed, restarted under its ID), the server answers at once that nobody listens,
+// and the loop forgets the dead run rather than refuse the new one until the dead one's
+// heartbeats are missed (HeartbeatMisses of its period: a dormant worker's is 30s). A live run
+// answers, or (a worker of an earlier release) lets the request time out: the join is refused,
+// as before.
+func (r *run) probe(in heartbeatIn, inbox, run string) {
+	_, err := r.c.nc.Request(inbox, nil, probeTimeout)
+	in.probed = true
+	if errors.Is(err, nats.ErrNoResponders) {
+		in.gone = run
+	}
+	select {
+	case r.hbCh <- in:
+	case <-r.done:
 	}
 }

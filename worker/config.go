@@ -31,7 +31,11 @@ var ErrServerTooOld = natsver.ErrServerTooOld
 const (
 	DefaultHeartbeatInterval = time.Second
 	// idleBeats is IdleHeartbeatInterval's default, in HeartbeatIntervals.
-	idleBeats             = 5
+	idleBeats = 5
+	// dormantHeartbeat is IdleHeartbeatInterval's default once the worker is dormant (at least
+	// idleBeats intervals): a dormant fleet's heartbeats cost the server and the coordinator
+	// about as much as its pulls would without dormancy.
+	dormantHeartbeat      = 30 * time.Second
 	DefaultLease          = topology.DefaultLease
 	DefaultDrainTimeout   = 10 * time.Second
 	DefaultTimeoutGrace   = time.Second
@@ -83,9 +87,11 @@ type Config struct {
 
 	// IdleHeartbeatInterval is the period of the heartbeats while the worker runs and holds
 	// nothing, so that an idle fleet costs the coordinator and the server little: each
-	// heartbeat tells the coordinator when to expect the next, and the first job to arrive
-	// brings one at once. Rounded to a multiple of HeartbeatInterval. Default 5 ×
-	// HeartbeatInterval; equal to HeartbeatInterval, idle workers beat at the same pace.
+	// heartbeat tells the coordinator when to expect the next (it forgets a worker silent for
+	// HeartbeatMisses of them), and the first job to arrive brings one at once. Rounded to a
+	// multiple of HeartbeatInterval. Default 5 × HeartbeatInterval, and 30s (or 5 ×
+	// HeartbeatInterval if longer) once the worker is dormant, idle for a pull's expiry (see
+	// Stats.Dormant); equal to HeartbeatInterval, idle workers beat at the same pace.
 	IdleHeartbeatInterval time.Duration
 
 	// Lease is how long a work batch stays assigned to this worker without news: the AckWait
@@ -150,6 +156,9 @@ type Config struct {
 	clock func() time.Time
 	// siblingWait replaces the constant siblingWait, in tests (export_test.go). 0: the constant.
 	siblingWait time.Duration
+	// pullExpiry and dormantExpiry replace the constants of the same names, in tests
+	// (export_test.go). 0: the constant.
+	pullExpiry, dormantExpiry time.Duration
 }
 
 // resolved is a validated Config with defaults filled in.
@@ -161,6 +170,7 @@ type resolved struct {
 	pool           string
 	resources      []string // normalized
 	idleBeats      int      // heartbeat periods between two heartbeats while idle (IdleHeartbeatInterval)
+	dormantBeats   int      // the same while dormant
 }
 
 // Validate reports what New would refuse in c, an error wrapping ErrInvalidConfig, without a
@@ -221,9 +231,11 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 			return resolved{}, invalid("%s %v outside %v..%v", d.name, *d.v, d.min, d.max)
 		}
 	}
+	dormant := c.IdleHeartbeatInterval // the period while dormant: this when set
 	switch {
 	case c.IdleHeartbeatInterval == 0:
 		c.IdleHeartbeatInterval = min(idleBeats*c.HeartbeatInterval, time.Hour)
+		dormant = max(c.IdleHeartbeatInterval, dormantHeartbeat)
 	case c.IdleHeartbeatInterval < c.HeartbeatInterval:
 		return resolved{}, invalid("IdleHeartbeatInterval %v is shorter than HeartbeatInterval %v", c.IdleHeartbeatInterval, c.HeartbeatInterval)
 	}
@@ -250,8 +262,17 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 	if c.siblingWait == 0 {
 		c.siblingWait = siblingWait
 	}
-	beats := max(1, int((c.IdleHeartbeatInterval+c.HeartbeatInterval/2)/c.HeartbeatInterval))
-	return resolved{Config: c, now: now, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs, idleBeats: beats}, nil
+	if c.pullExpiry == 0 {
+		c.pullExpiry = pullExpiry
+	}
+	if c.dormantExpiry == 0 {
+		c.dormantExpiry = dormantExpiry
+	}
+	beats := func(d time.Duration) int { return max(1, int((d+c.HeartbeatInterval/2)/c.HeartbeatInterval)) }
+	return resolved{
+		Config: c, now: now, adaptiveLinger: adaptiveLinger, names: names, pool: wire.PoolKey(rs), resources: rs,
+		idleBeats: beats(c.IdleHeartbeatInterval), dormantBeats: beats(dormant),
+	}, nil
 }
 
 func invalid(format string, args ...any) error { return config.Errorf(format, args...) }

@@ -37,8 +37,10 @@
 //
 // Exactly Config.Concurrency goroutines run handlers. One goroutine, the shepherd, owns the
 // worker's state: it pulls from JetStream only for slots that are free, asking for at most as
-// many messages as there are free slots (long-poll requests, so an idle worker sends one or two
-// requests per 10 seconds and uses no CPU), and queues the jobs of each message it receives. A
+// many messages as there are free slots (long-poll requests: an idle worker sends one per 10
+// seconds, and once dormant, after one has expired without work, one a minute without the
+// server's heartbeats, so that a fleet of idle workers costs the server little; see
+// Stats.Dormant), and queues the jobs of each message it receives. A
 // slot that finishes a job is handed the next queued job directly, without waking anyone; only
 // jobs that no awake slot takes wake a sleeping slot, exactly one per job, so no goroutine is
 // woken for nothing (Stats.SpuriousWakeups stays 0).

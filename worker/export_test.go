@@ -15,3 +15,10 @@ func WithSiblingWait(c Config, d time.Duration) Config {
 	c.siblingWait = d
 	return c
 }
+
+// WithPullExpiries returns c with pull requests waiting at the server for active, and a dormant
+// worker's for dormant, so a test sees a worker go dormant without waiting the default expiries.
+func WithPullExpiries(c Config, active, dormant time.Duration) Config {
+	c.pullExpiry, c.dormantExpiry = active, dormant
+	return c
+}

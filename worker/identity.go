@@ -22,14 +22,16 @@ const (
 	// an answer the worker starts: a coordinator that starts later refuses a duplicate then.
 	joinTimeout = 2 * time.Second
 	// maxJoinWait bounds the wait the coordinator may ask for before a second join (see
-	// wire.HeartbeatReply.RetryMS).
-	maxJoinWait = time.Minute
+	// wire.HeartbeatReply.RetryMS): HeartbeatMisses (3) dormant heartbeat periods and more.
+	maxJoinWait = 2 * time.Minute
 )
 
 // join asks the coordinator, with a heartbeat marked Join on the worker's join subject, whether this worker may run under its
-// ID. A refusal because another run of the ID is live comes with the time after which the
-// coordinator would forget that run if it is dead (a worker restarted after a crash): the worker
-// waits that long and asks once more, and a second refusal means the other run is alive.
+// ID. The coordinator first asks the run holding the ID whether it still listens, and forgets it
+// at once if its connection is gone (a worker restarted after a crash). A refusal because
+// another run of the ID is live comes with the time after which the coordinator would forget
+// that run if it is dead: the worker waits that long and asks once more, and a second refusal
+// means the other run is alive.
 // No coordinator (no responders) or no answer lets the worker start.
 func (w *Worker) join(ctx context.Context) error {
 	subject := w.cfg.names.JoinSubject(w.cfg.pool, w.cfg.ID)
@@ -75,10 +77,16 @@ func (w *Worker) join(ctx context.Context) error {
 // watchRefusals subscribes to the answers to this worker's heartbeats: the coordinator answers a
 // heartbeat only to refuse it (a coordinator that started after this worker and knows another
 // run of its ID). A refusal calls stop with an error wrapping ErrDuplicateID, which makes Run
-// drain and return it. The subscription's inbox is where heartbeats ask for answers.
+// drain and return it. The subscription's inbox is where heartbeats ask for answers; a request
+// there is the coordinator asking whether this run still lives (another run of its ID asks to
+// join), answered at once.
 func (w *Worker) watchRefusals(stop context.CancelCauseFunc) (*nats.Subscription, error) {
 	inbox := w.nc.NewRespInbox()
 	sub, err := w.nc.Subscribe(inbox, func(m *nats.Msg) {
+		if m.Reply != "" {
+			_ = m.Respond(nil)
+			return
+		}
 		rep, err := wire.ParseHeartbeatReply(m.Data)
 		if err != nil || rep.Refused == "" {
 			return

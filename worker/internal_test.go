@@ -59,6 +59,21 @@ func TestResolveDefaults(t *testing.T) {
 	if _, err := resolve(Config{MaxResultSize: 1 << 20}, 1<<20); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("result larger than the max payload: %v", err)
 	}
+	// Heartbeat periods while idle and while dormant, in HeartbeatIntervals: by default 5 and
+	// 30s; a configured IdleHeartbeatInterval applies to both.
+	for _, c := range []struct {
+		cfg           Config
+		idle, dormant int
+	}{
+		{Config{}, 5, 30},
+		{Config{HeartbeatInterval: 10 * time.Second}, 5, 5},
+		{Config{IdleHeartbeatInterval: 2 * time.Second}, 2, 2},
+	} {
+		r, err := resolve(c.cfg, 1<<20)
+		if err != nil || r.idleBeats != c.idle || r.dormantBeats != c.dormant {
+			t.Errorf("%+v: idle %d, dormant %d (%v); want %d, %d", c.cfg, r.idleBeats, r.dormantBeats, err, c.idle, c.dormant)
+		}
+	}
 }
 
 // The default report linger follows the handlers' run time (a tenth of it, within 1ms..10ms); a

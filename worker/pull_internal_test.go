@@ -283,8 +283,11 @@ func TestPullOverdue(t *testing.T) {
 			t.Fatalf("at %v, last heard at %v: give up %v, %v; want %v, %v", c.at, c.seen, give, err, c.give, c.err)
 		}
 	}
-	l.heartbeat, l.seen = 0, t0 // a pull without heartbeats: only its expiry counts
+	l.heartbeat, l.seen = 0, t0 // a pull without heartbeats (a dormant worker's): only its expiry counts
 	if give, _ := p.overdue(l, t0.Add(5*time.Second)); give {
 		t.Fatal("a pull without heartbeats given up for its silence")
+	}
+	if give, err := p.overdue(l, t0.Add(11001*time.Millisecond)); !give || err != nil {
+		t.Fatalf("a pull without heartbeats past its expiry by a second: give up %v, %v", give, err)
 	}
 }

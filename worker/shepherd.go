@@ -18,12 +18,18 @@ import (
 )
 
 const (
-	// pullExpiry is how long a pull request waits at the server for messages. Long polls keep
-	// an idle worker at about one request per pullExpiry per open pull: 0.1 a second. It also
-	// bounds how long a pull left at a consumer leader that moved away can wait, which the
-	// heartbeats below do not show (the old leader's node is still up): a longer expiry would
-	// let losing a node pause a pool's job starts that long.
+	// pullExpiry is how long a pull request waits at the server for messages. It also bounds
+	// how long a pull left at a consumer leader that moved away can wait, which the heartbeats
+	// below do not show (the old leader's node is still up): a longer expiry would let losing a
+	// node pause a pool's job starts that long.
 	pullExpiry = 10 * time.Second
+	// dormantExpiry is how long the pull of a dormant worker waits (see shepherd.dormant), without
+	// the server's heartbeats. The server walks all of a consumer's waiting pulls each time one
+	// arrives, expires or is due a heartbeat, so a pool of idle workers costs it in proportion to
+	// the square of their number and to how often their pulls come and go: dormancy takes that
+	// rate down by an order of magnitude. It bounds how long a dormant worker may miss work when
+	// its pull is lost without a word from the server (nothing tells of it but the expiry).
+	dormantExpiry = time.Minute
 	// pullHeartbeat is how often the server signals an open pull that it is alive; two missed
 	// end the pull, so a pull lost with a node (or a consumer leader that moved) is noticed
 	// within two seconds rather than ten (the default heartbeat, 5s).
@@ -124,6 +130,14 @@ type shepherd struct {
 	stuck     int                // reported without their handler, which has not returned
 	credits   int                // messages that open pulls may still bring
 	openPulls int                // lanes with a pull open
+	// dormant: the last pull ended at its expiry without work while the worker ran and held
+	// nothing: its next pulls wait dormantExpiry, without heartbeats, and its own heartbeats
+	// come every dormant period (Config.IdleHeartbeatInterval), until work comes or a pull ends
+	// otherwise (an error, a reconnect, the server's silence past the expiry). The server
+	// tells a pull of its end when it can (a restart ends the connection, which the worker
+	// renews; a consumer's new leader answers the old one's pulls with an error), so a dormant
+	// worker gets work as fast as an active one; the expiry bounds the rest.
+	dormant   bool
 	backoff   backoff
 	retry     *time.Timer // pull back-off timer; nil when not backing off
 	repairing bool
@@ -151,11 +165,11 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 	defer s.nc.RemoveStatusListener(status)
 
 	// Open pulls are checked for missed heartbeats and overdue ends once per heartbeat.
-	checkPulls := time.NewTicker(pullHeartbeat)
+	watch := newPullWatch(pullHeartbeat)
 	lanes := s.puller.lanes
 	drain := drainSchedule{drainTimeout: s.cfg.DrainTimeout, grace: s.cfg.TimeoutGrace}
 	defer func() {
-		checkPulls.Stop()
+		watch.stop()
 		drain.stop()
 		if s.retry != nil {
 			s.retry.Stop()
@@ -175,6 +189,7 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 		if s.retry != nil {
 			retryC = s.retry.C
 		}
+		s.watchPulls(watch)
 		select {
 		case m := <-laneC(lanes[0]):
 			s.onLane(lanes[0], m)
@@ -182,7 +197,8 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 			s.onLane(lanes[1], m)
 		case c := <-s.done:
 			s.onDone(c)
-		case <-checkPulls.C:
+		case <-watch.C():
+			watch.fired()
 			s.checkPulls(s.cfg.now())
 		case t := <-s.expired:
 			s.onExpired(t)
@@ -259,11 +275,16 @@ func (s *shepherd) pull() {
 	}
 	// The oldest ack the completer handed over goes with the pull (see ackQueue).
 	ack := s.acks.take()
-	hb := pullHeartbeat
-	if len(s.active) == 0 && s.queue.len() == 0 {
+	expiry, hb := s.cfg.pullExpiry, pullHeartbeat
+	switch {
+	case !s.idle():
+	case s.dormant:
+		expiry, hb = s.cfg.dormantExpiry, 0
+	default:
 		hb = idlePullHeartbeat
 	}
-	if _, err := s.puller.pull(want, pullExpiry, hb, ack); err != nil {
+	hb = min(hb, expiry/2) // the server refuses a pull whose heartbeats come less than twice
+	if _, err := s.puller.pull(want, expiry, hb, ack); err != nil {
 		if ack != nil {
 			_ = ack.Ack() // best effort; if lost, its batch is redelivered after its lease
 		}
@@ -276,6 +297,56 @@ func (s *shepherd) pull() {
 	if ack != nil {
 		s.stats.acksWithPulls.Add(1)
 	}
+}
+
+// idle tells whether the worker runs nothing and has nothing queued.
+func (s *shepherd) idle() bool { return len(s.active) == 0 && s.queue.len() == 0 }
+
+// setDormant sets whether the worker is dormant (see dormant).
+func (s *shepherd) setDormant(dormant bool) {
+	if s.dormant != dormant {
+		s.dormant = dormant
+		s.stats.dormant.Store(dormant)
+	}
+}
+
+// wake ends dormancy for another cause than work: the next pulls are an active worker's, and
+// the coordinator hears at once (a dormant worker's heartbeats are far apart).
+func (s *shepherd) wake() {
+	if s.dormant {
+		s.setDormant(false)
+		s.beatNow()
+	}
+}
+
+// beatNow asks for a heartbeat at once if the last said the worker was idle: the coordinator
+// expects the next one only after the idle period.
+func (s *shepherd) beatNow() {
+	if s.idleBeat.Load() {
+		select {
+		case s.beat <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// watchPulls tells w when the open pulls need checking: once the earliest dormant pull is overdue
+// if only dormant pulls are open, else every heartbeat.
+func (s *shepherd) watchPulls(w *pullWatch) {
+	var due time.Time
+	for _, l := range s.puller.lanes {
+		switch {
+		case !l.busy:
+		case l.heartbeat > 0:
+			w.watch(time.Time{}, time.Time{})
+			return
+		default:
+			if at := l.started.Add(l.expires + time.Second); due.IsZero() || at.Before(due) {
+				due = at
+			}
+		}
+	}
+	w.watch(due, s.cfg.now())
 }
 
 // onLane takes a message read from lane l, whose pull is open.
@@ -298,6 +369,7 @@ func (s *shepherd) checkPulls(now time.Time) {
 		if give, err := s.puller.overdue(l, now); give {
 			s.puller.abandon(l, s.onBatch)
 			s.onPullEnd(l, err)
+			s.wake() // the server did not end it: pull as an active worker until one expires
 		}
 	}
 }
@@ -385,13 +457,8 @@ func (s *shepherd) onBatch(msg workMsg) {
 		s.stats.wakeups.Add(1)
 	}
 	s.gauges()
-	if s.idleBeat.Load() {
-		// No longer idle: the coordinator hears so now, not at the end of the idle period.
-		select {
-		case s.beat <- struct{}{}:
-		default:
-		}
-	}
+	s.setDormant(false)
+	s.beatNow() // no longer idle: the coordinator hears so now, not at the end of the idle period
 }
 
 // onDone takes a slot's outcome and gives the slot its next task: the oldest queued job, run by
@@ -559,11 +626,15 @@ func (s *shepherd) onPullEnd(l *lane, err error) {
 	switch {
 	case s.draining:
 		return // ended on purpose
-	case l.received > 0 || (err == nil && s.cfg.now().Sub(l.started) >= pullExpiry/2):
+	case l.received > 0 || (err == nil && s.cfg.now().Sub(l.started) >= l.expires/2):
 		s.backoff.reset()
 		s.pullsThrough()
+		if l.received == 0 && s.idle() {
+			s.setDormant(true) // it waited out its expiry for nothing
+		}
 		return
 	}
+	s.wake()
 	if err == nil {
 		err = errPullEndedEarly
 	}
@@ -639,6 +710,7 @@ func (s *shepherd) onStatus(st nats.Status) {
 	case nats.CONNECTED:
 		s.log.Info().Int("pulls", s.openPulls).Msg("worker: reconnected, renewing pull requests")
 		s.endPulls()
+		s.wake()
 		if s.retry != nil {
 			s.retry.Stop()
 			s.retry = nil

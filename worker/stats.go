@@ -3,7 +3,7 @@ package worker
 import "sync/atomic"
 
 // Stats is a snapshot of a worker's counters, from Worker.Stats. Counts are since New; gauges
-// (Busy, Sleeping, Queued, Stuck, Draining) are the state at the time of the call.
+// (Busy, Sleeping, Queued, Stuck, Draining, Held, Dormant) are the state at the time of the call.
 type Stats struct {
 	Busy     int  // slots assigned a job: running its handler or reporting it (Stuck included)
 	Sleeping int  // slots waiting for work; Busy + Sleeping = Concurrency
@@ -11,6 +11,7 @@ type Stats struct {
 	Stuck    int  // handlers whose attempt was reported without them and that have not returned
 	Draining bool // Run's context is done: no more pulls, running jobs finishing
 	Held     int  // work batches received and not yet acknowledged (nor let go, their lease lapsed)
+	Dormant  bool // idle for a pull's expiry: pulls wait longer at the server, without its heartbeats
 
 	Batches          uint64 // work batches received
 	MalformedBatches uint64 // work batches that could not be decoded, terminated
@@ -39,7 +40,7 @@ type Stats struct {
 type counters struct {
 	// Written by the shepherd. Busy is Concurrency - sleeping, so the two always add up.
 	sleeping, queued, stuck       atomic.Int64
-	draining                      atomic.Bool
+	draining, dormant             atomic.Bool
 	batches, malformed, pulls     atomic.Uint64
 	acksWithPulls                 atomic.Uint64
 	wakeups, jobsRun              atomic.Uint64
@@ -66,6 +67,7 @@ func (c *counters) snapshot(concurrency int) Stats {
 		Queued:           int(c.queued.Load()),
 		Stuck:            int(c.stuck.Load()),
 		Draining:         c.draining.Load(),
+		Dormant:          c.dormant.Load(),
 		Held:             int(c.held.Load()),
 		Batches:          c.batches.Load(),
 		MalformedBatches: c.malformed.Load(),

@@ -244,26 +244,87 @@ func (k *leaseKeeper) stop() {
 	}
 }
 
-// heartbeatLoop calls send at once, then on the ticks of interval that fall due, and at once on
-// each signal from beat, until stop is closed. It is the heartbeat goroutine's whole schedule.
-// send returns how many intervals may pass until the next heartbeat (1, or more while the worker
-// is idle), which its heartbeat told the coordinator.
+// heartbeatLoop calls send at once, then every period, and at once on each signal from beat,
+// until stop is closed. It is the heartbeat goroutine's whole schedule. send returns how many
+// intervals may pass until the next heartbeat (1, or more while the worker is idle), which its
+// heartbeat told the coordinator: the period is that many intervals, so an idle worker's
+// goroutine wakes only to send. A signal does not move the period; a change of pace starts the
+// new one from the heartbeat that set it.
 func heartbeatLoop(interval time.Duration, beat, stop <-chan struct{}, send func() int) {
-	t := time.NewTicker(interval)
+	every := send()
+	t := time.NewTicker(time.Duration(every) * interval)
 	defer t.Stop()
-	every, ticks := send(), 0
 	for {
+		n := every
 		select {
 		case <-t.C:
-			if ticks++; ticks >= every {
-				every, ticks = send(), 0
-			}
+			n = send()
 		case <-beat:
-			every, ticks = send(), 0
+			n = send()
 		case <-stop:
 			return
 		}
+		if n != every {
+			every = n
+			t.Reset(time.Duration(every) * interval)
+		}
 	}
+}
+
+// pullWatch times the shepherd's checks of its open pulls (puller.overdue): every period, as a
+// pull with server heartbeats needs (its silence must be noticed within two of them); but while
+// only dormant pulls are open (no heartbeats: silence tells nothing), once, when the earliest is
+// overdue. Owned by the shepherd.
+type pullWatch struct {
+	period time.Duration
+	ticker *time.Ticker // runs while due is zero
+	timer  *time.Timer  // armed for due, while only dormant pulls are open
+	due    time.Time    // zero while the ticker runs
+	armed  bool         // the timer has not fired for due yet
+}
+
+func newPullWatch(period time.Duration) *pullWatch {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &pullWatch{period: period, ticker: time.NewTicker(period), timer: t}
+}
+
+// watch says, before each wait, when the earliest dormant pull is overdue if only dormant pulls
+// are open, else zero; now is the clock due is read against. It changes the timers only when
+// that changes (a worker goes dormant or wakes), not for every pull.
+func (w *pullWatch) watch(due, now time.Time) {
+	switch {
+	case due.IsZero() && !w.due.IsZero():
+		w.timer.Stop()
+		w.due, w.armed = time.Time{}, false
+		w.ticker.Reset(w.period)
+	case !due.IsZero() && (!due.Equal(w.due) || !w.armed):
+		if w.due.IsZero() {
+			w.ticker.Stop()
+		}
+		w.due, w.armed = due, true
+		// A millisecond past due: the check finds a pull overdue only strictly after it.
+		w.timer.Reset(due.Sub(now) + time.Millisecond)
+	}
+}
+
+// C ticks when a check is due.
+func (w *pullWatch) C() <-chan time.Time {
+	switch {
+	case w.due.IsZero():
+		return w.ticker.C
+	case w.armed:
+		return w.timer.C
+	}
+	return nil
+}
+
+// fired is called after C ticked.
+func (w *pullWatch) fired() { w.armed = false }
+
+func (w *pullWatch) stop() {
+	w.ticker.Stop()
+	w.timer.Stop()
 }
 
 // drainSchedule holds the drain's two deadlines: DrainTimeout after the drain began, the running

@@ -285,7 +285,8 @@ func TestHeartbeatLoopSchedule(t *testing.T) {
 }
 
 // TestHeartbeatLoopIdle: while send says the worker is idle (3 intervals until the next), the
-// loop skips the ticks in between; a signal sends one at once and its answer sets the pace again.
+// loop sends one every 3 intervals; a signal sends one at once and its answer sets the pace
+// again, from then.
 func TestHeartbeatLoopIdle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval = time.Second
@@ -301,8 +302,8 @@ func TestHeartbeatLoopIdle(t *testing.T) {
 		}()
 		time.Sleep(7500 * time.Millisecond) // idle: at 0, 3s and 6s
 		every.Store(1)
-		beat <- struct{}{} // a job arrives: at 7.5s, then at 8s and 9s
-		time.Sleep(2 * time.Second)
+		beat <- struct{}{} // a job arrives: at 7.5s, then at 8.5s and 9.5s
+		time.Sleep(2200 * time.Millisecond)
 		close(stop)
 		<-done
 		close(sent)
@@ -310,10 +311,46 @@ func TestHeartbeatLoopIdle(t *testing.T) {
 		for d := range sent {
 			got = append(got, d)
 		}
-		want := []time.Duration{0, 3 * time.Second, 6 * time.Second, 7500 * time.Millisecond, 8 * time.Second, 9 * time.Second}
+		want := []time.Duration{0, 3 * time.Second, 6 * time.Second, 7500 * time.Millisecond, 8500 * time.Millisecond, 9500 * time.Millisecond}
 		if !slices.Equal(got, want) {
 			t.Fatalf("heartbeats at %v, want %v", got, want)
 		}
+	})
+}
+
+// TestPullWatch: the checks come every period unless only dormant pulls are open; then one comes
+// a millisecond after the earliest is overdue and none before (the shepherd's next waits, which
+// say the same, do not move it); when another pull opens, every period again.
+func TestPullWatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		at := func() time.Duration { return time.Since(start) }
+		w := newPullWatch(time.Second)
+		defer w.stop()
+		check := func(want time.Duration) {
+			t.Helper()
+			<-w.C()
+			w.fired()
+			if at() != want {
+				t.Fatalf("check at %v, want %v", at(), want)
+			}
+		}
+		w.watch(time.Time{}, time.Now())
+		check(time.Second)
+		check(2 * time.Second)
+		due := start.Add(63 * time.Second) // a dormant pull sent at 2s, expiring a minute later, plus a second
+		w.watch(due, time.Now())
+		time.Sleep(30 * time.Second)
+		w.watch(due, time.Now())
+		synctest.Wait()
+		select {
+		case <-w.C():
+			t.Fatalf("check at %v, before the dormant pull is overdue", at())
+		default:
+		}
+		check(63*time.Second + time.Millisecond)
+		w.watch(time.Time{}, time.Now()) // the overdue pull given up, an active one sent
+		check(64*time.Second + time.Millisecond)
 	})
 }
 

@@ -261,11 +261,15 @@ func (w *Worker) heartbeats(beat <-chan struct{}, stop <-chan struct{}) {
 }
 
 // heartbeat publishes a heartbeat and returns how many HeartbeatIntervals it says may pass until
-// the next: idleBeats while the worker runs and holds nothing, else 1.
+// the next: idleBeats while the worker runs and holds nothing (dormantBeats once dormant), else 1.
 func (w *Worker) heartbeat(stopped bool) int {
 	hb := w.heartbeatMsg(stopped)
 	every := 1
-	if hb.Busy == 0 && *hb.Held == 0 && !hb.Draining {
+	switch {
+	case hb.Busy > 0 || *hb.Held > 0 || hb.Draining:
+	case w.stats.dormant.Load():
+		every = w.cfg.dormantBeats
+	default:
 		every = w.cfg.idleBeats
 	}
 	hb.IntervalMS = int64(every) * w.cfg.HeartbeatInterval.Milliseconds()

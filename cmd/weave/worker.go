@@ -114,7 +114,7 @@ On SIGINT or SIGTERM the worker stops taking jobs and lets the running ones fini
 	f.DurationVar(&h.killGrace, "kill-grace", 5*time.Second, "time between SIGTERM and SIGKILL of a command that timed out or was canceled")
 	f.IntVar(&cfg.MaxResultSize, "max-output", worker.DefaultMaxResultSize, "largest stdout a command may write, in bytes; more fails the job permanently")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", worker.DefaultHeartbeatInterval, "period of the heartbeats to the coordinator")
-	f.DurationVar(&cfg.IdleHeartbeatInterval, "idle-heartbeat-interval", 0, "period of the heartbeats while the worker runs and holds nothing (default 5 × --heartbeat-interval)")
+	f.DurationVar(&cfg.IdleHeartbeatInterval, "idle-heartbeat-interval", 0, "period of the heartbeats while the worker runs and holds nothing (default 5 × --heartbeat-interval, and 30s once dormant: idle for a pull's expiry)")
 	f.Int("replicas", 1, "ignored: a worker does not create streams")
 	_ = f.MarkDeprecated("replicas", "a worker no longer creates streams: 'weave init --replicas N' or the coordinator's --replicas does")
 	f.StringVar(&metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. :9091 (default: off)")

@@ -32,7 +32,7 @@ func RunChild(ctx context.Context, env *Env, spec string, in io.Reader, out io.W
 	case sp.Scale != nil:
 		return runScaleChild(ctx, env, *sp.Scale, out)
 	case sp.Idle != nil:
-		return runIdleChild(ctx, env, in, out)
+		return runIdleChild(ctx, env, *sp.Idle, in, out)
 	}
 	return errors.New("child spec: nothing to measure")
 }

@@ -37,7 +37,10 @@ type FleetConfig struct {
 
 	// Idle: IdleWorkers workers of one slot and no job for Idle.
 	IdleWorkers int           `json:"idle_workers"` // default 1,000
-	Idle        time.Duration `json:"idle_ns"`      // default 10s
+	Idle        time.Duration `json:"idle_ns"`      // default 1 minute
+	// IdleProfile, if set, is a file for a CPU profile of the idle window of the process that
+	// runs the coordinator and the server (the child's, when there is one).
+	IdleProfile string `json:"idle_profile,omitempty"`
 }
 
 func (c *FleetConfig) defaults() error {
@@ -62,7 +65,9 @@ func (c *FleetConfig) defaults() error {
 	setDefault(&c.Groups, 200)
 	setDefault(&c.Rounds, 3)
 	setDefault(&c.IdleWorkers, 1000)
-	setDefault(&c.Idle, 10*time.Second)
+	// A dormant worker's pull waits a minute at the server: a window that long sees each one
+	// expire and come again once, the whole of what the fleet costs while idle.
+	setDefault(&c.Idle, time.Minute)
 	for _, n := range c.Submitters {
 		if n < 1 || n > 20_000 {
 			return fmt.Errorf("fleet: submitters 1..20000 (%d)", n)
@@ -314,9 +319,9 @@ func (r *FleetScenarioResult) Section() Section {
 	if i := r.Idle; i != nil {
 		t := Table{
 			Title:  "an idle fleet: CPU as a share of one core",
-			Header: []string{"idle workers", "window (s)", "coordinator + server (%)", "the workers' process (%)", "pull requests per worker per s"},
-			Rows: [][]string{{count(i.Workers), fmt.Sprintf("%.1f", i.Seconds), fmt.Sprintf("%.2f", i.ServerCPUPct), fmt.Sprintf("%.2f", i.WorkersCPUPct),
-				fmt.Sprintf("%.2f", i.PullsPerWorkerS)}},
+			Header: []string{"idle workers", "dormant at the start", "window (s)", "coordinator + server (%)", "the workers' process (%)", "pull requests per worker per s"},
+			Rows: [][]string{{count(i.Workers), count(i.Dormant), fmt.Sprintf("%.1f", i.Seconds), fmt.Sprintf("%.2f", i.ServerCPUPct), fmt.Sprintf("%.2f", i.WorkersCPUPct),
+				fmt.Sprintf("%.3f", i.PullsPerWorkerS)}},
 		}
 		s.Tables = append(s.Tables, t)
 	}

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"runtime/debug"
+	"runtime/pprof"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,11 +33,15 @@ type IdleFleetResult struct {
 	WorkersCPUPct  float64 `json:"workers_cpu_pct_of_core"`
 	// PullsPerWorkerS is the pull requests each idle worker sent per second over the window.
 	PullsPerWorkerS float64 `json:"pulls_per_worker_per_s"`
+	// Dormant is how many workers were dormant (worker.Stats.Dormant) when the window began.
+	Dormant int `json:"dormant"`
 }
 
 // idleChildSpec is what a child process runs for the idle fleet: a deployment with a coordinator
 // and no worker.
-type idleChildSpec struct{}
+type idleChildSpec struct {
+	Profile string `json:"profile,omitempty"` // FleetConfig.IdleProfile
+}
 
 // idleChildReady is the child's first line: where its deployment is.
 type idleChildReady struct {
@@ -65,8 +71,14 @@ func runIdleFleet(ctx context.Context, env *Env, cfg FleetConfig) (*IdleFleetRes
 		}
 		settle := max(idleStartup, idleSettle-closedAgo())
 		err = idleWorkers(ctx, env, d.Deployment, cfg, res, settle, func() error {
+			stop, err := startProfile(cfg.IdleProfile)
+			if err != nil {
+				return err
+			}
 			cpu0, t0 := env.cpu(), time.Now()
-			if err := sleepCtx(ctx, cfg.Idle); err != nil {
+			err = sleepCtx(ctx, cfg.Idle)
+			stop()
+			if err != nil {
 				return err
 			}
 			res.Seconds = time.Since(t0).Seconds()
@@ -76,7 +88,7 @@ func runIdleFleet(ctx context.Context, env *Env, cfg FleetConfig) (*IdleFleetRes
 		d.closeInto(&err)
 		return res, err
 	}
-	err := env.runChild(ctx, childSpec{Idle: &idleChildSpec{}}, func(c *child) error {
+	err := env.runChild(ctx, childSpec{Idle: &idleChildSpec{Profile: cfg.IdleProfile}}, func(c *child) error {
 		var ready idleChildReady
 		if err := c.read(&ready); err != nil {
 			return err
@@ -129,9 +141,10 @@ func runIdleFleet(ctx context.Context, env *Env, cfg FleetConfig) (*IdleFleetRes
 	return res, err
 }
 
-// idleWorkers starts the idle fleet's workers on d, waits until the coordinator knows them all,
-// then for settle and until this process is quiet, and calls measure; it counts the workers'
-// pull requests meanwhile into res.
+// idleWorkers starts the idle fleet's workers on d, waits until the coordinator knows them all
+// and they have gone dormant (a worker idle for a pull's expiry pulls less often: that is
+// the idle fleet's steady state), then for settle and until this process is quiet, and calls
+// measure; it counts the workers' pull requests meanwhile into res.
 func idleWorkers(ctx context.Context, env *Env, d *inproc.Deployment, cfg FleetConfig, res *IdleFleetResult, settle time.Duration, measure func() error) error {
 	n := cfg.IdleWorkers
 	env.progressf("fleet: %s idle workers: starting", count(n))
@@ -146,12 +159,28 @@ func idleWorkers(ctx context.Context, env *Env, d *inproc.Deployment, cfg FleetC
 	if err := d.WaitStatusWithin(5*time.Minute, inproc.FleetReady(n, n)); err != nil {
 		return err
 	}
+	env.progressf("fleet: %s idle workers: waiting for them to go dormant", count(n))
+	dormant := func() int {
+		k := 0
+		for _, w := range ws {
+			if w.Stats().Dormant {
+				k++
+			}
+		}
+		return k
+	}
+	for deadline := time.Now().Add(idleDormantWait); dormant() < n && time.Now().Before(deadline); {
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
 	if err := sleepCtx(ctx, settle); err != nil {
 		return err
 	}
 	debug.FreeOSMemory()
 	waitQuiet(ctx, 5*time.Second)
 	env.progressf("fleet: %s idle workers: idle for %v", count(n), cfg.Idle)
+	res.Dormant = dormant()
 	s0, t0 := sumStats(ws), time.Now()
 	if err := measure(); err != nil {
 		return err
@@ -160,10 +189,14 @@ func idleWorkers(ctx context.Context, env *Env, d *inproc.Deployment, cfg FleetC
 	return nil
 }
 
-// idleStartup is how long an idle fleet runs before it is measured: the workers' announcements
-// and first pulls are start-up, not idling. In this process, earlier deployments' timers must
-// pass too (see idleSettle).
-const idleStartup = 3 * time.Second
+// idleStartup is how long an idle fleet runs, once dormant, before it is measured: the last
+// workers' first dormant pulls are start-up, not idling. In this process, earlier deployments'
+// timers must pass too (see idleSettle). idleDormantWait bounds the wait for the workers to go
+// dormant (they do once a pull has waited out its expiry, 10s, without work).
+const (
+	idleStartup     = 3 * time.Second
+	idleDormantWait = time.Minute
+)
 
 // sleepCtx sleeps for d or until ctx is done.
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -180,7 +213,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // runIdleChild is the child process's side of the idle fleet: a deployment with a coordinator,
 // announced on out; then its own CPU between the lines "start" and "stop" read from in, written
 // to out; it ends when in does.
-func runIdleChild(ctx context.Context, env *Env, in io.Reader, out io.Writer) (err error) {
+func runIdleChild(ctx context.Context, env *Env, spec idleChildSpec, in io.Reader, out io.Writer) (err error) {
 	d, err := env.deploy(ctx, "idle")
 	if err != nil {
 		return err
@@ -196,13 +229,20 @@ func runIdleChild(ctx context.Context, env *Env, in io.Reader, out io.Writer) (e
 	var (
 		cpu0 time.Duration
 		t0   time.Time
+		stop = func() {}
 	)
+	defer func() { stop() }()
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		switch sc.Text() {
 		case "start":
+			if stop, err = startProfile(spec.Profile); err != nil {
+				return err
+			}
 			cpu0, t0 = processCPU(), time.Now()
 		case "stop":
+			stop()
+			stop = func() {}
 			w := idleChildWindow{CPUSeconds: (processCPU() - cpu0).Seconds(), Seconds: time.Since(t0).Seconds()}
 			if err := enc.Encode(w); err != nil {
 				return err
@@ -210,4 +250,21 @@ func runIdleChild(ctx context.Context, env *Env, in io.Reader, out io.Writer) (e
 		}
 	}
 	return sc.Err()
+}
+
+// startProfile starts a CPU profile into the file path, if path is not empty, and returns what
+// stops it.
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("idle profile: %w (not with --cpuprofile in the same process)", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
