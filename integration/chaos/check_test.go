@@ -433,19 +433,29 @@ func (r *run) startedAtStop(e execution) bool {
 
 // checkFollowUps checks the follow-ups of the workload's groups whose first incarnation was
 // published: each is summarised exactly once, its job has an outcome, and no execution of its job
-// started before every execution of the group's first incarnation had ended (or been cut off).
+// started before the latest attempt of every job of the group's first incarnation had ended (or
+// been cut off).
 func checkFollowUps(workload []record.Group, pv producerView, summaries map[string][]wire.GroupSummary, jobsOfKey map[string]map[uint64]bool, execs []execution) []string {
-	lastOf := map[string]time.Time{}     // a group's first incarnation: its last execution's end
+	// An attempt that lapsed (its worker stopped past its lease) can run on after its retry
+	// decided the job: a group completes with the jobs' latest attempts, so only those count.
+	latest := map[uint64]int{}
+	for _, e := range execs {
+		latest[e.Job] = max(latest[e.Job], e.Attempt)
+	}
+	lastOf := map[string]time.Time{}     // a group's first incarnation: its jobs' latest attempts' last end
 	startsOf := map[string][]time.Time{} // a follow-up's executions' starts
 	for _, e := range execs {
+		startsOf[e.Group] = append(startsOf[e.Group], e.At)
+		if e.Attempt < latest[e.Job] || strings.HasPrefix(e.Key, "r") {
+			continue
+		}
 		at := e.end
 		if at.IsZero() {
 			at = e.At // cut off by a kill: it ended no later than its process
 		}
-		if !strings.HasPrefix(e.Key, "r") && at.After(lastOf[e.Group]) {
+		if at.After(lastOf[e.Group]) {
 			lastOf[e.Group] = at
 		}
-		startsOf[e.Group] = append(startsOf[e.Group], e.At)
 	}
 	var bad []string
 	for _, g := range workload {
