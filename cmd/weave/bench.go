@@ -246,6 +246,7 @@ there, every stream (Weave's and the references') at 3 replicas.`,
 	f.IntVar(&cfg.Scale.DrainJobs, "scale-drain-jobs", 0, "scale: jobs run from each backlog to time the drain (default 5,000; at most half the backlog)")
 	f.IntVar(&cfg.Scale.GroupSize, "scale-group-size", 0, "scale: jobs per group of the backlog (default 1,000, so the number of groups grows with the size)")
 	f.StringVar(&cfg.Scale.DrainProfile, "scale-drain-profile", "", "scale: write a CPU profile of each size's drain alone to PREFIX-<jobs>.prof")
+	f.StringVar(&cfg.Scale.HeapProfile, "scale-heap-profile", "", "scale: write a heap profile of each size's backlog (payload cache off, every job admitted) to PREFIX-<jobs>.heap")
 	f.IntVar(&cfg.Scale.Repeat, "scale-repeat", 0, "scale: run each size's default deployment (drain, restart) this many times, sizes interleaved, and report the drain's medians (default 5)")
 
 	f.IntVar(&cfg.Throughput.Jobs, "jobs", 20_000, "throughput: jobs per round")

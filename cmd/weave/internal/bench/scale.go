@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,6 +37,10 @@ type ScaleConfig struct {
 	// <DrainProfile>-<pending jobs>.prof (<DrainProfile>-r<run>-<pending jobs>.prof when Repeat
 	// is above 1): where the time per job goes at each backlog.
 	DrainProfile string `json:"drain_profile,omitempty"`
+	// HeapProfile, if set, is the prefix of a heap profile of each size's backlog with the payload
+	// cache off, written to <HeapProfile>-<pending jobs>.heap once every job is admitted: what
+	// holds the memory per pending job.
+	HeapProfile string `json:"heap_profile,omitempty"`
 	// Repeat is how many times each size is measured with the default configuration (the drain,
 	// the restart); default 5. The runs go size after size, round after round, so a change in
 	// the machine's load falls on every size alike, and the drain figures reported are the
@@ -72,10 +77,10 @@ func (c *ScaleConfig) defaults() error {
 	case c.GroupSize < 1 || c.PayloadSize < 0 || c.DrainJobs < 2 || c.Concurrency < 1 || c.MemProfileRate < 0 || c.Repeat < 1:
 		return fmt.Errorf("scale: group size, drain jobs (at least 2), concurrency, profile rate and repeat must be positive")
 	}
-	if c.DrainProfile != "" {
+	for _, p := range [...]struct{ what, prefix string }{{"drain profile", c.DrainProfile}, {"heap profile", c.HeapProfile}} {
 		// Said now, not after minutes of publishing the first backlog.
-		if st, err := os.Stat(filepath.Dir(c.DrainProfile)); err != nil || !st.IsDir() {
-			return fmt.Errorf("scale: drain profile %q: its directory %s does not exist", c.DrainProfile, filepath.Dir(c.DrainProfile))
+		if st, err := os.Stat(filepath.Dir(p.prefix)); p.prefix != "" && (err != nil || !st.IsDir()) {
+			return fmt.Errorf("scale: %s %q: its directory %s does not exist", p.what, p.prefix, filepath.Dir(p.prefix))
 		}
 	}
 	return nil
@@ -336,6 +341,9 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	m.ProcessPerJob = float64(m.ProcessBytes) / float64(n)
 	if !defaults {
 		step.NoCache = m
+		if cfg.HeapProfile != "" {
+			return writeHeapProfile(fmt.Sprintf("%s-%d.heap", cfg.HeapProfile, n))
+		}
 		return nil
 	}
 	step.Default = m
@@ -443,6 +451,16 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	}
 	step.RestartSeconds = time.Since(start).Seconds()
 	return nil
+}
+
+// writeHeapProfile writes the heap profile (live objects as of the last collection, which
+// attributedHeap just ran) to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(pprof.Lookup("heap").WriteTo(f, 0), f.Close())
 }
 
 // restartTimeout bounds the restart's replay (10M pending jobs replay in minutes).
