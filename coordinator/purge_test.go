@@ -46,13 +46,20 @@ func TestPurgeGroupKeepsLaterIncarnation(t *testing.T) {
 	}
 }
 
-// TestSingleGroup: a group whose open is its last message in JOBS is a single job; one with
-// messages after its open is not.
+// TestSingleGroup: a single job's group is single, its one message its open; a group of one
+// job is not, nor a group opened and not sealed yet, whose open is its last message too.
 func TestSingleGroup(t *testing.T) {
-	if g := (&group{openSeq: 7, lastSeq: 7}); !g.single() {
-		t.Fatal("open = last: not single")
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	id := te.job(wire.JobMeta{Group: "s", Single: true})
+	te.open("g")
+	te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	te.open("open")
+	if g := te.e.group("s"); !g.single() || g.openSeq != id || g.lastSeq != id {
+		t.Fatalf("single job's group: single %v, open %d, last %d, want %d", g.single(), g.openSeq, g.lastSeq, id)
 	}
-	if g := (&group{openSeq: 7, lastSeq: 9}); g.single() {
-		t.Fatal("a group with jobs after its open taken for a single job")
+	if te.e.group("g").single() || te.e.group("open").single() {
+		t.Fatal("a group of one job, or an open group, taken for a single job")
 	}
 }

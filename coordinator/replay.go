@@ -29,7 +29,6 @@ type aliveJob struct {
 // replayState is the engine's part that holds what replay collects before the state is rebuilt
 // (see endReplay); dropped when replay ends. Owned by the loop.
 type replayState struct {
-	groupOf map[uint64]*group
 	reports map[uint64]reportAt      // latest report per job
 	retries map[uint64]journal.Entry // latest retry decision per job
 	history map[uint64][]wire.Attempt
@@ -189,30 +188,36 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 	}
 	// The incarnation the outcomes belong to, if its messages are still in JOBS: several
 	// incarnations of one group ID can be, when a later one opened after an earlier one ended.
-	g := e.groups.incarnations[openSeq]
-	if g != nil && g.id != id {
-		g = nil
+	r := e.groups.table.get(openSeq)
+	if r != nil && r.id != id {
+		r = nil
 	}
-	if g != nil {
-		e.replayOutcomes(g, outs)
+	if r != nil {
+		e.replayOutcomes(r, outs)
 	}
 	if sum != nil {
 		// A complete incarnation: its outcomes are retained until its retention expires, and its job
 		// messages too while they are in JOBS (some failed, or it was not purged yet).
 		var jobsSeq uint64
 		keep := sum.Failed > 0
-		if g != nil {
-			g.complete = true
-			jobsSeq = g.lastSeq
-			keep = keep || e.retention.keeping[g.tok] > 0 // kept for an earlier one (keepsJobs)
+		if r != nil {
+			if g := e.liveOf(r); g != nil {
+				g.complete = true
+			} else {
+				r.flags |= recComplete
+			}
+			jobsSeq = e.lastSeqOf(r)
+			keep = keep || e.retention.keeping[wire.GroupToken(r.id)] > 0 // kept for an earlier one (keepsJobs)
 		}
 		e.retain(id, openSeq, msgSeq, keep, jobsSeq, at)
 	}
 }
 
-// replayOutcomes applies outcomes written before the restart to their incarnation g, whose
-// messages are still in JOBS (a purged incarnation is not replayed).
-func (e *engine) replayOutcomes(g *group, outs []wire.Outcome) {
+// replayOutcomes applies outcomes written before the restart to their incarnation r, whose
+// messages are still in JOBS (a purged incarnation is not replayed): a group kept as a record
+// counts its jobs' states in the index alone.
+func (e *engine) replayOutcomes(r *groupRec, outs []wire.Outcome) {
+	g := e.liveOf(r)
 	for _, o := range outs {
 		st, ok := e.idx.State(o.ID)
 		if !ok || st.Terminal() {
@@ -220,6 +225,9 @@ func (e *engine) replayOutcomes(g *group, outs []wire.Outcome) {
 		}
 		to := map[wire.Final]jobindex.State{wire.FinalDone: jobindex.Done, wire.FinalFailed: jobindex.Failed, wire.FinalCanceled: jobindex.Canceled}[o.State]
 		e.moveTerminal(o.ID, to)
+		if g == nil {
+			continue
+		}
 		switch to {
 		case jobindex.Done:
 			g.done++
@@ -238,18 +246,21 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	rs := e.replay
 	undecided := e.rebuildJobs(rs, alive)
 	e.recountLimits()
-	pending := e.neverReleased(rs)
 	e.replay = nil // live from here on
 	e.maxEpoch = max(e.maxEpoch, e.epoch)
 	e.boundRetained()
-	e.rebuildScheduler(pending)
+	e.rebuildLine()
 	// The incarnations whose summary is stored: purge them if not yet done. Taken before the
 	// undecided reports are decided, since those can complete more groups (whose summary is
 	// written first).
-	for _, g := range e.groups.arrival {
-		if g.complete {
-			e.out.purges = append(e.out.purges, g)
+	var complete []*groupRec
+	for r := range e.groups.table.all() {
+		if e.complete(r) {
+			complete = append(complete, r)
 		}
+	}
+	for _, r := range complete {
+		e.out.purges = append(e.out.purges, e.live(r))
 	}
 	// Decide the reports no decision followed, and judge those that proved no release, in their
 	// EVENTS order, as if they arrived now: a forged report stored before its job's real one is
@@ -272,8 +283,16 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 			e.cancelGroup(c.g)
 		}
 	}
-	for _, g := range e.groups.arrival {
-		e.checkComplete(g)
+	var open []uint64
+	for r := range e.groups.table.all() {
+		if !e.complete(r) && e.sealed(r) {
+			open = append(open, r.openSeq)
+		}
+	}
+	for _, seq := range open { // completing one makes its *group: not while walking the table
+		if r := e.groups.table.get(seq); r != nil {
+			e.completeIfDone(r)
+		}
 	}
 	e.redriveAfterReplay()
 }
@@ -293,11 +312,12 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 		ids[id] = true
 	}
 	for _, id := range sortedIDs(ids) {
-		g := rs.groupOf[id]
+		r := e.jobRec(id)
 		st, ok := e.idx.State(id)
-		if g == nil || g.complete || !ok || st.Terminal() {
+		if r == nil || e.complete(r) || !ok || st.Terminal() {
 			continue // ended, or its group was purged
 		}
+		g := e.live(r)
 		a, isAlive := alive[id]
 		rp, reported := rs.reports[id]
 		rt, retried := rs.retries[id]
@@ -344,25 +364,12 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 	return undecided
 }
 
-// neverReleased lists, per group, the pending jobs that were never released.
-func (e *engine) neverReleased(rs *replayState) map[*group][]uint64 {
-	pending := map[*group][]uint64{}
-	for id, g := range rs.groupOf {
-		if st, _ := e.idx.State(id); st == jobindex.Pending && e.jobs[id] == nil {
-			pending[g] = append(pending[g], id)
-		}
-	}
-	return pending
-}
-
-// rebuildScheduler hands the open groups to the scheduler in arrival order, each with its
-// never-released pending jobs in ID order, sealed after the push.
-func (e *engine) rebuildScheduler(pending map[*group][]uint64) {
-	for _, g := range e.groups.arrival {
-		if !g.complete {
-			ids := pending[g]
-			slices.Sort(ids)
-			e.schedule(g, ids)
+// rebuildLine puts in the line, in arrival order, the open groups with pending jobs: those never
+// released, which a group takes into its queue when it gets a slot.
+func (e *engine) rebuildLine() {
+	for r := range e.groups.table.all() {
+		if !e.complete(r) && e.recCounts(r).Pending > 0 {
+			e.enqueue(r)
 		}
 	}
 }

@@ -17,17 +17,17 @@ import (
 // the stream after one is one the live coordinator accepted (it deletes those it refuses).
 func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stored time.Time) bool {
 	m := &j.Meta
-	if g := e.groups.byID[m.Group]; g != nil && !g.complete && (!g.sealed || !e.replaying()) {
+	if r := e.groups.table.latest(m.Group); r != nil && !e.complete(r) && (!e.sealed(r) || !e.replaying()) {
 		e.reject(subject, seq, "single job for group "+m.Group+", which is open or still running: a single job opens a group of its own")
 		return false
 	}
-	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply}, e.groups.byID[m.Group], stored)
-	g := e.groups.byID[m.Group]
-	admitted := e.mayJoin(subject, seq, m.Group) && e.admit(subject, seq, j)
-	if !g.sealed {
-		e.seal(g, seq)
-		g.count = 1
-	}
-	e.checkComplete(g)
+	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply}, e.groups.table.latest(m.Group), stored)
+	r := e.groups.table.latest(m.Group)
+	r.flags |= recSingle
+	admitted := e.mayJoin(subject, seq, m.Group, r) && e.admit(subject, seq, r, j)
+	r.flags |= recSealed
+	r.lastSeq = seq
+	delete(e.groups.unsealed, seq)
+	e.completeIfDone(r)
 	return admitted
 }

@@ -218,3 +218,14 @@ func (x *Index) Forget(name string) (uint64, error) {
 	}
 	return n, nil
 }
+
+// FirstPending returns the lowest pending job at or above from, and false if there is none. The
+// cost is a search of the pending bitmap.
+func (x *Index) FirstPending(from uint64) (uint64, bool) {
+	it := x.states[Pending].Iterator()
+	it.AdvanceIfNeeded(from)
+	if !it.HasNext() {
+		return 0, false
+	}
+	return it.Next(), true
+}
