@@ -382,9 +382,9 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, r *g
 	e.heard(seq)
 }
 
-// single reports whether g is a single job (admitSingle): its one message in JOBS is its open,
-// its job and its seal.
-func (g *group) single() bool { return g.alone }
+// single reports whether g's one message in JOBS is its open: a single job (admitSingle) whose
+// message is its open, its job and its seal, with no cancel stored after it.
+func (g *group) single() bool { return g.openSeq == g.lastSeq }
 
 // applyKeepAlive records a sign of life from an unsealed group's producer.
 func (e *engine) applyKeepAlive(subject string, seq uint64, c wire.GroupControl, r *groupRec) {
