@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"encoding/binary"
+	"hash/maphash"
 	"iter"
 	"slices"
 	"strings"
@@ -53,21 +54,88 @@ type recPage struct {
 // groupTable holds every tracked incarnation's record in arrival order, which is the order of
 // their open sequences: the feed applies JOBS in sequence order, live and at replay. It finds a
 // record by open sequence (a binary search over pages, then within one) and the latest
-// incarnation of a group ID (a map of IDs to open sequences). A pointer to a record is valid
-// until the next open or forget.
+// incarnation of a group ID (ids). A pointer to a record is valid until the next open or forget.
 type groupTable struct {
 	pages []*recPage
-	n     int               // live records
-	ids   map[string]uint64 // group ID → open sequence of its latest incarnation
+	n     int // live records
+	ids   idIndex
+}
+
+// idIndex maps a group ID to the open sequence of its latest tracked incarnation. It keys a map by
+// a hash of the ID, checked against the record's ID, so an entry holds two numbers and no
+// pointer, not the ID again; an ID whose hash another ID holds already (a collision, about one in
+// 2^64 pairs) goes to a map keyed by the ID.
+type idIndex struct {
+	seed   maphash.Seed
+	byHash map[uint64]uint64
+	clash  map[string]uint64
+	hashOf func(string) uint64 // a test's, to make collisions; nil: maphash
+}
+
+func (x *idIndex) hash(id string) uint64 {
+	if x.byHash == nil {
+		x.seed, x.byHash = maphash.MakeSeed(), map[uint64]uint64{}
+	}
+	if x.hashOf != nil {
+		return x.hashOf(id)
+	}
+	return maphash.String(x.seed, id)
+}
+
+// get returns the open sequence id maps to; idOf gives a mapped sequence's ID.
+func (x *idIndex) get(id string, idOf func(uint64) string) (uint64, bool) {
+	if seq, ok := x.byHash[x.hash(id)]; ok && idOf(seq) == id {
+		return seq, true
+	}
+	seq, ok := x.clash[id]
+	return seq, ok
+}
+
+// set maps id to seq.
+func (x *idIndex) set(id string, seq uint64, idOf func(uint64) string) {
+	h := x.hash(id)
+	if old, ok := x.byHash[h]; ok && idOf(old) != id {
+		if x.clash == nil {
+			x.clash = map[string]uint64{}
+		}
+		x.clash[id] = seq
+		return
+	}
+	x.byHash[h] = seq
+}
+
+// remove unmaps id if it maps to seq.
+func (x *idIndex) remove(id string, seq uint64) {
+	h := x.hash(id)
+	if x.clash[id] == seq {
+		delete(x.clash, id)
+		return
+	}
+	if x.byHash[h] != seq {
+		return
+	}
+	delete(x.byHash, h)
+	for other, s := range x.clash { // one with the same hash takes its place
+		if x.hash(other) == h {
+			x.byHash[h] = s
+			delete(x.clash, other)
+			return
+		}
+	}
+}
+
+// idOf is the ID of the record opened at seq ("" if none).
+func (t *groupTable) idOf(seq uint64) string {
+	if r := t.get(seq); r != nil {
+		return r.id
+	}
+	return ""
 }
 
 // add appends r, which opens after every record in the table, and makes it its ID's latest
 // incarnation.
 func (t *groupTable) add(r groupRec) {
-	if t.ids == nil {
-		t.ids = map[string]uint64{}
-	}
-	t.ids[r.id] = r.openSeq
+	defer t.ids.set(r.id, r.openSeq, t.idOf)
 	t.n++
 	if k := len(t.pages); k > 0 {
 		p := t.pages[k-1]
@@ -130,7 +198,7 @@ func (t *groupTable) get(seq uint64) *groupRec {
 
 // latest returns the record of the latest tracked incarnation of group ID id, or nil.
 func (t *groupTable) latest(id string) *groupRec {
-	seq, ok := t.ids[id]
+	seq, ok := t.ids.get(id, t.idOf)
 	if !ok {
 		return nil
 	}
@@ -149,9 +217,7 @@ func (t *groupTable) remove(seq uint64) {
 		return
 	}
 	r := &p.recs[j]
-	if t.ids[r.id] == seq {
-		delete(t.ids, r.id)
-	}
+	t.ids.remove(r.id, seq)
 	*r = groupRec{openSeq: seq, flags: recDead}
 	t.n--
 	p.dead++

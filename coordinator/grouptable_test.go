@@ -70,6 +70,37 @@ func TestGroupTable(t *testing.T) {
 	}
 }
 
+// TestIDIndexCollisions: IDs whose hashes collide are each found, replaced and removed, whichever
+// goes first.
+func TestIDIndexCollisions(t *testing.T) {
+	t.Parallel()
+	tb := groupTable{ids: idIndex{hashOf: func(id string) uint64 { return uint64(len(id)) }}}
+	tb.add(groupRec{id: "a", openSeq: 1})
+	tb.add(groupRec{id: "b", openSeq: 2}) // same hash as a
+	tb.add(groupRec{id: "cc", openSeq: 3})
+	tb.add(groupRec{id: "b", openSeq: 4}) // b's next incarnation
+	for id, want := range map[string]uint64{"a": 1, "b": 4, "cc": 3} {
+		if r := tb.latest(id); r == nil || r.openSeq != want {
+			t.Fatalf("latest(%s) = %+v, want %d", id, r, want)
+		}
+	}
+	if tb.latest("d") != nil {
+		t.Fatal("an unknown ID colliding with a known one was found")
+	}
+	tb.remove(2) // b's earlier incarnation: b still maps to 4
+	tb.remove(1) // a, holding the hash: b takes its place
+	if r := tb.latest("b"); r == nil || r.openSeq != 4 || tb.latest("a") != nil {
+		t.Fatalf("after removing a: latest(b) = %+v, latest(a) = %+v", r, tb.latest("a"))
+	}
+	if len(tb.ids.clash) != 0 || tb.ids.byHash[1] != 4 {
+		t.Fatalf("index %+v %+v, want b in the hash map alone", tb.ids.byHash, tb.ids.clash)
+	}
+	tb.remove(4)
+	if tb.latest("b") != nil || len(tb.ids.byHash) != 1 {
+		t.Fatalf("after removing b: %+v", tb.ids.byHash)
+	}
+}
+
 // TestTokenTable: a token is interned once while held, and its ID is reused once released.
 func TestTokenTable(t *testing.T) {
 	t.Parallel()

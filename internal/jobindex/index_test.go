@@ -317,3 +317,26 @@ func (x *Index) moveTo(t *testing.T, id uint64, to State) {
 		t.Fatal(err)
 	}
 }
+
+// TestFirstPending: the lowest pending job at or above a bound, in each run of IDs.
+func TestFirstPending(t *testing.T) {
+	t.Parallel()
+	x := New()
+	if _, ok := x.FirstPending(0); ok {
+		t.Fatal("an empty index has a pending job")
+	}
+	for _, id := range []uint64{5, 9, PackedIDs + 64, PackedIDs + 65} {
+		if err := x.Add(id, "g", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.moveTo(t, 5, Done)
+	for _, tc := range []struct{ from, want uint64 }{{0, 9}, {9, 9}, {10, PackedIDs + 64}, {PackedIDs, PackedIDs + 64}} {
+		if got, ok := x.FirstPending(tc.from); !ok || got != tc.want {
+			t.Fatalf("FirstPending(%d) = %d, %v; want %d", tc.from, got, ok, tc.want)
+		}
+	}
+	if _, ok := x.FirstPending(PackedIDs + 66); ok {
+		t.Fatal("a pending job above the last")
+	}
+}
