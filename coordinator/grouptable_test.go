@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/spreader"
@@ -471,4 +473,84 @@ func randomRec(e *engine, rng *rand.Rand) *groupRec {
 		k--
 	}
 	return nil
+}
+
+// TestReplayKeepsRecordsAndLine: a restart rebuilds the same groups from the streams: those that
+// were records stay records (no *group), one with jobs in flight gets its *group back with them,
+// and status, the line and the releases that follow are as before the restart.
+func TestReplayKeepsRecordsAndLine(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Feeders: 1, Prefetch: -1})
+	type fed struct {
+		subject string
+		seq     uint64
+		h       nats.Header
+	}
+	var stream []fed
+	feed := func(subject string, h nats.Header) uint64 {
+		te.seq++
+		stream = append(stream, fed{subject, te.seq, h})
+		te.e.feed(subject, te.seq, h, nil, time.Time{})
+		return te.seq
+	}
+	names := te.e.names
+	group := func(g string, jobs int) {
+		feed(names.GroupSubject(g), wire.GroupControl{Group: g, Op: wire.OpOpen}.Header())
+		for range jobs {
+			feed(names.JobSubject(g), wire.JobMeta{Group: g}.Header())
+		}
+		feed(names.GroupSubject(g), wire.GroupControl{Group: g, Op: wire.OpSeal}.Header())
+	}
+	group("first", 3)
+	group("second", 2)
+	feed(names.JobSubject("s"), wire.JobMeta{Group: "s", Single: true}.Header())
+	group("third", 2)
+	te.worker("w", 2)
+	running := te.releases()["any"] // the first group's first two jobs: it holds the one slot
+	if len(running) != 2 || running[0].g.id != "first" {
+		t.Fatalf("released %v, want two jobs of the first group", ids(running))
+	}
+	before := te.e.status()
+
+	e2 := te.restarted()
+	for _, m := range stream {
+		e2.feed(m.subject, m.seq, m.h, nil, time.Time{})
+	}
+	alive := map[uint64]aliveJob{}
+	for _, j := range running {
+		alive[j.id] = aliveJob{attempt: 1, pool: "any"}
+	}
+	e2.endReplay(alive, te.now)
+	if n := len(e2.groups.live); n != 1 || e2.groups.live[running[0].g.openSeq] == nil {
+		t.Fatalf("%d *groups after replay, want the first group's alone (its jobs run)", n)
+	}
+	after := e2.status()
+	if len(after.Groups) != len(before.Groups) {
+		t.Fatalf("%d groups after replay, %d before", len(after.Groups), len(before.Groups))
+	}
+	for i, b := range before.Groups {
+		a := after.Groups[i]
+		if a.ID != b.ID || a.Sealed != b.Sealed || a.Queued != b.Queued || a.InFlight != b.InFlight || fmt.Sprint(a.Jobs) != fmt.Sprint(b.Jobs) {
+			t.Fatalf("group %d after replay %+v, before %+v", i, a, b)
+		}
+	}
+	// The line as before: the first group finishes, then second, s and third in turn.
+	joinAny(e2, te.now)
+	var order []string
+	for _, j := range running {
+		e2.report("any", "w", uint64(100+len(order)), proven(e2, "any", 0, wire.Report{ID: j.id, Attempt: 1, Status: wire.StatusOK}), te.now)
+	}
+	for range 10 {
+		e2.releaseAll()
+		for _, r := range e2.out.releases {
+			for _, j := range r.jobs {
+				order = append(order, j.g.id)
+				e2.report("any", "w", uint64(100+len(order)), proven(e2, "any", 0, wire.Report{ID: j.id, Attempt: 1, Status: wire.StatusOK}), te.now)
+			}
+		}
+		e2.out = effects{}
+	}
+	if want := []string{"first", "second", "second", "s", "third", "third"}; !slices.Equal(order, want) {
+		t.Fatalf("after replay the groups ran in order %v, want %v", order, want)
+	}
 }

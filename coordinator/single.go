@@ -17,12 +17,13 @@ import (
 // the stream after one is one the live coordinator accepted (it deletes those it refuses).
 func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stored time.Time) bool {
 	m := &j.Meta
-	if r := e.groups.table.latest(m.Group); r != nil && !e.complete(r) && (!e.sealed(r) || !e.replaying()) {
+	prev := e.groups.table.latest(m.Group)
+	if prev != nil && !e.complete(prev) && (!e.sealed(prev) || !e.replaying()) {
 		e.reject(subject, seq, "single job for group "+m.Group+", which is open or still running: a single job opens a group of its own")
 		return false
 	}
-	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply}, e.groups.table.latest(m.Group), stored)
-	r := e.groups.table.latest(m.Group)
+	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply}, prev, stored)
+	r := e.groups.table.get(seq)
 	r.flags |= recSingle
 	admitted := e.mayJoin(subject, seq, m.Group, r) && e.admit(subject, seq, r, j)
 	r.flags |= recSealed
