@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weavejobs/weave/feeder"
 	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/spreader"
@@ -27,13 +26,29 @@ type groupSet struct {
 	table groupTable
 	live  map[uint64]*group // by open sequence: the incarnations given a *group (see engine.live)
 	// line holds the open sequences of the groups waiting for a feeder slot, in the order they
-	// got work ready (recInLine). The scheduler keeps no line of its own: a group is handed to it
-	// only once a slot is vacant (fillSlots).
-	line             feeder.Queue[uint64]
+	// got work ready (recInLine), from lineHead on. The scheduler keeps no line of its own: a
+	// group is handed to it only once a slot is vacant (fillSlots).
+	line             []uint64
+	lineHead         int
 	unsealed         map[uint64]*unsealedGroup // open incarnations not sealed yet, by open sequence: AbandonAfter watches them
 	replies          tokenTable                // the records' reply tokens
 	nextAbandonCheck time.Time                 // abandon looks for silent producers no more often than this
 	busy             float64                   // the average of the groups' busy shares: a new group starts from it
+}
+
+// lineLen is how many entries the line holds (those of groups forgotten meanwhile included).
+func (gs *groupSet) lineLen() int { return len(gs.line) - gs.lineHead }
+
+// popLine takes the first entry of the line, whose space is given back once the entries taken
+// fill half of it.
+func (gs *groupSet) popLine() uint64 {
+	seq := gs.line[gs.lineHead]
+	gs.lineHead++
+	if gs.lineHead >= 64 && 2*gs.lineHead >= len(gs.line) {
+		gs.line = append(gs.line[:0:0], gs.line[gs.lineHead:]...)
+		gs.lineHead = 0
+	}
+	return seq
 }
 
 // unsealedGroup is what abandon needs of an unsealed group.
@@ -263,15 +278,15 @@ func (e *engine) ready(r *groupRec, g *group, id uint64) {
 func (e *engine) enqueue(r *groupRec) {
 	if r.flags&recInLine == 0 {
 		r.flags |= recInLine
-		e.groups.line.Push(r.openSeq)
+		e.groups.line = append(e.groups.line, r.openSeq)
 	}
 }
 
 // fillSlots gives the vacant feeder slots to the groups waiting in the line, in turn: each gets a
 // *group, a scheduler entry and its waiting jobs (in ID order) as its queue.
 func (e *engine) fillSlots() {
-	for e.groups.line.Len() > 0 && e.sched.HasVacant() {
-		seq, _ := e.groups.line.Pop()
+	for e.groups.lineLen() > 0 && e.sched.HasVacant() {
+		seq := e.groups.popLine()
 		r := e.groups.table.get(seq)
 		if r == nil {
 			continue // forgotten
