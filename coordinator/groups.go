@@ -225,18 +225,18 @@ func (e *engine) jobRec(id uint64) *groupRec {
 	return e.groups.table.get(seq)
 }
 
-// waiting returns the pending jobs of the incarnation opened at seq that wait in the index for
-// their group to take a slot: never released (a job released before has a *job, and waits among
+// waiting returns the pending jobs of r that wait in the index for its group to take a slot: never released (a job released before has a *job, and waits among
 // the retries, the parked jobs or a limit's line). They come in the order they became pending,
 // as a queue fed while the group held its slot would hold them: by message (a pack's jobs
 // together, where they came among the jobs stored alone), then the delayed jobs that came due, in
 // time order.
-func (e *engine) waiting(seq uint64, alone bool) []uint64 {
+func (e *engine) waiting(r *groupRec) []uint64 {
 	var ids, woke []uint64
-	split := -1 // where the packed IDs start
-	for id := range e.groupJobs(seq, alone, jobindex.Pending) {
+	released := r.flags&recLive != 0 // a group with no *group has released nothing yet
+	split := -1                      // where the packed IDs start
+	for id := range e.groupJobs(r.openSeq, r.flags&recSingle != 0, jobindex.Pending) {
 		switch _, ok := e.delays.woke[id]; {
-		case e.jobs[id] != nil:
+		case released && e.jobs[id] != nil:
 		case ok:
 			woke = append(woke, id)
 		default:
@@ -292,7 +292,7 @@ func (e *engine) fillSlots() {
 			continue // forgotten
 		}
 		r.flags &^= recInLine
-		ids := e.waiting(r.openSeq, r.flags&recSingle != 0)
+		ids := e.waiting(r)
 		if len(ids) == 0 {
 			continue // canceled, or released meanwhile
 		}

@@ -59,6 +59,10 @@ type groupTable struct {
 	pages []*recPage
 	n     int // live records
 	ids   idIndex
+	// last is the record latest found last: a group's jobs come one message after another.
+	// Dropped when a record is removed or inserted out of order (which moves records), or its
+	// ID gets a later incarnation.
+	last *groupRec
 }
 
 // idIndex maps a group ID to the open sequence of its latest tracked incarnation. It keys a map by
@@ -136,6 +140,9 @@ func (t *groupTable) idOf(seq uint64) string {
 // incarnation.
 func (t *groupTable) add(r groupRec) {
 	defer t.ids.set(r.id, r.openSeq, t.idOf)
+	if t.last != nil && t.last.id == r.id {
+		t.last = nil
+	}
 	t.n++
 	if k := len(t.pages); k > 0 {
 		p := t.pages[k-1]
@@ -155,6 +162,7 @@ func (t *groupTable) add(r groupRec) {
 
 // insert puts r in its place by open sequence.
 func (t *groupTable) insert(r groupRec) {
+	t.last = nil
 	i := t.pageOf(r.openSeq)
 	p := t.pages[max(i, 0)]
 	j, _ := slices.BinarySearchFunc(p.recs, r.openSeq, func(x groupRec, seq uint64) int { return cmpSeq(x.openSeq, seq) })
@@ -198,11 +206,15 @@ func (t *groupTable) get(seq uint64) *groupRec {
 
 // latest returns the record of the latest tracked incarnation of group ID id, or nil.
 func (t *groupTable) latest(id string) *groupRec {
+	if r := t.last; r != nil && r.id == id {
+		return r
+	}
 	seq, ok := t.ids.get(id, t.idOf)
 	if !ok {
 		return nil
 	}
-	return t.get(seq)
+	t.last = t.get(seq)
+	return t.last
 }
 
 // remove forgets the incarnation opened at seq.
@@ -218,6 +230,7 @@ func (t *groupTable) remove(seq uint64) {
 	}
 	r := &p.recs[j]
 	t.ids.remove(r.id, seq)
+	t.last = nil
 	*r = groupRec{openSeq: seq, flags: recDead}
 	t.n--
 	p.dead++
