@@ -525,9 +525,17 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	// start to its first status answer (the loop answers only once replay is done) that holds
 	// every job not yet ended. Not every job admitted: a group can complete during the drain
 	// (the busy shares of no-op jobs are mostly noise, so the groups do not drain evenly), and
-	// its jobs are purged then. The worker is stopped, so no group completes from here on.
-	before, err := d.Status()
-	if err != nil {
+	// its jobs are purged then. The worker is stopped, and its reports are stored: once the
+	// coordinator has applied the report of every handler call (a job done, or a report found
+	// stale or refused), no group completes from here on, and none of the jobs counted below is
+	// deleted before the stop.
+	ran := uint64(started.Load())
+	var before *coordinator.Status
+	if err := d.WaitStatus(func(st *coordinator.Status) (bool, string) {
+		before = st
+		applied := st.Totals.Done + st.Totals.StaleReports + st.Totals.RejectedReports
+		return applied >= ran, fmt.Sprintf("the coordinator to apply the reports of the drain's %d handler calls (%d applied)", ran, applied)
+	}); err != nil {
 		return err
 	}
 	open := before.Jobs["pending"] + before.Jobs["delayed"] + before.Jobs["running"] + before.Jobs["retrywait"]
@@ -729,11 +737,12 @@ func (r *ScaleResult) Section() Section {
 	if !r.Embedded {
 		outside = "the whole process's heap growth (the server is external)"
 	}
-	var rs []string
+	var rs []int
 	for _, st := range r.Steps {
-		rs = append(rs, fmt.Sprint(c.profileRate(st.Jobs)))
+		rs = append(rs, c.profileRate(st.Jobs))
 	}
-	rates := strings.Join(slices.Compact(rs), ", ")
+	slices.Sort(rs)
+	rates := strings.ReplaceAll(strings.Trim(fmt.Sprint(slices.Compact(rs)), "[]"), " ", ", ")
 	where := "Each measurement ran in a fresh child process (weave bench --child), so the process held that deployment alone."
 	if !r.Isolated {
 		where = "The measurements ran in this process: objects of earlier deployments still being released can make small sizes noisy (run weave bench scale for isolated child processes)."
