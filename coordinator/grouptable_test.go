@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/internal/wire"
@@ -368,7 +369,14 @@ func runWorkload(t *testing.T, seed uint64, eager bool) []string {
 	if seed%3 == 0 {
 		policy = spreader.RoundRobin
 	}
-	te := newTestEngine(t, Config{Feeders: 2 + rng.IntN(4), Policy: policy, MaxInFlightPerGroup: rng.IntN(3), MaxAttempts: 2, RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond})
+	var errs strings.Builder // a bug the engine logs (an illegal transition, a group it cannot forget) fails the run
+	te := newTestEngine(t, Config{Feeders: 2 + rng.IntN(4), Policy: policy, MaxInFlightPerGroup: rng.IntN(3), MaxAttempts: 2, RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond,
+		Logger: zerolog.New(&errs).Level(zerolog.ErrorLevel)})
+	defer func() {
+		if errs.Len() > 0 {
+			t.Fatalf("seed %d (eager %v): the engine logged errors: %s", seed, eager, errs.String())
+		}
+	}()
 	te.worker("w", 3)
 	var trace []string
 	var running []*job
@@ -552,5 +560,41 @@ func TestReplayKeepsRecordsAndLine(t *testing.T) {
 	}
 	if want := []string{"first", "second", "second", "s", "third", "third"}; !slices.Equal(order, want) {
 		t.Fatalf("after replay the groups ran in order %v, want %v", order, want)
+	}
+}
+
+// TestRedriveOfSingleJob: a single job's group is refused a redrive while it waits as a record
+// (running, naming its incarnation), and accepted once it failed, completed and is retained.
+func TestRedriveOfSingleJob(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	id := te.job(wire.JobMeta{Group: "s", Single: true})
+	te.control(wire.GroupControl{Group: "s", Op: wire.OpRedrive, Reply: "t"})
+	wantRefusal(t, takeRedrives(te.e), wire.AnswerRunning, id)
+	if len(te.e.groups.live) != 0 {
+		t.Fatal("a redrive request made the waiting single job's *group")
+	}
+	te.worker("w", 1)
+	rel := te.releases()["any"]
+	if len(rel) != 1 || rel[0].id != id {
+		t.Fatalf("released %v, want the single job %d", ids(rel), id)
+	}
+	te.report(rel[0], wire.StatusPermanent, "bad")
+	if len(te.e.out.summaries) != 1 {
+		t.Fatal("the failed single job's group did not complete")
+	}
+	g := te.e.out.summaries[0]
+	if !te.e.keepsJobs(g) || g.failed != 1 || g.admitted != 1 {
+		t.Fatalf("completed single job: failed %d, admitted %d, keeps its job %v", g.failed, g.admitted, te.e.keepsJobs(g))
+	}
+	te.e.retain(g.id, g.openSeq, 50, true, g.lastSeq, te.now)
+	te.e.forget(g)
+	req := te.control(wire.GroupControl{Group: "s", Op: wire.OpRedrive, Reply: "t"})
+	got := takeRedrives(te.e)
+	if len(got) != 1 || got[0].refuse != nil || got[0].ask.seq != req || !slices.Equal(got[0].prevOpens, []uint64{id}) {
+		t.Fatalf("decisions %+v, want the acceptance of request %d for incarnation %d", got, req, id)
+	}
+	if te.e.groups.table.len() != 0 || te.e.idx.Len() != 0 {
+		t.Fatalf("%d records and %d indexed jobs left once the single job is forgotten", te.e.groups.table.len(), te.e.idx.Len())
 	}
 }

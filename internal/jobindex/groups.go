@@ -133,8 +133,8 @@ func (x *Index) GroupOf(id uint64) (string, bool) {
 // ForgetJob drops job id, added alone ([Index.AddAlone]) and ended (done, failed or canceled),
 // from the index: what [Index.Forget] is for a group. It returns an error wrapping
 // [ErrUnknownJob] for a job not in the index, [ErrInvalidJob] for a job of a group, and
-// [ErrGroupActive] for a job that has not ended. A resource or profile used only by the job is
-// released too.
+// [ErrGroupActive] for a job pending, running, retrying or delayed. A resource or profile used
+// only by the job is released too.
 func (x *Index) ForgetJob(id uint64) error {
 	gid, pid, ok := x.catalog.lookup(id)
 	switch {
@@ -144,7 +144,8 @@ func (x *Index) ForgetJob(id uint64) error {
 		return fmt.Errorf("%w %d: it belongs to group %q (Forget the group)", ErrInvalidJob, id, x.groups[gid].name)
 	}
 	st, _ := x.stateOf(id)
-	if !st.Terminal() {
+	var c counts
+	if c[st]++; c.active() > 0 {
 		return fmt.Errorf("%w: job %d is %s", ErrGroupActive, id, st)
 	}
 	x.states[st].Remove(id)

@@ -63,7 +63,7 @@ func (m *model) forgetJob(id uint64) error {
 		return ErrUnknownJob
 	case j.group != "":
 		return ErrInvalidJob
-	case !j.state.Terminal():
+	case j.state == Pending || j.state == Running || j.state == RetryWait || j.state == Delayed:
 		return ErrGroupActive
 	}
 	delete(m.jobs, id)
