@@ -649,8 +649,8 @@ func (e *engine) cancelJobs(g *group, ids []uint64) (final, unknown []uint64) {
 			unknown = append(unknown, id) // another incarnation's
 			continue
 		}
-		if st.Terminal() {
-			final = append(final, id)
+		if st.Terminal() || st == jobindex.Failed {
+			final = append(final, id) // ended (a failed job may be redriven: as a new job)
 			continue
 		}
 		if j := e.jobs[id]; j != nil {

@@ -598,3 +598,26 @@ func TestRedriveOfSingleJob(t *testing.T) {
 		t.Fatalf("%d records and %d indexed jobs left once the single job is forgotten", te.e.groups.table.len(), te.e.idx.Len())
 	}
 }
+
+// TestCancelFailedJob: a cancel naming a failed job of the group answers it ended already, and
+// cancels the others.
+func TestCancelFailedJob(t *testing.T) {
+	t.Parallel()
+	var errs strings.Builder
+	te := newTestEngine(t, Config{Prefetch: -1, Logger: zerolog.New(&errs).Level(zerolog.ErrorLevel)})
+	te.open("g")
+	failed := te.job(wire.JobMeta{Group: "g"})
+	pending := te.job(wire.JobMeta{Group: "g"})
+	te.seal("g")
+	te.worker("w", 1)
+	rel := te.releases()["any"]
+	te.report(rel[0], wire.StatusPermanent, "bad")
+	seq := te.control(wire.GroupControl{Group: "g", Op: wire.OpCancel, Jobs: []uint64{failed, pending}, Reply: "t"})
+	want := wire.ControlAnswer{Seq: seq, Op: wire.OpCancel, Group: "g", OK: true, Canceled: 1, Final: []uint64{failed}}
+	if a := te.answers(); len(a) != 1 || fmt.Sprint(a[0].a) != fmt.Sprint(want) {
+		t.Fatalf("answers %+v, want %+v", a, want)
+	}
+	if errs.Len() > 0 {
+		t.Fatalf("the engine logged errors: %s", errs.String())
+	}
+}
