@@ -34,10 +34,14 @@ const (
 	// AlarmWorkerLost: a worker went silent (its heartbeats lapsed without a clean stop); raised
 	// for AlarmConfig.LostFor or until the worker is back.
 	AlarmWorkerLost = "worker_lost"
+	// AlarmDependencyMissing: a group has waited longer than AlarmConfig.MissingAfter for a group
+	// never published (dispatcher.After of an ID no producer opened): a typo, or a producer that
+	// died before publishing it. Cancel the waiting group, or publish the one it waits for.
+	AlarmDependencyMissing = "dependency_missing"
 )
 
 // AlarmNames lists every alarm, in the order status shows them.
-var AlarmNames = []string{AlarmFailedGrowth, AlarmPendingGrowth, AlarmBacklog, AlarmScaleDown, AlarmWorkerStuck, AlarmWorkerLost}
+var AlarmNames = []string{AlarmFailedGrowth, AlarmPendingGrowth, AlarmBacklog, AlarmScaleDown, AlarmWorkerStuck, AlarmWorkerLost, AlarmDependencyMissing}
 
 // Defaults of AlarmConfig.
 const (
@@ -49,6 +53,7 @@ const (
 	DefaultScaleDownBelow = 0.5
 	DefaultStuckAfter     = 10 * time.Minute
 	DefaultLostFor        = 10 * time.Minute
+	DefaultMissingAfter   = time.Hour
 )
 
 // AlarmConfig holds the alarms' thresholds. The zero value gives the defaults.
@@ -76,12 +81,15 @@ type AlarmConfig struct {
 	// LostFor is how long worker_lost stays raised after a worker's heartbeats lapsed (it
 	// clears earlier if the worker comes back). Default 10m.
 	LostFor time.Duration
+	// MissingAfter is how long a group may wait for a group never published before
+	// dependency_missing is raised. Default 1h.
+	MissingAfter time.Duration
 }
 
 func (a AlarmConfig) withDefaults() (AlarmConfig, error) {
 	for name, d := range map[string]time.Duration{
 		"Window": a.Window, "BacklogAfter": a.BacklogAfter, "ScaleDownAfter": a.ScaleDownAfter,
-		"StuckAfter": a.StuckAfter, "LostFor": a.LostFor,
+		"StuckAfter": a.StuckAfter, "LostFor": a.LostFor, "MissingAfter": a.MissingAfter,
 	} {
 		if d < 0 {
 			return a, fmt.Errorf("%w: Alarms.%s is %v, must not be negative", ErrInvalidConfig, name, d)
@@ -103,6 +111,7 @@ func (a AlarmConfig) withDefaults() (AlarmConfig, error) {
 	setDefault(&a.ScaleDownBelow, DefaultScaleDownBelow)
 	setDefault(&a.StuckAfter, DefaultStuckAfter)
 	setDefault(&a.LostFor, DefaultLostFor)
+	setDefault(&a.MissingAfter, DefaultMissingAfter)
 	return a, nil
 }
 
@@ -140,6 +149,14 @@ type alarmInput struct {
 	busy           int    // busy slots from the live workers' latest heartbeats
 	workers        []workerSample
 	lost           []string // workers whose heartbeats lapsed since the last tick
+	// missing are the groups waiting for a group never published, with when they were opened.
+	missing []missingDep
+}
+
+// missingDep is a group waiting for a group never published.
+type missingDep struct {
+	group, waitsFor string
+	since           time.Time
 }
 
 // workerSample is one live worker at a tick.
@@ -321,6 +338,22 @@ func (a *alarms) observe(in alarmInput) []AlarmEvent {
 	set(AlarmWorkerLost, len(lost) > 0,
 		fmt.Sprintf("workers whose heartbeats lapsed in the last %v: %s", a.cfg.LostFor, strings.Join(lost, ", ")),
 		map[string]float64{"workers": float64(len(lost))})
+
+	// Groups waiting for a group nobody published.
+	var missing []string
+	for _, m := range in.missing {
+		if now.Sub(m.since) >= a.cfg.MissingAfter {
+			missing = append(missing, m.group+" waits for "+m.waitsFor)
+		}
+	}
+	slices.Sort(missing)
+	n := len(missing)
+	if n > 10 {
+		missing = append(missing[:10], fmt.Sprintf("and %d more", n-10))
+	}
+	set(AlarmDependencyMissing, n > 0,
+		fmt.Sprintf("groups waiting for more than %v for a group never published: %s", a.cfg.MissingAfter, strings.Join(missing, "; ")),
+		map[string]float64{"groups": float64(n), "threshold_seconds": a.cfg.MissingAfter.Seconds()})
 	return events
 }
 

@@ -228,3 +228,25 @@ func TestAlarmsPendingGrowthHeldByLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestAlarmsDependencyMissing: dependency_missing is raised once a group has waited MissingAfter
+// for a group never published, names it, and clears when it no longer waits.
+func TestAlarmsDependencyMissing(t *testing.T) {
+	t.Parallel()
+	r := newAlarmRun(t, AlarmConfig{MissingAfter: time.Minute})
+	fresh := missingDep{group: "index", waitsFor: "crawl", since: r.now}
+	r.step(alarmInput{missing: []missingDep{fresh}})
+	if got := r.last(AlarmDependencyMissing); got != "" {
+		t.Fatalf("raised at once: %q", got)
+	}
+	old := missingDep{group: "index", waitsFor: "crawl", since: r.now.Add(-2 * time.Minute)}
+	r.step(alarmInput{missing: []missingDep{old}})
+	act := r.a.active()
+	if r.last(AlarmDependencyMissing) != "raised" || len(act) != 1 || !strings.Contains(act[0].Message, "index waits for crawl") {
+		t.Fatalf("after the threshold: %q, active %+v", r.last(AlarmDependencyMissing), act)
+	}
+	r.step(alarmInput{})
+	if r.last(AlarmDependencyMissing) != "cleared" {
+		t.Fatalf("once it no longer waits: %q", r.last(AlarmDependencyMissing))
+	}
+}

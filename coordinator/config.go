@@ -151,7 +151,9 @@ type Config struct {
 
 	// Streams tunes the streams this coordinator creates when they do not exist (replicas,
 	// dedup window; workers and producers never create them), and ResultRetention, which the
-	// coordinator applies to finished groups whoever created the streams.
+	// coordinator applies to finished groups whoever created the streams. Replicas 0 takes the
+	// replicas of the namespace's existing streams (1 for a new namespace) for the streams and
+	// the lease and release-key buckets it creates.
 	Streams StreamOptions
 
 	// Alarms holds the alarms' thresholds (see AlarmConfig and docs/operating.md, "Alarms").
@@ -219,7 +221,9 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.AbandonAfter, DefaultAbandonAfter)
 	setDefault(&c.LearnAffinity, DefaultLearnAffinity)
 	setDefault(&c.OutcomeLinger, DefaultOutcomeLinger)
+	replicas := c.Streams.Replicas
 	c.Streams = c.Streams.WithDefaults()
+	c.Streams.Replicas = replicas // 0: the namespace's, learned when Run starts (prepare)
 	alarms, err := c.Alarms.withDefaults()
 	if err != nil {
 		return c, err

@@ -4,8 +4,8 @@
 // others wait as standbys.
 //
 // Inside, an engine that does no I/O holds the state in owned parts (groups.go, fleet.go,
-// retries.go, retention.go, and replay.go until replay ends) and makes the release decision
-// (release.go); a run (run.go, loop.go, readreplay.go, pipelines.go) does the I/O for one term.
+// retries.go, retention.go, and replaystate.go until replay ends) and makes the release decision
+// (release.go); a run (run.go, loop.go, replayread.go, pipelines.go) does the I/O for one term.
 // One goroutine, the loop, owns the engine. ARCHITECTURE.md ("Inside the coordinator") follows
 // one job through these files and has the glossary of the words used here.
 package coordinator

@@ -22,7 +22,7 @@ import (
 // The engine holds what ties its parts together (the job index, the scheduler, the jobs in
 // flight, the counters and the effects of the current step); each part owns one kind of state:
 // groups (groups.go), the fleet (fleet.go), retries (retries.go), retention (retention.go) and,
-// until replay ends, replay (replay.go). The release decision (release.go) reads them all.
+// until replay ends, replay (replaystate.go). The release decision (release.go) reads them all.
 type engine struct {
 	cfg   Config
 	names wire.Names
@@ -58,7 +58,8 @@ type engine struct {
 	one          [1]uint64      // scratch for settles
 	settledMatch jobindex.Match // the match of the candidate that settled the latest choice
 
-	rd redriveState // redrive requests (redrive.go)
+	rd   redriveState // redrive requests (redrive.go)
+	deps deps         // groups held until the groups they run after complete (after.go)
 
 	lastIdx struct { // the last name engine.idxName made
 		seq  uint64
@@ -75,6 +76,7 @@ type counters struct {
 	Done, Failed, Canceled                                                                         uint64 // jobs that ended so
 	RejectedReports, RejectedHeartbeats                                                            uint64 // of Rejected: see report and checkHeartbeat
 	Refused                                                                                        uint64 // requests the state refuses (see refuse)
+	AfterReleased, AfterCanceled                                                                   uint64 // groups held by dependencies, released or canceled (after.go)
 }
 
 // job is a job that has been released at least once and has not ended yet. Owned by the loop,
@@ -115,10 +117,12 @@ type effects struct {
 	answers         []answer        // answers to control messages that asked for one (answers.go)
 	refused         []journal.Entry // refused reports, to journal (journal.KindRefused)
 	redrives        []redriveOrder  // redrive decisions to carry out (redrive.go)
+	readies         []depControl    // waiting groups whose edges are met: store their ready record (after.go)
+	depCancels      []depControl    // waiting groups an edge can no longer release: store a cancel of them
 }
 
 func (o *effects) empty() bool {
-	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.abandons)+len(o.answers)+len(o.refused)+len(o.redrives) == 0
+	return len(o.releases)+len(o.retries)+len(o.outcomes)+len(o.summaries)+len(o.purges)+len(o.rejections)+len(o.cancels)+len(o.retentionPurges)+len(o.abandons)+len(o.answers)+len(o.refused)+len(o.redrives)+len(o.readies)+len(o.depCancels) == 0
 }
 
 // release is a batch of jobs handed to a pool.
@@ -196,7 +200,7 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header, data []byte, st
 			e.reject(subject, seq, err.Error())
 			return nil, 0
 		}
-		e.control(subject, seq, c, stored)
+		e.control(subject, seq, c, data, stored)
 		return nil, 0
 	}
 	jobs, err := wire.ParseStoredJobs(seq, h, data)

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // followTest is a follower over stream F of a server, as a run starts it, and the loop's side:
@@ -145,13 +146,9 @@ func TestFollowerChecksSoonAfterAnAlert(t *testing.T) {
 			switch alert {
 			case "reconnect":
 				proxy.Cut()
-				for nc.Stats().Reconnects == 0 || !nc.IsConnected() {
-					select {
-					case <-ft.ctx.Done():
-						t.Fatal("the connection did not reconnect")
-					case <-time.After(10 * time.Millisecond):
-					}
-				}
+				testwait.For(t, 30*time.Second, "the connection to reconnect", func() bool {
+					return nc.Stats().Reconnects > 0 && nc.IsConnected()
+				})
 			case "consumer error":
 				ft.f.errs.Add(1) // what the consumer's error handler counts (see follower.start)
 			}

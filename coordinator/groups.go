@@ -25,30 +25,51 @@ import (
 type groupSet struct {
 	table groupTable
 	live  map[uint64]*group // by open sequence: the incarnations given a *group (see engine.live)
-	// line holds the open sequences of the groups waiting for a feeder slot, in the order they
-	// got work ready (recInLine), from lineHead on. The scheduler keeps no line of its own: a
-	// group is handed to it only once a slot is vacant (fillSlots).
-	line             []uint64
-	lineHead         int
+	// lines hold the open sequences of the groups waiting for a feeder slot (recInLine), one
+	// line per priority, each in the order its groups got work ready: a vacant slot goes to the
+	// first group of the highest priority waiting. The scheduler keeps no line of its own: a group
+	// is handed to it only once a slot is vacant (fillSlots).
+	lines            [wire.MaxPriority + 1]waitLine
 	unsealed         map[uint64]*unsealedGroup // open incarnations not sealed yet, by open sequence: AbandonAfter watches them
 	replies          tokenTable                // the records' reply tokens
 	nextAbandonCheck time.Time                 // abandon looks for silent producers no more often than this
 	busy             float64                   // the average of the groups' busy shares: a new group starts from it
+	prioritized      int                       // tracked incarnations with a priority: the release decision looks at every candidate
 }
 
-// lineLen is how many entries the line holds (those of groups forgotten meanwhile included).
-func (gs *groupSet) lineLen() int { return len(gs.line) - gs.lineHead }
+// waitLine is one priority's line: open sequences, first come first served, from head on.
+type waitLine struct {
+	seqs []uint64
+	head int
+}
 
-// popLine takes the first entry of the line, whose space is given back once the entries taken
-// fill half of it.
-func (gs *groupSet) popLine() uint64 {
-	seq := gs.line[gs.lineHead]
-	gs.lineHead++
-	if gs.lineHead >= 64 && 2*gs.lineHead >= len(gs.line) {
-		gs.line = append(gs.line[:0:0], gs.line[gs.lineHead:]...)
-		gs.lineHead = 0
+// lineLen is how many entries the lines hold (those of groups forgotten meanwhile included).
+func (gs *groupSet) lineLen() int {
+	n := 0
+	for i := range gs.lines {
+		n += len(gs.lines[i].seqs) - gs.lines[i].head
 	}
-	return seq
+	return n
+}
+
+// popLine takes the first entry of the highest priority's line that has one (lineLen > 0). A
+// line's space is given back once the entries taken fill half of it.
+func (gs *groupSet) popLine() uint64 {
+	for p := len(gs.lines) - 1; ; p-- {
+		l := &gs.lines[p]
+		if l.head == len(l.seqs) {
+			continue
+		}
+		seq := l.seqs[l.head]
+		l.head++
+		switch {
+		case l.head == len(l.seqs):
+			l.seqs, l.head = l.seqs[:0], 0
+		case l.head >= 64 && 2*l.head >= len(l.seqs):
+			l.seqs, l.head = append(l.seqs[:0:0], l.seqs[l.head:]...), 0
+		}
+		return seq
+	}
 }
 
 // unsealedGroup is what abandon needs of an unsealed group.
@@ -70,6 +91,7 @@ type group struct {
 	lastSeq   uint64 // the sequence of its last message in JOBS: a purge stops there
 	sealed    bool
 	weight    float64 // its weight in the fair share (the open's; 1 by default): see load
+	priority  int     // its priority (the open's): its jobs go before lower priorities' (release.go)
 	abandoned bool    // sealed by the coordinator: the producer went silent (see abandon)
 	// sealedByCancel: a cancel of the whole group sealed it before its producer did.
 	sealedByCancel bool
@@ -120,7 +142,7 @@ func (e *engine) live(r *groupRec) *group {
 		sealed: r.flags&recSealed != 0, weight: float64(max(r.weight, 1)), abandoned: r.flags&recAbandoned != 0,
 		sealedByCancel: r.flags&recSealedByCancel != 0, alone: r.flags&recSingle != 0, openedAt: fromUnixNano(r.openedAt),
 		admitted: c.Total(), done: c.Done, failed: c.Failed, canceled: c.Canceled, redriven: r.flags&recRedriven != 0,
-		busy: e.groups.busy, complete: r.flags&recComplete != 0,
+		busy: e.groups.busy, complete: r.flags&recComplete != 0, priority: r.priority(),
 	}
 	e.groups.replies.release(r.reply)
 	r.reply = 0
@@ -267,6 +289,9 @@ func (e *engine) waiting(r *groupRec) []uint64 {
 // *group, nil if none), waits for a feeder slot: a group holding one takes the job at the end of
 // its queue; another joins the line, if not in it already.
 func (e *engine) ready(r *groupRec, g *group, id uint64) {
+	if e.isWaiting(r.openSeq) {
+		return // held by its edges: its jobs wait in the index until its ready record (applyReady)
+	}
 	if g != nil && g.inSched && e.sched.Entered(g) {
 		_ = e.sched.Push(g, id)
 		return
@@ -274,16 +299,17 @@ func (e *engine) ready(r *groupRec, g *group, id uint64) {
 	e.enqueue(r)
 }
 
-// enqueue puts r in the line for a feeder slot, if it is not in it already.
+// enqueue puts r in its priority's line for a feeder slot, if it is not in a line already.
 func (e *engine) enqueue(r *groupRec) {
 	if r.flags&recInLine == 0 {
 		r.flags |= recInLine
-		e.groups.line = append(e.groups.line, r.openSeq)
+		l := &e.groups.lines[r.priority()]
+		l.seqs = append(l.seqs, r.openSeq)
 	}
 }
 
-// fillSlots gives the vacant feeder slots to the groups waiting in the line, in turn: each gets a
-// *group, a scheduler entry and its waiting jobs (in ID order) as its queue.
+// fillSlots gives the vacant feeder slots to the groups waiting in the lines, in turn, the highest
+// priority first: each gets a *group, a scheduler entry and its waiting jobs as its queue.
 func (e *engine) fillSlots() {
 	for e.groups.lineLen() > 0 && e.sched.HasVacant() {
 		seq := e.groups.popLine()
@@ -311,9 +337,22 @@ func (e *engine) fillSlots() {
 
 func (g *group) terminal() uint64 { return g.done + g.failed + g.canceled }
 
+// canceledWhy is the outcome text of g's jobs ended by a cancel of the whole group.
+func (e *engine) canceledWhy(g *group) string {
+	if dep := e.canceledFor(g.openSeq); dep != "" {
+		return "group canceled: group " + dep + ", which it runs after, did not end as it asks"
+	}
+	return "group canceled"
+}
+
+// summary is the summary of g, complete.
+func (g *group) summary() wire.GroupSummary {
+	return wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled, Abandoned: g.abandoned}
+}
+
 // control applies a group's control message stored at seq in JOBS (at the server's time stored).
 // One case per operation: a new operation on the control subject is one more case and method.
-func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored time.Time) {
+func (e *engine) control(subject string, seq uint64, c wire.GroupControl, data []byte, stored time.Time) {
 	r := e.groups.table.latest(c.Group)
 	switch c.Op {
 	case wire.OpOpen:
@@ -329,6 +368,8 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, stored
 		e.applyCancel(subject, seq, c, r)
 	case wire.OpRedrive:
 		e.redriveAsked(subject, seq, c)
+	case wire.OpReady:
+		e.applyReady(subject, seq, c, r, data)
 	}
 }
 
@@ -375,26 +416,55 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, r *g
 			e.live(r).reply = strings.Clone(c.Reply)
 		}
 		e.heard(r.openSeq)
+		e.noteDeferred(r.openSeq, subject, seq, &c)
 		return
 	case r != nil && !e.complete(r) && !e.replaying():
-		e.reject(subject, seq, "group "+c.Group+" is sealed and still running; publish it again once it has finished")
+		e.reject(subject, seq, openRunning(c.Group))
 		return
 	}
 	// New, or a new incarnation of a complete group's ID. During replay the feed is read
-	// before the outcomes, so whether the previous incarnation was complete is not known
-	// yet; but an open still in the stream after a sealed incarnation is one the live
-	// coordinator accepted (it deletes those it refuses), so replay accepts it too and
-	// tracks both incarnations until the outcomes tell how far the older one got.
-	rec := groupRec{id: strings.Clone(c.Group), openSeq: seq, lastSeq: seq, openedAt: unixNano(stored), reply: e.groups.replies.intern(c.Reply), weight: uint16(max(c.Weight, 1))}
+	// before the outcomes, so whether a sealed previous incarnation was complete is not known
+	// yet: the decision on the new one is deferred to endReplay, which decides as the live
+	// coordinator would have (see deferredOpen); meanwhile it is tracked like any other.
+	var prev uint64 // the incarnation before, not known to be complete (replay)
+	if r != nil && !e.complete(r) {
+		prev = r.openSeq
+	}
+	rec := groupRec{id: strings.Clone(c.Group), openSeq: seq, lastSeq: seq, openedAt: unixNano(stored), weight: uint16(max(c.Weight, 1))}
+	rec.setPriority(c.Priority)
 	if c.Redrive != 0 {
 		rec.flags |= recRedriven
 	}
+	if ok, reason := e.holdOpen(&rec, c.After); !ok {
+		e.refuse(subject, seq, reason)
+		e.answer(seq, c, wire.ControlAnswer{Code: wire.AnswerCycle, Reason: reason})
+		return
+	}
+	rec.reply = e.groups.replies.intern(c.Reply)
 	e.groups.table.add(rec)
+	if rec.priority() > 0 {
+		e.groups.prioritized++
+	}
 	if e.groups.unsealed == nil {
 		e.groups.unsealed = map[uint64]*unsealedGroup{}
 	}
 	e.groups.unsealed[seq] = &unsealedGroup{}
 	e.heard(seq)
+	e.openedForDeps(&rec)
+	if len(c.After) > 0 {
+		if e.replaying() && e.cfg.now().Sub(stored) < answerLateFor {
+			e.replay.heldOpens = append(e.replay.heldOpens, heldOpen{seq: seq, c: c})
+		}
+		e.answer(seq, c, wire.ControlAnswer{OK: true})
+	}
+	if e.replaying() && prev != 0 {
+		e.replay.deferOpen(seq, prev, deferredMsg{subject: subject, seq: seq, c: &c})
+	}
+}
+
+// openRunning is why an open (live) of a group whose sealed incarnation still runs is refused.
+func openRunning(id string) string {
+	return "group " + id + " is sealed and still running; publish it again once it has finished"
 }
 
 // single reports whether g's one message in JOBS is its open: a single job (admitSingle) whose
@@ -408,6 +478,7 @@ func (e *engine) applyKeepAlive(subject string, seq uint64, c wire.GroupControl,
 		return
 	}
 	e.heard(r.openSeq)
+	e.noteDeferred(r.openSeq, subject, seq, &c)
 }
 
 // applySeal seals a group: its producer's seal, or the coordinator's for an abandoned group.
@@ -420,11 +491,13 @@ func (e *engine) applySeal(subject string, seq uint64, c wire.GroupControl, r *g
 		} else {
 			r.lastSeq = seq
 		}
+		e.noteDeferred(r.openSeq, subject, seq, &c)
 		return
 	case r == nil || e.sealed(r):
 		e.reject(subject, seq, "seal of a group that is not open: "+c.Group)
 		return
 	}
+	e.noteDeferred(r.openSeq, subject, seq, &c)
 	if c.Abandoned {
 		e.log.Warn().Str("group", c.Group).Uint64("jobs", e.recCounts(r).Total()).Msg("group abandoned by its producer: sealed with the jobs it has")
 	}
@@ -461,21 +534,26 @@ func (e *engine) completeIfDone(r *groupRec) {
 // applyCancel cancels a whole group or some of its jobs, and answers if asked to.
 func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, r *groupRec) {
 	if r == nil {
-		e.refuse(subject, seq, "cancel of a group that is not open: "+c.Group)
+		e.refuse(subject, seq, cancelNotOpen(c.Group))
 		e.answerNotOpen(seq, c)
 		return
 	}
 	if e.complete(r) {
 		// Rejected like a cancel of a group gone already, so its message is deleted: the
 		// group's purge has gone or is on its way, and would not cover it.
-		e.refuse(subject, seq, "cancel of a group that is complete: "+c.Group)
+		e.refuse(subject, seq, cancelComplete(c.Group))
 		e.answerNotOpen(seq, c)
 		return
 	}
 	g := e.live(r)
 	// The cancel is the group's message in JOBS, to be purged with it.
 	g.lastSeq = max(g.lastSeq, seq)
-	if len(c.Jobs) == 0 && !g.sealed {
+	if c.AfterFailed != "" {
+		e.depsCanceled(g.openSeq, c.AfterFailed)
+	}
+	// A cancel for a dependency leaves the group open: the producer's jobs still join it (and
+	// end canceled), so its summary counts every job it published.
+	if len(c.Jobs) == 0 && !g.sealed && c.AfterFailed == "" {
 		// No job may join a canceled group, so it can complete without its producer. Sealed at
 		// the cancel's place in the stream, also while replaying, so a replay refuses the
 		// same later jobs.
@@ -485,7 +563,7 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, r 
 	if e.replaying() {
 		// The group's pending jobs are not in the scheduler yet, nor its running ones known:
 		// endReplay applies the cancel to the rebuilt state.
-		e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, jobs: c.Jobs})
+		e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, subject: subject, seq: seq, jobs: c.Jobs})
 		return
 	}
 	canceled, stopping := g.canceled, len(e.out.cancels)
@@ -497,6 +575,10 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, r 
 	}
 	e.answer(seq, c, wire.ControlAnswer{OK: true, Canceled: int(g.canceled - canceled), Stopping: len(e.out.cancels) - stopping, Final: final, Unknown: unknown})
 }
+
+// cancelNotOpen and cancelComplete are why a cancel of a group not open, or complete, is refused.
+func cancelNotOpen(id string) string  { return "cancel of a group that is not open: " + id }
+func cancelComplete(id string) string { return "cancel of a group that is complete: " + id }
 
 // seal marks g sealed by the message at seq: no more jobs join it.
 func (e *engine) seal(g *group, seq uint64) {
@@ -536,21 +618,28 @@ func (e *engine) abandon(now time.Time) {
 // incarnation is r (a message, a pack too, holds jobs of one group); if not, it rejects the
 // message and reports false.
 func (e *engine) mayJoin(subject string, seq uint64, group string, r *groupRec) bool {
-	switch {
-	case r == nil:
-		e.reject(subject, seq, "job for a group that is not open: "+group)
-		return false
-	case e.sealedByCancel(r):
-		e.reject(subject, seq, "job for group "+group+", which was canceled")
-		return false
-	case e.sealed(r):
-		e.reject(subject, seq, "job after the seal of group "+group)
-		return false
-	case subject != e.names.JobSubject(wire.GroupToken(r.id)):
-		e.reject(subject, seq, "job subject does not match its group "+group)
+	if reason := e.joinRefusal(subject, group, r); reason != "" {
+		e.reject(subject, seq, reason)
 		return false
 	}
+	e.noteDeferred(r.openSeq, subject, seq, nil)
 	return true
+}
+
+// joinRefusal returns why a job message on subject may not join r, its group ID's latest
+// incarnation (nil if none is tracked), or "".
+func (e *engine) joinRefusal(subject, group string, r *groupRec) string {
+	switch {
+	case r == nil:
+		return "job for a group that is not open: " + group
+	case e.sealedByCancel(r):
+		return "job for group " + group + ", which was canceled"
+	case e.sealed(r):
+		return "job after the seal of group " + group
+	case subject != e.names.JobSubject(wire.GroupToken(r.id)):
+		return "job subject does not match its group " + group
+	}
+	return ""
 }
 
 // admit indexes job j of the message stored at seq in the incarnation r, which mayJoin checked,
@@ -585,7 +674,7 @@ func (e *engine) admit(subject string, seq uint64, r *groupRec, j *wire.StoredJo
 	switch {
 	case g != nil && g.cancelReq:
 		e.moveTerminal(id, jobindex.Canceled)
-		e.recordOutcome(g, wire.Outcome{ID: id, Key: m.Key, State: wire.FinalCanceled, Data: []byte("group canceled")}, 0)
+		e.recordOutcome(g, wire.Outcome{ID: id, Key: m.Key, State: wire.FinalCanceled, Data: []byte(e.canceledWhy(g))}, 0)
 		return false
 	case delayed:
 		e.delay(id, m.RunAt)
@@ -601,7 +690,8 @@ func (e *engine) cancelGroup(g *group) {
 		return
 	}
 	g.cancelReq = true
-	const reason = "group canceled"
+	reason := e.canceledWhy(g)
+	e.stopWaiting(g.openSeq) // a held group's jobs wait in the index alone: canceled below
 	if g.inSched {
 		for _, id := range e.sched.Cancel(g) {
 			e.moveTerminal(id, jobindex.Canceled)
@@ -707,25 +797,50 @@ func (e *engine) checkComplete(g *group) {
 		e.sched.Cancel(g) // frees its slot if it still holds one; its queue is empty
 		g.inSched = false
 	}
+	e.stopWaiting(g.openSeq)
+	e.completedForDeps(g)
 	e.out.summaries = append(e.out.summaries, g)
 }
 
 // forget drops a complete group whose summary is stored.
 func (e *engine) forget(g *group) {
-	delete(e.groups.unsealed, g.openSeq)
+	e.untrack(g.openSeq)
+	e.redriveCompleted(g.id)
+	e.forgetDeps(g.openSeq)
+}
+
+// untrack drops the incarnation opened at seq from the groups (its record and its *group), and
+// its jobs, all ended, from the index.
+func (e *engine) untrack(seq uint64) {
+	r, g := e.groups.table.get(seq), e.groups.live[seq]
+	var id string
+	var alone bool
+	var admitted uint64
+	switch {
+	case g != nil:
+		id, alone, admitted = g.id, g.alone, g.admitted
+	case r != nil:
+		id, alone, admitted = r.id, r.flags&recSingle != 0, e.recCounts(r).Total()
+		e.groups.replies.release(r.reply) // a *group took it over otherwise
+	default:
+		return
+	}
+	if r != nil && r.priority() > 0 {
+		e.groups.prioritized--
+	}
+	delete(e.groups.unsealed, seq)
 	// A group that admitted no job was never in the index: nothing to forget there.
 	var err error
-	if g.alone {
-		if g.admitted > 0 {
-			err = e.idx.ForgetJob(g.openSeq)
+	if alone {
+		if admitted > 0 {
+			err = e.idx.ForgetJob(seq)
 		}
-	} else if _, err = e.idx.Forget(e.idxName(g.openSeq)); err != nil && g.admitted == 0 && errors.Is(err, jobindex.ErrUnknownGroup) {
+	} else if _, err = e.idx.Forget(e.idxName(seq)); err != nil && admitted == 0 && errors.Is(err, jobindex.ErrUnknownGroup) {
 		err = nil
 	}
 	if err != nil {
-		e.log.Error().Err(err).Str("group", g.id).Uint64("incarnation", g.openSeq).Msg("forgetting a complete group")
+		e.log.Error().Err(err).Str("group", id).Uint64("incarnation", seq).Msg("forgetting a complete group")
 	}
-	e.groups.table.remove(g.openSeq)
-	delete(e.groups.live, g.openSeq)
-	e.redriveCompleted(g.id)
+	e.groups.table.remove(seq)
+	delete(e.groups.live, seq)
 }

@@ -36,10 +36,25 @@ const (
 	recRedriven                // a redrive opened it (see group.redriven)
 	recComplete                // replay found its summary stored
 	recSingle                  // a single job: its one message is its open, job and seal; its job is alone in the index
-	recInLine                  // it waits in groupSet.line for a feeder slot
+	recInLine                  // it waits in a line of groupSet.lines for a feeder slot
 	recLive                    // it has a *group (groupSet.live), which holds its state
 	recDead                    // forgotten: left in its page until the page is compacted
 )
+
+// A record's priority (0–wire.MaxPriority) is kept in the top bits of its flags, which keeps the
+// record at its size.
+const (
+	recPriorityShift          = 12
+	recPriorityBits  recFlags = 0xf << recPriorityShift
+)
+
+// priority is r's group priority (the open's).
+func (r *groupRec) priority() int { return int(r.flags&recPriorityBits) >> recPriorityShift }
+
+// setPriority sets r's group priority, p in 0–wire.MaxPriority (wire checks it).
+func (r *groupRec) setPriority(p int) {
+	r.flags = r.flags&^recPriorityBits | recFlags(min(max(p, 0), 0xf))<<recPriorityShift
+}
 
 // recPageSize is how many records a page of the table holds when filled by appends: forgetting
 // a record compacts or drops its page alone, so no step copies the whole table.
@@ -215,6 +230,12 @@ func (t *groupTable) latest(id string) *groupRec {
 	}
 	t.last = t.get(seq)
 	return t.last
+}
+
+// setLatest makes r its ID's latest incarnation again: the one after it was forgotten.
+func (t *groupTable) setLatest(r *groupRec) {
+	t.ids.set(r.id, r.openSeq, t.idOf)
+	t.last = nil
 }
 
 // remove forgets the incarnation opened at seq.

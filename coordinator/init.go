@@ -79,6 +79,7 @@ func (c *Coordinator) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var differ []string
 	for _, st := range sts {
 		if st.Created {
 			c.cfg.Logger.Info().Str("stream", st.Name).Msg("stream created")
@@ -87,10 +88,19 @@ func (c *Coordinator) prepare(ctx context.Context) error {
 		if len(st.Upgraded) > 0 {
 			c.cfg.Logger.Info().Str("stream", st.Name).Strs("added", st.Upgraded).Msg("stream upgraded for this release")
 		}
-		if len(st.Differences) > 0 {
-			c.cfg.Logger.Warn().Str("stream", st.Name).Strs("differences", st.Differences).
-				Msg("stream exists with another configuration than this coordinator's; using it as it is")
+		for _, d := range st.Differences {
+			differ = append(differ, st.Name+": "+d)
 		}
+	}
+	if len(differ) > 0 {
+		c.cfg.Logger.Warn().Strs("differences", differ).
+			Msg("streams exist with another configuration than this coordinator's flags; using them as they are")
+	}
+	// Without --replicas, the buckets this coordinator creates (lease, release key) follow the
+	// namespace: a coordinator started with defaults on a cluster namespace must not create them
+	// with one replica.
+	if c.cfg.Streams.Replicas == 0 && len(sts) > 0 {
+		c.cfg.Streams.Replicas = sts[0].Replicas
 	}
 	return nil
 }

@@ -283,7 +283,8 @@ func (e *engine) groupLive(r *groupRec, w waits, aside map[*group]int) wire.Grou
 		ID: v.id, Incarnation: v.openSeq, Sealed: v.sealed, Abandoned: v.abandoned, Complete: v.complete,
 		OpenedAt: v.openedAt, Admitted: v.admitted, Queued: v.queued, InFlight: v.inFlight, Jobs: counts(v.jobs),
 		HeldBack: w.held[v.openSeq], Unplaceable: w.unplaceable[v.openSeq], NextRunAt: w.nextRunAt[v.openSeq],
-		LastHeard: v.lastHeard,
+		LastHeard: v.lastHeard, WaitsFor: e.waitsFor(r.openSeq), FollowedBy: e.dependentsOf(r.id, r.openSeq, maxListedDependents),
+		Priority: r.priority(),
 	}
 }
 

@@ -40,7 +40,7 @@ func (r *run) loop(ctx context.Context) error {
 		case f := <-r.forgetCh:
 			r.e.retention.outcomeStored(f.evSeqs)
 			if f.summarySeq > 0 {
-				r.e.retain(f.g.id, f.g.openSeq, f.summarySeq, f.g.keepJobs, f.g.lastSeq, f.at)
+				r.e.retain(f.g.id, f.g.openSeq, f.summarySeq, f.g.keepJobs, f.g.lastSeq, f.at, f.g.summary())
 			}
 			r.e.forget(f.g)
 		case seqs := <-r.storedCh:
@@ -50,6 +50,8 @@ func (r *run) loop(ctx context.Context) error {
 			r.trimEvents(ctx)
 		case end := <-r.redriveEnds:
 			r.e.redriveEnded(end)
+		case rj := <-r.schedReject:
+			r.e.reject(rj.subject, rj.seq, rj.reason)
 		case low := <-r.trimmedCh:
 			r.trimming = false
 			if low > 0 {
@@ -180,6 +182,7 @@ func (r *run) step(ctx context.Context) {
 	r.publishAnswers(out.answers) // after the cancels they report
 	r.startRedrives(ctx, out.redrives)
 	r.sealAbandoned(ctx, out.abandons)
+	r.storeDepControls(ctx, out.readies, out.depCancels)
 }
 
 // writeRecords hands the writer the rejections and the journal records (retry decisions, refused
@@ -215,7 +218,7 @@ func (r *run) handOutReleases(ctx context.Context, releases []release) bool {
 		}
 		var readAhead map[*group]bool // groups whose next jobs this batch reads ahead
 		for i, j := range rel.jobs {
-			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, rel: j.rel, gtok: j.g.tok}
+			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, rel: j.rel, gtok: j.g.tok, after: r.e.afterResults(j.g)}
 			if req.sent == nil && !readAhead[j.g] && !r.payloads.has(j.id) {
 				if readAhead == nil {
 					readAhead = map[*group]bool{}
@@ -253,7 +256,7 @@ func (r *run) releaseAtOnce(rel release) *sentBatch {
 	work := make([]wire.WorkJob, len(jobs))
 	for i, j := range jobs {
 		rj := rel.jobs[i]
-		work[i] = r.workJob(rel.pool.key, releaseJob{id: rj.id, attempt: rj.attempt, rel: rj.rel}, j)
+		work[i] = r.workJob(rel.pool.key, releaseJob{id: rj.id, attempt: rj.attempt, rel: rj.rel, after: r.e.afterResults(rj.g)}, j)
 	}
 	if firstBatch(work, r.cfg.MaxBatchBytes) < len(work) {
 		return nil // the pipeline splits what is too large for one batch
@@ -307,7 +310,8 @@ func (r *run) writeOutcomes(ctx context.Context, out *effects) {
 			op.outcomes, op.evSeqs = g.outcomes, g.outcomeSeqs
 			g.outcomes, g.outcomeSeqs, g.lingering = nil, nil, false // (writeLingering drops it)
 		}
-		op.summary = &wire.GroupSummary{Jobs: g.admitted, Done: g.done, Failed: g.failed, Canceled: g.canceled, Abandoned: g.abandoned}
+		sum := g.summary()
+		op.summary = &sum
 		r.enqueueWrite(ctx, op)
 	}
 	for _, g := range out.purges {

@@ -150,21 +150,22 @@ func (m *loopMetrics) workerLost(id string) { m.lost = append(m.lost, id) }
 
 // metricsSnapshot is what a scrape reads: immutable once published.
 type metricsSnapshot struct {
-	epoch        uint64
-	states       []uint64 // per jobindex state
-	entered      []uint64 // per state: jobs that entered it (admissions into pending included)
-	left         []uint64 // per state
-	totals       Totals
-	wait, run    hist
-	groups       []groupSnap
-	groupsActive int
-	resources    []ResourceStatus
-	limits       []LimitStatus
-	pools        []PoolStatus
-	workers      []WorkerStatus
-	oldestAge    time.Duration // of the oldest pending job; 0 if none
-	slots        int
-	alarms       []Alarm
+	epoch         uint64
+	states        []uint64 // per jobindex state
+	entered       []uint64 // per state: jobs that entered it (admissions into pending included)
+	left          []uint64 // per state
+	totals        Totals
+	wait, run     hist
+	groups        []groupSnap
+	groupsActive  int
+	groupsWaiting int
+	resources     []ResourceStatus
+	limits        []LimitStatus
+	pools         []PoolStatus
+	workers       []WorkerStatus
+	oldestAge     time.Duration // of the oldest pending job; 0 if none
+	slots         int
+	alarms        []Alarm
 }
 
 type groupSnap struct {
@@ -261,6 +262,7 @@ func (r *run) observe() {
 		s.groups = append(s.groups, groupSnap{id: v.id, jobs: v.jobs, inFlight: v.inFlight})
 	}
 	s.groupsActive = e.groups.table.len()
+	s.groupsWaiting = len(e.deps.waiting)
 	for _, j := range e.retries.ready {
 		note(j.id)
 	}
@@ -301,6 +303,7 @@ func (r *run) observe() {
 	for _, ls := range e.limits.byKey {
 		in.held += uint64(ls.held)
 	}
+	in.missing = e.missingDeps()
 	m.lost = nil
 	for id, w := range e.fleet.workers {
 		in.busy += w.hb.Busy
@@ -356,6 +359,8 @@ var (
 	descGroupJobs     = desc("weave_group_jobs", "Jobs of an open group per state (the first 50 open groups in arrival order).", "group", "state")
 	descGroupInFlight = desc("weave_group_in_flight", "Jobs of an open group released and not yet reported (first 50 groups).", "group")
 	descGroupsActive  = desc("weave_groups_active", "Open groups tracked by the coordinator.")
+	descGroupsWaiting = desc("weave_groups_waiting_dependencies", "Open groups held until the groups they run after complete.")
+	descAfter         = desc("weave_dependents_total", "Groups held by dependencies (After, follow-ups) that were released or canceled.", "outcome")
 	descGroupsUnlist  = desc("weave_groups_unlisted", "Open groups beyond the 50 with their own weave_group_* series.")
 	descResourceJobs  = desc("weave_resource_jobs", "Jobs requiring a resource, per state (first 100 resources by name).", "resource", "state")
 	descResourceHold  = desc("weave_resource_holder_slots", "Live slots holding a resource.", "resource")
@@ -379,7 +384,7 @@ var (
 func (c *coordCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descJobs, descEntered, descLeft, descAdmitted, descReleased, descRetried, descEnded,
 		descRejected, descLostJobs, descLapsed, descRescued, descRequeued, descWait, descRun, descGroupJobs, descGroupInFlight,
-		descGroupsActive, descGroupsUnlist, descResourceJobs, descResourceHold, descLimitRunning, descLimitHeld, descLimitPaused,
+		descGroupsActive, descGroupsWaiting, descAfter, descGroupsUnlist, descResourceJobs, descResourceHold, descLimitRunning, descLimitHeld, descLimitPaused,
 		descPoolWorkers, descPoolSlots, descPoolOut,
 		descWorkerSlots, descSlots, descOldest, descDepth, descAlarm, descLeaseHeld, descLeaseEpoch, descLeaseAcq, descLeaseLost} {
 		ch <- d
@@ -435,6 +440,9 @@ func (c *coordCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descGroupInFlight, float64(g.inFlight), g.id)
 	}
 	gauge(descGroupsActive, float64(s.groupsActive))
+	gauge(descGroupsWaiting, float64(s.groupsWaiting))
+	counter(descAfter, t.AfterReleased, "released")
+	counter(descAfter, t.AfterCanceled, "canceled")
 	gauge(descGroupsUnlist, float64(s.groupsActive-len(s.groups)))
 	for _, r := range s.resources {
 		for st, n := range r.Required {

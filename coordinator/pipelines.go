@@ -40,6 +40,7 @@ type releaseJob struct {
 	rel     uint64 // the release of the attempt (job.rel), which its proof names
 	gtok    string
 	ahead   []uint64 // the next jobs of its group, to read along if its payload is not cached
+	after   string   // how the groups its group ran after ended (group.afterResults)
 }
 
 // releaser carries out releases: fetch the payloads (usually from the read-ahead cache), tell the
@@ -135,7 +136,7 @@ func (r *run) readAndSend(ctx context.Context, req releaseReq) (failed []uint64,
 func (r *run) workJob(pool string, rj releaseJob, j *wire.StoredJob) wire.WorkJob {
 	return wire.WorkJob{
 		ID: j.ID, Attempt: rj.attempt, Timeout: j.Meta.Timeout, Group: j.Meta.Group, Key: j.Meta.Key, Payload: j.Payload, Trace: j.Trace,
-		Proof: r.key.Proof(pool, j.ID, rj.attempt, rj.rel),
+		Proof: r.key.Proof(pool, j.ID, rj.attempt, rj.rel), After: rj.after,
 	}
 }
 
@@ -157,6 +158,7 @@ func (r *run) sendWork(pool string, work []wire.WorkJob) sentBatch {
 	m.Data = wire.AppendWork(nil, work)
 	wire.SetWorkTraces(m, work)
 	wire.SetWorkProofs(m, work)
+	wire.SetWorkAfter(m, work)
 	s := sentBatch{ids: make([]uint64, len(work))}
 	for i, j := range work {
 		s.ids[i] = j.ID
@@ -375,6 +377,7 @@ func (r *run) acker(ctx context.Context) {
 		if op := w.summary; op != nil {
 			// Everything written before it is stored: the group's outcomes are.
 			m := r.outcomeMsg(*op, wire.AppendLast(nil, op.outcomes, *op.summary))
+			m.Header.Set(wire.HdrLastSeq, strconv.FormatUint(op.lastSeq, 10)) // later messages of its ID are not its (see endReplay)
 			m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.s.%s.%d", r.epoch, op.gtok, op.openSeq))
 			f, err := r.publishAsync(m)
 			if err != nil {

@@ -70,12 +70,7 @@ func (e *engine) releaseAll() {
 				}
 				id, m, ok := ids[len(ids)-1], e.settledMatch, settled
 				if !settled {
-					// Preference only breaks ties: it chooses among the least loaded groups, so a
-					// group preferring what a pool holds cannot take all of its slots.
-					id, m, ok = e.idx.Select(p.held, e.leastLoaded(cands, ids))
-					if !ok && !affinityOnly {
-						id, m, ok = e.idx.Select(p.held, ids) // nothing in the tier fits this pool
-					}
+					id, m, ok = e.choose(p.held, cands, ids, affinityOnly)
 					if !ok && !affinityOnly && e.parkUnplaceable(cands) {
 						continue // the heads that blocked their groups are set aside: look again
 					}
@@ -138,7 +133,9 @@ func (p *pool) batchCap(maxBatch int) int {
 // first few offers instead of listing maxCandidates of them.
 func (e *engine) candidates(cands []candidate, ids []uint64, held *jobindex.ResourceSet) ([]candidate, []uint64, bool) {
 	lif := e.cfg.Policy == spreader.LeastInFlight
-	quick := !e.idx.MayPrefer(held)
+	// The first candidate that fits may be taken without looking further only if no group has
+	// a priority (choose ranks them) and no job prefers what the pool holds.
+	quick := !e.idx.MayPrefer(held) && e.groups.prioritized == 0
 	e.loads = e.loads[:0]
 	e.fillSlots() // a group that left its slot since the last offers leaves it to the next waiting
 	for _, j := range e.retries.ready {
@@ -208,6 +205,59 @@ func (e *engine) preferLeastRunning(cands []candidate, ids []uint64, loads []flo
 		copy(loads[1:best+1], loads[:best])
 		cands[0], ids[0], loads[0] = c, id, load
 	}
+}
+
+// choose picks the job to release to a pool holding held among the candidates, none of which
+// settled: the highest priority first (a group's priority goes before fairness); within it, the
+// least loaded groups, preference breaking ties, so a group preferring what a pool holds cannot
+// take all of its slots; then any job of that priority the pool can run; then the next priority.
+// ok is false when no candidate fits the pool (in the affinity pass: none fits by preference).
+func (e *engine) choose(held *jobindex.ResourceSet, cands []candidate, ids []uint64, affinityOnly bool) (uint64, jobindex.Match, bool) {
+	top, low := 0, 0
+	for i, c := range cands {
+		if i == 0 || c.g.priority > top {
+			top = c.g.priority
+		}
+		if i == 0 || c.g.priority < low {
+			low = c.g.priority
+		}
+	}
+	if top == low {
+		id, m, ok := e.idx.Select(held, e.leastLoaded(cands, ids))
+		if !ok && !affinityOnly {
+			id, m, ok = e.idx.Select(held, ids) // nothing in the tier fits this pool
+		}
+		return id, m, ok
+	}
+	// Tiers by priority, each with its candidates' loads, in offer order.
+	var tierCands []candidate
+	var tierIDs []uint64
+	var tierLoads []float64
+	loads := e.loads
+	for p := top; p >= low; p-- {
+		tierCands, tierIDs, tierLoads = tierCands[:0], tierIDs[:0], tierLoads[:0]
+		for i, c := range cands {
+			if c.g.priority == p {
+				tierCands, tierIDs = append(tierCands, c), append(tierIDs, ids[i])
+				if len(loads) > i {
+					tierLoads = append(tierLoads, loads[i])
+				}
+			}
+		}
+		if len(tierCands) == 0 {
+			continue
+		}
+		e.loads = tierLoads
+		id, m, ok := e.idx.Select(held, e.leastLoaded(tierCands, tierIDs))
+		e.loads = loads
+		if !ok && !affinityOnly {
+			id, m, ok = e.idx.Select(held, tierIDs)
+		}
+		if ok {
+			return id, m, true
+		}
+	}
+	return 0, 0, false
 }
 
 // leastLoaded returns the IDs of the candidates whose group has the fewest jobs running as the

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -63,5 +64,72 @@ func TestCancelReadDuringReplayApplies(t *testing.T) {
 	}
 	if len(e.out.answers) != 0 {
 		t.Errorf("answered cancels read during replay: %+v", e.out.answers)
+	}
+}
+
+// TestReplayRefusesCancelAfterCompletion: group "late" completed (its job failed: its messages
+// are kept) and a cancel of it was stored after, while no coordinator ran; group "early" was
+// canceled while it ran, and completed so. Replay refuses the late cancel as live (recorded,
+// counted as refused, for the live reason) and leaves the early one alone: the summary names the
+// last message its incarnation had. (Replay used to drop the late cancel silently.)
+func TestReplayRefusesCancelAfterCompletion(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.worker("w", 2)
+	names := te.e.names
+	var msgs []jobsMsg
+	add := func(m jobsMsg) uint64 {
+		msgs = append(msgs, m)
+		feedFrom(te.e, uint64(len(msgs)), msgs[len(msgs)-1:])
+		return uint64(len(msgs))
+	}
+	type done struct {
+		g      *group
+		report wire.Report
+		out    wire.Outcome
+	}
+	var ended []done
+	for _, id := range []string{"late", "early"} {
+		add(controlMsg(names, wire.GroupControl{Group: id, Op: wire.OpOpen}))
+		add(jobMsg(names, wire.JobMeta{Group: id}))
+		add(controlMsg(names, wire.GroupControl{Group: id, Op: wire.OpSeal, Count: 1}))
+		j := te.releases()["any"][0]
+		st := wire.StatusPermanent
+		if id == "early" {
+			add(controlMsg(names, wire.GroupControl{Group: id, Op: wire.OpCancel}))
+			st = wire.StatusCanceled
+		}
+		r := proven(te.e, "any", 0, wire.Report{ID: j.id, Attempt: 1, Status: st})
+		g := te.e.group(id)
+		te.e.report("any", "w", j.id, r, te.now)
+		if !g.complete {
+			t.Fatalf("group %s did not complete", id)
+		}
+		ended = append(ended, done{g, r, g.outcomes[0]})
+		te.e.forget(g) // its summary is stored
+	}
+	takeRejections(te.e)
+	late := add(controlMsg(names, wire.GroupControl{Group: "late", Op: wire.OpCancel}))
+	want := takeRejections(te.e)
+	if len(want) != 1 || want[0].seq != late || te.e.stats.Refused != 1 {
+		t.Fatalf("live: rejections %+v, refused %d; want the late cancel refused", want, te.e.stats.Refused)
+	}
+
+	e := te.restarted()
+	feedFrom(e, 1, msgs)
+	for i, d := range ended {
+		e.report("any", "w", d.report.ID, d.report, te.now)
+		e.outcomeReplay(d.g.tok, d.g.openSeq, nil, nil, 0, uint64(2*i+1), te.now)
+		e.outcomeReplay(d.g.tok, d.g.openSeq, []wire.Outcome{d.out}, &wire.GroupSummary{Jobs: 1, Failed: d.g.failed, Canceled: d.g.canceled}, d.g.lastSeq, uint64(2*i+2), te.now)
+	}
+	e.endReplay(nil, te.now)
+	if got := takeRejections(e); !reflect.DeepEqual(got, want) {
+		t.Errorf("replay rejected %+v, live %+v", got, want)
+	}
+	if e.stats.Refused != 1 || e.stats.Rejected != 0 {
+		t.Errorf("replay: refused %d, rejected %d; want the late cancel refused", e.stats.Refused, e.stats.Rejected)
+	}
+	if len(e.out.purges) != 2 || len(e.out.summaries) != 0 {
+		t.Errorf("replay: purges %d, summaries %d; want both groups purged, complete already", len(e.out.purges), len(e.out.summaries))
 	}
 }

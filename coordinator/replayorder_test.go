@@ -11,6 +11,7 @@ import (
 
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -87,17 +88,15 @@ func TestReplayReportStoredDuringReplay(t *testing.T) {
 	// acks the batch.
 	afterEventsRead = func() {
 		close(release)
-		for {
-			s, err := js.Stream(ctx, names.WorkStream())
-			if err == nil && s.CachedInfo().State.Msgs == 0 {
-				return // the report is stored (a worker acks the batch after it)
+		// Once WORK is empty the report is stored: a worker acks its batch after it.
+		err := testwait.Until(ctx, testwait.Interval, func() (string, error) {
+			if s, err := js.Stream(ctx, names.WorkStream()); err == nil && s.CachedInfo().State.Msgs == 0 {
+				return "", nil
 			}
-			select {
-			case <-ctx.Done():
-				t.Error("the worker never acked its batch")
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
+			return "the worker to ack its batch", nil
+		})
+		if err != nil {
+			t.Error(err) // on the coordinator's goroutine: the test goes on, and fails
 		}
 	}
 	defer func() { afterEventsRead = nil }()

@@ -42,6 +42,7 @@ type retained struct {
 	keepJobs   bool   // its job messages are still in JOBS (some failed)
 	jobsSeq    uint64 // its last sequence in JOBS: job messages are purged up to it; 0 = not known yet
 	at         time.Time
+	sum        wire.GroupSummary // how it ended: groups that run after it bind to it (after.go)
 }
 
 // purge is an effect: delete a retained group's outcomes up to summarySeq and, if jobsSeq > 0,
@@ -54,7 +55,7 @@ type purge struct {
 // retain records that a complete incarnation's summary is stored, at RESULTS sequence
 // summarySeq. keepJobs says its job messages are still in JOBS (some failed), up to jobsSeq (0
 // when not known: after a restart, the next incarnation's open, or the feed's end, bounds it).
-func (e *engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jobsSeq uint64, at time.Time) {
+func (e *engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jobsSeq uint64, at time.Time, sum wire.GroupSummary) {
 	tok := wire.GroupToken(id)
 	rt := &e.retention
 	if rt.openEnded[tok] > 0 {
@@ -65,7 +66,7 @@ func (e *engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jo
 			}
 		}
 	}
-	rt.retained = append(rt.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at})
+	rt.retained = append(rt.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at, sum: sum})
 	if keepJobs {
 		if rt.keeping == nil {
 			rt.keeping = map[string]int{}

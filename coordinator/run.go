@@ -56,6 +56,7 @@ type run struct {
 	trimmedCh chan uint64   // written by the trim goroutine: how far it trimmed, 0 on failure
 
 	redriveEnds chan redriveEnd // written by redrive goroutines (redrive.go), read by the loop
+	schedReject chan rejection  // written by the schedules goroutine (schedules.go), read by the loop
 
 	// Written by the loop, read by the release pipelines and the writer.
 	releaseQ chan releaseReq
@@ -116,6 +117,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 		storedCh:    make(chan []uint64, chanSize),
 		trimmedCh:   make(chan uint64, 1),
 		redriveEnds: make(chan redriveEnd, 16),
+		schedReject: make(chan rejection, 16),
 		acks:        make(chan written, chanSize),
 		summaries:   make(chan storedSummary, chanSize),
 		deletes:     make(chan jobDelete, chanSize),

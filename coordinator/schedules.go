@@ -105,10 +105,11 @@ func (r *run) fireSchedules(ctx context.Context) {
 // applySchedule applies one message of the schedules stream; a malformed one is rejected.
 func (r *run) applySchedule(states map[string]*scheduleState, m jetstream.Msg) {
 	def, name, ok := r.names.ParseScheduleSubject(m.Subject())
-	reject := func(reason string) {
-		r.log.Warn().Str("subject", m.Subject()).Str("reason", reason).Msg("schedules: rejected message")
-		rec := r.names.RejectionMsg(m.Subject(), seq(m), reason)
-		_ = r.c.nc.PublishMsg(rec) // best effort, as heartbeats' rejections
+	reject := func(reason string) { // recorded and counted by the loop, as any refused message
+		select {
+		case r.schedReject <- rejection{subject: m.Subject(), seq: seq(m), reason: reason}:
+		case <-r.done:
+		}
 	}
 	if !ok {
 		reject("not a schedule subject")

@@ -13,17 +13,20 @@ import (
 //
 // A single job whose group ID has an incarnation that is not complete is refused: a single job
 // opens its own group. During replay the feed is read before the outcomes, so whether a sealed
-// incarnation had completed is not known yet; as for an open (applyOpen), a single job still in
-// the stream after one is one the live coordinator accepted (it deletes those it refuses).
+// incarnation had completed is not known yet: as an open (applyOpen), the single job is deferred
+// until endReplay decides it (see deferredOpen).
 func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stored time.Time) bool {
 	m := &j.Meta
 	prev := e.groups.table.latest(m.Group)
 	if prev != nil && !e.complete(prev) && (!e.sealed(prev) || !e.replaying()) {
-		e.reject(subject, seq, "single job for group "+m.Group+", which is open or still running: a single job opens a group of its own")
+		e.reject(subject, seq, singleRunning(m.Group))
 		return false
 	}
-	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply}, prev, stored)
+	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply, After: m.After, Priority: m.Priority}, prev, stored)
 	r := e.groups.table.get(seq)
+	if r == nil {
+		return false // its open was refused (a cycle), and so the message
+	}
 	r.flags |= recSingle
 	admitted := e.mayJoin(subject, seq, m.Group, r) && e.admit(subject, seq, r, j)
 	r.flags |= recSealed
@@ -31,4 +34,9 @@ func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stor
 	delete(e.groups.unsealed, seq)
 	e.completeIfDone(r)
 	return admitted
+}
+
+// singleRunning is why a single job for a group ID with an incarnation not complete is refused.
+func singleRunning(id string) string {
+	return "single job for group " + id + ", which is open or still running: a single job opens a group of its own"
 }

@@ -52,6 +52,7 @@ type Status struct {
 	// of workers or resources), its longest lists are cut, from the end, until it does, and Cut
 	// is set. A list shorter than its count was cut.
 	OpenGroups    int  `json:"open_groups"`
+	WaitingGroups int  `json:"waiting_groups"` // of OpenGroups: waiting until the groups they run after complete
 	WorkerCount   int  `json:"worker_count"`
 	ResourceCount int  `json:"resource_count"`
 	LimitCount    int  `json:"limit_count"`
@@ -81,6 +82,10 @@ type Totals struct {
 	// Refused counts requests the state refuses, not counted in Rejected: a cancel of a group
 	// that is not open, a redrive of a group running or with nothing to run again.
 	Refused uint64 `json:"refused"`
+	// Groups that ran after others: released by their ready record, or canceled because a group
+	// they ran after ended otherwise than they asked.
+	AfterReleased uint64 `json:"after_released"`
+	AfterCanceled uint64 `json:"after_canceled"`
 }
 
 // GroupStatus describes one open group.
@@ -97,6 +102,11 @@ type GroupStatus struct {
 	Held      int               `json:"held,omitempty"`      // pending, held back by a limit (Status.Limits)
 	Busy      float64           `json:"busy"`                // share of a released job's time its handler runs (recent average)
 	Jobs      map[string]uint64 `json:"jobs"`
+	// WaitsFor names the groups it runs after that have not completed as it asks; FollowedBy
+	// the groups waiting on it (dependents and follow-ups), at most 20.
+	WaitsFor   []string `json:"waits_for,omitempty"`
+	FollowedBy []string `json:"followed_by,omitempty"`
+	Priority   int      `json:"priority,omitempty"` // its jobs go before lower priorities'
 }
 
 // ResourceStatus counts the jobs naming one resource, and the live slots holding it. Pending
@@ -206,6 +216,7 @@ func (e *engine) status() *Status {
 		s.Jobs[st.String()] = e.idx.Count(st)
 	}
 	s.OpenGroups = e.groups.table.len()
+	s.WaitingGroups = len(e.deps.waiting)
 	held := e.heldBack(0)
 	aside := e.aside()
 	for r := range e.groups.table.all() {
@@ -217,6 +228,9 @@ func (e *engine) status() *Status {
 		for _, hb := range held[v.openSeq] {
 			gs.Held += hb.Jobs
 		}
+		gs.WaitsFor = e.waitsFor(r.openSeq)
+		gs.FollowedBy = e.dependentsOf(r.id, r.openSeq, maxListedDependents)
+		gs.Priority = r.priority()
 		s.Groups = append(s.Groups, gs)
 	}
 	holders := map[string]int{}

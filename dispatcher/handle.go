@@ -104,6 +104,8 @@ type Handle struct {
 	// outcomes come to the Dispatcher's reply token. Other Handles listen to their group's
 	// subjects (see listen).
 	own bool
+	// followUps are the Handles of the follow-ups Publish stored with the group (Then).
+	followUps []*Handle
 }
 
 // Attach returns a Handle for a group published earlier, possibly by another process, for example

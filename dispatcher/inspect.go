@@ -151,6 +151,13 @@ type GroupInfo struct {
 	// NextRunAt is when the first of its delayed jobs runs (live only).
 	Unplaceable int       `json:"unplaceable,omitempty"`
 	NextRunAt   time.Time `json:"next_run_at,omitzero"`
+	// WaitsFor names the groups it runs after (After, Then) that have not completed as it asks:
+	// none of its jobs is released meanwhile (live only).
+	WaitsFor []string `json:"waits_for,omitempty"`
+	// FollowedBy names the groups waiting on it, at most 20 (live only).
+	FollowedBy []string `json:"followed_by,omitempty"`
+	// Priority is its priority (Priority), 0 for none (live only).
+	Priority int `json:"priority,omitempty"`
 }
 
 // HeldBack is a limit holding some of a group's pending jobs back: Kind and Name say which
@@ -612,7 +619,7 @@ func groupInfo(g *wire.GroupLive) *GroupInfo {
 	gi := &GroupInfo{
 		ID: g.ID, Incarnation: g.Incarnation, Abandoned: g.Abandoned, Admitted: int(g.Admitted),
 		Queued: g.Queued, InFlight: g.InFlight, OpenedAt: g.OpenedAt, LastHeard: g.LastHeard, CompletedAt: g.CompletedAt,
-		HeldBack: g.HeldBack, Unplaceable: g.Unplaceable, NextRunAt: g.NextRunAt,
+		HeldBack: g.HeldBack, Unplaceable: g.Unplaceable, NextRunAt: g.NextRunAt, WaitsFor: g.WaitsFor, FollowedBy: g.FollowedBy, Priority: g.Priority,
 	}
 	switch {
 	case g.Complete:

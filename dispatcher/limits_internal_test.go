@@ -81,7 +81,7 @@ func TestGroupOptionsValidate(t *testing.T) {
 	}{{0, true}, {1, true}, {1000, true}, {-1, false}, {1001, false}} {
 		o := groupOptions{}
 		Weight(tc.w)(&o)
-		if err := o.validate(); (err == nil) != tc.ok {
+		if err := o.validate("g"); (err == nil) != tc.ok {
 			t.Errorf("Weight(%d): %v", tc.w, err)
 		}
 	}

@@ -112,7 +112,7 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := o.validate(); err != nil {
+	if err := o.validate(groupID); err != nil {
 		return nil, fmt.Errorf("%w of group %q: %w", ErrInvalidOption, groupID, err)
 	}
 	if err := context.Cause(ctx); err != nil {
@@ -121,7 +121,14 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 	if err := d.ensure(ctx); err != nil {
 		return nil, err
 	}
-	open := wire.GroupControl{Group: groupID, Op: wire.OpOpen, Weight: o.weight, Reply: d.reply}
+	open := wire.GroupControl{Group: groupID, Op: wire.OpOpen, Weight: o.weight, Reply: d.reply, After: o.edges(), Priority: o.priority}
+	answers, err := d.openAnswers(open)
+	if err != nil {
+		return nil, err
+	}
+	if answers != nil {
+		defer func() { _ = answers.Unsubscribe() }()
+	}
 	// A group ID with no control message stored (new, or its last incarnation finished and
 	// purged) is opened in one request: the open is stored only if the group's control subject
 	// is still empty, so it starts a new incarnation, nothing can be running, and its Handle
@@ -147,6 +154,9 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 		// A seal of a group that is not open is refused, and jobs of it would be: publish none.
 		return nil, fmt.Errorf("%w: %w", ErrNotOpened, err)
 	}
+	if err := d.awaitOpen(ctx, answers, groupID, openSeq); err != nil {
+		return nil, err
+	}
 	h = d.Attach(groupID)
 	h.openSeq, h.own = openSeq, true
 	if fresh {
@@ -171,6 +181,10 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 	if jobs != nil {
 		err = p.publishJobs(ctx, jobs)
 	}
+	if err == nil && len(o.then) > 0 {
+		// Before the seal: the group cannot complete before its follow-ups wait on it.
+		h.followUps, err = d.publishFollowUps(ctx, h, o.then)
+	}
 	return h, p.finish(ctx, err)
 }
 
@@ -178,7 +192,10 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 type GroupOption func(*groupOptions)
 
 type groupOptions struct {
-	weight int
+	weight   int
+	priority int
+	after    []Dependency
+	then     []FollowUp
 }
 
 // Weight scales the group's fair share of the worker slots: under the least in-flight policy a
@@ -188,11 +205,22 @@ type groupOptions struct {
 // the round-robin policy it has no effect.
 func Weight(w int) GroupOption { return func(o *groupOptions) { o.weight = w } }
 
-func (o *groupOptions) validate() error {
+// Priority puts the group's jobs ahead of those of groups of lower priority (0, the default, to
+// 9): whenever a pool has room, the coordinator releases a job of the highest priority that pool
+// can run, and shares the slots fairly (weights, least in-flight) only among groups of one
+// priority. Limits and MaxInFlightPerGroup still bound an urgent group; the slots they leave go
+// to lower priorities. For urgent work, not for ordering a backlog: groups of a low priority get
+// nothing while higher ones have jobs the pool can run.
+func Priority(p int) GroupOption { return func(o *groupOptions) { o.priority = p } }
+
+func (o *groupOptions) validate(groupID string) error {
 	if o.weight < 0 || o.weight > wire.MaxWeight {
 		return fmt.Errorf("weight %d outside 1..%d", o.weight, wire.MaxWeight)
 	}
-	return nil
+	if err := wire.ValidatePriority(o.priority); err != nil {
+		return err
+	}
+	return o.validateAfter(groupID)
 }
 
 // ErrNotOpened reports that Publish could not store the group's open. It published nothing else

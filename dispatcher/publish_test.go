@@ -23,6 +23,7 @@ import (
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
 	"github.com/weavejobs/weave/internal/config"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -744,21 +745,16 @@ func TestPublishDoesNotHoldAJobBack(t *testing.T) {
 	const n = 5
 	slow := func(yield func(dispatcher.Job) bool) {
 		for i := range n {
-			for {
+			err := testwait.Until(ctx, testwait.Interval, func() (string, error) {
 				stored, err := e.storedJobs(ctx)
-				if err != nil {
-					t.Errorf("count stored jobs: %v", err)
-					return
+				if err != nil || stored == i {
+					return "", err
 				}
-				if stored == i {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					t.Errorf("job %d is not stored: %v", i-1, ctx.Err())
-					return
-				case <-time.After(5 * time.Millisecond):
-				}
+				return fmt.Sprintf("job %d to be stored (%d are)", i-1, stored), nil
+			})
+			if err != nil {
+				t.Errorf("before job %d: %v", i, err)
+				return
 			}
 			if !yield(dispatcher.Job{Payload: []byte{byte(i)}}) {
 				return

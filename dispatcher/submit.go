@@ -24,13 +24,33 @@ import (
 // job: the coordinator refuses it (recorded in NS_REJECTED) and WaitJob waits until ctx ends, so
 // give single jobs their own IDs. Submitting the same group ID and key again within the dedup
 // window stores it once: Submit then returns the first one's ID and h.Duplicates() is 1.
-func (d *Dispatcher) Submit(ctx context.Context, groupID string, job Job) (h *Handle, id uint64, err error) {
-	msg, groupID, err := d.singleMsg(ctx, groupID, &job)
+//
+// Of the group options After and Priority apply (a single job's group has weight 1 and no
+// follow-ups of its own), as to a group Publish opens.
+func (d *Dispatcher) Submit(ctx context.Context, groupID string, job Job, opts ...GroupOption) (h *Handle, id uint64, err error) {
+	var o groupOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.weight > 1 || len(o.then) > 0 {
+		return nil, 0, fmt.Errorf("%w of single job %q: only After and Priority apply to a single job", ErrInvalidOption, groupID)
+	}
+	if err := wire.ValidatePriority(o.priority); err != nil {
+		return nil, 0, fmt.Errorf("%w of single job %q: %w", ErrInvalidOption, groupID, err)
+	}
+	msg, groupID, err := d.singleMsg(ctx, groupID, &job, o.edges(), o.priority)
 	if err != nil {
 		return nil, 0, err
 	}
 	if err := d.ensure(ctx); err != nil {
 		return nil, 0, err
+	}
+	answers, err := d.openAnswers(wire.GroupControl{Group: groupID, After: o.edges()})
+	if err != nil {
+		return nil, 0, err
+	}
+	if answers != nil {
+		defer func() { _ = answers.Unsubscribe() }()
 	}
 	mark := d.outcomeMark()
 	rctx, cancel := d.requestContext(ctx)
@@ -40,6 +60,9 @@ func (d *Dispatcher) Submit(ctx context.Context, groupID string, job Job) (h *Ha
 	ack, err := d.js.PublishMsg(rctx, msg, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
 	if err != nil {
 		return nil, 0, fmt.Errorf("weave: submit job (key %q) as group %q: %w", job.Key, groupID, err)
+	}
+	if err := d.awaitOpen(ctx, answers, groupID, ack.Sequence); err != nil {
+		return nil, 0, err
 	}
 	return d.singleHandle(groupID, ack, mark), ack.Sequence, nil
 }
@@ -70,7 +93,7 @@ func (d *Dispatcher) SubmitMany(ctx context.Context, jobs []Single) ([]Submitted
 	groups := make([]string, len(jobs))
 	for i := range jobs {
 		var err error
-		if msgs[i], groups[i], err = d.singleMsg(ctx, jobs[i].Group, &jobs[i].Job); err != nil {
+		if msgs[i], groups[i], err = d.singleMsg(ctx, jobs[i].Group, &jobs[i].Job, nil, 0); err != nil {
 			return nil, fmt.Errorf("job %d: %w", i, err)
 		}
 	}
@@ -153,14 +176,14 @@ func (d *Dispatcher) SubmitMany(ctx context.Context, jobs []Single) ([]Submitted
 
 // singleMsg checks job and returns its message as a single job of groupID (generated when
 // empty), and the group ID.
-func (d *Dispatcher) singleMsg(ctx context.Context, groupID string, job *Job) (*nats.Msg, string, error) {
+func (d *Dispatcher) singleMsg(ctx context.Context, groupID string, job *Job, after []wire.After, priority int) (*nats.Msg, string, error) {
 	if groupID == "" {
 		groupID = "job-" + nuid.Next()
 	}
 	if err := validateGroupID(groupID); err != nil {
 		return nil, "", err
 	}
-	meta := wire.JobMeta{Group: groupID, Key: job.Key, Require: job.Require, Prefer: job.Prefer, MaxAttempts: job.MaxAttempts, Timeout: job.Timeout, Single: true, Reply: d.reply}
+	meta := wire.JobMeta{Group: groupID, Key: job.Key, Require: job.Require, Prefer: job.Prefer, MaxAttempts: job.MaxAttempts, Timeout: job.Timeout, Single: true, Reply: d.reply, After: after, Priority: priority}
 	runAt, err := job.runAt(time.Now())
 	if err == nil {
 		meta.RunAt = runAt

@@ -13,6 +13,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -186,7 +187,7 @@ func TestAlarmBacklogAndPendingGrowth(t *testing.T) {
 	w.await(coordinator.AlarmBacklog, "raised")
 	// Its values follow the latest tick: the last jobs published may come after it.
 	var a coordinator.Alarm
-	eventually(t, 10*time.Second, "the backlog alarm to count every job", func() bool {
+	testwait.For(t, 10*time.Second, "the backlog alarm to count every job", func() bool {
 		a = e.checkRaised(c, coordinator.AlarmBacklog)
 		return a.Values["pending"] == 30
 	})
@@ -252,7 +253,7 @@ func TestAlarmWorkerLost(t *testing.T) {
 	names, _ := wire.NewNames(e.ns)
 	hb := wire.Heartbeat{Worker: "doomed", Pool: wire.PoolKey(nil), Concurrency: 1, Sleeping: 1, IntervalMS: 100, Run: "r1"}
 	// Beat until the coordinator knows the worker (it may not be listening yet), then stop.
-	eventually(t, 30*time.Second, "the worker to join", func() bool {
+	testwait.For(t, 30*time.Second, "the worker to join", func() bool {
 		if err := e.nc.Publish(names.HeartbeatSubject(hb.Pool, hb.Worker), hb.Marshal()); err != nil {
 			t.Fatal(err)
 		}

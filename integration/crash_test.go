@@ -19,6 +19,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -138,7 +139,7 @@ func coordinatorKill9(t *testing.T, packed bool) {
 		}
 		hs = append(hs, e.publish(fmt.Sprint("g", g), js))
 	}
-	eventually(t, time.Minute, "a quarter of the jobs to complete", func() bool { return completed.Load() >= groups*perGroup/4 })
+	testwait.For(t, time.Minute, "a quarter of the jobs to complete", func() bool { return completed.Load() >= groups*perGroup/4 })
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +204,7 @@ func TestCoordinatorLeaseLost(t *testing.T) {
 	}
 	names, _ := wire.NewNames(e.ns)
 	var kv jetstream.KeyValue
-	eventually(t, 30*time.Second, "the coordinator to hold the lease", func() bool {
+	testwait.For(t, 30*time.Second, "the coordinator to hold the lease", func() bool {
 		if kv == nil {
 			if kv, err = js.KeyValue(e.ctx, names.LeaseBucket()); err != nil {
 				kv = nil
@@ -284,7 +285,7 @@ func TestKeyAfterRestart(t *testing.T) {
 	}
 	e.coordinator(coordinator.Config{})
 	// Let the jobs finish once the new coordinator has replayed (it answers status then).
-	eventually(t, 30*time.Second, "the new coordinator to answer status", func() bool {
+	testwait.For(t, 30*time.Second, "the new coordinator to answer status", func() bool {
 		_, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		return err == nil
 	})
@@ -329,7 +330,7 @@ func TestRestartOnPurgedStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wait(e.publish("g", jobs(10, nil)))
-	eventually(t, 30*time.Second, "the complete group to be purged from JOBS", func() bool {
+	testwait.For(t, 30*time.Second, "the complete group to be purged from JOBS", func() bool {
 		s, err := js.Stream(e.ctx, names.JobsStream())
 		return err == nil && s.CachedInfo().State.Msgs == 1 && s.CachedInfo().State.LastSeq > 1
 	})
@@ -339,7 +340,7 @@ func TestRestartOnPurgedStreams(t *testing.T) {
 	_ = first.Wait()
 	e.startChildCoordinator()
 	// Nothing is published until it answers: a new message would end its wait.
-	eventually(t, 20*time.Second, "the new coordinator to end replay and answer status", func() bool {
+	testwait.For(t, 20*time.Second, "the new coordinator to end replay and answer status", func() bool {
 		ctx, cancel := context.WithTimeout(e.ctx, time.Second)
 		defer cancel()
 		_, err := coordinator.QueryStatus(ctx, e.nc, e.ns)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -57,7 +58,7 @@ func TestDelayedJobsSurviveRestart(t *testing.T) {
 		}
 	}))
 	// The jobs without a delay run now; the delayed ones wait.
-	eventually(t, 30*time.Second, "the undelayed jobs to start", func() bool {
+	testwait.For(t, 30*time.Second, "the undelayed jobs to start", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(started) >= 4
@@ -77,7 +78,7 @@ func TestDelayedJobsSurviveRestart(t *testing.T) {
 	// Restart the coordinator while the jobs wait: the next one replays them as delayed.
 	stop()
 	defer startCoordinator()()
-	eventually(t, 30*time.Second, "the new coordinator to report job k1 delayed", func() bool {
+	testwait.For(t, 30*time.Second, "the new coordinator to report job k1 delayed", func() bool {
 		info, err := e.d.Job(e.ctx, first+1)
 		if err != nil && !errors.Is(err, dispatcher.ErrNoCoordinator) {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/spreader"
 	"github.com/weavejobs/weave/worker"
 )
@@ -130,7 +131,7 @@ func fairnessRun(t *testing.T, policy spreader.Policy) (share map[string]float64
 	for _, g := range []string{"A", "B", "C"} {
 		hs = append(hs, e.publish(g, jobs(counts[g], nil)))
 	}
-	eventually(t, time.Minute, "all groups running", func() bool {
+	testwait.For(t, time.Minute, "all groups running", func() bool {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
 		return tr.runsOf("A") > 0 && tr.runsOf("B") > 0 && tr.runsOf("C") > 0
@@ -139,7 +140,7 @@ func fairnessRun(t *testing.T, policy spreader.Policy) (share map[string]float64
 	tr.advance(time.Now())
 	start, base := time.Now(), cloneArea(tr.area)
 	tr.mu.Unlock()
-	eventually(t, time.Minute, "measurement window", func() bool { return time.Since(start) >= time.Second })
+	testwait.For(t, time.Minute, "measurement window", func() bool { return time.Since(start) >= time.Second })
 	tr.mu.Lock()
 	tr.advance(time.Now())
 	elapsed := time.Since(start)
@@ -191,7 +192,7 @@ func TestAffinityRequired(t *testing.T) {
 			j.Require = []string{"gpu"}
 		}
 	}))
-	eventually(t, 30*time.Second, "the jobs without requirement to run and the others to wait", func() bool {
+	testwait.For(t, 30*time.Second, "the jobs without requirement to run and the others to wait", func() bool {
 		st, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		if err != nil {
 			return false
@@ -238,7 +239,7 @@ func TestAffinityPreferred(t *testing.T) {
 	e.worker(worker.Config{ID: "plain", Concurrency: 4}, tr.handler("plain", nil))
 	e.waitWorkers(2)
 	first := e.publish("first", jobs(1, func(_ int, j *dispatcher.Job) { j.Prefer = []string{"cache"} }))
-	eventually(t, 30*time.Second, "the first preferring job to reach the cache holder", func() bool {
+	testwait.For(t, 30*time.Second, "the first preferring job to reach the cache holder", func() bool {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
 		return tr.running["first"] == 1
@@ -359,7 +360,7 @@ func TestCancelRunningGroup(t *testing.T) {
 		return nil, ctx.Err()
 	})
 	h := e.publish("doomed", jobs(10, nil))
-	eventually(t, 30*time.Second, "two jobs running", func() bool { return started.Load() == 2 })
+	testwait.For(t, 30*time.Second, "two jobs running", func() bool { return started.Load() == 2 })
 	asked := time.Now()
 	if err := h.Cancel(e.ctx); err != nil {
 		t.Fatal(err)

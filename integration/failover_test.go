@@ -16,6 +16,7 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -209,6 +210,35 @@ func TestClusterReplayAfterTakeover(t *testing.T) {
 	}
 }
 
+// TestClusterCoordinatorFollowsNamespaceReplicas: a coordinator started without replicas (as
+// 'weave coordinator' without --replicas) on a namespace created with 3 creates its lease and
+// release-key buckets with 3 replicas too: one replica would make the lease a single point of
+// failure on the cluster.
+func TestClusterCoordinatorFollowsNamespaceReplicas(t *testing.T) {
+	t.Parallel()
+	e := setupCluster(t)
+	e.streams = coordinator.StreamOptions{}
+	e.clusterCoordinator(coordinator.Config{})
+	e.clusterWorker(2, func(_ context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
+	if sum, err := e.publish("g", jobs(3, nil)).WaitSummary(e.ctx); err != nil || sum.Done != 3 {
+		t.Fatalf("group: %+v %v", sum, err)
+	}
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := wire.NewNames(e.ns)
+	for _, bucket := range []string{names.LeaseBucket(), names.KeyBucket()} {
+		s, err := js.Stream(e.ctx, "KV_"+bucket)
+		if err != nil {
+			t.Fatalf("bucket %s: %v", bucket, err)
+		}
+		if got := s.CachedInfo().Config.Replicas; got != 3 {
+			t.Errorf("bucket %s has %d replicas, want the namespace's 3", bucket, got)
+		}
+	}
+}
+
 // TestClusterNodeLoss: the node leading the RESULTS stream (where outcomes and summaries go),
 // which the coordinator is connected to, is shut down while groups run. Every group still gets
 // its summary with every job done: writes lost with the node or failed during the election
@@ -266,7 +296,7 @@ func TestClusterNodeLoss(t *testing.T) {
 		defer mu.Unlock()
 		return len(starts)
 	}
-	eventually(t, time.Minute, "a quarter of the jobs to start", func() bool { return started() >= groups*perGroup/4 })
+	testwait.For(t, time.Minute, "a quarter of the jobs to start", func() bool { return started() >= groups*perGroup/4 })
 	// The streams the node leads: job starts pause for the election of each (nats-server draws
 	// its election timeout between 4 and 9 s), most for EVENTS, which carries every report.
 	var led []string
@@ -346,7 +376,7 @@ func TestWritesRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "a tenth of the jobs to start", func() bool { return started.Load() >= groups*perGroup/10 })
+	testwait.For(t, time.Minute, "a tenth of the jobs to start", func() bool { return started.Load() >= groups*perGroup/10 })
 	info, err := results.Info(e.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -359,7 +389,7 @@ func TestWritesRetried(t *testing.T) {
 	}
 	// Refused until some job finished since: its outcome write failed.
 	doneAt := started.Load()
-	eventually(t, time.Minute, "more jobs to run while RESULTS refuses writes", func() bool { return started.Load() >= doneAt+2*8 })
+	testwait.For(t, time.Minute, "more jobs to run while RESULTS refuses writes", func() bool { return started.Load() >= doneAt+2*8 })
 	if _, err := js.UpdateStream(e.ctx, open); err != nil {
 		t.Fatal(err)
 	}
@@ -409,12 +439,12 @@ func TestClusterTakeover(t *testing.T) {
 	for g := range groups {
 		hs = append(hs, e.publish(fmt.Sprint("g", g), jobs(perGroup, nil)))
 	}
-	eventually(t, time.Minute, "the active coordinator to run jobs", func() bool { return started.Load() > 0 })
+	testwait.For(t, time.Minute, "the active coordinator to run jobs", func() bool { return started.Load() > 0 })
 	e.clusterCoordinator(coordinator.Config{Logger: testLogger("standby")}) // waits as a standby
 
 	lostAt := time.Now()
 	activeConn.Close()
-	eventually(t, time.Minute, "the standby to answer status", func() bool {
+	testwait.For(t, time.Minute, "the standby to answer status", func() bool {
 		ctx, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
 		defer cancel()
 		_, err := coordinator.QueryStatus(ctx, e.nc, e.ns)
@@ -502,7 +532,7 @@ func TestWorkerStartsThroughLostQuorum(t *testing.T) {
 	// the fault makes that certain: the coordinator stands by again, as 'weave coordinator'
 	// does, and must carry on once the cluster is back, beside the worker started through it.
 	e.clusterCoordinator(coordinator.Config{LeaseTTL: 2 * time.Second}, servers[0])
-	eventually(t, time.Minute, "the coordinator to answer status", func() bool {
+	testwait.For(t, time.Minute, "the coordinator to answer status", func() bool {
 		_, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		return err == nil
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/auth"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -79,7 +80,7 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 		}
 		return st
 	}
-	eventually(t, time.Minute, "the coordinator to answer", func() bool { return status().Epoch != 0 })
+	testwait.For(t, time.Minute, "the coordinator to answer", func() bool { return status().Epoch != 0 })
 
 	// Worker A runs two jobs, each in a batch of its own, and holds each until the test lets it go.
 	running := make(chan *worker.Job, 2)
@@ -202,7 +203,7 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 	// Worker A ends job one: its report, with the release's proof, is stored after the forged
 	// ones, and its batch acknowledged (gone from WORK), so only the proof shows the release.
 	close(letGo["one"])
-	eventually(t, time.Minute, "job one's batch to be acknowledged", func() bool {
+	testwait.For(t, time.Minute, "job one's batch to be acknowledged", func() bool {
 		s, err := coordJS.Stream(pe.ctx, names.WorkStream())
 		return err == nil && s.CachedInfo().State.Msgs == 1
 	})
@@ -210,7 +211,7 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 	// A coordinator starts, while worker B's user claims pool a in heartbeats on its own subject.
 	stopSecond := startCoordinator("coordinator 2")
 	claim := wire.Heartbeat{Version: wire.Version, Worker: "wb", Pool: poolA, Resources: []string{"a"}, Concurrency: 1000, Sleeping: 1000, IntervalMS: 250, Run: "forged"}
-	eventually(t, time.Minute, "the forged heartbeats to be refused", func() bool {
+	testwait.For(t, time.Minute, "the forged heartbeats to be refused", func() bool {
 		if err := wbNC.Publish(names.HeartbeatSubject(poolB, "wb"), claim.Marshal()); err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +232,7 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 		}
 	}
 	left := len(rejectedAt)
-	eventually(t, time.Minute, "every stored forgery and a forged heartbeat to be recorded in NS_REJECTED", func() bool {
+	testwait.For(t, time.Minute, "every stored forgery and a forged heartbeat to be recorded in NS_REJECTED", func() bool {
 		note(recorded.next())
 		if len(rejectedAt) != left {
 			left = len(rejectedAt)
@@ -239,7 +240,7 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 		}
 		return len(rejectedAt) == 0 && heartbeats > 0
 	})
-	eventually(t, time.Minute, "worker A's heartbeats to reach the new coordinator", func() bool { return len(status().Workers) == 1 })
+	testwait.For(t, time.Minute, "worker A's heartbeats to reach the new coordinator", func() bool { return len(status().Workers) == 1 })
 	st := status()
 	if st.Totals.RejectedReports != 5 {
 		t.Errorf("rejected_reports = %d, want the 5 forged reports", st.Totals.RejectedReports)
@@ -287,7 +288,7 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 	epoch := status().Epoch
 	stopSecond()
 	startCoordinator("coordinator 3")
-	eventually(t, time.Minute, "the third coordinator to answer", func() bool { return status().Epoch > epoch })
+	testwait.For(t, time.Minute, "the third coordinator to answer", func() bool { return status().Epoch > epoch })
 	m = nats.NewMsg(names.ReportSubject(poolB, "wb"))
 	m.Data = wire.AppendReports(nil, "wb", []wire.Report{{ID: never, Attempt: 1, Status: wire.StatusOK, Data: forged}})
 	ack, err := wbJS.PublishMsg(pe.ctx, m)
@@ -295,7 +296,7 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := strconv.FormatUint(ack.Sequence, 10)
-	eventually(t, time.Minute, "the live forgery to be recorded", func() bool {
+	testwait.For(t, time.Minute, "the live forgery to be recorded", func() bool {
 		note(recorded.next())
 		return forgedReports[last] > 0
 	})

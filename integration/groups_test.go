@@ -15,6 +15,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -108,7 +109,7 @@ func TestIncarnationsSurviveCoordinatorKill(t *testing.T) {
 	h3 := e.publish("g", jobs(3, func(i int, j *dispatcher.Job) {
 		j.Key, j.Payload = fmt.Sprint("again-", i), []byte("hold")
 	}))
-	eventually(t, 30*time.Second, "the third incarnation's jobs to start", func() bool { return hold.started.Load() == 3 })
+	testwait.For(t, 30*time.Second, "the third incarnation's jobs to start", func() bool { return hold.started.Load() == 3 })
 	restart()
 	hold.release()
 	third := e.waitFor(h3)
@@ -164,7 +165,7 @@ func TestRedriveSurvivesCoordinatorKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the redriven jobs to start", func() bool { return hold.started.Load() == 2 })
+	testwait.For(t, 30*time.Second, "the redriven jobs to start", func() bool { return hold.started.Load() == 2 })
 	if err := coord.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +225,7 @@ func TestUnsealedGroupsDoNotBlock(t *testing.T) {
 		t.Fatalf("normal group behind %d unsealed ones: %+v", stalled, res.Summary)
 	}
 	var st *coordinator.Status
-	eventually(t, 30*time.Second, "status to show the unsealed groups", func() bool {
+	testwait.For(t, 30*time.Second, "status to show the unsealed groups", func() bool {
 		var err error
 		st, err = coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		// (Finished groups leave the index, so "done" counts here would race with the normal

@@ -16,11 +16,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/leakcheck"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
@@ -31,11 +32,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
-	var opts []goleak.Option
-	for _, fn := range jstest.ServerGoroutineLeaks {
-		opts = append(opts, goleak.IgnoreTopFunction(fn))
-	}
-	goleak.VerifyTestMain(m, opts...)
+	leakcheck.Main(m)
 }
 
 // env is one test's isolated Weave deployment: its own namespace on a shared or own server.
@@ -76,24 +73,18 @@ const jsClusterNoPeers = 10005
 // deadline so that a request lost while the cluster forms does not wait for ctx's.
 func initNamespace(ctx context.Context, t *testing.T, nc *nats.Conn, ns string, opts coordinator.StreamOptions) {
 	t.Helper()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	err := testwait.Until(ctx, 50*time.Millisecond, func() (string, error) {
 		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		_, err := coordinator.InitNamespace(tctx, nc, ns, opts)
 		cancel()
 		var apiErr *jetstream.APIError
-		if err == nil {
-			return
+		if err == nil || ctx.Err() != nil || !(errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNoPeers || topology.Transient(err)) {
+			return "", err
 		}
-		if ctx.Err() != nil || !(errors.As(err, &apiErr) && apiErr.ErrorCode == jsClusterNoPeers || topology.Transient(err)) {
-			t.Fatalf("init namespace %s: %v", ns, err)
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatalf("init namespace %s: %v", ns, err)
-		}
+		return fmt.Sprintf("the cluster to place the streams (%v)", err), nil
+	})
+	if err != nil {
+		t.Fatalf("init namespace %s: %v", ns, err)
 	}
 }
 
@@ -186,7 +177,7 @@ func (e *env) wait(h *dispatcher.Handle) *dispatcher.Result {
 // waitWorkers waits until the coordinator knows n live workers.
 func (e *env) waitWorkers(n int) {
 	e.t.Helper()
-	eventually(e.t, 30*time.Second, fmt.Sprintf("%d workers to join", n), func() bool {
+	testwait.For(e.t, 30*time.Second, fmt.Sprintf("%d workers to join", n), func() bool {
 		st, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		return err == nil && len(st.Workers) == n
 	})
@@ -233,20 +224,6 @@ func (e *env) stream(name string) jetstream.Stream {
 		e.t.Fatal(err)
 	}
 	return s
-}
-
-// eventually waits for cond with a deadline.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
-	}
 }
 
 // tracker records, from the handlers' side, which jobs of which groups run when.

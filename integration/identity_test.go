@@ -9,6 +9,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -98,7 +99,7 @@ func TestRestartedWorkerIDAccepted(t *testing.T) {
 	crash()
 	<-first
 	again, _ := e.runWorkerAs(e.ctx, "phoenix")
-	eventually(t, 30*time.Second, "the restarted worker to be live", func() bool {
+	testwait.For(t, 30*time.Second, "the restarted worker to be live", func() bool {
 		select {
 		case err := <-again:
 			t.Fatalf("the restarted worker stopped: %v", err)

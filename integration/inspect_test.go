@@ -11,6 +11,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -79,7 +80,7 @@ func TestInspectJobsAndGroups(t *testing.T) {
 		}
 		return info
 	}
-	eventually(t, 30*time.Second, "held running and later waiting for its retry", func() bool {
+	testwait.For(t, 30*time.Second, "held running and later waiting for its retry", func() bool {
 		return byKey("ins", "held").State == dispatcher.StateRunning && byKey("ins", "later").State == dispatcher.StateRetryWait
 	})
 
@@ -134,7 +135,7 @@ func TestInspectJobsAndGroups(t *testing.T) {
 	}
 	e.wait(h)
 	// After it completed and the coordinator forgot it: the stored summary and outcomes.
-	eventually(t, 30*time.Second, "both groups retained", func() bool {
+	testwait.For(t, 30*time.Second, "both groups retained", func() bool {
 		gs, err := e.d.Groups(e.ctx)
 		return err == nil && len(gs) == 2 && gs[0].CompletedAt.After(before) && gs[1].CompletedAt.After(before)
 	})
@@ -266,7 +267,7 @@ func TestStatusListsStandbys(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.coordinator(coordinator.Config{})
-	eventually(t, 30*time.Second, "the coordinator to answer", func() bool {
+	testwait.For(t, 30*time.Second, "the coordinator to answer", func() bool {
 		_, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		return err == nil
 	})
@@ -284,7 +285,7 @@ func TestStatusListsStandbys(t *testing.T) {
 		}
 		return st.Standbys
 	}
-	eventually(t, 10*time.Second, "the standby to be listed", func() bool { return len(standbys()) == 1 })
+	testwait.For(t, 10*time.Second, "the standby to be listed", func() bool { return len(standbys()) == 1 })
 	if sb := standbys()[0]; sb.Holder == "" || sb.Since.IsZero() {
 		t.Errorf("standby: %+v", sb)
 	}
@@ -292,7 +293,7 @@ func TestStatusListsStandbys(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the stopped standby to be forgotten", func() bool { return len(standbys()) == 0 })
+	testwait.For(t, 10*time.Second, "the stopped standby to be forgotten", func() bool { return len(standbys()) == 0 })
 }
 
 func mapsEqual[K comparable, V comparable](a, b map[K]V) bool {

@@ -19,6 +19,7 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -329,7 +330,7 @@ func TestWorkerKill9(t *testing.T) {
 	child, held := e.startChildWorker(childWorkerSlots)
 	e.waitWorkers(1)
 	h := e.publish("survivor", jobs(n, nil))
-	eventually(t, 30*time.Second, "the child worker to run a job in each of its slots", func() bool {
+	testwait.For(t, 30*time.Second, "the child worker to run a job in each of its slots", func() bool {
 		return len(held()) == childWorkerSlots
 	})
 
@@ -404,7 +405,7 @@ func TestOrphanedPoolRescued(t *testing.T) {
 	e := setup(t)
 	e.coordinator(coordinator.Config{Prefetch: prefetch, RescueAfter: 500 * time.Millisecond})
 	h := e.publish("orphan", jobs(n, func(_ int, j *dispatcher.Job) { j.Prefer = []string{"gpu"} }))
-	eventually(t, 30*time.Second, "the jobs to be admitted", func() bool {
+	testwait.For(t, 30*time.Second, "the jobs to be admitted", func() bool {
 		st, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		return err == nil && st.Jobs["pending"] == n
 	})
@@ -412,7 +413,7 @@ func TestOrphanedPoolRescued(t *testing.T) {
 	// in WORK, undelivered.
 	child, held := e.startChildWorker(1, "gpu")
 	gpu := wire.PoolKey([]string{"gpu"})
-	eventually(t, 30*time.Second, "the gpu worker to run one job, four more released to its pool", func() bool {
+	testwait.For(t, 30*time.Second, "the gpu worker to run one job, four more released to its pool", func() bool {
 		st, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		if err != nil || len(held()) != 1 {
 			return false
@@ -551,7 +552,7 @@ func TestReattachAfterSubmitterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, last := h1.FirstID(), h1.LastID()
-	eventually(t, 30*time.Second, "half the jobs to finish", func() bool { return finished.Load() == n/2 })
+	testwait.For(t, 30*time.Second, "half the jobs to finish", func() bool { return finished.Load() == n/2 })
 	nc1.Close() // the submitter goes away
 
 	nc2 := jstest.NewConn(t, e.srv.ClientURL())
@@ -606,7 +607,7 @@ func TestGracefulWorkerDrain(t *testing.T) {
 	// Publish first, so the coordinator releases the first jobs in one batch when the worker
 	// joins: 2 to run and 3 to queue.
 	h := e.publish("drain", jobs(n, nil))
-	eventually(t, 30*time.Second, "the jobs to be admitted", func() bool {
+	testwait.For(t, 30*time.Second, "the jobs to be admitted", func() bool {
 		st, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		return err == nil && st.Jobs["pending"] == n
 	})
@@ -628,14 +629,14 @@ func TestGracefulWorkerDrain(t *testing.T) {
 		})
 	var openGate sync.Once
 	t.Cleanup(func() { openGate.Do(func() { close(gate) }) }) // before stopping a, should the test stop early
-	eventually(t, 30*time.Second, "worker a to run 2 jobs and queue more", func() bool {
+	testwait.For(t, 30*time.Second, "worker a to run 2 jobs and queue more", func() bool {
 		st := a.Stats()
 		return st.Busy == slots && st.Queued > 0
 	})
 	queued := a.Stats().Queued
 	stopped := make(chan error, 1)
 	go func() { stopped <- stopA() }()
-	eventually(t, 30*time.Second, "worker a to release its queued jobs", func() bool {
+	testwait.For(t, 30*time.Second, "worker a to release its queued jobs", func() bool {
 		st := a.Stats()
 		return st.Draining && st.Returned == uint64(queued)
 	})
@@ -647,7 +648,7 @@ func TestGracefulWorkerDrain(t *testing.T) {
 		seenOnB.Store(j.ID, j.Attempt)
 		return tr.handler("b", nil)(ctx, j)
 	})
-	eventually(t, 30*time.Second, "worker b to run every job but a's running ones", func() bool {
+	testwait.For(t, 30*time.Second, "worker b to run every job but a's running ones", func() bool {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
 		return tr.started["drain"] == n

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -76,7 +77,7 @@ func TestLimitsHoldAcrossCoordinatorKill(t *testing.T) {
 	polite := e.publish("polite", jobs(40, nil))
 	free := e.publish("free", jobs(200, nil))
 
-	eventually(t, time.Minute, "a quarter of the limited jobs to finish", func() bool {
+	testwait.For(t, time.Minute, "a quarter of the limited jobs to finish", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return siteN >= 15
@@ -220,7 +221,7 @@ func TestLimitInForceWhenSetReturns(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 10*time.Second, "the coordinator to answer status", func() bool {
+	testwait.For(t, 10*time.Second, "the coordinator to answer status", func() bool {
 		_, err := coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		return err == nil
 	})

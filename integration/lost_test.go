@@ -10,6 +10,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -47,7 +48,7 @@ func TestBatchLostInDelivery(t *testing.T) {
 	}
 	e.background("worker", w.Run)
 	e.waitWorkers(1)
-	eventually(t, 10*time.Second, "the worker to pull", func() bool { return w.Stats().Pulls > 0 })
+	testwait.For(t, 10*time.Second, "the worker to pull", func() bool { return w.Stats().Pulls > 0 })
 
 	// The worker's connection passes nothing while the batch is delivered to it.
 	proxy.Freeze()
@@ -57,7 +58,7 @@ func TestBatchLostInDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	js := jstest.NewJetStream(t, e.nc)
-	eventually(t, 10*time.Second, "the batch to be delivered", func() bool {
+	testwait.For(t, 10*time.Second, "the batch to be delivered", func() bool {
 		c, err := js.Consumer(e.ctx, names.WorkStream(), names.WorkConsumer(w.Pool()))
 		if err != nil {
 			return false

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // The nats-server binary, built from this module's nats-server dependency once per test binary
@@ -80,18 +82,15 @@ func startNATSProc(t *testing.T, conf string, env ...string) *natsProc {
 			t.Logf("nats-server log:\n%s", p.output)
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Seen(t, 30*time.Second, "nats-server to listen on "+p.addr(), func() (bool, string) {
 		c, err := net.DialTimeout("tcp", p.addr(), time.Second)
-		if err == nil {
-			c.Close()
-			return p
+		if err != nil {
+			return false, err.Error() // the cleanup logs the server's output
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nats-server did not listen on %s: %v\n%s", p.addr(), err, p.output)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a port: there is nothing to wait on
-	}
+		c.Close()
+		return true, ""
+	})
+	return p
 }
 
 func (p *natsProc) addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }

@@ -16,6 +16,7 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/auth"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -121,7 +122,7 @@ func TestPermissions(t *testing.T) {
 		}
 		return st
 	}
-	eventually(t, 30*time.Second, "the coordinator to answer the observer's status", func() bool {
+	testwait.For(t, 30*time.Second, "the coordinator to answer the observer's status", func() bool {
 		_, err := coordinator.QueryStatus(pe.ctx, obsNC, ns)
 		return err == nil
 	})
@@ -183,7 +184,7 @@ func TestPermissions(t *testing.T) {
 			return nil // worker B's crash, below
 		})
 	}
-	eventually(t, 30*time.Second, "both workers to join", func() bool { return len(status().Workers) == 2 })
+	testwait.For(t, 30*time.Second, "both workers to join", func() bool { return len(status().Workers) == 2 })
 
 	// (a) The producer publishes a group needing both pools and waits for it.
 	prodNC, prodErrs := pe.connect("perm-producer")
@@ -354,7 +355,7 @@ func TestPermissions(t *testing.T) {
 	if err := wbNC.Publish(names.HeartbeatSubject(poolB, "wb"), forged.Marshal()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the forged heartbeat to be refused", func() bool { return status().Totals.RejectedHeartbeats >= 1 })
+	testwait.For(t, 10*time.Second, "the forged heartbeat to be refused", func() bool { return status().Totals.RejectedHeartbeats >= 1 })
 	for _, p := range status().Pools {
 		if p.Key == poolA && p.Slots != 2 {
 			t.Fatalf("pool A has %d slots after a forged heartbeat, want 2", p.Slots)
@@ -391,7 +392,7 @@ func TestPermissions(t *testing.T) {
 	if _, err := wbJS.Publish(pe.ctx, names.ReportSubject(poolB, "wb"), report); err != nil {
 		t.Fatalf("worker B publishing on its own report subject: %v", err)
 	}
-	eventually(t, 10*time.Second, "the forged report to be refused", func() bool { return status().Totals.RejectedReports >= 1 })
+	testwait.For(t, 10*time.Second, "the forged report to be refused", func() bool { return status().Totals.RejectedReports >= 1 })
 	close(releaseHeld)
 	out, err := h2.WaitKey(pe.ctx, "held")
 	if err != nil {

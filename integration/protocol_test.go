@@ -12,6 +12,7 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -36,7 +37,7 @@ func TestRawProtocol(t *testing.T) {
 			m.Header.Set(hdr[i], hdr[i+1])
 		}
 		// The streams may not exist until a component created them; retry until stored.
-		eventually(t, 30*time.Second, "publish "+subject, func() bool {
+		testwait.For(t, 30*time.Second, "publish "+subject, func() bool {
 			_, err := js.PublishMsg(e.ctx, m)
 			return err == nil
 		})

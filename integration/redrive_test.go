@@ -12,6 +12,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -124,7 +125,7 @@ func TestRedriveDecidedByCoordinator(t *testing.T) {
 	if err != nil || h.Accepted() != 1 {
 		t.Fatalf("Redrive of one job = %v, %v", h, err)
 	}
-	eventually(t, 30*time.Second, "the redriven job to start", func() bool { return w.hold.started.Load() == 1 })
+	testwait.For(t, 30*time.Second, "the redriven job to start", func() bool { return w.hold.started.Load() == 1 })
 	running, err := e.d.Redrive(e.ctx, "g")
 	if !errors.Is(err, dispatcher.ErrGroupRunning) || running == nil {
 		t.Fatalf("Redrive while the new incarnation runs = %v, %v; want ErrGroupRunning with a Handle", running, err)
@@ -175,7 +176,7 @@ func TestRedriveStoredWithoutCoordinator(t *testing.T) {
 	w.failing.Store(false)
 	w.holding.Store(true)
 	e.stoppableCoordinator()
-	eventually(t, 30*time.Second, "the stored redrive's jobs to start", func() bool { return w.hold.started.Load() == 2 })
+	testwait.For(t, 30*time.Second, "the stored redrive's jobs to start", func() bool { return w.hold.started.Load() == 2 })
 	h, err := e.d.Redrive(e.ctx, "g")
 	if !errors.Is(err, dispatcher.ErrGroupRunning) || h == nil {
 		t.Fatalf("Redrive while the stored one runs = %v, %v; want ErrGroupRunning with a Handle", h, err)
@@ -231,7 +232,7 @@ func TestRedriveResumedAfterCoordinatorReplaced(t *testing.T) {
 	w.failing.Store(false)
 	w.holding.Store(true)
 	e.stoppableCoordinator()
-	eventually(t, 30*time.Second, "both redriven jobs to start", func() bool { return w.hold.started.Load() == 2 })
+	testwait.For(t, 30*time.Second, "both redriven jobs to start", func() bool { return w.hold.started.Load() == 2 })
 	h, err := e.d.Redrive(e.ctx, "g")
 	if !errors.Is(err, dispatcher.ErrGroupRunning) || h == nil || !containsText([]string{err.Error()}, strconv.FormatUint(openSeq, 10)) {
 		t.Fatalf("Redrive while the resumed one runs = %v, %v; want ErrGroupRunning naming incarnation %d", h, err, openSeq)
@@ -272,7 +273,7 @@ func TestRedriveKeepsWeight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the redriven job to start", func() bool { return w.hold.started.Load() == 1 })
+	testwait.For(t, 30*time.Second, "the redriven job to start", func() bool { return w.hold.started.Load() == 1 })
 
 	names, _ := wire.NewNames(e.ns)
 	s := e.jobsStream()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
@@ -70,7 +71,7 @@ func TestStreamsShrinkBack(t *testing.T) {
 	if n := count("RESULTS"); n == 0 {
 		t.Fatal("outcomes gone before their retention")
 	}
-	eventually(t, 30*time.Second, "the streams to shrink back", func() bool {
+	testwait.For(t, 30*time.Second, "the streams to shrink back", func() bool {
 		return count("JOBS") == 0 && count("RESULTS") == 0 && count("WORK") == 0 && count("EVENTS") <= 2 && count("REJECTED") == 1
 	})
 	t.Logf("after retention: JOBS %d, RESULTS %d, WORK %d, EVENTS %d messages", count("JOBS"), count("RESULTS"), count("WORK"), count("EVENTS"))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -68,7 +69,7 @@ func TestScheduleFiresEachTickOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "three ticks' groups to run", func() bool {
+	testwait.For(t, 30*time.Second, "three ticks' groups to run", func() bool {
 		ids, _ := rc.groups("tick", 2)
 		return len(ids) >= 3
 	})
@@ -89,7 +90,7 @@ func TestScheduleFiresEachTickOnce(t *testing.T) {
 	}
 	// A tick's fired record is stored after its group, whose jobs may have run already.
 	var infos []dispatcher.ScheduleInfo
-	eventually(t, 10*time.Second, "the last tick that ran to be recorded as fired", func() bool {
+	testwait.For(t, 10*time.Second, "the last tick that ran to be recorded as fired", func() bool {
 		infos, err = e.d.Schedules(e.ctx)
 		return err == nil && len(infos) == 1 && !infos[0].LastFired.Before(ticks[len(ticks)-1])
 	})
@@ -114,7 +115,7 @@ func TestScheduleFiresEachTickOnce(t *testing.T) {
 	if err := e.d.AddSchedule(e.ctx, dispatcher.Schedule{Name: "witness", Every: time.Second, Jobs: []dispatcher.Job{{Key: "w"}}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "three ticks of the witness schedule", func() bool {
+	testwait.For(t, 30*time.Second, "three ticks of the witness schedule", func() bool {
 		ids, _ := rc.groups("witness", 1)
 		return len(ids) >= 3
 	})
@@ -141,7 +142,7 @@ func TestSchedulePauseAndResume(t *testing.T) {
 	if err := e.d.AddSchedule(e.ctx, tick); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "a tick to run", func() bool {
+	testwait.For(t, 30*time.Second, "a tick to run", func() bool {
 		ids, _ := rc.groups("tick", 1)
 		return len(ids) >= 1
 	})
@@ -161,7 +162,7 @@ func TestSchedulePauseAndResume(t *testing.T) {
 	if err := e.d.AddSchedule(e.ctx, dispatcher.Schedule{Name: "witness", Every: time.Second, Jobs: []dispatcher.Job{{Key: "w"}}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "three ticks of the witness schedule", func() bool {
+	testwait.For(t, 30*time.Second, "three ticks of the witness schedule", func() bool {
 		ids, _ := rc.groups("witness", 1)
 		return len(ids) >= 3
 	})
@@ -173,7 +174,7 @@ func TestSchedulePauseAndResume(t *testing.T) {
 	if err := e.d.ResumeSchedule(e.ctx, "tick"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "a tick after the resume", func() bool {
+	testwait.For(t, 30*time.Second, "a tick after the resume", func() bool {
 		ids, _ := rc.groups("tick", 1)
 		return len(ids) > len(paused)
 	})
@@ -226,7 +227,7 @@ func TestScheduleTickFiresOnceAcrossKill(t *testing.T) {
 		t.Fatal("the first coordinator never fired a tick")
 	}
 	e.startChildCoordinator()
-	eventually(t, 60*time.Second, "the next tick to run after the takeover", func() bool {
+	testwait.For(t, 60*time.Second, "the next tick to run after the takeover", func() bool {
 		ids, _ := rc.groups("kill", 3)
 		return len(ids) >= 2
 	})

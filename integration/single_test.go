@@ -13,6 +13,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -97,7 +98,7 @@ func TestSubmitSingleJobs(t *testing.T) {
 	if _, err := h1.WaitJob(e.ctx, id1); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the complete single jobs' messages deleted from JOBS", func() bool {
+	testwait.For(t, 10*time.Second, "the complete single jobs' messages deleted from JOBS", func() bool {
 		for _, seq := range []uint64{id, id1, idf, idc} {
 			if _, err := jobsStream.GetMsg(e.ctx, seq); !errors.Is(err, jetstream.ErrMsgNotFound) {
 				return false
@@ -106,7 +107,7 @@ func TestSubmitSingleJobs(t *testing.T) {
 		return true
 	})
 	// The cancel's message too: it is the group's, purged with it (it was left behind before).
-	eventually(t, 10*time.Second, "JOBS empty", func() bool {
+	testwait.For(t, 10*time.Second, "JOBS empty", func() bool {
 		info, err := jobsStream.Info(e.ctx)
 		return err == nil && info.State.Msgs == 0
 	})
@@ -171,7 +172,7 @@ func TestSubmitWaitReadsNothing(t *testing.T) {
 	// A duplicate's outcome was stored before: it is read.
 	submitWait("dup", "k", "once")
 	submitWait("dup", "k", "once")
-	eventually(t, 10*time.Second, "the duplicate's wait to read RESULTS", func() bool { return reads.Load() > 0 })
+	testwait.For(t, 10*time.Second, "the duplicate's wait to read RESULTS", func() bool { return reads.Load() > 0 })
 }
 
 // TestSubmitMany: many single jobs in one call, each its own group, stored with their IDs in

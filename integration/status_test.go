@@ -7,6 +7,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // TestStatusOfALargeNamespace: a namespace whose status would not fit in the server's max
@@ -27,7 +28,7 @@ func TestStatusOfALargeNamespace(t *testing.T) {
 		}
 	})
 	var st *coordinator.Status
-	eventually(t, 30*time.Second, "the status to count every resource", func() bool {
+	testwait.For(t, 30*time.Second, "the status to count every resource", func() bool {
 		var err error
 		st, err = coordinator.QueryStatus(e.ctx, e.nc, e.ns)
 		if err != nil {

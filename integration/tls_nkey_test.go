@@ -25,6 +25,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/internal/auth"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -187,7 +188,7 @@ func TestTLSAndNkeyAuth(t *testing.T) {
 	// The CLI, as the observer.
 	weave := weaveCLI(t)
 	var st coordinator.Status
-	eventually(t, 30*time.Second, "weave status over TLS with an nkey", func() bool {
+	testwait.For(t, 30*time.Second, "weave status over TLS with an nkey", func() bool {
 		out, err := exec.Command(weave, "status", "--json", "--nats", url, "--namespace", ns,
 			"--tlsca", pki.ca, "--tlscert", pki.clientCert, "--tlskey", pki.clientKey,
 			"--nkey", obsSeed, "--inbox-prefix", entries[1].InboxPrefix).Output()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -59,7 +60,7 @@ func TestTraceFollowsJobs(t *testing.T) {
 		return m
 	}
 	// k0 ran once, k1 twice: 3 attempts, each with its three spans.
-	eventually(t, 10*time.Second, "every span", func() bool {
+	testwait.For(t, 10*time.Second, "every span", func() bool {
 		m := byName()
 		return len(m["weave.publish"]) == 1 && len(m["weave.queue"]) == 3 && len(m["weave.run"]) == 3 && len(m["weave.outcome"]) == 3
 	})

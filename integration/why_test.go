@@ -9,6 +9,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -36,7 +37,7 @@ func TestWhyDoesItWait(t *testing.T) {
 	// it is set aside. Then "busy2" takes that slot, and "queued" waits for one.
 	runAt := time.Now().Add(time.Hour).Truncate(time.Millisecond)
 	h := e.publish("why", slices.Values([]dispatcher.Job{{Key: "busy"}, {Key: "later", RunAt: runAt}, {Key: "gpu", Require: []string{"gpu"}}}))
-	eventually(t, 30*time.Second, "the gpu job to be set aside", func() bool {
+	testwait.For(t, 30*time.Second, "the gpu job to be set aside", func() bool {
 		g, err := e.d.Group(e.ctx, "why")
 		return err == nil && g.Unplaceable == 1
 	})
@@ -58,7 +59,7 @@ func TestWhyDoesItWait(t *testing.T) {
 	}
 	for _, w := range wants {
 		var info *dispatcher.JobInfo
-		eventually(t, 30*time.Second, "job "+w.key+" to say why it waits", func() bool {
+		testwait.For(t, 30*time.Second, "job "+w.key+" to say why it waits", func() bool {
 			var err error
 			info, err = e.d.JobByKey(e.ctx, w.h.GroupID(), w.key)
 			return err == nil && info.State == w.state && strings.HasPrefix(info.Waiting, w.waiting)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
 )
 
 // Job is one attempt of a job, as a handler sees it.
@@ -21,6 +23,24 @@ type Job struct {
 	// Timeout is the job's own timeout, 0 if it set none. The handler's context carries the
 	// deadline actually in force (this, else Config.DefaultTimeout).
 	Timeout time.Duration
+	// After is how the groups the job's group ran after ended (a follow-up's jobs read the group
+	// they follow here), one per dependency; nil for a group without dependencies.
+	After []AfterResult
+}
+
+// AfterResult is how a group that the job's group ran after ended: its incarnation, its counts
+// and its failed job IDs (at most 1,000; More says there were more, which Dispatcher.Failed
+// lists). FailedIDs is empty, with More set, for a group that had completed before the job's
+// group was published.
+type AfterResult = wire.AfterResult
+
+// afterResults decodes a batch's dependency results for one job; the coordinator checked them.
+func afterResults(s string) []AfterResult {
+	if s == "" {
+		return nil
+	}
+	rs, _ := wire.ParseAfterResults([]byte(s))
+	return rs
 }
 
 // Handler runs jobs. Handle is called on one of the worker's Concurrency goroutines; it returns

@@ -8,17 +8,18 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/weavejobs/weave/integration/jstest"
 	"github.com/weavejobs/weave/internal/config"
+	"github.com/weavejobs/weave/internal/leakcheck"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.Main(m)
 }
 
 // waitTimeout bounds every wait for a condition.
@@ -172,23 +173,7 @@ func (f *fixture) workMsgs() uint64 {
 // waitWorkEmpty waits until every work batch has been acked (or terminated).
 func (f *fixture) waitWorkEmpty() {
 	f.t.Helper()
-	waitFor(f.t, "WORK stream empty", func() bool { return f.workMsgs() == 0 })
-}
-
-// waitFor polls cond until it holds, failing the test after waitTimeout.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(waitTimeout)
-	defer deadline.Stop()
-	poll := time.NewTicker(2 * time.Millisecond)
-	defer poll.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-poll.C:
-		}
-	}
+	testwait.For(f.t, waitTimeout, "WORK stream empty", func() bool { return f.workMsgs() == 0 })
 }
 
 // recv receives from ch, failing the test after waitTimeout.

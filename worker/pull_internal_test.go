@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // pullFixture is a stream "S" on subject "s.>" with a pull consumer "C", and a puller of two lanes.
@@ -94,17 +96,13 @@ func TestPullerDeliversAndAcks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Seen(t, 10*time.Second, "the ack floor at 2", func() (bool, string) {
 		info, err := cons.Info(ctx)
-		if err == nil && info.AckFloor.Stream == 2 {
-			break
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ack floor not at 2: %+v, %v", info, err)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the consumer's state, with a deadline
-	}
+		return info.AckFloor.Stream == 2, fmt.Sprintf("%+v", info.AckFloor)
+	})
 }
 
 // TestPullerEnds: a pull nothing answers ends at its expiry with no error; one to a consumer that
@@ -256,13 +254,7 @@ func TestLeaseKeeperAnswers(t *testing.T) {
 		defer b.mu.Unlock()
 		return b.leaseFrom.Equal(sent)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !confirmed(real) {
-		if time.Now().After(deadline) {
-			t.Fatal("the server's answer to InProgress did not confirm the extension")
-		}
-		time.Sleep(time.Millisecond) // poll the condition
-	}
+	testwait.For(t, 10*time.Second, "the server's answer to InProgress to confirm the extension", func() bool { return confirmed(real) })
 	if confirmed(noone) {
 		t.Fatal("a 503 status confirmed an extension")
 	}

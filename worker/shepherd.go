@@ -320,6 +320,7 @@ func (s *shepherd) onBatch(msg workMsg) {
 	jobs, err := wire.DecodeWork(data)
 	wire.WorkTraces(msg.Headers(), jobs)
 	wire.WorkProofs(msg.Headers(), jobs)
+	wire.WorkAfter(msg.Headers(), jobs)
 	if err == nil && len(jobs) == 0 {
 		err = fmt.Errorf("%w: work batch without jobs", wire.ErrMalformed)
 	}
@@ -351,7 +352,7 @@ func (s *shepherd) onBatch(msg workMsg) {
 		t := &task{
 			job: Job{
 				ID: wj.ID, Group: wj.Group, Key: wj.Key, Payload: wj.Payload,
-				Attempt: int(wj.Attempt), Timeout: wj.Timeout,
+				Attempt: int(wj.Attempt), Timeout: wj.Timeout, After: afterResults(wj.After),
 			},
 			timeout: s.cfg.timeoutOf(wj),
 			batch:   b,

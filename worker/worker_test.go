@@ -19,6 +19,7 @@ import (
 
 	"github.com/weavejobs/weave/integration/jstest"
 	"github.com/weavejobs/weave/internal/config"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/topology"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/worker"
@@ -128,7 +129,7 @@ func TestConcurrencyBound(t *testing.T) {
 	for range batches {
 		f.publish(w.Pool(), jobsFrom(&id, perBatch)...)
 	}
-	waitFor(t, "all slots busy and jobs queued", func() bool {
+	testwait.For(t, waitTimeout, "all slots busy and jobs queued", func() bool {
 		st := w.Stats()
 		return cur.Load() == slots && st.Busy == slots && st.Queued > 0
 	})
@@ -342,7 +343,7 @@ func TestTimeoutAbandonsStuckHandler(t *testing.T) {
 	// The report can reach the test before the shepherd publishes its gauges (Stuck): wait for
 	// them (under -race in CI the test once read Stuck 0 here).
 	var st worker.Stats
-	waitFor(t, "the abandoned handler counted stuck", func() bool {
+	testwait.For(t, waitTimeout, "the abandoned handler counted stuck", func() bool {
 		st = r.w.Stats()
 		return st.Stuck == 1
 	})
@@ -354,7 +355,7 @@ func TestTimeoutAbandonsStuckHandler(t *testing.T) {
 	if rep.ID != 2 || rep.Status != wire.StatusOK {
 		t.Fatalf("second report %+v, want job 2 ok (no second report for job 1)", rep)
 	}
-	waitFor(t, "slot back in use", func() bool { return r.w.Stats().Stuck == 0 })
+	testwait.For(t, waitTimeout, "slot back in use", func() bool { return r.w.Stats().Stuck == 0 })
 	f.waitWorkEmpty()
 	must(t, r.stop())
 }
@@ -406,10 +407,10 @@ func TestMalformedBatch(t *testing.T) {
 	if rep := rr.next(); rep.ID != 7 || rep.Status != wire.StatusOK || string(rep.Data) != "good" {
 		t.Errorf("report %+v", rep)
 	}
-	waitFor(t, "2 malformed batches", func() bool { return r.w.Stats().MalformedBatches == 2 })
+	testwait.For(t, waitTimeout, "2 malformed batches", func() bool { return r.w.Stats().MalformedBatches == 2 })
 	f.waitWorkEmpty() // terminated batches are removed from the work queue
 	// Each is recorded, with its reason, in the REJECTED stream.
-	waitFor(t, "2 rejection records", func() bool {
+	testwait.For(t, waitTimeout, "2 rejection records", func() bool {
 		s, err := f.js.Stream(context.Background(), f.names.RejectedStream())
 		if err != nil {
 			return false
@@ -579,7 +580,7 @@ func TestAckOnlyAfterReportsPersisted(t *testing.T) {
 		ran <- struct{}{}
 		return []byte("kept"), nil
 	}))
-	waitFor(t, "the pool's consumer", func() bool {
+	testwait.For(t, waitTimeout, "the pool's consumer", func() bool {
 		_, err := f.js.Consumer(f.ctx(), f.names.WorkStream(), f.names.WorkConsumer(r.w.Pool()))
 		return err == nil
 	})
@@ -587,7 +588,7 @@ func TestAckOnlyAfterReportsPersisted(t *testing.T) {
 
 	f.publish(r.w.Pool(), job(1, "a"))
 	recv(t, "handler run", ran)
-	waitFor(t, "a report retry", func() bool { return r.w.Stats().ReportRetries >= 1 })
+	testwait.For(t, waitTimeout, "a report retry", func() bool { return r.w.Stats().ReportRetries >= 1 })
 	cons, err := f.js.Consumer(f.ctx(), f.names.WorkStream(), f.names.WorkConsumer(r.w.Pool()))
 	must(t, err)
 	info, err := cons.Info(f.ctx())
@@ -709,7 +710,7 @@ func TestConsumerHoldsAFleetsPulls(t *testing.T) {
 	r := f.start(worker.Config{Concurrency: 2}, worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
 		return j.Payload, nil
 	}))
-	waitFor(t, "a pull", func() bool { return r.w.Stats().Pulls >= 1 })
+	testwait.For(t, waitTimeout, "a pull", func() bool { return r.w.Stats().Pulls >= 1 })
 	cons, err := f.js.Consumer(f.ctx(), f.names.WorkStream(), f.names.WorkConsumer(r.w.Pool()))
 	must(t, err)
 	if got := cons.CachedInfo().Config.MaxWaiting; got != topology.MaxWaitingPulls {
@@ -740,9 +741,9 @@ func TestConsumerRecreated(t *testing.T) {
 	r := f.start(worker.Config{Concurrency: 2}, worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
 		return j.Payload, nil
 	}))
-	waitFor(t, "a pull", func() bool { return r.w.Stats().Pulls >= 1 })
+	testwait.For(t, waitTimeout, "a pull", func() bool { return r.w.Stats().Pulls >= 1 })
 	must(t, f.js.DeleteConsumer(f.ctx(), f.names.WorkStream(), f.names.WorkConsumer(r.w.Pool())))
-	waitFor(t, "the consumer re-created", func() bool {
+	testwait.For(t, waitTimeout, "the consumer re-created", func() bool {
 		_, err := f.js.Consumer(f.ctx(), f.names.WorkStream(), f.names.WorkConsumer(r.w.Pool()))
 		return err == nil
 	})
@@ -768,11 +769,11 @@ func TestServerRestart(t *testing.T) {
 	}
 	pulls := r.w.Stats().Pulls
 	must(t, f.srv.Restart(t.Context()))
-	waitFor(t, "pulls renewed", func() bool { return r.w.Stats().Pulls > pulls })
-	waitFor(t, "the test connection back", f.nc.IsConnected)
+	testwait.For(t, waitTimeout, "pulls renewed", func() bool { return r.w.Stats().Pulls > pulls })
+	testwait.For(t, waitTimeout, "the test connection back", f.nc.IsConnected)
 	// The streams may still be loading: publish until stored, deduplicated by message ID.
 	data := wire.AppendWork(nil, []wire.WorkJob{job(2, "after")})
-	waitFor(t, "a publish after the restart", func() bool {
+	testwait.For(t, waitTimeout, "a publish after the restart", func() bool {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		_, err := f.js.Publish(ctx, f.names.WorkSubject(r.w.Pool()), data, jetstream.WithMsgID("job-2"))
@@ -793,7 +794,7 @@ func TestConnectionClosed(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	r := f.start(worker.Config{Concurrency: 1}, worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) { return nil, nil }))
-	waitFor(t, "a pull", func() bool { return r.w.Stats().Pulls >= 1 })
+	testwait.For(t, waitTimeout, "a pull", func() bool { return r.w.Stats().Pulls >= 1 })
 	r.nc.Close()
 	if err := r.wait(); !errors.Is(err, nats.ErrConnectionClosed) {
 		t.Errorf("Run: %v, want ErrConnectionClosed", err)
@@ -858,7 +859,7 @@ func TestRunTwice(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	r := f.start(worker.Config{Concurrency: 1}, worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) { return nil, nil }))
-	waitFor(t, "the first Run pulling", func() bool { return r.w.Stats().Pulls >= 1 })
+	testwait.For(t, waitTimeout, "the first Run pulling", func() bool { return r.w.Stats().Pulls >= 1 })
 	if err := r.w.Run(t.Context()); !errors.Is(err, worker.ErrAlreadyStarted) {
 		t.Errorf("second Run: %v", err)
 	}
@@ -1094,7 +1095,7 @@ func TestCutOffWorkerLetsItsBatchGo(t *testing.T) {
 		}
 	}
 	hold.open() // job 1 returns on the cut-off worker: job 2 is next in its queue
-	waitFor(t, "the cut-off worker to drop job 2", func() bool { return cut.w.Stats().Dropped == 1 || len(started) > 0 })
+	testwait.For(t, waitTimeout, "the cut-off worker to drop job 2", func() bool { return cut.w.Stats().Dropped == 1 || len(started) > 0 })
 	select {
 	case s := <-started:
 		t.Fatalf("%s started after the server had redelivered its batch and its job was reported lost", s)

@@ -64,6 +64,8 @@ fleet, about five):
   limits      delayed jobs' lateness; a rate and concurrency limit's achieved rate under backlog
   affinity    warm hits of jobs preferring unheld resources, with learned affinity and without
   spread      groups of Zipf sizes: per-group concurrency and gaps, against a simulated FIFO
+  chains      a group's completion → its follow-up's start, beside a single job's submit →
+              start; memory and CPU of 10,000 groups waiting on one, then their release
   herd        200 idle slots in 8 workers: pulls, CPU, wakeups, ack and report messages per job
   fleet       many submitters (1 to 3,000) and workers (8 × 8 to 1,000 × 1), each on its own
               connection, beside raw JetStream with the same fleet; an idle fleet of 1,000

@@ -21,6 +21,7 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // TestCLI runs a coordinator and a worker with the CLI against an embedded server, submits a
@@ -169,7 +170,7 @@ func TestStatusFlagsResourcesWithoutHolders(t *testing.T) {
 	if code, out, errOut := runCLI(t, `{"key":"x","require":["gpu"]}`, append([]string{"submit", "-g", "g"}, conn...)...); code != exitOK {
 		t.Fatalf("submit: exit %d\n%s%s", code, out, errOut)
 	}
-	waitFor(t, 30*time.Second, "status to flag gpu", func() bool {
+	testwait.For(t, 30*time.Second, "status to flag gpu", func() bool {
 		code, out, _ := runCLI(t, "", append([]string{"status"}, conn...)...)
 		return code == exitOK && strings.Contains(out, "no live worker holds gpu") &&
 			strings.Contains(out, "! jobs wait for resources no live worker holds: gpu")
@@ -212,20 +213,6 @@ func initNamespace(t *testing.T, conn []string) {
 	t.Helper()
 	if code, out, errOut := runCLI(t, "", append([]string{"init"}, conn...)...); code != exitOK {
 		t.Fatalf("init: exit %d\n%s%s", code, out, errOut)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
 	}
 }
 
@@ -397,5 +384,45 @@ func TestSubmitSingles(t *testing.T) {
 	}
 	if code, _, errOut := runCLI(t, `{"group":"g1"}`, append([]string{"submit", "-g", "g2"}, conn...)...); code != exitError || !strings.Contains(errOut, "for submit --singles only") {
 		t.Fatalf("a group field without --singles: exit %d\n%s", code, errOut)
+	}
+}
+
+// TestSubmitAfter: submit --after holds a group until the group it names has completed: 'weave
+// group' says what it waits for, dependency_missing is raised while that group is not published,
+// and it runs once that group is published and done; a single job takes --after too; bad --when
+// and --if-failed values are usage errors.
+func TestSubmitAfter(t *testing.T) {
+	t.Parallel()
+	conn := newCLINamespace(t, "after")
+	background(t, conn, []string{"coordinator", "--alarm-missing-after", "1s"}, []string{"worker", "--id", "w", "--", "cat"})
+	if code, out, errOut := runCLI(t, `{"key":"i","payload":"index"}`, append([]string{"submit", "-g", "index", "--after", "crawl", "--priority", "3"}, conn...)...); code != exitOK {
+		t.Fatalf("submit --after: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, `{"payload":"mail"}`, append([]string{"submit", "--single", "-g", "mail", "--after", "index"}, conn...)...); code != exitOK {
+		t.Fatalf("submit --single --after: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut := runCLI(t, "", append([]string{"group", "index"}, conn...)...)
+	if code != exitOK || !strings.Contains(out, `group "index": held until the groups it runs after have completed as it asks: crawl (success; not published yet)`) ||
+		!strings.Contains(out, `group "index": followed by mail (they run after it)`) ||
+		!strings.Contains(out, `group "index": priority 3: its jobs go before those of lower priorities`) {
+		t.Fatalf("group index: exit %d\n%s%s", code, out, errOut)
+	}
+	// A second later, nobody has published crawl: the alarm says so.
+	testwait.For(t, 30*time.Second, "dependency_missing to be raised", func() bool {
+		_, out, _ := runCLI(t, "", append([]string{"status"}, conn...)...)
+		return strings.Contains(out, "dependency_missing") && strings.Contains(out, "index waits for crawl")
+	})
+	if code, out, errOut := runCLI(t, `{"key":"a","payload":"x"}`, append([]string{"submit", "-g", "crawl", "--wait", "--wait-timeout", "30s"}, conn...)...); code != exitOK {
+		t.Fatalf("submit crawl: exit %d\n%s%s", code, out, errOut)
+	}
+	testwait.For(t, 30*time.Second, "index and mail to finish after crawl", func() bool {
+		_, out, _ := runCLI(t, "", append([]string{"groups"}, conn...)...)
+		return strings.Count(out, "complete") >= 3
+	})
+	for _, bad := range [][]string{{"--when", "sometimes"}, {"--if-failed", "retry"}, {"--when", "failure", "--if-failed", "wait"}, {"--priority", "10"}} {
+		args := append(append([]string{"submit", "-g", "x", "--after", "y"}, bad...), conn...)
+		if code, _, errOut := runCLI(t, "", args...); code != exitUsage {
+			t.Errorf("submit %v: exit %d, want %d\n%s", bad, code, exitUsage, errOut)
+		}
 	}
 }

@@ -86,7 +86,7 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 	f.DurationVar(&cfg.AbandonAfter, "abandon-after", coordinator.DefaultAbandonAfter, "how long a group that is not sealed may go without a job or keep-alive before the coordinator seals it")
 	f.DurationVar(&cfg.LearnAffinity, "learn-affinity", coordinator.DefaultLearnAffinity, "how long a pool that ran a job by fallback stays preferred for the resources the job prefers (negative: off)")
 	f.DurationVar(&cfg.OutcomeLinger, "outcome-linger", coordinator.DefaultOutcomeLinger, "under load (above 16 outcome messages per linger), the least time between two outcome messages of one group; a complete group's outcomes and a light load's are written at once (negative: every outcome at once)")
-	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "replicas of the streams and the lease bucket, if this coordinator creates them (3 for a cluster; 1 to 5)")
+	f.IntVar(&cfg.Streams.Replicas, "replicas", 0, "replicas of the streams and buckets this coordinator creates (3 for a cluster; 1 to 5; 0: those of the namespace's streams, or 1 for a new namespace)")
 	f.DurationVar(&cfg.Streams.DedupWindow, "dedup-window", 0, "how long job keys are remembered for deduplication, if this coordinator creates the streams (0: 2m)")
 	f.DurationVar(&cfg.Streams.ResultRetention, "result-retention", 0, "how long a finished group's outcomes (and failed jobs' payloads) are kept (0: 24h)")
 	f.StringVar(&metrics, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, e.g. :9090 (default: off)")

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/weavejobs/weave/internal/auth"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -85,7 +86,7 @@ func TestDashboardCommand(t *testing.T) {
 		background(&out, append(append([]string{"dashboard", "--listen", "127.0.0.1:0"}, observer...), tc.flags...)...)
 		urlLine := regexp.MustCompile(`Weave dashboard of namespace dashcli: (http://127\.0\.0\.1:\d+/)\n`)
 		var base string
-		waitFor(t, 30*time.Second, "the dashboard's URL", func() bool {
+		testwait.For(t, 30*time.Second, "the dashboard's URL", func() bool {
 			m := urlLine.FindStringSubmatch(out.String())
 			if m != nil {
 				base = m[1]
@@ -96,7 +97,7 @@ func TestDashboardCommand(t *testing.T) {
 		if m := tokenLine.FindStringSubmatch(out.String()); (m != nil) != tc.token || (m != nil && m[1] != m[2]) {
 			t.Errorf("dashboard %v printed:\n%s", tc.flags, out.String())
 		}
-		waitFor(t, 30*time.Second, "the coordinator's status on the dashboard", func() bool {
+		testwait.For(t, 30*time.Second, "the coordinator's status on the dashboard", func() bool {
 			resp, err := http.Get(base + "api/snapshot")
 			if err != nil {
 				return false

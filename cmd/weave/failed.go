@@ -49,7 +49,7 @@ The table shows each job's group, ID, key, attempts and last error (its first 12
 per failed attempt: its number, when it failed, on which worker, and its error. Control
 characters, escape sequences and bidi or zero-width characters are shown as escapes (\x1b,
 \u202e), never sent to the terminal. --json prints
-one JSON object per line instead, with the whole history:
+one JSON object per line instead, with the whole history (those characters as JSON escapes):
   {"group", "id", "key", "attempts", "error", "history": [{"at", "worker", "error"}]}`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {

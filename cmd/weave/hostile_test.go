@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/worker"
 )
 
@@ -41,7 +42,7 @@ func TestCLIHostileWorker(t *testing.T) {
 	workerErr := &lockedBuffer{}
 	for _, args := range [][]string{
 		{"coordinator"},
-		{"worker", "--id", "w1", "--heartbeat-interval", "100ms", "--", "sh", "-c", script},
+		{"worker", "--id", "w1", "--heartbeat-interval", "100ms", "--resources", "sh", "--", "sh", "-c", script},
 	} {
 		full := append(append([]string{args[0]}, conn...), args[1:]...)
 		wg.Go(func() {
@@ -77,7 +78,9 @@ func TestCLIHostileWorker(t *testing.T) {
 		return runCLI(t, "", append(args, conn...)...)
 	}
 
-	jobs := `{"key":"evil-key","payload":"x"}
+	// evil-key requires the command worker's resource: the library worker, which could take a
+	// job requiring nothing, fails every job with its own error.
+	jobs := `{"key":"evil-key","payload":"x","require":["sh"]}
 {"key":"big","payload":"x","require":["big"]}
 `
 	if code, out, errOut := runCLI(t, jobs, append([]string{"submit", "-g", "g", "--wait", "--wait-timeout", "30s"}, conn...)...); code != exitError || !strings.Contains(out, "2 failed") {
@@ -107,6 +110,10 @@ func TestCLIHostileWorker(t *testing.T) {
 		{"limit", "list"},
 		{"schedule", "list"},
 		{"status"},
+		{"failed", "list", "--json"},
+		{"job", id, "--json"},
+		{"job", "--group", "g", "--key", "evil-key", "--json"},
+		{"groups", "--json"},
 	} {
 		code, out, errOut := cli(args...)
 		if code != exitOK {
@@ -115,6 +122,16 @@ func TestCLIHostileWorker(t *testing.T) {
 		}
 		if raw := rawBytes(out + errOut); len(raw) > 0 {
 			t.Errorf("weave %s prints raw characters: %v", strings.Join(args, " "), raw)
+		}
+		if args[len(args)-1] == "--json" {
+			want := `\u001b[31mRED\u001b[0m`
+			if args[1] == id {
+				want = `\u001b[2J`
+			}
+			if !strings.Contains(out, want) && args[0] != "groups" {
+				t.Errorf("weave %s does not carry the hostile error escaped:\n%s", strings.Join(args, " "), out)
+			}
+			continue
 		}
 		full := strings.Contains(strings.Join(args, " "), "--full")
 		switch args[0] {
@@ -134,7 +151,7 @@ func TestCLIHostileWorker(t *testing.T) {
 		}
 	}
 	// The worker's copy of its command's stderr.
-	waitFor(t, 30*time.Second, "the worker to copy the command's stderr", func() bool { return strings.Contains(workerErr.String(), "PWNED-TITLE") })
+	testwait.For(t, 30*time.Second, "the worker to copy the command's stderr", func() bool { return strings.Contains(workerErr.String(), "PWNED-TITLE") })
 	if raw := rawBytes(workerErr.String()); len(raw) > 0 {
 		t.Errorf("the worker copies its command's stderr raw: %v", raw)
 	}

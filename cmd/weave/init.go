@@ -78,7 +78,7 @@ is the coordinator's --result-retention, not a property of the streams.`,
 	f := cmd.Flags()
 	conn.register(f)
 	conn.registerTimeout(f, defaultTimeout)
-	f.IntVar(&opts.Replicas, "replicas", 1, "replicas of every stream (3 on a cluster; 1 to 5)")
+	f.IntVar(&opts.Replicas, "replicas", 0, "replicas of every stream (3 on a cluster; 1 to 5; unset: 1 for a new stream, an existing one's left unchecked)")
 	f.DurationVar(&opts.DedupWindow, "dedup-window", 0, "how long job keys are remembered for deduplication (0: 2m)")
 	f.BoolVar(&memory, "memory", false, "keep the streams in memory: for tests and benchmarks, nothing survives a server restart")
 	return cmd

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/safetext"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -312,10 +313,19 @@ func printGroups(w io.Writer, gs []dispatcher.GroupInfo, now time.Time) error {
 	return nil
 }
 
-// waitLines say why a group's jobs that have not started wait, beyond a free slot: limits
-// holding them back, resources no live worker holds, a delay.
+// waitLines say why a group's jobs that have not started wait, beyond a free slot: groups it
+// runs after, limits holding them back, resources no live worker holds, a delay.
 func waitLines(g dispatcher.GroupInfo, now time.Time) []string {
 	var out []string
+	if len(g.WaitsFor) > 0 {
+		out = append(out, fmt.Sprintf("group %q: held until the groups it runs after have completed as it asks: %s", g.ID, safetext.Line(strings.Join(g.WaitsFor, ", "))))
+	}
+	if g.Priority > 0 {
+		out = append(out, fmt.Sprintf("group %q: priority %d: its jobs go before those of lower priorities", g.ID, g.Priority))
+	}
+	if len(g.FollowedBy) > 0 {
+		out = append(out, fmt.Sprintf("group %q: followed by %s (they run after it)", g.ID, safetext.Line(strings.Join(g.FollowedBy, ", "))))
+	}
 	if len(g.HeldBack) > 0 {
 		out = append(out, heldBackLine(g))
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // TestCLIInspect runs a group with a failing job through the CLI, then looks its jobs and the
@@ -59,7 +60,7 @@ func TestCLIInspect(t *testing.T) {
 		t.Errorf("unknown job: exit %d\nstderr: %s", code, errOut)
 	}
 
-	waitFor(t, 30*time.Second, "the group to be retained", func() bool {
+	testwait.For(t, 30*time.Second, "the group to be retained", func() bool {
 		code, out, _ := cli("groups", "--json")
 		var gs []dispatcher.GroupInfo
 		return code == exitOK && json.Unmarshal([]byte(out), &gs) == nil && len(gs) == 1 && gs[0].Summary != nil
@@ -89,7 +90,7 @@ func TestCLIInspect(t *testing.T) {
 	go func() {
 		exit <- run(ctx, append([]string{"status", "--watch", "--interval", "50ms"}, conn...), strings.NewReader(""), &w, &w)
 	}()
-	waitFor(t, 30*time.Second, "three statuses", func() bool { return strings.Count(w.String(), "namespace insp") >= 3 })
+	testwait.For(t, 30*time.Second, "three statuses", func() bool { return strings.Count(w.String(), "namespace insp") >= 3 })
 	cancel()
 	if code := <-exit; code != exitOK {
 		t.Fatalf("status --watch: exit %d\n%s", code, w.String())

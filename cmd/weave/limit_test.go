@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // TestLimitCommands: limit set, list, pause, resume and remove against a running coordinator and
@@ -29,14 +31,14 @@ func TestLimitCommands(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, `limit of resource "example.com" set: 2 at once, 5 per 1s (burst 1)`) {
 		t.Fatalf("limit set: exit %d\n%s%s", code, out, errOut)
 	}
-	waitFor(t, 30*time.Second, "limit list to show the limit", func() bool {
+	testwait.For(t, 30*time.Second, "limit list to show the limit", func() bool {
 		code, out, _ := runCLI(t, "", append([]string{"limit", "list"}, conn...)...)
 		return code == exitOK && strings.Contains(out, "resource  example.com  2 at once, 5 per 1s (burst 1)  0        0")
 	})
 	if code, out, errOut := runCLI(t, "", append([]string{"limit", "remove", "--resource", "example.com"}, conn...)...); code != exitOK {
 		t.Fatalf("limit remove: exit %d\n%s%s", code, out, errOut)
 	}
-	waitFor(t, 30*time.Second, "limit list to show no limit", func() bool {
+	testwait.For(t, 30*time.Second, "limit list to show no limit", func() bool {
 		code, out, _ := runCLI(t, "", append([]string{"limit", "list"}, conn...)...)
 		return code == exitOK && strings.TrimSpace(out) == "no limits"
 	})
@@ -58,7 +60,7 @@ func TestLimitCommands(t *testing.T) {
 			t.Fatalf("limit %q: exit %d, want %d with %q\nstdout: %s\nstderr: %s", step.args, code, step.code, step.out, out, errOut)
 		}
 		if step.listing != "" {
-			waitFor(t, 30*time.Second, "limit list to show "+step.listing, func() bool {
+			testwait.For(t, 30*time.Second, "limit list to show "+step.listing, func() bool {
 				code, out, _ := runCLI(t, "", append([]string{"limit", "list"}, conn...)...)
 				return code == exitOK && strings.Contains(strings.Join(strings.Fields(out), " "), step.listing)
 			})
@@ -71,7 +73,7 @@ func TestLimitCommands(t *testing.T) {
 	if code, out, errOut := runCLI(t, `{"key":"k"}`+"\n", append([]string{"submit", "--group", "g2"}, conn...)...); code != exitOK {
 		t.Fatalf("submit: exit %d\n%s%s", code, out, errOut)
 	}
-	waitFor(t, 30*time.Second, "weave group to say the paused group's job is held back", func() bool {
+	testwait.For(t, 30*time.Second, "weave group to say the paused group's job is held back", func() bool {
 		code, out, _ := runCLI(t, "", append([]string{"group", "g2"}, conn...)...)
 		return code == exitOK && strings.Contains(out, `group "g2": 1 pending job held back by group "g2" (paused)`)
 	})

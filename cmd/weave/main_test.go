@@ -9,11 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"go.uber.org/goleak"
+	"github.com/weavejobs/weave/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.Main(m)
 }
 
 // runCLI runs the command line and returns its exit code, stdout and stderr.

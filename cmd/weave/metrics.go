@@ -55,13 +55,14 @@ func registerAlarmFlags(f *pflag.FlagSet, a *coordinator.AlarmConfig) {
 	f.Float64Var(&a.ScaleDownBelow, "alarm-scale-down-below", coordinator.DefaultScaleDownBelow, "busy share of the live slots under which the fleet counts as oversized")
 	f.DurationVar(&a.StuckAfter, "alarm-stuck-after", coordinator.DefaultStuckAfter, "how long a worker with busy slots may report nothing before worker_stuck is raised")
 	f.DurationVar(&a.LostFor, "alarm-lost-for", coordinator.DefaultLostFor, "how long worker_lost stays raised after a worker's heartbeats lapsed")
+	f.DurationVar(&a.MissingAfter, "alarm-missing-after", coordinator.DefaultMissingAfter, "how long a group may wait for a group never published before dependency_missing is raised")
 }
 
 func init() {
 	maps.Copy(coordinatorFlags, map[string]string{
 		"Alarms.Window": "--alarm-window", "Alarms.FailedGrowth": "--alarm-failed-growth", "Alarms.PendingGrowth": "--alarm-pending-growth",
 		"Alarms.BacklogAfter": "--alarm-backlog-after", "Alarms.ScaleDownAfter": "--alarm-scale-down-after",
-		"Alarms.ScaleDownBelow": "--alarm-scale-down-below", "Alarms.StuckAfter": "--alarm-stuck-after", "Alarms.LostFor": "--alarm-lost-for",
+		"Alarms.ScaleDownBelow": "--alarm-scale-down-below", "Alarms.StuckAfter": "--alarm-stuck-after", "Alarms.LostFor": "--alarm-lost-for", "Alarms.MissingAfter": "--alarm-missing-after",
 	})
 }
 

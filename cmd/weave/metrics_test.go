@@ -20,6 +20,7 @@ import (
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // TestMetricsEndpoints runs a coordinator and a worker with --metrics-addr, runs jobs, and
@@ -60,7 +61,7 @@ func TestMetricsEndpoints(t *testing.T) {
 	// The coordinator publishes its snapshot every 250ms: wait until the scrape shows the
 	// group's jobs ended, then compare with status.
 	var cm map[string]*dto.MetricFamily
-	waitFor(t, 10*time.Second, "the coordinator's metrics to count 4 ended jobs", func() bool {
+	testwait.For(t, 10*time.Second, "the coordinator's metrics to count 4 ended jobs", func() bool {
 		cm = scrape(t, coordAddr)
 		return value(cm, "weave_jobs_ended_total", "outcome", "done")+value(cm, "weave_jobs_ended_total", "outcome", "failed") == 4
 	})
@@ -135,7 +136,7 @@ func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 	t.Helper()
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
 	var body bytes.Buffer
-	waitFor(t, 10*time.Second, "the metrics endpoint "+addr, func() bool {
+	testwait.For(t, 10*time.Second, "the metrics endpoint "+addr, func() bool {
 		resp, err := client.Get(fmt.Sprintf("http://%s/metrics", addr))
 		if err != nil {
 			return false

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // TestCLIStatusSaysANodeIsDown: on a 3-node cluster with the streams replicated on every node,
@@ -23,11 +24,11 @@ func TestCLIStatusSaysANodeIsDown(t *testing.T) {
 		_, out, _ := runCLI(t, "", append([]string{"status"}, conn...)...)
 		return out
 	}
-	waitFor(t, 30*time.Second, "every replica current", func() bool { return !strings.Contains(status(), "NATS:") })
+	testwait.For(t, 30*time.Second, "every replica current", func() bool { return !strings.Contains(status(), "NATS:") })
 	down := servers[2]
 	down.Stop()
 	var out string
-	waitFor(t, 60*time.Second, "status to name the node stopped", func() bool {
+	testwait.For(t, 60*time.Second, "status to name the node stopped", func() bool {
 		out = status()
 		return strings.Contains(out, "NATS: node "+down.Name()+" is offline")
 	})

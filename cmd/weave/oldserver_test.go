@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weavejobs/weave/internal/natsver"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // oldServerEnv names a nats-server binary older than natsver.Minimum; default: the one Debian
@@ -56,22 +57,21 @@ func startOldServer(t *testing.T) string {
 		<-exited
 	})
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		nc, err := nats.Connect(url)
-		if err == nil {
-			nc.Close()
-			return url
-		}
+	testwait.Seen(t, 30*time.Second, bin+" to accept connections", func() (bool, string) {
 		select {
 		case err := <-exited:
+			exited <- err // for the cleanup's wait
 			t.Fatalf("%s exited: %v", bin, err)
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not accept connections within 30s: %v", bin, err)
+		nc, err := nats.Connect(url)
+		if err != nil {
+			return false, err.Error()
 		}
-	}
+		nc.Close()
+		return true, ""
+	})
+	return url
 }
 
 // TestOldServerRefused: against a nats-server older than Weave needs, every command that uses

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // TestScheduleCommands: schedule add, list, pause, resume and remove against a running
@@ -31,7 +33,7 @@ func TestScheduleCommands(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, `schedule "poll" added: every 1s, 2 jobs per tick`) {
 		t.Fatalf("schedule add: exit %d\n%s%s", code, out, errOut)
 	}
-	waitFor(t, 30*time.Second, "schedule list to show a tick fired", func() bool {
+	testwait.For(t, 30*time.Second, "schedule list to show a tick fired", func() bool {
 		code, out, _ := runCLI(t, "", append([]string{"schedule", "list"}, conn...)...)
 		return code == exitOK && strings.Contains(out, "poll  every 1s  poll@…  2     20")
 	})

@@ -218,6 +218,9 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 	if len(st.Groups) < st.OpenGroups {
 		groupsNote = fmt.Sprintf("; the oldest %d listed", len(st.Groups))
 	}
+	if st.WaitingGroups > 0 {
+		groupsNote = fmt.Sprintf(", %d waiting for groups they run after", st.WaitingGroups) + groupsNote
+	}
 	section(fmt.Sprintf("GROUPS (%d open, %d not sealed%s)", max(st.OpenGroups, len(st.Groups)), st.Unsealed, groupsNote))
 	if len(st.Groups) > 0 {
 		row(append([]string{"ID", "AGE", "SEALED", "QUEUED", "IN FLIGHT"}, upper(names)...)...)

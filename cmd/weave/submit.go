@@ -35,6 +35,11 @@ type submitCmd struct {
 	weight      int
 	single      bool
 	singles     bool
+	after       []string // --after: groups the group runs after
+	when        string   // --when: the condition of each
+	ifFailed    string   // --if-failed: what a success condition does when one did not succeed
+	deps        []dispatcher.Dependency
+	priority    int
 	nc          *nats.Conn // the command's connection, for asking the coordinator's status
 	showWait    bool       // show the progress of --wait on stderr (a terminal)
 	// allowDuplicates: a submission whose every job was a duplicate is not an error.
@@ -100,6 +105,10 @@ a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b
 	f.BoolVar(&s.single, "single", false, "submit one job (the input's only line) as a group of its own, in one message; --group is then optional (default: generated)")
 	f.BoolVar(&s.singles, "singles", false, "submit every line as a single job of its own group (the line's \"group\", or a generated ID), many in flight at once; not with --group")
 	f.IntVar(&s.maxPack, "max-pack", wire.MaxPack, "most jobs without a key stored in one message (a pack); 1 stores each job alone, for a coordinator built before packs")
+	f.IntVar(&s.priority, "priority", 0, "the group's priority, 0-9: its jobs go before those of lower priorities whenever a pool has room (for urgent work)")
+	f.StringArrayVar(&s.after, "after", nil, "run the group after this group has completed (repeat for several): its jobs are stored now and held until then")
+	f.StringVar(&s.when, "when", "success", "what --after waits for in each group: success (every job done), completion (whatever the outcomes) or failure")
+	f.StringVar(&s.ifFailed, "if-failed", "cancel", "with --when success, what to do when a group did not succeed: cancel this group, or wait for a redrive of it")
 	f.BoolVar(&s.allowDuplicates, "allow-duplicates", false, "exit 0 even if every job was a duplicate (re-submitted within the dedup window)")
 	f.BoolVar(&s.jsonOut, "json", false, "print the submission (and summary) as JSON")
 	s.conn.registerTimeout(f, dispatcher.DefaultRequestTimeout)
@@ -115,6 +124,15 @@ func (s *submitCmd) run(cmd *cobra.Command, _ []string) error {
 		return usageErrorf("--singles takes each job's group from its line (\"group\"), or generates one: not with --single or --group")
 	case s.singles && cmd.Flags().Changed("weight"):
 		return usageErrorf("--weight is a group's: with --singles, every job is a group of weight 1")
+	case s.singles && len(s.after) > 0:
+		return usageErrorf("--after is a group's: not with --singles")
+	case s.singles && s.priority != 0:
+		return usageErrorf("--priority is a group's: not with --singles")
+	case s.priority < 0 || s.priority > wire.MaxPriority:
+		return usageErrorf("--priority %d outside 0..%d", s.priority, wire.MaxPriority)
+	}
+	if err := s.dependencies(); err != nil {
+		return err
 	}
 	if s.singles || s.single && s.group == "" {
 		// A generated group ID (Dispatcher.Submit).
@@ -163,7 +181,7 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 	}
 
 	jr := newJobReader(in)
-	h, err := d.Publish(ctx, s.group, readJobs(jr, bar, size > 0), dispatcher.Weight(s.weight))
+	h, err := d.Publish(ctx, s.group, readJobs(jr, bar, size > 0), dispatcher.Weight(s.weight), dispatcher.After(s.deps...), dispatcher.Priority(s.priority))
 	if errors.Is(err, dispatcher.ErrInvalidJob) {
 		// Publish refuses the job it was just given: the last one read.
 		err = fmt.Errorf("line %d: %w", jr.jobLine, err)
@@ -248,7 +266,7 @@ func (s *submitCmd) waitFor(ctx context.Context, h *dispatcher.Handle, out, stde
 		}
 	}
 	if s.outcomes {
-		enc := json.NewEncoder(out)
+		enc := jsonEncoder(out)
 		for o, err := range h.Outcomes(ctx) {
 			if err != nil {
 				return summaryJSON{}, s.waitError(s.group, err)
@@ -362,8 +380,12 @@ func outcomeLine(o dispatcher.JobOutcome) jobOutcomeLine {
 }
 
 // writeJSON writes v as JSON, indented or on one line.
+// jsonEncoder is every --json output's encoder: job results and errors, IDs and keys are
+// untrusted text, written with the characters a terminal may interpret escaped (safetext.JSON).
+func jsonEncoder(w io.Writer) *json.Encoder { return json.NewEncoder(safetext.JSON(w)) }
+
 func writeJSON(w io.Writer, v any, indent bool) error {
-	enc := json.NewEncoder(w)
+	enc := jsonEncoder(w)
 	if indent {
 		enc.SetIndent("", "  ")
 	}
@@ -456,7 +478,7 @@ func (s *submitCmd) submitSingle(ctx context.Context, d *dispatcher.Dispatcher, 
 	if _, more := jr.next(); more || jr.Err() != nil {
 		return usageErrorf("--single: the input holds more than one job (line %d)", jr.line)
 	}
-	h, id, err := d.Submit(ctx, s.group, job)
+	h, id, err := d.Submit(ctx, s.group, job, dispatcher.After(s.deps...), dispatcher.Priority(s.priority))
 	if err != nil {
 		return err
 	}
@@ -485,7 +507,7 @@ func (s *submitCmd) submitSingle(ctx context.Context, d *dispatcher.Dispatcher, 
 		res.Outcome = &line
 		if !s.jsonOut {
 			if s.outcomes {
-				if err := json.NewEncoder(stdout).Encode(line); err != nil {
+				if err := jsonEncoder(stdout).Encode(line); err != nil {
 					return err
 				}
 			}
@@ -525,7 +547,7 @@ func (s *submitCmd) submitSingles(ctx context.Context, d *dispatcher.Dispatcher,
 		accepted  int
 		dups      int
 		chunk     []dispatcher.Single
-		enc       = json.NewEncoder(stdout)
+		enc       = jsonEncoder(stdout)
 	)
 	flush := func() error {
 		subs, err := d.SubmitMany(ctx, chunk)
@@ -621,4 +643,37 @@ type singleResult struct {
 	ID        uint64          `json:"id"`
 	Duplicate bool            `json:"duplicate,omitempty"`
 	Outcome   *jobOutcomeLine `json:"outcome,omitempty"`
+}
+
+// dependencies reads --after, --when and --if-failed.
+func (s *submitCmd) dependencies() error {
+	var when dispatcher.Condition
+	switch s.when {
+	case "success":
+		when = dispatcher.OnSuccess
+	case "completion", "complete":
+		when = dispatcher.OnCompletion
+	case "failure":
+		when = dispatcher.OnFailure
+	default:
+		return usageErrorf("--when %q: want success, completion or failure", s.when)
+	}
+	var ifFailed dispatcher.IfFailed
+	switch s.ifFailed {
+	case "cancel":
+	case "wait":
+		ifFailed = dispatcher.WaitIfFailed
+	default:
+		return usageErrorf("--if-failed %q: want cancel or wait", s.ifFailed)
+	}
+	if ifFailed == dispatcher.WaitIfFailed && when != dispatcher.OnSuccess {
+		return usageErrorf("--if-failed wait goes with --when success")
+	}
+	for _, g := range s.after {
+		if err := checkGroupFlag(g); err != nil {
+			return fmt.Errorf("--after: %w", err)
+		}
+		s.deps = append(s.deps, dispatcher.Dependency{Group: g, When: when, IfFailed: ifFailed})
+	}
+	return nil
 }

@@ -3,7 +3,13 @@ package main
 import (
 	"context"
 	"os"
+	"testing"
+
+	"github.com/weavejobs/weave/internal/leakcheck"
 )
+
+// run starts a server, a coordinator and a worker: all of them stop before it returns.
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // The quickstart's output is deterministic; go test checks it.
 func Example_quickstart() {

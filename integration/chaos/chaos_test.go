@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/integration/chaos/internal/record"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -252,8 +253,14 @@ func setup(ctx context.Context, t *testing.T, cfg config, dir string, bin binari
 	if err := r.coords[0].start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := poll(ctx, 50*time.Millisecond, func() bool { return r.mon.lastEpoch() != 0 }); err != nil {
-		t.Fatalf("the first coordinator never answered status: %v (see %s)", err, r.coords[0].log)
+	answered := func() (string, error) {
+		if r.mon.lastEpoch() != 0 {
+			return "", nil
+		}
+		return "the first coordinator to answer status", nil
+	}
+	if err := testwait.Until(ctx, 50*time.Millisecond, answered); err != nil {
+		t.Fatalf("%v (see %s)", err, r.coords[0].log)
 	}
 	for _, p := range append([]*proc{r.coords[1], r.producer, r.hostile}, r.workers...) {
 		if err := p.start(); err != nil {
@@ -345,15 +352,15 @@ func (r *run) awaitProgress(ctx context.Context, when string) progress {
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.stall)
 	defer cancel()
 	result := progressed
-	err := poll(sctx, recordsEvery, func() bool {
+	err := testwait.Until(sctx, recordsEvery, func() (string, error) {
 		if r.mon.startCount() >= from+r.cfg.progress {
-			return true
+			return "", nil
 		}
 		if r.producer.finished() || r.mon.idleFor(idleLimit) {
 			result = outOfWork
-			return true
+			return "", nil
 		}
-		return false
+		return "executions to start", nil
 	})
 	if err != nil {
 		r.stalls = append(r.stalls, fmt.Sprintf("%s: %d of %d executions started within %v",
@@ -424,10 +431,12 @@ func (r *run) killCoordinator(ctx context.Context, f *fault) error {
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.stall)
 	defer cancel()
 	var took statusSample
-	err = poll(sctx, statusEvery, func() bool {
+	err = testwait.Until(sctx, statusEvery, func() (string, error) {
 		var ok bool
-		took, ok = r.mon.releasedSince(f.at, epoch)
-		return ok
+		if took, ok = r.mon.releasedSince(f.at, epoch); ok {
+			return "", nil
+		}
+		return "a coordinator to release work", nil
 	})
 	if err == nil {
 		f.takeover = took.at.Sub(f.at)
@@ -481,8 +490,11 @@ func (r *run) killNode(ctx context.Context, f *fault) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.stall)
 	defer cancel()
-	err = poll(sctx, 50*time.Millisecond, func() bool {
-		return len(streamLeaders(sctx, r.js, r.streams())) == len(r.streams())
+	err = testwait.Until(sctx, 50*time.Millisecond, func() (string, error) {
+		if len(streamLeaders(sctx, r.js, r.streams())) == len(r.streams()) {
+			return "", nil
+		}
+		return "every stream to have a leader", nil
 	})
 	if err != nil {
 		f.note = fmt.Sprintf("led %d of %d streams; not every stream had a leader again within %v", led, len(before), r.cfg.stall)
@@ -518,12 +530,15 @@ func (r *run) killProducer(ctx context.Context, f *fault) error {
 	// Follow the producer's records from where the last such wait left off: publishing is the
 	// last thing it recorded.
 	var last record.Producer
-	err := poll(sctx, time.Millisecond, func() bool {
+	err := testwait.Until(sctx, time.Millisecond, func() (string, error) {
 		for _, line := range r.producerTail.lines() {
 			last = record.Producer{}
 			_ = json.Unmarshal(line, &last) // each line is written whole (record.Writer)
 		}
-		return last.Event == record.Publishing
+		if last.Event == record.Publishing {
+			return "", nil
+		}
+		return "the producer to publish", nil
 	})
 	if err != nil {
 		f.note = "the producer was never seen publishing"

@@ -92,6 +92,7 @@ func (r *run) analyse(ctx context.Context) *report {
 			unsummarised = append(unsummarised, fmt.Sprintf("%s (%d of %d incarnations)", g.ID, len(stored.summaries[g.ID]), published))
 		}
 	}
+	followUps := checkFollowUps(r.workload, pv, stored.summaries, res.jobsOfKey, execs)
 	for id, ex := range byJob {
 		if len(res.states[id]) == 0 {
 			lost = append(lost, fmt.Sprintf("job %d %s (ran %d×, no outcome)", id, keyOf[id], len(ex)))
@@ -174,6 +175,8 @@ func (r *run) analyse(ctx context.Context) *report {
 		fmt.Sprintf("%d summarised incarnations whose Handle.Wait never returned; producer finished: %v", len(unwaited), pv.done), unwaited)
 	rep.add("Wait returned its own incarnation", len(wrongWait) == 0,
 		fmt.Sprintf("%d incarnations whose Handle.Wait returned outcomes of jobs it did not publish", len(wrongWait)), wrongWait)
+	rep.add("every follow-up ran once, after its group", len(followUps) == 0,
+		fmt.Sprintf("%d follow-ups not summarised once, without an outcome, or started before their group's last job ended", len(followUps)), followUps)
 	rep.add("no stall", len(r.stalls) == 0, fmt.Sprintf("%d", len(r.stalls)), r.stalls)
 	var exits []string
 	for _, p := range r.procs.list {
@@ -190,7 +193,7 @@ func (r *run) analyse(ctx context.Context) *report {
 		}
 	}
 	rep.figure("form", fmt.Sprintf("%s: %d rounds of %s; %d faults injected", r.cfg.name, r.cfg.rounds, strings.Join(r.cfg.faults, ", "), len(r.faults)))
-	nPacked, nSingle := 0, 0
+	nPacked, nSingle, nFollow := 0, 0, 0
 	for _, g := range r.workload {
 		if g.Packed {
 			nPacked++
@@ -198,9 +201,12 @@ func (r *run) analyse(ctx context.Context) *report {
 		if g.Single {
 			nSingle++
 		}
+		if g.FollowUp {
+			nFollow++
+		}
 	}
-	rep.figure("workload", fmt.Sprintf("%d groups (%d incarnations; %d groups published in packs, without keys; %d single jobs submitted alone), %d jobs; %d workers × %d slots; jobs %v–%v",
-		len(r.workload), r.incarnations(), nPacked, nSingle, planned, r.cfg.workers, r.cfg.slots, r.cfg.minJob, r.cfg.maxJob))
+	rep.figure("workload", fmt.Sprintf("%d groups (%d incarnations; %d groups published in packs, without keys; %d single jobs submitted alone; %d with a follow-up), %d jobs; %d workers × %d slots; jobs %v–%v",
+		len(r.workload), r.incarnations(), nPacked, nSingle, nFollow, planned, r.cfg.workers, r.cfg.slots, r.cfg.minJob, r.cfg.maxJob))
 	if skipped > 0 {
 		rep.figure("not waited for", fmt.Sprintf("%d later incarnations published before a producer restart (no Handle to attach to them)", skipped))
 	}
@@ -423,4 +429,42 @@ func (r *run) startedAtStop(e execution) bool {
 		}
 	}
 	return false
+}
+
+// checkFollowUps checks the follow-ups of the workload's groups whose first incarnation was
+// published: each is summarised exactly once, its job has an outcome, and no execution of its job
+// started before every execution of the group's first incarnation had ended (or been cut off).
+func checkFollowUps(workload []record.Group, pv producerView, summaries map[string][]wire.GroupSummary, jobsOfKey map[string]map[uint64]bool, execs []execution) []string {
+	lastOf := map[string]time.Time{}     // a group's first incarnation: its last execution's end
+	startsOf := map[string][]time.Time{} // a follow-up's executions' starts
+	for _, e := range execs {
+		at := e.end
+		if at.IsZero() {
+			at = e.At // cut off by a kill: it ended no later than its process
+		}
+		if !strings.HasPrefix(e.Key, "r") && at.After(lastOf[e.Group]) {
+			lastOf[e.Group] = at
+		}
+		startsOf[e.Group] = append(startsOf[e.Group], e.At)
+	}
+	var bad []string
+	for _, g := range workload {
+		if _, published := pv.lastPublish[incarnation{g.ID, 1}]; !g.FollowUp || !published {
+			continue
+		}
+		f := record.FollowUpID(g.ID)
+		switch n := len(summaries[f]); {
+		case n != 1:
+			bad = append(bad, fmt.Sprintf("%s: %d summaries", f, n))
+		case len(jobsOfKey[f+"/"+record.FollowUpKey]) == 0:
+			bad = append(bad, f+": its job has no outcome")
+		}
+		for _, s := range startsOf[f] {
+			if s.Before(lastOf[g.ID]) {
+				bad = append(bad, fmt.Sprintf("%s started at %s, before %s's last job ended at %s", f, s.Format("15:04:05.000"), g.ID, lastOf[g.ID].Format("15:04:05.000")))
+				break
+			}
+		}
+	}
+	return bad
 }

@@ -115,19 +115,3 @@ func (c *cluster) connect() (*nats.Conn, error) {
 	return nats.Connect(c.urls(), nats.Name("chaos test"), nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true), nats.ReconnectWait(100*time.Millisecond))
 }
-
-// poll calls cond every interval until it holds or ctx ends.
-func poll(ctx context.Context, interval time.Duration, cond func() bool) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		if cond() {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-}

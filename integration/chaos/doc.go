@@ -16,7 +16,8 @@
 //   - a producer that publishes the groups of record.Workload (keys on every job, except every
 //     third group, whose jobs go without keys, at once, so the dispatcher stores them in packs;
 //     one group in four of the others is a single job, submitted alone with dispatcher.Submit;
-//     every fifth group ID a second time once it finished: a new incarnation), waits for each with
+//     every fifth group ID a second time once it finished: a new incarnation; one group in three
+//     of the rest with a follow-up on completion, which must run once, after it), waits for each with
 //     Handle.Wait, and records what it published and what came out. Restarted, it publishes again
 //     the group it was in the middle of, with the same keys (a packed group's jobs are then
 //     stored again: nothing deduplicates jobs without a key).

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -24,18 +25,18 @@ func (r *run) drain(ctx context.Context) {
 	defer cancel()
 	lastStarts, moved := -1, time.Now()
 	records := &tail{path: r.producerFile()}
-	err := poll(dctx, 100*time.Millisecond, func() bool {
+	err := testwait.Until(dctx, 100*time.Millisecond, func() (string, error) {
 		if r.producer.finished() && r.noGroupOpen(dctx) {
-			return true
+			return "", nil
 		}
 		if starts := r.mon.startCount(); starts != lastStarts || len(records.lines()) > 0 {
 			lastStarts, moved = starts, time.Now()
 		}
 		if time.Since(moved) > r.cfg.stall {
 			r.stalls = append(r.stalls, fmt.Sprintf("drain: for %v no execution started and the producer recorded nothing", r.cfg.stall))
-			return true
+			return "", nil
 		}
-		return false
+		return "the producer to finish and no group to be open", nil
 	})
 	if err != nil {
 		r.stalls = append(r.stalls, fmt.Sprintf("drain: the producer had not finished when the %v for it ran out", r.cfg.drain))
@@ -105,8 +106,12 @@ type storedGroups struct {
 func (r *run) readResults(ctx context.Context) (storedGroups, error) {
 	st := storedGroups{summaries: map[string][]wire.GroupSummary{}}
 	err := r.readStream(ctx, r.names.ResultsStream(), r.names.AllOutcomes(), func(m jetstream.Msg) {
-		// The workload's group IDs are their own subject tokens (wire.GroupToken).
-		group := strings.TrimPrefix(m.Subject(), r.names.OutcomeSubject(""))
+		// A follow-up's ID ("g00003.then.1") is not its own subject token (wire.GroupToken).
+		group, err := wire.ParseGroupToken(strings.TrimPrefix(m.Subject(), r.names.OutcomeSubject("")))
+		if err != nil {
+			st.bad++
+			return
+		}
 		outs, sum, err := wire.DecodeOutcomeMsg(m.Data())
 		if err != nil {
 			st.bad++

@@ -57,14 +57,24 @@ func newMonitor(nc *nats.Conn, statusSubject string, workerFiles []string) *moni
 // run follows the records and the status until ctx ends.
 func (m *monitor) run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		_ = poll(ctx, recordsEvery, func() bool { m.readRecords(); return false })
-	})
-	wg.Go(func() {
-		_ = poll(ctx, statusEvery, func() bool { m.askStatus(ctx); return false })
-	})
+	wg.Go(func() { every(ctx, recordsEvery, m.readRecords) })
+	wg.Go(func() { every(ctx, statusEvery, func() { m.askStatus(ctx) }) })
 	wg.Wait()
 	m.readRecords() // what was written last
+}
+
+// every calls f at once, then every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		f()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 func (m *monitor) readRecords() {

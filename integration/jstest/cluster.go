@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // account is where streams live: these servers configure no accounts, so clients use the
@@ -103,8 +108,11 @@ func startCluster(ctx context.Context, n int, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-// freePorts finds n distinct free ports on 127.0.0.1. Another process could take one
-// before the server binds it; the server then fails to start with the bind error.
+// freePorts finds n distinct free ports on 127.0.0.1, below the system's ephemeral range where
+// it can: a restarted server binds its ports again, and a port of the ephemeral range may meanwhile
+// have gone to another test's server or to an outgoing connection (CI saw "bind: address already
+// in use" for a minute). Another process could still take one before the server binds it; the
+// server then fails to start with the bind error.
 func freePorts(n int) ([]int, error) {
 	// The listeners stay open until all are found, so the ports differ.
 	ports := make([]int, 0, n)
@@ -114,15 +122,43 @@ func freePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", hostPort(0))
+	low := ephemeralLow()
+	for tries := 0; len(ports) < n; tries++ {
+		port := 0 // the system's choice, once the range below the ephemeral one seems full
+		if low > minTestPort+1000 && tries < 100 {
+			port = minTestPort + rand.IntN(low-minTestPort)
+		}
+		l, err := net.Listen("tcp", hostPort(port))
 		if err != nil {
+			if port != 0 {
+				continue
+			}
 			return nil, fmt.Errorf("jstest: find a free port: %w", err)
 		}
 		listeners = append(listeners, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// minTestPort is the lowest port freePorts picks: above the registered services' usual ones.
+const minTestPort = 20000
+
+// ephemeralLow is the first port of the system's ephemeral range (Linux), or 0 if unknown.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return low
 }
 
 // Servers returns the cluster's nodes in order. Stop and Restart them to test failover.
@@ -156,7 +192,7 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 }
 
 func (c *Cluster) waitReady(ctx context.Context) error {
-	return poll(ctx, func() (string, error) {
+	return testwait.Until(ctx, testwait.Interval, func() (string, error) {
 		var leader *server.Server
 		running := 0
 		for _, s := range c.servers {
@@ -198,7 +234,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 func (c *Cluster) WaitStreamReady(ctx context.Context, stream string) error {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	err := poll(ctx, func() (string, error) {
+	err := testwait.Until(ctx, testwait.Interval, func() (string, error) {
 		replicas, leaders := 0, 0
 		for _, s := range c.servers {
 			ns := s.NATS()

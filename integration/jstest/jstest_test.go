@@ -17,17 +17,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) {
-	var opts []goleak.Option
-	for _, fn := range jstest.ServerGoroutineLeaks {
-		opts = append(opts, goleak.IgnoreTopFunction(fn))
-	}
-	goleak.VerifyTestMain(m, opts...)
+	leakcheck.Main(m)
 }
 
 // roundTrip creates a stream on pub, publishes n messages to it and reads them back

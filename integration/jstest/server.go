@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // host is the only interface servers listen on.
@@ -120,7 +122,7 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := poll(ctx, func() (string, error) { return nodeWaiting(ns, logger, s.cluster != nil) }); err != nil {
+	if err := testwait.Until(ctx, testwait.Interval, func() (string, error) { return nodeWaiting(ns, logger, s.cluster != nil) }); err != nil {
 		s.stop()
 		return fmt.Errorf("jstest: start %s: %w", s.name, err)
 	}
@@ -140,7 +142,12 @@ func (s *Server) launch() (*server.Server, *serverLogger, error) {
 
 	port := s.port
 	if port == 0 {
-		port = server.RANDOM_PORT
+		// A port outside the ephemeral range, which Restart can bind again (see freePorts).
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, nil, err
+		}
+		port = ports[0]
 	}
 	o := &server.Options{
 		ServerName: s.name,
@@ -278,18 +285,16 @@ func (s *Server) Restart(ctx context.Context) error {
 	// The server listens on the ports it had. Once they were free, the system may have given
 	// one to another socket for a while (an outgoing connection's local port): CI once failed
 	// with "bind: address already in use". Try again for up to restartBindRetry.
-	deadline := time.Now().Add(restartBindRetry)
-	for {
-		err := s.start(ctx)
-		if err == nil || !strings.Contains(err.Error(), "address already in use") || time.Now().After(deadline) {
-			return err
+	rctx, cancel := context.WithTimeout(ctx, restartBindRetry)
+	defer cancel()
+	var err error
+	_ = testwait.Until(rctx, 100*time.Millisecond, func() (string, error) {
+		if err = s.start(ctx); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return "", nil
 		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return "its ports to be free", nil
+	})
+	return err // start's last: when the ports stayed in use, that says so
 }
 
 // restartBindRetry bounds how long Restart tries again to listen on a port in use.

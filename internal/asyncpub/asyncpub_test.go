@@ -9,13 +9,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m) // the sweep goroutine ends with Close, or once nothing is pending
+	leakcheck.Main(m) // the sweep goroutine ends with Close, or once nothing is pending
 }
 
 func TestParseAck(t *testing.T) {

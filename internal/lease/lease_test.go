@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/weavejobs/weave/integration/jstest"
 	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/lease"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // TestStandbyTakesOver: while one holder keeps the lease a second waits; when the first lets go
@@ -157,18 +159,18 @@ func TestKeepOutlastsLeaderLoss(t *testing.T) {
 	}
 	leader.Stop()
 	// Two renewals after the loss: the holder renewed through the election and went on.
-	for renewals := 0; renewals < 2; {
+	renewals := 0
+	testwait.Seen(t, 60*time.Second, "two renewals after the leader's loss", func() (bool, string) {
 		select {
 		case err := <-kept:
 			t.Fatalf("Keep returned after the leader's loss: %v", err)
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
 		if e, err := bucket.Get(ctx, "coordinator"); err == nil && e.Revision() > before.Revision() {
 			before, renewals = e, renewals+1
 		}
-	}
+		return renewals == 2, fmt.Sprintf("%d renewals", renewals)
+	})
 	short, cancelShort := context.WithTimeout(ctx, ttl)
 	defer cancelShort()
 	if _, err := lease.Acquire(short, kv, "N", "b", ttl, 3); !errors.Is(err, context.DeadlineExceeded) {

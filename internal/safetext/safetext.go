@@ -12,9 +12,11 @@
 package safetext
 
 import (
+	"io"
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -122,4 +124,42 @@ func hex2(c byte) string { return hexN(uint32(c), 2) }
 func hexN(v uint32, n int) string {
 	s := strconv.FormatUint(uint64(v), 16)
 	return strings.Repeat("0", max(n-len(s), 0)) + s
+}
+
+// JSON wraps w, a destination of encoding/json output, so that the characters Line escapes
+// and encoding/json writes raw (DEL, C1, format characters) are written as JSON escapes
+// (\u009b, \u202e; a surrogate pair above U+FFFF): the JSON decodes to the same values and
+// shows safely when a person reads it on a terminal. Each Write must hold whole characters, as
+// a json.Encoder's do (one Write per value).
+func JSON(w io.Writer) io.Writer { return jsonWriter{w} }
+
+type jsonWriter struct{ w io.Writer }
+
+func (j jsonWriter) Write(p []byte) (int, error) {
+	clean := true
+	for _, c := range string(p) {
+		if c != utf8.RuneError && hidden(c) && c >= 0x20 {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return j.w.Write(p)
+	}
+	out := make([]byte, 0, len(p)+32)
+	for i := 0; i < len(p); {
+		c, size := utf8.DecodeRune(p[i:])
+		if c == utf8.RuneError || !hidden(c) || c < 0x20 {
+			out = append(out, p[i:i+size]...)
+		} else if r1, r2 := utf16.EncodeRune(c); r1 != utf8.RuneError {
+			out = append(out, `\u`+hexN(uint32(r1), 4)+`\u`+hexN(uint32(r2), 4)...)
+		} else {
+			out = append(out, `\u`+hexN(uint32(c), 4)...)
+		}
+		i += size
+	}
+	if _, err := j.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

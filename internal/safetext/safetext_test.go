@@ -1,6 +1,8 @@
 package safetext
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode"
@@ -76,4 +78,29 @@ func FuzzLine(f *testing.F) {
 			t.Fatalf("Cut(%q, 7) = %q, %d", s, head, left)
 		}
 	})
+}
+
+// TestJSON: what JSON writes decodes to the same value, and holds no character Line would
+// escape (json.Encoder itself writes C1, DEL and format characters raw), so it shows safely.
+func TestJSON(t *testing.T) {
+	in := map[string]string{"e": "a\u009b31mb\u202ec\U000E0001d\x7fe\x1bf\u2028g é 中"}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(JSON(&buf))
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(in); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if !Clean(line) {
+			t.Errorf("line %q holds characters a terminal may interpret", line)
+		}
+	}
+	if !strings.Contains(out, `\u009b`) || !strings.Contains(out, `\udb40\udc01`) || !strings.Contains(out, "é 中") {
+		t.Errorf("output %s: want \\u009b, a surrogate pair for U+E0001, and printable text kept", out)
+	}
+	var back map[string]string
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil || back["e"] != in["e"] {
+		t.Fatalf("decoded %q (%v), want %q", back["e"], err, in["e"])
+	}
 }

@@ -149,6 +149,8 @@ type StreamStatus struct {
 	Name string
 	// Created is true if Init created the stream, false if it existed.
 	Created bool
+	// Replicas is the stream's replicas: as created, or as found.
+	Replicas int
 	// Differences lists, for a stream that existed, how its configuration differs from the one
 	// asked for ("replicas 1, want 3"). Init changes nothing in an existing stream but Upgraded.
 	Differences []string
@@ -171,7 +173,7 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names, o config.St
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			_, err = js.CreateStream(ctx, cfg)
 			if err == nil {
-				out = append(out, StreamStatus{Name: cfg.Name, Created: true})
+				out = append(out, StreamStatus{Name: cfg.Name, Created: true, Replicas: cfg.Replicas})
 				continue
 			}
 			if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -183,7 +185,7 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names, o config.St
 			return out, fmt.Errorf("weave: stream %s: %w", cfg.Name, err)
 		}
 		have := s.CachedInfo().Config
-		st := StreamStatus{Name: cfg.Name, Differences: differences(have, cfg)}
+		st := StreamStatus{Name: cfg.Name, Replicas: have.Replicas, Differences: differences(have, cfg, o)}
 		if st.Upgraded, err = upgrade(ctx, js, have, cfg); err != nil {
 			return out, err
 		}
@@ -211,11 +213,13 @@ func upgrade(ctx context.Context, js jetstream.JetStream, have, want jetstream.S
 }
 
 // differences compares an existing stream's configuration with the one Weave would create, on the
-// settings Weave chooses. Settings left to the server's default in want are not compared.
-func differences(have, want jetstream.StreamConfig) []string {
+// settings Weave chooses. Settings left to the server's default in want, and options the caller
+// left unset in o (0: a coordinator started without --replicas on a namespace created with 3 has
+// nothing to be warned about), are not compared.
+func differences(have, want jetstream.StreamConfig, o config.StreamOptions) []string {
 	var d []string
 	diff := func(what string, h, w any) { d = append(d, fmt.Sprintf("%s %v, want %v", what, h, w)) }
-	if have.Replicas != want.Replicas {
+	if o.Replicas != 0 && have.Replicas != want.Replicas {
 		diff("replicas", have.Replicas, want.Replicas)
 	}
 	if have.Storage != want.Storage {
@@ -224,7 +228,7 @@ func differences(have, want jetstream.StreamConfig) []string {
 	if have.Retention != want.Retention {
 		diff("retention", have.Retention, want.Retention)
 	}
-	if want.Duplicates > 0 && have.Duplicates != want.Duplicates {
+	if o.DedupWindow != 0 && want.Duplicates > 0 && have.Duplicates != want.Duplicates {
 		diff("dedup window", have.Duplicates, want.Duplicates)
 	}
 	if want.MaxAge > 0 && have.MaxAge != want.MaxAge {

@@ -148,6 +148,16 @@ func TestCheckAndInit(t *testing.T) {
 	}
 	if c := s.CachedInfo().Config; c.Replicas != 1 || c.Duplicates != config.DefaultDedupWindow {
 		t.Errorf("Init changed an existing stream: %+v", c)
+	} // Options left unset are not compared: a coordinator started without --replicas on a
+	// namespace created with 3 has nothing to be warned about, and learns the replicas.
+	sts, err = topology.Init(ctx, js, names, config.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sts {
+		if st.Created || len(st.Differences) != 0 || st.Replicas != 1 {
+			t.Errorf("Init with unset options: %+v, want no differences and replicas 1", st)
+		}
 	}
 }
 

@@ -45,4 +45,6 @@ const (
 	AnswerNotFailed = "not-failed"
 	// AnswerGone: a redrive whose failed jobs' stored messages are all gone.
 	AnswerGone = "gone"
+	// AnswerCycle: an open whose group would run after itself through the groups it names.
+	AnswerCycle = "cycle"
 )

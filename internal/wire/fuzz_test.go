@@ -77,6 +77,8 @@ func FuzzParseHeaders(f *testing.F) {
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Run-At: 1795000000123\r\n\r\n"))
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Op: open\r\nWeave-Reply: p-1\r\n\r\n"))
 	f.Add([]byte("NATS/1.0\r\nWeave-Version: 1\r\nWeave-Group: g\r\nWeave-Single: 1\r\nWeave-Reply: p-1\r\n\r\n"))
+	f.Add([]byte("NATS/1.0\r\nWeave-Version: 3\r\nWeave-Group: g\r\nWeave-Op: open\r\nWeave-After: success wait 0 crawl 1\r\nWeave-After: failure cancel 17 b\r\nWeave-Priority: 2\r\n\r\n"))
+	f.Add([]byte("NATS/1.0\r\nWeave-Version: 3\r\nWeave-Group: g\r\nWeave-Single: 1\r\nWeave-After: complete cancel 0 a\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h := parseHeaderBlock(b)
 		if m, err := ParseJobMeta(h); err == nil {

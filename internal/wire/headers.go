@@ -24,6 +24,7 @@ const (
 	HdrTimeout     = "Weave-Timeout"
 	HdrEpoch       = "Weave-Epoch"
 	HdrGroupSeq    = "Weave-Group-Seq"  // on outcomes: the sequence of the group's open (its incarnation)
+	HdrLastSeq     = "Weave-Last-Seq"   // on a summary: the JOBS sequence of its incarnation's last message when it completed
 	HdrReason      = "Weave-Reason"     // on rejections
 	HdrSubject     = "Weave-Subject"    // on rejections: the refused message's subject
 	HdrSeq         = "Weave-Seq"        // on rejections: the refused message's stream sequence
@@ -92,6 +93,17 @@ type GroupControl struct {
 	// Weight, on an open, scales the group's fair share of the slots: a group of weight 3 gets
 	// three times the share of one of weight 1 (1–MaxWeight; 0 on the wire means 1).
 	Weight int
+	// After, on an open, lists the groups this one runs after (see After); Priority is the
+	// group's priority (0–MaxPriority): its jobs go before those of lower priorities.
+	After    []After
+	Priority int
+	// Incarnation and Proof, on a ready record (OpReady), name the incarnation whose
+	// dependencies are met and prove that a coordinator wrote it (ReleaseKey.ReadyProof).
+	Incarnation uint64
+	Proof       string
+	// AfterFailed, on a cancel of a whole group, names the group it runs after that ended
+	// otherwise than it asks: the coordinator's cancel, which leaves the group open.
+	AfterFailed string
 }
 
 // MaxCancelJobs bounds the job IDs one cancel or redrive message names.
@@ -115,12 +127,23 @@ func (c GroupControl) Header() nats.Header {
 	if c.Op == OpOpen && c.Weight > 0 {
 		h.Set(HdrWeight, strconv.Itoa(c.Weight))
 	}
+	if c.Op == OpOpen {
+		setFeatures(h, c.After, c.Priority)
+	}
 	if (c.Op == OpCancel || c.Op == OpRedrive) && len(c.Jobs) > 0 {
 		ids := make([]string, len(c.Jobs))
 		for i, id := range c.Jobs {
 			ids[i] = strconv.FormatUint(id, 10)
 		}
 		h.Set(HdrJobs, strings.Join(ids, ","))
+	}
+	if c.Op == OpCancel && c.AfterFailed != "" {
+		h.Set(HdrAfterFailed, c.AfterFailed)
+	}
+	if c.Op == OpReady {
+		h.Set(HdrGroupSeq, strconv.FormatUint(c.Incarnation, 10))
+		h.Set(HdrProof, c.Proof)
+		h.Set(HdrMsgID, ReadyMsgID(GroupToken(c.Group), c.Incarnation))
 	}
 	if (c.Op == OpCancel || c.Op == OpRedrive || c.Op == OpOpen) && c.Reply != "" {
 		h.Set(HdrReply, c.Reply)
@@ -159,7 +182,17 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 			}
 			c.Weight = n
 		}
+		var err error
+		if c.After, c.Priority, err = parseFeatures(h, c.Group); err != nil {
+			return GroupControl{}, err
+		}
 	case OpCancel, OpRedrive:
+		if v := h.Get(HdrAfterFailed); v != "" && c.Op == OpCancel {
+			if err := ValidateGroupID(v); err != nil {
+				return GroupControl{}, fmt.Errorf("%w: %s: %v", ErrMalformed, HdrAfterFailed, err)
+			}
+			c.AfterFailed = v
+		}
 		if c.Reply = h.Get(HdrReply); c.Reply != "" {
 			if err := ValidateReplyToken(c.Reply); err != nil {
 				return GroupControl{}, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -178,6 +211,12 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 				c.Jobs = append(c.Jobs, id)
 			}
 		}
+	case OpReady:
+		n, err := strconv.ParseUint(h.Get(HdrGroupSeq), 10, 64)
+		if err != nil || n == 0 {
+			return GroupControl{}, fmt.Errorf("%w: ready record of group %q: bad %s %q", ErrMalformed, c.Group, HdrGroupSeq, h.Get(HdrGroupSeq))
+		}
+		c.Incarnation, c.Proof = n, h.Get(HdrProof)
 	case OpSeal:
 		n, err := strconv.ParseUint(h.Get(HdrCount), 10, 64)
 		if err != nil {
@@ -208,6 +247,9 @@ type JobMeta struct {
 	RedriveOf uint64
 	// Reply, on a single job, is its producer's reply token, as on an open (GroupControl.Reply).
 	Reply string
+	// After and Priority, on a single job, are its group's, as on an open (GroupControl).
+	After    []After
+	Priority int
 }
 
 // Validate checks the metadata against the protocol's limits.
@@ -229,6 +271,17 @@ func (m JobMeta) Validate() error {
 			return fmt.Errorf("%w: %s on a job that is not a single job", ErrBadOption, HdrReply)
 		}
 		if err := ValidateReplyToken(m.Reply); err != nil {
+			return err
+		}
+	}
+	if len(m.After) > 0 || m.Priority != 0 {
+		if !m.Single {
+			return fmt.Errorf("%w: a job that is not a single job takes its group's dependencies and priority from its open", ErrBadOption)
+		}
+		if err := ValidateAfter(m.Group, m.After); err != nil {
+			return err
+		}
+		if err := ValidatePriority(m.Priority); err != nil {
 			return err
 		}
 	}
@@ -283,6 +336,7 @@ func (m JobMeta) Header() nats.Header {
 		if m.Reply != "" {
 			h.Set(HdrReply, m.Reply)
 		}
+		setFeatures(h, m.After, m.Priority)
 	}
 	return h
 }
@@ -331,6 +385,13 @@ func ParseJobMeta(h nats.Header) (JobMeta, error) {
 			return JobMeta{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 		}
 	}
+	var err error
+	if m.After, m.Priority, err = parseFeatures(h, m.Group); err != nil {
+		return JobMeta{}, err
+	}
+	if (len(m.After) > 0 || m.Priority > 0) && !m.Single {
+		return JobMeta{}, fmt.Errorf("%w: %s or %s on a job that is not a single job", ErrMalformed, HdrAfter, HdrPriority)
+	}
 	if v := h.Get(HdrRunAt); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms <= 0 || ms > maxRunAtMilli {
@@ -353,8 +414,8 @@ func checkVersion(h nats.Header) error {
 	if v == "" {
 		return fmt.Errorf("%w: missing %s header", ErrMalformed, HdrVersion)
 	}
-	if v != strconv.Itoa(Version) {
-		return fmt.Errorf("%w: %s %q (this build speaks %d)", ErrVersion, HdrVersion, v, Version)
+	if v != strconv.Itoa(Version) && v != strconv.Itoa(FeatureVersion) {
+		return fmt.Errorf("%w: %s %q (this build speaks %d and %d)", ErrVersion, HdrVersion, v, Version, FeatureVersion)
 	}
 	return nil
 }

@@ -180,6 +180,12 @@ type GroupLive struct {
 	// aside until one joins); NextRunAt is when the first of its delayed jobs runs.
 	Unplaceable int       `json:"unplaceable,omitempty"`
 	NextRunAt   time.Time `json:"next_run_at,omitzero"`
+	// WaitsFor names the groups it runs after that have not completed as it asks (the group is
+	// held: none of its jobs is released meanwhile).
+	WaitsFor []string `json:"waits_for,omitempty"`
+	// FollowedBy names groups waiting on it (dependents, follow-ups), at most 20.
+	FollowedBy []string `json:"followed_by,omitempty"`
+	Priority   int      `json:"priority,omitempty"`
 }
 
 // HeldBack is one limit holding jobs of a group back: why its pending jobs do not start.

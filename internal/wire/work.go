@@ -17,6 +17,9 @@ type WorkJob struct {
 	// coordinator before proofs. Not part of the encoding: it travels in the batch's
 	// Weave-Proof header (SetWorkProofs, WorkProofs), and the report echoes it.
 	Proof string
+	// After is how the groups the job's group ran after ended (AppendAfterResults), or "". Not
+	// part of the encoding: it travels in the batch's Weave-After header (SetWorkAfter).
+	After string
 }
 
 // AppendWork encodes a work batch onto dst.

@@ -14,7 +14,7 @@ import (
 )
 
 // Scenarios are the scenario names, in the order Run runs them.
-var Scenarios = []string{"throughput", "latency", "single", "fairness", "weights", "limits", "affinity", "spread", "herd", "fleet", "scale"}
+var Scenarios = []string{"throughput", "latency", "single", "fairness", "weights", "limits", "affinity", "spread", "chains", "herd", "fleet", "scale"}
 
 // Config holds every scenario's configuration; zero fields take the defaults.
 type Config struct {
@@ -26,6 +26,7 @@ type Config struct {
 	Limits     LimitsConfig
 	Affinity   AffinityConfig
 	Spread     SpreadConfig
+	Chains     ChainsConfig
 	Herd       HerdConfig
 	Fleet      FleetConfig
 	Scale      ScaleConfig
@@ -53,6 +54,8 @@ func (c *Config) Validate(scenarios []string) error {
 			err = c.Affinity.defaults()
 		case "spread":
 			err = c.Spread.defaults()
+		case "chains":
+			err = c.Chains.defaults()
 		case "herd":
 			err = c.Herd.defaults()
 		case "fleet":
@@ -138,6 +141,8 @@ func runScenario(ctx context.Context, env *Env, name string, cfg *Config) (Resul
 		return RunAffinity(ctx, env, cfg.Affinity)
 	case "spread":
 		return RunSpread(ctx, env, cfg.Spread)
+	case "chains":
+		return RunChains(ctx, env, cfg.Chains)
 	case "herd":
 		return RunHerd(ctx, env, cfg.Herd)
 	case "fleet":

@@ -173,7 +173,7 @@ func TestFormatting(t *testing.T) {
 func TestSectionsRender(t *testing.T) {
 	t.Parallel()
 	results := []Result{
-		&ThroughputResult{}, &LatencyResult{}, &SingleResult{}, &FairnessResult{}, &WeightsResult{}, &LimitsResult{}, &AffinityResult{}, &SpreadResult{}, &HerdResult{}, &ScaleResult{},
+		&ThroughputResult{}, &LatencyResult{}, &SingleResult{}, &FairnessResult{}, &WeightsResult{}, &LimitsResult{}, &AffinityResult{}, &SpreadResult{}, &ChainsResult{}, &HerdResult{}, &ScaleResult{},
 		&FairnessResult{Runs: []FairnessRun{{Policy: "least-in-flight", Groups: []FairnessGroup{{Group: "A", TaskMS: 10, Jobs: 3, InFlight: 2}}}}},
 		&WeightsResult{Runs: []WeightsRun{{Groups: []WeightsGroup{{Group: "A", TaskMS: 10, Weight: 3, Jobs: 3, InFlight: 2}}}}},
 		&ScaleResult{Steps: []ScaleStep{{Jobs: 10}, {Jobs: 100}}, Slopes: []ScaleSlope{{From: 10, To: 100}}},

@@ -13,9 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/leakcheck"
 	"github.com/weavejobs/weave/spreader"
 )
 
@@ -36,11 +34,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	var opts []goleak.Option
-	for _, fn := range jstest.ServerGoroutineLeaks {
-		opts = append(opts, goleak.IgnoreTopFunction(fn))
-	}
-	goleak.VerifyTestMain(m, opts...)
+	leakcheck.Main(m)
 }
 
 // TestSmoke runs the throughput and fairness scenarios end to end with tiny parameters, on
@@ -342,5 +336,22 @@ func TestFleetChecks(t *testing.T) {
 	r.Workers[1] = FleetResult{Shape: Shape{500, 2}, Error: "stalled"}
 	if cs := r.checks(); len(cs) != len(want)-2 || cs[6].Name != "500 × 2: the run completes" || cs[6].Pass {
 		t.Errorf("checks with a failed fleet: %+v", cs)
+	}
+}
+
+// TestChainsSmoke runs the chains scenario small: every follow-up runs once, after its group's
+// job ended, the waiting groups count and are all released once their group is done.
+func TestChainsSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := RunChains(ctx, &Env{}, ChainsConfig{FollowUps: 20, Interval: time.Millisecond, Waiting: 200, Window: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.FollowUpsRan != 20 || r.FollowUpDelay.N != 20 || r.SingleStart.N != 20 || r.FollowUpDelay.P10 < 0 {
+		t.Fatalf("follow-ups ran %d, delays %+v, singles %+v", r.FollowUpsRan, r.FollowUpDelay, r.SingleStart)
+	}
+	if r.HeapPerWaiting <= 0 || r.ReleaseAllS <= 0 || r.ReleasedPerSec <= 0 {
+		t.Fatalf("waiting groups: %+v", r)
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/weavejobs/weave/cmd/weave/internal/dashboard"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 var updateScreenshots = flag.Bool("update-screenshots", false, "write the browser test's screenshots of each view to docs/")
@@ -112,8 +113,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// coordinator may still forget an ended group meanwhile: compare with a fresh status until
 	// the page shows exactly what it says.
 	run(t, ctx, "open the overview", chromedp.Navigate(base), chromedp.WaitVisible(`#count-pending`))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Seen(t, 30*time.Second, "the overview to show the coordinator's counts", func() (bool, string) {
 		st, err := e.dep.Status()
 		if err != nil {
 			t.Fatal(err)
@@ -128,14 +128,11 @@ func TestDashboardInBrowser(t *testing.T) {
 			return `+strings.Join(conds, " && ")+`; })()`))
 		cancel()
 		if err == nil {
-			break
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			var shown string
-			shown, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('state-cards').textContent`))
-			t.Fatalf("the overview shows %q, the coordinator %v", shown, st.Jobs)
-		}
-	}
+		shown, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('state-cards').textContent`))
+		return false, fmt.Sprintf("the overview shows %q, the coordinator %v", shown, st.Jobs)
+	})
 	run(t, ctx, "the overview draws rates and charts",
 		// Rates need two samples of the same coordinator.
 		poll(`document.getElementById('rate-in').textContent !== '–'`),
@@ -160,8 +157,23 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := e.d.PauseSchedule(t.Context(), "poll"); err != nil {
 		t.Fatal(err)
 	}
+	// A group that runs after the gated one: it waits, and the chain shows on both rows.
+	if _, err := e.d.Publish(t.Context(), "index", slices.Values(jobsOf("index", []string{"ok"})),
+		dispatcher.After(dispatcher.Dependency{Group: gated})); err != nil {
+		t.Fatal(err)
+	}
 	run(t, ctx, "the groups view shows the gated group, nothing ended",
 		chromedp.KeyEvent("2"),
+		poll(`(() => { const w = document.querySelector('tr[data-group="index"] [data-chain="waits"]'),
+			f = document.querySelector('tr[data-group="`+gated+`"] [data-chain="then"]');
+			return w !== null && w.textContent === 'waits for `+gated+` (success, incarnation ' + w.textContent.split('incarnation ')[1] &&
+				f !== null && f.textContent === '→ index'; })()`),
+		// The filter of groups waiting for others shows it alone.
+		poll(`(() => { const s = document.getElementById('group-state'); s.value = 'waiting'; s.dispatchEvent(new Event('change'));
+			const rows = document.querySelectorAll('#groups-table tr[data-group]');
+			return rows.length === 1 && rows[0].dataset.group === 'index'; })()`),
+		poll(`(() => { const s = document.getElementById('group-state'); s.value = ''; s.dispatchEvent(new Event('change'));
+			return document.querySelectorAll('#groups-table tr[data-group]').length > 1; })()`),
 		// The schedules, the paused one flagged.
 		poll(`(() => { const y = document.querySelector('tr[data-schedule="yearly"]'), p = document.querySelector('tr[data-schedule="poll"]');
 			return y !== null && y.textContent.includes('@yearly') && y.querySelector('.flag') === null &&
@@ -285,7 +297,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		poll(`document.querySelector('#toast').textContent.includes('1 job published again')`),
 	)
 	// The retry fails in its turn: it is listed, in place of the job it ran again.
-	eventually(t, "the retried job to fail again", func() (bool, string) {
+	testwait.Seen(t, 30*time.Second, "the retried job to fail again", func() (bool, string) {
 		ids := failedOutcomes()
 		return len(ids) == 1 && ids[0] != first[0], fmt.Sprintf("failed jobs of page-1 %v (the first was %d)", ids, first[0])
 	})
@@ -392,7 +404,7 @@ func TestDashboardScreenshots(t *testing.T) {
 		close(stop)
 		streams.Wait()
 	}()
-	eventually(t, "40 seconds of history", func() (bool, string) {
+	testwait.Seen(t, 30*time.Second, "40 seconds of history", func() (bool, string) {
 		var snap struct {
 			Series struct{ Times []int64 } `json:"series"`
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/weavejobs/weave/cmd/weave/internal/dashboard"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // pagedStatus is the status the page tests' backend answers.
@@ -85,7 +86,7 @@ func serveBackend(t *testing.T, b dashboard.Backend, cfg dashboard.Config, wrap 
 		stop()
 		<-done
 	})
-	eventually(t, "the first status", func() (bool, string) {
+	testwait.Seen(t, 30*time.Second, "the first status", func() (bool, string) {
 		rec := httptest.NewRecorder()
 		srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/snapshot", nil))
 		return strings.Contains(rec.Body.String(), `"status":`), rec.Body.String()

@@ -308,22 +308,6 @@ func (a *asyncErrors) check(t *testing.T) {
 	}
 }
 
-// eventually polls cond every 20ms until it holds or 30 seconds pass.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, got := cond()
-		if ok {
-			return
-		}
-		last = got
-		time.Sleep(20 * time.Millisecond) // polling interval of a condition, not a wait for time
-	}
-	t.Fatalf("timed out waiting for %s; last: %s", what, last)
-}
-
 // heldKey returns the key of a job of the gated group that has not ended. Until the test
 // releases another, such a job cannot end.
 func (e *env) heldKey() string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/weavejobs/weave/cmd/weave/internal/dashboard"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // hiddenRunes returns the characters of the JSON strings in body that a terminal or a browser
@@ -155,7 +156,7 @@ func TestHostileWorkerTexts(t *testing.T) {
 	}
 
 	// The snapshot and the ended groups, whatever the coordinator's status quotes.
-	eventually(t, "the snapshot to show a status", func() (bool, string) {
+	testwait.Seen(t, 30*time.Second, "the snapshot to show a status", func() (bool, string) {
 		_, body := fetch(t, base+"api/snapshot")
 		return strings.Contains(string(body), `"status":`), string(body[:min(len(body), 200)])
 	})

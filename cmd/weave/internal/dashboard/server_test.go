@@ -16,6 +16,7 @@ import (
 	"github.com/weavejobs/weave/cmd/weave/internal/dashboard"
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
 )
 
 // get fetches url and decodes its JSON body into v, returning the status code.
@@ -79,7 +80,7 @@ func TestReadsAsObserver(t *testing.T) {
 	base, _, errs := e.dashboardAs("observer", dashboard.Config{})
 
 	// The snapshot is the coordinator's status: with the gated group's jobs held, nothing moves.
-	eventually(t, "the dashboard's snapshot to show the coordinator's counts", func() (bool, string) {
+	testwait.Seen(t, 30*time.Second, "the dashboard's snapshot to show the coordinator's counts", func() (bool, string) {
 		var snap struct {
 			Status *coordinator.Status `json:"status"`
 			Error  string              `json:"error"`
@@ -220,8 +221,10 @@ func TestActions(t *testing.T) {
 		}
 	}
 	// GET is not an action.
-	if resp, err := http.Get(retry); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("GET %s: %v %v", retry, resp.Status, err)
+	if resp, err := http.Get(retry); err != nil {
+		t.Errorf("GET %s: %v", retry, err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET %s: %v", retry, resp.Status)
 	}
 	for _, bad := range []string{`{}`, `{"group":"site-bad","ids":[0]}`, `{"group":"site-bad","extra":1}`, `not json`} {
 		if code, res := post(t, retry, "s3cret", bad); code != http.StatusBadRequest {
@@ -236,7 +239,7 @@ func TestActions(t *testing.T) {
 		t.Fatalf("retry with the token: %d %v", code, res)
 	}
 	// The retry fails in its turn: it is listed, in place of the job it ran again.
-	eventually(t, "the retried job to fail again", func() (bool, string) {
+	testwait.Seen(t, 30*time.Second, "the retried job to fail again", func() (bool, string) {
 		var ids []uint64
 		for o, err := range e.d.Failed(context.Background(), "site-bad") {
 			if err != nil {
@@ -299,8 +302,10 @@ func TestActionToken(t *testing.T) {
 		if !strings.Contains(string(b), `<script src="app.js"`) || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
 			t.Errorf("index: %s %v", b[:min(len(b), 80)], resp.Header)
 		}
-		if resp, err := http.Get(ts.URL + "/nothing-here"); err != nil || resp.StatusCode != http.StatusNotFound {
-			t.Errorf("unknown path: %v %v", resp.Status, err)
+		if resp, err := http.Get(ts.URL + "/nothing-here"); err != nil {
+			t.Errorf("unknown path: %v", err)
+		} else if resp.Body.Close(); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("unknown path: %v", resp.Status)
 		}
 	}
 	if tokens[0] == tokens[1] {

@@ -3,19 +3,20 @@ package demo
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/weavejobs/weave/internal/leakcheck"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/spreader"
 )
 
 // TestMain checks that Run stops everything it started, as cmd/weave's tests did when the demo
 // lived there.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.Main(m)
 }
 
 // TestRunMeasures checks the measurements themselves, with round-robin and a cap per site.
@@ -110,26 +111,22 @@ func TestRunDashboard(t *testing.T) {
 		t.Fatalf("crawl: %+v, tracker %+v", res.Summary, res.Weave.Done)
 	}
 	// The dashboard still serves: the coordinator admitted every page.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Seen(t, 30*time.Second, "the dashboard to show every page admitted", func() (bool, string) {
 		var snap struct {
 			Status *struct {
 				Totals struct{ Admitted int } `json:"totals"`
 			} `json:"status"`
 		}
 		r, err := http.Get(base + "api/snapshot")
-		if err == nil {
-			err = json.NewDecoder(r.Body).Decode(&snap)
-			r.Body.Close()
+		if err != nil {
+			return false, err.Error()
 		}
-		if err == nil && snap.Status != nil && snap.Status.Totals.Admitted == 200 {
-			break
+		defer r.Body.Close()
+		if err := json.NewDecoder(r.Body).Decode(&snap); err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dashboard after the crawl: %+v %v", snap.Status, err)
-		}
-		<-time.After(20 * time.Millisecond) // polling interval
-	}
+		return snap.Status != nil && snap.Status.Totals.Admitted == 200, fmt.Sprintf("status %+v", snap.Status)
+	})
 	select {
 	case err := <-done:
 		t.Fatalf("Run ended before ctx: %v", err)

@@ -9,20 +9,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/weavejobs/weave/coordinator"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/leakcheck"
 	"github.com/weavejobs/weave/worker"
 )
 
 func TestMain(m *testing.M) {
-	var opts []goleak.Option
-	for _, fn := range jstest.ServerGoroutineLeaks {
-		opts = append(opts, goleak.IgnoreTopFunction(fn))
-	}
-	goleak.VerifyTestMain(m, opts...)
+	leakcheck.Main(m)
 }
 
 // TestFleet starts a coordinator and two workers on an embedded server, waits for the fleet and

@@ -289,7 +289,7 @@ func (p *producer) group(ctx context.Context, g record.Group) {
 			// Handle for a later one.
 			_ = p.out.Write(record.Producer{Event: record.Waited, Group: g.ID, Incarnation: inc.n, Skipped: true, At: time.Now(), PID: p.pid})
 		default:
-			h, err := p.publish(ctx, inc, keys, g.Packed, g.Single)
+			h, err := p.publish(ctx, inc, keys, g)
 			if err != nil || !p.wait(ctx, inc, h) {
 				return
 			}
@@ -312,7 +312,16 @@ func (p *producer) release() { <-p.slots }
 // seal failed, as while the cluster elects a leader) is repeated with the same keys, which is
 // what the dispatcher's documentation tells a producer to do. Jobs it could not publish are
 // recorded in the error of the "published" record; the group is sealed without them.
-func (p *producer) publish(ctx context.Context, inc incarnation, keys []string, packed, single bool) (*dispatcher.Handle, error) {
+func (p *producer) publish(ctx context.Context, inc incarnation, keys []string, g record.Group) (*dispatcher.Handle, error) {
+	packed, single := g.Packed, g.Single
+	var opts []dispatcher.GroupOption
+	if g.FollowUp && inc.n == 1 {
+		// A follow-up on completion, stored with the group: it must run once, after the
+		// group's last job, whatever is killed meanwhile.
+		f := record.FollowUpID(g.ID)
+		opts = append(opts, dispatcher.Then(dispatcher.FollowUp{When: dispatcher.OnCompletion,
+			Jobs: []dispatcher.Job{{Key: record.FollowUpKey, Payload: []byte(f + "/" + record.FollowUpKey)}}}))
+	}
 	jobs := func(yield func(dispatcher.Job) bool) {
 		for i, k := range keys {
 			if i > 0 && p.jobGap > 0 && !packed {
@@ -338,7 +347,7 @@ func (p *producer) publish(ctx context.Context, inc incarnation, keys []string, 
 			// deduplicated.
 			h, _, err = p.d.Submit(ctx, inc.group, dispatcher.Job{Key: keys[0], Payload: []byte(inc.group + "/" + keys[0])})
 		} else {
-			h, err = p.d.Publish(ctx, inc.group, jobs)
+			h, err = p.d.Publish(ctx, inc.group, jobs, opts...)
 		}
 		r := record.Producer{Event: record.Published, Group: inc.group, Incarnation: inc.n, Jobs: len(keys), Handle: h != nil, At: time.Now(), PID: p.pid}
 		if h != nil {

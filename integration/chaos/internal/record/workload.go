@@ -21,7 +21,19 @@ type Group struct {
 	Again  []string
 	Packed bool
 	Single bool
+	// FollowUp: the first incarnation is published with a follow-up on completion, group
+	// FollowUpID(ID), of one job with key FollowUpKey.
+	FollowUp bool
 }
+
+// FollowUpEvery is how often a group (neither Packed nor Single) has a follow-up.
+const FollowUpEvery = 3
+
+// FollowUpKey is the key of a follow-up's one job.
+const FollowUpKey = "f"
+
+// FollowUpID is the ID of group id's follow-up (the dispatcher's name for a first follow-up).
+func FollowUpID(id string) string { return id + ".then.1" }
 
 // PackedEvery is how often a group is Packed: every PackedEvery-th group.
 const PackedEvery = 3
@@ -48,6 +60,7 @@ func Workload(seed uint64, n, minJobs, maxJobs int) []Group {
 	for i := range groups {
 		g := Group{ID: fmt.Sprintf("g%05d", i), Keys: keys("k"), Packed: i%PackedEvery == 1}
 		g.Single = !g.Packed && i%SingleEvery == 2
+		g.FollowUp = !g.Packed && !g.Single && i%FollowUpEvery == 0
 		if i%AgainEvery == AgainEvery-1 {
 			g.Again = keys("r")
 		}

@@ -304,6 +304,15 @@ function progressBar(parts, total, label) {
   }
   return bar;
 }
+// chainOf draws where a group stands in its chain: the groups it waits for, before it, and the
+// groups waiting on it, after it. Text nodes only: group IDs are untrusted.
+function chainOf(g) {
+  const before = g.waits_for || [], after = g.followed_by || [];
+  if (!before.length && !after.length) return null;
+  return h('div', { class: 'chain' },
+    before.length ? h('span', { class: 'flag', dataset: { chain: 'waits' }, title: 'held: none of its jobs runs before these have completed' }, 'waits for ' + before.join(', ')) : null,
+    after.length ? h('span', { class: 'sub', dataset: { chain: 'then' }, title: 'groups that run after it' }, '→ ' + after.join(', ')) : null);
+}
 function renderGroups() {
   const st = snap.status, ser = snap.series || { times: [], shares: [], slots: [] };
   const palette = (i, name) => (name === '(other groups)' ? 'var(--g8)' : 'var(--g' + (i % 8) + ')');
@@ -322,6 +331,7 @@ function renderGroups() {
       case 'pending': return c.pending + c.retrywait > 0;
       case 'failed': return c.failed > 0;
       case 'unsealed': return !g.sealed;
+      case 'waiting': return (g.waits_for || []).length > 0;
     }
     return true;
   });
@@ -332,7 +342,7 @@ function renderGroups() {
       h('span', { class: 'flag' }, g.last_heard ? 'no, heard ' + since(g.last_heard, now) + ' ago' : 'no');
     const label = `${c.done} done, ${c.failed} failed, ${c.canceled} canceled, ${c.running} running, ${c.retrywait} waiting to retry, ${c.pending} pending, ${c.delayed} delayed of ${c.total}`;
     return h('tr', { dataset: { group: g.id } },
-      h('td', { class: 'mono' }, g.id),
+      h('td', { class: 'mono' }, g.id, chainOf(g)),
       h('td', {}, since(g.opened_at, now)),
       h('td', {}, sealed),
       h('td', {}, progressBar([['done', c.done], ['failed', c.failed], ['canceled', c.canceled], ['running', c.running], ['retrywait', c.retrywait], ['pending', c.pending], ['delayed', c.delayed]], c.total || 1, label)),

@@ -241,12 +241,13 @@ func (r *run) replayOutcomes(ctx context.Context) error {
 	prefix := r.names.OutcomeSubject("")
 	err := r.readStream(ctx, r.names.ResultsStream(), func(m jetstream.Msg) {
 		openSeq, _ := strconv.ParseUint(m.Headers().Get(wire.HdrGroupSeq), 10, 64)
+		lastSeq, _ := strconv.ParseUint(m.Headers().Get(wire.HdrLastSeq), 10, 64) // 0 from a release before it
 		if outs, sum, err := wire.DecodeOutcomeMsg(m.Data()); err == nil {
 			var at time.Time
 			if md, err := m.Metadata(); err == nil {
 				at = md.Timestamp
 			}
-			r.e.outcomeReplay(strings.TrimPrefix(m.Subject(), prefix), openSeq, outs, sum, seq(m), at)
+			r.e.outcomeReplay(strings.TrimPrefix(m.Subject(), prefix), openSeq, outs, sum, lastSeq, seq(m), at)
 		}
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"container/heap"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/weavejobs/weave/internal/jobindex"
@@ -40,6 +41,149 @@ type replayState struct {
 	// order: judged by the live path once the state is rebuilt, except those refusedLive.
 	unproven    []reportAt
 	refusedLive map[refusedReport]bool // reports refused and journaled before the restart
+	// deferred are the incarnations opened after a sealed one not known to be complete, in
+	// arrival order, decided by endReplay (see deferredOpen); deferredOf finds one by its open
+	// sequence.
+	deferred   []*deferredOpen
+	deferredOf map[uint64]*deferredOpen
+	// summarized holds, by open sequence, for the incarnations whose summary is stored, the JOBS
+	// sequence of their last message when they completed, if the summary says it: a cancel after
+	// it came too late.
+	summarized map[uint64]uint64
+	// heldOpens are opens with edges stored lately, whose producer may still wait for the
+	// answer (Publish waits RequestTimeout): answered once replay has bound them.
+	heldOpens []heldOpen
+}
+
+// heldOpen is an open with edges read during replay, to answer at its end.
+type heldOpen struct {
+	seq uint64
+	c   wire.GroupControl
+}
+
+// deferredOpen is an incarnation (opened at seq) whose open (or single job) replay read while
+// its group ID's previous incarnation (opened at prev) was sealed and not known to be complete.
+// Live, such an open is accepted only once prev is complete; replay learns that from the reports
+// and outcomes, read after JOBS. Meanwhile it is tracked like any incarnation (one a coordinator
+// accepted may have run jobs), and endReplay decides it (decideDeferred).
+type deferredOpen struct {
+	seq, prev uint64
+	msgs      []deferredMsg // the JOBS messages applied to it, its open first: refused with it
+	decided   bool
+	refused   bool
+}
+
+// deferredMsg is a JOBS message applied to a deferred incarnation: an open (on the job subject:
+// a single job), a seal or a keep-alive, or (c nil) a job message.
+type deferredMsg struct {
+	subject string
+	seq     uint64
+	c       *wire.GroupControl
+}
+
+// deferOpen defers the decision on the incarnation opened at seq at replay after the one opened
+// at prev (see deferredOpen).
+func (rs *replayState) deferOpen(seq, prev uint64, open deferredMsg) {
+	h := &deferredOpen{seq: seq, prev: prev, msgs: []deferredMsg{open}}
+	if rs.deferredOf == nil {
+		rs.deferredOf = map[uint64]*deferredOpen{}
+	}
+	rs.deferredOf[seq] = h
+	rs.deferred = append(rs.deferred, h)
+}
+
+// noteDeferred records, during replay, a JOBS message applied to the incarnation opened at inc
+// if it is deferred.
+func (e *engine) noteDeferred(inc uint64, subject string, seq uint64, c *wire.GroupControl) {
+	if !e.replaying() {
+		return
+	}
+	// A single job's message is its open and its job: recorded once.
+	if h := e.replay.deferredOf[inc]; h != nil && h.msgs[len(h.msgs)-1].seq != seq {
+		h.msgs = append(h.msgs, deferredMsg{subject: subject, seq: seq, c: c})
+	}
+}
+
+// effective returns the incarnation that messages applied to the one opened at seq would have
+// gone to live: seq, or, if its open was refused, the incarnation before it.
+func (rs *replayState) effective(seq uint64) uint64 {
+	for h := rs.deferredOf[seq]; h != nil && h.refused; h = rs.deferredOf[seq] {
+		seq = h.prev
+	}
+	return seq
+}
+
+// decideDeferred decides a deferred incarnation as the live coordinator did, or would have: it is
+// kept if the incarnation before it is complete, or if a coordinator accepted it (one of its
+// jobs was released or has an outcome stored); otherwise its open is refused, with every message
+// that joined it, for the reasons the live coordinator gives, and it is forgotten. Called once
+// the reports are decided, with the cancels in stream order (a cancel may complete the one
+// before it); after replay, so refusals are recorded, counted and their messages deleted.
+func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
+	if h.decided {
+		return
+	}
+	h.decided = true
+	if ph := rs.deferredOf[h.prev]; ph != nil {
+		e.decideDeferred(rs, ph)
+	}
+	// Records are found again after anything that may forget one (which moves records).
+	prevSeq := rs.effective(h.prev)
+	prev, r := e.groups.table.get(prevSeq), e.groups.table.get(h.seq)
+	if prev == nil || r == nil {
+		return // not expected: no incarnation is forgotten before replay ends but by this
+	}
+	e.completeIfDone(prev)
+	if e.complete(prev) || e.complete(r) {
+		return
+	}
+	g, c := e.liveOf(r), e.recCounts(r)
+	if c.Pending+c.Delayed < c.Total() {
+		return // a coordinator accepted it: one of its jobs was released or has ended
+	}
+	h.refused = true
+	id, alone := r.id, r.flags&recSingle != 0
+	for _, m := range h.msgs {
+		switch {
+		case m.c == nil:
+			e.reject(m.subject, m.seq, e.joinRefusal(m.subject, id, prev))
+		case m.c.Op == wire.OpSeal:
+			e.applySeal(m.subject, m.seq, *m.c, prev)
+		case m.c.Op == wire.OpKeepAlive:
+			e.applyKeepAlive(m.subject, m.seq, *m.c, prev)
+		case strings.HasPrefix(m.subject, e.names.JobSubject("")):
+			e.reject(m.subject, m.seq, singleRunning(id))
+		default:
+			e.reject(m.subject, m.seq, openRunning(id))
+		}
+	}
+	// Its jobs were never admitted: out of the scheduler, the index and the count (its entry in
+	// the line, if any, is skipped once it is forgotten).
+	if g != nil && g.inSched {
+		e.sched.Cancel(g)
+		g.inSched = false
+	}
+	for _, st := range []jobindex.State{jobindex.Pending, jobindex.Delayed} {
+		for _, jid := range slices.Collect(e.groupJobs(h.seq, alone, st)) {
+			_, _ = e.idx.Move(jid, jobindex.Canceled) // not a transition any job made: not in the metrics
+		}
+	}
+	e.stats.Admitted -= c.Total()
+	e.untrack(h.seq)
+	e.stopWaiting(h.seq)
+	if e.groups.table.latest(id) == nil {
+		if prev := e.groups.table.get(prevSeq); prev != nil {
+			e.groups.table.setLatest(prev)
+		}
+	}
+	if req := e.rd.replayOpens[h.seq]; req != 0 {
+		// A redrive's open refused: its request, if stored, is decided as one without an open.
+		delete(e.rd.replayOpens, h.seq)
+		if _, ok := e.rd.replayAsks[req]; ok {
+			e.rd.replayOpen = append(e.rd.replayOpen, req)
+			slices.Sort(e.rd.replayOpen)
+		}
+	}
 }
 
 // refusedReport names one report of a report message: a journal.KindRefused entry.
@@ -48,10 +192,13 @@ type refusedReport struct {
 	attempt uint32
 }
 
-// replayCancel is a cancel read during replay: of the group, or of some of its jobs.
+// replayCancel is a cancel read during replay on subject at seq: of the group, or of some of
+// its jobs.
 type replayCancel struct {
-	g    *group
-	jobs []uint64
+	g       *group
+	subject string
+	seq     uint64
+	jobs    []uint64
 }
 
 // reportAt is a report seen during replay, applied once the journal has been read.
@@ -180,8 +327,9 @@ func (e *engine) skipRefused(entries []journal.Entry) {
 }
 
 // outcomeReplay applies one message from a group's outcome subject written before the restart:
-// msgSeq and at are its sequence and time in RESULTS.
-func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome, sum *wire.GroupSummary, msgSeq uint64, at time.Time) {
+// msgSeq and at are its sequence and time in RESULTS; lastSeq, for a summary, the JOBS sequence
+// of the incarnation's last message when it completed (0 if the summary does not say).
+func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome, sum *wire.GroupSummary, lastSeq, msgSeq uint64, at time.Time) {
 	id, err := wire.ParseGroupToken(gtok)
 	if err != nil {
 		return
@@ -206,10 +354,16 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 			} else {
 				r.flags |= recComplete
 			}
+			if lastSeq > 0 {
+				if e.replay.summarized == nil {
+					e.replay.summarized = map[uint64]uint64{}
+				}
+				e.replay.summarized[r.openSeq] = lastSeq
+			}
 			jobsSeq = e.lastSeqOf(r)
 			keep = keep || e.retention.keeping[wire.GroupToken(r.id)] > 0 // kept for an earlier one (keepsJobs)
 		}
-		e.retain(id, openSeq, msgSeq, keep, jobsSeq, at)
+		e.retain(id, openSeq, msgSeq, keep, jobsSeq, at, *sum)
 	}
 }
 
@@ -249,6 +403,7 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	e.replay = nil // live from here on
 	e.maxEpoch = max(e.maxEpoch, e.epoch)
 	e.boundRetained()
+	e.bindAfterReplay(rs.heldOpens)
 	e.rebuildLine()
 	// The incarnations whose summary is stored: purge them if not yet done. Taken before the
 	// undecided reports are decided, since those can complete more groups (whose summary is
@@ -269,19 +424,53 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 		return rs.refusedLive[refusedReport{ra.seq, ra.r.ID, ra.r.Attempt}]
 	}))
 	slices.SortStableFunc(reports, func(a, b reportAt) int { return cmp.Compare(a.seq, b.seq) })
+	// Reports about never-released jobs of deferred incarnations wait for their decision: a
+	// refused incarnation's jobs were never admitted, so reports about them are stale, as live.
+	var unreleased []reportAt
 	for _, ra := range reports {
+		if r := e.jobRec(ra.r.ID); r != nil && rs.deferredOf[r.openSeq] != nil && e.jobs[ra.r.ID] == nil {
+			unreleased = append(unreleased, ra)
+			continue
+		}
 		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
 	}
 	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
 	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
+	// One of a deferred incarnation goes, if its open is refused, where it would have gone live.
+	// One stored after its incarnation completed is refused, as live: after the last message its
+	// stored summary names (its incarnation is forgotten once replay ends), or, moved to an
+	// incarnation that completed during this reconciliation, after its last message.
 	for _, c := range rs.cancels {
+		if h := rs.deferredOf[c.g.openSeq]; h != nil {
+			e.decideDeferred(rs, h)
+			if h.refused {
+				r := e.groups.table.get(rs.effective(c.g.openSeq))
+				if r == nil {
+					continue // not expected: the incarnation before a refused one is tracked
+				}
+				c.g = e.live(r)
+			}
+		}
+		last, summarized := rs.summarized[c.g.openSeq]
 		switch {
+		case c.g.complete && summarized && c.seq > last:
+			e.refuse(c.subject, c.seq, cancelNotOpen(c.g.id))
+		case c.g.complete && c.seq > c.g.lastSeq:
+			e.refuse(c.subject, c.seq, cancelComplete(c.g.id))
 		case c.g.complete:
 		case len(c.jobs) > 0:
+			c.g.lastSeq = max(c.g.lastSeq, c.seq) // purged with it (a cancel moved from a refused open)
 			e.cancelJobs(c.g, c.jobs)
 		default:
+			c.g.lastSeq = max(c.g.lastSeq, c.seq)
 			e.cancelGroup(c.g)
 		}
+	}
+	for _, h := range rs.deferred {
+		e.decideDeferred(rs, h)
+	}
+	for _, ra := range unreleased {
+		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
 	}
 	var open []uint64
 	for r := range e.groups.table.all() {
@@ -364,11 +553,12 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 	return undecided
 }
 
-// rebuildLine puts in the line, in arrival order, the open groups with pending jobs: those never
-// released, which a group takes into its queue when it gets a slot.
+// rebuildLine puts in the line, in arrival order, the open groups with pending jobs (those never
+// released, which a group takes into its queue when it gets a slot), but not those held by their
+// edges: their ready record puts them there (applyReady).
 func (e *engine) rebuildLine() {
 	for r := range e.groups.table.all() {
-		if !e.complete(r) && e.recCounts(r).Pending > 0 {
+		if !e.complete(r) && !e.isWaiting(r.openSeq) && e.recCounts(r).Pending > 0 {
 			e.enqueue(r)
 		}
 	}
