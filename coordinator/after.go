@@ -64,18 +64,19 @@ type edgeState struct {
 
 func (s edgeState) succeeded() bool { return s.failed == 0 && s.canceled == 0 }
 
-// holdOpen takes the edges of g's open: g waits, and its edges are bound now, or at the end of
-// replay. It reports false when the open must be refused, for a cycle (its reason given).
-func (e *engine) holdOpen(g *group, edges []wire.After) (ok bool, reason string) {
+// holdOpen takes the edges of r's open (r is the new incarnation's record, not in the table
+// yet): it waits, and its edges are bound now, or at the end of replay. It reports false when the
+// open must be refused, for a cycle (its reason given).
+func (e *engine) holdOpen(r *groupRec, edges []wire.After) (ok bool, reason string) {
 	if len(edges) == 0 {
 		return true, ""
 	}
 	if !e.replaying() {
-		if dep := e.cycle(g.id, edges); dep != "" {
-			return false, "group " + g.id + " would run after itself through " + dep + ": a cycle"
+		if dep := e.cycle(r.id, edges); dep != "" {
+			return false, "group " + r.id + " would run after itself through " + dep + ": a cycle"
 		}
 	}
-	w := &waitingGroup{id: g.id, openSeq: g.openSeq, openedAt: g.openedAt, edges: make([]edge, len(edges))}
+	w := &waitingGroup{id: r.id, openSeq: r.openSeq, openedAt: fromUnixNano(r.openedAt), edges: make([]edge, len(edges))}
 	for i, a := range edges {
 		w.edges[i] = edge{After: a}
 	}
@@ -83,15 +84,15 @@ func (e *engine) holdOpen(g *group, edges []wire.After) (ok bool, reason string)
 		e.deps = deps{waiting: map[uint64]*waitingGroup{}, byInc: map[uint64][]uint64{}, byNext: map[string][]uint64{},
 			byRedrive: map[string][]uint64{}, results: map[uint64]string{}, failedOn: map[uint64]string{}}
 	}
-	e.deps.waiting[g.openSeq] = w
+	e.deps.waiting[r.openSeq] = w
 	if !e.replaying() {
 		e.bindEdges(w, false)
 	}
 	return true, ""
 }
 
-// isWaiting reports whether g is held by its edges.
-func (e *engine) isWaiting(g *group) bool { return e.deps.waiting[g.openSeq] != nil }
+// isWaiting reports whether the incarnation opened at seq is held by its edges.
+func (e *engine) isWaiting(seq uint64) bool { return e.deps.waiting[seq] != nil }
 
 // cycle reports a group through which a new incarnation of id with edges would wait on itself:
 // a group it would (transitively) run after that waits for id's next incarnation.
@@ -121,8 +122,8 @@ func (e *engine) cycle(id string, edges []wire.After) string {
 		return ""
 	}
 	for _, a := range edges {
-		if g := e.groups.byID[a.Group]; g != nil {
-			if found := walk(g.openSeq); found != "" {
+		if r := e.groups.table.latest(a.Group); r != nil {
+			if found := walk(r.openSeq); found != "" {
 				return found
 			}
 		}
@@ -142,10 +143,14 @@ func (e *engine) bindEdges(w *waitingGroup, all bool) {
 		if ed.bound == 0 {
 			ed.bound = e.latestIncarnation(ed.Group, w.openSeq, all)
 		}
-		switch dep := e.groups.incarnations[ed.bound]; {
+		var dep *groupRec
+		if ed.bound != 0 {
+			dep = e.groups.table.get(ed.bound)
+		}
+		switch {
 		case ed.bound == 0:
 			e.deps.byNext[ed.Group] = append(e.deps.byNext[ed.Group], w.openSeq)
-		case dep != nil && !dep.complete:
+		case dep != nil && !e.complete(dep):
 			e.deps.byInc[ed.bound] = append(e.deps.byInc[ed.bound], w.openSeq)
 		case dep != nil:
 			e.decideEdge(w, ed, e.stateOf(dep))
@@ -165,8 +170,8 @@ func (e *engine) bindEdges(w *waitingGroup, all bool) {
 // or retained; 0 if there is none.
 func (e *engine) latestIncarnation(id string, before uint64, all bool) uint64 {
 	var latest uint64
-	if g := e.groups.byID[id]; g != nil && g.openSeq < before {
-		latest = g.openSeq
+	if r := e.groups.table.latest(id); r != nil && r.openSeq < before {
+		latest = r.openSeq
 	}
 	// Retained groups are in completion order: a dependency is most often a recent one.
 	rs := e.retention.retained
@@ -176,21 +181,31 @@ func (e *engine) latestIncarnation(id string, before uint64, all bool) uint64 {
 		}
 	}
 	if all {
-		// After a restart, an earlier incarnation still in JOBS may not be byID's.
-		for seq, g := range e.groups.incarnations {
-			if g.id == id && seq < before && seq > latest {
-				latest = seq
+		// After a restart, an earlier incarnation still in JOBS may not be the ID's latest.
+		for r := range e.groups.table.all() {
+			if r.openSeq >= before {
+				break // in arrival order
+			}
+			if r.id == id && r.openSeq > latest {
+				latest = r.openSeq
 			}
 		}
 	}
 	return latest
 }
 
-// stateOf is how a complete tracked incarnation ended.
-func (e *engine) stateOf(g *group) edgeState {
-	st := edgeState{jobs: g.admitted, done: g.done, failed: g.failed, canceled: g.canceled}
-	if g.failed > 0 {
-		for id := range e.idx.GroupJobs(g.idxKey, jobindex.Failed) {
+// stateOf is how a complete tracked incarnation, r, ended: from its *group's counts if it has
+// one, else from the index.
+func (e *engine) stateOf(r *groupRec) edgeState {
+	var st edgeState
+	if g := e.liveOf(r); g != nil {
+		st = edgeState{jobs: g.admitted, done: g.done, failed: g.failed, canceled: g.canceled}
+	} else {
+		c := e.recCounts(r)
+		st = edgeState{jobs: c.Total(), done: c.Done, failed: c.Failed, canceled: c.Canceled}
+	}
+	if st.failed > 0 {
+		for id := range e.groupJobs(r.openSeq, r.flags&recSingle != 0, jobindex.Failed) {
 			if len(st.failedIDs) == wire.MaxAfterFailedIDs {
 				st.more = true
 				break
@@ -238,8 +253,10 @@ func (e *engine) edgesChanged(w *waitingGroup) {
 	if e.deps.waiting[w.openSeq] != w || w.readyAsked || e.deps.failedOn[w.openSeq] != "" {
 		return
 	}
-	if g := e.groups.incarnations[w.openSeq]; g != nil && g.cancelReq {
-		return
+	if r := e.groups.table.get(w.openSeq); r != nil {
+		if g := e.liveOf(r); g != nil && g.cancelReq {
+			return
+		}
 	}
 	for _, ed := range w.edges {
 		if !ed.met {
@@ -250,17 +267,18 @@ func (e *engine) edgesChanged(w *waitingGroup) {
 	e.out.readies = append(e.out.readies, depControl{id: w.id, openSeq: w.openSeq})
 }
 
-// openedForDeps binds the edges waiting for a new incarnation of g's ID (or, for a redrive, for
-// a redrive of it) to g.
-func (e *engine) openedForDeps(g *group) {
+// openedForDeps binds the edges waiting for a new incarnation of r's ID (or, for a redrive, for
+// a redrive of it) to r.
+func (e *engine) openedForDeps(r *groupRec) {
 	if e.deps.waiting == nil || e.replaying() {
 		return
 	}
-	waiting := e.deps.byNext[g.id]
-	delete(e.deps.byNext, g.id)
-	if g.redriven {
-		waiting = append(waiting, e.deps.byRedrive[g.id]...)
-		delete(e.deps.byRedrive, g.id)
+	redriven := r.flags&recRedriven != 0
+	waiting := e.deps.byNext[r.id]
+	delete(e.deps.byNext, r.id)
+	if redriven {
+		waiting = append(waiting, e.deps.byRedrive[r.id]...)
+		delete(e.deps.byRedrive, r.id)
 	}
 	for _, seq := range waiting {
 		w := e.deps.waiting[seq]
@@ -269,9 +287,9 @@ func (e *engine) openedForDeps(g *group) {
 		}
 		for i := range w.edges {
 			ed := &w.edges[i]
-			if ed.Group == g.id && !ed.met && (ed.bound == 0 || ed.failed && g.redriven) {
-				ed.bound, ed.failed = g.openSeq, false
-				e.deps.byInc[g.openSeq] = append(e.deps.byInc[g.openSeq], seq)
+			if ed.Group == r.id && !ed.met && (ed.bound == 0 || ed.failed && redriven) {
+				ed.bound, ed.failed = r.openSeq, false
+				e.deps.byInc[r.openSeq] = append(e.deps.byInc[r.openSeq], seq)
 			}
 		}
 	}
@@ -287,7 +305,11 @@ func (e *engine) completedForDeps(g *group) {
 	if len(waiting) == 0 {
 		return
 	}
-	st := e.stateOf(g)
+	r := e.groups.table.get(g.openSeq)
+	if r == nil {
+		return
+	}
+	st := e.stateOf(r)
 	for _, seq := range waiting {
 		w := e.deps.waiting[seq]
 		if w == nil {
@@ -302,20 +324,26 @@ func (e *engine) completedForDeps(g *group) {
 	}
 }
 
-// applyReady releases the waiting group its ready record names (wire.OpReady).
-func (e *engine) applyReady(subject string, seq uint64, c wire.GroupControl, g *group, data []byte) {
+// applyReady releases the waiting group its ready record names (wire.OpReady): it joins the line
+// for a feeder slot with its pending jobs, which waited in the index.
+func (e *engine) applyReady(subject string, seq uint64, c wire.GroupControl, r *groupRec, data []byte) {
 	switch {
 	case !e.key.VerifyReady(c.Proof, c.Group, c.Incarnation):
 		e.reject(subject, seq, "ready record of group "+c.Group+" without a coordinator's proof")
 		return
-	case g == nil || g.openSeq != c.Incarnation:
-		g = e.groups.incarnations[c.Incarnation]
-		if g == nil || g.id != c.Group {
+	case r == nil || r.openSeq != c.Incarnation:
+		r = e.groups.table.get(c.Incarnation)
+		if r == nil || r.id != c.Group {
 			return // an incarnation gone already: a record written twice
 		}
 	}
-	g.lastSeq = max(g.lastSeq, seq)
-	if !e.isWaiting(g) {
+	g := e.liveOf(r)
+	if g != nil {
+		g.lastSeq = max(g.lastSeq, seq)
+	} else {
+		r.lastSeq = max(r.lastSeq, seq)
+	}
+	if !e.isWaiting(r.openSeq) {
 		return // written again after a restart: the first one released it
 	}
 	results, err := wire.ParseAfterResults(data)
@@ -323,41 +351,41 @@ func (e *engine) applyReady(subject string, seq uint64, c wire.GroupControl, g *
 		e.reject(subject, seq, err.Error())
 		return
 	}
-	e.stopWaiting(g)
+	e.stopWaiting(r.openSeq)
 	e.stats.AfterReleased++
 	if len(results) > 0 {
-		e.deps.results[g.openSeq] = string(wire.AppendAfterResults(nil, results))
+		e.deps.results[r.openSeq] = string(wire.AppendAfterResults(nil, results))
 	}
-	if !e.replaying() && !g.cancelReq && !g.complete {
-		e.schedule(g, slices.Collect(e.idx.GroupJobs(g.idxKey, jobindex.Pending)))
+	if !e.replaying() && (g == nil || !g.cancelReq) && !e.complete(r) && e.recCounts(r).Pending > 0 {
+		e.enqueue(r) // replay's end puts it in the line (rebuildLine)
 	}
 }
 
-// stopWaiting stops holding g: released, canceled or complete.
-func (e *engine) stopWaiting(g *group) { delete(e.deps.waiting, g.openSeq) }
+// stopWaiting stops holding the incarnation opened at seq: released, canceled or complete.
+func (e *engine) stopWaiting(seq uint64) { delete(e.deps.waiting, seq) }
 
-// forgetDeps drops what deps keeps of a forgotten group.
-func (e *engine) forgetDeps(g *group) {
+// forgetDeps drops what deps keeps of the forgotten incarnation opened at seq.
+func (e *engine) forgetDeps(seq uint64) {
 	if e.deps.waiting != nil {
-		delete(e.deps.waiting, g.openSeq)
-		delete(e.deps.results, g.openSeq)
-		delete(e.deps.failedOn, g.openSeq)
+		delete(e.deps.waiting, seq)
+		delete(e.deps.results, seq)
+		delete(e.deps.failedOn, seq)
 	}
 }
 
 // afterResults is how the groups g ran after ended, encoded for its jobs' batches ("" for none).
 func (e *engine) afterResults(g *group) string { return e.deps.results[g.openSeq] }
 
-// canceledFor is the group whose end canceled g ("" if none did).
-func (e *engine) canceledFor(g *group) string { return e.deps.failedOn[g.openSeq] }
+// canceledFor is the group whose end canceled the incarnation opened at seq ("" if none did).
+func (e *engine) canceledFor(seq uint64) string { return e.deps.failedOn[seq] }
 
 // depsCanceled records, as a coordinator's cancel is read (at replay too), the group whose end
-// canceled g.
-func (e *engine) depsCanceled(g *group, dep string) {
+// canceled the incarnation opened at seq.
+func (e *engine) depsCanceled(seq uint64, dep string) {
 	if e.deps.failedOn == nil {
 		e.deps.failedOn = map[uint64]string{}
 	}
-	e.deps.failedOn[g.openSeq] = dep
+	e.deps.failedOn[seq] = dep
 }
 
 // answerLateFor is how old an open with edges read during replay may be for the coordinator to
@@ -411,14 +439,14 @@ func (e *engine) missingDeps() []missingDep {
 // maxListedDependents bounds the dependents status lists per group.
 const maxListedDependents = 20
 
-// dependentsOf lists the IDs of up to max groups waiting on g: bound to its incarnation, waiting
-// for its ID's next one, or for a redrive of it.
-func (e *engine) dependentsOf(g *group, max int) []string {
+// dependentsOf lists the IDs of up to max groups waiting on group ID id's incarnation opened at
+// seq: bound to it, waiting for the ID's next one, or for a redrive of it.
+func (e *engine) dependentsOf(id string, seq uint64, max int) []string {
 	if e.deps.waiting == nil {
 		return nil
 	}
 	var out []string
-	for _, list := range [][]uint64{e.deps.byInc[g.openSeq], e.deps.byNext[g.id], e.deps.byRedrive[g.id]} {
+	for _, list := range [][]uint64{e.deps.byInc[seq], e.deps.byNext[id], e.deps.byRedrive[id]} {
 		for _, seq := range list {
 			if len(out) == max {
 				return out
@@ -431,9 +459,10 @@ func (e *engine) dependentsOf(g *group, max int) []string {
 	return out
 }
 
-// waitsFor describes what the waiting group g waits for, for status and inspection.
-func (e *engine) waitsFor(g *group) []string {
-	w := e.deps.waiting[g.openSeq]
+// waitsFor describes what the waiting incarnation opened at seq waits for, for status and
+// inspection (nil if it does not wait).
+func (e *engine) waitsFor(seq uint64) []string {
+	w := e.deps.waiting[seq]
 	if w == nil {
 		return nil
 	}

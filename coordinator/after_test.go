@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,12 +41,12 @@ func TestReadyRecord(t *testing.T) {
 	if len(rel) != 1 || rel[0].g.id != "a" {
 		t.Fatalf("released %d jobs (want a's only)", len(rel))
 	}
-	b, c := te.e.groups.byID["b"], te.e.groups.byID["c"]
+	b, c := bOpen, cOpen
 	if !te.e.isWaiting(b) || !te.e.isWaiting(c) || len(te.e.out.readies) != 0 {
 		t.Fatalf("b waiting %v, c waiting %v, readies %d", te.e.isWaiting(b), te.e.isWaiting(c), len(te.e.out.readies))
 	}
 	te.report(rel[0], wire.StatusOK, "ok")
-	if len(te.e.out.readies) != 1 || te.e.out.readies[0].openSeq != b.openSeq {
+	if len(te.e.out.readies) != 1 || te.e.out.readies[0].openSeq != b {
 		t.Fatalf("readies after a completed: %d", len(te.e.out.readies))
 	}
 	if n := len(te.releases()["any"]); n != 0 {
@@ -60,7 +61,7 @@ func TestReadyRecord(t *testing.T) {
 	}
 	te.ready("b", bOpen, "")
 	rel = te.releases()["any"]
-	if len(rel) != 1 || rel[0].g != b || te.e.isWaiting(b) || te.e.stats.AfterReleased != 1 {
+	if len(rel) != 1 || rel[0].g.openSeq != b || te.e.isWaiting(b) || te.e.stats.AfterReleased != 1 {
 		t.Fatalf("after b's ready record: released %d, waiting %v, released groups %d", len(rel), te.e.isWaiting(b), te.e.stats.AfterReleased)
 	}
 	te.ready("b", bOpen, "") // stored twice (a coordinator writing it again after a restart)
@@ -68,7 +69,7 @@ func TestReadyRecord(t *testing.T) {
 		t.Fatalf("a second ready record released %d jobs", n)
 	}
 	te.report(rel[0], wire.StatusPermanent, "boom")
-	if len(te.e.out.depCancels) != 1 || te.e.out.depCancels[0].openSeq != c.openSeq || te.e.canceledFor(c) != "b" {
+	if len(te.e.out.depCancels) != 1 || te.e.out.depCancels[0].openSeq != c || te.e.canceledFor(c) != "b" {
 		t.Fatalf("b failed: cancels %d, c canceled for %q; want c canceled for b", len(te.e.out.depCancels), te.e.canceledFor(c))
 	}
 }
@@ -99,5 +100,34 @@ func TestPriorityGoesFirst(t *testing.T) {
 	got := count(te.releases()["any"])
 	if got["high"] != 3 || got["low"] != 1 {
 		t.Fatalf("released %v; want high's 3 runnable jobs first, then 1 of low's", got)
+	}
+}
+
+// TestPriorityTakesFeederSlotFirst: with more groups waiting than feeder slots, a vacant slot goes
+// to the waiting group of the highest priority, whatever order the groups came in; groups of one
+// priority take slots in the order they came.
+func TestPriorityTakesFeederSlotFirst(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1, Feeders: 1})
+	for _, g := range []string{"a", "b"} {
+		te.open(g)
+		te.job(wire.JobMeta{Group: g})
+	}
+	te.control(wire.GroupControl{Group: "high", Op: wire.OpOpen, Priority: 5})
+	te.job(wire.JobMeta{Group: "high"})
+	te.seal("high")
+	te.worker("w", 1)
+	var order []string
+	for range 3 {
+		rel := te.releases()["any"]
+		if len(rel) != 1 {
+			t.Fatalf("released %d jobs after %v, want 1", len(rel), order)
+		}
+		order = append(order, rel[0].g.id)
+		te.seal(rel[0].g.id)
+		te.report(rel[0], wire.StatusOK, "ok")
+	}
+	if !slices.Equal(order, []string{"high", "a", "b"}) {
+		t.Fatalf("groups took the feeder slot in the order %v, want high, a, b", order)
 	}
 }

@@ -18,19 +18,26 @@ type delays struct {
 	heap delayHeap
 	// woke holds when each woken job became pending, until it leaves pending: its queue wait and
 	// the oldest-pending figure count from then, not from when it was stored.
-	woke map[uint64]time.Time
+	woke  map[uint64]wokeAt
+	woken uint64 // jobs woken so far: wokeAt.n
 }
 
-// delayedJob is a delayed job's heap entry.
+// wokeAt is when a delayed job came due, and the order it did (a group's queue takes the jobs due
+// in that order, those due at one tick in time order).
+type wokeAt struct {
+	at time.Time
+	n  uint64
+}
+
+// delayedJob is a delayed job's heap entry. Its group is the index's (engine.jobRec).
 type delayedJob struct {
 	at int64 // Unix nanoseconds
 	id uint64
-	g  *group
 }
 
-// delay admits job id of g as delayed until at.
-func (e *engine) delay(g *group, id uint64, at time.Time) {
-	heap.Push(&e.delays.heap, delayedJob{at: at.UnixNano(), id: id, g: g})
+// delay admits job id as delayed until at.
+func (e *engine) delay(id uint64, at time.Time) {
+	heap.Push(&e.delays.heap, delayedJob{at: at.UnixNano(), id: id})
 }
 
 // wake makes the delayed jobs whose time has come pending, in time order, each at the end of its
@@ -46,28 +53,36 @@ func (e *engine) wake(now time.Time) {
 		}
 		e.mustMove(d.id, jobindex.Pending)
 		if e.delays.woke == nil {
-			e.delays.woke = map[uint64]time.Time{}
+			e.delays.woke = map[uint64]wokeAt{}
 		}
-		e.delays.woke[d.id] = now
-		if d.g.inSched {
-			_ = e.sched.Push(d.g, d.id)
-			e.sealIfDue(d.g)
+		e.delays.woken++
+		e.delays.woke[d.id] = wokeAt{now, e.delays.woken}
+		if r := e.jobRec(d.id); r != nil {
+			g := e.liveOf(r)
+			e.ready(r, g, d.id)
+			if g != nil {
+				e.sealIfDue(g)
+			}
 		}
 	}
 }
 
-// sealIfDue seals g in the scheduler once it is sealed and none of its jobs is still delayed:
-// until then the scheduler must keep taking its jobs as they come due.
+// sealIfDue seals g in the scheduler once it is sealed, none of its jobs is still delayed and it
+// does not wait in the line with jobs its queue does not hold yet: until then the scheduler must
+// keep taking its jobs as they come.
 func (e *engine) sealIfDue(g *group) {
-	if g.sealed && g.inSched && e.delayedJobs(g) == 0 {
-		_ = e.sched.Seal(g)
+	if !g.sealed || !g.inSched || e.delayedJobs(g) > 0 {
+		return
 	}
+	if r := e.groups.table.get(g.openSeq); r != nil && r.flags&recInLine != 0 {
+		return // fillSlots seals it once it has its jobs
+	}
+	_ = e.sched.Seal(g)
 }
 
 // delayedJobs is how many of g's jobs wait for their time.
 func (e *engine) delayedJobs(g *group) uint64 {
-	c, _ := e.idx.GroupCounts(g.idxKey)
-	return c.Delayed
+	return e.jobCounts(g.openSeq, g.alone).Delayed
 }
 
 // nextDue is when wake next has work, or zero.
@@ -81,8 +96,8 @@ func (d *delays) nextDue() time.Time {
 // pendingSince is when pending job id became pending: when it was stored, or when it came due if
 // it was delayed. Zero if unknown.
 func (e *engine) pendingSince(id uint64) time.Time {
-	if at, ok := e.delays.woke[id]; ok {
-		return at
+	if w, ok := e.delays.woke[id]; ok {
+		return w.at
 	}
 	return e.mx.storedTime(id)
 }

@@ -36,7 +36,7 @@ func TestDelayedJobWaitsForItsTime(t *testing.T) {
 	if got := te.releases(); len(got) != 0 {
 		t.Fatalf("released %v a second before its time", got)
 	}
-	if g := te.e.groups.byID["later"]; g.complete {
+	if g := te.e.group("later"); g.complete {
 		t.Fatal("a sealed group with a delayed job completed")
 	}
 	if due := te.e.delays.nextDue(); !due.Equal(te.now.Add(time.Second)) {
@@ -50,7 +50,7 @@ func TestDelayedJobWaitsForItsTime(t *testing.T) {
 		t.Fatalf("released %v at its time, want job %d", ids(got), late)
 	}
 	te.report(got[0], wire.StatusOK, "")
-	if g := te.e.groups.byID["later"]; !g.complete || g.done != 1 {
+	if g := te.e.group("later"); !g.complete || g.done != 1 {
 		t.Fatalf("group not complete after its delayed job ran: %+v", g)
 	}
 }
@@ -110,7 +110,7 @@ func TestCancelDelayedJobs(t *testing.T) {
 	if st := te.state(three); st != jobindex.Canceled {
 		t.Fatalf("delayed job of a canceled group is %v", st)
 	}
-	if h := te.e.groups.byID["h"]; !h.complete {
+	if h := te.e.group("h"); !h.complete {
 		t.Fatal("canceled group with a delayed job did not complete")
 	}
 	te.now = te.now.Add(2 * time.Minute)

@@ -60,6 +60,11 @@ type engine struct {
 
 	rd   redriveState // redrive requests (redrive.go)
 	deps deps         // groups held until the groups they run after complete (after.go)
+
+	lastIdx struct { // the last name engine.idxName made
+		seq  uint64
+		name string
+	}
 }
 
 // replaying reports whether replay is still reading the streams.
@@ -144,24 +149,18 @@ func newEngine(cfg Config, names wire.Names, epoch uint64) (*engine, error) {
 		return nil, err
 	}
 	return &engine{
-		cfg:   cfg,
-		names: names,
-		log:   cfg.Logger,
-		rng:   rand.New(rand.NewPCG(epoch, uint64(cfg.now().UnixNano()))),
-		epoch: epoch,
-		idx:   jobindex.New(),
-		sched: sched,
-		jobs:  map[uint64]*job{},
-		groups: groupSet{
-			byID:         map[string]*group{},
-			incarnations: map[uint64]*group{},
-			unsealed:     map[*group]bool{},
-			busy:         1,
-		},
+		cfg:       cfg,
+		names:     names,
+		log:       cfg.Logger,
+		rng:       rand.New(rand.NewPCG(epoch, uint64(cfg.now().UnixNano()))),
+		epoch:     epoch,
+		idx:       jobindex.New(),
+		sched:     sched,
+		jobs:      map[uint64]*job{},
+		groups:    groupSet{busy: 1},
 		fleet:     fleet{pools: map[string]*pool{}, workers: map[string]*workerInfo{}, busy: 1},
 		retention: retention{unstored: map[uint64]int{}},
 		replay: &replayState{
-			groupOf: map[uint64]*group{},
 			reports: map[uint64]reportAt{},
 			retries: map[uint64]journal.Entry{},
 			history: map[uint64][]wire.Attempt{},
@@ -216,7 +215,8 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header, data []byte, st
 		}
 		return nil, 0
 	}
-	if !e.mayJoin(subject, seq, jobs[0].Meta.Group) {
+	r := e.groups.table.latest(jobs[0].Meta.Group)
+	if !e.mayJoin(subject, seq, jobs[0].Meta.Group, r) {
 		return nil, 0
 	}
 	if _, known := e.idx.State(jobs[0].ID); known {
@@ -226,11 +226,15 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header, data []byte, st
 		e.reject(subject, seq, "job "+strconv.FormatUint(jobs[0].ID, 10)+" is already admitted")
 		return nil, 0
 	}
-	g := e.groups.byID[jobs[0].Meta.Group]
-	ahead = g.admitted - g.terminal()
+	if g := e.liveOf(r); g != nil {
+		ahead = g.admitted - g.terminal()
+	} else {
+		c := e.recCounts(r)
+		ahead = c.Pending + c.Running + c.RetryWait + c.Delayed
+	}
 	admitted := jobs[:0]
 	for i := range jobs {
-		if e.admit(subject, seq, &jobs[i]) {
+		if e.admit(subject, seq, r, &jobs[i]) {
 			admitted = append(admitted, jobs[i])
 		}
 	}

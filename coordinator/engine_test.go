@@ -302,10 +302,10 @@ func TestSpreadOneJobPerGroup(t *testing.T) {
 		for j := range running {
 			perGroup[j.g]++
 		}
-		if len(te.e.groups.byID) >= 5 {
+		if te.e.groups.table.len() >= 5 {
 			for g, n := range perGroup {
 				if n > 1 {
-					t.Fatalf("step %d: group %s has %d jobs in flight with %d groups left", step, g.id, n, len(te.e.groups.byID))
+					t.Fatalf("step %d: group %s has %d jobs in flight with %d groups left", step, g.id, n, te.e.groups.table.len())
 				}
 			}
 		}
@@ -323,8 +323,8 @@ func TestSpreadOneJobPerGroup(t *testing.T) {
 		}
 		te.e.out.summaries = nil
 	}
-	if te.e.idx.Count(jobindex.Done) != 0 && len(te.e.groups.byID) != 0 {
-		t.Fatalf("%d groups left incomplete", len(te.e.groups.byID))
+	if te.e.idx.Count(jobindex.Done) != 0 && te.e.groups.table.len() != 0 {
+		t.Fatalf("%d groups left incomplete", te.e.groups.table.len())
 	}
 }
 
@@ -502,7 +502,7 @@ func TestGroupIncarnations(t *testing.T) {
 	te.open("g") // complete: a new incarnation, before the old one is forgotten
 	c := te.job(wire.JobMeta{Group: "g"})
 	te.e.forget(old)
-	if g := te.e.groups.byID["g"]; g == nil || g == old || g.admitted != 1 {
+	if g := te.e.group("g"); g == nil || g == old || g.admitted != 1 {
 		t.Fatalf("new incarnation %+v", g)
 	}
 	if te.state(c) != jobindex.Pending {
@@ -648,7 +648,7 @@ func TestHistoryAndJobCancel(t *testing.T) {
 	te.e.tick(te.now)
 	rel = te.releases()["any"]
 	te.report(rel[0], wire.StatusError, "second")
-	g := te.e.groups.byID["g"]
+	g := te.e.group("g")
 	if len(g.outcomes) != 1 || g.outcomes[0].State != wire.FinalFailed {
 		t.Fatalf("outcomes %+v", g.outcomes)
 	}
@@ -783,7 +783,7 @@ func TestLapsedAttemptsCount(t *testing.T) {
 	if te.state(id) != jobindex.Failed || te.e.stats.LostAttempts != 2 {
 		t.Fatalf("job %v with %d lapsed attempts, want failed after 2", te.state(id), te.e.stats.LostAttempts)
 	}
-	outs := te.e.groups.byID["g"].outcomes
+	outs := te.e.group("g").outcomes
 	if len(outs) != 1 || len(outs[0].History) != 2 || outs[0].History[1].Worker != "" || !strings.Contains(outs[0].History[1].Error, "worker lost") {
 		t.Fatalf("outcome %+v, want 2 lapsed attempts in the history, without a worker", outs)
 	}

@@ -1,36 +1,93 @@
 package coordinator
 
 import (
+	"cmp"
 	"errors"
+	"iter"
 	"slices"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/internal/wire"
+	"github.com/weavejobs/weave/spreader"
 )
 
-// groupSet is the engine's part that owns the groups: every incarnation still tracked, which are
-// unsealed, and the busy share a new group starts from. Owned by the loop.
+// groupSet is the engine's part that owns the groups: every incarnation still tracked, as a
+// record (table); the *group of each that has had work released or ready in a slot (live); the
+// line of groups waiting for a feeder slot; which are unsealed; and the busy share a group
+// starts from. Owned by the loop.
+//
+// A group costs a record until it takes a feeder slot: its pending jobs wait in the job index
+// alone, and its place in the line is its open sequence. The number of *group values is bounded
+// by the slots and the work in flight (and the groups that ended jobs and wait for more), not by
+// the backlog.
 type groupSet struct {
-	byID             map[string]*group // the latest incarnation of each group ID (complete ones are removed once forgotten)
-	incarnations     map[uint64]*group // every tracked incarnation by its open's JOBS sequence
-	arrival          []*group          // tracked incarnations in arrival order, for the scheduler rebuild after replay
-	unsealed         map[*group]bool   // open incarnations not sealed yet: AbandonAfter watches them
-	nextAbandonCheck time.Time         // abandon looks for silent producers no more often than this
-	busy             float64           // the average of the groups' busy shares: a new group starts from it
-	prioritized      int               // tracked incarnations with a priority: the release decision looks at every candidate
+	table groupTable
+	live  map[uint64]*group // by open sequence: the incarnations given a *group (see engine.live)
+	// lines hold the open sequences of the groups waiting for a feeder slot (recInLine), one
+	// line per priority, each in the order its groups got work ready: a vacant slot goes to the
+	// first group of the highest priority waiting. The scheduler keeps no line of its own: a group
+	// is handed to it only once a slot is vacant (fillSlots).
+	lines            [wire.MaxPriority + 1]waitLine
+	unsealed         map[uint64]*unsealedGroup // open incarnations not sealed yet, by open sequence: AbandonAfter watches them
+	replies          tokenTable                // the records' reply tokens
+	nextAbandonCheck time.Time                 // abandon looks for silent producers no more often than this
+	busy             float64                   // the average of the groups' busy shares: a new group starts from it
+	prioritized      int                       // tracked incarnations with a priority: the release decision looks at every candidate
 }
 
-// group is one incarnation of a group, from its open until it is complete and forgotten.
-// Owned by the loop, through groupSet; jobs, the scheduler and the effects point at it. The
-// pipelines read only its fields that never change (id, tok, openSeq) and the outcomes the loop
-// handed over (see run.writeOutcomes).
+// waitLine is one priority's line: open sequences, first come first served, from head on.
+type waitLine struct {
+	seqs []uint64
+	head int
+}
+
+// lineLen is how many entries the lines hold (those of groups forgotten meanwhile included).
+func (gs *groupSet) lineLen() int {
+	n := 0
+	for i := range gs.lines {
+		n += len(gs.lines[i].seqs) - gs.lines[i].head
+	}
+	return n
+}
+
+// popLine takes the first entry of the highest priority's line that has one (lineLen > 0). A
+// line's space is given back once the entries taken fill half of it.
+func (gs *groupSet) popLine() uint64 {
+	for p := len(gs.lines) - 1; ; p-- {
+		l := &gs.lines[p]
+		if l.head == len(l.seqs) {
+			continue
+		}
+		seq := l.seqs[l.head]
+		l.head++
+		switch {
+		case l.head == len(l.seqs):
+			l.seqs, l.head = l.seqs[:0], 0
+		case l.head >= 64 && 2*l.head >= len(l.seqs):
+			l.seqs, l.head = append(l.seqs[:0:0], l.seqs[l.head:]...), 0
+		}
+		return seq
+	}
+}
+
+// unsealedGroup is what abandon needs of an unsealed group.
+type unsealedGroup struct {
+	// lastHeard is the coordinator's time of the group's latest job, open or keep-alive;
+	// abandonAt is when the coordinator last asked for its seal (zero if never).
+	lastHeard, abandonAt time.Time
+}
+
+// group is one incarnation of a group with work in a slot or in flight, from then until it is
+// complete and forgotten (before, a groupRec is all of it). Owned by the loop, through
+// groupSet; jobs, the scheduler and the effects point at it. The pipelines read only its fields
+// that never change (id, tok, openSeq) and the outcomes the loop handed over (see
+// run.writeOutcomes).
 type group struct {
 	id, tok   string
 	reply     string // its producer's reply token: where its outcomes are published (wire.Names.OutcomeSubjectTo)
 	openSeq   uint64 // the open message's sequence: the group's incarnation
-	idxKey    string // the group's name in the job index: ID and incarnation
 	lastSeq   uint64 // the sequence of its last message in JOBS: a purge stops there
 	sealed    bool
 	weight    float64 // its weight in the fair share (the open's; 1 by default): see load
@@ -38,17 +95,16 @@ type group struct {
 	abandoned bool    // sealed by the coordinator: the producer went silent (see abandon)
 	// sealedByCancel: a cancel of the whole group sealed it before its producer did.
 	sealedByCancel bool
-	count          uint64    // jobs the producer says it published (seal); informational
-	openedAt       time.Time // when its open was stored (the server's clock)
-	// lastHeard is the coordinator's time of the group's latest job, open or keep-alive while
-	// unsealed; abandonAt is when the coordinator last asked for its seal (zero if never).
-	lastHeard, abandonAt time.Time
-	cancelReq            bool // a cancel arrived: pending jobs end canceled, running ones are told to stop
-	admitted             uint64
-	done                 uint64
-	failed               uint64
-	canceled             uint64
-	inSched              bool // added to the scheduler
+	// alone: a single job (admitSingle), whose one message in JOBS is its open, its job and its
+	// seal, and whose job is alone in the index (jobindex.Index.AddAlone).
+	alone     bool
+	openedAt  time.Time // when its open was stored (the server's clock)
+	cancelReq bool      // a cancel arrived: pending jobs end canceled, running ones are told to stop
+	admitted  uint64
+	done      uint64
+	failed    uint64
+	canceled  uint64
+	inSched   bool // added to the scheduler
 	// redriven: a redrive opened it, so its jobs' Weave-Redrive-Of is the coordinator's own and
 	// their outcomes carry it (see wire.Outcome.RedriveOf).
 	redriven bool
@@ -73,11 +129,217 @@ type group struct {
 	lingering  bool
 }
 
+// live returns r's *group, making it from the record the first time: called when the group
+// takes a slot, ends a job, is canceled or completes. Making it changes no decision (a group
+// waiting for a slot behaves the same either way); it costs memory until the group is forgotten.
+func (e *engine) live(r *groupRec) *group {
+	if r.flags&recLive != 0 {
+		return e.groups.live[r.openSeq]
+	}
+	c := e.recCounts(r)
+	g := &group{
+		id: r.id, tok: wire.GroupToken(r.id), reply: e.groups.replies.get(r.reply), openSeq: r.openSeq, lastSeq: r.lastSeq,
+		sealed: r.flags&recSealed != 0, weight: float64(max(r.weight, 1)), abandoned: r.flags&recAbandoned != 0,
+		sealedByCancel: r.flags&recSealedByCancel != 0, alone: r.flags&recSingle != 0, openedAt: fromUnixNano(r.openedAt),
+		admitted: c.Total(), done: c.Done, failed: c.Failed, canceled: c.Canceled, redriven: r.flags&recRedriven != 0,
+		busy: e.groups.busy, complete: r.flags&recComplete != 0, priority: r.priority(),
+	}
+	e.groups.replies.release(r.reply)
+	r.reply = 0
+	r.flags |= recLive
+	if e.groups.live == nil {
+		e.groups.live = map[uint64]*group{}
+	}
+	e.groups.live[r.openSeq] = g
+	return g
+}
+
+// liveOf returns r's *group, or nil while it has none.
+func (e *engine) liveOf(r *groupRec) *group {
+	if r.flags&recLive == 0 {
+		return nil
+	}
+	return e.groups.live[r.openSeq]
+}
+
+// group returns the *group of the latest incarnation of group ID id, making it if needed, or nil
+// if none is tracked.
+func (e *engine) group(id string) *group {
+	if r := e.groups.table.latest(id); r != nil {
+		return e.live(r)
+	}
+	return nil
+}
+
+// recCounts are the counts of r's jobs per state, from the index.
+func (e *engine) recCounts(r *groupRec) jobindex.Counts {
+	return e.jobCounts(r.openSeq, r.flags&recSingle != 0)
+}
+
+// jobCounts are the counts per state of the jobs of the incarnation opened at seq (a single
+// job's alone).
+func (e *engine) jobCounts(seq uint64, alone bool) jobindex.Counts {
+	if alone {
+		var c jobindex.Counts
+		if st, ok := e.idx.State(seq); ok {
+			c = stateCount(st)
+		}
+		return c
+	}
+	c, _ := e.idx.GroupCounts(e.idxName(seq))
+	return c
+}
+
+// stateCount is the counts of one job in state st.
+func stateCount(st jobindex.State) jobindex.Counts {
+	var c jobindex.Counts
+	switch st {
+	case jobindex.Pending:
+		c.Pending = 1
+	case jobindex.Running:
+		c.Running = 1
+	case jobindex.RetryWait:
+		c.RetryWait = 1
+	case jobindex.Done:
+		c.Done = 1
+	case jobindex.Failed:
+		c.Failed = 1
+	case jobindex.Canceled:
+		c.Canceled = 1
+	case jobindex.Delayed:
+		c.Delayed = 1
+	}
+	return c
+}
+
+// groupJobs yields the IDs of g's jobs in state st, in ID order; the body must not change the
+// index.
+func (e *engine) groupJobs(seq uint64, alone bool, st jobindex.State) iter.Seq[uint64] {
+	if alone {
+		return func(yield func(uint64) bool) {
+			if s, ok := e.idx.State(seq); ok && s == st {
+				yield(seq)
+			}
+		}
+	}
+	return e.idx.GroupJobs(e.idxName(seq), st)
+}
+
+// idxName is idxName(seq), the last one kept: the jobs of a group come one after another.
+func (e *engine) idxName(seq uint64) string {
+	if e.lastIdx.seq != seq || e.lastIdx.name == "" {
+		e.lastIdx.seq, e.lastIdx.name = seq, idxName(seq)
+	}
+	return e.lastIdx.name
+}
+
+// incarnationOf returns the record of the tracked incarnation job id belongs to, from the index,
+// or nil.
+func (e *engine) jobRec(id uint64) *groupRec {
+	name, ok := e.idx.GroupOf(id)
+	if !ok {
+		return nil
+	}
+	if name == "" {
+		return e.groups.table.get(id) // a single job: its incarnation is its own sequence
+	}
+	seq, _ := idxSeq(name)
+	return e.groups.table.get(seq)
+}
+
+// waiting returns the pending jobs of r that wait in the index for its group to take a slot: never released (a job released before has a *job, and waits among
+// the retries, the parked jobs or a limit's line). They come in the order they became pending,
+// as a queue fed while the group held its slot would hold them: by message (a pack's jobs
+// together, where they came among the jobs stored alone), then the delayed jobs that came due, in
+// time order.
+func (e *engine) waiting(r *groupRec) []uint64 {
+	var ids, woke []uint64
+	released := r.flags&recLive != 0 // a group with no *group has released nothing yet
+	split := -1                      // where the packed IDs start
+	for id := range e.groupJobs(r.openSeq, r.flags&recSingle != 0, jobindex.Pending) {
+		switch _, ok := e.delays.woke[id]; {
+		case released && e.jobs[id] != nil:
+		case ok:
+			woke = append(woke, id)
+		default:
+			if split < 0 && id >= jobindex.PackedIDs {
+				split = len(ids)
+			}
+			ids = append(ids, id)
+		}
+	}
+	if split > 0 {
+		// Each run of IDs is in message order; merge the two by message.
+		merged := make([]uint64, 0, len(ids))
+		a, b := ids[:split], ids[split:]
+		for len(a) > 0 && len(b) > 0 {
+			if wire.JobSeq(a[0]) < wire.JobSeq(b[0]) {
+				merged, a = append(merged, a[0]), a[1:]
+			} else {
+				merged, b = append(merged, b[0]), b[1:]
+			}
+		}
+		ids = append(append(merged, a...), b...)
+	}
+	slices.SortFunc(woke, func(a, b uint64) int { return cmp.Compare(e.delays.woke[a].n, e.delays.woke[b].n) })
+	return append(ids, woke...)
+}
+
+// ready records that r, whose group has a job ready that its queue does not hold (g is its
+// *group, nil if none), waits for a feeder slot: a group holding one takes the job at the end of
+// its queue; another joins the line, if not in it already.
+func (e *engine) ready(r *groupRec, g *group, id uint64) {
+	if e.isWaiting(r.openSeq) {
+		return // held by its edges: its jobs wait in the index until its ready record (applyReady)
+	}
+	if g != nil && g.inSched && e.sched.Entered(g) {
+		_ = e.sched.Push(g, id)
+		return
+	}
+	e.enqueue(r)
+}
+
+// enqueue puts r in its priority's line for a feeder slot, if it is not in a line already.
+func (e *engine) enqueue(r *groupRec) {
+	if r.flags&recInLine == 0 {
+		r.flags |= recInLine
+		l := &e.groups.lines[r.priority()]
+		l.seqs = append(l.seqs, r.openSeq)
+	}
+}
+
+// fillSlots gives the vacant feeder slots to the groups waiting in the lines, in turn, the highest
+// priority first: each gets a *group, a scheduler entry and its waiting jobs as its queue.
+func (e *engine) fillSlots() {
+	for e.groups.lineLen() > 0 && e.sched.HasVacant() {
+		seq := e.groups.popLine()
+		r := e.groups.table.get(seq)
+		if r == nil {
+			continue // forgotten
+		}
+		r.flags &^= recInLine
+		ids := e.waiting(r)
+		if len(ids) == 0 {
+			continue // canceled, or released meanwhile
+		}
+		g := e.live(r)
+		if err := e.sched.AddGroup(g); err != nil && !errors.Is(err, spreader.ErrDuplicateGroup) {
+			e.log.Error().Err(err).Str("group", g.id).Msg("scheduler refused group")
+			continue
+		}
+		g.inSched = true
+		if err := e.sched.Push(g, ids...); err != nil {
+			e.log.Error().Err(err).Str("group", g.id).Msg("scheduler refused a group's jobs")
+		}
+		e.sealIfDue(g)
+	}
+}
+
 func (g *group) terminal() uint64 { return g.done + g.failed + g.canceled }
 
 // canceledWhy is the outcome text of g's jobs ended by a cancel of the whole group.
 func (e *engine) canceledWhy(g *group) string {
-	if dep := e.canceledFor(g); dep != "" {
+	if dep := e.canceledFor(g.openSeq); dep != "" {
 		return "group canceled: group " + dep + ", which it runs after, did not end as it asks"
 	}
 	return "group canceled"
@@ -91,41 +353,72 @@ func (g *group) summary() wire.GroupSummary {
 // control applies a group's control message stored at seq in JOBS (at the server's time stored).
 // One case per operation: a new operation on the control subject is one more case and method.
 func (e *engine) control(subject string, seq uint64, c wire.GroupControl, data []byte, stored time.Time) {
-	g := e.groups.byID[c.Group]
+	r := e.groups.table.latest(c.Group)
 	switch c.Op {
 	case wire.OpOpen:
 		if e.redriveOpening(subject, seq, c) {
 			return
 		}
-		e.applyOpen(subject, seq, c, g, stored)
+		e.applyOpen(subject, seq, c, r, stored)
 	case wire.OpKeepAlive:
-		e.applyKeepAlive(subject, seq, c, g)
+		e.applyKeepAlive(subject, seq, c, r)
 	case wire.OpSeal:
-		e.applySeal(subject, seq, c, g)
+		e.applySeal(subject, seq, c, r)
 	case wire.OpCancel:
-		e.applyCancel(subject, seq, c, g)
+		e.applyCancel(subject, seq, c, r)
 	case wire.OpRedrive:
 		e.redriveAsked(subject, seq, c)
 	case wire.OpReady:
-		e.applyReady(subject, seq, c, g, data)
+		e.applyReady(subject, seq, c, r, data)
 	}
+}
+
+// sealed, complete and sealedByCancel read r's state, from its *group once it has one.
+func (e *engine) sealed(r *groupRec) bool {
+	if g := e.liveOf(r); g != nil {
+		return g.sealed
+	}
+	return r.flags&recSealed != 0
+}
+
+func (e *engine) complete(r *groupRec) bool {
+	if g := e.liveOf(r); g != nil {
+		return g.complete
+	}
+	return r.flags&recComplete != 0
+}
+
+func (e *engine) sealedByCancel(r *groupRec) bool {
+	if g := e.liveOf(r); g != nil {
+		return g.sealedByCancel
+	}
+	return r.flags&recSealedByCancel != 0
+}
+
+// lastSeqOf is r's last sequence in JOBS.
+func (e *engine) lastSeqOf(r *groupRec) uint64 {
+	if g := e.liveOf(r); g != nil {
+		return g.lastSeq
+	}
+	return r.lastSeq
 }
 
 // applyOpen opens a group, or a new incarnation of a complete group's ID; stored is when the
 // open was stored (the server's clock).
-func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *group, stored time.Time) {
+func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, r *groupRec, stored time.Time) {
 	switch {
-	case g != nil && !g.complete && !g.sealed:
+	case r != nil && !e.complete(r) && !e.sealed(r):
 		// A producer publishing the group again, e.g. after a crash: its jobs join the
 		// open group (dedup by key drops those stored already).
 		e.log.Info().Str("group", c.Group).Msg("group opened again while open: resuming")
 		if c.Reply != "" {
-			g.reply = c.Reply // the producer publishing it now is the one alive to hear of it
+			// The producer publishing it now is the one alive to hear of it.
+			e.live(r).reply = strings.Clone(c.Reply)
 		}
-		e.heard(g)
-		e.noteDeferred(g, subject, seq, &c)
+		e.heard(r.openSeq)
+		e.noteDeferred(r.openSeq, subject, seq, &c)
 		return
-	case g != nil && !g.complete && !e.replaying():
+	case r != nil && !e.complete(r) && !e.replaying():
 		e.reject(subject, seq, openRunning(c.Group))
 		return
 	}
@@ -133,35 +426,39 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, g *g
 	// before the outcomes, so whether a sealed previous incarnation was complete is not known
 	// yet: the decision on the new one is deferred to endReplay, which decides as the live
 	// coordinator would have (see deferredOpen); meanwhile it is tracked like any other.
-	prev := g
-	g = &group{id: c.Group, tok: wire.GroupToken(c.Group), reply: c.Reply, openSeq: seq, lastSeq: seq, idxKey: c.Group + "\x00" + strconv.FormatUint(seq, 10), busy: e.groups.busy, openedAt: stored, weight: float64(max(c.Weight, 1)), redriven: c.Redrive != 0, priority: c.Priority}
-	if ok, reason := e.holdOpen(g, c.After); !ok {
+	var prev uint64 // the incarnation before, not known to be complete (replay)
+	if r != nil && !e.complete(r) {
+		prev = r.openSeq
+	}
+	rec := groupRec{id: strings.Clone(c.Group), openSeq: seq, lastSeq: seq, openedAt: unixNano(stored), weight: uint16(max(c.Weight, 1))}
+	rec.setPriority(c.Priority)
+	if c.Redrive != 0 {
+		rec.flags |= recRedriven
+	}
+	if ok, reason := e.holdOpen(&rec, c.After); !ok {
 		e.refuse(subject, seq, reason)
 		e.answer(seq, c, wire.ControlAnswer{Code: wire.AnswerCycle, Reason: reason})
 		return
 	}
-	e.groups.byID[c.Group] = g
-	e.groups.incarnations[seq] = g
-	e.groups.arrival = append(e.groups.arrival, g)
-	if g.priority > 0 {
+	rec.reply = e.groups.replies.intern(c.Reply)
+	e.groups.table.add(rec)
+	if rec.priority() > 0 {
 		e.groups.prioritized++
 	}
-	e.groups.unsealed[g] = true
-	e.heard(g)
-	e.openedForDeps(g)
+	if e.groups.unsealed == nil {
+		e.groups.unsealed = map[uint64]*unsealedGroup{}
+	}
+	e.groups.unsealed[seq] = &unsealedGroup{}
+	e.heard(seq)
+	e.openedForDeps(&rec)
 	if len(c.After) > 0 {
 		if e.replaying() && e.cfg.now().Sub(stored) < answerLateFor {
 			e.replay.heldOpens = append(e.replay.heldOpens, heldOpen{seq: seq, c: c})
 		}
 		e.answer(seq, c, wire.ControlAnswer{OK: true})
 	}
-	switch {
-	case e.replaying():
-		if prev != nil && !prev.complete {
-			e.replay.deferOpen(g, prev, deferredMsg{subject: subject, seq: seq, c: &c})
-		}
-	case !e.isWaiting(g):
-		e.schedule(g, nil)
+	if e.replaying() && prev != 0 {
+		e.replay.deferOpen(seq, prev, deferredMsg{subject: subject, seq: seq, c: &c})
 	}
 }
 
@@ -170,59 +467,89 @@ func openRunning(id string) string {
 	return "group " + id + " is sealed and still running; publish it again once it has finished"
 }
 
-// single reports whether g is a single job (admitSingle): its one message in JOBS is its open,
-// its job and its seal.
+// single reports whether g's one message in JOBS is its open: a single job (admitSingle) whose
+// message is its open, its job and its seal, with no cancel stored after it.
 func (g *group) single() bool { return g.openSeq == g.lastSeq }
 
 // applyKeepAlive records a sign of life from an unsealed group's producer.
-func (e *engine) applyKeepAlive(subject string, seq uint64, c wire.GroupControl, g *group) {
-	if g == nil || g.sealed {
+func (e *engine) applyKeepAlive(subject string, seq uint64, c wire.GroupControl, r *groupRec) {
+	if r == nil || e.sealed(r) {
 		e.reject(subject, seq, "keep-alive of a group that is not open: "+c.Group)
 		return
 	}
-	e.heard(g)
-	e.noteDeferred(g, subject, seq, &c)
+	e.heard(r.openSeq)
+	e.noteDeferred(r.openSeq, subject, seq, &c)
 }
 
 // applySeal seals a group: its producer's seal, or the coordinator's for an abandoned group.
-func (e *engine) applySeal(subject string, seq uint64, c wire.GroupControl, g *group) {
+func (e *engine) applySeal(subject string, seq uint64, c wire.GroupControl, r *groupRec) {
 	switch {
-	case g != nil && g.sealedByCancel && !c.Abandoned:
+	case r != nil && e.sealedByCancel(r) && !c.Abandoned:
 		// Canceled while open, which sealed it: the producer's own seal comes after.
-		g.lastSeq = seq
-		e.noteDeferred(g, subject, seq, &c)
+		if g := e.liveOf(r); g != nil {
+			g.lastSeq = seq
+		} else {
+			r.lastSeq = seq
+		}
+		e.noteDeferred(r.openSeq, subject, seq, &c)
 		return
-	case g == nil || g.sealed:
+	case r == nil || e.sealed(r):
 		e.reject(subject, seq, "seal of a group that is not open: "+c.Group)
 		return
 	}
-	e.noteDeferred(g, subject, seq, &c)
-	e.seal(g, seq)
-	g.count, g.abandoned = c.Count, c.Abandoned
-	if g.abandoned {
-		e.log.Warn().Str("group", g.id).Uint64("jobs", g.admitted).Msg("group abandoned by its producer: sealed with the jobs it has")
+	e.noteDeferred(r.openSeq, subject, seq, &c)
+	if c.Abandoned {
+		e.log.Warn().Str("group", c.Group).Uint64("jobs", e.recCounts(r).Total()).Msg("group abandoned by its producer: sealed with the jobs it has")
 	}
-	e.checkComplete(g)
+	if g := e.liveOf(r); g != nil {
+		g.abandoned = c.Abandoned
+		e.seal(g, seq)
+		e.checkComplete(g)
+		return
+	}
+	r.flags |= recSealed
+	if c.Abandoned {
+		r.flags |= recAbandoned
+	}
+	r.lastSeq = seq
+	delete(e.groups.unsealed, r.openSeq)
+	e.completeIfDone(r)
+}
+
+// completeIfDone completes r if it is sealed and has no job left to end (a group with no job, or
+// one whose jobs ended before a restart).
+func (e *engine) completeIfDone(r *groupRec) {
+	if g := e.liveOf(r); g != nil {
+		e.checkComplete(g)
+		return
+	}
+	if r.flags&(recSealed|recComplete) != recSealed || e.replaying() {
+		return
+	}
+	if c := e.recCounts(r); c.Pending+c.Running+c.RetryWait+c.Delayed == 0 {
+		e.checkComplete(e.live(r))
+	}
 }
 
 // applyCancel cancels a whole group or some of its jobs, and answers if asked to.
-func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, g *group) {
-	if g == nil {
+func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, r *groupRec) {
+	if r == nil {
 		e.refuse(subject, seq, cancelNotOpen(c.Group))
 		e.answerNotOpen(seq, c)
 		return
 	}
-	if g.complete {
+	if e.complete(r) {
 		// Rejected like a cancel of a group gone already, so its message is deleted: the
 		// group's purge has gone or is on its way, and would not cover it.
 		e.refuse(subject, seq, cancelComplete(c.Group))
 		e.answerNotOpen(seq, c)
 		return
 	}
+	g := e.live(r)
 	// The cancel is the group's message in JOBS, to be purged with it.
 	g.lastSeq = max(g.lastSeq, seq)
 	if c.AfterFailed != "" {
-		e.depsCanceled(g, c.AfterFailed)
+		e.depsCanceled(g.openSeq, c.AfterFailed)
 	}
 	// A cancel for a dependency leaves the group open: the producer's jobs still join it (and
 	// end canceled), so its summary counts every job it published.
@@ -256,12 +583,16 @@ func cancelComplete(id string) string { return "cancel of a group that is comple
 // seal marks g sealed by the message at seq: no more jobs join it.
 func (e *engine) seal(g *group, seq uint64) {
 	g.sealed, g.lastSeq = true, seq
-	delete(e.groups.unsealed, g)
+	delete(e.groups.unsealed, g.openSeq)
 	e.sealIfDue(g)
 }
 
-// heard records a sign of life from g's producer.
-func (e *engine) heard(g *group) { g.lastHeard = e.cfg.now() }
+// heard records a sign of life from the producer of the unsealed incarnation opened at seq.
+func (e *engine) heard(seq uint64) {
+	if u := e.groups.unsealed[seq]; u != nil {
+		u.lastHeard = e.cfg.now()
+	}
+}
 
 // abandon asks for a seal of every unsealed group whose producer has published nothing (no job,
 // no keep-alive) for AbandonAfter: a producer that died after its open, or a client that never
@@ -273,91 +604,85 @@ func (e *engine) abandon(now time.Time) {
 		return
 	}
 	e.groups.nextAbandonCheck = now.Add(min(time.Second, e.cfg.AbandonAfter/4))
-	for g := range e.groups.unsealed {
-		if now.Sub(g.lastHeard) >= e.cfg.AbandonAfter && now.Sub(g.abandonAt) >= e.cfg.AbandonAfter {
-			g.abandonAt = now
-			e.out.abandons = append(e.out.abandons, g)
+	for seq, u := range e.groups.unsealed {
+		if now.Sub(u.lastHeard) >= e.cfg.AbandonAfter && now.Sub(u.abandonAt) >= e.cfg.AbandonAfter {
+			if r := e.groups.table.get(seq); r != nil {
+				u.abandonAt = now
+				e.out.abandons = append(e.out.abandons, e.live(r))
+			}
 		}
 	}
 }
 
-// mayJoin checks that the jobs of the message stored at seq may join group (a message, a pack
-// too, holds jobs of one group); if not, it rejects the message and reports false.
-func (e *engine) mayJoin(subject string, seq uint64, group string) bool {
-	g := e.groups.byID[group]
-	if reason := e.joinRefusal(subject, group, g); reason != "" {
+// mayJoin checks that the jobs of the message stored at seq may join group, whose latest
+// incarnation is r (a message, a pack too, holds jobs of one group); if not, it rejects the
+// message and reports false.
+func (e *engine) mayJoin(subject string, seq uint64, group string, r *groupRec) bool {
+	if reason := e.joinRefusal(subject, group, r); reason != "" {
 		e.reject(subject, seq, reason)
 		return false
 	}
-	e.noteDeferred(g, subject, seq, nil)
+	e.noteDeferred(r.openSeq, subject, seq, nil)
 	return true
 }
 
-// joinRefusal returns why a job message on subject may not join g, its group ID's latest
+// joinRefusal returns why a job message on subject may not join r, its group ID's latest
 // incarnation (nil if none is tracked), or "".
-func (e *engine) joinRefusal(subject, group string, g *group) string {
+func (e *engine) joinRefusal(subject, group string, r *groupRec) string {
 	switch {
-	case g == nil:
+	case r == nil:
 		return "job for a group that is not open: " + group
-	case g.sealedByCancel:
+	case e.sealedByCancel(r):
 		return "job for group " + group + ", which was canceled"
-	case g.sealed:
+	case e.sealed(r):
 		return "job after the seal of group " + group
-	case subject != e.names.JobSubject(g.tok):
+	case subject != e.names.JobSubject(wire.GroupToken(r.id)):
 		return "job subject does not match its group " + group
 	}
 	return ""
 }
 
-// admit indexes job j of the message stored at seq in its group, which mayJoin checked, and
-// reports whether it is to be released now (its payload worth keeping).
-func (e *engine) admit(subject string, seq uint64, j *wire.StoredJob) bool {
+// admit indexes job j of the message stored at seq in the incarnation r, which mayJoin checked,
+// and reports whether it is to be released now (its payload worth keeping).
+func (e *engine) admit(subject string, seq uint64, r *groupRec, j *wire.StoredJob) bool {
 	m, id := &j.Meta, j.ID
-	g := e.groups.byID[m.Group]
 	// A job whose time is still ahead waits in the delays, outside the scheduler (delays.go).
 	delayed := !m.RunAt.IsZero() && m.RunAt.After(e.cfg.now())
 	st := jobindex.Pending
 	if delayed {
 		st = jobindex.Delayed
 	}
-	if err := e.idx.AddState(id, g.idxKey, m.Require, m.Prefer, st); err != nil {
+	var err error
+	if r.flags&recSingle != 0 {
+		err = e.idx.AddAlone(id, m.Require, m.Prefer, st)
+	} else {
+		err = e.idx.AddState(id, e.idxName(r.openSeq), m.Require, m.Prefer, st)
+	}
+	if err != nil {
 		e.reject(subject, seq, err.Error())
 		return false
 	}
-	g.admitted++
-	g.lastSeq = seq
-	e.heard(g)
+	g := e.liveOf(r)
+	if g != nil {
+		g.admitted++
+		g.lastSeq = seq
+	} else {
+		r.lastSeq = seq
+	}
+	e.heard(r.openSeq)
 	e.stats.Admitted++
 	switch {
-	case g.cancelReq:
+	case g != nil && g.cancelReq:
 		e.moveTerminal(id, jobindex.Canceled)
 		e.recordOutcome(g, wire.Outcome{ID: id, Key: m.Key, State: wire.FinalCanceled, Data: []byte(e.canceledWhy(g))}, 0)
 		return false
 	case delayed:
-		e.delay(g, id, m.RunAt)
-		if e.replaying() {
-			e.replay.groupOf[id] = g
-		}
+		e.delay(id, m.RunAt)
 		return false // its payload is read when it is released, not kept until then
-	case e.replaying():
-		e.replay.groupOf[id] = g
-	case g.inSched:
-		_ = e.sched.Push(g, id)
+	case !e.replaying(): // replay's end puts the groups with jobs waiting in the line
+		e.ready(r, g, id)
 	}
 	return true
-}
-
-// schedule hands a group to the scheduler with its pending jobs (in ID order).
-func (e *engine) schedule(g *group, pending []uint64) {
-	if err := e.sched.AddGroup(g); err != nil {
-		e.log.Error().Err(err).Str("group", g.id).Msg("scheduler refused group")
-		return
-	}
-	g.inSched = true
-	if len(pending) > 0 {
-		_ = e.sched.Push(g, pending...)
-	}
-	e.sealIfDue(g)
 }
 
 func (e *engine) cancelGroup(g *group) {
@@ -366,6 +691,7 @@ func (e *engine) cancelGroup(g *group) {
 	}
 	g.cancelReq = true
 	reason := e.canceledWhy(g)
+	e.stopWaiting(g.openSeq) // a held group's jobs wait in the index alone: canceled below
 	if g.inSched {
 		for _, id := range e.sched.Cancel(g) {
 			e.moveTerminal(id, jobindex.Canceled)
@@ -373,15 +699,13 @@ func (e *engine) cancelGroup(g *group) {
 		}
 		g.inSched = false
 	}
-	held := jobindex.Delayed
-	if e.isWaiting(g) {
-		held = jobindex.Pending // a held group's jobs wait in the index alone
-		e.stopWaiting(g)
-	}
-	for _, st := range []jobindex.State{jobindex.Delayed, held} {
-		for _, id := range slices.Collect(e.idx.GroupJobs(g.idxKey, st)) {
-			e.moveTerminal(id, jobindex.Canceled)
-			e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
+	// Its jobs waiting for a slot, then its delayed ones.
+	for _, st := range [...]jobindex.State{jobindex.Pending, jobindex.Delayed} {
+		for _, id := range slices.Collect(e.groupJobs(g.openSeq, g.alone, st)) {
+			if e.jobs[id] == nil {
+				e.moveTerminal(id, jobindex.Canceled)
+				e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
+			}
 		}
 	}
 	for _, j := range e.jobs {
@@ -405,26 +729,21 @@ func (e *engine) cancelGroup(g *group) {
 // the group that had ended already, and IDs that are not jobs of the group.
 func (e *engine) cancelJobs(g *group, ids []uint64) (final, unknown []uint64) {
 	const reason = "job canceled"
-	var waiting map[uint64]bool
 	for _, id := range ids {
 		st, ok := e.idx.State(id)
-		switch {
-		case !ok:
+		if !ok {
 			unknown = append(unknown, id)
 			continue
-		case st.Terminal():
-			if e.incarnationOf(id, g.id) == g {
-				final = append(final, id)
-			} else {
-				unknown = append(unknown, id)
-			}
+		}
+		if r := e.jobRec(id); r == nil || r.openSeq != g.openSeq {
+			unknown = append(unknown, id) // another incarnation's
+			continue
+		}
+		if st.Terminal() || st == jobindex.Failed {
+			final = append(final, id) // ended (a failed job may be redriven: as a new job)
 			continue
 		}
 		if j := e.jobs[id]; j != nil {
-			if j.g != g {
-				unknown = append(unknown, id)
-				continue
-			}
 			if st == jobindex.Running {
 				j.cancelReq = true
 				e.out.cancels = append(e.out.cancels, id)
@@ -434,21 +753,8 @@ func (e *engine) cancelJobs(g *group, ids []uint64) (final, unknown []uint64) {
 			e.end(j, jobindex.Canceled, []byte(reason), 0)
 			continue
 		}
-		cancel := st == jobindex.Pending && g.inSched && e.sched.Remove(g, id, func(a, b uint64) bool { return a == b })
-		if st == jobindex.Delayed || st == jobindex.Pending && e.isWaiting(g) {
-			if waiting == nil { // the group's jobs waiting outside the scheduler, read once: is id one of them?
-				waiting = map[uint64]bool{}
-				for _, s := range []jobindex.State{jobindex.Delayed, jobindex.Pending} {
-					for d := range e.idx.GroupJobs(g.idxKey, s) {
-						waiting[d] = true
-					}
-				}
-			}
-			cancel = waiting[id]
-		}
-		if !cancel {
-			unknown = append(unknown, id) // another group's
-			continue
+		if st == jobindex.Pending && g.inSched && e.sched.Entered(g) {
+			e.sched.Remove(g, id, func(a, b uint64) bool { return a == b }) // its queue holds it
 		}
 		e.moveTerminal(id, jobindex.Canceled)
 		e.recordOutcome(g, wire.Outcome{ID: id, State: wire.FinalCanceled, Data: []byte(reason)}, 0)
@@ -491,36 +797,50 @@ func (e *engine) checkComplete(g *group) {
 		e.sched.Cancel(g) // frees its slot if it still holds one; its queue is empty
 		g.inSched = false
 	}
-	e.stopWaiting(g)
+	e.stopWaiting(g.openSeq)
 	e.completedForDeps(g)
 	e.out.summaries = append(e.out.summaries, g)
 }
 
 // forget drops a complete group whose summary is stored.
 func (e *engine) forget(g *group) {
-	e.untrack(g)
+	e.untrack(g.openSeq)
 	e.redriveCompleted(g.id)
-	e.forgetDeps(g)
+	e.forgetDeps(g.openSeq)
 }
 
-// untrack drops g from the groups and its jobs, all ended, from the index.
-func (e *engine) untrack(g *group) {
-	if e.groups.byID[g.id] == g {
-		delete(e.groups.byID, g.id)
+// untrack drops the incarnation opened at seq from the groups (its record and its *group), and
+// its jobs, all ended, from the index.
+func (e *engine) untrack(seq uint64) {
+	r, g := e.groups.table.get(seq), e.groups.live[seq]
+	var id string
+	var alone bool
+	var admitted uint64
+	switch {
+	case g != nil:
+		id, alone, admitted = g.id, g.alone, g.admitted
+	case r != nil:
+		id, alone, admitted = r.id, r.flags&recSingle != 0, e.recCounts(r).Total()
+		e.groups.replies.release(r.reply) // a *group took it over otherwise
+	default:
+		return
 	}
-	if _, tracked := e.groups.incarnations[g.openSeq]; tracked && g.priority > 0 {
+	if r != nil && r.priority() > 0 {
 		e.groups.prioritized--
 	}
-	delete(e.groups.incarnations, g.openSeq)
-	delete(e.groups.unsealed, g)
+	delete(e.groups.unsealed, seq)
 	// A group that admitted no job was never in the index: nothing to forget there.
-	if _, err := e.idx.Forget(g.idxKey); err != nil && (g.admitted > 0 || !errors.Is(err, jobindex.ErrUnknownGroup)) {
-		e.log.Error().Err(err).Str("group", g.id).Uint64("incarnation", g.openSeq).Msg("forgetting a complete group")
-	}
-	for i, a := range e.groups.arrival {
-		if a == g {
-			e.groups.arrival = append(e.groups.arrival[:i], e.groups.arrival[i+1:]...)
-			break
+	var err error
+	if alone {
+		if admitted > 0 {
+			err = e.idx.ForgetJob(seq)
 		}
+	} else if _, err = e.idx.Forget(e.idxName(seq)); err != nil && admitted == 0 && errors.Is(err, jobindex.ErrUnknownGroup) {
+		err = nil
 	}
+	if err != nil {
+		e.log.Error().Err(err).Str("group", id).Uint64("incarnation", seq).Msg("forgetting a complete group")
+	}
+	e.groups.table.remove(seq)
+	delete(e.groups.live, seq)
 }

@@ -80,7 +80,7 @@ func TestReplayKeepsEveryIncarnation(t *testing.T) {
 			if len(r.e.out.purges) != 1 || r.e.out.purges[0].openSeq != 1 {
 				t.Fatalf("the complete first incarnation is not purged: %+v", r.e.out.purges)
 			}
-			second := r.e.groups.byID["g"]
+			second := r.e.group("g")
 			if second == nil || second.openSeq != 5 || second.admitted != 1 {
 				t.Fatalf("second incarnation after replay: %+v", second)
 			}
@@ -122,8 +122,8 @@ func TestReplayOlderIncarnationIncomplete(t *testing.T) {
 	if st, _ := r.e.idx.State(5); st != jobindex.Pending {
 		t.Fatalf("second incarnation's job is %v, want pending", st)
 	}
-	if g := r.e.groups.byID["g"]; g == nil || g.openSeq != 4 || !g.inSched {
-		t.Fatalf("second incarnation not scheduled: %+v", g)
+	if rec := r.e.groups.table.latest("g"); rec == nil || rec.openSeq != 4 || rec.flags&recInLine == 0 {
+		t.Fatalf("second incarnation not waiting for a slot: %+v", rec)
 	}
 }
 

@@ -88,13 +88,13 @@ func (r *run) serveInspect(m *nats.Msg) {
 func (e *engine) inspect(req wire.InspectRequest) wire.InspectReply {
 	switch {
 	case req.Groups:
-		return wire.InspectReply{Groups: e.inspectGroups(e.groupWaits(nil))}
+		return wire.InspectReply{Groups: e.inspectGroups(e.groupWaits(0))}
 	case req.Job != 0:
 		return e.inspectJob(req.Job, req.Group)
 	}
 	var rep wire.InspectReply
-	if g := e.groups.byID[req.Group]; g != nil {
-		gl := e.groupLive(g, e.groupWaits(g))
+	if r := e.groups.table.latest(req.Group); r != nil {
+		gl := e.groupLive(r, e.groupWaits(r.openSeq), e.aside())
 		rep.Group = &gl
 		return rep
 	}
@@ -126,9 +126,7 @@ func (e *engine) inspectJob(id uint64, hint string) wire.InspectReply {
 		return rep
 	}
 	jl := &wire.JobLive{ID: id, State: st.String()}
-	var g *group
 	if j := e.jobs[id]; j != nil {
-		g = j.g
 		jl.Group, jl.Incarnation = j.g.id, j.g.openSeq
 		jl.Key, jl.Attempt, jl.MaxAttempts, jl.Released = j.key, j.attempt, j.maxAtt, j.since
 		for _, a := range j.history {
@@ -149,25 +147,25 @@ func (e *engine) inspectJob(id uint64, hint string) wire.InspectReply {
 				jl.Worker = jl.Workers[0]
 			}
 		}
-	} else if g = e.incarnationOf(id, hint); g != nil {
-		jl.Group, jl.Incarnation = g.id, g.openSeq
+	} else if r := e.jobRec(id); r != nil && (hint == "" || r.id == hint) {
+		jl.Group, jl.Incarnation = r.id, r.openSeq
 	}
 	if st == jobindex.Pending {
-		e.whyPending(jl, g)
+		e.whyPending(jl)
 	}
 	return wire.InspectReply{Job: jl}
 }
 
-// whyPending says why pending job jl of g (nil if not known) does not start, if more than a
-// slot is wanted: the limit holding it back (or that would, were it offered now: a job still in
+// whyPending says why pending job jl (of group jl.Group, if known) does not start, if more than
+// a slot is wanted: the limit holding it back (or that would, were it offered now: a job still in
 // its group's queue has not met its limits yet), or the resources it requires that no live
 // worker holds.
-func (e *engine) whyPending(jl *wire.JobLive, g *group) {
+func (e *engine) whyPending(jl *wire.JobLive) {
 	ls := (*limitState)(nil)
 	if j := e.jobs[jl.ID]; j != nil && j.heldBy != nil {
 		ls = j.heldBy
-	} else if g != nil {
-		ls = holdingBack(e.limitsOf(nil, jl.ID, g), e.cfg.now())
+	} else if jl.Group != "" {
+		ls = holdingBack(e.limitsOf(nil, jl.ID, jl.Group), e.cfg.now())
 	}
 	if ls != nil {
 		jl.HeldBy = &wire.HeldBack{Kind: ls.Kind, Name: ls.Name, Paused: ls.Paused}
@@ -195,97 +193,120 @@ func (e *engine) whyPending(jl *wire.JobLive, g *group) {
 	}
 }
 
-// incarnationOf returns the tracked incarnation holding job id, if the hint (the job's group ID,
-// read from its stored message) or the ID ranges of the incarnations tell it: a job belongs to
-// the latest incarnation of its group ID opened before it.
-func (e *engine) incarnationOf(id uint64, hint string) *group {
-	var found *group
-	n := 0
-	seq := wire.JobSeq(id) // the message that stores it
-	for _, g := range e.groups.incarnations {
-		if g.openSeq >= seq || seq > g.lastSeq || (hint != "" && g.id != hint) {
-			continue
-		}
-		n++
-		if found == nil || g.openSeq > found.openSeq {
-			found = g
-		}
-	}
-	if hint == "" && n > 1 {
-		return nil // groups interleave there: without the hint it cannot be told
-	}
-	return found
-}
-
-// waits is why the pending and delayed jobs of the groups inspected wait (see groupWaits).
+// waits is why the pending and delayed jobs of the groups inspected wait (see groupWaits), by
+// open sequence.
 type waits struct {
-	held        map[*group][]wire.HeldBack
-	unplaceable map[*group]int
-	nextRunAt   map[*group]time.Time
+	held        map[uint64][]wire.HeldBack
+	unplaceable map[uint64]int
+	nextRunAt   map[uint64]time.Time
 }
 
-// groupWaits gathers, per group (or for group only, if not nil), the limits holding its jobs
-// back (heldBack), its jobs set aside because they require resources no live worker holds, and
-// when its first delayed job runs. One pass over the parked jobs and the delayed ones serves
-// every group listed.
-func (e *engine) groupWaits(only *group) waits {
-	w := waits{held: e.heldBack(only), unplaceable: map[*group]int{}, nextRunAt: map[*group]time.Time{}}
+// groupWaits gathers, per group (or for the incarnation opened at only, if not 0), the limits
+// holding its jobs back (heldBack), its jobs set aside because they require resources no live
+// worker holds, and when its first delayed job runs. One pass over the parked jobs and the
+// delayed ones serves every group listed.
+func (e *engine) groupWaits(only uint64) waits {
+	w := waits{held: e.heldBack(only), unplaceable: map[uint64]int{}, nextRunAt: map[uint64]time.Time{}}
 	for _, j := range e.retries.parked {
-		if only == nil || j.g == only {
-			w.unplaceable[j.g]++
+		if only == 0 || j.g.openSeq == only {
+			w.unplaceable[j.g.openSeq]++
 		}
 	}
 	for _, d := range e.delays.heap {
-		if only != nil && d.g != only {
-			continue
-		}
 		if st, _ := e.idx.State(d.id); st != jobindex.Delayed {
 			continue // canceled, or released before a restart: dropped when it comes up
 		}
-		if at, ok := w.nextRunAt[d.g]; !ok || d.at < at.UnixNano() {
-			w.nextRunAt[d.g] = time.Unix(0, d.at)
+		r := e.jobRec(d.id)
+		if r == nil || only != 0 && r.openSeq != only {
+			continue
+		}
+		if at, ok := w.nextRunAt[r.openSeq]; !ok || d.at < at.UnixNano() {
+			w.nextRunAt[r.openSeq] = time.Unix(0, d.at)
 		}
 	}
 	return w
 }
 
-func (e *engine) groupLive(g *group, w waits) wire.GroupLive {
-	gc, _ := e.idx.GroupCounts(g.idxKey)
-	gl := wire.GroupLive{
-		ID: g.id, Incarnation: g.openSeq, Sealed: g.sealed, Abandoned: g.abandoned, Complete: g.complete,
-		OpenedAt: g.openedAt, Admitted: g.admitted, Queued: e.sched.Queued(g), InFlight: g.inFlight, Jobs: counts(gc),
-		HeldBack: w.held[g], Unplaceable: w.unplaceable[g], NextRunAt: w.nextRunAt[g],
+// groupView is what status, inspection and metrics show of a tracked incarnation.
+type groupView struct {
+	id                  string
+	openSeq             uint64
+	sealed, abandoned   bool
+	complete            bool
+	openedAt, lastHeard time.Time
+	admitted            uint64
+	queued, inFlight    int
+	busy                float64
+	jobs                jobindex.Counts
+}
+
+// view shows r. aside is what the pending jobs released before and waiting again (retries,
+// parked jobs, a limit's line) count per group (see aside): not in its queue.
+func (e *engine) view(r *groupRec, aside map[*group]int) groupView {
+	v := groupView{id: r.id, openSeq: r.openSeq, jobs: e.recCounts(r)}
+	if u := e.groups.unsealed[r.openSeq]; u != nil {
+		v.lastHeard = u.lastHeard
 	}
-	if e.isWaiting(g) {
-		gl.WaitsFor = e.waitsFor(g)
+	g := e.liveOf(r)
+	if g == nil {
+		v.sealed, v.abandoned, v.complete = r.flags&recSealed != 0, r.flags&recAbandoned != 0, r.flags&recComplete != 0
+		v.openedAt, v.admitted, v.queued, v.busy = fromUnixNano(r.openedAt), v.jobs.Total(), int(v.jobs.Pending), e.groups.busy
+		return v
 	}
-	gl.FollowedBy = e.dependentsOf(g, maxListedDependents)
-	gl.Priority = g.priority
-	if !g.sealed {
-		gl.LastHeard = g.lastHeard
+	v.sealed, v.abandoned, v.complete, v.openedAt, v.admitted, v.inFlight, v.busy = g.sealed, g.abandoned, g.complete, g.openedAt, g.admitted, g.inFlight, g.busy
+	if g.inSched && e.sched.Entered(g) {
+		v.queued = e.sched.Queued(g)
+	} else {
+		v.queued = int(v.jobs.Pending) - aside[g]
 	}
-	return gl
+	return v
+}
+
+// aside counts, per group, its pending jobs that were released before (a *job: a retry due, a
+// job returned, parked or held back by a limit), which wait outside its queue.
+func (e *engine) aside() map[*group]int {
+	var n map[*group]int
+	for _, j := range e.jobs {
+		if st, _ := e.idx.State(j.id); st == jobindex.Pending {
+			if n == nil {
+				n = map[*group]int{}
+			}
+			n[j.g]++
+		}
+	}
+	return n
+}
+
+func (e *engine) groupLive(r *groupRec, w waits, aside map[*group]int) wire.GroupLive {
+	v := e.view(r, aside)
+	return wire.GroupLive{
+		ID: v.id, Incarnation: v.openSeq, Sealed: v.sealed, Abandoned: v.abandoned, Complete: v.complete,
+		OpenedAt: v.openedAt, Admitted: v.admitted, Queued: v.queued, InFlight: v.inFlight, Jobs: counts(v.jobs),
+		HeldBack: w.held[v.openSeq], Unplaceable: w.unplaceable[v.openSeq], NextRunAt: w.nextRunAt[v.openSeq],
+		LastHeard: v.lastHeard, WaitsFor: e.waitsFor(r.openSeq), FollowedBy: e.dependentsOf(r.id, r.openSeq, maxListedDependents),
+		Priority: r.priority(),
+	}
 }
 
 func retainedLive(r *retained) wire.GroupLive {
 	return wire.GroupLive{ID: r.id, Incarnation: r.openSeq, Sealed: true, Complete: true, CompletedAt: r.at, SummarySeq: r.summarySeq}
 }
 
-// heldBack lists, per group (or for group only, if not nil), the limits holding some of its
-// jobs back and how many each holds: the answer to "why does its pending job not start?". Each
-// limit counts its held jobs per group as it holds and releases them, so this costs a lookup
-// per limit and group, not a pass over the jobs held.
-func (e *engine) heldBack(only *group) map[*group][]wire.HeldBack {
-	var out map[*group][]wire.HeldBack
+// heldBack lists, per group by open sequence (or for the incarnation opened at only, if not 0),
+// the limits holding some of its jobs back and how many each holds: the answer to "why does its
+// pending job not start?". Each limit counts its held jobs per group as it holds and releases
+// them, so this costs a lookup per limit and group, not a pass over the jobs held.
+func (e *engine) heldBack(only uint64) map[uint64][]wire.HeldBack {
+	var out map[uint64][]wire.HeldBack
 	for k, ls := range e.limits.byKey {
 		for g, n := range ls.byGroup {
-			if only != nil && g != only {
+			if only != 0 && g.openSeq != only {
 				continue
 			}
 			if out == nil {
-				out = map[*group][]wire.HeldBack{}
+				out = map[uint64][]wire.HeldBack{}
 			}
-			out[g] = append(out[g], wire.HeldBack{Kind: k.kind, Name: k.name, Paused: ls.Paused, Jobs: n})
+			out[g.openSeq] = append(out[g.openSeq], wire.HeldBack{Kind: k.kind, Name: k.name, Paused: ls.Paused, Jobs: n})
 		}
 	}
 	for _, hb := range out {
@@ -300,11 +321,12 @@ func (e *engine) heldBack(only *group) map[*group][]wire.HeldBack {
 // latest first; each list bounded by wire.MaxInspectGroups. w is groupWaits' answer.
 func (e *engine) inspectGroups(w waits) []wire.GroupLive {
 	var out []wire.GroupLive
-	for _, g := range e.groups.arrival {
+	aside := e.aside()
+	for r := range e.groups.table.all() {
 		if len(out) == wire.MaxInspectGroups {
 			break
 		}
-		out = append(out, e.groupLive(g, w))
+		out = append(out, e.groupLive(r, w, aside))
 	}
 	for i, n := len(e.retention.retained)-1, 0; i >= 0 && n < wire.MaxInspectGroups; i, n = i-1, n+1 {
 		out = append(out, retainedLive(&e.retention.retained[i]))

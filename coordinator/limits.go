@@ -180,19 +180,19 @@ func (e *engine) countRunning(ls *limitState) {
 		if j.pool == nil {
 			continue
 		}
-		buf = e.limitsOf(buf[:0], j.id, j.g)
+		buf = e.limitsOf(buf[:0], j.id, j.g.id)
 		if slices.Contains(buf, ls) {
 			ls.use(j.g)
 		}
 	}
 }
 
-// limitsOf appends to dst the limits job id of g is under.
-func (e *engine) limitsOf(dst []*limitState, id uint64, g *group) []*limitState {
+// limitsOf appends to dst the limits job id of group ID group is under.
+func (e *engine) limitsOf(dst []*limitState, id uint64, group string) []*limitState {
 	if len(e.limits.byKey) == 0 {
 		return dst
 	}
-	if ls := e.limits.byKey[limitKey{wire.LimitGroup, g.id}]; ls != nil {
+	if ls := e.limits.byKey[limitKey{wire.LimitGroup, group}]; ls != nil {
 		dst = append(dst, ls)
 	}
 	if e.limits.resources > 0 {
@@ -284,7 +284,7 @@ func (e *engine) freeLimits(j *job) {
 		return
 	}
 	now := e.cfg.now()
-	for _, ls := range e.limitsOf(nil, j.id, j.g) {
+	for _, ls := range e.limitsOf(nil, j.id, j.g.id) {
 		ls.running = max(ls.running-1, 0)
 		if ls.runningBy[j.g]--; ls.runningBy[j.g] <= 0 {
 			delete(ls.runningBy, j.g)

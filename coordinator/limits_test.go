@@ -216,7 +216,7 @@ func TestPausedLimit(t *testing.T) {
 		t.Fatalf("the resume released %v, want 3 of the held group (its concurrency)", n)
 	}
 	want := []wire.HeldBack{{Kind: wire.LimitGroup, Name: "held", Jobs: 2}}
-	if hb := te.e.heldBack(te.e.groups.byID["held"])[te.e.groups.byID["held"]]; !slices.Equal(hb, want) {
+	if hb := te.e.heldBack(te.e.group("held").openSeq)[te.e.group("held").openSeq]; !slices.Equal(hb, want) {
 		t.Fatalf("heldBack after the resume: %+v, want %+v (the two its concurrency holds)", hb, want)
 	}
 }
@@ -254,14 +254,14 @@ func TestHeldJobsCanceledInAPause(t *testing.T) {
 	if held() != 50 {
 		t.Fatalf("held %d after 150 of them were canceled, want 50", held())
 	}
-	if hb := te.e.heldBack(nil)[te.e.groups.byID["a"]]; len(hb) != 1 || hb[0].Jobs != 50 {
+	if hb := te.e.heldBack(0)[te.e.group("a").openSeq]; len(hb) != 1 || hb[0].Jobs != 50 {
 		t.Fatalf("heldBack %+v, want 50 by resource api", hb)
 	}
-	if ls.entries > 2*50+64 || len(ls.line[te.e.groups.byID["a"]]) != ls.entries {
-		t.Fatalf("the paused line keeps %d entries (%d counted) for 50 jobs held", len(ls.line[te.e.groups.byID["a"]]), ls.entries)
+	if ls.entries > 2*50+64 || len(ls.line[te.e.group("a")]) != ls.entries {
+		t.Fatalf("the paused line keeps %d entries (%d counted) for 50 jobs held", len(ls.line[te.e.group("a")]), ls.entries)
 	}
 	te.control(wire.GroupControl{Group: "a", Op: wire.OpCancel})
-	if held() != 0 || len(te.e.heldBack(nil)) != 0 || len(ls.byGroup) != 0 {
-		t.Fatalf("held %d (heldBack %v, per group %v) after the group was canceled, want none", held(), te.e.heldBack(nil), ls.byGroup)
+	if held() != 0 || len(te.e.heldBack(0)) != 0 || len(ls.byGroup) != 0 {
+		t.Fatalf("held %d (heldBack %v, per group %v) after the group was canceled, want none", held(), te.e.heldBack(0), ls.byGroup)
 	}
 }

@@ -142,8 +142,8 @@ func TestStatusCountsLimitedGroups(t *testing.T) {
 	if len(st.Groups) != 1 || st.Groups[0].InFlight != 3 || st.Groups[0].Held != 7 {
 		t.Fatalf("status groups %+v, want g with 3 in flight and 7 held", st.Groups)
 	}
-	g := te.e.groups.byID["g"]
-	if gl := te.e.groupLive(g, te.e.groupWaits(g)); gl.InFlight != 3 {
+	r := te.e.groups.table.latest("g")
+	if gl := te.e.groupLive(r, te.e.groupWaits(r.openSeq), te.e.aside()); gl.InFlight != 3 {
 		t.Fatalf("inspection: %d in flight, want 3", gl.InFlight)
 	}
 }
@@ -192,7 +192,7 @@ func TestLimitLinesKeepTheirCounts(t *testing.T) {
 					inFlight[j.g]++
 				}
 			}
-			for _, g := range te.e.groups.byID {
+			for _, g := range te.e.groups.live {
 				if g.inFlight != inFlight[g] {
 					t.Fatalf("seed %d step %d: group %s counts %d in flight, has %d", seed, step, g.id, g.inFlight, inFlight[g])
 				}
@@ -242,7 +242,7 @@ func TestLimitLinesKeepTheirCounts(t *testing.T) {
 				te.e.setLimit(l, te.now)
 			case r == 1:
 				id := ids[rng.IntN(len(ids))]
-				for _, g := range te.e.groups.byID {
+				for _, g := range te.e.groups.live {
 					te.control(wire.GroupControl{Group: g.id, Op: wire.OpCancel, Jobs: []uint64{id}})
 					break
 				}
@@ -263,9 +263,9 @@ func TestLimitLinesKeepTheirCounts(t *testing.T) {
 		for _, l := range limits {
 			te.e.setLimit(wire.Limit{Kind: l.Kind, Name: l.Name}, te.now) // removed
 		}
-		for step := 0; len(te.e.groups.byID) > 0; step++ {
+		for step := 0; te.e.groups.table.len() > 0; step++ {
 			if step > 10_000 {
-				t.Fatalf("seed %d: %d groups left once the limits were removed", seed, len(te.e.groups.byID))
+				t.Fatalf("seed %d: %d groups left once the limits were removed", seed, te.e.groups.table.len())
 			}
 			te.now = te.now.Add(time.Millisecond)
 			te.worker("w", 8, "eu")

@@ -228,9 +228,10 @@ func (r *run) observe() {
 			s.left[from] += m.moves[from][to]
 		}
 	}
-	// The oldest pending job: the one pending longest among the groups' next jobs and those set
-	// aside. oldest is the lowest of their messages' sequences: arrival samples before it are no
-	// longer needed.
+	// The oldest pending job: the one pending longest among the first pending jobs of each run of
+	// IDs (most groups wait for a slot, their jobs in the index alone), the next jobs of the groups
+	// in the scheduler, and those set aside. oldest is the lowest of their messages' sequences:
+	// arrival samples before it are no longer needed.
 	oldest, since := uint64(0), time.Time{}
 	note := func(id uint64) {
 		if seq := wire.JobSeq(id); oldest == 0 || seq < oldest {
@@ -240,19 +241,27 @@ func (r *run) observe() {
 			since = at
 		}
 	}
-	var buf []uint64
-	for _, g := range e.groups.arrival {
-		if len(s.groups) < maxGroupMetrics {
-			gc, _ := e.idx.GroupCounts(g.idxKey)
-			s.groups = append(s.groups, groupSnap{id: g.id, jobs: gc, inFlight: g.inFlight})
+	for _, from := range [...]uint64{0, jobindex.PackedIDs} {
+		if id, ok := e.idx.FirstPending(from); ok {
+			note(id)
 		}
+	}
+	var buf []uint64
+	for _, g := range e.groups.live {
 		if g.inSched {
 			if buf = e.sched.Upcoming(buf[:0], g, 1); len(buf) > 0 {
 				note(buf[0])
 			}
 		}
 	}
-	s.groupsActive = len(e.groups.arrival)
+	for r := range e.groups.table.all() {
+		if len(s.groups) == maxGroupMetrics {
+			break
+		}
+		v := e.view(r, nil)
+		s.groups = append(s.groups, groupSnap{id: v.id, jobs: v.jobs, inFlight: v.inFlight})
+	}
+	s.groupsActive = e.groups.table.len()
 	s.groupsWaiting = len(e.deps.waiting)
 	for _, j := range e.retries.ready {
 		note(j.id)

@@ -47,7 +47,7 @@ func TestPackAdmission(t *testing.T) {
 			t.Errorf("job %d of the pack: %v, want %v", i, got, want)
 		}
 	}
-	if g := te.e.groups.byID["g"]; g.admitted != 4 || g.lastSeq != seq {
+	if g := te.e.group("g"); g.admitted != 4 || g.lastSeq != seq {
 		t.Fatalf("group admitted %d, last sequence %d", g.admitted, g.lastSeq)
 	}
 	// No worker holds gpu: job 2 is parked; 0 and 3 run.
@@ -64,7 +64,7 @@ func TestPackAdmission(t *testing.T) {
 		t.Errorf("job 0 of the pack is %v after its report", te.state(ids[0]))
 	}
 
-	n := len(te.e.groups.byID["g"].outcomes)
+	n := len(te.e.group("g").outcomes)
 	for name, c := range map[string]struct {
 		subject string
 		h       nats.Header
@@ -88,7 +88,7 @@ func TestPackAdmission(t *testing.T) {
 			t.Errorf("%s: rejected for %q, want %q", name, reason, c.want)
 		}
 	}
-	if len(te.e.groups.byID["g"].outcomes) != n {
+	if len(te.e.group("g").outcomes) != n {
 		t.Error("a rejected pack produced outcomes")
 	}
 
@@ -248,6 +248,23 @@ func TestPayloadCacheAccounts(t *testing.T) {
 			}
 		}
 		p.mu.Unlock()
+	}
+}
+
+// TestPayloadCacheKeepsFirstSingles: single jobs are all at rank 0, released in the order they
+// came: a backlog of them larger than the cache keeps its first ones, not its last.
+func TestPayloadCacheKeepsFirstSingles(t *testing.T) {
+	t.Parallel()
+	one := cost(&wire.StoredJob{Payload: make([]byte, 8)})
+	const room = 100
+	p := newPayloads(nil, room*one)
+	for seq := uint64(1); seq <= 3*room; seq++ {
+		p.add([]wire.StoredJob{{ID: seq, Payload: make([]byte, 8)}}, 0)
+	}
+	for seq := uint64(1); seq <= 3*room; seq++ {
+		if want := seq <= room; p.has(seq) != want {
+			t.Fatalf("single job %d of %d cached %v, want the first %d cached", seq, 3*room, p.has(seq), room)
+		}
 	}
 }
 

@@ -37,9 +37,11 @@ type payloads struct {
 	m  map[uint64]*cachedMsg // by stream sequence (wire.JobSeq)
 	// order lists the messages' sequences for eviction by rank bucket (rankBucket of how many
 	// jobs of their group were ahead of them when they were added), each bucket in insertion
-	// order. Eviction takes the oldest of the highest bucket: a message far from release goes
-	// before one near it. Entries of messages no longer cached (or cached again under another
-	// bucket) are skipped when met, and swept when they outnumber the live ones.
+	// order. Eviction takes the newest of the highest bucket: a message far from release goes
+	// before one near it, and of equals the one that came last, whose group came last to the
+	// line (single jobs are all at rank 0: the cache keeps the first of a backlog of them).
+	// Entries of messages no longer cached (or cached again under another bucket) are skipped
+	// when met, and swept when they outnumber the live ones.
 	order  [rankBuckets][]uint64
 	listed int // entries in order, live or not
 	top    int // no bucket above it holds an entry
@@ -292,18 +294,18 @@ func (p *payloads) listedLocked(seq uint64, b int) bool {
 	return e != nil && e.bucket == b
 }
 
-// victimLocked returns the message to evict first: the oldest of the highest bucket. It drops
+// victimLocked returns the message to evict first: the newest of the highest bucket. It drops
 // the stale entries it meets on the way.
 func (p *payloads) victimLocked() (uint64, bool) {
 	for ; p.top >= 0; p.top-- {
 		q := p.order[p.top]
-		for len(q) > 0 && !p.listedLocked(q[0], p.top) {
-			q = q[1:]
+		for len(q) > 0 && !p.listedLocked(q[len(q)-1], p.top) {
+			q = q[:len(q)-1]
 			p.listed--
 		}
 		p.order[p.top] = q
 		if len(q) > 0 {
-			return q[0], true
+			return q[len(q)-1], true
 		}
 	}
 	p.top = 0

@@ -103,7 +103,8 @@ func (e *engine) decideRedrive(ask redriveAsk) {
 		return
 	}
 	prev := e.retention.retainedOf(c.Group, math.MaxUint64)
-	if g := e.groups.byID[c.Group]; g != nil && g.complete && (prev == nil || prev.openSeq != g.openSeq) {
+	r := e.groups.table.latest(c.Group)
+	if r != nil && e.complete(r) && (prev == nil || prev.openSeq != r.openSeq) {
 		// Complete, its summary being stored.
 		if e.rd.completing == nil {
 			e.rd.completing = map[string][]redriveAsk{}
@@ -111,9 +112,9 @@ func (e *engine) decideRedrive(ask redriveAsk) {
 		e.rd.completing[c.Group] = append(e.rd.completing[c.Group], ask)
 		return
 	}
-	if g := e.groups.byID[c.Group]; g != nil && !g.complete {
+	if r != nil && !e.complete(r) {
 		// Open, or sealed and running.
-		refuse(wire.AnswerRunning, fmt.Sprintf("group %s: its incarnation opened at JOBS sequence %d is not complete", c.Group, g.openSeq), g.openSeq)
+		refuse(wire.AnswerRunning, fmt.Sprintf("group %s: its incarnation opened at JOBS sequence %d is not complete", c.Group, r.openSeq), r.openSeq)
 		return
 	}
 	opens, summary, failed := e.retention.incarnationsOf(c.Group, math.MaxUint64)
@@ -210,10 +211,11 @@ func (e *engine) redriveAfterReplay() {
 	asks, opens, open := e.rd.replayAsks, e.rd.replayOpens, e.rd.replayOpen
 	e.rd.replayAsks, e.rd.replayOpens, e.rd.replayOpen = nil, nil, nil
 	for _, openSeq := range slices.Sorted(maps.Keys(opens)) {
-		g := e.groups.incarnations[openSeq]
-		if g == nil || g.sealed {
+		r := e.groups.table.get(openSeq)
+		if r == nil || e.sealed(r) {
 			continue
 		}
+		g := e.live(r)
 		req := opens[openSeq]
 		ask, ok := asks[req]
 		if !ok {

@@ -42,7 +42,7 @@ func TestRedriveDecision(t *testing.T) {
 	wantRefusal(t, takeRedrives(e), wire.AnswerRunning, open)
 
 	// Complete: its summary is being stored, so the request waits for it.
-	g := e.groups.byID["g"]
+	g := e.group("g")
 	te.seal("g")
 	if !g.complete {
 		t.Fatal("an empty sealed group did not complete")
@@ -63,13 +63,13 @@ func TestRedriveDecision(t *testing.T) {
 	wantRefusal(t, takeRedrives(e), wire.AnswerRunning, 0)
 	e.out.rejections = nil
 	te.open("g")
-	if len(e.out.rejections) != 1 || e.groups.byID["g"] != nil {
+	if len(e.out.rejections) != 1 || e.groups.table.latest("g") != nil {
 		t.Fatalf("a producer's open while a redrive starts: rejections %+v", e.out.rejections)
 	}
 
 	// Its open: the new incarnation, running.
 	newOpen := te.control(wire.GroupControl{Group: "g", Op: wire.OpOpen, Redrive: req})
-	if ng := e.groups.byID["g"]; ng == nil || ng.openSeq != newOpen || len(e.rd.starting) != 0 {
+	if ng := e.group("g"); ng == nil || ng.openSeq != newOpen || len(e.rd.starting) != 0 {
 		t.Fatalf("redrive open: group %+v, starting %v", ng, e.rd.starting)
 	}
 	ask("g")

@@ -79,7 +79,7 @@ func (e *engine) releaseAll() {
 					break
 				}
 				c := cands[slices.Index(ids, id)]
-				if limited = e.limitsOf(limited[:0], c.id, c.g); len(limited) > 0 {
+				if limited = e.limitsOf(limited[:0], c.id, c.g.id); len(limited) > 0 {
 					if pass.prefetch {
 						break // a limited job goes to a free slot only: it starts when released
 					}
@@ -137,6 +137,7 @@ func (e *engine) candidates(cands []candidate, ids []uint64, held *jobindex.Reso
 	// a priority (choose ranks them) and no job prefers what the pool holds.
 	quick := !e.idx.MayPrefer(held) && e.groups.prioritized == 0
 	e.loads = e.loads[:0]
+	e.fillSlots() // a group that left its slot since the last offers leaves it to the next waiting
 	for _, j := range e.retries.ready {
 		if len(cands) == maxCandidates {
 			break // no room for offers either

@@ -100,7 +100,7 @@ func TestReplayRefusesCancelAfterCompletion(t *testing.T) {
 			st = wire.StatusCanceled
 		}
 		r := proven(te.e, "any", 0, wire.Report{ID: j.id, Attempt: 1, Status: st})
-		g := te.e.groups.byID[id]
+		g := te.e.group(id)
 		te.e.report("any", "w", j.id, r, te.now)
 		if !g.complete {
 			t.Fatalf("group %s did not complete", id)

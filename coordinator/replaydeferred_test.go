@@ -128,9 +128,9 @@ func TestReplayRefusesOpenOfRunningGroup(t *testing.T) {
 			t.Errorf("%s: %d after replay, %d live", s.name, s.got, s.want)
 		}
 	}
-	g := e.groups.byID["g"]
-	if g == nil || g.openSeq != 1 || len(e.groups.incarnations) != 1 || len(e.groups.arrival) != 1 || len(e.groups.unsealed) != 0 {
-		t.Fatalf("group g after replay: %+v, %d incarnations", g, len(e.groups.incarnations))
+	g := e.group("g")
+	if g == nil || g.openSeq != 1 || e.groups.table.len() != 1 || len(e.groups.unsealed) != 0 {
+		t.Fatalf("group g after replay: %+v, %d incarnations", g, e.groups.table.len())
 	}
 	for id, want := range map[uint64]jobindex.State{2: jobindex.Running, 3: jobindex.Pending} {
 		if st, _ := e.idx.State(id); st != want {
@@ -162,8 +162,11 @@ func TestReplayRefusesOpenOfRunningGroup(t *testing.T) {
 	if got := takeRejections(e); len(got) != 1 || got[0] != want[4] {
 		t.Errorf("with job 6 released, replay rejected %+v, want only the single job", got)
 	}
-	if g := e.groups.byID["g"]; g == nil || g.openSeq != 5 || !g.inSched {
-		t.Errorf("with job 6 released, group g is %+v, want the incarnation opened at 5, scheduled", g)
+	if r := e.groups.table.latest("g"); r == nil || r.openSeq != 5 || e.groups.table.len() != 2 {
+		t.Errorf("with job 6 released, group g is %+v, want the incarnation opened at 5 kept", r)
+	}
+	if st, _ := e.idx.State(6); st != jobindex.Running {
+		t.Errorf("with job 6 released, job 6 is %v, want running", st)
 	}
 }
 
@@ -187,7 +190,7 @@ func TestReplayDeferredCancelGoesToRunningGroup(t *testing.T) {
 		if st, _ := eng.idx.State(3); st != jobindex.Canceled || !slices.Equal(eng.out.cancels, []uint64{2}) {
 			t.Errorf("job 3 is %v and cancels %v, want canceled and job 2 told to stop", st, eng.out.cancels)
 		}
-		if g := eng.groups.byID["g"]; g == nil || g.openSeq != 1 || !g.cancelReq || g.lastSeq != 7 {
+		if g := eng.group("g"); g == nil || g.openSeq != 1 || !g.cancelReq || g.lastSeq != 7 {
 			t.Errorf("group g: %+v, want the first incarnation canceled, through the cancel at 7", g)
 		}
 	}
@@ -212,7 +215,7 @@ func TestReplayDeferredOpenAfterCancelCompletes(t *testing.T) {
 		t.Errorf("replay rejected %+v, live %+v; want the open at 5", got, want)
 	}
 	for _, eng := range []*engine{live, e} {
-		if g := eng.groups.byID["g"]; g == nil || g.openSeq != 7 || g.admitted != 1 || !g.sealed {
+		if g := eng.group("g"); g == nil || g.openSeq != 7 || g.admitted != 1 || !g.sealed {
 			t.Errorf("group g: %+v, want the incarnation opened at 7 with its job, sealed", g)
 		}
 		if st, _ := eng.idx.State(8); st != jobindex.Pending {

@@ -46,7 +46,7 @@ func (r *run) replay(ctx context.Context) error {
 	}
 	r.e.endReplay(alive, r.cfg.now())
 	r.learnKeys(ctx)
-	r.log.Info().Stringer("took", time.Since(start)).Int("groups", len(r.e.groups.byID)).Int("in_flight", len(r.e.jobs)).Msg("replay done")
+	r.log.Info().Stringer("took", time.Since(start)).Int("groups", r.e.groups.table.len()).Int("in_flight", len(r.e.jobs)).Msg("replay done")
 
 	// Mark the new epoch in the journal: later records of older epochs are ignored.
 	err = r.retry(ctx, "journal epoch", func(ctx context.Context) error {

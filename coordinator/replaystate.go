@@ -30,7 +30,6 @@ type aliveJob struct {
 // replayState is the engine's part that holds what replay collects before the state is rebuilt
 // (see endReplay); dropped when replay ends. Owned by the loop.
 type replayState struct {
-	groupOf map[uint64]*group
 	reports map[uint64]reportAt      // latest report per job
 	retries map[uint64]journal.Entry // latest retry decision per job
 	history map[uint64][]wire.Attempt
@@ -43,12 +42,14 @@ type replayState struct {
 	unproven    []reportAt
 	refusedLive map[refusedReport]bool // reports refused and journaled before the restart
 	// deferred are the incarnations opened after a sealed one not known to be complete, in
-	// arrival order, decided by endReplay (see deferredOpen); deferredOf finds one by its group.
+	// arrival order, decided by endReplay (see deferredOpen); deferredOf finds one by its open
+	// sequence.
 	deferred   []*deferredOpen
-	deferredOf map[*group]*deferredOpen
-	// summarized holds, for the incarnations whose summary is stored, the JOBS sequence of their
-	// last message when they completed, if the summary says it: a cancel after it came too late.
-	summarized map[*group]uint64
+	deferredOf map[uint64]*deferredOpen
+	// summarized holds, by open sequence, for the incarnations whose summary is stored, the JOBS
+	// sequence of their last message when they completed, if the summary says it: a cancel after
+	// it came too late.
+	summarized map[uint64]uint64
 	// heldOpens are opens with edges stored lately, whose producer may still wait for the
 	// answer (Publish waits RequestTimeout): answered once replay has bound them.
 	heldOpens []heldOpen
@@ -60,16 +61,16 @@ type heldOpen struct {
 	c   wire.GroupControl
 }
 
-// deferredOpen is an incarnation whose open (or single job) replay read while its group ID's
-// previous incarnation, prev, was sealed and not known to be complete. Live, such an open is
-// accepted only once prev is complete; replay learns that from the reports and outcomes, read
-// after JOBS. Meanwhile it is tracked like any incarnation (one a coordinator accepted may have
-// run jobs), and endReplay decides it (decideDeferred).
+// deferredOpen is an incarnation (opened at seq) whose open (or single job) replay read while
+// its group ID's previous incarnation (opened at prev) was sealed and not known to be complete.
+// Live, such an open is accepted only once prev is complete; replay learns that from the reports
+// and outcomes, read after JOBS. Meanwhile it is tracked like any incarnation (one a coordinator
+// accepted may have run jobs), and endReplay decides it (decideDeferred).
 type deferredOpen struct {
-	g, prev *group
-	msgs    []deferredMsg // the JOBS messages applied to g, its open first: refused with it
-	decided bool
-	refused bool
+	seq, prev uint64
+	msgs      []deferredMsg // the JOBS messages applied to it, its open first: refused with it
+	decided   bool
+	refused   bool
 }
 
 // deferredMsg is a JOBS message applied to a deferred incarnation: an open (on the job subject:
@@ -80,34 +81,36 @@ type deferredMsg struct {
 	c       *wire.GroupControl
 }
 
-// deferOpen defers the decision on g, opened at replay after prev (see deferredOpen).
-func (rs *replayState) deferOpen(g, prev *group, open deferredMsg) {
-	h := &deferredOpen{g: g, prev: prev, msgs: []deferredMsg{open}}
+// deferOpen defers the decision on the incarnation opened at seq at replay after the one opened
+// at prev (see deferredOpen).
+func (rs *replayState) deferOpen(seq, prev uint64, open deferredMsg) {
+	h := &deferredOpen{seq: seq, prev: prev, msgs: []deferredMsg{open}}
 	if rs.deferredOf == nil {
-		rs.deferredOf = map[*group]*deferredOpen{}
+		rs.deferredOf = map[uint64]*deferredOpen{}
 	}
-	rs.deferredOf[g] = h
+	rs.deferredOf[seq] = h
 	rs.deferred = append(rs.deferred, h)
 }
 
-// noteDeferred records, during replay, a JOBS message applied to g if g is deferred.
-func (e *engine) noteDeferred(g *group, subject string, seq uint64, c *wire.GroupControl) {
+// noteDeferred records, during replay, a JOBS message applied to the incarnation opened at inc
+// if it is deferred.
+func (e *engine) noteDeferred(inc uint64, subject string, seq uint64, c *wire.GroupControl) {
 	if !e.replaying() {
 		return
 	}
 	// A single job's message is its open and its job: recorded once.
-	if h := e.replay.deferredOf[g]; h != nil && h.msgs[len(h.msgs)-1].seq != seq {
+	if h := e.replay.deferredOf[inc]; h != nil && h.msgs[len(h.msgs)-1].seq != seq {
 		h.msgs = append(h.msgs, deferredMsg{subject: subject, seq: seq, c: c})
 	}
 }
 
-// effective returns the incarnation that messages applied to g would have gone to live: g, or,
-// if g's open was refused, the incarnation before it.
-func (rs *replayState) effective(g *group) *group {
-	for h := rs.deferredOf[g]; h != nil && h.refused; h = rs.deferredOf[g] {
-		g = h.prev
+// effective returns the incarnation that messages applied to the one opened at seq would have
+// gone to live: seq, or, if its open was refused, the incarnation before it.
+func (rs *replayState) effective(seq uint64) uint64 {
+	for h := rs.deferredOf[seq]; h != nil && h.refused; h = rs.deferredOf[seq] {
+		seq = h.prev
 	}
-	return g
+	return seq
 }
 
 // decideDeferred decides a deferred incarnation as the live coordinator did, or would have: it is
@@ -124,46 +127,58 @@ func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
 	if ph := rs.deferredOf[h.prev]; ph != nil {
 		e.decideDeferred(rs, ph)
 	}
-	prev, g := rs.effective(h.prev), h.g
-	e.checkComplete(prev)
-	c, _ := e.idx.GroupCounts(g.idxKey)
-	if prev.complete || g.complete || c.Pending+c.Delayed < g.admitted {
+	// Records are found again after anything that may forget one (which moves records).
+	prevSeq := rs.effective(h.prev)
+	prev, r := e.groups.table.get(prevSeq), e.groups.table.get(h.seq)
+	if prev == nil || r == nil {
+		return // not expected: no incarnation is forgotten before replay ends but by this
+	}
+	e.completeIfDone(prev)
+	if e.complete(prev) || e.complete(r) {
 		return
 	}
+	g, c := e.liveOf(r), e.recCounts(r)
+	if c.Pending+c.Delayed < c.Total() {
+		return // a coordinator accepted it: one of its jobs was released or has ended
+	}
 	h.refused = true
+	id, alone := r.id, r.flags&recSingle != 0
 	for _, m := range h.msgs {
 		switch {
 		case m.c == nil:
-			e.reject(m.subject, m.seq, e.joinRefusal(m.subject, g.id, prev))
+			e.reject(m.subject, m.seq, e.joinRefusal(m.subject, id, prev))
 		case m.c.Op == wire.OpSeal:
 			e.applySeal(m.subject, m.seq, *m.c, prev)
 		case m.c.Op == wire.OpKeepAlive:
 			e.applyKeepAlive(m.subject, m.seq, *m.c, prev)
 		case strings.HasPrefix(m.subject, e.names.JobSubject("")):
-			e.reject(m.subject, m.seq, singleRunning(g.id))
+			e.reject(m.subject, m.seq, singleRunning(id))
 		default:
-			e.reject(m.subject, m.seq, openRunning(g.id))
+			e.reject(m.subject, m.seq, openRunning(id))
 		}
 	}
-	// Its jobs were never admitted: out of the scheduler, the index and the count.
-	if g.inSched {
+	// Its jobs were never admitted: out of the scheduler, the index and the count (its entry in
+	// the line, if any, is skipped once it is forgotten).
+	if g != nil && g.inSched {
 		e.sched.Cancel(g)
 		g.inSched = false
 	}
 	for _, st := range []jobindex.State{jobindex.Pending, jobindex.Delayed} {
-		for _, id := range slices.Collect(e.idx.GroupJobs(g.idxKey, st)) {
-			_, _ = e.idx.Move(id, jobindex.Canceled) // not a transition any job made: not in the metrics
+		for _, jid := range slices.Collect(e.groupJobs(h.seq, alone, st)) {
+			_, _ = e.idx.Move(jid, jobindex.Canceled) // not a transition any job made: not in the metrics
 		}
 	}
-	e.stats.Admitted -= g.admitted
-	e.untrack(g)
-	e.stopWaiting(g)
-	if e.groups.byID[g.id] == nil {
-		e.groups.byID[g.id] = prev
+	e.stats.Admitted -= c.Total()
+	e.untrack(h.seq)
+	e.stopWaiting(h.seq)
+	if e.groups.table.latest(id) == nil {
+		if prev := e.groups.table.get(prevSeq); prev != nil {
+			e.groups.table.setLatest(prev)
+		}
 	}
-	if req := e.rd.replayOpens[g.openSeq]; req != 0 {
+	if req := e.rd.replayOpens[h.seq]; req != 0 {
 		// A redrive's open refused: its request, if stored, is decided as one without an open.
-		delete(e.rd.replayOpens, g.openSeq)
+		delete(e.rd.replayOpens, h.seq)
 		if _, ok := e.rd.replayAsks[req]; ok {
 			e.rd.replayOpen = append(e.rd.replayOpen, req)
 			slices.Sort(e.rd.replayOpen)
@@ -321,36 +336,42 @@ func (e *engine) outcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 	}
 	// The incarnation the outcomes belong to, if its messages are still in JOBS: several
 	// incarnations of one group ID can be, when a later one opened after an earlier one ended.
-	g := e.groups.incarnations[openSeq]
-	if g != nil && g.id != id {
-		g = nil
+	r := e.groups.table.get(openSeq)
+	if r != nil && r.id != id {
+		r = nil
 	}
-	if g != nil {
-		e.replayOutcomes(g, outs)
+	if r != nil {
+		e.replayOutcomes(r, outs)
 	}
 	if sum != nil {
 		// A complete incarnation: its outcomes are retained until its retention expires, and its job
 		// messages too while they are in JOBS (some failed, or it was not purged yet).
 		var jobsSeq uint64
 		keep := sum.Failed > 0
-		if g != nil {
-			g.complete = true
+		if r != nil {
+			if g := e.liveOf(r); g != nil {
+				g.complete = true
+			} else {
+				r.flags |= recComplete
+			}
 			if lastSeq > 0 {
 				if e.replay.summarized == nil {
-					e.replay.summarized = map[*group]uint64{}
+					e.replay.summarized = map[uint64]uint64{}
 				}
-				e.replay.summarized[g] = lastSeq
+				e.replay.summarized[r.openSeq] = lastSeq
 			}
-			jobsSeq = g.lastSeq
-			keep = keep || e.retention.keeping[g.tok] > 0 // kept for an earlier one (keepsJobs)
+			jobsSeq = e.lastSeqOf(r)
+			keep = keep || e.retention.keeping[wire.GroupToken(r.id)] > 0 // kept for an earlier one (keepsJobs)
 		}
 		e.retain(id, openSeq, msgSeq, keep, jobsSeq, at, *sum)
 	}
 }
 
-// replayOutcomes applies outcomes written before the restart to their incarnation g, whose
-// messages are still in JOBS (a purged incarnation is not replayed).
-func (e *engine) replayOutcomes(g *group, outs []wire.Outcome) {
+// replayOutcomes applies outcomes written before the restart to their incarnation r, whose
+// messages are still in JOBS (a purged incarnation is not replayed): a group kept as a record
+// counts its jobs' states in the index alone.
+func (e *engine) replayOutcomes(r *groupRec, outs []wire.Outcome) {
+	g := e.liveOf(r)
 	for _, o := range outs {
 		st, ok := e.idx.State(o.ID)
 		if !ok || st.Terminal() {
@@ -358,6 +379,9 @@ func (e *engine) replayOutcomes(g *group, outs []wire.Outcome) {
 		}
 		to := map[wire.Final]jobindex.State{wire.FinalDone: jobindex.Done, wire.FinalFailed: jobindex.Failed, wire.FinalCanceled: jobindex.Canceled}[o.State]
 		e.moveTerminal(o.ID, to)
+		if g == nil {
+			continue
+		}
 		switch to {
 		case jobindex.Done:
 			g.done++
@@ -376,19 +400,22 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	rs := e.replay
 	undecided := e.rebuildJobs(rs, alive)
 	e.recountLimits()
-	pending := e.neverReleased(rs)
 	e.replay = nil // live from here on
 	e.maxEpoch = max(e.maxEpoch, e.epoch)
 	e.boundRetained()
 	e.bindAfterReplay(rs.heldOpens)
-	e.rebuildScheduler(pending)
+	e.rebuildLine()
 	// The incarnations whose summary is stored: purge them if not yet done. Taken before the
 	// undecided reports are decided, since those can complete more groups (whose summary is
 	// written first).
-	for _, g := range e.groups.arrival {
-		if g.complete {
-			e.out.purges = append(e.out.purges, g)
+	var complete []*groupRec
+	for r := range e.groups.table.all() {
+		if e.complete(r) {
+			complete = append(complete, r)
 		}
+	}
+	for _, r := range complete {
+		e.out.purges = append(e.out.purges, e.live(r))
 	}
 	// Decide the reports no decision followed, and judge those that proved no release, in their
 	// EVENTS order, as if they arrived now: a forged report stored before its job's real one is
@@ -401,7 +428,7 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	// refused incarnation's jobs were never admitted, so reports about them are stale, as live.
 	var unreleased []reportAt
 	for _, ra := range reports {
-		if rs.deferredOf[rs.groupOf[ra.r.ID]] != nil && e.jobs[ra.r.ID] == nil {
+		if r := e.jobRec(ra.r.ID); r != nil && rs.deferredOf[r.openSeq] != nil && e.jobs[ra.r.ID] == nil {
 			unreleased = append(unreleased, ra)
 			continue
 		}
@@ -414,13 +441,17 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	// stored summary names (its incarnation is forgotten once replay ends), or, moved to an
 	// incarnation that completed during this reconciliation, after its last message.
 	for _, c := range rs.cancels {
-		if h := rs.deferredOf[c.g]; h != nil {
+		if h := rs.deferredOf[c.g.openSeq]; h != nil {
 			e.decideDeferred(rs, h)
 			if h.refused {
-				c.g = rs.effective(c.g)
+				r := e.groups.table.get(rs.effective(c.g.openSeq))
+				if r == nil {
+					continue // not expected: the incarnation before a refused one is tracked
+				}
+				c.g = e.live(r)
 			}
 		}
-		last, summarized := rs.summarized[c.g]
+		last, summarized := rs.summarized[c.g.openSeq]
 		switch {
 		case c.g.complete && summarized && c.seq > last:
 			e.refuse(c.subject, c.seq, cancelNotOpen(c.g.id))
@@ -441,8 +472,16 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	for _, ra := range unreleased {
 		e.report(ra.pool, ra.worker, ra.seq, ra.r, now)
 	}
-	for _, g := range e.groups.arrival {
-		e.checkComplete(g)
+	var open []uint64
+	for r := range e.groups.table.all() {
+		if !e.complete(r) && e.sealed(r) {
+			open = append(open, r.openSeq)
+		}
+	}
+	for _, seq := range open { // completing one makes its *group: not while walking the table
+		if r := e.groups.table.get(seq); r != nil {
+			e.completeIfDone(r)
+		}
 	}
 	e.redriveAfterReplay()
 }
@@ -462,11 +501,12 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 		ids[id] = true
 	}
 	for _, id := range sortedIDs(ids) {
-		g := rs.groupOf[id]
+		r := e.jobRec(id)
 		st, ok := e.idx.State(id)
-		if g == nil || g.complete || !ok || st.Terminal() {
+		if r == nil || e.complete(r) || !ok || st.Terminal() {
 			continue // ended, or its group was purged
 		}
+		g := e.live(r)
 		a, isAlive := alive[id]
 		rp, reported := rs.reports[id]
 		rt, retried := rs.retries[id]
@@ -513,25 +553,13 @@ func (e *engine) rebuildJobs(rs *replayState, alive map[uint64]aliveJob) (undeci
 	return undecided
 }
 
-// neverReleased lists, per group, the pending jobs that were never released.
-func (e *engine) neverReleased(rs *replayState) map[*group][]uint64 {
-	pending := map[*group][]uint64{}
-	for id, g := range rs.groupOf {
-		if st, _ := e.idx.State(id); st == jobindex.Pending && e.jobs[id] == nil {
-			pending[g] = append(pending[g], id)
-		}
-	}
-	return pending
-}
-
-// rebuildScheduler hands the open groups to the scheduler in arrival order, each with its
-// never-released pending jobs in ID order, sealed after the push.
-func (e *engine) rebuildScheduler(pending map[*group][]uint64) {
-	for _, g := range e.groups.arrival {
-		if !g.complete && !e.isWaiting(g) {
-			ids := pending[g]
-			slices.Sort(ids)
-			e.schedule(g, ids)
+// rebuildLine puts in the line, in arrival order, the open groups with pending jobs (those never
+// released, which a group takes into its queue when it gets a slot), but not those held by their
+// edges: their ready record puts them there (applyReady).
+func (e *engine) rebuildLine() {
+	for r := range e.groups.table.all() {
+		if !e.complete(r) && !e.isWaiting(r.openSeq) && e.recCounts(r).Pending > 0 {
+			e.enqueue(r)
 		}
 	}
 }

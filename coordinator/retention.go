@@ -106,7 +106,7 @@ func (e *engine) boundRetained() {
 		}
 		e.retention.closed(r.tok)
 		r.jobsSeq = e.retention.jobsApplied
-		if g := e.groups.byID[r.id]; g != nil && g.openSeq > r.openSeq {
+		if g := e.groups.table.latest(r.id); g != nil && g.openSeq > r.openSeq {
 			r.jobsSeq = g.openSeq - 1
 		}
 	}

@@ -17,21 +17,22 @@ import (
 // until endReplay decides it (see deferredOpen).
 func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stored time.Time) bool {
 	m := &j.Meta
-	if g := e.groups.byID[m.Group]; g != nil && !g.complete && (!g.sealed || !e.replaying()) {
+	prev := e.groups.table.latest(m.Group)
+	if prev != nil && !e.complete(prev) && (!e.sealed(prev) || !e.replaying()) {
 		e.reject(subject, seq, singleRunning(m.Group))
 		return false
 	}
-	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply, After: m.After, Priority: m.Priority}, e.groups.byID[m.Group], stored)
-	g := e.groups.byID[m.Group]
-	if g == nil || g.openSeq != seq {
+	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply, After: m.After, Priority: m.Priority}, prev, stored)
+	r := e.groups.table.get(seq)
+	if r == nil {
 		return false // its open was refused (a cycle), and so the message
 	}
-	admitted := e.mayJoin(subject, seq, m.Group) && e.admit(subject, seq, j)
-	if !g.sealed {
-		e.seal(g, seq)
-		g.count = 1
-	}
-	e.checkComplete(g)
+	r.flags |= recSingle
+	admitted := e.mayJoin(subject, seq, m.Group, r) && e.admit(subject, seq, r, j)
+	r.flags |= recSealed
+	r.lastSeq = seq
+	delete(e.groups.unsealed, seq)
+	e.completeIfDone(r)
 	return admitted
 }
 

@@ -16,8 +16,8 @@ func TestSingleJob(t *testing.T) {
 	te := newTestEngine(t, Config{})
 	te.worker("w", 4)
 	id := te.job(wire.JobMeta{Group: "s", Key: "k", Single: true})
-	g := te.e.groups.byID["s"]
-	if g == nil || !g.sealed || g.openSeq != id || g.admitted != 1 || g.count != 1 {
+	g := te.e.group("s")
+	if g == nil || !g.sealed || g.openSeq != id || g.admitted != 1 {
 		t.Fatalf("single job's group: %+v", g)
 	}
 	got := te.releases()["any"]
@@ -36,7 +36,7 @@ func TestSingleJob(t *testing.T) {
 	}
 	te.e.forget(g) // its summary is stored
 	again := te.job(wire.JobMeta{Group: "s", Key: "k", Single: true})
-	if g2 := te.e.groups.byID["s"]; g2 == nil || g2 == g || g2.openSeq != again {
+	if g2 := te.e.group("s"); g2 == nil || g2 == g || g2.openSeq != again {
 		t.Fatalf("a single job for a completed group's ID: %+v, want a new incarnation at %d", g2, again)
 	}
 }
@@ -49,7 +49,7 @@ func TestReplaySingleJob(t *testing.T) {
 	e2 := te.restarted()
 	e2.feed(names.JobSubject("s"), 5, wire.JobMeta{Group: "s", Single: true}.Header(), nil, time.Time{})
 	e2.endReplay(nil, now)
-	g := e2.groups.byID["s"]
+	g := e2.group("s")
 	if g == nil || !g.sealed || g.openSeq != 5 || g.admitted != 1 {
 		t.Fatalf("replayed single job's group: %+v", g)
 	}

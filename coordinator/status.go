@@ -215,26 +215,22 @@ func (e *engine) status() *Status {
 	for _, st := range jobindex.AllStates() {
 		s.Jobs[st.String()] = e.idx.Count(st)
 	}
-	s.OpenGroups = len(e.groups.arrival)
+	s.OpenGroups = e.groups.table.len()
 	s.WaitingGroups = len(e.deps.waiting)
-	held := e.heldBack(nil)
-	for _, g := range e.groups.arrival {
+	held := e.heldBack(0)
+	aside := e.aside()
+	for r := range e.groups.table.all() {
 		if len(s.Groups) == maxGroupsInStatus {
 			break
 		}
-		gc, _ := e.idx.GroupCounts(g.idxKey)
-		gs := GroupStatus{ID: g.id, Sealed: g.sealed, OpenedAt: g.openedAt, Abandoned: g.abandoned, Queued: e.sched.Queued(g), InFlight: g.inFlight, Busy: g.busy, Jobs: counts(gc)}
-		for _, hb := range held[g] {
+		v := e.view(r, aside)
+		gs := GroupStatus{ID: v.id, Sealed: v.sealed, OpenedAt: v.openedAt, Abandoned: v.abandoned, Queued: v.queued, InFlight: v.inFlight, Busy: v.busy, Jobs: counts(v.jobs), LastHeard: v.lastHeard}
+		for _, hb := range held[v.openSeq] {
 			gs.Held += hb.Jobs
 		}
-		if !g.sealed {
-			gs.LastHeard = g.lastHeard
-		}
-		if e.isWaiting(g) {
-			gs.WaitsFor = e.waitsFor(g)
-		}
-		gs.FollowedBy = e.dependentsOf(g, maxListedDependents)
-		gs.Priority = g.priority
+		gs.WaitsFor = e.waitsFor(r.openSeq)
+		gs.FollowedBy = e.dependentsOf(r.id, r.openSeq, maxListedDependents)
+		gs.Priority = r.priority()
 		s.Groups = append(s.Groups, gs)
 	}
 	holders := map[string]int{}

@@ -243,7 +243,7 @@ func TestReplayKeepsFirstReportOfAttempt(t *testing.T) {
 		if st, _ := e2.idx.State(id); st != jobindex.Done {
 			t.Errorf("job %d is %v after replay, want done", id, st)
 		}
-		g := e2.groups.byID["g"]
+		g := e2.group("g")
 		found := false
 		for _, o := range g.outcomes {
 			if o.ID == id {
@@ -317,7 +317,7 @@ func TestReplayRefusesUnprovenReports(t *testing.T) {
 	if j := r.e.jobs[5]; j == nil || j.rel != returned {
 		t.Fatalf("job 5's next release does not follow its returned report (at %d): %+v", returned, j)
 	}
-	if g := r.e.groups.byID["g"]; len(g.outcomes) != 1 || g.outcomes[0].ID != 6 || string(g.outcomes[0].Data) != "real" || g.failed != 0 {
+	if g := r.e.group("g"); len(g.outcomes) != 1 || g.outcomes[0].ID != 6 || string(g.outcomes[0].Data) != "real" || g.failed != 0 {
 		t.Fatalf("outcomes %+v, want job 6's real one only", g.outcomes)
 	}
 	if j := r.e.jobs[2]; j == nil || j.pool == nil || j.pool.key != a {
@@ -326,7 +326,7 @@ func TestReplayRefusesUnprovenReports(t *testing.T) {
 
 	// The real worker's report of job 2, with its proof, decides it.
 	r.e.report(a, "wa", 30, proven(r.e, a, 0, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK, Data: []byte("real")}), now)
-	g := r.e.groups.byID["g"]
+	g := r.e.group("g")
 	if st, _ := r.e.idx.State(2); st != jobindex.Done || len(g.outcomes) != 2 || string(g.outcomes[1].Data) != "real" {
 		t.Fatalf("job 2 after its real report: %v, outcomes %+v", st, g.outcomes)
 	}

@@ -213,6 +213,18 @@ func (s *Scheduler[G, J]) Upcoming(dst []J, g G, n int) []J {
 	return dst
 }
 
+// HasVacant reports whether a slot is vacant: the next group given jobs takes it at once. A
+// caller that keeps its own line of groups waiting (in Weave, groups not yet given their jobs)
+// hands it the next one while HasVacant holds.
+func (s *Scheduler[G, J]) HasVacant() bool { return s.vacant.next(0) >= 0 }
+
+// Entered reports whether g holds a slot or waits in the line for one: jobs pushed to it are
+// offered in turn. It reports false for an idle, draining or unknown group.
+func (s *Scheduler[G, J]) Entered(g G) bool {
+	grp := s.groups[g]
+	return grp != nil && (grp.state == active || grp.state == waiting)
+}
+
 // Active returns the number of groups holding a slot.
 func (s *Scheduler[G, J]) Active() int { return s.active }
 

@@ -566,3 +566,38 @@ func TestUpcoming(t *testing.T) {
 		t.Fatalf("Upcoming(a, 10) = %v with %d queued, want [2 3 4] and 3", got, s.Queued("a"))
 	}
 }
+
+// TestVacantAndEntered: HasVacant follows the slots a group takes and leaves, and Entered tells
+// a group with a slot or a place in the line from an idle, draining or unknown one.
+func TestVacantAndEntered(t *testing.T) {
+	t.Parallel()
+	s := setup(t, spreader.Config{Feeders: 1})
+	if !s.HasVacant() {
+		t.Fatal("an empty scheduler has no vacant slot")
+	}
+	must(t, s.AddGroup("a"))
+	if s.Entered("a") || s.Entered("unknown") {
+		t.Fatal("an idle or unknown group counts as entered")
+	}
+	addGroup(t, s, "b", 1, false)
+	if s.HasVacant() || !s.Entered("b") {
+		t.Fatalf("b took the only slot: vacant %v, entered %v", s.HasVacant(), s.Entered("b"))
+	}
+	must(t, s.Push("a", "a1"))
+	if !s.Entered("a") {
+		t.Fatal("a group waiting in the line does not count as entered")
+	}
+	if _, _, ok := s.Next(); !ok { // b's job: b leaves its slot idle, a takes it
+		t.Fatal("nothing released")
+	}
+	if s.Entered("b") || !s.Entered("a") || s.HasVacant() {
+		t.Fatalf("after b emptied: b entered %v, a entered %v, vacant %v", s.Entered("b"), s.Entered("a"), s.HasVacant())
+	}
+	must(t, s.Seal("a"))
+	if g, _, ok := s.Next(); !ok || g != "a" {
+		t.Fatal("a's job not released")
+	}
+	if s.Entered("a") || !s.HasVacant() {
+		t.Fatalf("a draining: entered %v, vacant %v", s.Entered("a"), s.HasVacant())
+	}
+}

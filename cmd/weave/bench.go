@@ -70,7 +70,8 @@ fleet, about five):
   fleet       many submitters (1 to 3,000) and workers (8 × 8 to 1,000 × 1), each on its own
               connection, beside raw JetStream with the same fleet; an idle fleet of 1,000
               workers (several minutes; --fleet-* flags pick the sizes)
-  scale       coordinator memory per pending job at 10k and 100k jobs (1M with --full)
+  scale       coordinator memory per pending job, admission, drain and restart at 10k and 100k
+              jobs (1M with --full), as single jobs and in groups of 10 and 1,000
 
 By default every scenario runs on its own embedded JetStream server (file storage in a
 temporary directory, removed afterwards). With --nats it runs on that server instead, each
@@ -81,6 +82,7 @@ there, every stream (Weave's and the references') at 3 replicas.`,
 		Example: `  weave bench                         # everything, default sizes
   weave bench throughput latency      # two scenarios
   weave bench scale --full            # memory at 10k, 100k and 1M pending jobs
+  weave bench scale --scale-group-size 1 --scale-sizes 10000,1000000   # single jobs alone
   weave bench --markdown > results.md # a table for BENCHMARKS.md
   weave bench fleet --fleet-parts workers --fleet-shapes 8x8,500x2   # two worker fleets
   weave bench --replicas 3 throughput --shapes 4x8,200x4   # on 3 nats-server processes, R3
@@ -246,9 +248,10 @@ there, every stream (Weave's and the references') at 3 replicas.`,
 	f.BoolVar(&o.full, "full", false, "scale: also measure 1,000,000 pending jobs")
 	f.IntSliceVar(&o.scaleSizes, "scale-sizes", nil, "scale: pending job counts to measure, e.g. 10000,100000,1000000,10000000 (overrides --full)")
 	f.IntVar(&cfg.Scale.DrainJobs, "scale-drain-jobs", 0, "scale: jobs run from each backlog to time the drain (default 5,000; at most half the backlog)")
-	f.IntVar(&cfg.Scale.GroupSize, "scale-group-size", 0, "scale: jobs per group of the backlog (default 1,000, so the number of groups grows with the size)")
-	f.StringVar(&cfg.Scale.DrainProfile, "scale-drain-profile", "", "scale: write a CPU profile of each size's drain alone to PREFIX-<jobs>.prof")
-	f.IntVar(&cfg.Scale.Repeat, "scale-repeat", 0, "scale: run each size's default deployment (drain, restart) this many times, sizes interleaved, and report the drain's medians (default 5)")
+	f.IntSliceVar(&cfg.Scale.GroupSizes, "scale-group-size", nil, "scale: jobs per group of the backlogs, each measured at every size (default 1,10,1000: single jobs, small groups, large groups)")
+	f.StringVar(&cfg.Scale.DrainProfile, "scale-drain-profile", "", "scale: write a CPU profile of each backlog's drain alone to PREFIX-g<group size>-<jobs>.prof")
+	f.StringVar(&cfg.Scale.HeapProfile, "scale-heap-profile", "", "scale: write a heap profile of each backlog (payload cache off, every job admitted) to PREFIX-g<group size>-<jobs>.heap")
+	f.IntVar(&cfg.Scale.Repeat, "scale-repeat", 0, "scale: run each backlog's default deployment (drain, restart) this many times, backlogs interleaved, and report the drain's medians (default 3)")
 
 	f.IntVar(&cfg.Throughput.Jobs, "jobs", 20_000, "throughput: jobs per round")
 	f.IntVar(&cfg.Throughput.Groups, "groups", 200, "throughput: groups the jobs are split into")

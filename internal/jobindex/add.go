@@ -18,21 +18,43 @@ func (x *Index) AddState(id uint64, group string, require, prefer []string, st S
 	if err := checkJob(id, group, require, prefer); err != nil {
 		return err
 	}
+	return x.add(id, group, require, prefer, st)
+}
+
+// AddAlone indexes job id, in state st, as a group of its own (in Weave, a single job): it has
+// no group record, so it costs the index its state bit and its catalog entry, and consecutive
+// jobs alone with the same resources share one span. Its group's counts are its state
+// ([Index.State]); [Index.ForgetJob] drops it once it has ended. Errors are as for
+// [Index.AddState].
+func (x *Index) AddAlone(id uint64, require, prefer []string, st State) error {
+	if err := checkJob(id, alone, require, prefer); err != nil {
+		return err
+	}
+	return x.add(id, alone, require, prefer, st)
+}
+
+// alone is the group name AddAlone stands for in checkJob and add: never a valid name.
+const alone = "\x00alone"
+
+func (x *Index) add(id uint64, group string, require, prefer []string, st State) error {
 	if !st.valid() {
 		return fmt.Errorf("%w %d for job %d", ErrInvalidState, st, id)
 	}
 	if _, _, ok := x.catalog.lookup(id); ok {
 		return fmt.Errorf("%w %d", ErrDuplicateJob, id)
 	}
-	gid := x.internGroup(group)
+	gid := uint32(aloneGroup)
+	if group != alone {
+		gid = x.internGroup(group)
+		g := &x.groups[gid]
+		g.counts[st]++
+		r := &g.runs[runOf(id)]
+		r.first, r.last = min(r.first, id), max(r.last, id)
+	}
 	pid := x.internProfile(require, prefer)
 	x.catalog.insert(id, gid, pid)
 	x.states[st].Add(id)
 	x.counts[st]++
-	g := &x.groups[gid]
-	g.counts[st]++
-	r := &g.runs[runOf(id)]
-	r.first, r.last = min(r.first, id), max(r.last, id)
 	p := &x.profiles[pid]
 	p.jobs++
 	p.counts[st]++

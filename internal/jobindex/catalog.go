@@ -117,23 +117,28 @@ func (c *catalog) insert(id uint64, group, profile uint32) {
 }
 
 // removeGroup deletes every span of group between the IDs first and last, calling fn with the
-// absolute ID range and profile of each.
+// absolute ID range and profile of each. Only the spans between first and last are read, and a
+// block's spans after last are moved once, so forgetting a small group among many costs its own
+// spans, not its blocks'.
 func (c *catalog) removeGroup(group uint32, first, last uint64, fn func(lo, hi uint64, profile uint32)) {
 	start, _ := c.findBlock(first >> blockBits)
 	lastKey := last >> blockBits
 	end := start
 	for ; end < len(c.keys) && c.keys[end] <= lastKey; end++ {
 		base := c.keys[end] << blockBits
-		kept := c.spans[end][:0]
-		for _, s := range c.spans[end] {
+		ss := c.spans[end]
+		lo, hi := c.within(end, first, last)
+		w := lo
+		for _, s := range ss[lo:hi] {
 			if s.group != group {
-				kept = append(kept, s)
+				ss[w] = s
+				w++
 				continue
 			}
 			fn(base|uint64(s.lo), base|uint64(s.hi), s.profile)
 			c.n--
 		}
-		c.spans[end] = kept
+		c.spans[end] = slices.Delete(ss, w, hi)
 		c.trim(end)
 	}
 	w := start
@@ -147,13 +152,56 @@ func (c *catalog) removeGroup(group uint32, first, last uint64, fn func(lo, hi u
 	c.spans = slices.Delete(c.spans, w, end)
 }
 
+// within returns the positions [lo, hi) of block b's spans that may hold IDs from first to last.
+func (c *catalog) within(b int, first, last uint64) (lo, hi int) {
+	ss := c.spans[b]
+	lo, hi = 0, len(ss)
+	if c.keys[b] == first>>blockBits {
+		lo = max(searchSpans(ss, uint16(first&blockMask)), 0)
+	}
+	if c.keys[b] == last>>blockBits {
+		hi = searchSpans(ss, uint16(last&blockMask)) + 1
+	}
+	return lo, max(lo, hi)
+}
+
+// remove deletes job id, which must be in the catalog, from its span: the span shrinks, splits
+// in two, or goes.
+func (c *catalog) remove(id uint64) {
+	b, _ := c.findBlock(id >> blockBits)
+	ss := c.spans[b]
+	off := uint16(id & blockMask)
+	i := searchSpans(ss, off)
+	switch s := ss[i]; {
+	case s.lo == s.hi:
+		ss = slices.Delete(ss, i, i+1)
+		c.n--
+	case off == s.lo:
+		ss[i].lo++
+	case off == s.hi:
+		ss[i].hi--
+	default:
+		ss = slices.Insert(ss, i+1, span{off + 1, s.hi, s.group, s.profile})
+		ss[i].hi = off - 1
+		c.n++
+	}
+	if len(ss) == 0 {
+		c.keys = slices.Delete(c.keys, b, b+1)
+		c.spans = slices.Delete(c.spans, b, b+1)
+		return
+	}
+	c.spans[b] = ss
+	c.trim(b)
+}
+
 // scan calls fn, in ascending order, for the spans of group that end at or after from and start
-// at or before last, until fn returns false. Only the blocks in that ID range are read.
+// at or before last, until fn returns false. Only the spans in that ID range are read.
 func (c *catalog) scan(group uint32, from, last uint64, fn func(lo, hi uint64) bool) {
 	b, _ := c.findBlock(from >> blockBits)
 	for ; b < len(c.keys) && c.keys[b] <= last>>blockBits; b++ {
 		base := c.keys[b] << blockBits
-		for _, s := range c.spans[b] {
+		lo, hi := c.within(b, from, last)
+		for _, s := range c.spans[b][lo:hi] {
 			lo, hi := base|uint64(s.lo), base|uint64(s.hi)
 			if s.group == group && hi >= from && !fn(lo, hi) {
 				return

@@ -50,7 +50,10 @@
 // catalog look-up, so [Index.GroupCounts] and [Index.ResourceCounts] are O(1) too. There is no
 // roaring bitmap per group: with the typical ~100 jobs per group, a bitmap's fixed cost (150
 // to 260 bytes measured, even run-compressed) would be most of the index. A group's members
-// are found through the catalog ([Index.GroupJobs], [Index.Forget]).
+// are found through the catalog ([Index.GroupJobs], [Index.Forget]). A job that is a group of its
+// own (in Weave, a single job) is added alone ([Index.AddAlone]): no group record at all, its
+// group's counts being its state, and consecutive such jobs share a span ([Index.ForgetJob]
+// drops one).
 //
 // For selection each profile also keeps the bitmap of its pending jobs and that bitmap's
 // minimum. Together the per-profile pending bitmaps are the inverted index of pending jobs by

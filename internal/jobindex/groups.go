@@ -3,6 +3,7 @@ package jobindex
 import (
 	"fmt"
 	"iter"
+	"math"
 )
 
 // group is what the index keeps per group: counters, not a bitmap. A group's members are
@@ -14,6 +15,10 @@ type group struct {
 	runs   [2]idRange
 	counts counts
 }
+
+// aloneGroup is the catalog's group for a job added with AddAlone: a group of its own, with no
+// record in groups.
+const aloneGroup = math.MaxUint32
 
 // PackedIDs is where the second run of job IDs starts: Weave's jobs stored in packs
 // (wire.PackedJobID). A group keeps its lowest and highest ID in each run apart, so a group with
@@ -112,6 +117,48 @@ func (x *Index) GroupJobs(group string, s State) iter.Seq[uint64] {
 	}
 }
 
+// GroupOf returns the name of job id's group, "" for a job added alone ([Index.AddAlone]), and
+// false if the job is not in the index. It costs a catalog look-up, O(log spans).
+func (x *Index) GroupOf(id uint64) (string, bool) {
+	gid, _, ok := x.catalog.lookup(id)
+	switch {
+	case !ok:
+		return "", false
+	case gid == aloneGroup:
+		return "", true
+	}
+	return x.groups[gid].name, true
+}
+
+// ForgetJob drops job id, added alone ([Index.AddAlone]) and ended (done, failed or canceled),
+// from the index: what [Index.Forget] is for a group. It returns an error wrapping
+// [ErrUnknownJob] for a job not in the index, [ErrInvalidJob] for a job of a group, and
+// [ErrGroupActive] for a job pending, running, retrying or delayed. A resource or profile used
+// only by the job is released too.
+func (x *Index) ForgetJob(id uint64) error {
+	gid, pid, ok := x.catalog.lookup(id)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w %d", ErrUnknownJob, id)
+	case gid != aloneGroup:
+		return fmt.Errorf("%w %d: it belongs to group %q (Forget the group)", ErrInvalidJob, id, x.groups[gid].name)
+	}
+	st, _ := x.stateOf(id)
+	var c counts
+	if c[st]++; c.active() > 0 {
+		return fmt.Errorf("%w: job %d is %s", ErrGroupActive, id, st)
+	}
+	x.states[st].Remove(id)
+	x.counts[st]--
+	x.catalog.remove(id)
+	p := &x.profiles[pid]
+	p.counts[st]--
+	if p.jobs--; p.jobs == 0 && pid != 0 {
+		x.releaseProfile(pid)
+	}
+	return nil
+}
+
 // Forget drops every job of group name from the index, for retention clean-up once the group has
 // finished, and returns how many it dropped. A group with pending, running or retrying jobs is
 // refused with [ErrGroupActive]: cancel them first. Resource and profile entries used only by
@@ -171,4 +218,15 @@ func (x *Index) Forget(name string) (uint64, error) {
 		x.releaseProfile(pid)
 	}
 	return n, nil
+}
+
+// FirstPending returns the lowest pending job at or above from, and false if there is none. The
+// cost is a search of the pending bitmap.
+func (x *Index) FirstPending(from uint64) (uint64, bool) {
+	it := x.states[Pending].Iterator()
+	it.AdvanceIfNeeded(from)
+	if !it.HasNext() {
+		return 0, false
+	}
+	return it.Next(), true
 }

@@ -168,7 +168,7 @@ func (r *opRunner) log(format string, args ...any) {
 }
 
 func (r *opRunner) step() error {
-	switch op := r.next() % 10; op {
+	switch op := r.next() % 12; op {
 	case 0, 1, 2:
 		id, g, req, pref := r.id(), r.group(), r.names(), r.names()
 		st := Pending
@@ -227,6 +227,14 @@ func (r *opRunner) step() error {
 		w := r.x.Compile(names)
 		r.log("Compile(%v).Select(%v)", w.Names(), cands)
 		return sameSelection(r.x.Select(w, cands))(r.m.selectFrom(held, cands))
+	case 10:
+		id, req, pref, st := r.id(), r.names(), r.names(), r.state()
+		r.log("AddAlone(%d,%q,%q,%s)", id, req, pref, st)
+		return sameErr(r.x.AddAlone(id, req, pref, st), r.m.addAlone(id, req, pref, st))
+	case 11:
+		id := r.jobID()
+		r.log("ForgetJob(%d)", id)
+		return sameErr(r.x.ForgetJob(id), r.m.forgetJob(id))
 	}
 	return nil
 }

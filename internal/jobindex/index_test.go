@@ -240,3 +240,103 @@ func TestJobResources(t *testing.T) {
 		t.Fatalf("unknown job resources %v", got)
 	}
 }
+
+// TestAloneJobs: jobs added alone share spans, count in no group, and are forgotten one by one
+// from the start, the middle and the end of a span, releasing what only they used.
+func TestAloneJobs(t *testing.T) {
+	t.Parallel()
+	x := New()
+	for id := uint64(10); id < 20; id++ {
+		if err := x.AddAlone(id, nil, nil, Pending); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := x.AddAlone(20, []string{"gpu"}, nil, Pending); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Add(21, "g", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.AddAlone(15, nil, nil, Pending); !errors.Is(err, ErrDuplicateJob) {
+		t.Fatalf("adding a job twice: %v", err)
+	}
+	if x.catalog.n != 3 {
+		t.Fatalf("%d spans for ten jobs alone of one profile, one of another and one of a group, want 3", x.catalog.n)
+	}
+	if g, ok := x.GroupOf(12); g != "" || !ok {
+		t.Fatalf("GroupOf(alone) = %q, %v", g, ok)
+	}
+	if g, ok := x.GroupOf(21); g != "g" || !ok {
+		t.Fatalf("GroupOf(21) = %q, %v", g, ok)
+	}
+	if _, ok := x.GroupOf(99); ok {
+		t.Fatal("GroupOf an unknown job reports ok")
+	}
+	if got := maps.Collect(x.Groups()); len(got) != 1 || got["g"].Pending != 1 {
+		t.Fatalf("Groups = %v, want g alone: jobs alone count in no group", got)
+	}
+	if err := x.ForgetJob(12); !errors.Is(err, ErrGroupActive) {
+		t.Fatalf("forgetting a pending job: %v", err)
+	}
+	if err := x.ForgetJob(21); !errors.Is(err, ErrInvalidJob) {
+		t.Fatalf("forgetting a job of a group: %v", err)
+	}
+	if err := x.ForgetJob(99); !errors.Is(err, ErrUnknownJob) {
+		t.Fatalf("forgetting an unknown job: %v", err)
+	}
+	for i, id := range []uint64{10, 14, 19, 20, 15, 11} { // the span's start, middle, end; a span of its own
+		x.moveTo(t, id, []State{Done, Failed, Canceled}[i%3]) // failed too: it has ended, though a redrive may run it again
+		if err := x.ForgetJob(id); err != nil {
+			t.Fatalf("ForgetJob(%d): %v", id, err)
+		}
+		if _, ok := x.State(id); ok {
+			t.Fatalf("job %d still indexed", id)
+		}
+		if err := x.checkInvariants(); err != nil {
+			t.Fatalf("after ForgetJob(%d): %v", id, err)
+		}
+	}
+	if x.catalog.n != 3 { // 12-13, 16-18, and the group's
+		t.Fatalf("%d spans left, want 3", x.catalog.n)
+	}
+	if _, ok := x.resourceIDs["gpu"]; ok {
+		t.Fatal("a resource only a forgotten job used is still interned")
+	}
+	if c := x.Counts(); c != (Counts{Pending: 6}) {
+		t.Fatalf("Counts = %+v, want 6 pending", c)
+	}
+}
+
+// moveTo moves pending job id along the state machine to a terminal state.
+func (x *Index) moveTo(t *testing.T, id uint64, to State) {
+	t.Helper()
+	if _, err := x.Move(id, Running); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Move(id, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFirstPending: the lowest pending job at or above a bound, in each run of IDs.
+func TestFirstPending(t *testing.T) {
+	t.Parallel()
+	x := New()
+	if _, ok := x.FirstPending(0); ok {
+		t.Fatal("an empty index has a pending job")
+	}
+	for _, id := range []uint64{5, 9, PackedIDs + 64, PackedIDs + 65} {
+		if err := x.Add(id, "g", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.moveTo(t, 5, Done)
+	for _, tc := range []struct{ from, want uint64 }{{0, 9}, {9, 9}, {10, PackedIDs + 64}, {PackedIDs, PackedIDs + 64}} {
+		if got, ok := x.FirstPending(tc.from); !ok || got != tc.want {
+			t.Fatalf("FirstPending(%d) = %d, %v; want %d", tc.from, got, ok, tc.want)
+		}
+	}
+	if _, ok := x.FirstPending(PackedIDs + 66); ok {
+		t.Fatal("a pending job above the last")
+	}
+}

@@ -73,7 +73,7 @@ func (x *Index) checkInvariants() error {
 	}
 	var err error
 	x.catalog.each(func(lo, hi uint64, gid, pid uint32) bool {
-		if int(gid) >= len(x.groups) || x.groups[gid].name == "" {
+		if gid != aloneGroup && (int(gid) >= len(x.groups) || x.groups[gid].name == "") {
 			err = fmt.Errorf("span %d-%d names free group %d", lo, hi, gid)
 			return false
 		}
@@ -86,11 +86,15 @@ func (x *Index) checkInvariants() error {
 			return false
 		}
 		r := runOf(lo)
-		first[gid][r], last[gid][r] = min(first[gid][r], lo), max(last[gid][r], hi)
+		if gid != aloneGroup {
+			first[gid][r], last[gid][r] = min(first[gid][r], lo), max(last[gid][r], hi)
+		}
 		profileJobs[pid] += hi - lo + 1
 		for id := lo; ; id++ {
 			s, _ := x.stateOf(id)
-			groupCounts[gid][s]++
+			if gid != aloneGroup {
+				groupCounts[gid][s]++
+			}
 			profileCounts[pid][s]++
 			if s == Pending {
 				if profilePending[pid] == nil {

@@ -21,7 +21,7 @@ func (m *model) ids() []uint64 {
 }
 
 type modelJob struct {
-	group           string
+	group           string // "" for a job added alone
 	require, prefer []string
 	state           State
 }
@@ -32,6 +32,11 @@ func (m *model) add(id uint64, group string, require, prefer []string, st State)
 	if err := checkJob(id, group, require, prefer); err != nil {
 		return err
 	}
+	return m.put(id, group, require, prefer, st)
+}
+
+// put adds a job whose names are checked.
+func (m *model) put(id uint64, group string, require, prefer []string, st State) error {
 	if !st.valid() {
 		return ErrInvalidState
 	}
@@ -39,6 +44,29 @@ func (m *model) add(id uint64, group string, require, prefer []string, st State)
 		return ErrDuplicateJob
 	}
 	m.jobs[id] = &modelJob{group, slices.Clone(require), slices.Clone(prefer), st}
+	m.sorted = nil
+	return nil
+}
+
+// addAlone is AddAlone: a job that is a group of its own, in no group's counts.
+func (m *model) addAlone(id uint64, require, prefer []string, st State) error {
+	if err := checkJob(id, "alone", require, prefer); err != nil {
+		return err
+	}
+	return m.put(id, "", require, prefer, st)
+}
+
+func (m *model) forgetJob(id uint64) error {
+	j, ok := m.jobs[id]
+	switch {
+	case !ok:
+		return ErrUnknownJob
+	case j.group != "":
+		return ErrInvalidJob
+	case j.state == Pending || j.state == Running || j.state == RetryWait || j.state == Delayed:
+		return ErrGroupActive
+	}
+	delete(m.jobs, id)
 	m.sorted = nil
 	return nil
 }
@@ -86,7 +114,7 @@ func (m *model) moveMany(ids []uint64, to State) error {
 func (m *model) forget(group string) (uint64, error) {
 	var ids []uint64
 	for id, j := range m.jobs {
-		if j.group == group {
+		if j.group == group && group != "" {
 			if j.state == Pending || j.state == Running || j.state == RetryWait || j.state == Delayed {
 				return 0, ErrGroupActive
 			}
@@ -123,6 +151,9 @@ func (m *model) counts(keep func(*modelJob) bool) Counts {
 func (m *model) groups() map[string]Counts {
 	c := map[string]counts{}
 	for _, j := range m.jobs {
+		if j.group == "" {
+			continue // alone: in no group's counts
+		}
 		g := c[j.group]
 		g[j.state]++
 		c[j.group] = g
@@ -225,6 +256,13 @@ func (m *model) compare(x *Index, universe []uint64) error {
 		ws, wok := m.state(id)
 		if gs != ws || gok != wok {
 			return fmt.Errorf("State(%d)=%v,%v, model %v,%v", id, gs, gok, ws, wok)
+		}
+		var wg string
+		if j := m.jobs[id]; j != nil {
+			wg = j.group
+		}
+		if g, ok := x.GroupOf(id); g != wg || ok != wok {
+			return fmt.Errorf("GroupOf(%d)=%q,%v, model %q,%v", id, g, ok, wg, wok)
 		}
 	}
 	if got, want := x.Counts(), m.counts(func(*modelJob) bool { return true }); got != want {

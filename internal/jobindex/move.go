@@ -69,7 +69,9 @@ func (x *Index) apply(id uint64, from, to State) {
 	x.states[to].Add(id)
 	x.counts.move(from, to)
 	gid, pid, _ := x.catalog.lookup(id) // every indexed job is in the catalog
-	x.groups[gid].counts.move(from, to)
+	if gid != aloneGroup {
+		x.groups[gid].counts.move(from, to)
+	}
 	x.profiles[pid].counts.move(from, to)
 	switch {
 	case from == Pending:

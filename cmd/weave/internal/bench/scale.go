@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,8 +24,10 @@ import (
 
 // ScaleConfig configures the scale scenario. Zero fields take the defaults.
 type ScaleConfig struct {
-	Sizes       []int `json:"sizes"`        // pending jobs to measure at; default 10,000 and 100,000
-	GroupSize   int   `json:"group_size"`   // jobs per group; default 1,000
+	Sizes []int `json:"sizes"` // pending jobs to measure at; default 10,000 and 100,000
+	// GroupSizes are the jobs per group of the backlogs, each measured at every size: default 1
+	// (single jobs, submitted in bulk), 10 and 1,000.
+	GroupSizes  []int `json:"group_sizes"`
 	PayloadSize int   `json:"payload_size"` // default 16
 	DrainJobs   int   `json:"drain_jobs"`   // jobs run from the backlog to time scheduling; default 5,000 (at most half the size)
 	Concurrency int   `json:"concurrency"`  // slots of the worker that drains; default 64
@@ -32,16 +35,24 @@ type ScaleConfig struct {
 	// per 100,000 jobs (at least 512), enough samples for a figure within a few percent while
 	// slowing large runs less.
 	MemProfileRate int `json:"mem_profile_rate"`
-	// DrainProfile, if set, is the prefix of a CPU profile of each size's drain alone, written to
-	// <DrainProfile>-<pending jobs>.prof (<DrainProfile>-r<run>-<pending jobs>.prof when Repeat
-	// is above 1): where the time per job goes at each backlog.
+	// DrainProfile, if set, is the prefix of a CPU profile of each backlog's drain alone, written
+	// to <DrainProfile>-g<group size>-<pending jobs>.prof (with -r<run> after the prefix when
+	// Repeat is above 1): where the time per job goes at each backlog.
 	DrainProfile string `json:"drain_profile,omitempty"`
-	// Repeat is how many times each size is measured with the default configuration (the drain,
-	// the restart); default 5. The runs go size after size, round after round, so a change in
-	// the machine's load falls on every size alike, and the drain figures reported are the
-	// medians of the runs (each run's are kept in ScaleStep.DrainRuns).
+	// HeapProfile, if set, is the prefix of a heap profile of each backlog with the payload cache
+	// off, written to <HeapProfile>-g<group size>-<pending jobs>.heap once every job is admitted:
+	// what holds the memory per pending job.
+	HeapProfile string `json:"heap_profile,omitempty"`
+	// Repeat is how many times each backlog is measured with the default configuration (the
+	// drain, the restart); default 3. The runs go backlog after backlog, round after round, so a
+	// change in the machine's load falls on every backlog alike, and the drain figures reported
+	// are the medians of the runs (each run's are kept in ScaleStep.DrainRuns).
 	Repeat int `json:"repeat,omitempty"`
 }
+
+// DefaultScaleGroupSizes are the jobs per group measured by default: single jobs, small groups
+// and large ones.
+var DefaultScaleGroupSizes = []int{1, 10, 1000}
 
 // DefaultScaleSizes are the sizes measured by default; FullScaleSizes with weave bench --full.
 var (
@@ -53,29 +64,33 @@ func (c *ScaleConfig) defaults() error {
 	if len(c.Sizes) == 0 {
 		c.Sizes = DefaultScaleSizes
 	}
-	c.Sizes = slices.Clone(c.Sizes)
-	slices.Sort(c.Sizes)
-	c.Sizes = slices.Compact(c.Sizes)
-	setDefault(&c.GroupSize, 1000)
+	if len(c.GroupSizes) == 0 {
+		c.GroupSizes = DefaultScaleGroupSizes
+	}
+	for _, list := range []*[]int{&c.Sizes, &c.GroupSizes} {
+		*list = slices.Clone(*list)
+		slices.Sort(*list)
+		*list = slices.Compact(*list)
+	}
 	setDefault(&c.PayloadSize, 16)
 	setDefault(&c.DrainJobs, 5000)
-	// Five runs by default: a 5,000-job drain lasts about 30 ms, and its CPU per job varies by
-	// a third from run to run on a shared 2-core machine, enough to flip the ratio targets
-	// either way; medians of five seldom do.
-	setDefault(&c.Repeat, 5)
+	// Three runs by default: a 5,000-job drain lasts a fraction of a second, and its CPU per job
+	// varies by a third from run to run on a shared 2-core machine, enough to flip the ratio
+	// targets either way; medians seldom do. Three group sizes at two sizes make 18 runs.
+	setDefault(&c.Repeat, 3)
 	setDefault(&c.Concurrency, 64)
 	switch {
 	case c.Sizes[0] < 100:
 		return fmt.Errorf("scale: sizes must be at least 100 jobs (%d)", c.Sizes[0])
 	case c.Sizes[len(c.Sizes)-1] > 100_000_000:
 		return fmt.Errorf("scale: sizes above 100,000,000 jobs")
-	case c.GroupSize < 1 || c.PayloadSize < 0 || c.DrainJobs < 2 || c.Concurrency < 1 || c.MemProfileRate < 0 || c.Repeat < 1:
-		return fmt.Errorf("scale: group size, drain jobs (at least 2), concurrency, profile rate and repeat must be positive")
+	case c.GroupSizes[0] < 1 || c.PayloadSize < 0 || c.DrainJobs < 2 || c.Concurrency < 1 || c.MemProfileRate < 0 || c.Repeat < 1:
+		return fmt.Errorf("scale: group sizes, drain jobs (at least 2), concurrency, profile rate and repeat must be positive")
 	}
-	if c.DrainProfile != "" {
+	for _, p := range [...]struct{ what, prefix string }{{"drain profile", c.DrainProfile}, {"heap profile", c.HeapProfile}} {
 		// Said now, not after minutes of publishing the first backlog.
-		if st, err := os.Stat(filepath.Dir(c.DrainProfile)); err != nil || !st.IsDir() {
-			return fmt.Errorf("scale: drain profile %q: its directory %s does not exist", c.DrainProfile, filepath.Dir(c.DrainProfile))
+		if st, err := os.Stat(filepath.Dir(p.prefix)); p.prefix != "" && (err != nil || !st.IsDir()) {
+			return fmt.Errorf("scale: %s %q: its directory %s does not exist", p.what, p.prefix, filepath.Dir(p.prefix))
 		}
 	}
 	return nil
@@ -110,14 +125,15 @@ func (c *ScaleConfig) profileRate(n int) int {
 	return 512 * max(1, (n+99_999)/100_000)
 }
 
-// ScaleStep is the measurement at one backlog size.
+// ScaleStep is the measurement of one backlog: a size in groups of one size.
 type ScaleStep struct {
-	Jobs     int    `json:"jobs"`
-	Groups   int    `json:"groups"`
-	Admitted uint64 `json:"admitted"`
-	Pending  uint64 `json:"pending"`
+	GroupSize int    `json:"group_size"`
+	Jobs      int    `json:"jobs"`
+	Groups    int    `json:"groups"`
+	Admitted  uint64 `json:"admitted"`
+	Pending   uint64 `json:"pending"`
 	// AdmitSeconds runs from the first publish to the coordinator's admission of the last job
-	// (with the default configuration).
+	// (with the default configuration, the heap profile sampling at its default rate).
 	AdmitSeconds float64 `json:"admit_s"`
 	// PublishSeconds runs from the first publish to the producer's last publish acknowledged:
 	// admission cannot end before it.
@@ -148,8 +164,9 @@ type ScaleDrain struct {
 	CPUPerJob float64 `json:"cpu_us_per_job"`
 }
 
-// ScaleSlope is the growth between two consecutive sizes, per added job.
+// ScaleSlope is the growth between two consecutive sizes in groups of one size, per added job.
 type ScaleSlope struct {
+	GroupSize      int     `json:"group_size"`
 	From           int     `json:"from"`
 	To             int     `json:"to"`
 	NoCachePerJob  float64 `json:"no_payload_cache_outside_server_bytes_per_job"`
@@ -177,14 +194,15 @@ func (r *ScaleResult) Scenario() string { return "scale" }
 // serverPackages are the embedded server's packages, whose allocations are the server's.
 var serverPackages = []string{"github.com/nats-io/nats-server/"}
 
-// RunScale measures, for each size, the coordinator's memory with that many pending jobs and the
-// cost of scheduling from that backlog. Each measurement is a fresh deployment: publish the jobs
-// with no worker running, wait until the coordinator has admitted them all, and measure the heap
-// growth since before publishing, from the heap profile (sampling every MemProfileRate bytes,
-// set for the duration of the scenario) and the runtime's statistics. Each size is measured twice:
-// with the coordinator's payload cache off (the target: memory per pending job excluding
-// payloads), and with the default configuration, after which one worker runs DrainJobs jobs
-// from the backlog, timed from the first handler call to the last.
+// RunScale measures, for each backlog (each size, in groups of each group size), the
+// coordinator's memory with that many pending jobs and the cost of scheduling from that backlog.
+// Each measurement is a fresh deployment: publish the jobs with no worker running, wait until the
+// coordinator has admitted them all, and measure the heap growth since before publishing, from the
+// heap profile (sampling every MemProfileRate bytes) and the runtime's statistics. Each backlog is
+// measured twice: with the coordinator's payload cache off (the target: memory per pending job
+// excluding payloads), and with the default configuration, whose admission is timed (the heap
+// profile then samples at its default rate, so as not to slow it) and after which one worker runs
+// DrainJobs jobs from the backlog, timed from the first handler call to the last.
 func RunScale(ctx context.Context, env *Env, cfg ScaleConfig) (*ScaleResult, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -200,14 +218,16 @@ func RunScale(ctx context.Context, env *Env, cfg ScaleConfig) (*ScaleResult, err
 		}
 		return scaleStep(ctx, env, cfg, step, defaults)
 	}
-	for _, n := range cfg.Sizes {
-		step := ScaleStep{Jobs: n, Groups: (n + cfg.GroupSize - 1) / cfg.GroupSize}
-		if err := measure(cfg, &step, false); err != nil {
-			return nil, fmt.Errorf("%d jobs, payload cache off: %w", n, err)
+	for _, gs := range cfg.GroupSizes {
+		for _, n := range cfg.Sizes {
+			step := ScaleStep{GroupSize: gs, Jobs: n, Groups: (n + gs - 1) / gs}
+			if err := measure(cfg, &step, false); err != nil {
+				return nil, fmt.Errorf("%s, payload cache off: %w", step.name(), err)
+			}
+			res.Steps = append(res.Steps, step)
 		}
-		res.Steps = append(res.Steps, step)
 	}
-	// The default configuration and the drain: size after size, round after round.
+	// The default configuration and the drain: backlog after backlog, round after round.
 	for run := range cfg.Repeat {
 		rc := cfg
 		if cfg.Repeat > 1 && cfg.DrainProfile != "" {
@@ -217,7 +237,7 @@ func RunScale(ctx context.Context, env *Env, cfg ScaleConfig) (*ScaleResult, err
 			step := &res.Steps[i]
 			runs := step.DrainRuns
 			if err := measure(rc, step, true); err != nil {
-				return nil, fmt.Errorf("%d jobs: %w", step.Jobs, err)
+				return nil, fmt.Errorf("%s: %w", step.name(), err)
 			}
 			step.DrainRuns = append(runs, ScaleDrain{JobsPerS: step.DrainJobsPerS, CPUPerJob: step.DrainCPUPerJob})
 		}
@@ -233,29 +253,105 @@ func RunScale(ctx context.Context, env *Env, cfg ScaleConfig) (*ScaleResult, err
 	}
 	for i := 1; i < len(res.Steps); i++ {
 		a, b := res.Steps[i-1], res.Steps[i]
+		if a.GroupSize != b.GroupSize {
+			continue
+		}
 		dn := float64(b.Jobs - a.Jobs)
 		res.Slopes = append(res.Slopes, ScaleSlope{
-			From: a.Jobs, To: b.Jobs,
+			GroupSize: a.GroupSize, From: a.Jobs, To: b.Jobs,
 			NoCachePerJob:  float64(b.NoCache.OutsideBytes-a.NoCache.OutsideBytes) / dn,
 			DefaultPerJob:  float64(b.Default.OutsideBytes-a.Default.OutsideBytes) / dn,
 			NoCacheCoord:   float64(b.NoCache.CoordBytes-a.NoCache.CoordBytes) / dn,
 			DefaultProcess: float64(b.Default.ProcessBytes-a.Default.ProcessBytes) / dn,
 		})
 	}
-	for _, s := range res.Steps {
-		res.Checks = append(res.Checks, atMost(fmt.Sprintf("memory per pending job excluding payloads, %s jobs (bytes)", count(s.Jobs)), s.NoCache.OutsidePerJob, 64, "%.1f"))
-	}
-	for _, s := range res.Slopes {
-		res.Checks = append(res.Checks, atMost(fmt.Sprintf("memory per added job excluding payloads, %s → %s (bytes)", count(s.From), count(s.To)), s.NoCachePerJob, 64, "%.1f"))
-	}
-	if k := len(res.Steps); k > 1 && res.Steps[0].DrainCPUPerJob > 0 && res.Steps[0].DrainJobsPerS > 0 {
-		small, large := res.Steps[0], res.Steps[k-1]
-		res.Checks = append(res.Checks,
-			atMost(fmt.Sprintf("drain CPU per job at %s pending ÷ at %s", count(large.Jobs), count(small.Jobs)), large.DrainCPUPerJob/small.DrainCPUPerJob, 1.3, "%.2f"),
-			atLeast(fmt.Sprintf("drain jobs/s at %s pending ÷ at %s", count(large.Jobs), count(small.Jobs)), large.DrainJobsPerS/small.DrainJobsPerS, 0.8, "%.2f"),
-			atLeast(fmt.Sprintf("admission of a published backlog of %s, jobs/s", count(large.Jobs)), float64(large.Jobs)/large.AdmitSeconds, 100_000, "%.0f"))
-	}
+	res.Checks = scaleChecks(res.Steps, res.Slopes)
 	return res, nil
+}
+
+// Scale targets: the memory per pending job, payload cache off, of single jobs and of groups;
+// the backlog from which the memory per pending job is checked (below it, the coordinator's
+// fixed memory is a large share); the restart time per million pending jobs; and the drain rate
+// of single jobs against large groups'.
+const (
+	singleMemoryTarget = 128.0
+	groupMemoryTarget  = 64.0
+	memoryCheckedFrom  = 100_000
+	restartPerMillion  = 30.0
+	singleDrainShare   = 0.5
+)
+
+// scaleChecks are the targets, for each group size: the memory per pending job at each size from
+// memoryCheckedFrom and per added job between sizes; the drain's cost and rate, the admission
+// and, from a million pending jobs, the restart at the largest size against the smallest; and the
+// drain rate of single jobs against groups of 1,000 at the largest size both were measured at.
+func scaleChecks(steps []ScaleStep, slopes []ScaleSlope) []Check {
+	var checks []Check
+	byGroup := map[int][]ScaleStep{}
+	var groupSizes []int
+	for _, s := range steps {
+		if byGroup[s.GroupSize] == nil {
+			groupSizes = append(groupSizes, s.GroupSize)
+		}
+		byGroup[s.GroupSize] = append(byGroup[s.GroupSize], s)
+	}
+	memTarget := func(groupSize int) float64 {
+		if groupSize == 1 {
+			return singleMemoryTarget
+		}
+		return groupMemoryTarget
+	}
+	for _, gs := range groupSizes {
+		ss := byGroup[gs]
+		for _, s := range ss {
+			if s.Jobs >= memoryCheckedFrom || len(ss) == 1 {
+				checks = append(checks, atMost(fmt.Sprintf("%s: memory per pending job excluding payloads (bytes)", s.name()), s.NoCache.OutsidePerJob, memTarget(gs), "%.1f"))
+			}
+		}
+		for _, sl := range slopes {
+			if sl.GroupSize == gs {
+				checks = append(checks, atMost(fmt.Sprintf("%s: memory per added job excluding payloads, %s → %s (bytes)", groupsOf(gs), count(sl.From), count(sl.To)), sl.NoCachePerJob, memTarget(gs), "%.1f"))
+			}
+		}
+		if k := len(ss); k > 1 && ss[0].DrainCPUPerJob > 0 && ss[0].DrainJobsPerS > 0 {
+			small, large := ss[0], ss[k-1]
+			checks = append(checks,
+				atMost(fmt.Sprintf("%s: drain CPU per job at %s pending ÷ at %s", groupsOf(gs), count(large.Jobs), count(small.Jobs)), large.DrainCPUPerJob/small.DrainCPUPerJob, 1.3, "%.2f"),
+				atLeast(fmt.Sprintf("%s: drain jobs/s at %s pending ÷ at %s", groupsOf(gs), count(large.Jobs), count(small.Jobs)), large.DrainJobsPerS/small.DrainJobsPerS, 0.8, "%.2f"),
+				atLeast(fmt.Sprintf("%s: admission of a published backlog of %s, jobs/s", groupsOf(gs), count(large.Jobs)), float64(large.Jobs)/large.AdmitSeconds, 100_000, "%.0f"))
+		}
+		for _, s := range ss {
+			if s.Jobs >= 1_000_000 && s.RestartSeconds > 0 {
+				checks = append(checks, atMost(fmt.Sprintf("%s: restart to the first status answer, seconds per million pending jobs", s.name()), s.RestartSeconds/(float64(s.Jobs)/1e6), restartPerMillion, "%.1f"))
+			}
+		}
+	}
+	singles, large := byGroup[1], byGroup[1000]
+	for i := len(singles) - 1; i >= 0; i-- {
+		j := slices.IndexFunc(large, func(s ScaleStep) bool { return s.Jobs == singles[i].Jobs })
+		if j < 0 || large[j].DrainJobsPerS <= 0 {
+			continue
+		}
+		checks = append(checks, atLeast(fmt.Sprintf("drain jobs/s of %s single jobs ÷ of %s in groups of 1,000", count(singles[i].Jobs), count(large[j].Jobs)), singles[i].DrainJobsPerS/large[j].DrainJobsPerS, singleDrainShare, "%.2f"))
+		break
+	}
+	return checks
+}
+
+// groupsOf names a group size: "single jobs", "groups of 10".
+func groupsOf(groupSize int) string {
+	if groupSize == 1 {
+		return "single jobs"
+	}
+	return "groups of " + count(groupSize)
+}
+
+// name names the step's backlog: "1,000,000 single jobs", "100,000 jobs in groups of 10".
+func (s ScaleStep) name() string {
+	if s.GroupSize == 1 {
+		return count(s.Jobs) + " single jobs"
+	}
+	return count(s.Jobs) + " jobs in " + groupsOf(s.GroupSize)
 }
 
 // median is the median of f over xs (the mean of the middle two for an even count).
@@ -275,7 +371,12 @@ func median[T any](xs []T, f func(T) float64) float64 {
 // configuration and the drain, else with the payload cache off.
 func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, defaults bool) (err error) {
 	n := step.Jobs
+	// Finely for the memory per pending job; with the default configuration at the runtime's
+	// default rate, so that recording allocations does not slow the admission it times.
 	runtime.MemProfileRate = cfg.profileRate(n)
+	if defaults {
+		runtime.MemProfileRate = defaultMemProfileRate
+	}
 	settle(ctx)
 	d, err := env.deploy(ctx, "scale")
 	if err != nil {
@@ -299,7 +400,7 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	}
 	sizes := make([]int, step.Groups)
 	for i := range sizes {
-		sizes[i] = min(cfg.GroupSize, n-i*cfg.GroupSize)
+		sizes[i] = min(step.GroupSize, n-i*step.GroupSize)
 	}
 	if defaults {
 		step.PeakRSSFromBase = resetPeakRSS()
@@ -310,7 +411,7 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	if defaults {
 		what = "default configuration"
 	}
-	env.progressf("scale: publishing %s jobs in %s groups (%s)", count(n), count(step.Groups), what)
+	env.progressf("scale: publishing %s (%s)", step.name(), what)
 	start := time.Now()
 	payload := make([]byte, cfg.PayloadSize)
 	if err := publishAll(ctx, disp, fmt.Sprint("s", n, "-"), sizes, payload); err != nil {
@@ -336,6 +437,9 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	m.ProcessPerJob = float64(m.ProcessBytes) / float64(n)
 	if !defaults {
 		step.NoCache = m
+		if cfg.HeapProfile != "" {
+			return writeHeapProfile(fmt.Sprintf("%s-g%d-%d.heap", cfg.HeapProfile, step.GroupSize, n))
+		}
 		return nil
 	}
 	step.Default = m
@@ -354,12 +458,11 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	slices.Sort(took)
 	step.StatusMS = ms(took[len(took)/2])
 
-	// Drain a part of the backlog, with the heap profile sampling at its default rate again: at
-	// the fine rates the memory figures need, recording allocations' stacks took up to a third of
-	// the drain's CPU, more at the smaller sizes (which sample more finely).
-	runtime.MemProfileRate = defaultMemProfileRate
+	// Drain a part of the backlog (the heap profile sampling at its default rate: at the fine
+	// rates the memory figures need, recording allocations' stacks took up to a third of the
+	// drain's CPU, more at the smaller sizes, which sample more finely).
 	k := min(cfg.DrainJobs, n/2)
-	env.progressf("scale: running %s jobs from a backlog of %s", count(k), count(n))
+	env.progressf("scale: running %s jobs from a backlog of %s", count(k), step.name())
 	var (
 		started      atomic.Int64
 		mu           sync.Mutex
@@ -370,7 +473,7 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 		stopProfile  = func() {}
 	)
 	if cfg.DrainProfile != "" {
-		f, err := os.Create(fmt.Sprintf("%s-%d.prof", cfg.DrainProfile, n))
+		f, err := os.Create(fmt.Sprintf("%s-g%d-%d.prof", cfg.DrainProfile, step.GroupSize, n))
 		if err != nil {
 			return err
 		}
@@ -422,9 +525,17 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	// start to its first status answer (the loop answers only once replay is done) that holds
 	// every job not yet ended. Not every job admitted: a group can complete during the drain
 	// (the busy shares of no-op jobs are mostly noise, so the groups do not drain evenly), and
-	// its jobs are purged then. The worker is stopped, so no group completes from here on.
-	before, err := d.Status()
-	if err != nil {
+	// its jobs are purged then. The worker is stopped, and its reports are stored: once the
+	// coordinator has applied the report of every handler call (a job done, or a report found
+	// stale or refused), no group completes from here on, and none of the jobs counted below is
+	// deleted before the stop.
+	ran := uint64(started.Load())
+	var before *coordinator.Status
+	if err := d.WaitStatus(func(st *coordinator.Status) (bool, string) {
+		before = st
+		applied := st.Totals.Done + st.Totals.StaleReports + st.Totals.RejectedReports
+		return applied >= ran, fmt.Sprintf("the coordinator to apply the reports of the drain's %d handler calls (%d applied)", ran, applied)
+	}); err != nil {
 		return err
 	}
 	open := before.Jobs["pending"] + before.Jobs["delayed"] + before.Jobs["running"] + before.Jobs["retrywait"]
@@ -445,6 +556,16 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	return nil
 }
 
+// writeHeapProfile writes the heap profile (live objects as of the last collection, which
+// attributedHeap just ran) to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(pprof.Lookup("heap").WriteTo(f, 0), f.Close())
+}
+
 // restartTimeout bounds the restart's replay (10M pending jobs replay in minutes).
 const restartTimeout = 15 * time.Minute
 
@@ -461,20 +582,21 @@ func settle(ctx context.Context) {
 	}
 }
 
-// scaleChildSpec is what a child process measures for the scale scenario: one size, in one
+// scaleChildSpec is what a child process measures for the scale scenario: one backlog, in one
 // configuration.
 type scaleChildSpec struct {
-	Config   ScaleConfig `json:"config"`
-	Jobs     int         `json:"jobs"`
-	Groups   int         `json:"groups"`
-	Defaults bool        `json:"defaults"`
+	Config    ScaleConfig `json:"config"`
+	GroupSize int         `json:"group_size"`
+	Jobs      int         `json:"jobs"`
+	Groups    int         `json:"groups"`
+	Defaults  bool        `json:"defaults"`
 }
 
 // scaleStepChild runs scaleStep in a fresh process (see Env.ChildCommand) and merges what it
 // measured into step.
 func scaleStepChild(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, defaults bool) error {
 	var got ScaleStep
-	err := env.runChild(ctx, childSpec{Scale: &scaleChildSpec{Config: cfg, Jobs: step.Jobs, Groups: step.Groups, Defaults: defaults}}, func(c *child) error {
+	err := env.runChild(ctx, childSpec{Scale: &scaleChildSpec{Config: cfg, GroupSize: step.GroupSize, Jobs: step.Jobs, Groups: step.Groups, Defaults: defaults}}, func(c *child) error {
 		return c.read(&got)
 	})
 	if err != nil {
@@ -496,7 +618,10 @@ func runScaleChild(ctx context.Context, env *Env, sp scaleChildSpec, w io.Writer
 	if err := cfg.defaults(); err != nil {
 		return err
 	}
-	step := &ScaleStep{Jobs: sp.Jobs, Groups: sp.Groups}
+	if sp.GroupSize < 1 || sp.Jobs < 1 || sp.Groups < 1 {
+		return fmt.Errorf("scale: a child's backlog needs a group size, jobs and groups")
+	}
+	step := &ScaleStep{GroupSize: sp.GroupSize, Jobs: sp.Jobs, Groups: sp.Groups}
 	if err := scaleStep(ctx, env, cfg, step, sp.Defaults); err != nil {
 		return err
 	}
@@ -562,11 +687,11 @@ func (r *ScaleResult) Section() Section {
 	f1 := func(v float64) string { return fmt.Sprintf("%.1f", v) }
 	mem := Table{
 		Title:  "Heap growth per pending job, bytes (payload cache off: the target; default: as configured out of the box)",
-		Header: []string{"pending jobs", "groups", "coordinator, cache off", "outside server, cache off", "coordinator, default", "outside server, default", "whole process, default"},
+		Header: []string{"jobs per group", "pending jobs", "groups", "coordinator, cache off", "outside server, cache off", "coordinator, default", "outside server, default", "whole process, default"},
 	}
 	for _, s := range r.Steps {
 		mem.Rows = append(mem.Rows, []string{
-			count(s.Jobs), count(s.Groups), f1(s.NoCache.CoordPerJob), f1(s.NoCache.OutsidePerJob),
+			count(s.GroupSize), count(s.Jobs), count(s.Groups), f1(s.NoCache.CoordPerJob), f1(s.NoCache.OutsidePerJob),
 			f1(s.Default.CoordPerJob), f1(s.Default.OutsidePerJob), f1(s.Default.ProcessPerJob),
 		})
 	}
@@ -574,33 +699,33 @@ func (r *ScaleResult) Section() Section {
 	if len(r.Slopes) > 0 {
 		st := Table{
 			Title:  "Growth per added job between sizes, bytes (the slope: constant if memory is linear in jobs)",
-			Header: []string{"from → to", "coordinator, cache off", "outside server, cache off", "outside server, default", "whole process, default"},
+			Header: []string{"jobs per group", "from → to", "coordinator, cache off", "outside server, cache off", "outside server, default", "whole process, default"},
 		}
 		for _, s := range r.Slopes {
-			st.Rows = append(st.Rows, []string{count(s.From) + " → " + count(s.To), f1(s.NoCacheCoord), f1(s.NoCachePerJob), f1(s.DefaultPerJob), f1(s.DefaultProcess)})
+			st.Rows = append(st.Rows, []string{count(s.GroupSize), count(s.From) + " → " + count(s.To), f1(s.NoCacheCoord), f1(s.NoCachePerJob), f1(s.DefaultPerJob), f1(s.DefaultProcess)})
 		}
 		tables = append(tables, st)
 	}
 	cost := Table{
 		Title:  "Scheduling from the backlog (default configuration)",
-		Header: []string{"pending jobs", "published in s", "admitted in s", "admitted jobs/s", "status ms", "drain jobs/s", "drain CPU µs/job", "restart s", "peak RSS"},
+		Header: []string{"jobs per group", "pending jobs", "published in s", "admitted in s", "admitted jobs/s", "status ms", "drain jobs/s", "drain CPU µs/job", "restart s", "peak RSS"},
 	}
 	for _, s := range r.Steps {
 		cost.Rows = append(cost.Rows, []string{
-			count(s.Jobs), fmt.Sprintf("%.1f", s.PublishSeconds), fmt.Sprintf("%.1f", s.AdmitSeconds), rate(float64(s.Jobs) / s.AdmitSeconds), msec(s.StatusMS), rate(s.DrainJobsPerS), fmt.Sprintf("%.0f", s.DrainCPUPerJob), fmt.Sprintf("%.2f", s.RestartSeconds), mib(s.PeakRSSBytes),
+			count(s.GroupSize), count(s.Jobs), fmt.Sprintf("%.1f", s.PublishSeconds), fmt.Sprintf("%.1f", s.AdmitSeconds), rate(float64(s.Jobs) / s.AdmitSeconds), msec(s.StatusMS), rate(s.DrainJobsPerS), fmt.Sprintf("%.0f", s.DrainCPUPerJob), fmt.Sprintf("%.2f", s.RestartSeconds), mib(s.PeakRSSBytes),
 		})
 	}
 	tables = append(tables, cost)
 	if c.Repeat > 1 {
 		runs := Table{
 			Title:  fmt.Sprintf("The drain's %d runs (the table above gives their medians), run by run: jobs/s, CPU µs per job", c.Repeat),
-			Header: []string{"pending jobs"},
+			Header: []string{"jobs per group", "pending jobs"},
 		}
 		for i := range c.Repeat {
 			runs.Header = append(runs.Header, fmt.Sprintf("run %d", i+1))
 		}
 		for _, s := range r.Steps {
-			row := []string{count(s.Jobs)}
+			row := []string{count(s.GroupSize), count(s.Jobs)}
 			for _, d := range s.DrainRuns {
 				row = append(row, fmt.Sprintf("%s, %.0f", rate(d.JobsPerS), d.CPUPerJob))
 			}
@@ -612,26 +737,27 @@ func (r *ScaleResult) Section() Section {
 	if !r.Embedded {
 		outside = "the whole process's heap growth (the server is external)"
 	}
-	var rs []string
+	var rs []int
 	for _, st := range r.Steps {
-		rs = append(rs, fmt.Sprint(c.profileRate(st.Jobs)))
+		rs = append(rs, c.profileRate(st.Jobs))
 	}
-	rates := strings.Join(slices.Compact(rs), ", ")
+	slices.Sort(rs)
+	rates := strings.ReplaceAll(strings.Trim(fmt.Sprint(slices.Compact(rs)), "[]"), " ", ", ")
 	where := "Each measurement ran in a fresh child process (weave bench --child), so the process held that deployment alone."
 	if !r.Isolated {
 		where = "The measurements ran in this process: objects of earlier deployments still being released can make small sizes noisy (run weave bench scale for isolated child processes)."
 	}
 	return Section{
 		Scenario: r.Scenario(),
-		Setup: fmt.Sprintf("For each size, two fresh deployments (coordinator payload cache off, then default configuration): publish the jobs (%d-byte payloads, groups of %s) with no worker, wait until the coordinator has admitted all of them, measure the heap; then, with the default configuration, one worker × %d slots runs %s jobs from the backlog.%s",
-			c.PayloadSize, count(c.GroupSize), c.Concurrency, count(c.DrainJobs), repeated(c.Repeat)),
+		Setup: fmt.Sprintf("For each size in groups of each size (%s jobs per group), two fresh deployments (coordinator payload cache off, then default configuration): publish the jobs (%d-byte payloads; single jobs submitted in bulk from one goroutine, groups published from 8) with no worker, wait until the coordinator has admitted all of them, measure the heap; then, with the default configuration, one worker × %d slots runs %s jobs from the backlog.%s",
+			joinCounts(c.GroupSizes), c.PayloadSize, c.Concurrency, count(c.DrainJobs), repeated(c.Repeat)),
 		Tables: tables,
 		Notes: []string{
 			where,
 			"Coordinator: growth of the live heap allocated with a function of package coordinator, internal/jobindex or spreader on the stack, from the Go heap profile (runtime.MemProfileRate = " + rates + " bytes, scaled for sampling as pprof does), after garbage collection. It misses what the NATS client allocates and the coordinator keeps.",
 			"Outside server: " + outside + ": the coordinator's full footprint, including messages the NATS client allocated and the coordinator keeps, plus the dispatcher's and the connections' buffers.",
 			"Payload cache off: coordinator.Config.PayloadCacheBytes = 1 (every message is evicted as it is added): the memory per pending job excluding payloads, which the target is about. The default cache keeps jobs' messages from the feed (payload, headers, subject) up to 32 MiB, counting each message's payload, headers and bookkeeping: a bounded amount, so its share per pending job falls as the backlog grows.",
-			"Drain: one worker runs jobs from the backlog; jobs/s and process CPU per job between the first and the last handler call, the whole process included. Admission is timed with the heap profile sampling finely, which slows allocation-heavy code: read it as a lower bound. Restart: after the drain the coordinator stops cleanly (giving up its lease) and a new one starts; from its start to its first status answer (replay done, ready to release) that holds every job not ended before the stop.",
+			"Drain: one worker runs jobs from the backlog; jobs/s and process CPU per job between the first and the last handler call, the whole process included. Admission is timed with the default configuration, the heap profile sampling at the runtime's default rate (its coordinator and outside-server figures are coarse at small sizes). Restart: after the drain the coordinator stops cleanly (giving up its lease) and a new one starts; from its start to its first status answer (replay done, ready to release) that holds every job not ended before the stop.",
 		},
 		Checks: r.Checks,
 	}
@@ -642,5 +768,14 @@ func repeated(n int) string {
 	if n < 2 {
 		return ""
 	}
-	return fmt.Sprintf(" The default configuration's deployment ran %d times per size, size after size, round after round; the drain figures are the runs' medians, the other figures the last run's.", n)
+	return fmt.Sprintf(" The default configuration's deployment ran %d times per backlog, backlog after backlog, round after round; the drain figures are the runs' medians, the other figures the last run's.", n)
+}
+
+// joinCounts lists numbers: "1, 10, 1,000".
+func joinCounts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = count(n)
+	}
+	return strings.Join(s, ", ")
 }

@@ -126,7 +126,11 @@ func TestScaleConfigRefusesProfileInMissingDir(t *testing.T) {
 	if err := c.defaults(); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("defaults() = %v, want the missing directory refused", err)
 	}
-	c = ScaleConfig{DrainProfile: filepath.Join(t.TempDir(), "d")}
+	c = ScaleConfig{HeapProfile: filepath.Join(t.TempDir(), "missing", "h")}
+	if err := c.defaults(); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("defaults() = %v, want the heap profile's missing directory refused", err)
+	}
+	c = ScaleConfig{DrainProfile: filepath.Join(t.TempDir(), "d"), HeapProfile: filepath.Join(t.TempDir(), "h")}
 	if err := c.defaults(); err != nil {
 		t.Fatalf("a profile prefix in an existing directory: %v", err)
 	}

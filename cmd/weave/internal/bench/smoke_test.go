@@ -174,17 +174,22 @@ func TestScaleSmall(t *testing.T) {
 	defer func() { settleMax = 5 * time.Second }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := RunScale(ctx, &Env{}, ScaleConfig{Sizes: []int{1000, 200}, GroupSize: 100, DrainJobs: 50, Repeat: 3})
+	res, err := RunScale(ctx, &Env{}, ScaleConfig{Sizes: []int{1000, 200}, GroupSizes: []int{100, 1}, DrainJobs: 50, Repeat: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Checks: memory at each size and between them, then the drain's cost and rate and the
-	// admission at the largest size against the smallest.
-	if res.Isolated || len(res.Steps) != 2 || len(res.Slopes) != 1 || len(res.Checks) != 6 {
+	// Checks, per group size: memory per added job between the sizes (the sizes are too small
+	// for the memory at each), then the drain's cost and rate and the admission at the largest
+	// size against the smallest.
+	if res.Isolated || len(res.Steps) != 4 || len(res.Slopes) != 2 || len(res.Checks) != 8 {
 		t.Fatalf("result %+v", res)
 	}
-	for _, s := range res.Steps {
-		if s.Admitted != uint64(s.Jobs) || s.Pending != uint64(s.Jobs) || s.Groups != s.Jobs/100 || s.DrainJobs != 50 || s.DrainJobsPerS <= 0 || s.NoCache.CoordBytes == 0 || s.Default.CoordBytes == 0 {
+	for i, s := range res.Steps {
+		if wantGroup := []int{1, 1, 100, 100}[i]; s.GroupSize != wantGroup {
+			t.Fatalf("step %d in groups of %d, want %d: group sizes first, then sizes", i, s.GroupSize, wantGroup)
+		}
+		// Coarsely sampled with the default configuration: its coordinator figure may be 0.
+		if s.Admitted != uint64(s.Jobs) || s.Pending != uint64(s.Jobs) || s.Groups != s.Jobs/s.GroupSize || s.DrainJobs != 50 || s.DrainJobsPerS <= 0 || s.NoCache.CoordBytes == 0 || s.Default.ProcessBytes == 0 {
 			t.Errorf("step %+v", s)
 		}
 		if len(s.DrainRuns) != 3 {
@@ -196,7 +201,7 @@ func TestScaleSmall(t *testing.T) {
 			t.Errorf("drain rate %.0f at %d jobs, want the runs' median %.0f (%v)", s.DrainJobsPerS, s.Jobs, rates[1], rates)
 		}
 	}
-	if got := res.Checks[3].Value; got != res.Steps[1].DrainCPUPerJob/res.Steps[0].DrainCPUPerJob {
+	if got := res.Checks[1].Value; got != res.Steps[1].DrainCPUPerJob/res.Steps[0].DrainCPUPerJob {
 		t.Errorf("drain cost check measured %v, want the largest size's median over the smallest's", got)
 	}
 	if res.Steps[0].Jobs != 200 {
@@ -204,7 +209,7 @@ func TestScaleSmall(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	spec := `{"scale":{"config":{"group_size":100,"drain_jobs":20},"jobs":300,"groups":3,"defaults":false}}`
+	spec := `{"scale":{"config":{"group_sizes":[100],"drain_jobs":20},"group_size":100,"jobs":300,"groups":3,"defaults":false}}`
 	if err := RunChild(ctx, &Env{}, spec, nil, &out); err != nil {
 		t.Fatal(err)
 	}
