@@ -121,6 +121,8 @@ const (
 	GroupOpen     GroupState = "open"     // not sealed: its producer may publish more jobs
 	GroupRunning  GroupState = "running"  // sealed, some jobs have not ended
 	GroupComplete GroupState = "complete" // every job ended; the summary is stored (or being stored)
+	// GroupWaiting: sealed, held until the groups it runs after have completed (GroupInfo.WaitsFor).
+	GroupWaiting GroupState = "waiting"
 )
 
 // GroupInfo describes one incarnation of a group: its progress while it runs, its summary after.
@@ -624,6 +626,8 @@ func groupInfo(g *wire.GroupLive) *GroupInfo {
 	switch {
 	case g.Complete:
 		gi.State = GroupComplete
+	case g.Sealed && len(g.WaitsFor) > 0:
+		gi.State = GroupWaiting
 	case g.Sealed:
 		gi.State = GroupRunning
 	default:

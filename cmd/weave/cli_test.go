@@ -403,6 +403,7 @@ func TestSubmitAfter(t *testing.T) {
 	}
 	code, out, errOut := runCLI(t, "", append([]string{"group", "index"}, conn...)...)
 	if code != exitOK || !strings.Contains(out, `group "index": held until the groups it runs after have completed as it asks: crawl (success; not published yet)`) ||
+		!strings.Contains(out, " waiting ") ||
 		!strings.Contains(out, `group "index": followed by mail (they run after it)`) ||
 		!strings.Contains(out, `group "index": priority 3: its jobs go before those of lower priorities`) {
 		t.Fatalf("group index: exit %d\n%s%s", code, out, errOut)
