@@ -231,10 +231,10 @@ func newGroupsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "groups",
 		Short: "List the active groups and those complete within the result retention",
-		Long: `Groups lists, from the running coordinator, the groups it tracks (open, running, waiting for the groups they run after, or complete
-and being summarised) in arrival order, then the groups complete within the result retention,
-the latest first, each with its jobs per state (its summary once complete). Each list shows at
-most 500 groups.`,
+		Long: `Groups lists, from the running coordinator, the groups it tracks (open, running, waiting
+for the groups they run after, or complete and being summarised) in arrival order, then the
+groups complete within the result retention, the latest first, each with its jobs per state
+(its summary once complete). Each list shows at most 500 groups.`,
 		Example: `  weave groups
   weave groups --json`,
 		Args: usageArgs(cobra.NoArgs),
