@@ -131,12 +131,12 @@ func (d *Dispatcher) openAnswers(c wire.GroupControl) (*nats.Subscription, error
 
 // awaitOpen waits for the coordinator's answer to the open stored at seq, at most
 // RequestTimeout: a cycle is ErrCycle. Without an answer (no coordinator running) Publish goes
-// on; a cycle is then refused and recorded when a coordinator reads the open.
+// on; a cycle is then refused and recorded when a coordinator reads the open. The caller
+// unsubscribes sub.
 func (d *Dispatcher) awaitOpen(ctx context.Context, sub *nats.Subscription, group string, seq uint64) error {
 	if sub == nil {
 		return nil
 	}
-	defer func() { _ = sub.Unsubscribe() }()
 	wctx, stop := context.WithTimeout(ctx, d.cfg.RequestTimeout)
 	defer stop()
 	for {

@@ -54,6 +54,12 @@ func (l *runLog) firstStart(g string) time.Time {
 	return slices.MinFunc(l.starts[g], func(a, b time.Time) int { return a.Compare(b) })
 }
 
+func (l *runLog) lastEnd(g string) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ends[g]
+}
+
 func (l *runLog) started(g string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -88,8 +94,8 @@ func TestChainOfGroups(t *testing.T) {
 	}
 	for i := 1; i < n; i++ {
 		prev, cur := fmt.Sprint("c", i-1), fmt.Sprint("c", i)
-		if first := log.firstStart(cur); first.Before(log.ends[prev]) {
-			t.Fatalf("group %s started at %v, before %s ended at %v", cur, first, prev, log.ends[prev])
+		if first := log.firstStart(cur); first.Before(log.lastEnd(prev)) {
+			t.Fatalf("group %s started at %v, before %s ended at %v", cur, first, prev, log.lastEnd(prev))
 		}
 	}
 }
@@ -119,7 +125,7 @@ func TestFanIn(t *testing.T) {
 	}
 	start := log.firstStart("index")
 	for _, h := range hs {
-		if end := log.ends[h.GroupID()]; start.Before(end) {
+		if end := log.lastEnd(h.GroupID()); start.Before(end) {
 			t.Fatalf("index started at %v, before %s ended at %v", start, h.GroupID(), end)
 		}
 	}
@@ -266,7 +272,7 @@ func TestDependencyAcrossRestart(t *testing.T) {
 			t.Fatalf("%s: %+v %v", h.GroupID(), sum, err)
 		}
 	}
-	if log.firstStart("b").Before(log.ends["a"]) {
+	if log.firstStart("b").Before(log.lastEnd("a")) {
 		t.Fatal("b started before a ended")
 	}
 	stop()
@@ -302,7 +308,7 @@ func TestFollowUpAfterResume(t *testing.T) {
 	if sum, err := h.FollowUps()[0].WaitSummary(e.ctx); err != nil || sum.Done != 1 {
 		t.Fatalf("follow-up: %+v %v", sum, err)
 	}
-	if log.firstStart("f").Before(log.ends["p"]) {
+	if log.firstStart("f").Before(log.lastEnd("p")) {
 		t.Fatal("the follow-up started before its group ended")
 	}
 }
