@@ -41,6 +41,7 @@ type engine struct {
 	idx   *jobindex.Index                     // every admitted job's state, by group and resource
 	sched *spreader.Scheduler[*group, uint64] // the groups' pending jobs and feeder slots
 	jobs  map[uint64]*job                     // jobs released at least once and not ended yet
+	prio  jobPriorities                       // the jobs' priorities within their groups, above 0
 
 	groups    groupSet
 	fleet     fleet
@@ -95,6 +96,7 @@ type job struct {
 	redriveOf uint64         // the failed job it runs again, in an incarnation a redrive opened
 	history   []wire.Attempt // failed attempts, for the outcome (bounded by wire.MaxHistory)
 	cancelReq bool           // a cancel of this job arrived while it ran
+	prio      uint8          // its priority within its group, while a limit's line holds it
 	counted   bool           // counted in the scheduler's in-flight for its group
 	retryAt   time.Time
 	heapIdx   int
@@ -271,6 +273,7 @@ func (e *engine) moveTerminal(id uint64, to jobindex.State) {
 		}
 	}
 	e.mustMove(id, to)
+	e.prio.drop(id)
 }
 
 // mustMove moves a job in the index, logging an illegal transition.

@@ -293,7 +293,7 @@ func (e *engine) ready(r *groupRec, g *group, id uint64) {
 		return // held by its edges: its jobs wait in the index until its ready record (applyReady)
 	}
 	if g != nil && g.inSched && e.sched.Entered(g) {
-		_ = e.sched.Push(g, id)
+		_ = e.sched.PushAt(g, e.prio.of(id), id)
 		return
 	}
 	e.enqueue(r)
@@ -328,11 +328,24 @@ func (e *engine) fillSlots() {
 			continue
 		}
 		g.inSched = true
-		if err := e.sched.Push(g, ids...); err != nil {
+		if err := e.push(g, ids); err != nil {
 			e.log.Error().Err(err).Str("group", g.id).Msg("scheduler refused a group's jobs")
 		}
 		e.sealIfDue(g)
 	}
+}
+
+// push gives g's scheduler entry the jobs ids, each at its priority within g.
+func (e *engine) push(g *group, ids []uint64) error {
+	if e.prio.n == 0 {
+		return e.sched.Push(g, ids...)
+	}
+	for _, id := range ids {
+		if err := e.sched.PushAt(g, e.prio.of(id), id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (g *group) terminal() uint64 { return g.done + g.failed + g.canceled }
@@ -661,6 +674,9 @@ func (e *engine) admit(subject string, seq uint64, r *groupRec, j *wire.StoredJo
 	if err != nil {
 		e.reject(subject, seq, err.Error())
 		return false
+	}
+	if r.flags&recSingle == 0 {
+		e.prio.set(id, m.Priority) // a single job's is its group's
 	}
 	g := e.liveOf(r)
 	if g != nil {

@@ -94,8 +94,8 @@ func (ls *limitState) leave(g *group) {
 	}
 }
 
-// enqueue puts j in its group's queue of ls's line: at the back, or at the front for a job the
-// line offered and got back (it was its group's first).
+// enqueue puts j in its group's queue of ls's line: at the front for a job the line offered and
+// got back (it was its group's first), else behind the jobs of its priority or higher.
 func (ls *limitState) enqueue(j *job, front bool) {
 	if ls.line == nil {
 		ls.line = map[*group][]*job{}
@@ -104,9 +104,16 @@ func (ls *limitState) enqueue(j *job, front bool) {
 	if !ok {
 		ls.order = append(ls.order, j.g)
 	}
-	if front {
+	switch {
+	case front:
 		q = slices.Insert(q, 0, j)
-	} else {
+	case j.prio > 0:
+		i := len(q)
+		for i > 0 && q[i-1].prio < j.prio {
+			i--
+		}
+		q = slices.Insert(q, i, j)
+	default:
 		q = append(q, j)
 	}
 	ls.line[j.g] = q
@@ -309,6 +316,7 @@ func (e *engine) holdBack(c candidate, ls *limitState) bool {
 		front = j.offeredBy == ls
 		unoffer(j)
 	}
+	j.prio = uint8(e.prio.of(j.id))
 	ls.enqueue(j, front)
 	return true
 }

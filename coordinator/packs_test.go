@@ -19,7 +19,7 @@ import (
 // what feed returned.
 func (te *testEngine) pack(g string, jobs ...wire.PackJob) (uint64, []wire.StoredJob) {
 	te.seq++
-	got, _ := te.e.feed(te.e.names.JobSubject(wire.GroupToken(g)), te.seq, wire.PackHeader(g, len(jobs)), wire.AppendPack(nil, jobs), time.Time{})
+	got, _ := te.e.feed(te.e.names.JobSubject(wire.GroupToken(g)), te.seq, wire.PackHeader(g, len(jobs), 0), wire.AppendPack(nil, jobs), time.Time{})
 	return te.seq, got
 }
 
@@ -71,10 +71,10 @@ func TestPackAdmission(t *testing.T) {
 		body    []byte
 		want    string
 	}{
-		"malformed":               {te.e.names.JobSubject("g"), wire.PackHeader("g", 2), wire.AppendPack(nil, []wire.PackJob{{}, {Require: []string{"bad name"}}}), "job 1 of the pack"},
-		"a count that lies":       {te.e.names.JobSubject("g"), wire.PackHeader("g", 3), wire.AppendPack(nil, []wire.PackJob{{}, {}}), "holds 2"},
-		"another group's subject": {te.e.names.JobSubject(wire.GroupToken("other")), wire.PackHeader("g", 2), wire.AppendPack(nil, []wire.PackJob{{}, {}}), "does not match"},
-		"a group not open":        {te.e.names.JobSubject(wire.GroupToken("nope")), wire.PackHeader("nope", 2), wire.AppendPack(nil, []wire.PackJob{{}, {}}), "not open"},
+		"malformed":               {te.e.names.JobSubject("g"), wire.PackHeader("g", 2, 0), wire.AppendPack(nil, []wire.PackJob{{}, {Require: []string{"bad name"}}}), "job 1 of the pack"},
+		"a count that lies":       {te.e.names.JobSubject("g"), wire.PackHeader("g", 3, 0), wire.AppendPack(nil, []wire.PackJob{{}, {}}), "holds 2"},
+		"another group's subject": {te.e.names.JobSubject(wire.GroupToken("other")), wire.PackHeader("g", 2, 0), wire.AppendPack(nil, []wire.PackJob{{}, {}}), "does not match"},
+		"a group not open":        {te.e.names.JobSubject(wire.GroupToken("nope")), wire.PackHeader("nope", 2, 0), wire.AppendPack(nil, []wire.PackJob{{}, {}}), "not open"},
 	} {
 		admitted := te.e.stats.Admitted
 		te.seq++
@@ -109,8 +109,8 @@ func TestPacksReadOnce(t *testing.T) {
 	subject := names.JobSubject("g")
 	var packSeq, badSeq uint64
 	for i, m := range []*nats.Msg{
-		{Subject: subject, Header: wire.PackHeader("g", 3), Data: wire.AppendPack(nil, []wire.PackJob{{Payload: []byte("0")}, {Payload: []byte("1")}, {Payload: []byte("2")}})},
-		{Subject: subject, Header: wire.PackHeader("g", 2), Data: []byte("not a pack")},
+		{Subject: subject, Header: wire.PackHeader("g", 3, 0), Data: wire.AppendPack(nil, []wire.PackJob{{Payload: []byte("0")}, {Payload: []byte("1")}, {Payload: []byte("2")}})},
+		{Subject: subject, Header: wire.PackHeader("g", 2, 0), Data: []byte("not a pack")},
 	} {
 		ack, err := js.PublishMsg(ctx, m)
 		if err != nil {
@@ -136,7 +136,7 @@ func TestPacksReadOnce(t *testing.T) {
 
 	// A pack read for a group's next jobs is kept from the first job wanted on, even past the
 	// read-ahead, so a backlog's packs are read once; one read for a job alone keeps nothing else.
-	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: wire.PackHeader("g", 4), Data: wire.AppendPack(nil, make([]wire.PackJob, 4))})
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: wire.PackHeader("g", 4, 0), Data: wire.AppendPack(nil, make([]wire.PackJob, 4))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -166,6 +166,7 @@ func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
 	for _, st := range []jobindex.State{jobindex.Pending, jobindex.Delayed} {
 		for _, jid := range slices.Collect(e.groupJobs(h.seq, alone, st)) {
 			_, _ = e.idx.Move(jid, jobindex.Canceled) // not a transition any job made: not in the metrics
+			e.prio.drop(jid)
 		}
 	}
 	e.stats.Admitted -= c.Total()

@@ -46,6 +46,13 @@ type Job struct {
 	// Times are the producer's clock, read at millisecond precision.
 	Delay time.Duration
 	RunAt time.Time
+
+	// Priority (0–9, default 0) puts the job ahead of its group's jobs of lower priorities: of
+	// the group's jobs waiting to be released, the highest priority goes first, then the order
+	// they were published in. It orders jobs within their group only; the group's place among
+	// other groups is its own Priority option. On a single job (Submit) the two are one: the
+	// job's priority is its group's.
+	Priority int
 }
 
 // runAt is when the job may first run, zero for at once, checked against now.
@@ -339,6 +346,7 @@ func (p *publication) publishJobs(ctx context.Context, jobs iter.Seq[Job]) (err 
 			Prefer:      job.Prefer,
 			MaxAttempts: job.MaxAttempts,
 			Timeout:     job.Timeout,
+			Priority:    job.Priority,
 		}
 		runAt, err := job.runAt(time.Now())
 		if err == nil {
@@ -371,8 +379,9 @@ func packCost(j *Job) int { return wire.PackedSize(j.Payload, j.Require, j.Prefe
 // send publishes the jobs from ch until it is closed, or until a publish fails, which it
 // records in p.failed before closing p.stop (publishJobs stops handing jobs over at ctx's end).
 // Jobs without a key that wait in ch when it takes one go together in one pack (up to MaxPack
-// jobs and packBytes); a keyed job, which JetStream deduplicates by its own Nats-Msg-Id, goes
-// alone, as does a job nothing waits behind.
+// jobs and packBytes; a pack's jobs share one priority, so a change of priority starts the
+// next); a keyed job, which JetStream deduplicates by its own Nats-Msg-Id, goes alone, as does a
+// job nothing waits behind.
 // So a producer that yields jobs faster than they are published gets packs, and a job yielded
 // alone is not held back.
 func (p *publication) send(ctx context.Context, ch <-chan checkedJob) {
@@ -401,7 +410,7 @@ func (p *publication) send(ctx context.Context, ch <-chan checkedJob) {
 					switch {
 					case !ok:
 						break gather
-					case j.job.Key != "" || size+packCost(&j.job) > limit:
+					case j.job.Key != "" || j.job.Priority != batch[0].job.Priority || size+packCost(&j.job) > limit:
 						next, hasNext = j, true
 						break gather
 					}
@@ -455,7 +464,7 @@ func (p *publication) publish(ctx context.Context, batch []checkedJob) error {
 			jobs[i] = wire.PackJob{Payload: c.job.Payload, Require: c.meta.Require, Prefer: c.meta.Prefer,
 				MaxAttempts: c.meta.MaxAttempts, Timeout: c.meta.Timeout, RunAt: c.meta.RunAt}
 		}
-		msg.Header, msg.Data = wire.PackHeader(p.h.group, len(batch)), wire.AppendPack(nil, jobs)
+		msg.Header, msg.Data = wire.PackHeader(p.h.group, len(batch), first.meta.Priority), wire.AppendPack(nil, jobs)
 	}
 	p.trace.set(msg.Header)
 	// Like the open, retry a while if the stream has no leader (a cluster's leader change).

@@ -26,7 +26,8 @@ import (
 // window stores it once: Submit then returns the first one's ID and h.Duplicates() is 1.
 //
 // Of the group options After and Priority apply (a single job's group has weight 1 and no
-// follow-ups of its own), as to a group Publish opens.
+// follow-ups of its own), as to a group Publish opens. job.Priority is the same as the Priority
+// option: a single job's priority is its group's.
 func (d *Dispatcher) Submit(ctx context.Context, groupID string, job Job, opts ...GroupOption) (h *Handle, id uint64, err error) {
 	var o groupOptions
 	for _, opt := range opts {
@@ -182,6 +183,13 @@ func (d *Dispatcher) singleMsg(ctx context.Context, groupID string, job *Job, af
 	}
 	if err := validateGroupID(groupID); err != nil {
 		return nil, "", err
+	}
+	switch {
+	case job.Priority == 0:
+	case priority == 0:
+		priority = job.Priority
+	case priority != job.Priority:
+		return nil, "", fmt.Errorf("%w of single job %q: Job.Priority %d and the Priority option %d differ (a single job's priority is its group's: give one)", ErrInvalidOption, groupID, job.Priority, priority)
 	}
 	meta := wire.JobMeta{Group: groupID, Key: job.Key, Require: job.Require, Prefer: job.Prefer, MaxAttempts: job.MaxAttempts, Timeout: job.Timeout, Single: true, Reply: d.reply, After: after, Priority: priority}
 	runAt, err := job.runAt(time.Now())

@@ -24,4 +24,6 @@ var (
 	ErrUnknownGroup = errors.New("spreader: unknown group")
 	// ErrSealed means the group is sealed and takes no more jobs.
 	ErrSealed = errors.New("spreader: group sealed")
+	// ErrInvalidPriority means a job's priority is outside 0..MaxPriority.
+	ErrInvalidPriority = errors.New("spreader: invalid priority")
 )

@@ -1,7 +1,5 @@
 package spreader
 
-import "github.com/weavejobs/weave/feeder"
-
 // state is where a group is in its life in the scheduler.
 type state uint8
 
@@ -26,7 +24,7 @@ const (
 // group is the scheduler's record of one group.
 type group[G comparable, J any] struct {
 	key      G
-	jobs     feeder.Queue[J] // pushed and not yet released, in push order
+	jobs     jobQueue[J] // pushed and not yet released: the highest priority first, then push order
 	state    state
 	sealed   bool
 	slot     int    // the slot held while active

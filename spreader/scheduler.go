@@ -77,16 +77,26 @@ func (s *Scheduler[G, J]) AddGroup(g G) error {
 	return nil
 }
 
-// Push appends ready jobs to g's queue. An idle g takes a vacant slot at once,
-// the lowest one, if there is one, and otherwise joins the line. It returns an
-// error wrapping ErrUnknownGroup or ErrSealed if g cannot take jobs.
-func (s *Scheduler[G, J]) Push(g G, jobs ...J) error {
+// Push appends ready jobs to g's queue, at priority 0. An idle g takes a vacant
+// slot at once, the lowest one, if there is one, and otherwise joins the line.
+// It returns an error wrapping ErrUnknownGroup or ErrSealed if g cannot take
+// jobs.
+func (s *Scheduler[G, J]) Push(g G, jobs ...J) error { return s.PushAt(g, 0, jobs...) }
+
+// PushAt is Push at priority p (0–MaxPriority): g releases its queued jobs of the
+// highest priority first, each priority's in push order. A priority orders jobs
+// within their group only; which group is offered is the policy's choice. It
+// returns an error wrapping ErrInvalidPriority if p is out of range.
+func (s *Scheduler[G, J]) PushAt(g G, p int, jobs ...J) error {
+	if p < 0 || p > MaxPriority {
+		return fmt.Errorf("%w: %d, want 0..%d", ErrInvalidPriority, p, MaxPriority)
+	}
 	grp, err := s.unsealed(g)
 	if err != nil {
 		return err
 	}
 	for _, job := range jobs {
-		grp.jobs.Push(job)
+		grp.jobs.Push(p, job)
 	}
 	if grp.state == idle && grp.jobs.Len() > 0 {
 		s.enter(grp)
@@ -113,7 +123,7 @@ func (s *Scheduler[G, J]) Seal(g G) error {
 
 // Cancel removes g wherever it is: in the line, in a slot (which takes the next
 // group at once), or draining. It returns g's queued jobs, the ones never
-// released, in push order. The scheduler then forgets g, including its jobs in
+// released, in the order they would have been released. The scheduler then forgets g, including its jobs in
 // flight: later Done calls for g are ignored, and g may be added again. Cancel
 // on an unknown group returns nil.
 func (s *Scheduler[G, J]) Cancel(g G) []J {

@@ -68,6 +68,8 @@ A line is a JSON object; every field is optional:
   timeout       timeout of one attempt, a Go duration such as "30s" (default: the worker's)
   delay         hold the job back this long after it is published, e.g. "10m" (up to 366 days)
   run_at        or until this time, RFC 3339, e.g. "2026-12-01T09:00:00Z" (not with delay)
+  priority      0-9: the job goes ahead of its group's jobs of lower priorities (with
+                --singles, its group's priority, as --priority is for a group)
 Blank lines are skipped; an unknown field or a malformed line stops the submission: the
 group is then sealed with the jobs before that line.
 

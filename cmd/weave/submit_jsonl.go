@@ -22,6 +22,7 @@ import (
 //	{"payload_b64": "AAEC"}                            raw bytes, base64 (standard encoding)
 //	{"require": ["eu"], "prefer": ["gpu"], "max_attempts": 3, "timeout": "30s"}
 //	{"delay": "10m"}  or  {"run_at": "2026-12-01T09:00:00Z"}     not released before then
+//	{"priority": 5}                                    ahead of the group's jobs of lower priorities
 //
 // Blank lines are skipped. Unknown fields are errors, to catch typos.
 type jobLine struct {
@@ -34,6 +35,7 @@ type jobLine struct {
 	Timeout     string          `json:"timeout"`
 	Delay       string          `json:"delay"`
 	RunAt       string          `json:"run_at"`
+	Priority    int             `json:"priority"`
 	Group       string          `json:"group"` // submit --singles only: the job's own group
 }
 
@@ -72,7 +74,7 @@ func decodeJobLine(line []byte) (dispatcher.Job, jobLine, error) {
 	if dec.More() {
 		return dispatcher.Job{}, l, fmt.Errorf("%w: more than one JSON value on the line", errJobLine)
 	}
-	j := dispatcher.Job{Key: l.Key, Require: l.Require, Prefer: l.Prefer, MaxAttempts: l.MaxAttempts}
+	j := dispatcher.Job{Key: l.Key, Require: l.Require, Prefer: l.Prefer, MaxAttempts: l.MaxAttempts, Priority: l.Priority}
 	switch {
 	case l.PayloadB64 != nil && l.Payload != nil:
 		return j, l, fmt.Errorf("%w: payload and payload_b64 are exclusive", errJobLine)
@@ -134,6 +136,9 @@ func decodeJobLine(line []byte) (dispatcher.Job, jobLine, error) {
 	}
 	if l.MaxAttempts < 0 || l.MaxAttempts > wire.MaxAttemptsLimit {
 		return j, l, fmt.Errorf("%w: max_attempts %d outside 0..%d (0: the coordinator's --max-attempts)", errJobLine, l.MaxAttempts, wire.MaxAttemptsLimit)
+	}
+	if l.Priority < 0 || l.Priority > wire.MaxPriority {
+		return j, l, fmt.Errorf("%w: priority %d outside 0..%d", errJobLine, l.Priority, wire.MaxPriority)
 	}
 	if j.Timeout > wire.MaxTimeout {
 		return j, l, fmt.Errorf("%w: timeout %v above %v", errJobLine, j.Timeout, wire.MaxTimeout)

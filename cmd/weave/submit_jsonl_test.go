@@ -28,6 +28,8 @@ func TestParseJobLine(t *testing.T) {
 		{`{"require":["eu"],"prefer":["gpu","ssd"],"max_attempts":3,"timeout":"1m30s"}`,
 			dispatcher.Job{Require: []string{"eu"}, Prefer: []string{"gpu", "ssd"}, MaxAttempts: 3, Timeout: 90 * time.Second}, ""},
 		{`{"delay":"90s"}`, dispatcher.Job{Delay: 90 * time.Second}, ""},
+		{`{"priority":9}`, dispatcher.Job{Priority: 9}, ""},
+		{`{"priority":10}`, dispatcher.Job{}, "priority 10 outside 0..9"},
 		{`{"run_at":"2026-12-01T09:00:00Z"}`, dispatcher.Job{RunAt: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}, ""},
 		{`{"delay":"1s","run_at":"2026-12-01T09:00:00Z"}`, dispatcher.Job{}, "exclusive"},
 		{`{"delay":"later"}`, dispatcher.Job{}, "delay"},

@@ -25,7 +25,8 @@ import (
 // rather than run a dependent group at once or ignore its priority.
 const (
 	HdrAfter = "Weave-After"
-	// HdrPriority, on an open or a single job: the group's priority (1–MaxPriority; absent = 0).
+	// HdrPriority, on an open or a single job: the group's priority; on a job or pack of a group:
+	// its jobs' priority within the group (1–MaxPriority; absent = 0).
 	HdrPriority = "Weave-Priority"
 	// HdrAfterFailed, on the coordinator's cancel of a group, names the group it ran after that
 	// ended otherwise than it asked.
@@ -37,7 +38,7 @@ const (
 	// MaxAfter bounds the groups one group runs after (a fan-in wider than this is a chain of
 	// groups, or a group with its own edges).
 	MaxAfter = 256
-	// MaxPriority is the highest group priority.
+	// MaxPriority is the highest priority, of a group or of a job within its group.
 	MaxPriority = 9
 )
 

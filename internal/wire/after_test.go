@@ -35,6 +35,23 @@ func TestAfterRoundTrip(t *testing.T) {
 	if back, err := ParseJobMeta(single.Header()); err != nil || !reflect.DeepEqual(back.After, single.After) || back.Priority != 1 {
 		t.Fatalf("single: %+v %v", back, err)
 	}
+	// A job of a group carries its priority within the group; its group's edges are its open's.
+	job := JobMeta{Group: "j", Priority: 7}
+	if back, err := ParseJobMeta(job.Header()); err != nil || back.Priority != 7 || job.Header().Get(HdrVersion) != "3" {
+		t.Fatalf("job of priority 7: %+v %v (version %s)", back, err, job.Header().Get(HdrVersion))
+	}
+	if v := (JobMeta{Group: "j"}).Header().Get(HdrVersion); v != "1" {
+		t.Fatalf("a job of priority 0 has version %s, want 1 (readable by earlier coordinators)", v)
+	}
+	h = JobMeta{Group: "j"}.Header()
+	h.Set(HdrVersion, "3")
+	h.Add(HdrAfter, After{Group: "other"}.value())
+	if _, err := ParseJobMeta(h); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "not a single job") {
+		t.Fatalf("a job of a group with Weave-After: %v, want ErrMalformed", err)
+	}
+	if err := (JobMeta{Group: "j", Priority: MaxPriority + 1}).Validate(); !errors.Is(err, ErrBadOption) {
+		t.Fatalf("priority %d: %v, want ErrBadOption", MaxPriority+1, err)
+	}
 }
 
 // TestAfterRefused: malformed edges are refused with what is wrong.

@@ -127,21 +127,22 @@ func FuzzDecodeCancel(f *testing.F) {
 
 // FuzzParsePack feeds arbitrary bodies to the pack decoder under a pack's headers.
 func FuzzParsePack(f *testing.F) {
-	f.Add(AppendPack(nil, []PackJob{{Payload: []byte("a")}, {Payload: []byte("b"), Require: []string{"r"}, Prefer: []string{"p"}, MaxAttempts: 3, Timeout: 5e9}}), 2)
-	f.Add([]byte{Version, kindPack, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 2)
-	f.Fuzz(func(t *testing.T, b []byte, n int) {
-		jobs, err := ParseStoredJobs(7, PackHeader("g", n), b)
+	f.Add(AppendPack(nil, []PackJob{{Payload: []byte("a")}, {Payload: []byte("b"), Require: []string{"r"}, Prefer: []string{"p"}, MaxAttempts: 3, Timeout: 5e9}}), 2, uint8(0))
+	f.Add([]byte{Version, kindPack, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 2, uint8(4))
+	f.Fuzz(func(t *testing.T, b []byte, n int, prio uint8) {
+		p := int(prio) % (MaxPriority + 1)
+		jobs, err := ParseStoredJobs(7, PackHeader("g", n, p), b)
 		if err != nil {
 			return
 		}
 		pack := make([]PackJob, len(jobs))
 		for i, j := range jobs {
-			if err := j.Meta.Validate(); err != nil || j.ID != PackedJobID(7, i) || j.Meta.Group != "g" {
+			if err := j.Meta.Validate(); err != nil || j.ID != PackedJobID(7, i) || j.Meta.Group != "g" || j.Meta.Priority != p {
 				t.Fatalf("accepted job %d: %+v (%v)", i, j, err)
 			}
 			pack[i] = PackJob{Payload: j.Payload, Require: j.Meta.Require, Prefer: j.Meta.Prefer, MaxAttempts: j.Meta.MaxAttempts, Timeout: j.Meta.Timeout, RunAt: j.Meta.RunAt}
 		}
-		again, err := ParseStoredJobs(7, PackHeader("g", n), AppendPack(nil, pack))
+		again, err := ParseStoredJobs(7, PackHeader("g", n, p), AppendPack(nil, pack))
 		if err != nil || !reflect.DeepEqual(again, jobs) {
 			t.Fatalf("re-encode of an accepted pack gave %+v, %v; want %+v", again, err, jobs)
 		}

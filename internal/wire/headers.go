@@ -247,7 +247,9 @@ type JobMeta struct {
 	RedriveOf uint64
 	// Reply, on a single job, is its producer's reply token, as on an open (GroupControl.Reply).
 	Reply string
-	// After and Priority, on a single job, are its group's, as on an open (GroupControl).
+	// After, on a single job, is its group's, as on an open (GroupControl). Priority, on a single
+	// job, is its group's; on another job, its priority within its group (0–MaxPriority): it is
+	// released before the group's jobs of lower priorities.
 	After    []After
 	Priority int
 }
@@ -274,16 +276,16 @@ func (m JobMeta) Validate() error {
 			return err
 		}
 	}
-	if len(m.After) > 0 || m.Priority != 0 {
+	if len(m.After) > 0 {
 		if !m.Single {
-			return fmt.Errorf("%w: a job that is not a single job takes its group's dependencies and priority from its open", ErrBadOption)
+			return fmt.Errorf("%w: a job that is not a single job takes its group's dependencies from its open", ErrBadOption)
 		}
 		if err := ValidateAfter(m.Group, m.After); err != nil {
 			return err
 		}
-		if err := ValidatePriority(m.Priority); err != nil {
-			return err
-		}
+	}
+	if err := ValidatePriority(m.Priority); err != nil {
+		return err
 	}
 	if m.MaxAttempts < 0 || m.MaxAttempts > MaxAttemptsLimit {
 		return fmt.Errorf("%w: MaxAttempts %d outside 0..%d", ErrBadOption, m.MaxAttempts, MaxAttemptsLimit)
@@ -336,8 +338,8 @@ func (m JobMeta) Header() nats.Header {
 		if m.Reply != "" {
 			h.Set(HdrReply, m.Reply)
 		}
-		setFeatures(h, m.After, m.Priority)
 	}
+	setFeatures(h, m.After, m.Priority)
 	return h
 }
 
@@ -389,8 +391,8 @@ func ParseJobMeta(h nats.Header) (JobMeta, error) {
 	if m.After, m.Priority, err = parseFeatures(h, m.Group); err != nil {
 		return JobMeta{}, err
 	}
-	if (len(m.After) > 0 || m.Priority > 0) && !m.Single {
-		return JobMeta{}, fmt.Errorf("%w: %s or %s on a job that is not a single job", ErrMalformed, HdrAfter, HdrPriority)
+	if len(m.After) > 0 && !m.Single {
+		return JobMeta{}, fmt.Errorf("%w: %s on a job that is not a single job", ErrMalformed, HdrAfter)
 	}
 	if v := h.Get(HdrRunAt); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)

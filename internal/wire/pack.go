@@ -14,8 +14,9 @@ import (
 // from the stream (a release past the payload cache) reads its pack's other jobs along.
 //
 // A pack is a message on the group's job subject with the headers Weave-Version (PackVersion),
-// Weave-Group and Weave-Pack (the number of jobs, 2–MaxPack) and, if traced, the trace headers, which every job
-// of the pack shares. Its body is the binary pack (AppendPack). Only jobs without a key travel in
+// Weave-Group and Weave-Pack (the number of jobs, 2–MaxPack), and the ones every job of the pack
+// shares: if traced, the trace headers; if above 0, their priority (Weave-Priority, with
+// Weave-Version FeatureVersion). Its body is the binary pack (AppendPack). Only jobs without a key travel in
 // packs: a keyed job is deduplicated by JetStream with its own Nats-Msg-Id, so it keeps a message
 // of its own; so do single jobs and the jobs a coordinator publishes (redrives, schedules).
 //
@@ -81,12 +82,16 @@ type PackJob struct {
 	RunAt       time.Time // zero = at once; millisecond precision
 }
 
-// PackHeader returns the headers of a pack of n jobs of group.
-func PackHeader(group string, n int) nats.Header {
+// PackHeader returns the headers of a pack of n jobs of group, all of the given priority within
+// the group (0–MaxPriority). A pack of priority above 0 carries Weave-Priority and the
+// FeatureVersion, so that a coordinator that knows no job priorities refuses it rather than
+// release its jobs in the wrong order.
+func PackHeader(group string, n, priority int) nats.Header {
 	h := nats.Header{}
 	h.Set(HdrVersion, strconv.Itoa(PackVersion))
 	h.Set(HdrGroup, group)
 	h.Set(HdrPack, strconv.Itoa(n))
+	setFeatures(h, nil, priority)
 	return h
 }
 
@@ -161,8 +166,25 @@ func ParseStoredJobs(seq uint64, h nats.Header, data []byte) ([]StoredJob, error
 		}
 		return []StoredJob{{ID: seq, Meta: meta, Payload: data, Trace: JobTrace(h)}}, nil
 	}
-	if v := h.Get(HdrVersion); v != strconv.Itoa(PackVersion) {
-		return nil, fmt.Errorf("%w: a pack with %s %q (packs are version %d)", ErrVersion, HdrVersion, v, PackVersion)
+	priority := 0
+	switch v := h.Get(HdrVersion); v {
+	case strconv.Itoa(PackVersion):
+		if h.Get(HdrPriority) != "" {
+			return nil, fmt.Errorf("%w: %s on a pack of %s %d (want %d)", ErrMalformed, HdrPriority, HdrVersion, PackVersion, FeatureVersion)
+		}
+	case strconv.Itoa(FeatureVersion):
+		edges, p, err := parseFeatures(h, h.Get(HdrGroup))
+		switch {
+		case err != nil:
+			return nil, err
+		case len(edges) > 0:
+			return nil, fmt.Errorf("%w: %s on a pack (a group's dependencies are its open's)", ErrMalformed, HdrAfter)
+		case p == 0:
+			return nil, fmt.Errorf("%w: a pack of %s %d without %s", ErrMalformed, HdrVersion, FeatureVersion, HdrPriority)
+		}
+		priority = p
+	default:
+		return nil, fmt.Errorf("%w: a pack with %s %q (packs are version %d, or %d with a priority)", ErrVersion, HdrVersion, v, PackVersion, FeatureVersion)
 	}
 	count, err := strconv.Atoi(n)
 	switch {
@@ -189,7 +211,7 @@ func ParseStoredJobs(seq uint64, h nats.Header, data []byte) ([]StoredJob, error
 		j := &jobs[i]
 		j.ID, j.Trace = PackedJobID(seq, i), trace
 		j.Payload = r.bytes()
-		j.Meta = JobMeta{Group: group, Require: r.strings(), Prefer: r.strings()}
+		j.Meta = JobMeta{Group: group, Require: r.strings(), Prefer: r.strings(), Priority: priority}
 		attempts, timeout, at := r.uvarint(), r.uvarint(), r.uvarint()
 		if r.err != nil {
 			return nil, r.err

@@ -36,7 +36,7 @@ func TestPackRoundTrip(t *testing.T) {
 		{Payload: nil, Require: []string{"gpu", "eu"}, Prefer: []string{"host:a"}, MaxAttempts: 4, Timeout: 3 * time.Second, RunAt: at},
 		{Payload: []byte(strings.Repeat("x", 1000))},
 	}
-	h := PackHeader("crawl/7", len(in))
+	h := PackHeader("crawl/7", len(in), 6)
 	h.Set(HdrTraceParent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 	h.Set(HdrPublished, "1795000000000000")
 	jobs, err := ParseStoredJobs(900, h, AppendPack(nil, in))
@@ -49,6 +49,9 @@ func TestPackRoundTrip(t *testing.T) {
 	for i, j := range jobs {
 		if j.ID != PackedJobID(900, i) || j.Meta.Group != "crawl/7" || string(j.Payload) != string(in[i].Payload) {
 			t.Errorf("job %d: %+v", i, j)
+		}
+		if j.Meta.Priority != 6 {
+			t.Errorf("job %d has priority %d, want the pack's 6", i, j.Meta.Priority)
 		}
 		if !strings.Contains(j.Trace, "b7ad6b7169203331") {
 			t.Errorf("job %d lost the pack's trace: %q", i, j.Trace)
@@ -71,9 +74,9 @@ func TestPackRoundTrip(t *testing.T) {
 
 func TestPackRejections(t *testing.T) {
 	good := AppendPack(nil, []PackJob{{Payload: []byte("a")}, {Payload: []byte("b")}})
-	keyed := PackHeader("g", 2)
+	keyed := PackHeader("g", 2, 0)
 	keyed.Set(HdrKey, "k")
-	withOpt := PackHeader("g", 2)
+	withOpt := PackHeader("g", 2, 0)
 	withOpt.Set(HdrTimeout, "1s")
 	for name, c := range map[string]struct {
 		seq  uint64
@@ -81,20 +84,20 @@ func TestPackRejections(t *testing.T) {
 		body []byte
 		want string
 	}{
-		"count mismatch":   {1, func() map[string][]string { return PackHeader("g", 3) }, good, "holds 2"},
-		"count of one":     {1, func() map[string][]string { return PackHeader("g", 1) }, good, "bad Weave-Pack"},
-		"too many":         {1, func() map[string][]string { return PackHeader("g", MaxPack+1) }, good, "bad Weave-Pack"},
-		"past its seqs":    {MaxJobSeq + 1, func() map[string][]string { return PackHeader("g", 2) }, good, "past the last"},
+		"count mismatch":   {1, func() map[string][]string { return PackHeader("g", 3, 0) }, good, "holds 2"},
+		"count of one":     {1, func() map[string][]string { return PackHeader("g", 1, 0) }, good, "bad Weave-Pack"},
+		"too many":         {1, func() map[string][]string { return PackHeader("g", MaxPack+1, 0) }, good, "bad Weave-Pack"},
+		"past its seqs":    {MaxJobSeq + 1, func() map[string][]string { return PackHeader("g", 2, 0) }, good, "past the last"},
 		"single past seqs": {MaxJobSeq + 1, func() map[string][]string { return JobMeta{Group: "g"}.Header() }, nil, "ambiguous"},
 		"a key":            {1, func() map[string][]string { return keyed }, good, "not in headers"},
 		"options in hdr":   {1, func() map[string][]string { return withOpt }, good, "not in headers"},
-		"bad group":        {1, func() map[string][]string { return PackHeader("", 2) }, good, "group"},
-		"truncated":        {1, func() map[string][]string { return PackHeader("g", 2) }, good[:len(good)-2], "malformed"},
-		"trailing":         {1, func() map[string][]string { return PackHeader("g", 2) }, append(append([]byte{}, good...), 0), "trailing"},
-		"bad resource":     {1, func() map[string][]string { return PackHeader("g", 2) }, AppendPack(nil, []PackJob{{}, {Require: []string{"a b"}}}), "job 1 of the pack"},
-		"attempts":         {1, func() map[string][]string { return PackHeader("g", 2) }, AppendPack(nil, []PackJob{{MaxAttempts: MaxAttemptsLimit + 1}, {}}), "job 0 of the pack: MaxAttempts"},
-		"timeout":          {1, func() map[string][]string { return PackHeader("g", 2) }, AppendPack(nil, []PackJob{{}, {Timeout: MaxTimeout + 1}}), "Timeout"},
-		"other kind":       {1, func() map[string][]string { return PackHeader("g", 2) }, AppendWork(nil, nil), "kind"},
+		"bad group":        {1, func() map[string][]string { return PackHeader("", 2, 0) }, good, "group"},
+		"truncated":        {1, func() map[string][]string { return PackHeader("g", 2, 0) }, good[:len(good)-2], "malformed"},
+		"trailing":         {1, func() map[string][]string { return PackHeader("g", 2, 0) }, append(append([]byte{}, good...), 0), "trailing"},
+		"bad resource":     {1, func() map[string][]string { return PackHeader("g", 2, 0) }, AppendPack(nil, []PackJob{{}, {Require: []string{"a b"}}}), "job 1 of the pack"},
+		"attempts":         {1, func() map[string][]string { return PackHeader("g", 2, 0) }, AppendPack(nil, []PackJob{{MaxAttempts: MaxAttemptsLimit + 1}, {}}), "job 0 of the pack: MaxAttempts"},
+		"timeout":          {1, func() map[string][]string { return PackHeader("g", 2, 0) }, AppendPack(nil, []PackJob{{}, {Timeout: MaxTimeout + 1}}), "Timeout"},
+		"other kind":       {1, func() map[string][]string { return PackHeader("g", 2, 0) }, AppendWork(nil, nil), "kind"},
 	} {
 		_, err := ParseStoredJobs(c.seq, c.h(), c.body)
 		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), c.want) {
@@ -105,11 +108,39 @@ func TestPackRejections(t *testing.T) {
 	long := AppendPack(nil, []PackJob{{}, {}})
 	long = append(long[:len(long)-6], 0, 0xe8, 0x07) // job 1: no payload, 1,000 required names...
 	long = append(long, make([]byte, 2000)...)
-	if _, err := ParseStoredJobs(1, PackHeader("g", 2), long); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "resource names") {
+	if _, err := ParseStoredJobs(1, PackHeader("g", 2, 0), long); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "resource names") {
 		t.Errorf("a pack with 1,000 resource names: %v", err)
 	}
+	// A priority travels in Weave-Priority with the feature version, and nowhere else.
+	prio := func(version, priority string, after bool) func() map[string][]string {
+		return func() map[string][]string {
+			h := PackHeader("g", 2, 0)
+			h.Set(HdrVersion, version)
+			if priority != "" {
+				h.Set(HdrPriority, priority)
+			}
+			if after {
+				h.Set(HdrAfter, After{Group: "other"}.value())
+			}
+			return h
+		}
+	}
+	for name, c := range map[string]struct {
+		h    func() map[string][]string
+		want string
+	}{
+		"priority at version 2":  {prio("2", "3", false), "Weave-Priority on a pack"},
+		"version 3, no priority": {prio("3", "", false), "without Weave-Priority"},
+		"priority 10":            {prio("3", "10", false), "bad Weave-Priority"},
+		"priority 0":             {prio("3", "0", false), "bad Weave-Priority"},
+		"dependencies":           {prio("3", "3", true), "Weave-After on a pack"},
+	} {
+		if _, err := ParseStoredJobs(1, c.h(), good); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want ErrMalformed containing %q", name, err, c.want)
+		}
+	}
 	// A pack that says version 1 is from no producer that knows packs: refused as a version.
-	h := PackHeader("g", 2)
+	h := PackHeader("g", 2, 0)
 	h.Set(HdrVersion, "1")
 	if _, err := ParseStoredJobs(1, h, good); !errors.Is(err, ErrVersion) {
 		t.Errorf("a pack of version 1: %v, want ErrVersion", err)
