@@ -52,6 +52,16 @@ func (gs *groupSet) lineLen() int {
 	return n
 }
 
+// topPriority is the priority of the highest line that holds an entry, -1 if none does.
+func (gs *groupSet) topPriority() int {
+	for p := len(gs.lines) - 1; p >= 0; p-- {
+		if gs.lines[p].head < len(gs.lines[p].seqs) {
+			return p
+		}
+	}
+	return -1
+}
+
 // popLine takes the first entry of the highest priority's line that has one (lineLen > 0). A
 // line's space is given back once the entries taken fill half of it.
 func (gs *groupSet) popLine() uint64 {
@@ -309,9 +319,17 @@ func (e *engine) enqueue(r *groupRec) {
 }
 
 // fillSlots gives the vacant feeder slots to the groups waiting in the lines, in turn, the highest
-// priority first: each gets a *group, a scheduler entry and its waiting jobs as its queue.
+// priority first: each gets a *group, a scheduler entry and its waiting jobs as its queue. A group
+// of a higher priority than a group holding a slot does not wait for one to free: it takes a
+// slot beyond the feeders (see urgentWaits).
 func (e *engine) fillSlots() {
-	for e.groups.lineLen() > 0 && e.sched.HasVacant() {
+	for e.groups.lineLen() > 0 {
+		urgent := false
+		if !e.sched.HasVacant() {
+			if urgent = e.urgentWaits(); !urgent {
+				return
+			}
+		}
 		seq := e.groups.popLine()
 		r := e.groups.table.get(seq)
 		if r == nil {
@@ -331,8 +349,28 @@ func (e *engine) fillSlots() {
 		if err := e.push(g, ids); err != nil {
 			e.log.Error().Err(err).Str("group", g.id).Msg("scheduler refused a group's jobs")
 		}
+		if urgent {
+			_ = e.sched.OpenSlot(g) // it waits in the scheduler's line: no slot was vacant
+		}
 		e.sealIfDue(g)
 	}
+}
+
+// urgentWaits reports whether the first group in the lines has a higher priority than a group
+// holding a slot, while fewer groups than the feeders hold slots beyond them: urgent work then
+// takes a slot of its own at once rather than wait for a large group of a lower priority to
+// hand out its last job. The extra slots close as their groups leave them.
+func (e *engine) urgentWaits() bool {
+	top := e.groups.topPriority()
+	if top <= 0 || e.sched.Extra() >= e.sched.Feeders() {
+		return false
+	}
+	for g := range e.sched.Holders() {
+		if g.priority < top {
+			return true
+		}
+	}
+	return false
 }
 
 // push gives g's scheduler entry the jobs ids, each at its priority within g.

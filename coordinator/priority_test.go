@@ -70,3 +70,38 @@ func TestJobPriorityAcrossReplay(t *testing.T) {
 		t.Fatalf("%d priorities kept after every job ended", e2.prio.n)
 	}
 }
+
+// TestUrgentGroupTakesASlotBeyondTheFeeders: a group of a higher priority than the group holding
+// the only feeder slot does not wait for that group to hand out its last job: it takes a slot of
+// its own, which closes when it leaves. A group of the same priority waits.
+func TestUrgentGroupTakesASlotBeyondTheFeeders(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Feeders: 1, Prefetch: -1})
+	te.open("big")
+	for range 10 {
+		te.job(wire.JobMeta{Group: "big"})
+	}
+	te.worker("w", 1)
+	running := te.releases()["any"]
+	if len(running) != 1 || running[0].g.id != "big" {
+		t.Fatalf("released %v, want one of big's jobs", ids(running))
+	}
+	te.open("peer") // priority 0, as big: waits for the slot
+	te.job(wire.JobMeta{Group: "peer"})
+	te.control(wire.GroupControl{Group: "urgent", Op: wire.OpOpen, Priority: 5})
+	urgent := te.job(wire.JobMeta{Group: "urgent"})
+	te.seal("urgent")
+	te.report(running[0], wire.StatusOK, "")
+	got := te.releases()["any"]
+	if len(got) != 1 || got[0].id != urgent {
+		t.Fatalf("after big's first job released %v, want urgent's job %d", ids(got), urgent)
+	}
+	te.report(got[0], wire.StatusOK, "")
+	got = te.releases()["any"]
+	if len(got) != 1 || got[0].g.id != "big" {
+		t.Fatalf("after urgent's job released %v, want big's next (peer waits for the slot)", ids(got))
+	}
+	if n := te.e.sched.Extra(); n != 0 {
+		t.Fatalf("%d groups beyond the feeders once urgent handed out its job, want 0", n)
+	}
+}

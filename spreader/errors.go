@@ -24,6 +24,8 @@ var (
 	ErrUnknownGroup = errors.New("spreader: unknown group")
 	// ErrSealed means the group is sealed and takes no more jobs.
 	ErrSealed = errors.New("spreader: group sealed")
+	// ErrNotWaiting means OpenSlot was given a group that is not waiting for a slot.
+	ErrNotWaiting = errors.New("spreader: group not waiting for a slot")
 	// ErrInvalidPriority means a job's priority is outside 0..MaxPriority.
 	ErrInvalidPriority = errors.New("spreader: invalid priority")
 )

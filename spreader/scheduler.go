@@ -2,6 +2,7 @@ package spreader
 
 import (
 	"fmt"
+	"iter"
 	"slices"
 
 	"github.com/weavejobs/weave/feeder"
@@ -184,6 +185,50 @@ func (s *Scheduler[G, J]) SetFeeders(n int) {
 		}
 		if s.slots[i] == nil {
 			s.fill(i)
+		}
+	}
+}
+
+// OpenSlot gives g, which waits in the line, a slot of its own beyond the
+// Feeders, at once: for urgent work that may not wait for a slot to free. The
+// slot closes when g leaves it. It returns an error wrapping ErrNotWaiting if g
+// is not waiting for a slot.
+func (s *Scheduler[G, J]) OpenSlot(g G) error {
+	grp := s.groups[g]
+	if grp == nil || grp.state != waiting {
+		return fmt.Errorf("%w: %v", ErrNotWaiting, g)
+	}
+	s.leave(grp, idle) // its entry in the line goes stale
+	slot := s.feeders
+	for slot < len(s.slots) && s.slots[slot] != nil {
+		slot++
+	}
+	if slot == len(s.slots) {
+		s.slots = append(s.slots, nil)
+	}
+	s.activate(slot, grp)
+	return nil
+}
+
+// Extra returns the number of groups in slots beyond the Feeders: those OpenSlot
+// gave a slot, and those that keep theirs after SetFeeders shrank.
+func (s *Scheduler[G, J]) Extra() int {
+	n := 0
+	for _, grp := range s.slots[min(s.feeders, len(s.slots)):] {
+		if grp != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Holders returns the groups that hold a slot, in slot order.
+func (s *Scheduler[G, J]) Holders() iter.Seq[G] {
+	return func(yield func(G) bool) {
+		for _, grp := range s.slots {
+			if grp != nil && !yield(grp.key) {
+				return
+			}
 		}
 	}
 }
