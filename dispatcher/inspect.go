@@ -56,6 +56,9 @@ type JobInfo struct {
 	Attempts int `json:"attempts"`
 	// MaxAttempts is the job's own limit, 0 when it set none (the coordinator's default applies).
 	MaxAttempts int `json:"max_attempts,omitempty"`
+	// Priority is the job's priority within its group (Job.Priority; a single job's is its
+	// group's), read from its stored message: 0 when it has none or the message is gone.
+	Priority int `json:"priority,omitempty"`
 	// History lists the failed attempts, oldest first: when, on which worker, the error.
 	History []Attempt `json:"history,omitempty"`
 	// Result is what the handler returned (StateDone); Err the last error (StateFailed,
@@ -265,7 +268,7 @@ func (d *Dispatcher) job(ctx context.Context, id uint64, hint string) (*JobInfo,
 	if msg != nil {
 		if job := jobOf(msg, id); job != nil {
 			meta := job.Meta
-			info.Group, info.Key, info.MaxAttempts, info.RunAt = meta.Group, meta.Key, meta.MaxAttempts, meta.RunAt
+			info.Group, info.Key, info.MaxAttempts, info.RunAt, info.Priority = meta.Group, meta.Key, meta.MaxAttempts, meta.RunAt, meta.Priority
 			hint = meta.Group
 		}
 		info.PublishedAt = storedTime(msg.Header)

@@ -84,6 +84,9 @@ func TestJobPrioritiesWithinGroup(t *testing.T) {
 	if got := log.got(); !slices.Equal(got, want) {
 		t.Fatalf("jobs ran in the order\n%v, want\n%v", got, want)
 	}
+	if info, err := e.d.Job(e.ctx, h.LastID()); err != nil || info.Priority != 9 {
+		t.Fatalf("the last job: %+v, %v; want priority 9", info, err)
+	}
 }
 
 // TestUrgentJobOvertakesItsGroup: a job of priority 9 published while its group runs goes ahead

@@ -117,6 +117,9 @@ func printJob(w io.Writer, j *dispatcher.JobInfo, now time.Time, full bool) erro
 		}
 	}
 	field("STATE", state)
+	if j.Priority > 0 {
+		field("PRIORITY", strconv.Itoa(j.Priority))
+	}
 	field("WAITING", j.Waiting)
 	switch {
 	case j.Worker != "":
