@@ -145,7 +145,9 @@ func (e *engine) bindEdges(w *waitingGroup, all bool) {
 		}
 		var dep *groupRec
 		if ed.bound != 0 {
-			dep = e.groups.table.get(ed.bound)
+			if dep = e.groups.table.get(ed.bound); dep != nil && dep.id != ed.Group {
+				dep = nil // an incarnation of another group ID: nothing says ed.Group's succeeded
+			}
 		}
 		switch {
 		case ed.bound == 0:

@@ -131,3 +131,23 @@ func TestPriorityTakesFeederSlotFirst(t *testing.T) {
 		t.Fatalf("groups took the feeder slot in the order %v, want high, a, b", order)
 	}
 }
+
+// TestEdgeToAnotherGroupsIncarnation: an edge naming an incarnation that belongs to another group
+// ID is not met by that incarnation's success: nothing says its own group's succeeded, so the
+// waiting group is canceled (the default policy) rather than released.
+func TestEdgeToAnotherGroupsIncarnation(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{Prefetch: -1})
+	te.worker("w", 4)
+	other := te.control(wire.GroupControl{Group: "other", Op: wire.OpOpen})
+	te.job(wire.JobMeta{Group: "other"})
+	te.seal("other")
+	rel := te.releases()["any"]
+	te.report(rel[0], wire.StatusOK, "ok")
+	c := te.control(wire.GroupControl{Group: "c", Op: wire.OpOpen, After: []wire.After{{Group: "a", Incarnation: other}}})
+	te.job(wire.JobMeta{Group: "c"})
+	te.seal("c")
+	if len(te.e.out.readies) != 0 || len(te.e.out.depCancels) != 1 || te.e.out.depCancels[0].openSeq != c {
+		t.Fatalf("readies %d, cancels %d: want c canceled, not made ready by group other's incarnation %d", len(te.e.out.readies), len(te.e.out.depCancels), other)
+	}
+}
