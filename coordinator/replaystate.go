@@ -141,14 +141,12 @@ func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
 	}
 	// Records are found again after anything that may forget one (which moves records).
 	r := e.groups.table.get(h.seq)
-	var prev *groupRec
-	if h.prev != 0 {
-		if prev = e.groups.table.get(rs.effective(h.prev)); prev != nil {
-			e.completeIfDone(prev)
-		}
-	}
-	if r == nil || h.prev != 0 && prev == nil {
+	prev, ok := e.prevOf(rs, h)
+	if r == nil || !ok {
 		return // not expected: no incarnation is forgotten before replay ends but by this
+	}
+	if prev != nil {
+		e.completeIfDone(prev)
 	}
 	if c := e.recCounts(r); e.complete(r) || c.Pending+c.Delayed < c.Total() {
 		return // a coordinator accepted it: one of its jobs was released or has ended
@@ -200,13 +198,21 @@ func (e *engine) refuseRedriven(id string, req uint64) {
 		return
 	}
 	h.decided = true
-	var prev *groupRec
-	if h.prev != 0 {
-		if prev = e.groups.table.get(rs.effective(h.prev)); prev == nil {
-			return // not expected: the incarnation before a deferred one is tracked
-		}
+	if prev, ok := e.prevOf(rs, h); ok {
+		e.refuseDeferred(rs, h, prev, beingRedriven(id, req))
 	}
-	e.refuseDeferred(rs, h, prev, beingRedriven(id, req))
+}
+
+// prevOf returns the record of the incarnation before the deferred one h as live saw it (nil if
+// none: h opened its group ID, or the ones before it were refused), and false if that one is not
+// tracked, which is not expected.
+func (e *engine) prevOf(rs *replayState, h *deferredOpen) (*groupRec, bool) {
+	seq := rs.effective(h.prev)
+	if seq == 0 {
+		return nil, true
+	}
+	prev := e.groups.table.get(seq)
+	return prev, prev != nil
 }
 
 // refuseDeferred refuses the deferred incarnation h, prev being the incarnation before it (nil
