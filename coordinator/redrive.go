@@ -35,11 +35,12 @@ type redriveState struct {
 	completing map[string][]redriveAsk
 
 	// Replay only, dropped when replay ends: the requests read (by sequence), the ones not yet
-	// followed by their open (in stream order), and the redrive opens read (open sequence →
-	// request sequence).
-	replayAsks  map[uint64]redriveAsk
-	replayOpen  []uint64
-	replayOpens map[uint64]uint64
+	// followed by their open (in stream order) and how many per group ID, and the redrive opens
+	// read (open sequence → request sequence).
+	replayAsks    map[uint64]redriveAsk
+	replayOpen    []uint64
+	replayPending map[string]int
+	replayOpens   map[uint64]uint64
 }
 
 // redriveAsk is a redrive request read from JOBS.
@@ -80,10 +81,11 @@ func (e *engine) redriveAsked(subject string, seq uint64, c wire.GroupControl) {
 	if e.replaying() {
 		// Decided at the end of replay, unless its open (the stored acceptance) follows.
 		if e.rd.replayAsks == nil {
-			e.rd.replayAsks, e.rd.replayOpens = map[uint64]redriveAsk{}, map[uint64]uint64{}
+			e.rd.replayAsks, e.rd.replayOpens, e.rd.replayPending = map[uint64]redriveAsk{}, map[uint64]uint64{}, map[string]int{}
 		}
 		e.rd.replayAsks[seq] = ask
 		e.rd.replayOpen = append(e.rd.replayOpen, seq)
+		e.rd.replayPending[c.Group]++
 		return
 	}
 	e.decideRedrive(ask)
@@ -183,10 +185,13 @@ func (e *engine) redriveOpening(subject string, seq uint64, c wire.GroupControl)
 	}
 	if e.replaying() {
 		if e.rd.replayOpens == nil {
-			e.rd.replayAsks, e.rd.replayOpens = map[uint64]redriveAsk{}, map[uint64]uint64{}
+			e.rd.replayAsks, e.rd.replayOpens, e.rd.replayPending = map[uint64]redriveAsk{}, map[uint64]uint64{}, map[string]int{}
 		}
 		e.rd.replayOpens[seq] = c.Redrive
-		e.rd.replayOpen = slices.DeleteFunc(e.rd.replayOpen, func(s uint64) bool { return s == c.Redrive })
+		if i := slices.Index(e.rd.replayOpen, c.Redrive); i >= 0 {
+			e.rd.replayOpen = slices.Delete(e.rd.replayOpen, i, i+1)
+			e.rd.replayPending[e.rd.replayAsks[c.Redrive].c.Group]--
+		}
 		e.refuseRedriven(c.Group, c.Redrive) // replaystate.go
 	}
 	return false
@@ -213,6 +218,9 @@ func beingRedriven(group string, req uint64) string {
 // by their open yet, in stream order: one of them may have been starting when an open read now
 // came live.
 func (rd *redriveState) pendingRedrives(group string) []uint64 {
+	if rd.replayPending[group] == 0 {
+		return nil // checked for every open replay reads: most have none
+	}
 	var reqs []uint64
 	for _, seq := range rd.replayOpen {
 		if rd.replayAsks[seq].c.Group == group {
@@ -257,7 +265,7 @@ func (e *engine) redriveEnded(end redriveEnd) {
 // state is rebuilt (retained incarnations included).
 func (e *engine) redriveAfterReplay() {
 	asks, opens, open := e.rd.replayAsks, e.rd.replayOpens, e.rd.replayOpen
-	e.rd.replayAsks, e.rd.replayOpens, e.rd.replayOpen = nil, nil, nil
+	e.rd.replayAsks, e.rd.replayOpens, e.rd.replayOpen, e.rd.replayPending = nil, nil, nil, nil
 	for _, openSeq := range slices.Sorted(maps.Keys(opens)) {
 		r := e.groups.table.get(openSeq)
 		if r == nil || e.sealed(r) {
