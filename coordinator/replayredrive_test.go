@@ -291,3 +291,32 @@ func TestReplayRefusesCancelAfterCompletionInMemory(t *testing.T) {
 		t.Errorf("summaries %+v, want c and u complete with their job done", sums)
 	}
 }
+
+// TestReplayRedriveWithoutTrackedIncarnation: x's failed incarnation is retained but none of its
+// messages is in JOBS (no incarnation of x is tracked). A redrive request, an open with a job and
+// a cancel stored after it are decided at replay as live, where the request was accepted: the
+// open and its job refused, the cancel refused as of a group not open, the request accepted.
+func TestReplayRedriveWithoutTrackedIncarnation(t *testing.T) {
+	t.Parallel()
+	names, _ := wire.NewNames("")
+	inputs := []jobsMsg{
+		controlMsg(names, wire.GroupControl{Group: "x", Op: wire.OpRedrive}), // 4
+		controlMsg(names, wire.GroupControl{Group: "x", Op: wire.OpOpen}),    // 5
+		jobMsg(names, wire.JobMeta{Group: "x", Key: "p"}),                    // 6
+		controlMsg(names, wire.GroupControl{Group: "x", Op: wire.OpCancel}),  // 7
+	}
+	te := newTestEngine(t, Config{Prefetch: -1})
+	live, e := te.e, te.restarted()
+	for _, eng := range []*engine{live, e} {
+		eng.retain("x", 1, 10, true, 3, te.now, wire.GroupSummary{Jobs: 1, Failed: 1})
+		feedFrom(eng, 4, inputs)
+	}
+	e.endReplay(nil, te.now)
+	want := sameAsLive(t, live, e)
+	if len(want) != 3 || want[0].reason != beingRedriven("x", 4) || want[1].reason != "job for a group that is not open: x" || want[2].reason != cancelNotOpen("x") {
+		t.Errorf("live rejections %+v, want the open, its job and the cancel", want)
+	}
+	if e.groups.table.latest("x") != nil || e.groups.table.len() != 0 {
+		t.Errorf("x is tracked after replay: %+v", e.groups.table.latest("x"))
+	}
+}
