@@ -553,7 +553,7 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, r 
 		return
 	}
 	g := e.live(r)
-	sealed := g.sealed // before this cancel: replay tells so one that came after the group completed
+	sealed := g.sealed // before this cancel: at replay, it may then have come after the group completed
 	// The cancel is the group's message in JOBS, to be purged with it.
 	g.lastSeq = max(g.lastSeq, seq)
 	if c.AfterFailed != "" {
