@@ -290,6 +290,21 @@ func TestReplayRefusesCancelAfterCompletionInMemory(t *testing.T) {
 	if sums["c"] != (wire.GroupSummary{Jobs: 1, Done: 1}) || sums["u"] != (wire.GroupSummary{Jobs: 1, Done: 1}) {
 		t.Errorf("summaries %+v, want c and u complete with their job done", sums)
 	}
+
+	// The other order: read while c's job runs, the cancel is applied (the job told to stop),
+	// unrecorded, and the job ends done all the same. What is stored is the same as above, so
+	// replay refuses it: the one case where it records a refusal live did not make.
+	other := newTestEngine(t, Config{Prefetch: -1})
+	other.worker("w", 2)
+	feedFrom(other.e, 1, inputs[:3])
+	if rel := other.releases()["any"]; len(rel) != 1 {
+		t.Fatalf("released %v, want job 2", ids(rel))
+	}
+	feedFrom(other.e, 4, inputs[3:4])
+	other.e.report("any", "w", 32, proven(other.e, "any", 0, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}), other.now)
+	if got := takeRejections(other.e); len(got) != 0 || other.e.stats.Refused != 0 || len(other.e.out.cancels) != 1 || other.state(2) != jobindex.Done {
+		t.Errorf("cancel while the job ran: rejections %+v, refused %d, cancels %v; want it applied", got, other.e.stats.Refused, other.e.out.cancels)
+	}
 }
 
 // TestReplayRedriveWithoutTrackedIncarnation: x's failed incarnation is retained but none of its
