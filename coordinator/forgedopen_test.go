@@ -85,6 +85,113 @@ func authServer(t *testing.T, ns string, users []auth.User) (connect func(user s
 	}
 }
 
+// coordServer is namespace ns on an embedded server with the users `weave auth` renders (a
+// coordinator, a producer and an observer, and the test's workers), whose coordinator a test
+// starts and stops to store inputs while none runs.
+type coordServer struct {
+	t       *testing.T
+	ctx     context.Context // ends a minute on
+	ns      string
+	names   wire.Names
+	connect func(user string) *nats.Conn
+	coordNC *nats.Conn
+	js      jetstream.JetStream // the coordinator user's
+	obsNC   *nats.Conn
+	cons    jetstream.Consumer // reads NS_REJECTED
+}
+
+func newCoordServer(t *testing.T, ns string, workers ...auth.User) *coordServer {
+	t.Helper()
+	cs := &coordServer{t: t, ns: ns}
+	cs.connect = authServer(t, ns, append([]auth.User{{Role: auth.Coordinator}, {Role: auth.Producer}, {Role: auth.Observer}}, workers...))
+	cs.names, _ = wire.NewNames(ns)
+	var cancel context.CancelFunc
+	cs.ctx, cancel = context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	cs.coordNC = cs.connect(ns + "-coordinator")
+	cs.obsNC = cs.connect(ns + "-observer")
+	var err error
+	if cs.js, err = jetstream.New(cs.coordNC); err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// start runs a coordinator until the returned function (or the test's end) stops it, and waits
+// until it serves status.
+func (cs *coordServer) start() (stop func()) {
+	t := cs.t
+	t.Helper()
+	c, err := New(cs.coordNC, Config{Namespace: cs.ns, LeaseTTL: 2 * time.Second, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(cs.ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(cctx) }()
+	stop = func() {
+		if ccancel == nil {
+			return
+		}
+		ccancel()
+		ccancel = nil
+		if err := <-done; err != nil && cctx.Err() == nil {
+			t.Errorf("coordinator: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	cs.waitFor("a coordinator", func() bool { return cs.status().Epoch != 0 })
+	return stop
+}
+
+// status is the coordinator's status, empty if none answers.
+func (cs *coordServer) status() *Status {
+	qctx, qcancel := context.WithTimeout(cs.ctx, 2*time.Second)
+	defer qcancel()
+	st, err := QueryStatus(qctx, cs.obsNC, cs.ns)
+	if err != nil {
+		return &Status{}
+	}
+	return st
+}
+
+func (cs *coordServer) waitFor(what string, cond func() bool) {
+	cs.t.Helper()
+	testwait.For(cs.t, 30*time.Second, what, cond)
+}
+
+// jobsHeld is how many messages NS_JOBS holds.
+func (cs *coordServer) jobsHeld() uint64 {
+	s, err := cs.js.Stream(cs.ctx, cs.names.JobsStream())
+	if err != nil {
+		cs.t.Fatal(err)
+	}
+	return s.CachedInfo().State.Msgs
+}
+
+// recorded reads the next n records of NS_REJECTED (from the first, at the first call).
+func (cs *coordServer) recorded(n int) []rejection {
+	t := cs.t
+	t.Helper()
+	if cs.cons == nil {
+		var err error
+		if cs.cons, err = cs.js.OrderedConsumer(cs.ctx, cs.names.RejectedStream(), jetstream.OrderedConsumerConfig{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []rejection
+	for len(got) < n {
+		m, err := cs.cons.Next(jetstream.FetchMaxWait(time.Until(deadlineOf(cs.ctx))))
+		if err != nil {
+			t.Fatalf("after %d records %+v: %v", len(got), got, err)
+		}
+		var seq uint64
+		fmt.Sscan(m.Headers().Get(wire.HdrSeq), &seq)
+		got = append(got, rejection{subject: m.Headers().Get(wire.HdrSubject), seq: seq, reason: m.Headers().Get(wire.HdrReason)})
+	}
+	return got
+}
+
 // TestForgedOpenWhileNoCoordinatorRuns runs on a server with the users `weave auth` renders. Group
 // g is sealed and still running (its job waits for a resource no worker holds) when its
 // coordinator stops; group f has completed, its job failed (so its messages are kept). While no
@@ -98,49 +205,9 @@ func authServer(t *testing.T, ns string, users []auth.User) (connect func(user s
 func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 	t.Parallel()
 	const ns = "fopen"
-	connect := authServer(t, ns, []auth.User{{Role: auth.Coordinator}, {Role: auth.Producer}, {Role: auth.Observer},
-		{Role: auth.Worker, WorkerID: "wy", Resources: []string{"y"}}})
-	names, _ := wire.NewNames(ns)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	coordNC := connect(ns + "-coordinator")
-	start := func() (stop func()) {
-		c, err := New(coordNC, Config{Namespace: ns, LeaseTTL: 2 * time.Second, Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cctx, ccancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- c.Run(cctx) }()
-		stop = func() {
-			if ccancel == nil {
-				return
-			}
-			ccancel()
-			ccancel = nil
-			if err := <-done; err != nil && cctx.Err() == nil {
-				t.Errorf("coordinator: %v", err)
-			}
-		}
-		t.Cleanup(stop)
-		return stop
-	}
-	obsNC := connect(ns + "-observer")
-	status := func() *Status {
-		qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
-		defer qcancel()
-		st, err := QueryStatus(qctx, obsNC, ns)
-		if err != nil {
-			return &Status{}
-		}
-		return st
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		testwait.For(t, 30*time.Second, what, cond)
-	}
-	stop1 := start()
-	waitFor("the first coordinator", func() bool { return status().Epoch != 0 })
+	cs := newCoordServer(t, ns, auth.User{Role: auth.Worker, WorkerID: "wy", Resources: []string{"y"}})
+	ctx, connect, names, status, waitFor := cs.ctx, cs.connect, cs.names, cs.status, cs.waitFor
+	stop1 := cs.start()
 
 	prodNC := connect(ns + "-producer")
 	d, err := dispatcher.New(prodNC, dispatcher.Config{Namespace: ns})
@@ -178,17 +245,7 @@ func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 	waitFor("g's job to be admitted", func() bool { return status().Totals.Admitted == 2 })
 	stop1()
 
-	jobs, err := jetstream.New(coordNC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobsHeld := func() uint64 {
-		s, err := jobs.Stream(ctx, names.JobsStream())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s.CachedInfo().State.Msgs
-	}
+	jobsHeld := cs.jobsHeld
 	held := jobsHeld() // g's and f's open, job and seal
 
 	// The producer's user stores the inputs; each is refused for the reason returned.
@@ -217,24 +274,7 @@ func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 		}
 		return want
 	}
-	cons, err := jobs.OrderedConsumer(ctx, names.RejectedStream(), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recorded := func(n int) []rejection {
-		t.Helper()
-		var got []rejection
-		for len(got) < n {
-			m, err := cons.Next(jetstream.FetchMaxWait(time.Until(deadlineOf(ctx))))
-			if err != nil {
-				t.Fatalf("after %d records %+v: %v", len(got), got, err)
-			}
-			var seq uint64
-			fmt.Sscan(m.Headers().Get(wire.HdrSeq), &seq)
-			got = append(got, rejection{subject: m.Headers().Get(wire.HdrSubject), seq: seq, reason: m.Headers().Get(wire.HdrReason)})
-		}
-		return got
-	}
+	recorded := cs.recorded
 	check := func(when string, want []rejection, rejected, refused uint64) {
 		t.Helper()
 		got := recorded(len(want))
@@ -264,8 +304,7 @@ func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 	}
 	badReason := schedule.Decode(bad.Data, &schedule.Def{})
 	stored = append([]rejection{{subject: bad.Subject, seq: ack.Sequence, reason: badReason.Error()}}, stored...) // its sequence is NS_SCHEDULES' first
-	start()
-	waitFor("the second coordinator", func() bool { return status().Epoch != 0 })
+	cs.start()
 	check("stored while no coordinator ran", stored, 6, 1)
 	waitFor("f to be forgotten", func() bool { return status().OpenGroups == 1 })
 	check("stored while a coordinator runs", storeInputs("2"), 11, 2)

@@ -200,6 +200,13 @@ func (e *engine) jobCounts(seq uint64, alone bool) jobindex.Counts {
 	return c
 }
 
+// jobsLeft reports whether a job of the incarnation opened at seq (a single job's if alone) has
+// not ended.
+func (e *engine) jobsLeft(seq uint64, alone bool) bool {
+	c := e.jobCounts(seq, alone)
+	return c.Pending+c.Running+c.RetryWait+c.Delayed > 0
+}
+
 // stateCount is the counts of one job in state st.
 func stateCount(st jobindex.State) jobindex.Counts {
 	var c jobindex.Counts
@@ -410,7 +417,7 @@ func (e *engine) control(subject string, seq uint64, c wire.GroupControl, data [
 		if e.redriveOpening(subject, seq, c) {
 			return
 		}
-		e.applyOpen(subject, seq, c, r, stored)
+		e.applyOpen(subject, seq, c, e.groups.table.latest(c.Group), stored) // replay may have refused r (refuseRedriven)
 	case wire.OpKeepAlive:
 		e.applyKeepAlive(subject, seq, c, r)
 	case wire.OpSeal:
@@ -508,8 +515,8 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, r *g
 		}
 		e.answer(seq, c, wire.ControlAnswer{OK: true})
 	}
-	if e.replaying() && prev != 0 {
-		e.replay.deferOpen(seq, prev, deferredMsg{subject: subject, seq: seq, c: &c})
+	if e.replaying() {
+		e.deferOpen(seq, prev, subject, c)
 	}
 }
 
@@ -577,7 +584,7 @@ func (e *engine) completeIfDone(r *groupRec) {
 	if r.flags&(recSealed|recComplete) != recSealed || e.replaying() {
 		return
 	}
-	if c := e.recCounts(r); c.Pending+c.Running+c.RetryWait+c.Delayed == 0 {
+	if !e.jobsLeft(r.openSeq, r.flags&recSingle != 0) {
 		e.checkComplete(e.live(r))
 	}
 }
@@ -597,6 +604,7 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, r 
 		return
 	}
 	g := e.live(r)
+	sealed := g.sealed // before this cancel: at replay, it may then have come after the group completed
 	// The cancel is the group's message in JOBS, to be purged with it.
 	g.lastSeq = max(g.lastSeq, seq)
 	if c.AfterFailed != "" {
@@ -614,7 +622,7 @@ func (e *engine) applyCancel(subject string, seq uint64, c wire.GroupControl, r 
 	if e.replaying() {
 		// The group's pending jobs are not in the scheduler yet, nor its running ones known:
 		// endReplay applies the cancel to the rebuilt state.
-		e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, subject: subject, seq: seq, jobs: c.Jobs})
+		e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, subject: subject, seq: seq, jobs: c.Jobs, sealed: sealed})
 		return
 	}
 	canceled, stopping := g.canceled, len(e.out.cancels)

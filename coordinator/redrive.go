@@ -35,11 +35,12 @@ type redriveState struct {
 	completing map[string][]redriveAsk
 
 	// Replay only, dropped when replay ends: the requests read (by sequence), the ones not yet
-	// followed by their open (in stream order), and the redrive opens read (open sequence →
-	// request sequence).
-	replayAsks  map[uint64]redriveAsk
-	replayOpen  []uint64
-	replayOpens map[uint64]uint64
+	// followed by their open (in stream order) and how many per group ID, and the redrive opens
+	// read (open sequence → request sequence).
+	replayAsks    map[uint64]redriveAsk
+	replayOpen    []uint64
+	replayPending map[string]int
+	replayOpens   map[uint64]uint64
 }
 
 // redriveAsk is a redrive request read from JOBS.
@@ -80,10 +81,11 @@ func (e *engine) redriveAsked(subject string, seq uint64, c wire.GroupControl) {
 	if e.replaying() {
 		// Decided at the end of replay, unless its open (the stored acceptance) follows.
 		if e.rd.replayAsks == nil {
-			e.rd.replayAsks, e.rd.replayOpens = map[uint64]redriveAsk{}, map[uint64]uint64{}
+			e.rd.replayAsks, e.rd.replayOpens, e.rd.replayPending = map[uint64]redriveAsk{}, map[uint64]uint64{}, map[string]int{}
 		}
 		e.rd.replayAsks[seq] = ask
 		e.rd.replayOpen = append(e.rd.replayOpen, seq)
+		e.rd.replayPending[c.Group]++
 		return
 	}
 	e.decideRedrive(ask)
@@ -92,46 +94,56 @@ func (e *engine) redriveAsked(subject string, seq uint64, c wire.GroupControl) {
 // decideRedrive accepts or refuses a redrive request, from the state as it is now.
 func (e *engine) decideRedrive(ask redriveAsk) {
 	c := ask.c
-	refuse := func(code, reason string, inc uint64) {
+	refuse := func(a wire.ControlAnswer) {
 		e.stats.Refused++
-		e.log.Info().Str("group", c.Group).Uint64("seq", ask.seq).Str("reason", reason).Msg("redrive refused")
-		a := wire.ControlAnswer{Code: code, Reason: reason, Incarnation: inc}
+		e.log.Info().Str("group", c.Group).Uint64("seq", ask.seq).Str("reason", a.Reason).Msg("redrive refused")
 		e.out.redrives = append(e.out.redrives, redriveOrder{ask: ask, tok: wire.GroupToken(c.Group), refuse: &a, answer: true})
 	}
 	if req := e.rd.starting[c.Group]; req != 0 {
-		refuse(wire.AnswerRunning, fmt.Sprintf("group %s: the redrive asked at JOBS sequence %d is starting a new incarnation", c.Group, req), 0)
+		refuse(wire.ControlAnswer{Code: wire.AnswerRunning, Reason: fmt.Sprintf("group %s: the redrive asked at JOBS sequence %d is starting a new incarnation", c.Group, req)})
 		return
 	}
-	prev := e.retention.retainedOf(c.Group, math.MaxUint64)
-	r := e.groups.table.latest(c.Group)
-	if r != nil && e.complete(r) && (prev == nil || prev.openSeq != r.openSeq) {
-		// Complete, its summary being stored.
+	switch refusal, wait := e.judgeRedrive(c.Group, e.groups.table.latest(c.Group), math.MaxUint64); {
+	case wait:
 		if e.rd.completing == nil {
 			e.rd.completing = map[string][]redriveAsk{}
 		}
 		e.rd.completing[c.Group] = append(e.rd.completing[c.Group], ask)
 		return
-	}
-	if r != nil && !e.complete(r) {
-		// Open, or sealed and running.
-		refuse(wire.AnswerRunning, fmt.Sprintf("group %s: its incarnation opened at JOBS sequence %d is not complete", c.Group, r.openSeq), r.openSeq)
+	case refusal != nil:
+		refuse(*refusal)
 		return
 	}
-	opens, summary, failed := e.retention.incarnationsOf(c.Group, math.MaxUint64)
-	switch {
-	case prev == nil:
-		refuse(wire.AnswerNotFailed, "group "+c.Group+": no complete incarnation is retained (an unknown group, or one whose retention has passed)", 0)
-		return
-	case !failed:
-		refuse(wire.AnswerNotFailed, fmt.Sprintf("group %s: none of its %d retained incarnations has a failed job", c.Group, len(opens)), 0)
-		return
-	}
+	prev := e.retention.retainedOf(c.Group, math.MaxUint64)
+	opens, summary, _ := e.retention.incarnationsOf(c.Group, math.MaxUint64)
 	if e.rd.starting == nil {
 		e.rd.starting = map[string]uint64{}
 	}
 	e.rd.starting[c.Group] = ask.seq
 	e.log.Info().Str("group", c.Group).Uint64("seq", ask.seq).Int("incarnations", len(opens)).Msg("redrive accepted")
 	e.out.redrives = append(e.out.redrives, redriveOrder{ask: ask, tok: prev.tok, prevOpens: opens, prevSummary: summary, answer: true})
+}
+
+// judgeRedrive decides a redrive request of group ID id, no other redrive of it starting, when
+// r is its latest incarnation (nil if none is tracked) and the retained incarnations opened
+// before sequence before are those that count: accepted (nil, false), refused, or to wait (r is
+// complete, its summary being stored: decided once it is, so that a producer whose Wait has just
+// returned is not refused).
+func (e *engine) judgeRedrive(id string, r *groupRec, before uint64) (refusal *wire.ControlAnswer, wait bool) {
+	prev := e.retention.retainedOf(id, before)
+	switch {
+	case r != nil && e.complete(r) && (prev == nil || prev.openSeq != r.openSeq):
+		return nil, true
+	case r != nil && !e.complete(r):
+		// Open, or sealed and running.
+		return &wire.ControlAnswer{Code: wire.AnswerRunning, Reason: fmt.Sprintf("group %s: its incarnation opened at JOBS sequence %d is not complete", id, r.openSeq), Incarnation: r.openSeq}, false
+	case prev == nil:
+		return &wire.ControlAnswer{Code: wire.AnswerNotFailed, Reason: "group " + id + ": no complete incarnation is retained (an unknown group, or one whose retention has passed)"}, false
+	}
+	if opens, _, failed := e.retention.incarnationsOf(id, before); !failed {
+		return &wire.ControlAnswer{Code: wire.AnswerNotFailed, Reason: fmt.Sprintf("group %s: none of its %d retained incarnations has a failed job", id, len(opens))}, false
+	}
+	return nil, false
 }
 
 // incarnationsOf lists the retained (complete) incarnations of the group ID opened before
@@ -166,21 +178,65 @@ func (rt *retention) retainedOf(id string, before uint64) *retained {
 // of a running group is). An open carrying Weave-Redrive is the acceptance of its request.
 func (e *engine) redriveOpening(subject string, seq uint64, c wire.GroupControl) (refused bool) {
 	if c.Redrive == 0 {
-		if req := e.rd.starting[c.Group]; req != 0 && !e.replaying() {
-			e.reject(subject, seq, fmt.Sprintf("group %s is being redriven (request at JOBS sequence %d); publish it again once that incarnation is complete", c.Group, req))
-			return true
-		}
-		return false
+		return e.refusedWhileRedriven(subject, seq, c.Group)
 	}
 	if e.rd.starting[c.Group] == c.Redrive {
 		delete(e.rd.starting, c.Group)
 	}
 	if e.replaying() {
 		if e.rd.replayOpens == nil {
-			e.rd.replayAsks, e.rd.replayOpens = map[uint64]redriveAsk{}, map[uint64]uint64{}
+			e.rd.replayAsks, e.rd.replayOpens, e.rd.replayPending = map[uint64]redriveAsk{}, map[uint64]uint64{}, map[string]int{}
 		}
 		e.rd.replayOpens[seq] = c.Redrive
-		e.rd.replayOpen = slices.DeleteFunc(e.rd.replayOpen, func(s uint64) bool { return s == c.Redrive })
+		if i := slices.Index(e.rd.replayOpen, c.Redrive); i >= 0 {
+			e.rd.replayOpen = slices.Delete(e.rd.replayOpen, i, i+1)
+			e.rd.replayPending[e.rd.replayAsks[c.Redrive].c.Group]--
+		}
+		e.refuseRedriven(c.Group, c.Redrive) // replaystate.go
+	}
+	return false
+}
+
+// refusedWhileRedriven rejects a producer's open or single job of group stored at seq while a
+// redrive of the group is starting, and reports whether it did. Replay, which does not know
+// what was starting, decides such an open at its end (see redrivenBefore).
+func (e *engine) refusedWhileRedriven(subject string, seq uint64, group string) bool {
+	if req := e.rd.starting[group]; req != 0 && !e.replaying() {
+		e.reject(subject, seq, beingRedriven(group, req))
+		return true
+	}
+	return false
+}
+
+// beingRedriven is why a producer's open (or single job) of a group whose redrive asked at JOBS
+// sequence req is starting is refused.
+func beingRedriven(group string, req uint64) string {
+	return fmt.Sprintf("group %s is being redriven (request at JOBS sequence %d); publish it again once that incarnation is complete", group, req)
+}
+
+// pendingRedrives returns, during replay, the redrive requests of group read and not followed
+// by their open yet, in stream order: one of them may have been starting when an open read now
+// came live.
+func (rd *redriveState) pendingRedrives(group string) []uint64 {
+	if rd.replayPending[group] == 0 {
+		return nil // checked for every open replay reads: most have none
+	}
+	var reqs []uint64
+	for _, seq := range rd.replayOpen {
+		if rd.replayAsks[seq].c.Group == group {
+			reqs = append(reqs, seq)
+		}
+	}
+	return reqs
+}
+
+// redriveOpened reports, during replay, whether the open of the redrive asked at req was read:
+// the request was accepted.
+func (rd *redriveState) redriveOpened(req uint64) bool {
+	for _, r := range rd.replayOpens {
+		if r == req {
+			return true
+		}
 	}
 	return false
 }
@@ -209,7 +265,7 @@ func (e *engine) redriveEnded(end redriveEnd) {
 // state is rebuilt (retained incarnations included).
 func (e *engine) redriveAfterReplay() {
 	asks, opens, open := e.rd.replayAsks, e.rd.replayOpens, e.rd.replayOpen
-	e.rd.replayAsks, e.rd.replayOpens, e.rd.replayOpen = nil, nil, nil
+	e.rd.replayAsks, e.rd.replayOpens, e.rd.replayOpen, e.rd.replayPending = nil, nil, nil, nil
 	for _, openSeq := range slices.Sorted(maps.Keys(opens)) {
 		r := e.groups.table.get(openSeq)
 		if r == nil || e.sealed(r) {

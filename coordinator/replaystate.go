@@ -62,12 +62,15 @@ type heldOpen struct {
 }
 
 // deferredOpen is an incarnation (opened at seq) whose open (or single job) replay read while
-// its group ID's previous incarnation (opened at prev) was sealed and not known to be complete.
-// Live, such an open is accepted only once prev is complete; replay learns that from the reports
-// and outcomes, read after JOBS. Meanwhile it is tracked like any incarnation (one a coordinator
-// accepted may have run jobs), and endReplay decides it (decideDeferred).
+// its group ID's previous incarnation (opened at prev) was sealed and not known to be complete,
+// or while a redrive of the ID asked before it was not followed by its own open (redrives): live,
+// such an open is accepted only once prev is complete, and refused while a redrive is starting;
+// replay learns that from the reports and outcomes, read after JOBS. Meanwhile it is tracked like
+// any incarnation (one a coordinator accepted may have run jobs), and endReplay decides it
+// (decideDeferred).
 type deferredOpen struct {
 	seq, prev uint64
+	redrives  []uint64      // the redrive requests of its ID read before it without their open, in stream order
 	msgs      []deferredMsg // the JOBS messages applied to it, its open first: refused with it
 	decided   bool
 	refused   bool
@@ -81,10 +84,18 @@ type deferredMsg struct {
 	c       *wire.GroupControl
 }
 
-// deferOpen defers the decision on the incarnation opened at seq at replay after the one opened
-// at prev (see deferredOpen).
-func (rs *replayState) deferOpen(seq, prev uint64, open deferredMsg) {
-	h := &deferredOpen{seq: seq, prev: prev, msgs: []deferredMsg{open}}
+// deferOpen defers, during replay, the decision on the incarnation opened at seq by c (see
+// deferredOpen), prev being the one before it if it is not known to be complete (0 if none).
+func (e *engine) deferOpen(seq, prev uint64, subject string, c wire.GroupControl) {
+	var reqs []uint64
+	if c.Redrive == 0 {
+		reqs = e.rd.pendingRedrives(c.Group)
+	}
+	if prev == 0 && len(reqs) == 0 {
+		return // a new group ID, or a redrive's own open after a complete incarnation: nothing to decide
+	}
+	rs := e.replay
+	h := &deferredOpen{seq: seq, prev: prev, redrives: reqs, msgs: []deferredMsg{{subject: subject, seq: seq, c: &c}}}
 	if rs.deferredOf == nil {
 		rs.deferredOf = map[uint64]*deferredOpen{}
 	}
@@ -105,7 +116,7 @@ func (e *engine) noteDeferred(inc uint64, subject string, seq uint64, c *wire.Gr
 }
 
 // effective returns the incarnation that messages applied to the one opened at seq would have
-// gone to live: seq, or, if its open was refused, the incarnation before it.
+// gone to live: seq, or, if its open was refused, the incarnation before it (0 if none).
 func (rs *replayState) effective(seq uint64) uint64 {
 	for h := rs.deferredOf[seq]; h != nil && h.refused; h = rs.deferredOf[seq] {
 		seq = h.prev
@@ -114,11 +125,12 @@ func (rs *replayState) effective(seq uint64) uint64 {
 }
 
 // decideDeferred decides a deferred incarnation as the live coordinator did, or would have: it is
-// kept if the incarnation before it is complete, or if a coordinator accepted it (one of its
-// jobs was released or has an outcome stored); otherwise its open is refused, with every message
-// that joined it, for the reasons the live coordinator gives, and it is forgotten. Called once
-// the reports are decided, with the cancels in stream order (a cancel may complete the one
-// before it); after replay, so refusals are recorded, counted and their messages deleted.
+// kept if a coordinator accepted it (one of its jobs was released or has an outcome stored, or it
+// is complete), else refused while a redrive was starting (redrivenBefore), else kept if the
+// incarnation before it is complete; a refused open is refused with every message that joined
+// it, for the reasons the live coordinator gives, and forgotten. Called once the reports are
+// decided, with the cancels in stream order (a cancel may complete the one before it); after
+// replay, so refusals are recorded, counted and their messages deleted.
 func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
 	if h.decided {
 		return
@@ -128,20 +140,88 @@ func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
 		e.decideDeferred(rs, ph)
 	}
 	// Records are found again after anything that may forget one (which moves records).
-	prevSeq := rs.effective(h.prev)
-	prev, r := e.groups.table.get(prevSeq), e.groups.table.get(h.seq)
-	if prev == nil || r == nil {
+	r := e.groups.table.get(h.seq)
+	prev, ok := e.prevOf(rs, h)
+	if r == nil || !ok {
 		return // not expected: no incarnation is forgotten before replay ends but by this
 	}
-	e.completeIfDone(prev)
-	if e.complete(prev) || e.complete(r) {
-		return
+	if prev != nil {
+		e.completeIfDone(prev)
 	}
-	g, c := e.liveOf(r), e.recCounts(r)
-	if c.Pending+c.Delayed < c.Total() {
+	if c := e.recCounts(r); e.complete(r) || c.Pending+c.Delayed < c.Total() {
 		return // a coordinator accepted it: one of its jobs was released or has ended
 	}
+	why := ""
+	if req := e.redrivenBefore(h, r.id, prev); req != 0 {
+		why = beingRedriven(r.id, req)
+	} else if prev == nil || e.complete(prev) {
+		return
+	}
+	e.refuseDeferred(rs, h, prev, why)
+}
+
+// redrivenBefore returns the redrive request that was starting, live, when the deferred
+// incarnation h of group ID id was opened, prev being the incarnation before it (nil if none),
+// or 0. Of the requests read before h's open without their own open (h.redrives), one whose open
+// follows was accepted, and before h's open was read (accepted after, it would have found h
+// complete, which a coordinator accepted, or refused h for the incarnation before). One without
+// its open was never answered; if it is to be accepted once h is not counted, the live
+// coordinator may have accepted it before it read h's open, or not: nothing stored says which,
+// so the open is refused, lest replay accept an open the live coordinator refused.
+func (e *engine) redrivenBefore(h *deferredOpen, id string, prev *groupRec) uint64 {
+	for _, req := range h.redrives {
+		if e.rd.redriveOpened(req) {
+			return req
+		}
+	}
+	if len(h.redrives) > 0 {
+		if refusal, wait := e.judgeRedrive(id, prev, h.seq); refusal == nil && !wait {
+			return h.redrives[0]
+		}
+	}
+	return 0
+}
+
+// refuseRedriven is told, during replay, that the open of the redrive asked at req of group ID
+// id is read. If the latest incarnation is a producer's open read after that request and not
+// sealed, the live coordinator refused it while the redrive was starting (accepted, it would be
+// complete before the redrive was accepted): it is refused now, so that the redrive's open does
+// not resume it.
+func (e *engine) refuseRedriven(id string, req uint64) {
+	rs := e.replay
+	r := e.groups.table.latest(id)
+	if r == nil || e.sealed(r) {
+		return
+	}
+	h := rs.deferredOf[r.openSeq]
+	if h == nil || h.decided || !slices.Contains(h.redrives, req) {
+		return
+	}
+	h.decided = true
+	if prev, ok := e.prevOf(rs, h); ok {
+		e.refuseDeferred(rs, h, prev, beingRedriven(id, req))
+	}
+}
+
+// prevOf returns the record of the incarnation before the deferred one h as live saw it (nil if
+// none: h opened its group ID, or the ones before it were refused), and false if that one is not
+// tracked, which is not expected.
+func (e *engine) prevOf(rs *replayState, h *deferredOpen) (*groupRec, bool) {
+	seq := rs.effective(h.prev)
+	if seq == 0 {
+		return nil, true
+	}
+	prev := e.groups.table.get(seq)
+	return prev, prev != nil
+}
+
+// refuseDeferred refuses the deferred incarnation h, prev being the incarnation before it (nil
+// if none), with every message that joined it: its opens for reason why (if not empty, else the
+// live reason for an open of a running group), the others as live for prev. It is then forgotten.
+func (e *engine) refuseDeferred(rs *replayState, h *deferredOpen, prev *groupRec, why string) {
+	r := e.groups.table.get(h.seq)
 	h.refused = true
+	g, c := e.liveOf(r), e.recCounts(r)
 	id, alone := r.id, r.flags&recSingle != 0
 	for _, m := range h.msgs {
 		switch {
@@ -151,6 +231,8 @@ func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
 			e.applySeal(m.subject, m.seq, *m.c, prev)
 		case m.c.Op == wire.OpKeepAlive:
 			e.applyKeepAlive(m.subject, m.seq, *m.c, prev)
+		case why != "":
+			e.reject(m.subject, m.seq, why)
 		case strings.HasPrefix(m.subject, e.names.JobSubject("")):
 			e.reject(m.subject, m.seq, singleRunning(id))
 		default:
@@ -170,6 +252,10 @@ func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
 		}
 	}
 	e.stats.Admitted -= c.Total()
+	var prevSeq uint64
+	if prev != nil {
+		prevSeq = prev.openSeq // prev may move once h is forgotten
+	}
 	e.untrack(h.seq)
 	e.stopWaiting(h.seq)
 	if e.groups.table.latest(id) == nil {
@@ -178,9 +264,9 @@ func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
 		}
 	}
 	if req := e.rd.replayOpens[h.seq]; req != 0 {
-		// A redrive's open refused: its request, if stored, is decided as one without an open.
-		delete(e.rd.replayOpens, h.seq)
-		if _, ok := e.rd.replayAsks[req]; ok {
+		// A redrive's open refused: its request, if stored, is decided as one without an open
+		// (still counting as accepted for the opens between them: see redrivenBefore).
+		if _, ok := e.rd.replayAsks[req]; ok && !slices.Contains(e.rd.replayOpen, req) {
 			e.rd.replayOpen = append(e.rd.replayOpen, req)
 			slices.Sort(e.rd.replayOpen)
 		}
@@ -194,12 +280,13 @@ type refusedReport struct {
 }
 
 // replayCancel is a cancel read during replay on subject at seq: of the group, or of some of
-// its jobs.
+// its jobs; sealed: the group was sealed before it.
 type replayCancel struct {
 	g       *group
 	subject string
 	seq     uint64
 	jobs    []uint64
+	sealed  bool
 }
 
 // reportAt is a report seen during replay, applied once the journal has been read.
@@ -438,27 +525,30 @@ func (e *engine) endReplay(alive map[uint64]aliveJob, now time.Time) {
 	// Apply the cancels read, in order, as if they arrived now (a stored cancel that no
 	// coordinator had applied yet, or one applied before a restart, which finds its jobs ended).
 	// One of a deferred incarnation goes, if its open is refused, where it would have gone live.
-	// One stored after its incarnation completed is refused, as live: after the last message its
-	// stored summary names (its incarnation is forgotten once replay ends), or, moved to an
-	// incarnation that completed during this reconciliation, after its last message.
+	// One that came after its incarnation completed is refused, as live: after the last message
+	// its stored summary names; else, without that, after the group was sealed with every job
+	// ended by then (reports, outcomes and earlier cancels are applied before it). Live, it may
+	// have come while a job still ran, been applied and changed nothing: nothing stored says
+	// which, so it is refused, lest replay accept a cancel the live coordinator refused.
 	for _, c := range rs.cancels {
 		if h := rs.deferredOf[c.g.openSeq]; h != nil {
 			e.decideDeferred(rs, h)
 			if h.refused {
 				r := e.groups.table.get(rs.effective(c.g.openSeq))
 				if r == nil {
-					continue // not expected: the incarnation before a refused one is tracked
+					e.refuse(c.subject, c.seq, cancelNotOpen(c.g.id)) // no incarnation before it
+					continue
 				}
-				c.g = e.live(r)
+				c.g, c.sealed = e.live(r), true // the incarnation before a deferred one was sealed
 			}
 		}
-		last, summarized := rs.summarized[c.g.openSeq]
-		switch {
-		case c.g.complete && summarized && c.seq > last:
+		switch last, summarized := rs.summarized[c.g.openSeq]; {
+		case summarized && c.seq > last:
 			e.refuse(c.subject, c.seq, cancelNotOpen(c.g.id))
-		case c.g.complete && c.seq > c.g.lastSeq:
+		case summarized: // applied before it completed
+		case c.sealed && !e.jobsLeft(c.g.openSeq, c.g.alone):
 			e.refuse(c.subject, c.seq, cancelComplete(c.g.id))
-		case c.g.complete:
+		case c.g.complete: // it sealed the group, which then completed
 		case len(c.jobs) > 0:
 			c.g.lastSeq = max(c.g.lastSeq, c.seq) // purged with it (a cancel moved from a refused open)
 			e.cancelJobs(c.g, c.jobs)

@@ -11,12 +11,17 @@ import (
 // three. The group's incarnation is the job's own sequence. Everything after admission (release,
 // retries, outcomes, summary, purge, retention, cancel, redrive) is a group's.
 //
-// A single job whose group ID has an incarnation that is not complete is refused: a single job
-// opens its own group. During replay the feed is read before the outcomes, so whether a sealed
-// incarnation had completed is not known yet: as an open (applyOpen), the single job is deferred
-// until endReplay decides it (see deferredOpen).
+// A single job whose group ID has an incarnation that is not complete, or is being redriven, is
+// refused, as an open is: a single job opens its own group (which would have the redrive's open
+// refused, after its request was answered). During replay the feed is read before the outcomes,
+// so whether a sealed incarnation had completed is not known yet, nor whether a redrive was
+// starting: as an open (applyOpen), the single job is deferred until endReplay decides it (see
+// deferredOpen).
 func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stored time.Time) bool {
 	m := &j.Meta
+	if e.refusedWhileRedriven(subject, seq, m.Group) {
+		return false
+	}
 	prev := e.groups.table.latest(m.Group)
 	if prev != nil && !e.complete(prev) && (!e.sealed(prev) || !e.replaying()) {
 		e.reject(subject, seq, singleRunning(m.Group))
