@@ -221,6 +221,12 @@ func (e *engine) feed(subject string, seq uint64, h nats.Header, data []byte, st
 	if !e.mayJoin(subject, seq, jobs[0].Meta.Group, r) {
 		return nil, 0
 	}
+	if r.flags&recRedriven != 0 {
+		if reason := e.unprovenRedriven(r, h, jobs); reason != "" { // redrive.go
+			e.reject(subject, seq, reason)
+			return nil, 0
+		}
+	}
 	if _, known := e.idx.State(jobs[0].ID); known {
 		// Never expected (the feed applies each message once). A message's jobs are admitted
 		// together, so a message fed again has its first job known: refused before any of its

@@ -175,10 +175,15 @@ func (rt *retention) retainedOf(id string, before uint64) *retained {
 
 // redriveOpening is told of an open read from JOBS, before the engine applies it, and reports
 // whether it must be refused: a producer's open of a group whose redrive is starting (as an open
-// of a running group is). An open carrying Weave-Redrive is the acceptance of its request.
+// of a running group is), or one carrying Weave-Redrive without a coordinator's proof. An open
+// carrying a proven Weave-Redrive is the acceptance of its request.
 func (e *engine) redriveOpening(subject string, seq uint64, c wire.GroupControl) (refused bool) {
 	if c.Redrive == 0 {
 		return e.refusedWhileRedriven(subject, seq, c.Group)
+	}
+	if !e.key.VerifyRedrive(c.Proof, c.Group, c.Redrive) {
+		e.reject(subject, seq, fmt.Sprintf("open of group %s with %s %d without a coordinator's proof", c.Group, wire.HdrRedrive, c.Redrive))
+		return true
 	}
 	if e.rd.starting[c.Group] == c.Redrive {
 		delete(e.rd.starting, c.Group)
@@ -195,6 +200,16 @@ func (e *engine) redriveOpening(subject string, seq uint64, c wire.GroupControl)
 		e.refuseRedriven(c.Group, c.Redrive) // replaystate.go
 	}
 	return false
+}
+
+// unprovenRedriven says why the jobs of a message for r, an incarnation a redrive opened, are not
+// the coordinator's ("" if they are): only it publishes such jobs, each alone in its message with
+// the proof of the failed job it runs again, so a producer cannot settle a failed job.
+func (e *engine) unprovenRedriven(r *groupRec, h nats.Header, jobs []wire.StoredJob) string {
+	if len(jobs) == 1 && jobs[0].Meta.RedriveOf != 0 && e.key.VerifyRedriveJob(h.Get(wire.HdrProof), r.id, r.openSeq, jobs[0].Meta.RedriveOf) {
+		return ""
+	}
+	return "job for group " + r.id + " in an incarnation a redrive opened, without a coordinator's proof"
 }
 
 // refusedWhileRedriven rejects a producer's open or single job of group stored at seq while a
@@ -394,7 +409,8 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 			return
 		}
 		open := nats.NewMsg(r.names.GroupSubject(o.tok))
-		open.Header = wire.GroupControl{Group: c.Group, Op: wire.OpOpen, Redrive: o.ask.seq, Weight: r.weightOf(ctx, o.prevOpens[0])}.Header()
+		open.Header = wire.GroupControl{Group: c.Group, Op: wire.OpOpen, Redrive: o.ask.seq, Weight: r.weightOf(ctx, o.prevOpens[0]),
+			Proof: r.key.RedriveProof(c.Group, o.ask.seq)}.Header()
 		open.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d", o.ask.seq))
 		ack, err := r.stored(ctx, open, nil)
 		if err != nil {
@@ -428,6 +444,7 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 			}
 			job.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d/%d", o.ask.seq, page[i]))
 			job.Header.Set(wire.HdrRedriveOf, strconv.FormatUint(page[i], 10))
+			job.Header.Set(wire.HdrProof, r.key.RedriveJobProof(c.Group, openSeq, page[i]))
 			f, err := r.c.js.PublishMsgAsync(job)
 			if err != nil {
 				f = nil // stored publishes it again

@@ -2,9 +2,11 @@ package coordinator
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -68,7 +70,7 @@ func TestRedriveDecision(t *testing.T) {
 	}
 
 	// Its open: the new incarnation, running.
-	newOpen := te.control(wire.GroupControl{Group: "g", Op: wire.OpOpen, Redrive: req})
+	newOpen := te.control(wire.GroupControl{Group: "g", Op: wire.OpOpen, Redrive: req, Proof: e.key.RedriveProof("g", req)})
 	if ng := e.group("g"); ng == nil || ng.openSeq != newOpen || len(e.rd.starting) != 0 {
 		t.Fatalf("redrive open: group %+v, starting %v", ng, e.rd.starting)
 	}
@@ -110,7 +112,7 @@ func TestRedriveReplay(t *testing.T) {
 	r.control(2, wire.GroupControl{Group: "a", Op: wire.OpSeal})
 	e.retain("a", 1, 10, true, 2, time.Unix(1_700_000_000, 0), wire.GroupSummary{})
 	r.control(3, wire.GroupControl{Group: "a", Op: wire.OpRedrive, Reply: "r1", Jobs: []uint64{5}})
-	r.control(4, wire.GroupControl{Group: "a", Op: wire.OpOpen, Redrive: 3})
+	r.control(4, wire.GroupControl{Group: "a", Op: wire.OpOpen, Redrive: 3, Proof: e.key.RedriveProof("a", 3)})
 	r.control(6, wire.GroupControl{Group: "a", Op: wire.OpRedrive, Reply: "r2"})
 
 	r.control(7, wire.GroupControl{Group: "b", Op: wire.OpOpen})
@@ -135,5 +137,53 @@ func TestRedriveReplay(t *testing.T) {
 	}
 	if e.rd.starting["b"] != 9 || e.rd.replayAsks != nil || e.rd.replayOpen != nil {
 		t.Fatalf("state after replay: %+v", e.rd)
+	}
+}
+
+// TestRedriveNeedsTheCoordinatorsProof: an open carrying Weave-Redrive is a coordinator's
+// acceptance of a redrive only with its proof, and the jobs of an incarnation a redrive opened are
+// the coordinator's alone: a producer cannot open one, nor add a job to one (which would settle a
+// failed job by its Weave-Redrive-Of).
+func TestRedriveNeedsTheCoordinatorsProof(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	e := te.e
+	te.control(wire.GroupControl{Group: "f", Op: wire.OpOpen, Redrive: 50})
+	te.control(wire.GroupControl{Group: "f", Op: wire.OpOpen, Redrive: 50, Proof: e.key.RedriveProof("f", 51)})
+	if e.groups.table.latest("f") != nil || !strings.Contains(te.lastRejection(), "without a coordinator's proof") {
+		t.Fatalf("an unproven redrive open: group %+v, last rejection %q", e.groups.table.latest("f"), te.lastRejection())
+	}
+	open := te.control(wire.GroupControl{Group: "g", Op: wire.OpOpen, Redrive: 50, Proof: e.key.RedriveProof("g", 50)})
+	if r := e.groups.table.latest("g"); r == nil || r.openSeq != open || r.flags&recRedriven == 0 {
+		t.Fatalf("a proven redrive open: group %+v", r)
+	}
+	job := func(redriveOf uint64, proof string) bool { // admitted
+		te.seq++
+		h := wire.JobMeta{Group: "g", RedriveOf: redriveOf}.Header()
+		if proof != "" {
+			h.Set(wire.HdrProof, proof)
+		}
+		e.feed(e.names.JobSubject(wire.GroupToken("g")), te.seq, h, nil, time.Time{})
+		st, known := e.idx.State(te.seq)
+		return known && st == jobindex.Pending
+	}
+	for name, admitted := range map[string]bool{
+		"no Weave-Redrive-Of":      job(0, ""),
+		"no proof":                 job(7, ""),
+		"another failed job's":     job(8, e.key.RedriveJobProof("g", open, 7)),
+		"another incarnation's":    job(7, e.key.RedriveJobProof("g", open+1, 7)),
+		"a ready record's instead": job(7, e.key.ReadyProof("g", open)),
+	} {
+		if admitted {
+			t.Errorf("a job with %s was admitted", name)
+		}
+	}
+	if !job(7, e.key.RedriveJobProof("g", open, 7)) {
+		t.Fatal("the coordinator's redriven job was not admitted")
+	}
+	te.seq++
+	e.feed(e.names.JobSubject(wire.GroupToken("g")), te.seq, wire.PackHeader("g", 2, 0), wire.AppendPack(nil, []wire.PackJob{{}, {}}), time.Time{})
+	if _, known := e.idx.State(wire.PackedJobID(te.seq, 0)); known {
+		t.Fatal("a pack was admitted into an incarnation a redrive opened")
 	}
 }

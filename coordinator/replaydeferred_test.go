@@ -26,6 +26,17 @@ func jobMsg(names wire.Names, m wire.JobMeta) jobsMsg {
 	return jobsMsg{names.JobSubject(wire.GroupToken(m.Group)), m.Header()}
 }
 
+// testKey is the release key of the engines tests make (newEngine leaves it zero).
+var testKey wire.ReleaseKey
+
+// redrivenJobMsg is the message of a job a coordinator publishes for a redrive, in the incarnation
+// opened at incarnation: its Weave-Redrive-Of with the coordinator's proof.
+func redrivenJobMsg(names wire.Names, m wire.JobMeta, incarnation uint64) jobsMsg {
+	msg := jobMsg(names, m)
+	msg.h.Set(wire.HdrProof, testKey.RedriveJobProof(m.Group, incarnation, m.RedriveOf))
+	return msg
+}
+
 // feedFrom feeds msgs to e at the JOBS sequences from first on.
 func feedFrom(e *engine, first uint64, msgs []jobsMsg) {
 	for i, m := range msgs {

@@ -201,8 +201,8 @@ func TestReplayRefusesOpenBeforeRedriveOpen(t *testing.T) {
 			inputs := append([]jobsMsg{controlMsg(names, wire.GroupControl{Group: "x", Op: wire.OpRedrive})}, tc.mid...)
 			openSeq := uint64(4 + len(inputs))
 			inputs = append(inputs,
-				controlMsg(names, wire.GroupControl{Group: "x", Op: wire.OpOpen, Redrive: 4}),
-				jobMsg(names, wire.JobMeta{Group: "x", Key: "k", RedriveOf: 2}),
+				controlMsg(names, wire.GroupControl{Group: "x", Op: wire.OpOpen, Redrive: 4, Proof: testKey.RedriveProof("x", 4)}),
+				redrivenJobMsg(names, wire.JobMeta{Group: "x", Key: "k", RedriveOf: 2}, openSeq),
 				controlMsg(names, wire.GroupControl{Group: "x", Op: wire.OpSeal, Count: 1}))
 			rc := &redriveCase{t: t, inputs: inputs}
 			live, e := rc.live(), rc.replayed()

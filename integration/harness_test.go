@@ -174,6 +174,28 @@ func (e *env) wait(h *dispatcher.Handle) *dispatcher.Result {
 	return res
 }
 
+// releaseKey reads the namespace's release key, which a coordinator created, to store what only
+// a coordinator can (a test standing in for one that died).
+func (e *env) releaseKey() *wire.ReleaseKey {
+	e.t.Helper()
+	names, _ := wire.NewNames(e.ns)
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	kv, err := js.KeyValue(e.ctx, names.KeyBucket())
+	if err != nil {
+		e.t.Fatalf("the release key's bucket: %v", err)
+	}
+	entry, err := kv.Get(e.ctx, "release")
+	if err != nil || len(entry.Value()) != wire.ReleaseKeySize {
+		e.t.Fatalf("the release key: %v", err)
+	}
+	var key wire.ReleaseKey
+	copy(key[:], entry.Value())
+	return &key
+}
+
 // waitWorkers waits until the coordinator knows n live workers.
 func (e *env) waitWorkers(n int) {
 	e.t.Helper()

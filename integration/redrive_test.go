@@ -223,9 +223,11 @@ func TestRedriveResumedAfterCoordinatorReplaced(t *testing.T) {
 		return ack.Sequence
 	}
 	req := put(tok, wire.GroupControl{Group: "g", Op: wire.OpRedrive, Reply: "gone"}.Header(), nil)
-	openSeq := put(tok, wire.GroupControl{Group: "g", Op: wire.OpOpen, Redrive: req}.Header(), nil)
+	key := e.releaseKey()
+	openSeq := put(tok, wire.GroupControl{Group: "g", Op: wire.OpOpen, Redrive: req, Proof: key.RedriveProof("g", req)}.Header(), nil)
 	first := wire.JobMeta{Group: "g", Key: keys[failed[0]]}.Header()
 	first.Set(wire.HdrRedriveOf, strconv.FormatUint(failed[0], 10))
+	first.Set(wire.HdrProof, key.RedriveJobProof("g", openSeq, failed[0]))
 	first.Set(wire.HdrMsgID, "redrive:"+strconv.FormatUint(req, 10)+"/"+strconv.FormatUint(failed[0], 10))
 	put(names.JobSubject(wire.GroupToken("g")), first, []byte("fail"))
 

@@ -287,6 +287,37 @@ func (k *ReleaseKey) VerifyReady(proof, group string, incarnation uint64) bool {
 	return ok && rel == 0
 }
 
+// redriveDomain and redriveJobDomain separate a redrive's proofs from the others.
+const (
+	redriveDomain    = "\x00redrive\x00"
+	redriveJobDomain = "\x00redrive-job\x00"
+)
+
+// RedriveProof is the coordinator's proof that it accepted group's redrive request stored at
+// JOBS sequence request, carried by the open of the incarnation it publishes for it: a producer
+// may store an open with Weave-Redrive but cannot prove it.
+func (k *ReleaseKey) RedriveProof(group string, request uint64) string {
+	return k.Proof(redriveDomain+group, request, 0, 0)
+}
+
+// VerifyRedrive checks a redrive open's proof.
+func (k *ReleaseKey) VerifyRedrive(proof, group string, request uint64) bool {
+	rel, ok := k.Verify(proof, redriveDomain+group, request, 0)
+	return ok && rel == 0
+}
+
+// RedriveJobProof is the coordinator's proof that it published, in group's incarnation opened at
+// JOBS sequence incarnation (a redrive's), the job that runs failed job redriveOf again.
+func (k *ReleaseKey) RedriveJobProof(group string, incarnation, redriveOf uint64) string {
+	return k.Proof(redriveJobDomain+group, redriveOf, 0, incarnation)
+}
+
+// VerifyRedriveJob checks a redriven job's proof.
+func (k *ReleaseKey) VerifyRedriveJob(proof, group string, incarnation, redriveOf uint64) bool {
+	rel, ok := k.Verify(proof, redriveJobDomain+group, redriveOf, 0)
+	return ok && rel == incarnation
+}
+
 // ReadyMsgID is a ready record's dedup ID: a coordinator writing it again (after a restart)
 // stores it once within the dedup window.
 func ReadyMsgID(gtok string, incarnation uint64) string {

@@ -98,7 +98,8 @@ type GroupControl struct {
 	After    []After
 	Priority int
 	// Incarnation and Proof, on a ready record (OpReady), name the incarnation whose
-	// dependencies are met and prove that a coordinator wrote it (ReleaseKey.ReadyProof).
+	// dependencies are met and prove that a coordinator wrote it (ReleaseKey.ReadyProof). On a
+	// redrive's open, Proof proves that a coordinator accepted the request (RedriveProof).
 	Incarnation uint64
 	Proof       string
 	// AfterFailed, on a cancel of a whole group, names the group it runs after that ended
@@ -123,6 +124,7 @@ func (c GroupControl) Header() nats.Header {
 	}
 	if c.Op == OpOpen && c.Redrive > 0 {
 		h.Set(HdrRedrive, strconv.FormatUint(c.Redrive, 10))
+		h.Set(HdrProof, c.Proof)
 	}
 	if c.Op == OpOpen && c.Weight > 0 {
 		h.Set(HdrWeight, strconv.Itoa(c.Weight))
@@ -173,7 +175,7 @@ func ParseGroupControl(h nats.Header) (GroupControl, error) {
 			if err != nil || n == 0 {
 				return GroupControl{}, fmt.Errorf("%w: open of group %q: bad %s %q", ErrMalformed, c.Group, HdrRedrive, v)
 			}
-			c.Redrive = n
+			c.Redrive, c.Proof = n, h.Get(HdrProof)
 		}
 		if v := h.Get(HdrWeight); v != "" {
 			n, err := strconv.Atoi(v)
