@@ -315,22 +315,24 @@ func (r *run) startRedrives(ctx context.Context, orders []redriveOrder) {
 	}
 }
 
-// weightOf is the weight of the incarnation opened at openSeq, read from its stored open (the
-// messages of a group with failed jobs are kept), so a redrive keeps its group's share; 0 (the
-// default weight) if the open cannot be read.
-func (r *run) weightOf(ctx context.Context, openSeq uint64) int {
+// optionsOf is the weight and priority of the incarnation opened at openSeq, read from its stored
+// open (the messages of a group with failed jobs are kept), so a redrive keeps its group's share
+// and place; 0 (the defaults) if the open cannot be read.
+func (r *run) optionsOf(ctx context.Context, openSeq uint64) (weight, priority int) {
 	if openSeq == 0 {
-		return 0
+		return 0, 0
 	}
 	m := r.readMsgs(ctx, []uint64{openSeq})[0]
 	if m == nil {
-		return 0
+		return 0, 0
 	}
-	c, err := wire.ParseGroupControl(m.Header)
-	if err != nil || c.Op != wire.OpOpen {
-		return 0
+	if c, err := wire.ParseGroupControl(m.Header); err == nil && c.Op == wire.OpOpen {
+		return c.Weight, c.Priority
 	}
-	return c.Weight
+	if jobs, err := wire.ParseStoredJobs(openSeq, m.Header, m.Data); err == nil && jobs[0].Meta.Single {
+		return 0, jobs[0].Meta.Priority // a single job is its group's open
+	}
+	return 0, 0
 }
 
 // carryOutRedrive records and answers a refusal, or publishes the new incarnation. If the term
@@ -409,7 +411,8 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 			return
 		}
 		open := nats.NewMsg(r.names.GroupSubject(o.tok))
-		open.Header = wire.GroupControl{Group: c.Group, Op: wire.OpOpen, Redrive: o.ask.seq, Weight: r.weightOf(ctx, o.prevOpens[0]),
+		weight, priority := r.optionsOf(ctx, o.prevOpens[0])
+		open.Header = wire.GroupControl{Group: c.Group, Op: wire.OpOpen, Redrive: o.ask.seq, Weight: weight, Priority: priority,
 			Proof: r.key.RedriveProof(c.Group, o.ask.seq)}.Header()
 		open.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d", o.ask.seq))
 		ack, err := r.stored(ctx, open, nil)

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -249,8 +250,8 @@ func TestRedriveResumedAfterCoordinatorReplaced(t *testing.T) {
 	}
 }
 
-// TestRedriveKeepsWeight: the incarnation a redrive opens has the weight of the one whose
-// failed jobs it runs again, so the redriven jobs keep their group's share of the slots.
+// TestRedriveKeepsWeight: the incarnation a redrive opens has the weight and priority of the one
+// whose failed jobs it runs again, so the redriven jobs keep their group's share and place.
 func TestRedriveKeepsWeight(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -260,7 +261,7 @@ func TestRedriveKeepsWeight(t *testing.T) {
 		if i == 0 {
 			j.Payload = []byte("fail")
 		}
-	}), dispatcher.Weight(3))
+	}), dispatcher.Weight(3), dispatcher.Priority(6))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,18 +280,18 @@ func TestRedriveKeepsWeight(t *testing.T) {
 
 	names, _ := wire.NewNames(e.ns)
 	s := e.jobsStream()
-	var weights []int
+	var weights, priorities []int
 	for seq := uint64(1); seq <= s.CachedInfo().State.LastSeq; seq++ {
 		m, err := s.GetMsg(e.ctx, seq)
 		if err != nil || m.Subject != names.GroupSubject("heavy") {
 			continue
 		}
 		if c, err := wire.ParseGroupControl(m.Header); err == nil && c.Op == wire.OpOpen {
-			weights = append(weights, c.Weight)
+			weights, priorities = append(weights, c.Weight), append(priorities, c.Priority)
 		}
 	}
-	if len(weights) != 2 || weights[0] != 3 || weights[1] != 3 {
-		t.Fatalf("weights of the group's opens: %v, want [3 3] (the publish's and the redrive's)", weights)
+	if !slices.Equal(weights, []int{3, 3}) || !slices.Equal(priorities, []int{6, 6}) {
+		t.Fatalf("weights %v and priorities %v of the group's opens, want [3 3] and [6 6] (the publish's and the redrive's)", weights, priorities)
 	}
 	w.hold.release()
 	if res := e.waitFor(h); res.Summary != (dispatcher.Summary{Jobs: 1, Done: 1}) {
