@@ -155,3 +155,34 @@ func TestSingleJobPriority(t *testing.T) {
 		return err == nil && gi.Priority == 3 && gi.Jobs[dispatcher.StatePending] == 1
 	})
 }
+
+// TestGroupPriorityGoesFirst: with a one-slot worker joining once both are pending, every job of
+// the group of priority 5 runs before any of the group of priority 0 published before it.
+func TestGroupPriorityGoesFirst(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{Prefetch: -1})
+	payloads := func(base int) func(yield func(dispatcher.Job) bool) {
+		return func(yield func(dispatcher.Job) bool) {
+			for i := range 5 {
+				if !yield(dispatcher.Job{Payload: []byte(strconv.Itoa(base + i))}) {
+					return
+				}
+			}
+		}
+	}
+	low := e.publish("low", payloads(0))
+	high, err := e.d.Publish(e.ctx, "high", payloads(100), dispatcher.Priority(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitPending("low", 5)
+	e.waitPending("high", 5)
+	var log orderLog
+	e.worker(worker.Config{Concurrency: 1}, log.handler(nil))
+	e.wait(low)
+	e.wait(high)
+	if got, want := log.got(), []int{100, 101, 102, 103, 104, 0, 1, 2, 3, 4}; !slices.Equal(got, want) {
+		t.Fatalf("jobs ran in the order %v, want %v", got, want)
+	}
+}
