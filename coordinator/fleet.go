@@ -317,6 +317,28 @@ func (f *fleet) prefetch(cfg *Config) int {
 	return p
 }
 
+// maxAheadBusy is the highest busy share of the fleet at which, by default, a work batch may
+// carry jobs beyond the slots of the worker that takes it (see aheadPerSlot).
+const maxAheadBusy = 0.5
+
+// aheadPerSlot is how many prefetched jobs per slot a work batch may carry beyond one worker's
+// share of its pool's slots (Config.QueueAhead). They wait in that worker's queue and start as
+// its slots free, without a pull, and report with the jobs ahead of them: a worker of one or
+// two slots otherwise costs a stored work message, a pull and a report message per one or two
+// jobs. A job waiting there is not taken by another worker that falls idle, so by default it is
+// done only while handlers run at most half of a release's round trip (short jobs, where the
+// messages are most of the cost and a job's wait behind one other is shorter than the trip it
+// saves); with long jobs the prefetch window is about one job anyway.
+func (f *fleet) aheadPerSlot(cfg *Config) int {
+	switch {
+	case cfg.QueueAhead != 0:
+		return max(cfg.QueueAhead, 0)
+	case f.busy <= maxAheadBusy:
+		return 1
+	}
+	return 0
+}
+
 // feeders is the number of feeder slots: configured, or the live slots plus the prefetch window
 // (at least one), so released jobs fit in F and groups stay spread.
 func (f *fleet) feeders(cfg *Config) int {

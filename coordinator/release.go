@@ -47,13 +47,13 @@ func (e *engine) releaseAll() {
 		outstanding += p.outstanding
 	}
 	e.resizeFeeders()
-	window := e.fleet.prefetch(&e.cfg)
+	window, ahead := e.fleet.prefetch(&e.cfg), e.fleet.aheadPerSlot(&e.cfg)
 	now := e.cfg.now()
 	var limited []*limitState
 	for _, pass := range releasePasses {
-		prefetch := 0
+		prefetch, extra := 0, 0
 		if pass.prefetch {
-			prefetch = window
+			prefetch, extra = window, ahead
 		}
 		affinityOnly := pass.affinityOnly
 		for _, p := range e.fleet.poolOrder {
@@ -62,7 +62,9 @@ func (e *engine) releaseAll() {
 			}
 			// Prefetch places are a budget for the whole fleet, not per pool: released jobs stay
 			// within slots + Prefetch, which is F by default, so groups stay spread.
-			for p.free(prefetch) > 0 && len(batches[p]) < p.batchCap(e.cfg.MaxBatch) && (!pass.prefetch || outstanding < e.fleet.slots+window) {
+			// Prefetched jobs may go to a worker beyond its slots (extra), to wait in its queue.
+			bcap := p.batchCap(e.cfg.MaxBatch, extra)
+			for p.free(prefetch) > 0 && len(batches[p]) < bcap && (!pass.prefetch || outstanding < e.fleet.slots+window) {
 				var settled bool
 				cands, ids, settled = e.candidates(cands[:0], ids[:0], p.held)
 				if len(cands) == 0 {
@@ -94,7 +96,7 @@ func (e *engine) releaseAll() {
 				batches[p] = append(batches[p], e.take(c, p, now))
 				e.learnAffinity(p, c.id, m, now)
 				outstanding++
-				if len(batches[p]) == p.batchCap(e.cfg.MaxBatch) {
+				if len(batches[p]) == bcap {
 					e.flushBatch(p, batches)
 				}
 			}
@@ -114,12 +116,13 @@ func (p *pool) free(prefetch int) int {
 }
 
 // batchCap is the most jobs one batch for the pool may hold: MaxBatch, and no more than one
-// worker's share of the pool's slots, since one worker takes the whole batch.
-func (p *pool) batchCap(maxBatch int) int {
+// worker's share of the pool's slots, since one worker takes the whole batch, plus ahead jobs
+// per slot of that share, which wait in the worker's queue (see fleet.aheadPerSlot).
+func (p *pool) batchCap(maxBatch, ahead int) int {
 	if p.workers == 0 {
 		return 1
 	}
-	return max(1, min(maxBatch, (p.slots+p.workers-1)/p.workers))
+	return max(1, min(maxBatch, (1+ahead)*((p.slots+p.workers-1)/p.workers)))
 }
 
 // candidates lists the jobs on offer: retries first (oldest first), then the scheduler's offers
