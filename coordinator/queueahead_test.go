@@ -20,7 +20,8 @@ import (
 // TestQueueAhead: with three one-slot workers and a prefetch window of 6, the free slots get a
 // job each; the prefetched jobs go two to a batch (one worker's share and one ahead) while the
 // fleet's jobs are short, one to a batch while they are long, and as QueueAhead fixes it
-// otherwise. Jobs sent ahead count as in flight for their group.
+// otherwise; without a prefetch window nothing goes ahead. Jobs sent ahead count as in flight
+// for their group.
 func TestQueueAhead(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -28,15 +29,21 @@ func TestQueueAhead(t *testing.T) {
 		queueAhead int
 		busy       float64
 		want       []int // the batches' sizes
+		noPrefetch bool
 	}{
-		{"short jobs", 0, 0.1, []int{1, 1, 1, 2, 2, 2}},
-		{"half busy", 0, 0.5, []int{1, 1, 1, 2, 2, 2}},
-		{"long jobs", 0, 0.9, []int{1, 1, 1, 1, 1, 1, 1, 1, 1}},
-		{"off", -1, 0.1, []int{1, 1, 1, 1, 1, 1, 1, 1, 1}},
-		{"fixed", 2, 0.9, []int{1, 1, 1, 3, 3}},
+		{"short jobs", 0, 0.1, []int{1, 1, 1, 2, 2, 2}, false},
+		{"half busy", 0, 0.5, []int{1, 1, 1, 2, 2, 2}, false},
+		{"long jobs", 0, 0.9, []int{1, 1, 1, 1, 1, 1, 1, 1, 1}, false},
+		{"off", -1, 0.1, []int{1, 1, 1, 1, 1, 1, 1, 1, 1}, false},
+		{"fixed", 2, 0.9, []int{1, 1, 1, 3, 3}, false},
+		{"no prefetch window", 2, 0.1, []int{1, 1, 1}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			te := newTestEngine(t, Config{Prefetch: 6, QueueAhead: tc.queueAhead})
+			cfg := Config{Prefetch: 6, QueueAhead: tc.queueAhead}
+			if tc.noPrefetch {
+				cfg.Prefetch = -1
+			}
+			te := newTestEngine(t, cfg)
 			for _, w := range []string{"a", "b", "c"} {
 				te.worker(w, 1)
 			}

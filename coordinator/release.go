@@ -51,9 +51,9 @@ func (e *engine) releaseAll() {
 	now := e.cfg.now()
 	var limited []*limitState
 	for _, pass := range releasePasses {
-		prefetch, extra := 0, 0
+		prefetch := 0
 		if pass.prefetch {
-			prefetch, extra = window, ahead
+			prefetch = window
 		}
 		affinityOnly := pass.affinityOnly
 		for _, p := range e.fleet.poolOrder {
@@ -62,7 +62,12 @@ func (e *engine) releaseAll() {
 			}
 			// Prefetch places are a budget for the whole fleet, not per pool: released jobs stay
 			// within slots + Prefetch, which is F by default, so groups stay spread.
-			// Prefetched jobs may go to a worker beyond its slots (extra), to wait in its queue.
+			// Once the pool's slots are all taken, prefetched jobs may go to a worker beyond its
+			// slots, to wait in its queue.
+			extra := 0
+			if pass.prefetch && p.free(0) <= 0 {
+				extra = ahead
+			}
 			bcap := p.batchCap(e.cfg.MaxBatch, extra)
 			for p.free(prefetch) > 0 && len(batches[p]) < bcap && (!pass.prefetch || outstanding < e.fleet.slots+window) {
 				var settled bool
