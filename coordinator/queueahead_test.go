@@ -51,7 +51,7 @@ func TestQueueAhead(t *testing.T) {
 			for range 20 {
 				te.job(wire.JobMeta{Group: "g"})
 			}
-			te.e.fleet.busy = tc.busy
+			te.e.fleet.pools["any"].busy = tc.busy
 			te.e.releaseAll()
 			var sizes []int
 			for _, r := range te.e.out.releases {
@@ -208,5 +208,34 @@ func TestQueuedAheadCanceled(t *testing.T) {
 	}
 	if got := f.keys("a"); !slices.Equal(got, []string{"1/1", "2/1"}) {
 		t.Fatalf("worker a ran %v; job 3 was canceled while queued", got)
+	}
+}
+
+// TestQueueAheadFollowsThePool: whether a pool's batches go ahead follows its own busy share,
+// not the fleet's: a pool whose jobs run most of their round trip keeps them out of its workers'
+// queues while another pool's short jobs go ahead; a new pool starts without; and time a job
+// waited in a worker's queue does not count as round trip (or the waits that going ahead causes
+// would keep a pool of long jobs going ahead).
+func TestQueueAheadFollowsThePool(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	te.worker("cpu", 1)
+	te.worker("gpu", 1, "gpu")
+	short, long := te.e.fleet.pools["any"], te.e.fleet.pools[wire.PoolKey([]string{"gpu"})]
+	if aheadPerSlot(&te.e.cfg, short) != 0 || aheadPerSlot(&te.e.cfg, long) != 0 {
+		t.Fatal("a pool not measured yet sends jobs ahead")
+	}
+	g := &group{busy: 1, weight: 1}
+	for range 50 {
+		// Short jobs: 1 ms of a 10 ms round trip. Long ones: 90 ms of 100, after waiting 900 ms
+		// in a worker's queue.
+		te.e.learnBusy(&job{g: g, since: te.now.Add(-10 * time.Millisecond)}, short, time.Millisecond, 0, te.now)
+		te.e.learnBusy(&job{g: g, since: te.now.Add(-time.Second)}, long, 90*time.Millisecond, 900*time.Millisecond, te.now)
+	}
+	if got := aheadPerSlot(&te.e.cfg, short); got != 1 {
+		t.Errorf("pool of short jobs (busy %.2f): %d ahead per slot, want 1", short.busy, got)
+	}
+	if got := aheadPerSlot(&te.e.cfg, long); got != 0 {
+		t.Errorf("pool of long jobs (busy %.2f): %d ahead per slot, want 0", long.busy, got)
 	}
 }

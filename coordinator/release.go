@@ -47,7 +47,7 @@ func (e *engine) releaseAll() {
 		outstanding += p.outstanding
 	}
 	e.resizeFeeders()
-	window, ahead := e.fleet.prefetch(&e.cfg), e.fleet.aheadPerSlot(&e.cfg)
+	window := e.fleet.prefetch(&e.cfg)
 	now := e.cfg.now()
 	var limited []*limitState
 	for _, pass := range releasePasses {
@@ -66,7 +66,7 @@ func (e *engine) releaseAll() {
 			// slots, to wait in its queue.
 			extra := 0
 			if pass.prefetch && p.free(0) <= 0 {
-				extra = ahead
+				extra = aheadPerSlot(&e.cfg, p)
 			}
 			bcap := p.batchCap(e.cfg.MaxBatch, extra)
 			for p.free(prefetch) > 0 && len(batches[p]) < bcap && (!pass.prefetch || outstanding < e.fleet.slots+window) {
