@@ -75,6 +75,17 @@ type Config struct {
 	// slots.
 	Prefetch int
 
+	// QueueAhead is how many jobs per slot a worker may be handed beyond its slots, to wait in
+	// its queue, when its pool's slots are all taken and prefetched jobs go out: a work batch
+	// then holds up to (1 + QueueAhead) times one worker's share of the pool's slots instead of
+	// that share. Workers of one or two slots then cost fewer messages per job. A job waiting in
+	// a worker's queue starts when a slot of that worker frees, even if another worker fell idle
+	// meanwhile. 0 (default): 1 while the pool's handlers run at most half of each job's time
+	// from release to report, not counting waits in a worker's queue (short jobs), else none;
+	// n > 0 fixes it; -1: never. Only jobs of the prefetch window go ahead, so Prefetch -1 turns
+	// it off too.
+	QueueAhead int
+
 	// MaxAttempts is the attempt limit of jobs that do not set their own. Default 5.
 	MaxAttempts int
 
@@ -182,6 +193,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Prefetch < -1 {
 		return c, fmt.Errorf("%w: Prefetch is %d, must be -1 (only into free slots) or more", ErrInvalidConfig, c.Prefetch)
+	}
+	if c.QueueAhead < -1 {
+		return c, fmt.Errorf("%w: QueueAhead is %d, must be -1 (never beyond a worker's slots) or more", ErrInvalidConfig, c.QueueAhead)
 	}
 	if c.MaxAttempts > wire.MaxAttemptsLimit {
 		return c, fmt.Errorf("%w: MaxAttempts %d above %d", ErrInvalidConfig, c.MaxAttempts, wire.MaxAttemptsLimit)

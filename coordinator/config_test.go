@@ -18,6 +18,7 @@ func TestConfigRejects(t *testing.T) {
 		{Config{Namespace: "ns", LeaseTTL: -time.Second}, "LeaseTTL is -1s, must not be negative"},
 		{Config{Namespace: "ns", AbandonAfter: -time.Second}, "AbandonAfter is -1s"},
 		{Config{Namespace: "ns", Prefetch: -2}, "Prefetch is -2, must be -1"},
+		{Config{Namespace: "ns", QueueAhead: -2}, "QueueAhead is -2, must be -1"},
 		// One rule for replicas (internal/config), refused rather than clamped.
 		{Config{Namespace: "ns", Streams: StreamOptions{Replicas: -1}}, "Streams.Replicas is -1, must be 1 to 5"},
 		{Config{Namespace: "ns", Streams: StreamOptions{Replicas: 6}}, "Streams.Replicas is 6, must be 1 to 5"},

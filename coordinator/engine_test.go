@@ -802,7 +802,7 @@ func TestBusyShareIsARatioOfAverages(t *testing.T) {
 			cycle = 10 * time.Millisecond
 		}
 		j := &job{g: g, since: te.now.Add(-cycle)}
-		te.e.learnBusy(j, time.Millisecond, 0, te.now)
+		te.e.learnBusy(j, nil, time.Millisecond, 0, te.now)
 	}
 	if want := 1.0 / 6; g.busy < want*0.9 || g.busy > want*1.1 {
 		t.Fatalf("busy share %.3f, want %.3f ± 10%%", g.busy, want)

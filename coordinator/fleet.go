@@ -29,6 +29,7 @@ type pool struct {
 	held        *jobindex.ResourceSet // its resources and those it learned (affinity.go), compiled
 	learned     map[string]time.Time  // resources it learned, until when (affinity.go)
 	slots       int                   // total concurrency of the pool's live workers
+	busy        float64               // its busy share without waiting, as the fleet's (see learnBusy)
 	outstanding int                   // jobs released to the pool and not yet reported
 	workers     int
 	// orphanSince is when the pool was last left without live workers (or first seen, during
@@ -272,7 +273,7 @@ func (e *engine) poolFor(key string, resources []string) *pool {
 		return p
 	}
 	rs := wire.NormalizeResources(resources)
-	p := &pool{key: key, resources: rs, held: e.idx.Compile(rs), orphanSince: e.cfg.now()}
+	p := &pool{key: key, resources: rs, held: e.idx.Compile(rs), orphanSince: e.cfg.now(), busy: 1}
 	e.fleet.pools[key] = p
 	e.fleet.poolOrder = append(e.fleet.poolOrder, p)
 	return p
@@ -315,6 +316,29 @@ func (f *fleet) prefetch(cfg *Config) int {
 		p = min(p, max(cfg.Feeders-f.slots, 0))
 	}
 	return p
+}
+
+// maxAheadBusy is the highest busy share of a pool at which, by default, its work batches may
+// carry jobs beyond the slots of the worker that takes them (see aheadPerSlot).
+const maxAheadBusy = 0.5
+
+// aheadPerSlot is how many prefetched jobs per slot a work batch for p may carry beyond one
+// worker's share of its slots (Config.QueueAhead). They wait in that worker's queue and start
+// as its slots free, without a pull, and report with the jobs ahead of them: a worker of one or
+// two slots otherwise costs a stored work message, a pull and a report message per one or two
+// jobs. A job waiting there is not taken by another worker that falls idle, so by default it is
+// done only while the pool's handlers run at most half of a release's round trip (short jobs,
+// where the messages are most of the cost and a job's wait behind one other is shorter than the
+// trip it saves). The pool's share, not the fleet's: a pool of long jobs beside one of many
+// short ones keeps its jobs where any of its workers takes them.
+func aheadPerSlot(cfg *Config, p *pool) int {
+	switch {
+	case cfg.QueueAhead != 0:
+		return max(cfg.QueueAhead, 0)
+	case p.busy <= maxAheadBusy:
+		return 1
+	}
+	return 0
 }
 
 // feeders is the number of feeder slots: configured, or the live slots plus the prefetch window

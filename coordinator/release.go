@@ -62,7 +62,14 @@ func (e *engine) releaseAll() {
 			}
 			// Prefetch places are a budget for the whole fleet, not per pool: released jobs stay
 			// within slots + Prefetch, which is F by default, so groups stay spread.
-			for p.free(prefetch) > 0 && len(batches[p]) < p.batchCap(e.cfg.MaxBatch) && (!pass.prefetch || outstanding < e.fleet.slots+window) {
+			// Once the pool's slots are all taken, prefetched jobs may go to a worker beyond its
+			// slots, to wait in its queue.
+			extra := 0
+			if pass.prefetch && p.free(0) <= 0 {
+				extra = aheadPerSlot(&e.cfg, p)
+			}
+			bcap := p.batchCap(e.cfg.MaxBatch, extra)
+			for p.free(prefetch) > 0 && len(batches[p]) < bcap && (!pass.prefetch || outstanding < e.fleet.slots+window) {
 				var settled bool
 				cands, ids, settled = e.candidates(cands[:0], ids[:0], p.held)
 				if len(cands) == 0 {
@@ -94,7 +101,7 @@ func (e *engine) releaseAll() {
 				batches[p] = append(batches[p], e.take(c, p, now))
 				e.learnAffinity(p, c.id, m, now)
 				outstanding++
-				if len(batches[p]) == p.batchCap(e.cfg.MaxBatch) {
+				if len(batches[p]) == bcap {
 					e.flushBatch(p, batches)
 				}
 			}
@@ -114,12 +121,13 @@ func (p *pool) free(prefetch int) int {
 }
 
 // batchCap is the most jobs one batch for the pool may hold: MaxBatch, and no more than one
-// worker's share of the pool's slots, since one worker takes the whole batch.
-func (p *pool) batchCap(maxBatch int) int {
+// worker's share of the pool's slots, since one worker takes the whole batch, plus ahead jobs
+// per slot of that share, which wait in the worker's queue (see fleet.aheadPerSlot).
+func (p *pool) batchCap(maxBatch, ahead int) int {
 	if p.workers == 0 {
 		return 1
 	}
-	return max(1, min(maxBatch, (p.slots+p.workers-1)/p.workers))
+	return max(1, min(maxBatch, (1+ahead)*((p.slots+p.workers-1)/p.workers)))
 }
 
 // candidates lists the jobs on offer: retries first (oldest first), then the scheduler's offers

@@ -81,10 +81,11 @@ func (e *engine) report(pool, worker string, seq uint64, r wire.Report, now time
 	if worker == wire.RescueWorker {
 		e.stats.Rescued++
 	}
+	ran := j.pool // stopRunning forgets it
 	e.stopRunning(j)
 	e.mx.reported(worker, r.Duration, now)
 	if r.Status != wire.StatusReturned && r.Status != wire.StatusLapsed {
-		e.learnBusy(j, r.Duration, r.Waited, now) // the others say nothing about the job's time
+		e.learnBusy(j, ran, r.Duration, r.Waited, now) // the others say nothing about the job's time
 	}
 	e.decide(j, worker, seq, r, now)
 }
@@ -233,17 +234,18 @@ const maxHistoryError = 4 << 10
 // busyWeight is the weight of one report in a group's busy share.
 const busyWeight = 0.1
 
-// learnBusy updates the busy shares from one attempt: it was released at j.since, waited on
-// the worker, ran, and its report arrived now. A group's share counts the waiting (by Little's
-// law, released jobs × share = jobs running). The fleet's share, which sizes the prefetch
-// window, does not: waiting is what the window itself causes, and counting it would make the
-// window grow without end.
+// learnBusy updates the busy shares from one attempt: it was released at j.since to pool p,
+// waited on the worker, ran, and its report arrived now. A group's share counts the waiting (by
+// Little's law, released jobs × share = jobs running). The fleet's share, which sizes the
+// prefetch window, does not: waiting is what the window itself causes, and counting it would
+// make the window grow without end; nor does the pool's, which decides whether its batches may
+// go ahead of its slots (waiting behind a job sent ahead would keep them going ahead).
 //
 // A group's share is a ratio of averages, average run time ÷ average cycle, as Little's law
 // has it, not an average of each job's ratio: cycles vary (queueing, report pacing), and since
 // 1/x is convex the average of ran/cycle overstates the share, most for short jobs, whose cycles
 // vary most relative to their run, and short jobs' groups would get less than their fair share.
-func (e *engine) learnBusy(j *job, ran, waited time.Duration, now time.Time) {
+func (e *engine) learnBusy(j *job, p *pool, ran, waited time.Duration, now time.Time) {
 	cycle := now.Sub(j.since)
 	if j.since.IsZero() || cycle <= 0 {
 		return
@@ -263,7 +265,11 @@ func (e *engine) learnBusy(j *job, ran, waited time.Duration, now time.Time) {
 	// group with one job look busier than a large group with several, and break the spread.
 	e.groups.busy += busyWeight * (share - e.groups.busy)
 	if trip := cycle - min(waited, cycle); trip > 0 {
-		e.fleet.busy += busyWeight * (min(float64(ran)/float64(trip), 1) - e.fleet.busy)
+		share := min(float64(ran)/float64(trip), 1)
+		e.fleet.busy += busyWeight * (share - e.fleet.busy)
+		if p != nil {
+			p.busy += busyWeight * (share - p.busy) // whether its batches may go ahead (aheadPerSlot)
+		}
 	}
 }
 
