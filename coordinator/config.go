@@ -174,6 +174,13 @@ type Config struct {
 	now func() time.Time
 }
 
+// Validate reports, as New would, a field out of range (an error wrapping ErrInvalidConfig): a
+// command can check its flags before it connects.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 func (c Config) withDefaults() (Config, error) {
 	if _, err := wire.NewNames(c.Namespace); err != nil {
 		return c, fmt.Errorf("%w: %v", ErrInvalidConfig, err)

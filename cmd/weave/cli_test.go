@@ -259,6 +259,10 @@ func TestCLIInit(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "--wait-namespace -1s is negative") {
 		t.Errorf("worker with a negative --wait-namespace and no server: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
+	code, out, errOut = runCLI(t, "", "coordinator", "--nats", "nats://127.0.0.1:1", "--queue-ahead", "-3")
+	if code != exitUsage || !strings.Contains(errOut, "--queue-ahead is -3") {
+		t.Errorf("coordinator with --queue-ahead -3 and no server: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
 	nc := jstest.NewConn(t, srv.ClientURL())
 	js, err := jetstream.New(nc)
 	if err != nil {

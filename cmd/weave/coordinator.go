@@ -40,12 +40,13 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 			if cfg.RetryBase > cfg.RetryMax {
 				return usageErrorf("--retry-base %v is above --retry-max %v: the first retry would wait longer than the longest", cfg.RetryBase, cfg.RetryMax)
 			}
-			// The rule coordinator.New applies to the stream flags, checked before connecting.
-			if err := cfg.Streams.Validate("Streams."); err != nil {
-				return usageError{errors.New(inFlagWords(err.Error(), coordinatorFlags))}
-			}
 			cfg.Namespace = conn.namespace
 			cfg.Logger = g.log.With().Str("component", "coordinator").Logger()
+			// The rules coordinator.New applies, checked before connecting: a bad flag is said
+			// at once, not after waiting for a server.
+			if err := cfg.Validate(); err != nil {
+				return usageError{errors.New(inFlagWords(err.Error(), coordinatorFlags))}
+			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
 			nc, err := conn.connect(ctx, "coordinator", true, g.log)
@@ -76,6 +77,7 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 	f.StringVar(&policy, "policy", spreader.LeastInFlight.String(), "scheduling policy: least-in-flight or round-robin")
 	f.IntVar(&cfg.MaxInFlightPerGroup, "max-in-flight-per-group", 0, "cap on the jobs of one group running at once (0: none)")
 	f.IntVar(&cfg.Prefetch, "prefetch", coordinator.DefaultPrefetch, "jobs released beyond the free slots, fleet-wide (0: adapts to the jobs' durations; -1: only into free slots)")
+	f.IntVar(&cfg.QueueAhead, "queue-ahead", 0, "jobs per slot a worker may hold beyond its slots once its pool's are all taken (0: 1 for short jobs, else 0; -1: never)")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", coordinator.DefaultMaxAttempts, "attempts of jobs that do not set their own")
 	f.DurationVar(&cfg.RetryBase, "retry-base", coordinator.DefaultRetryBase, "retry delay of the first retry (exponential backoff with full jitter)")
 	f.DurationVar(&cfg.RetryMax, "retry-max", coordinator.DefaultRetryMax, "longest retry delay")
@@ -138,7 +140,7 @@ func standBy(ctx context.Context, run func(context.Context) error, log zerolog.L
 // coordinatorFlags names the coordinator.Config fields that a flag of weave coordinator sets, so
 // that a validation error speaks of the flag the user typed rather than the Go field.
 var coordinatorFlags = map[string]string{
-	"Feeders": "--feeders", "MaxInFlightPerGroup": "--max-in-flight-per-group", "Prefetch": "--prefetch",
+	"Feeders": "--feeders", "MaxInFlightPerGroup": "--max-in-flight-per-group", "Prefetch": "--prefetch", "QueueAhead": "--queue-ahead",
 	"MaxAttempts": "--max-attempts", "RetryBase": "--retry-base", "RetryMax": "--retry-max",
 	"MaxBatch": "--max-batch", "LeaseTTL": "--lease-ttl", "HeartbeatMisses": "--heartbeat-misses",
 	"RescueAfter": "--rescue-after", "AbandonAfter": "--abandon-after", "LearnAffinity": "--learn-affinity",
