@@ -140,7 +140,7 @@ func TestDeleter(t *testing.T) {
 		t.Helper()
 		select {
 		case f := <-r.forgetCh:
-			if f.g != want || f.summarySeq != 7 {
+			if f.openSeq != want.openSeq || f.summarySeq != 7 {
 				t.Fatalf("forgot %+v, want the group handed with summary 7", f)
 			}
 		case <-ctx.Done():
@@ -151,19 +151,19 @@ func TestDeleter(t *testing.T) {
 	a, b := pub("a"), pub("b")
 	feed(a)
 	feed(b)
-	ga := &group{id: "a"}
-	r.deletes <- jobDelete{seq: a, done: &completedGroup{g: ga, summarySeq: 7}}
+	ga := &group{id: "a", openSeq: a}
+	r.deletes <- jobDelete{seq: a, done: &completedGroup{openSeq: ga.openSeq, summarySeq: 7}}
 	forgotten(ga)
 	if !gone(a) {
 		t.Fatal("message a not deleted before its group was handed on")
 	}
 
 	// b is the newest read: it stays until a later message is read.
-	gb := &group{id: "b"}
-	r.deletes <- jobDelete{seq: b, done: &completedGroup{g: gb, summarySeq: 7}}
+	gb := &group{id: "b", openSeq: b}
+	r.deletes <- jobDelete{seq: b, done: &completedGroup{openSeq: gb.openSeq, summarySeq: 7}}
 	// A delete of a message gone already, handed after b's, goes through while b is held.
-	gx := &group{id: "x"}
-	r.deletes <- jobDelete{seq: a, done: &completedGroup{g: gx, summarySeq: 7}}
+	gx := &group{id: "x", openSeq: 1 << 40}
+	r.deletes <- jobDelete{seq: a, done: &completedGroup{openSeq: gx.openSeq, summarySeq: 7}}
 	forgotten(gx)
 	if gone(b) {
 		t.Fatal("the newest message deleted before a later one was read")

@@ -91,9 +91,9 @@ type unsealedGroup struct {
 
 // group is one incarnation of a group with work in a slot or in flight, from then until it is
 // complete and forgotten (before, a groupRec is all of it). Owned by the loop, through
-// groupSet; jobs, the scheduler and the effects point at it. The pipelines read only its fields
-// that never change (id, tok, openSeq) and the outcomes the loop handed over (see
-// run.writeOutcomes).
+// groupSet; jobs, the scheduler and the effects point at it. It never leaves the loop: the
+// pipelines get its ID, token, incarnation and the outcomes the loop handed over, as values
+// (writeOp), and name it back by its incarnation (completedGroup).
 type group struct {
 	id, tok   string
 	reply     string // its producer's reply token: where its outcomes are published (wire.Names.OutcomeSubjectTo)

@@ -39,10 +39,12 @@ func (r *run) loop(ctx context.Context) error {
 			r.drainLearned()
 		case f := <-r.forgetCh:
 			r.e.retention.outcomeStored(f.evSeqs)
-			if f.summarySeq > 0 {
-				r.e.retain(f.g.id, f.g.openSeq, f.summarySeq, f.g.keepJobs, f.g.lastSeq, f.at, f.g.summary())
+			if g := r.e.groups.live[f.openSeq]; g != nil {
+				if f.summarySeq > 0 {
+					r.e.retain(g.id, g.openSeq, f.summarySeq, g.keepJobs, g.lastSeq, f.at, g.summary())
+				}
+				r.e.forget(g)
 			}
-			r.e.forget(f.g)
 		case seqs := <-r.storedCh:
 			r.e.retention.outcomeStored(seqs)
 		case <-trim.C:
@@ -301,7 +303,7 @@ func (r *run) writeOutcomes(ctx context.Context, out *effects) {
 		// A complete group's last outcomes go in its summary's message (a single job's one
 		// outcome, its summary: one message), or before it if they do not fit in one.
 		g.keepJobs = r.e.keepsJobs(g)
-		op := writeOp{g: g, gtok: g.tok, reply: g.reply, openSeq: g.openSeq, purge: !g.keepJobs, lastSeq: g.lastSeq, single: g.single()}
+		op := writeOp{group: g.id, gtok: g.tok, reply: g.reply, openSeq: g.openSeq, purge: !g.keepJobs, lastSeq: g.lastSeq, single: g.single()}
 		if r.outcomesFitting(g.outcomes) < len(g.outcomes) {
 			r.writeGroupOutcomes(ctx, g, now)
 		} else if len(g.outcomes) > 0 {
@@ -316,7 +318,7 @@ func (r *run) writeOutcomes(ctx context.Context, out *effects) {
 	}
 	for _, g := range out.purges {
 		g.keepJobs = r.e.keepsJobs(g)
-		r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, purge: !g.keepJobs, lastSeq: g.lastSeq, single: g.single()})
+		r.enqueueWrite(ctx, writeOp{group: g.id, complete: true, gtok: g.tok, openSeq: g.openSeq, purge: !g.keepJobs, lastSeq: g.lastSeq, single: g.single()})
 	}
 }
 
@@ -328,7 +330,7 @@ func (r *run) writeGroupOutcomes(ctx context.Context, g *group, now time.Time) {
 	}
 	r.outcomeLoad(now)
 	r.outThis++
-	r.enqueueWrite(ctx, writeOp{g: g, gtok: g.tok, reply: g.reply, openSeq: g.openSeq, outcomes: g.outcomes, evSeqs: g.outcomeSeqs})
+	r.enqueueWrite(ctx, writeOp{group: g.id, gtok: g.tok, reply: g.reply, openSeq: g.openSeq, outcomes: g.outcomes, evSeqs: g.outcomeSeqs})
 	g.outcomes, g.outcomeSeqs, g.outcomesAt = nil, nil, now
 }
 

@@ -216,8 +216,11 @@ func (r *run) notifyRequeue(ids []uint64) {
 }
 
 // writeOp is one write to the RESULTS, EVENTS or REJECTED stream, done in order by the writer.
+// It holds values only: the loop owns every *group, and the pipelines name a group by its ID and
+// incarnation.
 type writeOp struct {
-	g        *group
+	group    string // the group's ID, with outcomes, a summary or complete
+	complete bool   // alone: the group is complete and its summary stored: purge its jobs, forget it
 	gtok     string
 	reply    string // with outcomes: the producer's reply token they are published to
 	openSeq  uint64
@@ -234,9 +237,9 @@ type writeOp struct {
 }
 
 // completedGroup tells the loop a group's summary is stored (summarySeq > 0 when written now) and
-// its job messages purged if they were to be.
+// its job messages purged if they were to be: the incarnation opened at openSeq.
 type completedGroup struct {
-	g          *group
+	openSeq    uint64
 	summarySeq uint64
 	evSeqs     []uint64 // the reports behind the outcomes written with the summary (see storedCh)
 	at         time.Time
@@ -352,7 +355,7 @@ func (r *run) writer(ctx context.Context) {
 		case op.retention != nil:
 			r.wg.Go(func() { r.expire(ctx, *op.retention) })
 			continue
-		case op.g != nil:
+		case op.complete:
 			r.complete(ctx, op, 0)
 			continue
 		default:
@@ -428,7 +431,7 @@ func (r *run) summarizer(ctx context.Context) {
 // purgeComplete.
 func (r *run) complete(ctx context.Context, op writeOp, summarySeq uint64) {
 	if op.purge && op.single {
-		r.deletes <- jobDelete{seq: op.lastSeq, done: &completedGroup{g: op.g, summarySeq: summarySeq, evSeqs: op.evSeqs}}
+		r.deletes <- jobDelete{seq: op.lastSeq, done: &completedGroup{openSeq: op.openSeq, summarySeq: summarySeq, evSeqs: op.evSeqs}}
 		return
 	}
 	r.wg.Go(func() { r.purgeComplete(ctx, op, summarySeq) })
@@ -557,7 +560,7 @@ func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
 // summary's sequence in RESULTS when it was written now, 0 when it was written before a restart.
 func (r *run) purgeComplete(ctx context.Context, op writeOp, summarySeq uint64) {
 	if op.purge {
-		err := r.retry(ctx, "purge group "+op.g.id, func(ctx context.Context) error {
+		err := r.retry(ctx, "purge group "+op.group, func(ctx context.Context) error {
 			jobs, err := r.stream(ctx, r.names.JobsStream())
 			if err != nil {
 				return err
@@ -569,7 +572,7 @@ func (r *run) purgeComplete(ctx context.Context, op writeOp, summarySeq uint64) 
 		}
 	}
 	select {
-	case r.forgetCh <- completedGroup{g: op.g, summarySeq: summarySeq, evSeqs: op.evSeqs, at: time.Now()}:
+	case r.forgetCh <- completedGroup{openSeq: op.openSeq, summarySeq: summarySeq, evSeqs: op.evSeqs, at: time.Now()}:
 	case <-r.done:
 	}
 }
