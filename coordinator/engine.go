@@ -118,6 +118,7 @@ type effects struct {
 	abandons        []*group        // unsealed groups whose producer went silent: store a seal for them
 	answers         []answer        // answers to control messages that asked for one (answers.go)
 	refused         []journal.Entry // refused reports, to journal (journal.KindRefused)
+	refusedOpens    []journal.Entry // opens refused while their group ran, to journal (refuseOpen)
 	redrives        []redriveOrder  // redrive decisions to carry out (redrive.go)
 	readies         []depControl    // waiting groups whose edges are met: store their ready record (after.go)
 	depCancels      []depControl    // waiting groups an edge can no longer release: store a cancel of them
@@ -175,6 +176,17 @@ func (e *engine) reject(subject string, seq uint64, reason string) {
 	e.stats.Rejected++
 	e.log.Warn().Str("subject", subject).Uint64("seq", seq).Str("reason", reason).Msg("rejected message")
 	e.out.rejections = append(e.out.rejections, rejection{subject: subject, seq: seq, reason: reason})
+}
+
+// refuseOpen rejects the open (or single job) stored at seq of a group ID whose incarnation runs
+// or is being redriven and, live, journals it (journal.KindRefusedOpen) before its message is
+// deleted: a replay that still finds the message refuses it again, whatever that incarnation
+// became since, as the live coordinator did.
+func (e *engine) refuseOpen(subject string, seq uint64, reason string) {
+	e.reject(subject, seq, reason)
+	if !e.replaying() {
+		e.out.refusedOpens = append(e.out.refusedOpens, journal.Entry{Seq: seq})
+	}
 }
 
 // refuse records a well-formed request that the state refuses (a cancel of a group that is not

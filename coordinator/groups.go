@@ -477,7 +477,7 @@ func (e *engine) applyOpen(subject string, seq uint64, c wire.GroupControl, r *g
 		e.noteDeferred(r.openSeq, subject, seq, &c)
 		return
 	case r != nil && !e.complete(r) && !e.replaying():
-		e.reject(subject, seq, openRunning(c.Group))
+		e.refuseOpen(subject, seq, openRunning(c.Group))
 		return
 	}
 	// New, or a new incarnation of a complete group's ID. During replay the feed is read

@@ -190,6 +190,8 @@ func (r *run) step(ctx context.Context) {
 // writeRecords hands the writer the rejections and the journal records (retry decisions, refused
 // reports: replay skips those, see reports.go).
 func (r *run) writeRecords(ctx context.Context, out *effects) {
+	// Before the rejections: a refused open's message is deleted once they are stored.
+	r.writeJournal(ctx, journal.KindRefusedOpen, out.refusedOpens)
 	if len(out.rejections) > 0 {
 		r.enqueueWrite(ctx, writeOp{rejections: out.rejections})
 	}

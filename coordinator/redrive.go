@@ -217,7 +217,7 @@ func (e *engine) unprovenRedriven(r *groupRec, h nats.Header, jobs []wire.Stored
 // what was starting, decides such an open at its end (see redrivenBefore).
 func (e *engine) refusedWhileRedriven(subject string, seq uint64, group string) bool {
 	if req := e.rd.starting[group]; req != 0 && !e.replaying() {
-		e.reject(subject, seq, beingRedriven(group, req))
+		e.refuseOpen(subject, seq, beingRedriven(group, req))
 		return true
 	}
 	return false

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weavejobs/weave/internal/jobindex"
+	"github.com/weavejobs/weave/internal/journal"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -235,5 +236,52 @@ func TestReplayDeferredOpenAfterCancelCompletes(t *testing.T) {
 		if len(eng.out.summaries) != 1 || eng.out.summaries[0].openSeq != 1 {
 			t.Errorf("summaries %+v, want the canceled first incarnation's", eng.out.summaries)
 		}
+	}
+}
+
+// TestReplayRefusesAgainAnOpenRefusedLive: a coordinator refused an open of group g while g's
+// sealed incarnation ran, journaled the refusal, and died before deleting the messages; g's
+// incarnation then completed. The next coordinator's replay finds the open after a complete
+// incarnation, which alone would keep it, but refuses it with its job and seal, as live did. The
+// refusal is journaled live and only live.
+func TestReplayRefusesAgainAnOpenRefusedLive(t *testing.T) {
+	t.Parallel()
+	names, _ := wire.NewNames("")
+	msgs := []jobsMsg{
+		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpOpen}),           // 1
+		jobMsg(names, wire.JobMeta{Group: "g"}),                                     // 2
+		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1}), // 3
+		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpOpen}),           // 4: refused live
+		jobMsg(names, wire.JobMeta{Group: "g"}),                                     // 5
+		controlMsg(names, wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1}), // 6
+	}
+	live := newTestEngine(t, Config{})
+	feedFrom(live.e, 1, msgs)
+	if got := live.e.out.refusedOpens; len(got) != 1 || got[0].Seq != 4 {
+		t.Fatalf("live journals refused opens %+v, want the open at 4", got)
+	}
+	replay := func(journaled bool) *engine {
+		e := live.restarted()
+		feedFrom(e, 1, msgs)
+		if journaled {
+			e.journalRecord(journal.Record{Kind: journal.KindRefusedOpen, Epoch: 1, Entries: []journal.Entry{{Seq: 4}}})
+		}
+		e.report("any", "w", 30, proven(e, "any", 0, wire.Report{ID: 2, Attempt: 1, Status: wire.StatusOK}), live.now)
+		e.endReplay(map[uint64]aliveJob{2: {attempt: 1, pool: "any"}}, live.now)
+		if len(e.out.refusedOpens) != 0 {
+			t.Fatalf("replay journaled refused opens %+v: only the live decision is", e.out.refusedOpens)
+		}
+		return e
+	}
+	e := replay(true)
+	var seqs []uint64
+	for _, rj := range takeRejections(e) {
+		seqs = append(seqs, rj.seq)
+	}
+	if r := e.groups.table.latest("g"); r == nil || r.openSeq != 1 || !slices.Equal(seqs, []uint64{4, 5, 6}) {
+		t.Fatalf("after replay g's latest incarnation %+v, rejections %v; want 1, and 4 to 6 refused", r, seqs)
+	}
+	if r := replay(false).groups.table.latest("g"); r == nil || r.openSeq != 4 {
+		t.Fatalf("without the journal record g's latest incarnation is %+v, want the open at 4 kept", r)
 	}
 }

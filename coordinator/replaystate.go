@@ -41,6 +41,9 @@ type replayState struct {
 	// order: judged by the live path once the state is rebuilt, except those refusedLive.
 	unproven    []reportAt
 	refusedLive map[refusedReport]bool // reports refused and journaled before the restart
+	// refusedOpens are the JOBS sequences of opens a coordinator refused (journal.KindRefusedOpen):
+	// deferred ones among them are refused again, as they were live.
+	refusedOpens map[uint64]bool
 	// deferred are the incarnations opened after a sealed one not known to be complete, in
 	// arrival order, decided by endReplay (see deferredOpen); deferredOf finds one by its open
 	// sequence.
@@ -154,8 +157,8 @@ func (e *engine) decideDeferred(rs *replayState, h *deferredOpen) {
 	why := ""
 	if req := e.redrivenBefore(h, r.id, prev); req != 0 {
 		why = beingRedriven(r.id, req)
-	} else if prev == nil || e.complete(prev) {
-		return
+	} else if (prev == nil || e.complete(prev)) && !rs.refusedOpens[h.seq] {
+		return // kept, unless a coordinator refused it, and crashed before deleting it
 	}
 	e.refuseDeferred(rs, h, prev, why)
 }
@@ -356,6 +359,15 @@ func (e *engine) journalRecord(r journal.Record) {
 	e.maxEpoch = r.Epoch
 	if e.replaying() && r.Kind == journal.KindRefused {
 		e.skipRefused(r.Entries) // see reports.go
+		return
+	}
+	if e.replaying() && r.Kind == journal.KindRefusedOpen {
+		if e.replay.refusedOpens == nil {
+			e.replay.refusedOpens = map[uint64]bool{}
+		}
+		for _, en := range r.Entries {
+			e.replay.refusedOpens[en.Seq] = true
+		}
 		return
 	}
 	if !e.replaying() || r.Kind != journal.KindRetry {

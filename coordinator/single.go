@@ -24,7 +24,7 @@ func (e *engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stor
 	}
 	prev := e.groups.table.latest(m.Group)
 	if prev != nil && !e.complete(prev) && (!e.sealed(prev) || !e.replaying()) {
-		e.reject(subject, seq, singleRunning(m.Group))
+		e.refuseOpen(subject, seq, singleRunning(m.Group))
 		return false
 	}
 	e.applyOpen(subject, seq, wire.GroupControl{Group: m.Group, Op: wire.OpOpen, Reply: m.Reply, After: m.After, Priority: m.Priority}, prev, stored)

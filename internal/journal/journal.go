@@ -28,6 +28,11 @@ const (
 	// was not released to its pool, or an attempt that was never released): each entry names the
 	// job and the EVENTS sequence of the report message, which replay then skips.
 	KindRefused
+	// KindRefusedOpen records opens (and single jobs) the coordinator refused because their group
+	// ID's incarnation before was still running: each entry's Seq is the open's JOBS sequence.
+	// The refused message is deleted only after this record is stored, so a replay that still
+	// finds it refuses it again, whatever the incarnation before became since.
+	KindRefusedOpen
 )
 
 // Entry is one job in a record.
@@ -36,7 +41,8 @@ type Entry struct {
 	Attempt uint32
 	// At is the retry time (KindRetry only).
 	At time.Time
-	// Seq is the EVENTS sequence of the refused report (KindRefused only).
+	// Seq is the EVENTS sequence of the refused report (KindRefused), or the JOBS sequence of
+	// the refused open (KindRefusedOpen).
 	Seq uint64
 }
 
@@ -65,7 +71,7 @@ func Append(dst []byte, r Record) []byte {
 		switch r.Kind {
 		case KindRetry:
 			dst = binary.AppendUvarint(dst, uint64(e.At.UnixMilli()))
-		case KindRefused:
+		case KindRefused, KindRefusedOpen:
 			dst = binary.AppendUvarint(dst, e.Seq)
 		}
 	}
@@ -78,7 +84,7 @@ func Decode(b []byte) (Record, error) {
 		return Record{}, fmt.Errorf("%w: bad header", ErrMalformed)
 	}
 	r := Record{Kind: Kind(b[1])}
-	if r.Kind < KindEpoch || r.Kind > KindRefused {
+	if r.Kind < KindEpoch || r.Kind > KindRefusedOpen {
 		return Record{}, fmt.Errorf("%w: unknown kind %d", ErrMalformed, b[1])
 	}
 	b = b[2:]
@@ -102,12 +108,14 @@ func Decode(b []byte) (Record, error) {
 	for range n {
 		id, ok1 := next()
 		att, ok2 := next()
-		// A refused report may name any attempt; a retry is of an attempt that was released.
-		if !ok1 || !ok2 || att > 1<<32-1 || r.Kind != KindRefused && (att == 0 || att > 1<<31) {
+		// A refused report may name any attempt, a refused open none; a retry is of an attempt
+		// that was released.
+		refused := r.Kind == KindRefused || r.Kind == KindRefusedOpen
+		if !ok1 || !ok2 || att > 1<<32-1 || !refused && (att == 0 || att > 1<<31) {
 			return Record{}, fmt.Errorf("%w: entry", ErrMalformed)
 		}
 		e := Entry{ID: id, Attempt: uint32(att)}
-		if r.Kind == KindRefused {
+		if refused {
 			seq, ok := next()
 			if !ok {
 				return Record{}, fmt.Errorf("%w: refused report sequence", ErrMalformed)

@@ -15,6 +15,7 @@ func TestRoundTrip(t *testing.T) {
 		{Kind: KindRetry, Epoch: 7, Entries: []Entry{{ID: 1 << 40, Attempt: 1, At: at}, {ID: 2, Attempt: 3, At: at}}},
 		{Kind: KindRetry, Epoch: 8, Entries: []Entry{{ID: 5, Attempt: 2, At: at}}},
 		{Kind: KindRefused, Epoch: 9, Entries: []Entry{{ID: 5, Attempt: 0, Seq: 77}, {ID: 6, Attempt: 1<<32 - 1, Seq: 1 << 40}}},
+		{Kind: KindRefusedOpen, Epoch: 9, Entries: []Entry{{Seq: 12}, {Seq: 1 << 46}}},
 	} {
 		got, err := Decode(Append(nil, r))
 		if err != nil {
