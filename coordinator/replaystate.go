@@ -234,12 +234,14 @@ func (e *engine) refuseDeferred(rs *replayState, h *deferredOpen, prev *groupRec
 			e.applySeal(m.subject, m.seq, *m.c, prev)
 		case m.c.Op == wire.OpKeepAlive:
 			e.applyKeepAlive(m.subject, m.seq, *m.c, prev)
+		// The open (or single job): journaled as refused, so that a later replay finding it
+		// before its delete refuses it again whatever the records it read are by then.
 		case why != "":
-			e.reject(m.subject, m.seq, why)
+			e.refuseOpen(m.subject, m.seq, why)
 		case strings.HasPrefix(m.subject, e.names.JobSubject("")):
-			e.reject(m.subject, m.seq, singleRunning(id))
+			e.refuseOpen(m.subject, m.seq, singleRunning(id))
 		default:
-			e.reject(m.subject, m.seq, openRunning(id))
+			e.refuseOpen(m.subject, m.seq, openRunning(id))
 		}
 	}
 	// Its jobs were never admitted: out of the scheduler, the index and the count (its entry in
