@@ -26,7 +26,8 @@ import (
 // attempt never released, one with a proof that is not the coordinators', and about a job no
 // worker can run (never released). The producer's user stores control messages the coordinator
 // refuses (cancel, seal and keep-alive of a group that is not open, a job of it, a redrive of
-// it), an operator a malformed limit, the producer a malformed schedule; worker B's user tries
+// it, an open claiming a redrive without the coordinator's proof and a job settling a failed one
+// in it), an operator a malformed limit, the producer a malformed schedule; worker B's user tries
 // control messages and another pool's heartbeats, which the server refuses. Then a coordinator
 // starts, while worker B's user publishes heartbeats claiming pool a; before it does, worker A
 // ends one of its jobs, so that job's real report comes after the forged ones and its batch is
@@ -193,6 +194,11 @@ func TestForgedInputsWhileNoCoordinatorRuns(t *testing.T) {
 		store(prodJS, &nats.Msg{Subject: names.GroupSubject("ghost"), Header: wire.GroupControl{Group: "ghost", Op: op}.Header()})
 	}
 	store(prodJS, &nats.Msg{Subject: names.JobSubject("ghost"), Header: wire.JobMeta{Group: "ghost"}.Header(), Data: []byte("p")})
+	// A redrive no coordinator accepted: an open claiming one, without its proof, and a job that
+	// would settle a failed job.
+	rtok := wire.GroupToken("forged-redrive")
+	store(prodJS, &nats.Msg{Subject: names.GroupSubject(rtok), Header: wire.GroupControl{Group: "forged-redrive", Op: wire.OpOpen, Redrive: 1}.Header()})
+	store(prodJS, &nats.Msg{Subject: names.JobSubject(rtok), Header: wire.JobMeta{Group: "forged-redrive", RedriveOf: one.ID}.Header(), Data: []byte("p")})
 	store(prodJS, &nats.Msg{Subject: names.ScheduleSubject("bad"), Data: []byte("{not json")})
 	coordJS, err := jetstream.New(coordNC)
 	if err != nil {
