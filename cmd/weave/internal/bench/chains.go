@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -22,6 +23,10 @@ type ChainsConfig struct {
 	Interval  time.Duration `json:"interval_ns"` // between two of them; default 5ms
 	Waiting   int           `json:"waiting"`     // groups waiting on one never published; default 10,000
 	Window    time.Duration `json:"window_ns"`   // CPU window with and without them; default 3s
+	// Groups of CrowdJobs jobs of 1 ms, as many as the feeder slots and Crowd more, hold every
+	// slot when an urgent and a plain single job are submitted; defaults 100 and 20.
+	Crowd     int `json:"crowd"`
+	CrowdJobs int `json:"crowd_jobs"`
 }
 
 func (c *ChainsConfig) defaults() error {
@@ -29,6 +34,8 @@ func (c *ChainsConfig) defaults() error {
 	setDefault(&c.Interval, 5*time.Millisecond)
 	setDefault(&c.Waiting, 10_000)
 	setDefault(&c.Window, 3*time.Second)
+	setDefault(&c.Crowd, 100)
+	setDefault(&c.CrowdJobs, 20)
 	if c.FollowUps < 10 || c.Waiting < 1 || c.Window < 100*time.Millisecond {
 		return fmt.Errorf("chains: need at least 10 follow-ups, 1 waiting group and a 100ms window")
 	}
@@ -52,7 +59,12 @@ type ChainsResult struct {
 	WaitingCPU     float64 `json:"waiting_cpu_share"` // of one core, while they wait
 	ReleaseAllS    float64 `json:"release_all_s"`     // gate published → every waiting group complete
 	ReleasedPerSec float64 `json:"released_per_s"`
-	Checks         []Check `json:"checks"`
+	// Urgent work: submit → start of a single job of priority 5 and of one of priority 0, submitted
+	// together while Crowd large groups of priority 0 hold every feeder slot and wait for them.
+	UrgentStartMS float64 `json:"urgent_start_ms"`
+	PlainStartMS  float64 `json:"plain_start_ms"`
+	Feeders       int     `json:"feeders"` // the feeder slots then; the crowd is Feeders + Crowd groups
+	Checks        []Check `json:"checks"`
 }
 
 // Scenario implements Result.
@@ -79,11 +91,12 @@ func RunChains(ctx context.Context, env *Env, cfg ChainsConfig) (res *ChainsResu
 		ran      int
 		released int
 		allDone  = make(chan struct{})
+		crowdGo  = make(chan struct{}) // closed once the urgent and plain jobs are submitted
 	)
 	if err := d.Coordinator(coordinator.Config{}); err != nil {
 		return nil, err
 	}
-	_, _, err = d.Worker(worker.Config{ID: "w0", Concurrency: 8}, func(_ context.Context, j *worker.Job) ([]byte, error) {
+	_, _, err = d.Worker(worker.Config{ID: "w0", Concurrency: 8}, func(jctx context.Context, j *worker.Job) ([]byte, error) {
 		now := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
@@ -92,6 +105,16 @@ func RunChains(ctx context.Context, env *Env, cfg ChainsConfig) (res *ChainsResu
 			if released++; released == cfg.Waiting {
 				close(allDone)
 			}
+		case strings.HasPrefix(j.Group, "crowd-"):
+			mu.Unlock()
+			select { // the crowd holds every slot until the two jobs are submitted
+			case <-crowdGo:
+			case <-jctx.Done():
+			}
+			time.Sleep(time.Millisecond) // the job's work
+			mu.Lock()
+		case j.Group == "urgent" || j.Group == "plain":
+			started[j.Group] = now
 		case strings.HasSuffix(j.Group, ".then.1"), strings.HasPrefix(j.Group, "s-"):
 			if _, dup := started[j.Group]; !dup && strings.HasSuffix(j.Group, ".then.1") {
 				ran++
@@ -195,11 +218,86 @@ func RunChains(ctx context.Context, env *Env, cfg ChainsConfig) (res *ChainsResu
 	res.ReleaseAllS = time.Since(start).Seconds()
 	res.ReleasedPerSec = float64(cfg.Waiting) / res.ReleaseAllS
 
+	if err := urgentWork(ctx, env, d, disp, cfg, res, crowdGo, func(g string) (time.Time, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		t, ok := started[g]
+		return t, ok
+	}); err != nil {
+		return nil, err
+	}
+
 	res.Checks = append(res.Checks,
 		atLeast("follow-ups that ran, of those published (each once)", float64(res.FollowUpsRan)/float64(cfg.FollowUps), 1, "%.3f"),
 		atMost("process CPU while groups wait, above idle (share of one core)", res.WaitingCPU-res.IdleCPU, 0.02, "%.3f"),
 	)
 	return res, nil
+}
+
+// urgentWork publishes groups of cfg.CrowdJobs jobs, cfg.Crowd more than the feeder slots, then,
+// once they are admitted, a single job of priority 5 and one of priority 0 together, and records
+// when each started (started reports it); then it cancels the crowd.
+func urgentWork(ctx context.Context, env *Env, d *deployment, disp *dispatcher.Dispatcher, cfg ChainsConfig, res *ChainsResult, crowdGo chan struct{}, started func(string) (time.Time, bool)) error {
+	defer func() {
+		select {
+		case <-crowdGo:
+		default:
+			close(crowdGo) // an error: let the crowd's jobs end
+		}
+	}()
+	if err := d.WaitStatus(func(st *coordinator.Status) (bool, string) {
+		res.Feeders = st.Feeders
+		return true, ""
+	}); err != nil {
+		return err
+	}
+	groups := res.Feeders + cfg.Crowd
+	env.progressf("chains: an urgent job behind %d groups of %d jobs (%d feeder slots)", groups, cfg.CrowdJobs, res.Feeders)
+	jobs := make([]dispatcher.Job, cfg.CrowdJobs)
+	var crowd []*dispatcher.Handle
+	for i := range groups {
+		h, err := disp.Publish(ctx, "crowd-"+strconv.Itoa(i), slices.Values(jobs))
+		if err != nil {
+			return err
+		}
+		crowd = append(crowd, h)
+	}
+	total := uint64(groups * cfg.CrowdJobs)
+	if err := d.WaitStatus(func(st *coordinator.Status) (bool, string) {
+		return st.Totals.Admitted >= total, fmt.Sprintf("the crowd's %d jobs to be admitted", total)
+	}); err != nil {
+		return err
+	}
+	at := time.Now()
+	if _, _, err := disp.Submit(ctx, "urgent", dispatcher.Job{Payload: []byte("u")}, dispatcher.Priority(5)); err != nil {
+		return err
+	}
+	if _, _, err := disp.Submit(ctx, "plain", dispatcher.Job{Payload: []byte("p")}); err != nil {
+		return err
+	}
+	close(crowdGo)
+	for _, g := range []string{"urgent", "plain"} {
+		var t time.Time
+		if err := d.WaitStatus(func(*coordinator.Status) (bool, string) {
+			var ok bool
+			t, ok = started(g)
+			return ok, "the " + g + " job to start"
+		}); err != nil {
+			return err
+		}
+		ms := float64(t.Sub(at)) / float64(time.Millisecond)
+		if g == "urgent" {
+			res.UrgentStartMS = ms
+		} else {
+			res.PlainStartMS = ms
+		}
+	}
+	for _, h := range crowd {
+		if err := h.Cancel(ctx); err != nil && !errors.Is(err, dispatcher.ErrGroupNotOpen) { // finished already
+			return err
+		}
+	}
+	return nil
 }
 
 // cpuShare is the process's CPU (and the external server's, if counted) over window, as a share
@@ -215,8 +313,8 @@ func (r *ChainsResult) Section() Section {
 	c := r.Config
 	s := Section{
 		Scenario: r.Scenario(),
-		Setup: fmt.Sprintf("1 worker × 8 slots, no-op jobs. %d groups of one job, each published with a follow-up of one job, %v apart, each followed by a single job as the reference; then %d single jobs waiting on a group not published yet, which is then published.",
-			c.FollowUps, c.Interval, c.Waiting),
+		Setup: fmt.Sprintf("1 worker × 8 slots, no-op jobs. %d groups of one job, each published with a follow-up of one job, %v apart, each followed by a single job as the reference; then %d single jobs waiting on a group not published yet, which is then published; then groups of %d jobs of 1 ms, %d more than the feeder slots, and two single jobs submitted together, of priority 5 and 0.",
+			c.FollowUps, c.Interval, c.Waiting, c.CrowdJobs, c.Crowd),
 		Checks: r.Checks,
 	}
 	s.Tables = append(s.Tables, Table{
@@ -231,6 +329,10 @@ func (r *ChainsResult) Section() Section {
 		Header: []string{"coordinator heap per waiting group", "CPU idle", "CPU while waiting", "all released and done after", "rate"},
 		Rows: [][]string{{fmt.Sprintf("%.0f B", r.HeapPerWaiting), fmt.Sprintf("%.3f", r.IdleCPU), fmt.Sprintf("%.3f", r.WaitingCPU),
 			fmt.Sprintf("%.2f s", r.ReleaseAllS), fmt.Sprintf("%.0f groups/s", r.ReleasedPerSec)}},
+	}, Table{
+		Title:  fmt.Sprintf("urgent work: %d groups of %d jobs hold the %d feeder slots, %d more wait", r.Feeders+c.Crowd, c.CrowdJobs, r.Feeders, c.Crowd),
+		Header: []string{"single job of priority 5: submit → start", "single job of priority 0, submitted with it"},
+		Rows:   [][]string{{fmt.Sprintf("%.1f ms", r.UrgentStartMS), fmt.Sprintf("%.1f ms", r.PlainStartMS)}},
 	})
 	s.Notes = []string{
 		"A follow-up waits for its group's summary to be stored, then for the ready record the coordinator stores and reads back: about two JetStream round trips more than a single job's release.",
