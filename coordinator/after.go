@@ -1,13 +1,10 @@
 package coordinator
 
 import (
-	"context"
 	"maps"
 	"slices"
 	"strconv"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/internal/wire"
@@ -481,32 +478,4 @@ func (e *engine) waitsFor(seq uint64) []string {
 		}
 	}
 	return out
-}
-
-// storeDepControls stores the ready records of readies and a cancel of each group in cancels,
-// trying again until they are stored or the term ends (the next term decides them again). The
-// messages are built here, on the loop, which owns the engine.
-func (r *run) storeDepControls(ctx context.Context, readies, cancels []depControl) {
-	var msgs []*nats.Msg
-	for _, d := range readies {
-		c, body := r.e.readyRecord(d.id, d.openSeq)
-		m := nats.NewMsg(r.names.GroupSubject(wire.GroupToken(d.id)))
-		m.Header, m.Data = c.Header(), body
-		msgs = append(msgs, m)
-	}
-	for _, d := range cancels {
-		tok := wire.GroupToken(d.id)
-		m := nats.NewMsg(r.names.GroupSubject(tok))
-		m.Header = wire.GroupControl{Group: d.id, Op: wire.OpCancel, AfterFailed: r.e.deps.failedOn[d.openSeq]}.Header()
-		m.Header.Set(wire.HdrMsgID, "dep-cancel/"+tok+"/"+strconv.FormatUint(d.openSeq, 10))
-		msgs = append(msgs, m)
-	}
-	for _, m := range msgs {
-		r.wg.Go(func() {
-			_ = r.retry(ctx, "store a dependency record", func(ctx context.Context) error {
-				_, err := r.c.js.PublishMsg(ctx, m)
-				return err
-			})
-		})
-	}
 }

@@ -238,3 +238,18 @@ func (f *follower) lastHeld(ctx context.Context, after uint64) (uint64, error) {
 	}
 	return f.r.lastHeld(ctx, info)
 }
+
+// followLimits reads the namespace's limits into the engine, then follows the LIMITS stream:
+// later changes reach the loop on limitsCh. Replay calls it first, so the limits hold from the
+// first release of the term.
+func (r *run) followLimits(ctx context.Context) error {
+	var (
+		last uint64
+		err  error
+	)
+	r.limits, last, err = r.follow(ctx, r.names.LimitsStream(), r.limitsCh)
+	if err != nil {
+		return err
+	}
+	return drainUntil(ctx, r.limitsCh, last, r.applyLimit)
+}

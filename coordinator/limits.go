@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"context"
 	"math"
 	"slices"
 	"time"
@@ -436,33 +435,4 @@ func (e *engine) recountLimits() {
 	for _, ls := range e.limits.byKey {
 		e.countRunning(ls)
 	}
-}
-
-// followLimits reads the namespace's limits into the engine, then follows the LIMITS stream:
-// later changes reach the loop on limitsCh. Replay calls it first, so the limits hold from the
-// first release of the term.
-func (r *run) followLimits(ctx context.Context) error {
-	var (
-		last uint64
-		err  error
-	)
-	r.limits, last, err = r.follow(ctx, r.names.LimitsStream(), r.limitsCh)
-	if err != nil {
-		return err
-	}
-	return drainUntil(ctx, r.limitsCh, last, r.applyLimit)
-}
-
-func (r *run) applyLimit(m streamMsg) {
-	s := seq(m)
-	if !r.limits.fresh(m, s) {
-		return
-	}
-	r.e.limits.applied = max(r.e.limits.applied, s)
-	l, err := r.names.ParseLimit(m.Subject(), m.Data())
-	if err != nil {
-		r.e.reject(m.Subject(), s, err.Error())
-		return
-	}
-	r.e.setLimit(l, r.cfg.now())
 }

@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -420,5 +422,71 @@ func (r *run) enqueueWrite(ctx context.Context, op writeOp) {
 func (r *run) publishCancels(ids []uint64) {
 	if err := r.c.nc.Publish(r.names.CancelSubject(), wire.AppendCancel(nil, ids)); err != nil {
 		r.log.Error().Err(err).Msg("publishing cancellations failed")
+	}
+}
+
+func (r *run) applyLimit(m streamMsg) {
+	s := seq(m)
+	if !r.limits.fresh(m, s) {
+		return
+	}
+	r.e.limits.applied = max(r.e.limits.applied, s)
+	l, err := r.names.ParseLimit(m.Subject(), m.Data())
+	if err != nil {
+		r.e.reject(m.Subject(), s, err.Error())
+		return
+	}
+	r.e.setLimit(l, r.cfg.now())
+}
+
+// applyReports applies a report message stored in EVENTS on subject NS.ev.report.<pool>.<worker>
+// (see engine.report for what is checked). A message that is not a report batch of the worker its
+// subject names is rejected whole.
+func (r *run) applyReports(subject string, evSeq uint64, h nats.Header, data []byte) {
+	pool, worker, ok := r.names.ParseReportSubject(subject)
+	if !ok {
+		r.e.rejectReports(subject, evSeq, "not a report subject: reports go on "+r.names.ReportSubject("<pool>", "<worker>"))
+		return
+	}
+	from, reports, err := wire.DecodeReports(data)
+	if err == nil && from != worker {
+		err = fmt.Errorf("%w: report from %q on the subject of worker %q", wire.ErrMalformed, from, worker)
+	}
+	if err != nil {
+		r.e.rejectReports(subject, evSeq, err.Error())
+		return
+	}
+	wire.ReportProofs(h, reports)
+	now := r.cfg.now()
+	for _, rp := range reports {
+		r.e.report(pool, worker, evSeq, rp, now)
+	}
+}
+
+// storeDepControls stores the ready records of readies and a cancel of each group in cancels,
+// trying again until they are stored or the term ends (the next term decides them again). The
+// messages are built here, on the loop, which owns the engine.
+func (r *run) storeDepControls(ctx context.Context, readies, cancels []depControl) {
+	var msgs []*nats.Msg
+	for _, d := range readies {
+		c, body := r.e.readyRecord(d.id, d.openSeq)
+		m := nats.NewMsg(r.names.GroupSubject(wire.GroupToken(d.id)))
+		m.Header, m.Data = c.Header(), body
+		msgs = append(msgs, m)
+	}
+	for _, d := range cancels {
+		tok := wire.GroupToken(d.id)
+		m := nats.NewMsg(r.names.GroupSubject(tok))
+		m.Header = wire.GroupControl{Group: d.id, Op: wire.OpCancel, AfterFailed: r.e.deps.failedOn[d.openSeq]}.Header()
+		m.Header.Set(wire.HdrMsgID, "dep-cancel/"+tok+"/"+strconv.FormatUint(d.openSeq, 10))
+		msgs = append(msgs, m)
+	}
+	for _, m := range msgs {
+		r.wg.Go(func() {
+			_ = r.retry(ctx, "store a dependency record", func(ctx context.Context) error {
+				_, err := r.c.js.PublishMsg(ctx, m)
+				return err
+			})
+		})
 	}
 }

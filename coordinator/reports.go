@@ -4,36 +4,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/weavejobs/weave/internal/jobindex"
 	"github.com/weavejobs/weave/internal/journal"
 	"github.com/weavejobs/weave/internal/wire"
 )
-
-// applyReports applies a report message stored in EVENTS on subject NS.ev.report.<pool>.<worker>
-// (see engine.report for what is checked). A message that is not a report batch of the worker its
-// subject names is rejected whole.
-func (r *run) applyReports(subject string, evSeq uint64, h nats.Header, data []byte) {
-	pool, worker, ok := r.names.ParseReportSubject(subject)
-	if !ok {
-		r.e.rejectReports(subject, evSeq, "not a report subject: reports go on "+r.names.ReportSubject("<pool>", "<worker>"))
-		return
-	}
-	from, reports, err := wire.DecodeReports(data)
-	if err == nil && from != worker {
-		err = fmt.Errorf("%w: report from %q on the subject of worker %q", wire.ErrMalformed, from, worker)
-	}
-	if err != nil {
-		r.e.rejectReports(subject, evSeq, err.Error())
-		return
-	}
-	wire.ReportProofs(h, reports)
-	now := r.cfg.now()
-	for _, rp := range reports {
-		r.e.report(pool, worker, evSeq, rp, now)
-	}
-}
 
 // report applies one attempt outcome reported by a worker of a pool, both named by the subject
 // the report was published on (NS.ev.report.<pool>.<worker>), which a worker's NATS permissions
