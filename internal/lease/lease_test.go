@@ -167,7 +167,12 @@ func TestKeepOutlastsLeaderLoss(t *testing.T) {
 			return "", fmt.Errorf("Keep returned after the leader's loss: %v", err)
 		default:
 		}
-		if e, err := bucket.Get(ctx, "coordinator"); err == nil && e.Revision() > before.Revision() {
+		// Each read has its own deadline: one sent while the old leader's interest still routes
+		// to it is never answered, and would otherwise hold the wait until ctx ends.
+		gctx, cancel := context.WithTimeout(ctx, time.Second)
+		e, err := bucket.Get(gctx, "coordinator")
+		cancel()
+		if err == nil && e.Revision() > before.Revision() {
 			before, renewals = e, renewals+1
 		}
 		if renewals == 2 {
