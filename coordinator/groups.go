@@ -28,7 +28,7 @@ type groupSet struct {
 	// lines hold the open sequences of the groups waiting for a feeder slot (recInLine), one
 	// line per priority, each in the order its groups got work ready: a vacant slot goes to the
 	// first group of the highest priority waiting. The scheduler keeps no line of its own: a group
-	// is handed to it only once a slot is vacant (fillSlots).
+	// is handed to it only once a slot is vacant, or opened for it (fillSlots).
 	lines            [wire.MaxPriority + 1]waitLine
 	unsealed         map[uint64]*unsealedGroup // open incarnations not sealed yet, by open sequence: AbandonAfter watches them
 	replies          tokenTable                // the records' reply tokens
