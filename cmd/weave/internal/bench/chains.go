@@ -236,7 +236,7 @@ func RunChains(ctx context.Context, env *Env, cfg ChainsConfig) (res *ChainsResu
 
 // urgentWork publishes groups of cfg.CrowdJobs jobs, cfg.Crowd more than the feeder slots, then,
 // once they are admitted, a single job of priority 5 and one of priority 0 together, and records
-// when each started (started reports it); then it cancels the crowd.
+// when each started (started reports it, once its job has ended); then it cancels the crowd.
 func urgentWork(ctx context.Context, env *Env, d *deployment, disp *dispatcher.Dispatcher, cfg ChainsConfig, res *ChainsResult, crowdGo chan struct{}, started func(string) (time.Time, bool)) error {
 	defer func() {
 		select {
@@ -245,12 +245,11 @@ func urgentWork(ctx context.Context, env *Env, d *deployment, disp *dispatcher.D
 			close(crowdGo) // an error: let the crowd's jobs end
 		}
 	}()
-	if err := d.WaitStatus(func(st *coordinator.Status) (bool, string) {
-		res.Feeders = st.Feeders
-		return true, ""
-	}); err != nil {
+	st, err := d.Status()
+	if err != nil {
 		return err
 	}
+	res.Feeders = st.Feeders
 	groups := res.Feeders + cfg.Crowd
 	env.progressf("chains: an urgent job behind %d groups of %d jobs (%d feeder slots)", groups, cfg.CrowdJobs, res.Feeders)
 	jobs := make([]dispatcher.Job, cfg.CrowdJobs)
@@ -269,21 +268,22 @@ func urgentWork(ctx context.Context, env *Env, d *deployment, disp *dispatcher.D
 		return err
 	}
 	at := time.Now()
-	if _, _, err := disp.Submit(ctx, "urgent", dispatcher.Job{Payload: []byte("u")}, dispatcher.Priority(5)); err != nil {
+	urgent, _, err := disp.Submit(ctx, "urgent", dispatcher.Job{Payload: []byte("u")}, dispatcher.Priority(5))
+	if err != nil {
 		return err
 	}
-	if _, _, err := disp.Submit(ctx, "plain", dispatcher.Job{Payload: []byte("p")}); err != nil {
+	plain, _, err := disp.Submit(ctx, "plain", dispatcher.Job{Payload: []byte("p")})
+	if err != nil {
 		return err
 	}
 	close(crowdGo)
-	for _, g := range []string{"urgent", "plain"} {
-		var t time.Time
-		if err := d.WaitStatus(func(*coordinator.Status) (bool, string) {
-			var ok bool
-			t, ok = started(g)
-			return ok, "the " + g + " job to start"
-		}); err != nil {
+	for g, h := range map[string]*dispatcher.Handle{"urgent": urgent, "plain": plain} {
+		if _, err := h.WaitSummary(ctx); err != nil {
 			return err
+		}
+		t, ok := started(g)
+		if !ok {
+			return fmt.Errorf("chains: the %s job ended without starting", g)
 		}
 		ms := float64(t.Sub(at)) / float64(time.Millisecond)
 		if g == "urgent" {
