@@ -89,7 +89,7 @@ func TestCancelWithBadReplyTokenRejected(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{})
 	te.open("g")
-	h := wire.GroupControl{Group: "g", Op: wire.OpCancel}.Header()
+	h := wire.Header(wire.GroupControl{Group: "g", Op: wire.OpCancel}.Header())
 	h.Set(wire.HdrReply, "weave.group.g")
 	te.seq++
 	te.e.feed(te.e.names.GroupSubject("g"), te.seq, h, nil, time.Time{})

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/weavejobs/weave/internal/jobindex"
@@ -206,7 +205,7 @@ func (e *engine) refuse(subject string, seq uint64, reason string) {
 // It returns the jobs admitted for release, whose payloads the caller keeps for it, and how many
 // jobs of their group were ahead of them (admitted and not terminal): the payload cache keeps
 // those nearest release first.
-func (e *engine) feed(subject string, seq uint64, h nats.Header, data []byte, stored time.Time) (jobs []wire.StoredJob, ahead uint64) {
+func (e *engine) feed(subject string, seq uint64, h map[string][]string, data []byte, stored time.Time) (jobs []wire.StoredJob, ahead uint64) {
 	e.retention.jobsApplied = max(e.retention.jobsApplied, seq)
 	if strings.HasPrefix(subject, e.names.GroupSubject("")) {
 		c, err := wire.ParseGroupControl(h)

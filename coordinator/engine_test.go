@@ -359,7 +359,7 @@ func TestRejections(t *testing.T) {
 	te.seal("g")
 	te.open("g") // sealed and still running: refused
 	te.job(wire.JobMeta{Group: "g"})
-	h := wire.JobMeta{Group: "g"}.Header()
+	h := wire.Header(wire.JobMeta{Group: "g"}.Header())
 	h.Set(wire.HdrVersion, "9")
 	te.e.feed(te.e.names.JobSubject("g"), 99, h, nil, time.Time{})
 	if n := len(te.e.out.rejections); n != 4 {

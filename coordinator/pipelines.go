@@ -156,9 +156,7 @@ func firstBatch(work []wire.WorkJob, maxBytes int) int {
 func (r *run) sendWork(pool string, work []wire.WorkJob) sentBatch {
 	m := nats.NewMsg(r.names.WorkSubject(pool))
 	m.Data = wire.AppendWork(nil, work)
-	wire.SetWorkTraces(m, work)
-	wire.SetWorkProofs(m, work)
-	wire.SetWorkAfter(m, work)
+	m.Header = wire.SetWorkAfter(wire.SetWorkProofs(wire.SetWorkTraces(m.Header, work), work), work)
 	s := sentBatch{ids: make([]uint64, len(work))}
 	for i, j := range work {
 		s.ids[i] = j.ID
@@ -336,7 +334,7 @@ func (r *run) writer(ctx context.Context) {
 			publish(&w, r.journalMsg(*op.journal))
 		case op.rejections != nil:
 			for _, rj := range op.rejections {
-				publish(&w, r.names.RejectionMsg(rj.subject, rj.seq, rj.reason))
+				publish(&w, r.rejectionMsg(rj.subject, rj.seq, rj.reason))
 				if strings.HasPrefix(rj.subject, r.names.GroupSubject("")) || strings.HasPrefix(rj.subject, r.names.JobSubject("")) {
 					w.refused = append(w.refused, rj.seq)
 				}
@@ -625,4 +623,9 @@ func (r *run) stream(ctx context.Context, name string) (jetstream.Stream, error)
 	}
 	r.streams[name] = s
 	return s, nil
+}
+
+// rejectionMsg is the record of a refused message for the REJECTED stream (wire.RejectionHeader).
+func (r *run) rejectionMsg(subject string, seq uint64, reason string) *nats.Msg {
+	return &nats.Msg{Subject: r.names.RejectSubject(), Header: nats.Header(wire.RejectionHeader(subject, seq, reason))}
 }

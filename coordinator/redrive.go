@@ -7,8 +7,6 @@ import (
 	"math"
 	"slices"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -200,8 +198,8 @@ func (e *engine) redriveOpening(subject string, seq uint64, c wire.GroupControl)
 // unprovenRedriven says why the jobs of a message for r, an incarnation a redrive opened, are not
 // the coordinator's ("" if they are): only it publishes such jobs, each alone in its message with
 // the proof of the failed job it runs again, so a producer cannot settle a failed job.
-func (e *engine) unprovenRedriven(r *groupRec, h nats.Header, jobs []wire.StoredJob) string {
-	if len(jobs) == 1 && jobs[0].Meta.RedriveOf != 0 && e.key.VerifyRedriveJob(h.Get(wire.HdrProof), r.id, r.openSeq, jobs[0].Meta.RedriveOf) {
+func (e *engine) unprovenRedriven(r *groupRec, h map[string][]string, jobs []wire.StoredJob) string {
+	if len(jobs) == 1 && jobs[0].Meta.RedriveOf != 0 && e.key.VerifyRedriveJob(wire.Header(h).Get(wire.HdrProof), r.id, r.openSeq, jobs[0].Meta.RedriveOf) {
 		return ""
 	}
 	return "job for group " + r.id + " in an incarnation a redrive opened, without a coordinator's proof"

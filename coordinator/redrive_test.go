@@ -159,7 +159,7 @@ func TestRedriveNeedsTheCoordinatorsProof(t *testing.T) {
 	}
 	job := func(redriveOf uint64, proof string) bool { // admitted
 		te.seq++
-		h := wire.JobMeta{Group: "g", RedriveOf: redriveOf}.Header()
+		h := wire.Header(wire.JobMeta{Group: "g", RedriveOf: redriveOf}.Header())
 		if proof != "" {
 			h.Set(wire.HdrProof, proof)
 		}

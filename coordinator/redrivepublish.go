@@ -191,7 +191,7 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 // not nil), and only then answers: a request still stored was accepted or never answered, so
 // replay may decide it. If the term ends first, it stops there.
 func (r *run) refuseRedrive(ctx context.Context, o redriveOrder, a wire.ControlAnswer, ended func()) {
-	rec := r.names.RejectionMsg(o.ask.subject, o.ask.seq, a.Reason)
+	rec := r.rejectionMsg(o.ask.subject, o.ask.seq, a.Reason)
 	rec.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d/refused", o.ask.seq))
 	if _, err := r.stored(ctx, rec, nil); err != nil {
 		return

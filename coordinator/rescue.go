@@ -113,7 +113,7 @@ func (r *run) handBack(ctx context.Context, pool string, m jetstream.Msg) error 
 		if md, merr := m.Metadata(); merr == nil {
 			seq = md.Sequence.Stream
 		}
-		rec := r.names.RejectionMsg(m.Subject(), seq, err.Error())
+		rec := r.rejectionMsg(m.Subject(), seq, err.Error())
 		if _, err := r.c.js.PublishMsg(ctx, rec); err != nil {
 			// Not recorded: the batch comes back after its AckWait and is rejected then.
 			return fmt.Errorf("record rejection: %w", err)
@@ -150,7 +150,7 @@ func (r *run) storeRescueReports(ctx context.Context, pool string, reports []wir
 	subject := r.names.ReportSubject(pool, wire.RescueWorker)
 	m := nats.NewMsg(subject)
 	m.Data = wire.AppendReports(nil, wire.RescueWorker, reports)
-	wire.SetReportProofs(m, reports)
+	m.Header = wire.SetReportProofs(m.Header, reports)
 	if _, err := r.c.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("store returned report: %w", err)
 	}

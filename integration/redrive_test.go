@@ -226,7 +226,7 @@ func TestRedriveResumedAfterCoordinatorReplaced(t *testing.T) {
 	req := put(tok, wire.GroupControl{Group: "g", Op: wire.OpRedrive, Reply: "gone"}.Header(), nil)
 	key := e.releaseKey()
 	openSeq := put(tok, wire.GroupControl{Group: "g", Op: wire.OpOpen, Redrive: req, Proof: key.RedriveProof("g", req)}.Header(), nil)
-	first := wire.JobMeta{Group: "g", Key: keys[failed[0]]}.Header()
+	first := nats.Header(wire.JobMeta{Group: "g", Key: keys[failed[0]]}.Header())
 	first.Set(wire.HdrRedriveOf, strconv.FormatUint(failed[0], 10))
 	first.Set(wire.HdrProof, key.RedriveJobProof("g", openSeq, failed[0]))
 	first.Set(wire.HdrMsgID, "redrive:"+strconv.FormatUint(req, 10)+"/"+strconv.FormatUint(failed[0], 10))

@@ -425,7 +425,7 @@ func (c *completer) flush() {
 	c.seq++
 	data := wire.AppendReports(make([]byte, 0, c.pendingBytes+64), c.cfg.ID, c.pending)
 	msg := &nats.Msg{Subject: c.subject, Data: data}
-	wire.SetReportProofs(msg, c.pending)
+	msg.Header = wire.SetReportProofs(msg.Header, c.pending)
 	p := &publication{
 		msg:     msg,
 		id:      fmt.Sprintf("%s.%d", c.runID, c.seq),

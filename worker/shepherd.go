@@ -408,7 +408,7 @@ func (s *shepherd) onBatch(msg workMsg) {
 		if md, err := msg.Metadata(); err == nil {
 			seq = md.Sequence.Stream
 		}
-		if _, err := s.js.PublishMsgAsync(s.cfg.names.RejectionMsg(msg.Subject(), seq, err.Error())); err != nil {
+		if _, err := s.js.PublishMsgAsync(&nats.Msg{Subject: s.cfg.names.RejectSubject(), Header: nats.Header(wire.RejectionHeader(msg.Subject(), seq, err.Error()))}); err != nil {
 			s.log.Warn().Err(err).Msg("worker: record a rejected work batch")
 		}
 		return

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/nats-io/nats.go"
 )
 
 // Dependencies between groups. A group's open (or a single job's message) may name groups it
@@ -143,7 +141,7 @@ func ValidatePriority(p int) error {
 }
 
 // setFeatures adds edges and a priority to h, and the version that says a message uses them.
-func setFeatures(h nats.Header, edges []After, priority int) {
+func setFeatures(h Header, edges []After, priority int) {
 	if len(edges) == 0 && priority == 0 {
 		return
 	}
@@ -158,7 +156,7 @@ func setFeatures(h nats.Header, edges []After, priority int) {
 
 // parseFeatures reads the edges and the priority of a message of group (which its edges may
 // not name).
-func parseFeatures(h nats.Header, group string) ([]After, int, error) {
+func parseFeatures(h Header, group string) ([]After, int, error) {
 	vals := h.Values(HdrAfter)
 	if len(vals) > MaxAfter {
 		return nil, 0, fmt.Errorf("%w: %d %s values, at most %d", ErrMalformed, len(vals), HdrAfter, MaxAfter)
@@ -324,9 +322,10 @@ func ReadyMsgID(gtok string, incarnation uint64) string {
 	return "ready/" + gtok + "/" + strconv.FormatUint(incarnation, 10)
 }
 
-// SetWorkAfter adds to a work batch the dependency results of its jobs' groups (WorkJob.After),
-// one Weave-After value per group: "<group token> <results>".
-func SetWorkAfter(m *nats.Msg, jobs []WorkJob) {
+// SetWorkAfter adds to a work batch's headers h the dependency results of its jobs' groups
+// (WorkJob.After), one Weave-After value per group: "<group token> <results>". It returns h,
+// made if it was nil and a value was added.
+func SetWorkAfter(h map[string][]string, jobs []WorkJob) map[string][]string {
 	var seen map[string]bool
 	for i := range jobs {
 		if jobs[i].After == "" {
@@ -338,18 +337,20 @@ func SetWorkAfter(m *nats.Msg, jobs []WorkJob) {
 		}
 		if seen == nil {
 			seen = map[string]bool{}
-			if m.Header == nil {
-				m.Header = nats.Header{}
+			if h == nil {
+				h = map[string][]string{}
 			}
 		}
 		seen[tok] = true
-		m.Header.Add(HdrAfter, tok+" "+jobs[i].After)
+		h[HdrAfter] = append(h[HdrAfter], tok+" "+jobs[i].After)
 	}
+	return h
 }
 
 // WorkAfter sets the After of the batch's jobs from its Weave-After values. A value that does not
 // parse is ignored, as a trace is: it is never a reason to refuse work.
-func WorkAfter(h nats.Header, jobs []WorkJob) {
+func WorkAfter(hm map[string][]string, jobs []WorkJob) {
+	h := Header(hm)
 	for _, v := range h.Values(HdrAfter) {
 		tok, results, ok := strings.Cut(v, " ")
 		if !ok {

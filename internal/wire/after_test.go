@@ -20,7 +20,7 @@ func TestAfterRoundTrip(t *testing.T) {
 		{Group: "c", When: WhenComplete},
 	}
 	open := GroupControl{Group: "index", Op: OpOpen, After: edges, Priority: 3}
-	h := open.Header()
+	h := Header(open.Header())
 	if h.Get(HdrVersion) != "3" || len(h.Values(HdrAfter)) != 3 {
 		t.Fatalf("headers %v", h)
 	}
@@ -28,7 +28,7 @@ func TestAfterRoundTrip(t *testing.T) {
 		t.Fatalf("open: %+v %v, want %+v", back, err, open)
 	}
 	plain := GroupControl{Group: "index", Op: OpOpen}
-	if v := plain.Header().Get(HdrVersion); v != "1" {
+	if v := Header(plain.Header()).Get(HdrVersion); v != "1" {
 		t.Fatalf("an open without edges has version %s, want 1 (readable by earlier coordinators)", v)
 	}
 	single := JobMeta{Group: "j", Single: true, After: edges[:1], Priority: 1}
@@ -37,13 +37,13 @@ func TestAfterRoundTrip(t *testing.T) {
 	}
 	// A job of a group carries its priority within the group; its group's edges are its open's.
 	job := JobMeta{Group: "j", Priority: 7}
-	if back, err := ParseJobMeta(job.Header()); err != nil || back.Priority != 7 || job.Header().Get(HdrVersion) != "3" {
-		t.Fatalf("job of priority 7: %+v %v (version %s)", back, err, job.Header().Get(HdrVersion))
+	if back, err := ParseJobMeta(job.Header()); err != nil || back.Priority != 7 || Header(job.Header()).Get(HdrVersion) != "3" {
+		t.Fatalf("job of priority 7: %+v %v (version %s)", back, err, Header(job.Header()).Get(HdrVersion))
 	}
-	if v := (JobMeta{Group: "j"}).Header().Get(HdrVersion); v != "1" {
+	if v := Header(JobMeta{Group: "j"}.Header()).Get(HdrVersion); v != "1" {
 		t.Fatalf("a job of priority 0 has version %s, want 1 (readable by earlier coordinators)", v)
 	}
-	h = JobMeta{Group: "j"}.Header()
+	h = Header(JobMeta{Group: "j"}.Header())
 	h.Set(HdrVersion, "3")
 	h.Add(HdrAfter, After{Group: "other"}.value())
 	if _, err := ParseJobMeta(h); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "not a single job") {

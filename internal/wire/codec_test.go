@@ -14,7 +14,7 @@ import (
 func TestJobMetaRoundTrip(t *testing.T) {
 	t.Parallel()
 	m := JobMeta{Group: "example.com", Key: "/index.html", Require: []string{"eu"}, Prefer: []string{"cache-1", "cache-2"}, MaxAttempts: 5, Timeout: 1500 * time.Millisecond, RunAt: time.UnixMilli(1_795_000_000_123)}
-	h := m.Header()
+	h := Header(m.Header())
 	if got := h.Get(HdrMsgID); got != "~ZXhhbXBsZS5jb20//index.html" {
 		t.Fatalf("Nats-Msg-Id = %q", got)
 	}
@@ -75,17 +75,17 @@ func TestGroupControlRoundTrip(t *testing.T) {
 			t.Fatalf("round trip %+v: got %+v, %v", c, back, err)
 		}
 	}
-	h := GroupControl{Group: "g", Op: OpSeal}.Header()
+	h := Header(GroupControl{Group: "g", Op: OpSeal}.Header())
 	h.Set(HdrCount, "-1")
 	if _, err := ParseGroupControl(h); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("bad count accepted: %v", err)
 	}
-	bad := GroupControl{Group: "g", Op: OpCancel}.Header()
+	bad := Header(GroupControl{Group: "g", Op: OpCancel}.Header())
 	bad.Set(HdrJobs, "1,x")
 	if _, err := ParseGroupControl(bad); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("bad job ID accepted: %v", err)
 	}
-	open := GroupControl{Group: "g", Op: OpOpen}.Header()
+	open := Header(GroupControl{Group: "g", Op: OpOpen}.Header())
 	open.Set(HdrReply, "out.>")
 	if _, err := ParseGroupControl(open); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("an open with a reply token that is not a subject token accepted: %v", err)

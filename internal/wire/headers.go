@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go"
 )
 
 // Header names of the protocol. Nats-Msg-Id is JetStream's own dedup header.
@@ -111,8 +109,8 @@ type GroupControl struct {
 const MaxCancelJobs = 10_000
 
 // Header returns the headers of a group control message.
-func (c GroupControl) Header() nats.Header {
-	h := nats.Header{}
+func (c GroupControl) Header() map[string][]string {
+	h := Header{}
 	h.Set(HdrVersion, strconv.Itoa(Version))
 	h.Set(HdrGroup, c.Group)
 	h.Set(HdrOp, string(c.Op))
@@ -154,7 +152,8 @@ func (c GroupControl) Header() nats.Header {
 }
 
 // ParseGroupControl decodes and validates the headers of a group control message.
-func ParseGroupControl(h nats.Header) (GroupControl, error) {
+func ParseGroupControl(hm map[string][]string) (GroupControl, error) {
+	h := Header(hm)
 	if err := checkVersion(h); err != nil {
 		return GroupControl{}, err
 	}
@@ -307,8 +306,8 @@ func (m JobMeta) MsgID() string {
 }
 
 // Header returns the headers of a job message.
-func (m JobMeta) Header() nats.Header {
-	h := nats.Header{}
+func (m JobMeta) Header() map[string][]string {
+	h := Header{}
 	h.Set(HdrVersion, strconv.Itoa(Version))
 	h.Set(HdrGroup, m.Group)
 	if m.Key != "" {
@@ -346,7 +345,8 @@ func (m JobMeta) Header() nats.Header {
 }
 
 // ParseJobMeta decodes and validates the headers of a job message.
-func ParseJobMeta(h nats.Header) (JobMeta, error) {
+func ParseJobMeta(hm map[string][]string) (JobMeta, error) {
+	h := Header(hm)
 	if err := checkVersion(h); err != nil {
 		return JobMeta{}, err
 	}
@@ -413,7 +413,7 @@ func ParseJobMeta(h nats.Header) (JobMeta, error) {
 // surely a mistake, and the API bounds delays much tighter (MaxDelay).
 var maxRunAtMilli = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC).UnixMilli()
 
-func checkVersion(h nats.Header) error {
+func checkVersion(h Header) error {
 	v := h.Get(HdrVersion)
 	if v == "" {
 		return fmt.Errorf("%w: missing %s header", ErrMalformed, HdrVersion)
@@ -435,13 +435,36 @@ func splitList(s string) []string {
 	return parts
 }
 
-// RejectionMsg builds the record of a refused message (the subject and stream sequence it had,
-// and why), for the REJECTED stream.
-func (n Names) RejectionMsg(subject string, seq uint64, reason string) *nats.Msg {
-	m := nats.NewMsg(n.RejectSubject())
-	m.Header.Set(HdrVersion, strconv.Itoa(Version))
-	m.Header.Set(HdrReason, reason)
-	m.Header.Set(HdrSubject, subject)
-	m.Header.Set(HdrSeq, strconv.FormatUint(seq, 10))
-	return m
+// RejectionHeader is the header of the record of a refused message (the subject and stream
+// sequence it had, and why), published on Names.RejectSubject to the REJECTED stream.
+func RejectionHeader(subject string, seq uint64, reason string) Header {
+	h := Header{}
+	h.Set(HdrVersion, strconv.Itoa(Version))
+	h.Set(HdrReason, reason)
+	h.Set(HdrSubject, subject)
+	h.Set(HdrSeq, strconv.FormatUint(seq, 10))
+	return h
 }
+
+// Header is a message's headers, the type nats.Header is, named here so that the protocol, and
+// the coordinator's engine that speaks it, import no NATS client. The parsers take any
+// map[string][]string, so a nats.Header passes as it is; a Header goes into a nats.Msg as
+// nats.Header(h). Like nats.Header, its keys are case-sensitive.
+type Header map[string][]string
+
+// Get returns the first value of key, "" if it has none.
+func (h Header) Get(key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// Set sets key to the single value v.
+func (h Header) Set(key, v string) { h[key] = []string{v} }
+
+// Add appends v to the values of key.
+func (h Header) Add(key, v string) { h[key] = append(h[key], v) }
+
+// Values returns the values of key.
+func (h Header) Values(key string) []string { return h[key] }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/nats-io/nats.go"
 )
 
 // Job packs. A producer may store several jobs of one group in a single JOBS message, a pack, so
@@ -86,8 +84,8 @@ type PackJob struct {
 // the group (0–MaxPriority). A pack of priority above 0 carries Weave-Priority and the
 // FeatureVersion, so that a coordinator that knows no job priorities refuses it rather than
 // release its jobs in the wrong order.
-func PackHeader(group string, n, priority int) nats.Header {
-	h := nats.Header{}
+func PackHeader(group string, n, priority int) map[string][]string {
+	h := Header{}
 	h.Set(HdrVersion, strconv.Itoa(PackVersion))
 	h.Set(HdrGroup, group)
 	h.Set(HdrPack, strconv.Itoa(n))
@@ -154,7 +152,8 @@ type StoredJob struct {
 // ParseStoredJobs decodes the jobs of the job message stored at seq with headers h and body data:
 // the one job of a message that holds one (ID seq), or every job of a pack. The message is
 // rejected whole if any part of it is malformed or invalid. Payloads alias data.
-func ParseStoredJobs(seq uint64, h nats.Header, data []byte) ([]StoredJob, error) {
+func ParseStoredJobs(seq uint64, hm map[string][]string, data []byte) ([]StoredJob, error) {
+	h := Header(hm)
 	if seq > MaxJobSeq {
 		return nil, fmt.Errorf("%w: a job message at stream sequence %d, past the last one whose jobs' IDs are unambiguous (%d)", ErrMalformed, seq, uint64(MaxJobSeq))
 	}

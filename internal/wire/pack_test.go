@@ -36,7 +36,7 @@ func TestPackRoundTrip(t *testing.T) {
 		{Payload: nil, Require: []string{"gpu", "eu"}, Prefer: []string{"host:a"}, MaxAttempts: 4, Timeout: 3 * time.Second, RunAt: at},
 		{Payload: []byte(strings.Repeat("x", 1000))},
 	}
-	h := PackHeader("crawl/7", len(in), 6)
+	h := Header(PackHeader("crawl/7", len(in), 6))
 	h.Set(HdrTraceParent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 	h.Set(HdrPublished, "1795000000000000")
 	jobs, err := ParseStoredJobs(900, h, AppendPack(nil, in))
@@ -74,9 +74,9 @@ func TestPackRoundTrip(t *testing.T) {
 
 func TestPackRejections(t *testing.T) {
 	good := AppendPack(nil, []PackJob{{Payload: []byte("a")}, {Payload: []byte("b")}})
-	keyed := PackHeader("g", 2, 0)
+	keyed := Header(PackHeader("g", 2, 0))
 	keyed.Set(HdrKey, "k")
-	withOpt := PackHeader("g", 2, 0)
+	withOpt := Header(PackHeader("g", 2, 0))
 	withOpt.Set(HdrTimeout, "1s")
 	for name, c := range map[string]struct {
 		seq  uint64
@@ -114,7 +114,7 @@ func TestPackRejections(t *testing.T) {
 	// A priority travels in Weave-Priority with the feature version, and nowhere else.
 	prio := func(version, priority string, after bool) func() map[string][]string {
 		return func() map[string][]string {
-			h := PackHeader("g", 2, 0)
+			h := Header(PackHeader("g", 2, 0))
 			h.Set(HdrVersion, version)
 			if priority != "" {
 				h.Set(HdrPriority, priority)
@@ -140,7 +140,7 @@ func TestPackRejections(t *testing.T) {
 		}
 	}
 	// A pack that says version 1 is from no producer that knows packs: refused as a version.
-	h := PackHeader("g", 2, 0)
+	h := Header(PackHeader("g", 2, 0))
 	h.Set(HdrVersion, "1")
 	if _, err := ParseStoredJobs(1, h, good); !errors.Is(err, ErrVersion) {
 		t.Errorf("a pack of version 1: %v, want ErrVersion", err)

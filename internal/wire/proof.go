@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/nats-io/nats.go"
 )
 
 // Release proofs. The coordinator signs each job it releases with a key only coordinators can
@@ -89,14 +87,16 @@ func (k *ReleaseKey) mac(pool string, id uint64, attempt uint32, rel uint64) []b
 	return m.Sum(nil)[:proofMACSize]
 }
 
-// SetWorkProofs sets m's Weave-Proof header to the entries of the batch's jobs that carry a proof.
-func SetWorkProofs(m *nats.Msg, jobs []WorkJob) {
-	setProofs(m, len(jobs), func(i int) (uint64, uint32, string) { return jobs[i].ID, jobs[i].Attempt, jobs[i].Proof })
+// SetWorkProofs sets the Weave-Proof header of h to the entries of the batch's jobs that carry a
+// proof, and returns h (made if it was nil and there was one).
+func SetWorkProofs(h map[string][]string, jobs []WorkJob) map[string][]string {
+	return setProofs(h, len(jobs), func(i int) (uint64, uint32, string) { return jobs[i].ID, jobs[i].Attempt, jobs[i].Proof })
 }
 
-// SetReportProofs sets m's Weave-Proof header to the entries of the reports that carry a proof.
-func SetReportProofs(m *nats.Msg, reports []Report) {
-	setProofs(m, len(reports), func(i int) (uint64, uint32, string) {
+// SetReportProofs sets the Weave-Proof header of h to the entries of the reports that carry a
+// proof, and returns h (made if it was nil and there was one).
+func SetReportProofs(h map[string][]string, reports []Report) map[string][]string {
+	return setProofs(h, len(reports), func(i int) (uint64, uint32, string) {
 		return reports[i].ID, reports[i].Attempt, reports[i].Proof
 	})
 }
@@ -104,7 +104,7 @@ func SetReportProofs(m *nats.Msg, reports []Report) {
 // setProofs writes the n records' proofs as one header value, entries "<id> <attempt> <proof>"
 // separated by commas: one header line per message, however many jobs it carries, is what the
 // NATS clients and server parse.
-func setProofs(m *nats.Msg, n int, record func(i int) (id uint64, attempt uint32, proof string)) {
+func setProofs(h map[string][]string, n int, record func(i int) (id uint64, attempt uint32, proof string)) map[string][]string {
 	var b []byte
 	for i := range n {
 		id, attempt, proof := record(i)
@@ -121,16 +121,18 @@ func setProofs(m *nats.Msg, n int, record func(i int) (id uint64, attempt uint32
 		b = append(b, proof...)
 	}
 	if len(b) == 0 {
-		return
+		return h
 	}
-	if m.Header == nil {
-		m.Header = nats.Header{}
+	if h == nil {
+		h = map[string][]string{}
 	}
-	m.Header[HdrProof] = []string{string(b)}
+	h[HdrProof] = []string{string(b)}
+	return h
 }
 
 // WorkProofs sets the Proof of the batch's jobs from its Weave-Proof entries.
-func WorkProofs(h nats.Header, jobs []WorkJob) {
+func WorkProofs(hm map[string][]string, jobs []WorkJob) {
+	h := Header(hm)
 	eachProof(h, len(jobs), func(k int, id uint64, attempt uint32, proof string) {
 		if k < len(jobs) && jobs[k].ID == id && jobs[k].Attempt == attempt {
 			jobs[k].Proof = proof // in the batch's order, as SetWorkProofs writes them
@@ -148,7 +150,8 @@ func WorkProofs(h nats.Header, jobs []WorkJob) {
 // ReportProofs sets the Proof of the reports from their message's Weave-Proof entries. Entries
 // that do not parse, or name no report of the message, are ignored: a report without its proof
 // is judged as one without any.
-func ReportProofs(h nats.Header, reports []Report) {
+func ReportProofs(hm map[string][]string, reports []Report) {
+	h := Header(hm)
 	eachProof(h, len(reports), func(k int, id uint64, attempt uint32, proof string) {
 		if k < len(reports) && reports[k].ID == id && reports[k].Attempt == attempt && reports[k].Proof == "" {
 			reports[k].Proof = proof // in the message's order, as SetReportProofs writes them
@@ -167,7 +170,7 @@ func ReportProofs(h nats.Header, reports []Report) {
 // at most n of them (one per job or report of the message, so a forged header cannot make the
 // reader work harder than the message's own records do). Entries are separated by commas, in
 // one value or several.
-func eachProof(h nats.Header, n int, f func(k int, id uint64, attempt uint32, proof string)) {
+func eachProof(h Header, n int, f func(k int, id uint64, attempt uint32, proof string)) {
 	k := 0
 	for _, v := range h[HdrProof] {
 		for v != "" && k < n {

@@ -44,7 +44,7 @@ func TestProofHeaders(t *testing.T) {
 	var k ReleaseKey
 	jobs := []WorkJob{{ID: 1, Attempt: 1, Proof: k.Proof("p", 1, 1, 0)}, {ID: 2, Attempt: 2, Proof: k.Proof("p", 2, 2, 9)}, {ID: 3, Attempt: 1}}
 	m := nats.NewMsg("w")
-	SetWorkProofs(m, jobs)
+	m.Header = SetWorkProofs(m.Header, jobs)
 	got := []WorkJob{{ID: 1, Attempt: 1}, {ID: 2, Attempt: 2}, {ID: 3, Attempt: 1}}
 	WorkProofs(m.Header, got)
 	for i := range jobs {
@@ -57,7 +57,7 @@ func TestProofHeaders(t *testing.T) {
 	}
 	reports := []Report{{ID: 2, Attempt: 1, Proof: "a"}, {ID: 2, Attempt: 2, Proof: "b"}, {ID: 5, Attempt: 1}}
 	rm := nats.NewMsg("r")
-	SetReportProofs(rm, reports)
+	rm.Header = SetReportProofs(rm.Header, reports)
 	back := []Report{{ID: 2, Attempt: 1}, {ID: 2, Attempt: 2}, {ID: 5, Attempt: 1}}
 	ReportProofs(rm.Header, back)
 	for i := range reports {

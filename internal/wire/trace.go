@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go"
 )
 
 // Trace context of jobs. A producer whose context carries a trace (an OpenTelemetry span)
@@ -27,7 +25,8 @@ const maxTraceLen = 9000
 
 // JobTrace returns the trace text of a stored job message, "<published> <traceparent>[
 // <tracestate>]", or "" when it carries no (valid-looking) trace context.
-func JobTrace(h nats.Header) string {
+func JobTrace(hm map[string][]string) string {
+	h := Header(hm)
 	tp := h.Get(HdrTraceParent)
 	if tp == "" || len(tp) > 64 || strings.ContainsAny(tp, " \r\n") {
 		return ""
@@ -43,22 +42,25 @@ func JobTrace(h nats.Header) string {
 	return s
 }
 
-// SetWorkTraces adds the Weave-Trace values of the batch's traced jobs to m.
-func SetWorkTraces(m *nats.Msg, jobs []WorkJob) {
+// SetWorkTraces adds the Weave-Trace values of the batch's traced jobs to the headers h, and
+// returns h (made if it was nil and a job was traced).
+func SetWorkTraces(h map[string][]string, jobs []WorkJob) map[string][]string {
 	for i := range jobs {
 		if jobs[i].Trace == "" {
 			continue
 		}
-		if m.Header == nil {
-			m.Header = nats.Header{}
+		if h == nil {
+			h = map[string][]string{}
 		}
-		m.Header[HdrTrace] = append(m.Header[HdrTrace], strconv.FormatUint(jobs[i].ID, 10)+" "+jobs[i].Trace)
+		h[HdrTrace] = append(h[HdrTrace], strconv.FormatUint(jobs[i].ID, 10)+" "+jobs[i].Trace)
 	}
+	return h
 }
 
 // WorkTraces sets the Trace of the batch's jobs from its Weave-Trace values. Values that do not
 // parse, or name no job of the batch, are ignored: a trace is never a reason to refuse work.
-func WorkTraces(h nats.Header, jobs []WorkJob) {
+func WorkTraces(hm map[string][]string, jobs []WorkJob) {
+	h := Header(hm)
 	vals := h[HdrTrace]
 	if len(vals) == 0 {
 		return

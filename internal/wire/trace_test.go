@@ -16,7 +16,7 @@ func TestWorkTracesRoundTrip(t *testing.T) {
 	h := nats.Header{HdrTraceParent: {tp}, HdrTraceState: {"a=1, b=2"}, HdrPublished: {"1700000000123456"}}
 	jobs := []WorkJob{{ID: 5, Trace: JobTrace(h)}, {ID: 6, Trace: JobTrace(nats.Header{})}, {ID: 7, Trace: JobTrace(nats.Header{HdrTraceParent: {tp}})}}
 	m := nats.NewMsg("w")
-	SetWorkTraces(m, jobs)
+	m.Header = SetWorkTraces(m.Header, jobs)
 	if got := len(m.Header[HdrTrace]); got != 2 {
 		t.Fatalf("%d Weave-Trace values, want 2: %v", got, m.Header)
 	}
@@ -42,7 +42,7 @@ func TestWorkTracesRoundTrip(t *testing.T) {
 	plain := nats.Header{HdrVersion: {"1"}}
 	allocs := testing.AllocsPerRun(100, func() {
 		_ = JobTrace(plain)
-		SetWorkTraces(bare, untraced)
+		bare.Header = SetWorkTraces(bare.Header, untraced)
 		WorkTraces(bare.Header, untraced)
 	})
 	if allocs != 0 || bare.Header != nil {
