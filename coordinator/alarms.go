@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/weavejobs/weave/coordinator/internal/engine"
 )
 
 // The alarms the coordinator raises (Alarm.Name, the last token of their subject, the alarm
@@ -115,14 +117,6 @@ func (a AlarmConfig) withDefaults() (AlarmConfig, error) {
 	return a, nil
 }
 
-// Alarm is one raised alarm, as status shows it.
-type Alarm struct {
-	Name     string             `json:"name"`
-	RaisedAt time.Time          `json:"raised_at"`
-	Message  string             `json:"message"`
-	Values   map[string]float64 `json:"values"`
-}
-
 // AlarmEvent is published on Names.AlarmSubject(name) when an alarm is raised, when its values
 // change while raised (at most once per window), and when it clears.
 type AlarmEvent struct {
@@ -135,35 +129,6 @@ type AlarmEvent struct {
 func (e AlarmEvent) Marshal() []byte {
 	b, _ := json.Marshal(e) // plain fields only
 	return b
-}
-
-// alarmInput is what the alarms see at one tick: the state counts and the fleet.
-type alarmInput struct {
-	now            time.Time
-	failed         uint64 // jobs that ended failed, monotonic
-	pending        uint64 // jobs pending now
-	held           uint64 // of them, those limits hold back: more slots would not start them
-	enteredPending uint64 // jobs that entered PENDING, monotonic
-	leftPending    uint64 // jobs that left PENDING, monotonic
-	slots          int    // live slots (draining workers' excluded)
-	busy           int    // busy slots from the live workers' latest heartbeats
-	workers        []workerSample
-	lost           []string // workers whose heartbeats lapsed since the last tick
-	// missing are the groups waiting for a group never published, with when they were opened.
-	missing []missingDep
-}
-
-// missingDep is a group waiting for a group never published.
-type missingDep struct {
-	group, waitsFor string
-	since           time.Time
-}
-
-// workerSample is one live worker at a tick.
-type workerSample struct {
-	id         string
-	busy       int
-	lastReport time.Time // its latest report, zero if none since it joined
 }
 
 // alarmSample is one tick's counts, kept for the window.
@@ -209,10 +174,10 @@ func (a *alarms) active() []Alarm {
 }
 
 // observe takes one tick's input and returns the events to publish.
-func (a *alarms) observe(in alarmInput) []AlarmEvent {
-	now := in.now
-	waiting := in.pending - min(in.held, in.pending) // for a slot
-	a.samples = append(a.samples, alarmSample{at: now, failed: in.failed, pending: waiting, in: in.enteredPending, out: in.leftPending})
+func (a *alarms) observe(in engine.AlarmInput) []AlarmEvent {
+	now := in.Now
+	waiting := in.Pending - min(in.Held, in.Pending) // for a slot
+	a.samples = append(a.samples, alarmSample{at: now, failed: in.Failed, pending: waiting, in: in.EnteredPending, out: in.LeftPending})
 	// Keep one sample at or before now-Window as the window's base.
 	for len(a.samples) > 2 && !a.samples[1].at.After(now.Add(-a.cfg.Window)) {
 		a.samples = a.samples[1:]
@@ -248,23 +213,23 @@ func (a *alarms) observe(in alarmInput) []AlarmEvent {
 	if span > 0 {
 		arrival, departure = float64(inN)/span, float64(outN)/span
 	}
-	suggested := float64(in.slots + 1) // nothing leaves: at least one more slot
+	suggested := float64(in.Slots + 1) // nothing leaves: at least one more slot
 	if departure > 0 {
-		suggested = math.Ceil(float64(max(in.slots, 1)) * arrival / departure)
+		suggested = math.Ceil(float64(max(in.Slots, 1)) * arrival / departure)
 	}
-	advice := fmt.Sprintf("about %.0f %s would keep up (%d live)", suggested, plural(suggested, "slot", "slots"), in.slots)
-	if in.slots == 0 {
+	advice := fmt.Sprintf("about %.0f %s would keep up (%d live)", suggested, plural(suggested, "slot", "slots"), in.Slots)
+	if in.Slots == 0 {
 		advice = "no worker is live to take them"
 	}
-	if in.held > 0 {
-		advice += fmt.Sprintf("; %d more are held back by limits, which slots would not start", in.held)
+	if in.Held > 0 {
+		advice += fmt.Sprintf("; %d more are held back by limits, which slots would not start", in.Held)
 	}
 	set(AlarmPendingGrowth, sustained && growth >= int64(a.cfg.PendingGrowth) && inN > outN,
 		fmt.Sprintf("jobs waiting for a slot grew by %d in the last %v: %.1f jobs/s arrive, %.1f/s leave; %s", growth, a.cfg.Window, arrival, departure, advice),
-		map[string]float64{"pending": float64(cur.pending), "held": float64(in.held), "growth": float64(growth), "arrival_rate": arrival, "departure_rate": departure, "slots": float64(in.slots), "suggested_slots": suggested})
+		map[string]float64{"pending": float64(cur.pending), "held": float64(in.Held), "growth": float64(growth), "arrival_rate": arrival, "departure_rate": departure, "slots": float64(in.Slots), "suggested_slots": suggested})
 
 	// Backlog above the live slots for too long.
-	if waiting > uint64(in.slots) {
+	if waiting > uint64(in.Slots) {
 		if a.backlogSince.IsZero() {
 			a.backlogSince = now
 		}
@@ -273,43 +238,43 @@ func (a *alarms) observe(in alarmInput) []AlarmEvent {
 	}
 	backlogFor := durationSince(now, a.backlogSince)
 	set(AlarmBacklog, !a.backlogSince.IsZero() && backlogFor >= a.cfg.BacklogAfter,
-		fmt.Sprintf("%d jobs waiting for a slot, above the %d live slots for %v", waiting, in.slots, backlogFor.Round(time.Second)),
-		map[string]float64{"pending": float64(waiting), "held": float64(in.held), "slots": float64(in.slots), "for_seconds": backlogFor.Seconds(), "threshold_seconds": a.cfg.BacklogAfter.Seconds()})
+		fmt.Sprintf("%d jobs waiting for a slot, above the %d live slots for %v", waiting, in.Slots, backlogFor.Round(time.Second)),
+		map[string]float64{"pending": float64(waiting), "held": float64(in.Held), "slots": float64(in.Slots), "for_seconds": backlogFor.Seconds(), "threshold_seconds": a.cfg.BacklogAfter.Seconds()})
 
 	// Scale down: no backlog and a mostly idle fleet for long.
-	if in.slots > 0 && waiting < uint64(in.slots) && float64(in.busy) < a.cfg.ScaleDownBelow*float64(in.slots) {
+	if in.Slots > 0 && waiting < uint64(in.Slots) && float64(in.Busy) < a.cfg.ScaleDownBelow*float64(in.Slots) {
 		if a.idleSince.IsZero() {
 			a.idleSince, a.idlePeak = now, 0
 		}
-		a.idlePeak = max(a.idlePeak, in.busy)
+		a.idlePeak = max(a.idlePeak, in.Busy)
 	} else {
 		a.idleSince = time.Time{}
 	}
 	idleFor := durationSince(now, a.idleSince)
 	keepSlots := float64(max(a.idlePeak, 1))
 	set(AlarmScaleDown, !a.idleSince.IsZero() && idleFor >= a.cfg.ScaleDownAfter,
-		fmt.Sprintf("at most %d of %d live slots busy for %v; %.0f would do", a.idlePeak, in.slots, idleFor.Round(time.Second), keepSlots),
-		map[string]float64{"slots": float64(in.slots), "busy_peak": float64(a.idlePeak), "for_seconds": idleFor.Seconds(), "suggested_slots": keepSlots})
+		fmt.Sprintf("at most %d of %d live slots busy for %v; %.0f would do", a.idlePeak, in.Slots, idleFor.Round(time.Second), keepSlots),
+		map[string]float64{"slots": float64(in.Slots), "busy_peak": float64(a.idlePeak), "for_seconds": idleFor.Seconds(), "suggested_slots": keepSlots})
 
 	// Stuck workers: busy and silent.
 	live := map[string]bool{}
 	var stuck []string
-	for _, w := range in.workers {
-		live[w.id] = true
-		if w.busy == 0 {
-			delete(a.quietSince, w.id)
+	for _, w := range in.Workers {
+		live[w.ID] = true
+		if w.Busy == 0 {
+			delete(a.quietSince, w.ID)
 			continue
 		}
-		q, ok := a.quietSince[w.id]
+		q, ok := a.quietSince[w.ID]
 		if !ok {
 			q = now // busy since at most now
 		}
-		if w.lastReport.After(q) {
-			q = w.lastReport
+		if w.LastReport.After(q) {
+			q = w.LastReport
 		}
-		a.quietSince[w.id] = q
+		a.quietSince[w.ID] = q
 		if now.Sub(q) >= a.cfg.StuckAfter {
-			stuck = append(stuck, w.id)
+			stuck = append(stuck, w.ID)
 		}
 	}
 	for id := range a.quietSince {
@@ -323,7 +288,7 @@ func (a *alarms) observe(in alarmInput) []AlarmEvent {
 		map[string]float64{"workers": float64(len(stuck)), "threshold_seconds": a.cfg.StuckAfter.Seconds()})
 
 	// Lost workers: lapsed within LostFor and not back.
-	for _, id := range in.lost {
+	for _, id := range in.Lost {
 		a.lostAt[id] = now
 	}
 	var lost []string
@@ -341,9 +306,9 @@ func (a *alarms) observe(in alarmInput) []AlarmEvent {
 
 	// Groups waiting for a group nobody published.
 	var missing []string
-	for _, m := range in.missing {
-		if now.Sub(m.since) >= a.cfg.MissingAfter {
-			missing = append(missing, m.group+" waits for "+m.waitsFor)
+	for _, m := range in.Missing {
+		if now.Sub(m.Since) >= a.cfg.MissingAfter {
+			missing = append(missing, m.Group+" waits for "+m.WaitsFor)
 		}
 	}
 	slices.Sort(missing)

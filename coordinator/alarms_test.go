@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weavejobs/weave/coordinator/internal/engine"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -24,9 +25,9 @@ func newAlarmRun(t *testing.T, cfg AlarmConfig) *alarmRun {
 	return &alarmRun{t: t, a: newAlarms(cfg), now: time.Unix(1e9, 0)}
 }
 
-func (r *alarmRun) step(in alarmInput) {
+func (r *alarmRun) step(in engine.AlarmInput) {
 	r.now = r.now.Add(100 * time.Millisecond)
-	in.now = r.now
+	in.Now = r.now
 	r.events = append(r.events, r.a.observe(in)...)
 }
 
@@ -43,17 +44,17 @@ func (r *alarmRun) last(name string) string {
 func TestAlarmsFailedGrowth(t *testing.T) {
 	r := newAlarmRun(t, AlarmConfig{Window: time.Second, FailedGrowth: 10})
 	for i := range 5 {
-		r.step(alarmInput{failed: uint64(i * 2)}) // 8 within the window: not yet
+		r.step(engine.AlarmInput{Failed: uint64(i * 2)}) // 8 within the window: not yet
 	}
 	if r.last(AlarmFailedGrowth) != "" {
 		t.Fatalf("raised at 8 failures: %+v", r.events)
 	}
-	r.step(alarmInput{failed: 12})
+	r.step(engine.AlarmInput{Failed: 12})
 	if r.last(AlarmFailedGrowth) != "raised" || len(r.a.active()) != 1 || r.a.active()[0].Values["failed"] != 12 {
 		t.Fatalf("not raised at 12 failures: %+v", r.events)
 	}
 	for range 12 { // no new failure for longer than the window
-		r.step(alarmInput{failed: 12})
+		r.step(engine.AlarmInput{Failed: 12})
 	}
 	if r.last(AlarmFailedGrowth) != "cleared" || len(r.a.active()) != 0 {
 		t.Fatalf("not cleared: %+v", r.events)
@@ -67,7 +68,7 @@ func TestAlarmsPendingGrowthSuggestsSlots(t *testing.T) {
 	for range 20 {
 		in, out = in+20, out+8
 		pending += 12
-		r.step(alarmInput{pending: pending, enteredPending: in, leftPending: out, slots: 4, busy: 4})
+		r.step(engine.AlarmInput{Pending: pending, EnteredPending: in, LeftPending: out, Slots: 4, Busy: 4})
 	}
 	if r.last(AlarmPendingGrowth) != "raised" {
 		t.Fatalf("not raised: %+v", r.events)
@@ -78,7 +79,7 @@ func TestAlarmsPendingGrowthSuggestsSlots(t *testing.T) {
 	}
 	for range 12 { // balanced
 		in, out = in+10, out+10
-		r.step(alarmInput{pending: pending, enteredPending: in, leftPending: out, slots: 10, busy: 10})
+		r.step(engine.AlarmInput{Pending: pending, EnteredPending: in, LeftPending: out, Slots: 10, Busy: 10})
 	}
 	if r.last(AlarmPendingGrowth) != "cleared" {
 		t.Fatalf("not cleared: %+v", r.events)
@@ -88,26 +89,26 @@ func TestAlarmsPendingGrowthSuggestsSlots(t *testing.T) {
 func TestAlarmsBacklogAndScaleDown(t *testing.T) {
 	r := newAlarmRun(t, AlarmConfig{BacklogAfter: time.Second, ScaleDownAfter: time.Second, ScaleDownBelow: 0.5})
 	for range 10 { // 9 steps above the slots: 0.9s
-		r.step(alarmInput{pending: 5, slots: 4, busy: 4})
+		r.step(engine.AlarmInput{Pending: 5, Slots: 4, Busy: 4})
 	}
 	if r.last(AlarmBacklog) != "" {
 		t.Fatalf("backlog raised before BacklogAfter: %+v", r.events)
 	}
-	r.step(alarmInput{pending: 5, slots: 4, busy: 4})
+	r.step(engine.AlarmInput{Pending: 5, Slots: 4, Busy: 4})
 	if r.last(AlarmBacklog) != "raised" {
 		t.Fatalf("backlog not raised: %+v", r.events)
 	}
-	r.step(alarmInput{pending: 4, slots: 4, busy: 4})
+	r.step(engine.AlarmInput{Pending: 4, Slots: 4, Busy: 4})
 	if r.last(AlarmBacklog) != "cleared" {
 		t.Fatalf("backlog not cleared at pending = slots: %+v", r.events)
 	}
 	for range 12 { // at most 1 of 4 busy
-		r.step(alarmInput{slots: 4, busy: 1})
+		r.step(engine.AlarmInput{Slots: 4, Busy: 1})
 	}
 	if r.last(AlarmScaleDown) != "raised" || r.a.raised[AlarmScaleDown].Values["suggested_slots"] != 1 {
 		t.Fatalf("scale_down not raised with 1 suggested slot: %+v", r.events)
 	}
-	r.step(alarmInput{slots: 4, busy: 2})
+	r.step(engine.AlarmInput{Slots: 4, Busy: 2})
 	if r.last(AlarmScaleDown) != "cleared" {
 		t.Fatalf("scale_down not cleared at half busy: %+v", r.events)
 	}
@@ -115,29 +116,29 @@ func TestAlarmsBacklogAndScaleDown(t *testing.T) {
 
 func TestAlarmsWorkers(t *testing.T) {
 	r := newAlarmRun(t, AlarmConfig{StuckAfter: time.Second, LostFor: time.Second})
-	busy := []workerSample{{id: "w1", busy: 1}, {id: "w2", busy: 0}}
+	busy := []engine.WorkerSample{{ID: "w1", Busy: 1}, {ID: "w2", Busy: 0}}
 	for range 11 {
-		r.step(alarmInput{workers: busy, slots: 2, busy: 1})
+		r.step(engine.AlarmInput{Workers: busy, Slots: 2, Busy: 1})
 	}
 	if r.last(AlarmWorkerStuck) != "raised" || r.a.raised[AlarmWorkerStuck].Values["workers"] != 1 {
 		t.Fatalf("worker_stuck not raised for w1: %+v", r.events)
 	}
-	busy[0].lastReport = r.now
-	r.step(alarmInput{workers: busy, slots: 2, busy: 1})
+	busy[0].LastReport = r.now
+	r.step(engine.AlarmInput{Workers: busy, Slots: 2, Busy: 1})
 	if r.last(AlarmWorkerStuck) != "cleared" {
 		t.Fatalf("worker_stuck not cleared by a report: %+v", r.events)
 	}
-	r.step(alarmInput{workers: busy[:1], lost: []string{"w2"}})
+	r.step(engine.AlarmInput{Workers: busy[:1], Lost: []string{"w2"}})
 	if r.last(AlarmWorkerLost) != "raised" {
 		t.Fatalf("worker_lost not raised: %+v", r.events)
 	}
-	r.step(alarmInput{workers: busy}) // w2 is back
+	r.step(engine.AlarmInput{Workers: busy}) // w2 is back
 	if r.last(AlarmWorkerLost) != "cleared" {
 		t.Fatalf("worker_lost not cleared when the worker came back: %+v", r.events)
 	}
-	r.step(alarmInput{workers: busy[:1], lost: []string{"w2"}})
+	r.step(engine.AlarmInput{Workers: busy[:1], Lost: []string{"w2"}})
 	for range 10 {
-		r.step(alarmInput{workers: busy[:1]})
+		r.step(engine.AlarmInput{Workers: busy[:1]})
 	}
 	if r.last(AlarmWorkerLost) != "cleared" {
 		t.Fatalf("worker_lost not cleared after LostFor: %+v", r.events)
@@ -156,17 +157,19 @@ func TestAlarmConfigRejectsBadThresholds(t *testing.T) {
 func TestStatusAlarmsJSON(t *testing.T) {
 	cfg, _ := Config{}.withDefaults()
 	names, _ := wire.NewNames("")
-	e, err := newEngine(cfg, names, 1)
+	e, err := engine.New(cfg.engineConfig(), names, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := string(e.status().Marshal()); !strings.Contains(b, `"alarms":[]`) {
+	if b := string(e.Status().Marshal()); !strings.Contains(b, `"alarms":[]`) {
 		t.Fatalf("status without alarms: %s", b)
 	}
-	e.mx.alarms = newAlarms(AlarmConfig{FailedGrowth: 1, Window: time.Second})
-	e.mx.alarms.observe(alarmInput{now: time.Unix(10, 0)})
-	e.mx.alarms.observe(alarmInput{now: time.Unix(11, 0), failed: 3})
-	b := string(e.status().Marshal())
+	a := newAlarms(AlarmConfig{FailedGrowth: 1, Window: time.Second})
+	a.observe(engine.AlarmInput{Now: time.Unix(10, 0)})
+	a.observe(engine.AlarmInput{Now: time.Unix(11, 0), Failed: 3})
+	st := e.Status()
+	st.Alarms = a.active()
+	b := string(st.Marshal())
 	for _, want := range []string{`"alarms":[{"name":"failed_growth","raised_at":"`, `"message":"3 jobs failed in the last 1s"`, `"values":{"failed":3,`} {
 		if !strings.Contains(b, want) {
 			t.Errorf("status lacks %s: %s", want, b)
@@ -179,7 +182,7 @@ func TestAlarmsPendingGrowthWithNoWorker(t *testing.T) {
 	var in uint64
 	for range 12 { // 200 jobs/s arrive, no slot is live and nothing leaves
 		in += 20
-		r.step(alarmInput{pending: in, enteredPending: in})
+		r.step(engine.AlarmInput{Pending: in, EnteredPending: in})
 	}
 	if r.last(AlarmPendingGrowth) != "raised" {
 		t.Fatalf("not raised: %+v", r.events)
@@ -195,11 +198,11 @@ func TestAlarmsPendingGrowthWithNoWorker(t *testing.T) {
 func TestAlarmsPendingGrowthIgnoresBursts(t *testing.T) {
 	r := newAlarmRun(t, AlarmConfig{Window: time.Second, PendingGrowth: 1000})
 	for range 12 { // a quiet fleet: the window is full
-		r.step(alarmInput{slots: 24})
+		r.step(engine.AlarmInput{Slots: 24})
 	}
 	var in, out, pending uint64 = 1012, 0, 1012 // the burst
 	for pending > 0 {
-		r.step(alarmInput{pending: pending, enteredPending: in, leftPending: out, slots: 24, busy: 24})
+		r.step(engine.AlarmInput{Pending: pending, EnteredPending: in, LeftPending: out, Slots: 24, Busy: 24})
 		drained := min(pending, 48) // the fleet drains 480 jobs/s
 		pending, out = pending-drained, out+drained
 	}
@@ -220,7 +223,7 @@ func TestAlarmsPendingGrowthHeldByLimits(t *testing.T) {
 			if limited {
 				held = pending
 			}
-			r.step(alarmInput{pending: pending, held: held, enteredPending: in, leftPending: out, slots: 4, busy: 4})
+			r.step(engine.AlarmInput{Pending: pending, Held: held, EnteredPending: in, LeftPending: out, Slots: 4, Busy: 4})
 		}
 		raised := r.last(AlarmPendingGrowth) == "raised" && r.last(AlarmBacklog) == "raised"
 		if raised == limited {
@@ -234,18 +237,18 @@ func TestAlarmsPendingGrowthHeldByLimits(t *testing.T) {
 func TestAlarmsDependencyMissing(t *testing.T) {
 	t.Parallel()
 	r := newAlarmRun(t, AlarmConfig{MissingAfter: time.Minute})
-	fresh := missingDep{group: "index", waitsFor: "crawl", since: r.now}
-	r.step(alarmInput{missing: []missingDep{fresh}})
+	fresh := engine.MissingDep{Group: "index", WaitsFor: "crawl", Since: r.now}
+	r.step(engine.AlarmInput{Missing: []engine.MissingDep{fresh}})
 	if got := r.last(AlarmDependencyMissing); got != "" {
 		t.Fatalf("raised at once: %q", got)
 	}
-	old := missingDep{group: "index", waitsFor: "crawl", since: r.now.Add(-2 * time.Minute)}
-	r.step(alarmInput{missing: []missingDep{old}})
+	old := engine.MissingDep{Group: "index", WaitsFor: "crawl", Since: r.now.Add(-2 * time.Minute)}
+	r.step(engine.AlarmInput{Missing: []engine.MissingDep{old}})
 	act := r.a.active()
 	if r.last(AlarmDependencyMissing) != "raised" || len(act) != 1 || !strings.Contains(act[0].Message, "index waits for crawl") {
 		t.Fatalf("after the threshold: %q, active %+v", r.last(AlarmDependencyMissing), act)
 	}
-	r.step(alarmInput{})
+	r.step(engine.AlarmInput{})
 	if r.last(AlarmDependencyMissing) != "cleared" {
 		t.Fatalf("once it no longer waits: %q", r.last(AlarmDependencyMissing))
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/coordinator/internal/engine"
 	"github.com/weavejobs/weave/internal/config"
 	"github.com/weavejobs/weave/internal/wire"
 	"github.com/weavejobs/weave/spreader"
@@ -260,5 +261,27 @@ func setDefault[T comparable](v *T, def T) {
 	var zero T
 	if *v == zero {
 		*v = def
+	}
+}
+
+// engineConfig is what the engine reads of c (defaults applied).
+func (c Config) engineConfig() engine.Config {
+	return engine.Config{
+		Logger:              c.Logger,
+		Feeders:             c.Feeders,
+		Policy:              c.Policy,
+		MaxInFlightPerGroup: c.MaxInFlightPerGroup,
+		Prefetch:            c.Prefetch,
+		QueueAhead:          c.QueueAhead,
+		MaxAttempts:         c.MaxAttempts,
+		RetryBase:           c.RetryBase,
+		RetryMax:            c.RetryMax,
+		MaxBatch:            c.MaxBatch,
+		HeartbeatMisses:     c.HeartbeatMisses,
+		AbandonAfter:        c.AbandonAfter,
+		LearnAffinity:       c.LearnAffinity,
+		ResultRetention:     c.Streams.ResultRetention,
+		OutcomeLinger:       c.OutcomeLinger,
+		Now:                 c.now,
 	}
 }

@@ -136,11 +136,11 @@ func TestDeleter(t *testing.T) {
 		_, err := jobs.GetMsg(ctx, seq)
 		return errors.Is(err, jetstream.ErrMsgNotFound)
 	}
-	forgotten := func(want *group) {
+	forgotten := func(want uint64) {
 		t.Helper()
 		select {
 		case f := <-r.forgetCh:
-			if f.openSeq != want.openSeq || f.summarySeq != 7 {
+			if f.openSeq != want || f.summarySeq != 7 {
 				t.Fatalf("forgot %+v, want the group handed with summary 7", f)
 			}
 		case <-ctx.Done():
@@ -151,19 +151,17 @@ func TestDeleter(t *testing.T) {
 	a, b := pub("a"), pub("b")
 	feed(a)
 	feed(b)
-	ga := &group{id: "a", openSeq: a}
-	r.deletes <- jobDelete{seq: a, done: &completedGroup{openSeq: ga.openSeq, summarySeq: 7}}
-	forgotten(ga)
+	r.deletes <- jobDelete{seq: a, done: &completedGroup{openSeq: a, summarySeq: 7}}
+	forgotten(a)
 	if !gone(a) {
 		t.Fatal("message a not deleted before its group was handed on")
 	}
 
 	// b is the newest read: it stays until a later message is read.
-	gb := &group{id: "b", openSeq: b}
-	r.deletes <- jobDelete{seq: b, done: &completedGroup{openSeq: gb.openSeq, summarySeq: 7}}
+	r.deletes <- jobDelete{seq: b, done: &completedGroup{openSeq: b, summarySeq: 7}}
 	// A delete of a message gone already, handed after b's, goes through while b is held.
-	gx := &group{id: "x", openSeq: 1 << 40}
-	r.deletes <- jobDelete{seq: a, done: &completedGroup{openSeq: gx.openSeq, summarySeq: 7}}
+	gx := uint64(1 << 40)
+	r.deletes <- jobDelete{seq: a, done: &completedGroup{openSeq: gx, summarySeq: 7}}
 	forgotten(gx)
 	if gone(b) {
 		t.Fatal("the newest message deleted before a later one was read")
@@ -171,7 +169,7 @@ func TestDeleter(t *testing.T) {
 	c := pub("c")
 	feed(c)
 	r.deletes <- jobDelete{seq: c}
-	forgotten(gb)
+	forgotten(b)
 	if !gone(b) || gone(c) {
 		t.Fatalf("after a later message and delete: b gone %v, c gone %v; want true, false", gone(b), gone(c))
 	}

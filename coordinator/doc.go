@@ -3,9 +3,9 @@
 // each complete group's summary. One coordinator is active per namespace (it holds the lease);
 // others wait as standbys.
 //
-// Inside, an engine that does no I/O holds the state in owned parts (groups.go, fleet.go,
-// retries.go, retention.go, and replaystate.go until replay ends) and makes the release decision
-// (release.go); a run (run.go, loop.go, replayread.go, pipelines.go) does the I/O for one term.
-// One goroutine, the loop, owns the engine. ARCHITECTURE.md ("Inside the coordinator") follows
+// Inside, the engine (package internal/engine, which does no I/O) holds the state and makes the
+// decisions; a run (run.go, loop.go, replayread.go, pipelines.go) does the I/O for one term:
+// it feeds the engine the streams' messages and carries out the effects it returns, values and
+// IDs only. One goroutine, the loop, owns the engine. ARCHITECTURE.md ("Inside the coordinator") follows
 // one job through these files and has the glossary of the words used here.
 package coordinator

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/coordinator/internal/engine"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/auth"
 	"github.com/weavejobs/weave/internal/schedule"
@@ -170,7 +171,7 @@ func (cs *coordServer) jobsHeld() uint64 {
 }
 
 // recorded reads the next n records of NS_REJECTED (from the first, at the first call).
-func (cs *coordServer) recorded(n int) []rejection {
+func (cs *coordServer) recorded(n int) []engine.Rejection {
 	t := cs.t
 	t.Helper()
 	if cs.cons == nil {
@@ -179,7 +180,7 @@ func (cs *coordServer) recorded(n int) []rejection {
 			t.Fatal(err)
 		}
 	}
-	var got []rejection
+	var got []engine.Rejection
 	for len(got) < n {
 		m, err := cs.cons.Next(jetstream.FetchMaxWait(time.Until(deadlineOf(cs.ctx))))
 		if err != nil {
@@ -187,7 +188,7 @@ func (cs *coordServer) recorded(n int) []rejection {
 		}
 		var seq uint64
 		fmt.Sscan(m.Headers().Get(wire.HdrSeq), &seq)
-		got = append(got, rejection{subject: m.Headers().Get(wire.HdrSubject), seq: seq, reason: m.Headers().Get(wire.HdrReason)})
+		got = append(got, engine.Rejection{Subject: m.Headers().Get(wire.HdrSubject), Seq: seq, Reason: m.Headers().Get(wire.HdrReason)})
 	}
 	return got
 }
@@ -253,33 +254,33 @@ func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storeInputs := func(key string) (want []rejection) { // key: the single job's, so that it is not deduplicated
+	storeInputs := func(key string) (want []engine.Rejection) { // key: the single job's, so that it is not deduplicated
 		t.Helper()
 		for _, in := range []struct {
 			m      *nats.Msg
 			reason string
 		}{
-			{&nats.Msg{Subject: names.GroupSubject("g"), Header: wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header()}, openRunning("g")},
+			{&nats.Msg{Subject: names.GroupSubject("g"), Header: wire.GroupControl{Group: "g", Op: wire.OpOpen}.Header()}, engine.OpenRunning("g")},
 			{&nats.Msg{Subject: names.JobSubject("g"), Header: wire.JobMeta{Group: "g"}.Header(), Data: []byte("forged")}, "job after the seal of group g"},
 			{&nats.Msg{Subject: names.GroupSubject("g"), Header: wire.GroupControl{Group: "g", Op: wire.OpKeepAlive}.Header()}, "keep-alive of a group that is not open: g"},
 			{&nats.Msg{Subject: names.GroupSubject("g"), Header: wire.GroupControl{Group: "g", Op: wire.OpSeal, Count: 1}.Header()}, "seal of a group that is not open: g"},
-			{&nats.Msg{Subject: names.JobSubject("g"), Header: wire.JobMeta{Group: "g", Key: key, Single: true}.Header(), Data: []byte("forged")}, singleRunning("g")},
-			{&nats.Msg{Subject: names.GroupSubject("f"), Header: wire.GroupControl{Group: "f", Op: wire.OpCancel}.Header()}, cancelNotOpen("f")},
+			{&nats.Msg{Subject: names.JobSubject("g"), Header: wire.JobMeta{Group: "g", Key: key, Single: true}.Header(), Data: []byte("forged")}, engine.SingleRunning("g")},
+			{&nats.Msg{Subject: names.GroupSubject("f"), Header: wire.GroupControl{Group: "f", Op: wire.OpCancel}.Header()}, engine.CancelNotOpen("f")},
 		} {
 			ack, err := prodJS.PublishMsg(ctx, in.m)
 			if err != nil {
 				t.Fatalf("storing %s: %v", in.m.Subject, err)
 			}
-			want = append(want, rejection{subject: in.m.Subject, seq: ack.Sequence, reason: in.reason})
+			want = append(want, engine.Rejection{Subject: in.m.Subject, Seq: ack.Sequence, Reason: in.reason})
 		}
 		return want
 	}
 	recorded := cs.recorded
-	check := func(when string, want []rejection, rejected, refused uint64) {
+	check := func(when string, want []engine.Rejection, rejected, refused uint64) {
 		t.Helper()
 		got := recorded(len(want))
 		// At replay a cancel is applied before the open stored ahead of it is decided.
-		slices.SortFunc(got, func(a, b rejection) int { return cmp.Compare(a.seq, b.seq) })
+		slices.SortFunc(got, func(a, b engine.Rejection) int { return cmp.Compare(a.Seq, b.Seq) })
 		for i := range want {
 			if got[i] != want[i] {
 				t.Errorf("%s: record %d is %+v, want %+v", when, i, got[i], want[i])
@@ -303,7 +304,7 @@ func TestForgedOpenWhileNoCoordinatorRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	badReason := schedule.Decode(bad.Data, &schedule.Def{})
-	stored = append([]rejection{{subject: bad.Subject, seq: ack.Sequence, reason: badReason.Error()}}, stored...) // its sequence is NS_SCHEDULES' first
+	stored = append([]engine.Rejection{{Subject: bad.Subject, Seq: ack.Sequence, Reason: badReason.Error()}}, stored...) // its sequence is NS_SCHEDULES' first
 	cs.start()
 	check("stored while no coordinator ran", stored, 6, 1)
 	waitFor("f to be forgotten", func() bool { return status().OpenGroups == 1 })

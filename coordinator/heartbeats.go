@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/weavejobs/weave/coordinator/internal/engine"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -52,30 +53,30 @@ func (r *run) subscribeHeartbeats() error {
 // that started after them found another run of their ID). Called by the loop.
 func (r *run) heartbeat(in heartbeatIn) {
 	now := r.cfg.now()
-	var ref refusal
+	var ref engine.Refusal
 	switch {
 	case in.err != "":
-		ref = r.e.refuseHeartbeat(in.subject, in.err)
+		ref = r.e.RefuseHeartbeat(in.subject, in.err)
 	case in.join:
 		if in.gone != "" {
-			r.e.forgetRun(in.hb.Worker, in.gone, now)
+			r.e.ForgetRun(in.hb.Worker, in.gone, now)
 		}
-		if inbox, run := r.e.otherRun(in.hb); inbox != "" && !in.probed {
+		if inbox, run := r.e.OtherRun(in.hb); inbox != "" && !in.probed {
 			r.wg.Go(func() { r.probe(in, inbox, run) })
 			return
 		}
-		ref = r.e.checkHeartbeat(in.subject, in.hb, now)
+		ref = r.e.CheckHeartbeat(in.subject, in.hb, now)
 	default:
-		if ref = r.e.heartbeat(in.subject, in.hb, now); ref.reason == "" {
-			r.e.heardFrom(in.hb, in.reply)
+		if ref = r.e.Heartbeat(in.subject, in.hb, now); ref.Reason == "" {
+			r.e.HeardFrom(in.hb, in.reply)
 		}
 	}
-	if in.reply == "" || ref.reason == "" && !in.join {
+	if in.reply == "" || ref.Reason == "" && !in.join {
 		return
 	}
-	reply := wire.HeartbeatReply{Refused: ref.reason}
-	if ref.reason != "" {
-		reply.RetryMS = ref.retry.Milliseconds()
+	reply := wire.HeartbeatReply{Refused: ref.Reason}
+	if ref.Reason != "" {
+		reply.RetryMS = ref.Retry.Milliseconds()
 	}
 	if err := r.c.nc.Publish(in.reply, reply.Marshal()); err != nil {
 		r.log.Warn().Err(err).Str("subject", in.subject).Msg("answering a heartbeat failed")

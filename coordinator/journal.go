@@ -27,16 +27,16 @@ func (r *run) appendJournal(ctx context.Context, rec journal.Record) error {
 	return nil
 }
 
-// trimEvents deletes the EVENTS messages the state no longer depends on (see engine.lowWater).
+// trimEvents deletes the EVENTS messages the state no longer depends on (see Engine.LowWater).
 // It first appends an epoch record, so the newest epoch mark always survives for fencing.
 func (r *run) trimEvents(ctx context.Context) {
-	low := r.e.lowWater()
+	low := r.e.LowWater()
 	// Below trimmedTo+2 there is at most the epoch record the last trim appended: nothing to do.
 	if r.trimming || low <= r.trimmedTo+2 {
 		return
 	}
 	r.trimming = true
-	epoch := r.e.epoch
+	epoch := r.e.Epoch()
 	r.wg.Go(func() {
 		defer func() {
 			select {

@@ -2,12 +2,14 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/weavejobs/weave/coordinator/internal/engine"
 	"github.com/weavejobs/weave/internal/journal"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -40,35 +42,31 @@ func (r *run) loop(ctx context.Context) error {
 		case <-r.learnNotify:
 			r.drainLearned()
 		case f := <-r.forgetCh:
-			r.e.retention.outcomeStored(f.evSeqs)
-			if g := r.e.groups.live[f.openSeq]; g != nil {
-				if f.summarySeq > 0 {
-					r.e.retain(g.id, g.openSeq, f.summarySeq, g.keepJobs, g.lastSeq, f.at, g.summary())
-				}
-				r.e.forget(g)
-			}
+			r.e.GroupStored(f.openSeq, f.summarySeq, f.evSeqs, f.at)
 		case seqs := <-r.storedCh:
-			r.e.retention.outcomeStored(seqs)
+			r.e.OutcomesStored(seqs)
 		case <-trim.C:
-			r.e.expireRetained(r.cfg.now())
+			r.e.ExpireRetained(r.cfg.now())
 			r.trimEvents(ctx)
 		case end := <-r.redriveEnds:
-			r.e.redriveEnded(end)
+			r.e.RedriveEnded(end)
 		case rj := <-r.schedReject:
-			r.e.reject(rj.subject, rj.seq, rj.reason)
+			r.e.Reject(rj.Subject, rj.Seq, rj.Reason)
 		case low := <-r.trimmedCh:
 			r.trimming = false
 			if low > 0 {
 				r.trimmedTo = low - 1
 			}
 		case reply := <-r.statusCh:
-			reply <- r.e.status()
+			st := r.e.Status()
+			st.Alarms = r.alarms.active()
+			reply <- st
 		case q := <-r.insp.ch:
-			q.reply <- r.e.inspect(q.req)
+			q.reply <- r.e.Inspect(q.req)
 		case <-retry.C:
-			r.e.tick(r.cfg.now())
+			r.e.Tick(r.cfg.now())
 		case <-expiry.C:
-			r.e.tick(r.cfg.now())
+			r.e.Tick(r.cfg.now())
 			r.reconcileRescues(ctx)
 			r.reconcileLost(ctx)
 			r.observe()
@@ -103,7 +101,7 @@ func (r *run) applyFeed(m streamMsg) {
 		return
 	}
 	r.jobsFed.Store(s)
-	if jobs, ahead := r.e.feed(m.Subject(), s, m.Headers(), m.Data(), at); len(jobs) > 0 {
+	if jobs, ahead := r.e.Feed(m.Subject(), s, m.Headers(), m.Data(), at); len(jobs) > 0 {
 		r.payloads.add(jobs, ahead)
 	}
 }
@@ -113,7 +111,7 @@ func (r *run) applyEvent(m streamMsg) {
 	if !r.events.fresh(m, s) {
 		return
 	}
-	defer r.e.retention.noteEvent(s)
+	defer r.e.NoteEvent(s)
 	subj := m.Subject()
 	switch {
 	case subj == r.names.JournalSubject():
@@ -122,9 +120,9 @@ func (r *run) applyEvent(m streamMsg) {
 			r.log.Error().Err(err).Uint64("seq", s).Msg("bad journal record")
 			return
 		}
-		r.e.journalRecord(rec)
+		r.e.JournalRecord(rec)
 	default:
-		r.applyReports(subj, s, m.Headers(), m.Data()) // see reports.go
+		r.applyReports(subj, s, m.Headers(), m.Data())
 	}
 }
 
@@ -139,25 +137,17 @@ func (r *run) drainLearned() {
 	for _, info := range infos {
 		switch {
 		case info.requeue:
-			r.e.releaseFailed(info.id)
+			r.e.ReleaseFailed(info.id)
 		case info.err != nil:
-			r.e.vanished(info.id, info.err.Error())
+			r.e.Vanished(info.id, info.err.Error())
 		default:
-			r.e.learn(info.id, info.meta)
+			r.e.Learn(info.id, info.meta)
 		}
 	}
 }
 
 func (r *run) armRetry(t *time.Timer) {
-	due := r.e.retries.nextDue()
-	for _, d := range [...]time.Time{r.e.delays.nextDue(), r.e.limits.nextToken(r.cfg.now())} {
-		if !d.IsZero() && (due.IsZero() || d.Before(due)) {
-			due = d
-		}
-	}
-	if len(r.lingering) > 0 && (due.IsZero() || r.lingerDue.Before(due)) {
-		due = r.lingerDue
-	}
+	due := r.e.NextDue(r.cfg.now())
 	if due.IsZero() {
 		t.Reset(time.Hour)
 		return
@@ -168,37 +158,35 @@ func (r *run) armRetry(t *time.Timer) {
 // step makes release decisions and carries out the engine's effects: records first, then the
 // releases, the outcomes, the cancels and answers, and the seals of abandoned groups.
 func (r *run) step(ctx context.Context) {
-	r.e.releaseAll()
-	out := r.e.out
-	r.e.out = effects{}
-	if out.empty() {
-		r.writeLingering(ctx, r.cfg.now())
+	r.e.ReleaseAll()
+	out := r.e.TakeEffects(r.cfg.now())
+	if out.Empty() {
 		return
 	}
 	r.writeRecords(ctx, &out)
-	if !r.handOutReleases(ctx, out.releases) {
+	if !r.handOutReleases(ctx, out.Releases) {
 		return
 	}
-	r.writeOutcomes(ctx, &out)
-	if len(out.cancels) > 0 {
-		r.publishCancels(out.cancels)
+	r.writeOutcomes(ctx, out.Writes)
+	if len(out.Cancels) > 0 {
+		r.publishCancels(out.Cancels)
 	}
-	r.publishAnswers(out.answers) // after the cancels they report
-	r.startRedrives(ctx, out.redrives)
-	r.sealAbandoned(ctx, out.abandons)
-	r.storeDepControls(ctx, out.readies, out.depCancels)
+	r.publishAnswers(out.Answers) // after the cancels they report
+	r.startRedrives(ctx, out.Redrives)
+	r.sealAbandoned(ctx, out.Abandons)
+	r.storeDepControls(ctx, out.Readies, out.DepCancels)
 }
 
 // writeRecords hands the writer the rejections and the journal records (retry decisions, refused
-// reports: replay skips those, see reports.go).
-func (r *run) writeRecords(ctx context.Context, out *effects) {
+// reports: replay skips those).
+func (r *run) writeRecords(ctx context.Context, out *engine.Effects) {
 	// Before the rejections: a refused open's message is deleted once they are stored.
-	r.writeJournal(ctx, journal.KindRefusedOpen, out.refusedOpens)
-	if len(out.rejections) > 0 {
-		r.enqueueWrite(ctx, writeOp{rejections: out.rejections})
+	r.writeJournal(ctx, journal.KindRefusedOpen, out.RefusedOpens)
+	if len(out.Rejections) > 0 {
+		r.enqueueWrite(ctx, writeOp{rejections: out.Rejections})
 	}
-	r.writeJournal(ctx, journal.KindRetry, out.retries)
-	r.writeJournal(ctx, journal.KindRefused, out.refused)
+	r.writeJournal(ctx, journal.KindRetry, out.Retries)
+	r.writeJournal(ctx, journal.KindRefused, out.Refused)
 }
 
 // writeJournal hands the writer journal records of kind holding entries, as many records as
@@ -208,7 +196,7 @@ func (r *run) writeJournal(ctx context.Context, kind journal.Kind, entries []jou
 	per := max(1, (r.msgLimit()-journal.MaxOverhead)/journal.MaxEntrySize)
 	for len(entries) > 0 {
 		k := min(len(entries), per)
-		rec := journal.Record{Kind: kind, Epoch: r.e.epoch, Entries: entries[:k]}
+		rec := journal.Record{Kind: kind, Epoch: r.e.Epoch(), Entries: entries[:k]}
 		r.enqueueWrite(ctx, writeOp{journal: &rec})
 		entries = entries[k:]
 	}
@@ -216,21 +204,21 @@ func (r *run) writeJournal(ctx context.Context, kind journal.Kind, entries []jou
 
 // handOutReleases hands each release batch to the release pipelines, with the next jobs of its
 // groups to read along when a payload is not cached. It reports false if ctx ended.
-func (r *run) handOutReleases(ctx context.Context, releases []release) bool {
+func (r *run) handOutReleases(ctx context.Context, releases []engine.Release) bool {
 	for _, rel := range releases {
-		req := releaseReq{pool: rel.pool.key, jobs: make([]releaseJob, len(rel.jobs))}
-		if len(rel.jobs) <= releaseAtOnceMax {
+		req := releaseReq{pool: rel.Pool, jobs: make([]releaseJob, len(rel.Jobs))}
+		if len(rel.Jobs) <= releaseAtOnceMax {
 			req.sent = r.releaseAtOnce(rel)
 		}
-		var readAhead map[*group]bool // groups whose next jobs this batch reads ahead
-		for i, j := range rel.jobs {
-			req.jobs[i] = releaseJob{id: j.id, attempt: j.attempt, rel: j.rel, gtok: j.g.tok, after: r.e.afterResults(j.g)}
-			if req.sent == nil && !readAhead[j.g] && !r.payloads.has(j.id) {
+		var readAhead map[uint64]bool // groups whose next jobs this batch reads ahead, by incarnation
+		for i, j := range rel.Jobs {
+			req.jobs[i] = releaseJob{id: j.ID, attempt: j.Attempt, rel: j.Rel, gtok: j.Tok, after: j.After}
+			if req.sent == nil && !readAhead[j.OpenSeq] && !r.payloads.has(j.ID) {
 				if readAhead == nil {
-					readAhead = map[*group]bool{}
+					readAhead = map[uint64]bool{}
 				}
-				readAhead[j.g] = true
-				req.jobs[i].ahead = r.e.sched.Upcoming(nil, j.g, r.cfg.ReadAhead)
+				readAhead[j.OpenSeq] = true
+				req.jobs[i].ahead = r.e.Upcoming(nil, j.OpenSeq, r.cfg.ReadAhead)
 			}
 		}
 		select {
@@ -250,10 +238,10 @@ const releaseAtOnceMax = 4
 // sooner; the pipeline then only waits for the batch to be stored (awaitWork). It returns nil,
 // leaving the release to the pipeline, when a message is not cached or not valid: the pipeline
 // reads it and handles what is wrong with it.
-func (r *run) releaseAtOnce(rel release) *sentBatch {
-	ids := make([]uint64, len(rel.jobs))
-	for i, j := range rel.jobs {
-		ids[i] = j.id
+func (r *run) releaseAtOnce(rel engine.Release) *sentBatch {
+	ids := make([]uint64, len(rel.Jobs))
+	for i, j := range rel.Jobs {
+		ids[i] = j.ID
 	}
 	jobs := r.payloads.cached(ids)
 	if jobs == nil {
@@ -261,146 +249,37 @@ func (r *run) releaseAtOnce(rel release) *sentBatch {
 	}
 	work := make([]wire.WorkJob, len(jobs))
 	for i, j := range jobs {
-		rj := rel.jobs[i]
-		work[i] = r.workJob(rel.pool.key, releaseJob{id: rj.id, attempt: rj.attempt, rel: rj.rel, after: r.e.afterResults(rj.g)}, j)
+		rj := rel.Jobs[i]
+		work[i] = r.workJob(rel.Pool, releaseJob{id: rj.ID, attempt: rj.Attempt, rel: rj.Rel, after: rj.After}, j)
 	}
 	if firstBatch(work, r.cfg.MaxBatchBytes) < len(work) {
 		return nil // the pipeline splits what is too large for one batch
 	}
 	r.payloads.take(ids)
 	for _, j := range jobs {
-		r.e.learn(j.ID, &j.Meta) // before any worker can report on it
+		r.e.Learn(j.ID, &j.Meta) // before any worker can report on it
 	}
-	s := r.sendWork(rel.pool.key, work)
+	s := r.sendWork(rel.Pool, work)
 	return &s
 }
 
-// writeOutcomes hands the writer the outcomes, retention purges, summaries and purges.
-//
-// Under load (more than lingerAbove outcome writes per OutcomeLinger), a group's outcomes wait
-// while its previous outcome message is less than OutcomeLinger old, unless the group is
-// complete: groups interleave, so writing each step's outcomes at once stores about one message
-// per job when many groups run (see Config.OutcomeLinger). Under a light load nothing waits.
-func (r *run) writeOutcomes(ctx context.Context, out *effects) {
-	now := r.cfg.now()
-	busy := r.outcomeLoad(now) > lingerAbove
-	linger := r.linger()
-	for _, g := range out.outcomes {
-		if len(g.outcomes) == 0 || g.lingering || g.complete {
-			continue // a complete group's go with its summary, below
+// writeOutcomes hands the writer the engine's writes, in its order. A complete group's last
+// outcomes travel in its summary's message, or before it when they do not fit in one.
+func (r *run) writeOutcomes(ctx context.Context, writes []engine.Write) {
+	for _, w := range writes {
+		if w.Summary != nil && r.outcomesFitting(w.Outcomes) < len(w.Outcomes) {
+			r.enqueueWrite(ctx, writeOp{Write: engine.Write{Group: w.Group, Tok: w.Tok, Reply: w.Reply, OpenSeq: w.OpenSeq, Outcomes: w.Outcomes, EvSeqs: w.EvSeqs}})
+			w.Outcomes, w.EvSeqs = nil, nil
 		}
-		if due := g.outcomesAt.Add(linger); busy && !g.complete && now.Before(due) {
-			g.lingering = true
-			r.lingering = append(r.lingering, g)
-			if r.lingerDue.IsZero() || due.Before(r.lingerDue) {
-				r.lingerDue = due
-			}
-			continue
-		}
-		r.writeGroupOutcomes(ctx, g, now)
-	}
-	r.writeLingering(ctx, now)
-	for _, p := range out.retentionPurges {
-		r.enqueueWrite(ctx, writeOp{retention: &p})
-	}
-	for _, g := range out.summaries {
-		// A complete group's last outcomes go in its summary's message (a single job's one
-		// outcome, its summary: one message), or before it if they do not fit in one.
-		g.keepJobs = r.e.keepsJobs(g)
-		op := writeOp{group: g.id, gtok: g.tok, reply: g.reply, openSeq: g.openSeq, purge: !g.keepJobs, lastSeq: g.lastSeq, single: g.single()}
-		if r.outcomesFitting(g.outcomes) < len(g.outcomes) {
-			r.writeGroupOutcomes(ctx, g, now)
-		} else if len(g.outcomes) > 0 {
-			r.outcomeLoad(now)
-			r.outThis++
-			op.outcomes, op.evSeqs = g.outcomes, g.outcomeSeqs
-			g.outcomes, g.outcomeSeqs, g.lingering = nil, nil, false // (writeLingering drops it)
-		}
-		sum := g.summary()
-		op.summary = &sum
-		r.enqueueWrite(ctx, op)
-	}
-	for _, g := range out.purges {
-		g.keepJobs = r.e.keepsJobs(g)
-		r.enqueueWrite(ctx, writeOp{group: g.id, complete: true, gtok: g.tok, openSeq: g.openSeq, purge: !g.keepJobs, lastSeq: g.lastSeq, single: g.single()})
+		r.enqueueWrite(ctx, writeOp{Write: w})
 	}
 }
 
-// writeGroupOutcomes hands the writer the group's outcomes not yet written, if any.
-func (r *run) writeGroupOutcomes(ctx context.Context, g *group, now time.Time) {
-	g.lingering = false // if it was, writeLingering drops it from the list
-	if len(g.outcomes) == 0 {
-		return
-	}
-	r.outcomeLoad(now)
-	r.outThis++
-	r.enqueueWrite(ctx, writeOp{group: g.id, gtok: g.tok, reply: g.reply, openSeq: g.openSeq, outcomes: g.outcomes, evSeqs: g.outcomeSeqs})
-	g.outcomes, g.outcomeSeqs, g.outcomesAt = nil, nil, now
-}
-
-// lingerAbove is the outcome writes per OutcomeLinger above which outcomes linger: 16 per 10ms,
-// 1,600 messages a second, a few percent of a core; below it, writing at once costs little.
-const lingerAbove = 16
-
-// maxLinger bounds how long a group's outcomes linger however many groups wait.
-const maxLinger = time.Second
-
-// linger is how long a group's outcomes wait after its previous outcome message under load:
-// OutcomeLinger, stretched so the groups lingering share about lingerAbove messages per
-// OutcomeLinger (with 1,000 groups running at once each group's outcomes go about every 0.6 s
-// instead of every 10 ms, and a job costs a fraction of an outcome message instead of one),
-// and at most maxLinger.
-func (r *run) linger() time.Duration {
-	shares := time.Duration(max(1, (len(r.lingering)+lingerAbove-1)/lingerAbove))
-	return min(r.cfg.OutcomeLinger*shares, max(r.cfg.OutcomeLinger, maxLinger))
-}
-
-// outcomeLoad moves the load window on to now's OutcomeLinger period and returns the outcome
-// writes of the busier of the current period and the one before.
-func (r *run) outcomeLoad(now time.Time) int {
-	if r.cfg.OutcomeLinger <= 0 {
-		return 0
-	}
-	if since := now.Sub(r.outWindow); since >= r.cfg.OutcomeLinger {
-		r.outPrev, r.outThis = r.outThis, 0
-		if since >= 2*r.cfg.OutcomeLinger {
-			r.outPrev = 0 // a whole period without a write
-		}
-		r.outWindow = now
-	}
-	return max(r.outThis, r.outPrev)
-}
-
-// writeLingering writes the lingering outcomes whose time has come, if any has.
-func (r *run) writeLingering(ctx context.Context, now time.Time) {
-	if len(r.lingering) == 0 || now.Before(r.lingerDue) {
-		return
-	}
-	keep := r.lingering[:0]
-	r.lingerDue = time.Time{}
-	linger := r.linger()
-	for _, g := range r.lingering {
-		if !g.lingering {
-			continue // written with its summary
-		}
-		if due := g.outcomesAt.Add(linger); now.Before(due) {
-			keep = append(keep, g)
-			if r.lingerDue.IsZero() || due.Before(r.lingerDue) {
-				r.lingerDue = due
-			}
-			continue
-		}
-		r.writeGroupOutcomes(ctx, g, now)
-	}
-	clear(r.lingering[len(keep):])
-	r.lingering = keep
-}
-
-// sealAbandoned stores a seal for each group whose producer went silent (see engine.abandon).
-func (r *run) sealAbandoned(ctx context.Context, groups []*group) {
+// sealAbandoned stores a seal for each group whose producer went silent (the engine's abandon).
+func (r *run) sealAbandoned(ctx context.Context, groups []engine.Abandon) {
 	for _, g := range groups {
-		c := wire.GroupControl{Group: g.id, Op: wire.OpSeal, Count: g.admitted, Abandoned: true}
-		m := nats.NewMsg(r.names.GroupSubject(g.tok))
+		c := wire.GroupControl{Group: g.Group, Op: wire.OpSeal, Count: g.Count, Abandoned: true}
+		m := nats.NewMsg(r.names.GroupSubject(g.Tok))
 		m.Header = c.Header()
 		r.wg.Go(func() {
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -430,22 +309,22 @@ func (r *run) applyLimit(m streamMsg) {
 	if !r.limits.fresh(m, s) {
 		return
 	}
-	r.e.limits.applied = max(r.e.limits.applied, s)
+	r.e.LimitsApplied(s)
 	l, err := r.names.ParseLimit(m.Subject(), m.Data())
 	if err != nil {
-		r.e.reject(m.Subject(), s, err.Error())
+		r.e.Reject(m.Subject(), s, err.Error())
 		return
 	}
-	r.e.setLimit(l, r.cfg.now())
+	r.e.SetLimit(l, r.cfg.now())
 }
 
 // applyReports applies a report message stored in EVENTS on subject NS.ev.report.<pool>.<worker>
-// (see engine.report for what is checked). A message that is not a report batch of the worker its
+// (see Engine.Report for what is checked). A message that is not a report batch of the worker its
 // subject names is rejected whole.
 func (r *run) applyReports(subject string, evSeq uint64, h nats.Header, data []byte) {
 	pool, worker, ok := r.names.ParseReportSubject(subject)
 	if !ok {
-		r.e.rejectReports(subject, evSeq, "not a report subject: reports go on "+r.names.ReportSubject("<pool>", "<worker>"))
+		r.e.RejectReports(subject, evSeq, "not a report subject: reports go on "+r.names.ReportSubject("<pool>", "<worker>"))
 		return
 	}
 	from, reports, err := wire.DecodeReports(data)
@@ -453,32 +332,32 @@ func (r *run) applyReports(subject string, evSeq uint64, h nats.Header, data []b
 		err = fmt.Errorf("%w: report from %q on the subject of worker %q", wire.ErrMalformed, from, worker)
 	}
 	if err != nil {
-		r.e.rejectReports(subject, evSeq, err.Error())
+		r.e.RejectReports(subject, evSeq, err.Error())
 		return
 	}
 	wire.ReportProofs(h, reports)
 	now := r.cfg.now()
 	for _, rp := range reports {
-		r.e.report(pool, worker, evSeq, rp, now)
+		r.e.Report(pool, worker, evSeq, rp, now)
 	}
 }
 
 // storeDepControls stores the ready records of readies and a cancel of each group in cancels,
 // trying again until they are stored or the term ends (the next term decides them again). The
 // messages are built here, on the loop, which owns the engine.
-func (r *run) storeDepControls(ctx context.Context, readies, cancels []depControl) {
+func (r *run) storeDepControls(ctx context.Context, readies, cancels []engine.DepControl) {
 	var msgs []*nats.Msg
 	for _, d := range readies {
-		c, body := r.e.readyRecord(d.id, d.openSeq)
-		m := nats.NewMsg(r.names.GroupSubject(wire.GroupToken(d.id)))
+		c, body := r.e.ReadyRecord(d.Id, d.OpenSeq)
+		m := nats.NewMsg(r.names.GroupSubject(wire.GroupToken(d.Id)))
 		m.Header, m.Data = c.Header(), body
 		msgs = append(msgs, m)
 	}
 	for _, d := range cancels {
-		tok := wire.GroupToken(d.id)
+		tok := wire.GroupToken(d.Id)
 		m := nats.NewMsg(r.names.GroupSubject(tok))
-		m.Header = wire.GroupControl{Group: d.id, Op: wire.OpCancel, AfterFailed: r.e.deps.failedOn[d.openSeq]}.Header()
-		m.Header.Set(wire.HdrMsgID, "dep-cancel/"+tok+"/"+strconv.FormatUint(d.openSeq, 10))
+		m.Header = wire.GroupControl{Group: d.Id, Op: wire.OpCancel, AfterFailed: r.e.CanceledFor(d.OpenSeq)}.Header()
+		m.Header.Set(wire.HdrMsgID, "dep-cancel/"+tok+"/"+strconv.FormatUint(d.OpenSeq, 10))
 		msgs = append(msgs, m)
 	}
 	for _, m := range msgs {
@@ -488,5 +367,19 @@ func (r *run) storeDepControls(ctx context.Context, readies, cancels []depContro
 				return err
 			})
 		})
+	}
+}
+
+// publishAnswers publishes answers on core NATS. An answer nobody receives is dropped: the producer
+// stopped waiting, and its message was applied (or refused) all the same.
+func (r *run) publishAnswers(answers []engine.Answer) {
+	for _, a := range answers {
+		data, err := json.Marshal(a.Reply)
+		if err == nil {
+			err = r.c.nc.Publish(a.Subject, data)
+		}
+		if err != nil {
+			r.log.Warn().Err(err).Str("subject", a.Subject).Msg("answering a control message failed")
+		}
 	}
 }

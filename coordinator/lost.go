@@ -23,18 +23,13 @@ import (
 // their attempt numbers. A crash in between leaves the batch, taken back again or, after its
 // lease, reported lapsed by the worker that gets it.
 
-// lostAfter is how long a pool must stay quiet while owing jobs before they are taken back:
-// three heartbeats at the default interval, so a batch on its way to a worker that was quiet
-// shows in a heartbeat (busy or held) first.
-const lostAfter = 3 * time.Second
-
 // reconcileLost starts taking back the lost batches of each pool fleet.lost names, unless that
 // is under way already. Called by the loop.
 func (r *run) reconcileLost(ctx context.Context) {
-	if r.e.replaying() {
+	if r.e.Replaying() {
 		return
 	}
-	for _, key := range r.e.fleet.lost(r.cfg.now(), lostAfter) {
+	for _, key := range r.e.LostPools(r.cfg.now()) {
 		r.lostMu.Lock()
 		busy := r.recovering[key]
 		if !busy {

@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/coordinator/internal/engine"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -31,21 +32,20 @@ func gather(t *testing.T, c prometheus.Collector) map[string]*dto.MetricFamily {
 // TestMetricsBoundGroupsAndAgeOldest: 60 open groups get series for the first 50 only, the
 // rest are counted as unlisted; the oldest pending job's age comes from its stored time.
 func TestMetricsBoundGroupsAndAgeOldest(t *testing.T) {
-	te := newTestEngine(t, Config{})
+	tl := newTestLoop(t, Config{})
 	for i := range 60 {
 		g := fmt.Sprintf("g%02d", i)
-		te.open(g)
-		te.seq++
-		stored := te.now.Add(-time.Duration(60-i) * time.Second) // g00's job is a minute old
-		te.e.feed(te.e.names.JobSubject(wire.GroupToken(g)), te.seq, wire.JobMeta{Group: g}.Header(), nil, stored)
+		tl.open(g)
+		tl.job(wire.JobMeta{Group: g}, tl.now.Add(-time.Duration(60-i)*time.Second)) // g00's job is a minute old
 	}
 	c := &Coordinator{}
-	r := &run{c: c, e: te.e, cfg: te.e.cfg, names: te.e.names, log: zerolog.Nop()}
+	r := tl.run(c)
+	r.alarms = newAlarms(tl.cfg.Alarms)
 	r.observe()
 
 	mfs := gather(t, c.Collector())
-	if n := len(mfs["weave_group_in_flight"].GetMetric()); n != maxGroupMetrics {
-		t.Errorf("%d groups with series, want %d", n, maxGroupMetrics)
+	if n := len(mfs["weave_group_in_flight"].GetMetric()); n != engine.MaxGroupMetrics {
+		t.Errorf("%d groups with series, want %d", n, engine.MaxGroupMetrics)
 	}
 	for name, want := range map[string]float64{"weave_groups_active": 60, "weave_groups_unlisted": 10, "weave_queue_depth": 60, "weave_oldest_pending_job_age_seconds": 60} {
 		if got := mfs[name].GetMetric()[0].GetGauge().GetValue(); got != want {
@@ -78,24 +78,24 @@ func TestMetricsStandbyExportsLeaseOnly(t *testing.T) {
 func BenchmarkObserve(b *testing.B) {
 	cfg, _ := Config{}.withDefaults()
 	names, _ := wire.NewNames("")
-	e, err := newEngine(cfg, names, 1)
+	e, err := engine.New(cfg.engineConfig(), names, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
 	now := time.Now()
-	e.endReplay(nil, now)
+	e.EndReplay(nil, now)
 	seq := uint64(0)
 	for i := range 1000 {
 		g := fmt.Sprintf("g%04d", i)
 		seq++
-		e.feed(names.GroupSubject(wire.GroupToken(g)), seq, wire.GroupControl{Group: g, Op: wire.OpOpen}.Header(), nil, now)
+		e.Feed(names.GroupSubject(wire.GroupToken(g)), seq, wire.GroupControl{Group: g, Op: wire.OpOpen}.Header(), nil, now)
 		for range 10 {
 			seq++
-			e.feed(names.JobSubject(wire.GroupToken(g)), seq, wire.JobMeta{Group: g}.Header(), nil, now)
+			e.Feed(names.JobSubject(wire.GroupToken(g)), seq, wire.JobMeta{Group: g}.Header(), nil, now)
 		}
 	}
 	c := &Coordinator{}
-	r := &run{c: c, e: e, cfg: cfg, names: names, log: zerolog.Nop()}
+	r := &run{c: c, e: e, cfg: cfg, names: names, log: zerolog.Nop(), alarms: newAlarms(cfg.Alarms)}
 	b.Run("tick", func(b *testing.B) {
 		for b.Loop() {
 			r.observe()
@@ -115,17 +115,18 @@ func BenchmarkObserve(b *testing.B) {
 // TestMetricsOfLimits: each limit exports its running jobs, the jobs it holds back and whether
 // it is paused, labelled by kind and name.
 func TestMetricsOfLimits(t *testing.T) {
-	te := newTestEngine(t, Config{Prefetch: -1})
-	te.e.setLimit(wire.Limit{Kind: wire.LimitGroup, Name: "g", Concurrency: 1}, te.now)
-	te.e.setLimit(wire.Limit{Kind: wire.LimitResource, Name: "api", Paused: true}, te.now)
-	te.open("g")
+	tl := newTestLoop(t, Config{Prefetch: -1})
+	tl.e.SetLimit(wire.Limit{Kind: wire.LimitGroup, Name: "g", Concurrency: 1}, tl.now)
+	tl.e.SetLimit(wire.Limit{Kind: wire.LimitResource, Name: "api", Paused: true}, tl.now)
+	tl.open("g")
 	for range 3 {
-		te.job(wire.JobMeta{Group: "g"})
+		tl.job(wire.JobMeta{Group: "g"}, tl.now)
 	}
-	te.worker("w", 8)
-	te.releases()
+	tl.worker("w", 8)
+	tl.releases()
 	c := &Coordinator{}
-	r := &run{c: c, e: te.e, cfg: te.e.cfg, names: te.e.names, log: zerolog.Nop()}
+	r := tl.run(c)
+	r.alarms = newAlarms(tl.cfg.Alarms)
 	r.observe()
 	mfs := gather(t, c.Collector())
 	value := func(name, kind, limit string) float64 {

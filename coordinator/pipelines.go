@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weavejobs/weave/coordinator/internal/engine"
 	"github.com/weavejobs/weave/internal/directget"
 	"github.com/weavejobs/weave/internal/journal"
 	"github.com/weavejobs/weave/internal/wire"
@@ -217,21 +218,9 @@ func (r *run) notifyRequeue(ids []uint64) {
 // It holds values only: the loop owns every *group, and the pipelines name a group by its ID and
 // incarnation.
 type writeOp struct {
-	group    string // the group's ID, with outcomes, a summary or complete
-	complete bool   // alone: the group is complete and its summary stored: purge its jobs, forget it
-	gtok     string
-	reply    string // with outcomes: the producer's reply token they are published to
-	openSeq  uint64
-	outcomes []wire.Outcome
-	summary  *wire.GroupSummary // with outcomes: the group's last ones, in the summary's message
-	purge    bool
-	lastSeq  uint64 // purge only up to here: a later incarnation of the group ID shares its subjects
-	single   bool   // the group is a single job: lastSeq is its one message in JOBS
-	journal  *journal.Record
-
-	evSeqs     []uint64    // with outcomes: the EVENTS sequence of the report behind each, or 0
-	retention  *purge      // a retained group whose retention expired
-	rejections []rejection // messages refused
+	engine.Write                    // a group's outcomes, summary or completion, or an expiry
+	journal      *journal.Record    // or a journal record
+	rejections   []engine.Rejection // or messages refused
 }
 
 // completedGroup tells the loop a group's summary is stored (summarySeq > 0 when written now) and
@@ -268,7 +257,7 @@ const maxOutcomesPerMsg = 256
 const defaultMsgBytes = 1<<20 - 64<<10
 
 // outcomeRoom is what an outcome message holds beside its one outcome when that outcome is as
-// large as an outcome may be (engine.maxOutcome): the message's own fields and a summary, whose
+// large as an outcome may be (Engine.SetMaxOutcome): the message's own fields and a summary, whose
 // group ID is at most a few hundred bytes.
 const outcomeRoom = 4 << 10
 
@@ -334,26 +323,26 @@ func (r *run) writer(ctx context.Context) {
 			publish(&w, r.journalMsg(*op.journal))
 		case op.rejections != nil:
 			for _, rj := range op.rejections {
-				publish(&w, r.rejectionMsg(rj.subject, rj.seq, rj.reason))
-				if strings.HasPrefix(rj.subject, r.names.GroupSubject("")) || strings.HasPrefix(rj.subject, r.names.JobSubject("")) {
-					w.refused = append(w.refused, rj.seq)
+				publish(&w, r.rejectionMsg(rj.Subject, rj.Seq, rj.Reason))
+				if strings.HasPrefix(rj.Subject, r.names.GroupSubject("")) || strings.HasPrefix(rj.Subject, r.names.JobSubject("")) {
+					w.refused = append(w.refused, rj.Seq)
 				}
 			}
-		case op.summary != nil:
-			r.fillKeys(ctx, op.outcomes) // its group's last outcomes, if any
+		case op.Summary != nil:
+			r.fillKeys(ctx, op.Outcomes) // its group's last outcomes, if any
 			w.summary = &op
-		case op.outcomes != nil:
-			r.fillKeys(ctx, op.outcomes)
-			w.evSeqs = op.evSeqs
-			for outs := op.outcomes; len(outs) > 0; {
+		case op.Outcomes != nil:
+			r.fillKeys(ctx, op.Outcomes)
+			w.evSeqs = op.EvSeqs
+			for outs := op.Outcomes; len(outs) > 0; {
 				k := r.outcomesFitting(outs)
 				publish(&w, r.outcomeMsg(op, wire.AppendOutcomes(nil, outs[:k])))
 				outs = outs[k:]
 			}
-		case op.retention != nil:
-			r.wg.Go(func() { r.expire(ctx, *op.retention) })
+		case op.Retention != nil:
+			r.wg.Go(func() { r.expire(ctx, *op.Retention) })
 			continue
-		case op.complete:
+		case op.Complete:
 			r.complete(ctx, op, 0)
 			continue
 		default:
@@ -377,9 +366,9 @@ func (r *run) acker(ctx context.Context) {
 		}
 		if op := w.summary; op != nil {
 			// Everything written before it is stored: the group's outcomes are.
-			m := r.outcomeMsg(*op, wire.AppendLast(nil, op.outcomes, *op.summary))
-			m.Header.Set(wire.HdrLastSeq, strconv.FormatUint(op.lastSeq, 10)) // later messages of its ID are not its (see endReplay)
-			m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.s.%s.%d", r.epoch, op.gtok, op.openSeq))
+			m := r.outcomeMsg(*op, wire.AppendLast(nil, op.Outcomes, *op.Summary))
+			m.Header.Set(wire.HdrLastSeq, strconv.FormatUint(op.LastSeq, 10)) // later messages of its ID are not its (see endReplay)
+			m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.s.%s.%d", r.epoch, op.Tok, op.OpenSeq))
 			f, err := r.publishAsync(m)
 			if err != nil {
 				f = nil
@@ -428,8 +417,8 @@ func (r *run) summarizer(ctx context.Context) {
 // forget the group: a single job's one message goes to the deleter, a group's are purged by
 // purgeComplete.
 func (r *run) complete(ctx context.Context, op writeOp, summarySeq uint64) {
-	if op.purge && op.single {
-		r.deletes <- jobDelete{seq: op.lastSeq, done: &completedGroup{openSeq: op.openSeq, summarySeq: summarySeq, evSeqs: op.evSeqs}}
+	if op.Purge && op.Single {
+		r.deletes <- jobDelete{seq: op.LastSeq, done: &completedGroup{openSeq: op.OpenSeq, summarySeq: summarySeq, evSeqs: op.EvSeqs}}
 		return
 	}
 	r.wg.Go(func() { r.purgeComplete(ctx, op, summarySeq) })
@@ -547,8 +536,8 @@ func (r *run) readMsgs(ctx context.Context, seqs []uint64) []*directget.Msg {
 }
 
 func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
-	m := nats.NewMsg(r.names.OutcomeSubjectTo(op.gtok, op.reply))
-	m.Header.Set(wire.HdrGroupSeq, strconv.FormatUint(op.openSeq, 10))
+	m := nats.NewMsg(r.names.OutcomeSubjectTo(op.Tok, op.Reply))
+	m.Header.Set(wire.HdrGroupSeq, strconv.FormatUint(op.OpenSeq, 10))
 	m.Data = data
 	return m
 }
@@ -557,37 +546,37 @@ func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
 // payload until the retention passes) and tells the loop to forget the group. summarySeq is the
 // summary's sequence in RESULTS when it was written now, 0 when it was written before a restart.
 func (r *run) purgeComplete(ctx context.Context, op writeOp, summarySeq uint64) {
-	if op.purge {
-		err := r.retry(ctx, "purge group "+op.group, func(ctx context.Context) error {
+	if op.Purge {
+		err := r.retry(ctx, "purge group "+op.Group, func(ctx context.Context) error {
 			jobs, err := r.stream(ctx, r.names.JobsStream())
 			if err != nil {
 				return err
 			}
-			return purgeGroup(ctx, jobs, r.names, op.gtok, op.lastSeq)
+			return purgeGroup(ctx, jobs, r.names, op.Tok, op.LastSeq)
 		})
 		if err != nil {
 			return // the term is ending: the next purges the group
 		}
 	}
 	select {
-	case r.forgetCh <- completedGroup{openSeq: op.openSeq, summarySeq: summarySeq, evSeqs: op.evSeqs, at: time.Now()}:
+	case r.forgetCh <- completedGroup{openSeq: op.OpenSeq, summarySeq: summarySeq, evSeqs: op.EvSeqs, at: time.Now()}:
 	case <-r.done:
 	}
 }
 
 // expire deletes a retained group's outcomes, and its job messages if they were kept, once its
 // retention expires.
-func (r *run) expire(ctx context.Context, p purge) {
+func (r *run) expire(ctx context.Context, p engine.Purge) {
 	// Not deleted in this term, they are deleted in the next (replay finds them past retention).
-	_ = r.retry(ctx, "delete outcomes of "+p.tok, func(ctx context.Context) error {
+	_ = r.retry(ctx, "delete outcomes of "+p.Tok, func(ctx context.Context) error {
 		res, err := r.stream(ctx, r.names.ResultsStream())
 		if err == nil {
-			err = res.Purge(ctx, jetstream.WithPurgeSubject(r.names.OutcomeSubject(p.tok)), jetstream.WithPurgeSequence(p.summarySeq+1))
+			err = res.Purge(ctx, jetstream.WithPurgeSubject(r.names.OutcomeSubject(p.Tok)), jetstream.WithPurgeSequence(p.SummarySeq+1))
 		}
-		if err == nil && p.jobsSeq > 0 {
+		if err == nil && p.JobsSeq > 0 {
 			var jobs jetstream.Stream
 			if jobs, err = r.stream(ctx, r.names.JobsStream()); err == nil {
-				err = purgeGroup(ctx, jobs, r.names, p.tok, p.jobsSeq)
+				err = purgeGroup(ctx, jobs, r.names, p.Tok, p.JobsSeq)
 			}
 		}
 		return err

@@ -10,11 +10,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weavejobs/weave/coordinator/internal/engine"
 	"github.com/weavejobs/weave/internal/directget"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// The run's side of a redrive, whose decisions the engine makes (redrive.go): reading the failed
+// The run's side of a redrive, whose decisions the engine makes: reading the failed
 // jobs of the retained incarnations and publishing the new incarnation, or recording and
 // answering a refusal.
 
@@ -22,7 +23,7 @@ import (
 const redrivePage = 256
 
 // startRedrives carries out the engine's redrive decisions, each in its own goroutine.
-func (r *run) startRedrives(ctx context.Context, orders []redriveOrder) {
+func (r *run) startRedrives(ctx context.Context, orders []engine.RedriveOrder) {
 	for _, o := range orders {
 		r.wg.Go(func() { r.carryOutRedrive(ctx, o) })
 	}
@@ -51,11 +52,11 @@ func (r *run) optionsOf(ctx context.Context, openSeq uint64) (weight, priority i
 // carryOutRedrive records and answers a refusal, or publishes the new incarnation. If the term
 // ends first, the next coordinator finds the request undecided, or the incarnation unsealed,
 // and carries it out (see redriveAfterReplay).
-func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
-	c := o.ask.c
-	log := r.log.With().Str("group", c.Group).Uint64("request", o.ask.seq).Logger()
-	if o.refuse != nil {
-		r.refuseRedrive(ctx, o, *o.refuse, nil)
+func (r *run) carryOutRedrive(ctx context.Context, o engine.RedriveOrder) {
+	c := o.Ask.Control
+	log := r.log.With().Str("group", c.Group).Uint64("request", o.Ask.Seq).Logger()
+	if o.Refuse != nil {
+		r.refuseRedrive(ctx, o, *o.Refuse, nil)
 		return
 	}
 	refuseLate := func(code, reason string) {
@@ -64,15 +65,15 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 		// at once must not find this one still starting.
 		r.refuseRedrive(ctx, o, wire.ControlAnswer{Code: code, Reason: reason}, func() {
 			select {
-			case r.redriveEnds <- redriveEnd{group: c.Group, req: o.ask.seq}:
+			case r.redriveEnds <- engine.RedriveEnd{Group: c.Group, Req: o.Ask.Seq}:
 			case <-r.done:
 			}
 		})
 	}
 	var ids []uint64
-	if len(o.prevOpens) > 0 {
+	if len(o.PrevOpens) > 0 {
 		var err error
-		if ids, err = r.failedJobs(ctx, o.tok, o.prevOpens, o.prevSummary); err != nil {
+		if ids, err = r.failedJobs(ctx, o.Tok, o.PrevOpens, o.PrevSummary); err != nil {
 			return // the term is ending
 		}
 	}
@@ -87,7 +88,7 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 				missing = append(missing, strconv.FormatUint(id, 10))
 			}
 		}
-		if len(missing) > 0 && o.openSeq == 0 {
+		if len(missing) > 0 && o.OpenSeq == 0 {
 			if n := len(missing); n > 20 {
 				missing = append(missing[:20], fmt.Sprintf("and %d more", n-20))
 			}
@@ -102,16 +103,16 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 		})
 	}
 
-	if len(ids) == 0 && o.openSeq == 0 {
+	if len(ids) == 0 && o.OpenSeq == 0 {
 		refuseLate(wire.AnswerNotFailed, fmt.Sprintf("group %s: no failed job is left to run again: each was run again and succeeded", c.Group))
 		return
 	}
-	openSeq := o.openSeq
+	openSeq := o.OpenSeq
 	if openSeq == 0 {
 		present := 0
 		for page := range slices.Chunk(ids, redrivePage) {
 			for _, j := range r.readJobs(ctx, page) {
-				if _, ok := r.redrivenJob(j, c.Group, o.tok); ok {
+				if _, ok := r.redrivenJob(j, c.Group, o.Tok); ok {
 					present++
 				}
 			}
@@ -123,23 +124,23 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 			refuseLate(wire.AnswerGone, fmt.Sprintf("group %s: the stored messages of its %d failed jobs are gone", c.Group, len(ids)))
 			return
 		}
-		open := nats.NewMsg(r.names.GroupSubject(o.tok))
-		weight, priority := r.optionsOf(ctx, o.prevOpens[0])
-		open.Header = wire.GroupControl{Group: c.Group, Op: wire.OpOpen, Redrive: o.ask.seq, Weight: weight, Priority: priority,
-			Proof: r.key.RedriveProof(c.Group, o.ask.seq)}.Header()
-		open.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d", o.ask.seq))
+		open := nats.NewMsg(r.names.GroupSubject(o.Tok))
+		weight, priority := r.optionsOf(ctx, o.PrevOpens[0])
+		open.Header = wire.GroupControl{Group: c.Group, Op: wire.OpOpen, Redrive: o.Ask.Seq, Weight: weight, Priority: priority,
+			Proof: r.key.RedriveProof(c.Group, o.Ask.Seq)}.Header()
+		open.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d", o.Ask.Seq))
 		ack, err := r.stored(ctx, open, nil)
 		if err != nil {
 			return
 		}
 		openSeq = ack.Sequence
 		log.Info().Uint64("incarnation", openSeq).Int("jobs", present).Msg("redrive: new incarnation open")
-		if o.answer {
-			r.answerRedrive(c, o.ask.seq, wire.ControlAnswer{OK: true, Incarnation: openSeq, Jobs: present, Gone: len(ids) - present})
+		if o.Answer {
+			r.answerRedrive(c, o.Ask.Seq, wire.ControlAnswer{OK: true, Incarnation: openSeq, Jobs: present, Gone: len(ids) - present})
 		}
 	}
 
-	stored, err := r.redrivenSince(ctx, o.tok, openSeq)
+	stored, err := r.redrivenSince(ctx, o.Tok, openSeq)
 	if err != nil {
 		return
 	}
@@ -150,7 +151,7 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 			futures []jetstream.PubAckFuture
 		)
 		for i, j := range r.readJobs(ctx, page) {
-			job, ok := r.redrivenJob(j, c.Group, o.tok)
+			job, ok := r.redrivenJob(j, c.Group, o.Tok)
 			if !ok {
 				continue
 			}
@@ -158,7 +159,7 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 			if stored[page[i]] {
 				continue
 			}
-			job.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d/%d", o.ask.seq, page[i]))
+			job.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d/%d", o.Ask.Seq, page[i]))
 			job.Header.Set(wire.HdrRedriveOf, strconv.FormatUint(page[i], 10))
 			job.Header.Set(wire.HdrProof, r.key.RedriveJobProof(c.Group, openSeq, page[i]))
 			f, err := r.c.js.PublishMsgAsync(job)
@@ -176,12 +177,12 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 	if ctx.Err() != nil {
 		return
 	}
-	if len(o.prevOpens) == 0 {
+	if len(o.PrevOpens) == 0 {
 		count = uint64(len(stored)) // the request is gone: the incarnation holds what is stored
 	}
-	seal := nats.NewMsg(r.names.GroupSubject(o.tok))
+	seal := nats.NewMsg(r.names.GroupSubject(o.Tok))
 	seal.Header = wire.GroupControl{Group: c.Group, Op: wire.OpSeal, Count: count}.Header()
-	seal.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d/seal", o.ask.seq))
+	seal.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d/seal", o.Ask.Seq))
 	if _, err := r.stored(ctx, seal, nil); err == nil {
 		log.Info().Uint64("incarnation", openSeq).Uint64("jobs", count).Msg("redrive: new incarnation sealed")
 	}
@@ -190,13 +191,13 @@ func (r *run) carryOutRedrive(ctx context.Context, o redriveOrder) {
 // refuseRedrive records the refusal in REJECTED, deletes the request from JOBS, calls ended (if
 // not nil), and only then answers: a request still stored was accepted or never answered, so
 // replay may decide it. If the term ends first, it stops there.
-func (r *run) refuseRedrive(ctx context.Context, o redriveOrder, a wire.ControlAnswer, ended func()) {
-	rec := r.rejectionMsg(o.ask.subject, o.ask.seq, a.Reason)
-	rec.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d/refused", o.ask.seq))
+func (r *run) refuseRedrive(ctx context.Context, o engine.RedriveOrder, a wire.ControlAnswer, ended func()) {
+	rec := r.rejectionMsg(o.Ask.Subject, o.Ask.Seq, a.Reason)
+	rec.Header.Set(wire.HdrMsgID, fmt.Sprintf("redrive:%d/refused", o.Ask.Seq))
 	if _, err := r.stored(ctx, rec, nil); err != nil {
 		return
 	}
-	if err := r.deleteNow(ctx, o.ask.seq); err != nil {
+	if err := r.deleteNow(ctx, o.Ask.Seq); err != nil {
 		return
 	}
 	if ctx.Err() != nil {
@@ -205,8 +206,8 @@ func (r *run) refuseRedrive(ctx context.Context, o redriveOrder, a wire.ControlA
 	if ended != nil {
 		ended()
 	}
-	if o.answer {
-		r.answerRedrive(o.ask.c, o.ask.seq, a)
+	if o.Answer {
+		r.answerRedrive(o.Ask.Control, o.Ask.Seq, a)
 	}
 }
 
@@ -215,7 +216,7 @@ func (r *run) answerRedrive(c wire.GroupControl, seq uint64, a wire.ControlAnswe
 		return
 	}
 	a.Seq, a.Op, a.Group = seq, c.Op, c.Group
-	r.publishAnswers([]answer{{subject: r.names.ReplySubject(c.Reply), a: a}})
+	r.publishAnswers([]engine.Answer{{Subject: r.names.ReplySubject(c.Reply), Reply: a}})
 }
 
 // failedJobs reads the IDs of the jobs still failed in the incarnations opened at opens, from

@@ -3,8 +3,7 @@ package coordinator
 import (
 	"strings"
 	"testing"
-
-	"github.com/rs/zerolog"
+	"time"
 
 	"github.com/weavejobs/weave/internal/asyncpub"
 	"github.com/weavejobs/weave/internal/directget"
@@ -18,24 +17,30 @@ import (
 func TestReleaseAtOnce(t *testing.T) {
 	t.Parallel()
 	_, nc, js, ctx := onServer(t, "now")
-	te := newTestEngine(t, Config{Namespace: "now", MaxBatchBytes: 1000})
-	r := &run{c: &Coordinator{nc: nc, js: js}, e: te.e, cfg: te.e.cfg, names: te.e.names, log: zerolog.Nop(),
-		payloads: newPayloads(directget.New(nc, te.e.names.JobsStream()), 1<<20), pub: asyncpub.New(nc, requestTimeout)}
+	tl := newTestLoop(t, Config{Namespace: "now", MaxBatchBytes: 1000})
+	r := tl.run(&Coordinator{nc: nc, js: js})
+	r.payloads, r.pub = newPayloads(directget.New(nc, tl.names.JobsStream()), 1<<20), asyncpub.New(nc, requestTimeout)
 	t.Cleanup(r.pub.Close)
-	te.worker("w", 8)
-	te.open("g")
+	tl.worker("w", 8)
+	tl.open("g")
+	// learned is the key and attempt limit the engine knows of job id.
+	learned := func(id uint64) (string, int) {
+		jl := tl.e.Inspect(wire.InspectRequest{Job: id}).Job
+		if jl == nil {
+			t.Fatalf("job %d unknown", id)
+		}
+		return jl.Key, jl.MaxAttempts
+	}
 	cache := func(id uint64, key string, maxAttempts int, payload string) {
 		meta := wire.JobMeta{Group: "g", Key: key, MaxAttempts: maxAttempts}
 		r.payloads.add([]wire.StoredJob{{ID: id, Meta: meta, Payload: []byte(payload)}}, 0)
 	}
-	a := te.job(wire.JobMeta{Group: "g", Key: "a", MaxAttempts: 7})
-	b := te.job(wire.JobMeta{Group: "g", Key: "b"})
+	a := tl.job(wire.JobMeta{Group: "g", Key: "a", MaxAttempts: 7}, time.Time{})
+	b := tl.job(wire.JobMeta{Group: "g", Key: "b"}, time.Time{})
 	cache(a, "a", 7, "payload a")
 	cache(b, "b", 0, "payload b")
-	te.e.releaseAll()
-	rels := te.e.out.releases
-	te.e.out.releases = nil
-	if len(rels) != 1 || len(rels[0].jobs) != 2 {
+	rels := tl.releases()
+	if len(rels) != 1 || len(rels[0].Jobs) != 2 {
 		t.Fatalf("releases %+v, want one of 2 jobs", rels)
 	}
 	sent := r.releaseAtOnce(rels[0])
@@ -49,17 +54,20 @@ func TestReleaseAtOnce(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal(ctx.Err())
 	}
-	if ja, jb := te.e.jobs[a], te.e.jobs[b]; ja.key != "a" || ja.maxAtt != 7 || jb.key != "b" {
-		t.Fatalf("learned: %q/%d and %q, want a/7 and b", ja.key, ja.maxAtt, jb.key)
+	if ka, ma := learned(a); ka != "a" || ma != 7 {
+		t.Fatalf("learned: %q/%d, want a/7", ka, ma)
+	}
+	if kb, _ := learned(b); kb != "b" {
+		t.Fatalf("learned: %q, want b", kb)
 	}
 	if r.payloads.has(a) || r.payloads.has(b) {
 		t.Fatal("released jobs' messages still cached")
 	}
-	ws, err := js.Stream(ctx, te.e.names.WorkStream())
+	ws, err := js.Stream(ctx, tl.names.WorkStream())
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := ws.GetLastMsgForSubject(ctx, te.e.names.WorkSubject(rels[0].pool.key))
+	m, err := ws.GetLastMsgForSubject(ctx, tl.names.WorkSubject(rels[0].Pool))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,25 +77,24 @@ func TestReleaseAtOnce(t *testing.T) {
 	}
 
 	// Not cached: the pipeline's (nothing taken, nothing learned).
-	c := te.job(wire.JobMeta{Group: "g", Key: "c"})
-	d := te.job(wire.JobMeta{Group: "g", Key: "d"})
+	c := tl.job(wire.JobMeta{Group: "g", Key: "c"}, time.Time{})
+	d := tl.job(wire.JobMeta{Group: "g", Key: "d"}, time.Time{})
 	cache(c, "c", 0, "payload c")
-	te.e.releaseAll()
-	rel := te.e.out.releases[0]
-	te.e.out.releases = nil
-	if sent := r.releaseAtOnce(rel); sent != nil || !r.payloads.has(c) || te.e.jobs[c].key != "" || te.e.jobs[d].key != "" {
-		t.Fatalf("a release with a job not cached: sent %+v, c cached %v, keys %q %q", sent, r.payloads.has(c), te.e.jobs[c].key, te.e.jobs[d].key)
+	rel := tl.releases()[0]
+	kc, _ := learned(c)
+	kd, _ := learned(d)
+	if sent := r.releaseAtOnce(rel); sent != nil || !r.payloads.has(c) || kc != "" || kd != "" {
+		t.Fatalf("a release with a job not cached: sent %+v, c cached %v, keys %q %q", sent, r.payloads.has(c), kc, kd)
 	}
 
 	// Too large for one batch (MaxBatchBytes 1000): the pipeline splits it.
-	e := te.job(wire.JobMeta{Group: "g", Key: "e"})
-	f := te.job(wire.JobMeta{Group: "g", Key: "f"})
+	e := tl.job(wire.JobMeta{Group: "g", Key: "e"}, time.Time{})
+	f := tl.job(wire.JobMeta{Group: "g", Key: "f"}, time.Time{})
 	cache(e, "e", 0, strings.Repeat("x", 600))
 	cache(f, "f", 0, strings.Repeat("y", 600))
-	te.e.releaseAll()
-	for _, rel := range te.e.out.releases {
+	for _, rel := range tl.releases() {
 		if sent := r.releaseAtOnce(rel); sent != nil {
-			t.Fatalf("a release of %d jobs over MaxBatchBytes was published by the loop", len(rel.jobs))
+			t.Fatalf("a release of %d jobs over MaxBatchBytes was published by the loop", len(rel.Jobs))
 		}
 	}
 }

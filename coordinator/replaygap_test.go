@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/coordinator/internal/engine"
 	"github.com/weavejobs/weave/dispatcher"
 	"github.com/weavejobs/weave/internal/auth"
 	"github.com/weavejobs/weave/internal/wire"
@@ -94,14 +95,14 @@ func TestReplayOpenWhileRedriveStarts(t *testing.T) {
 	)
 	cs.start()
 	got := cs.recorded(3)
-	if got[0].seq != seqs[1] || got[0].reason != beingRedriven("x", seqs[0]) {
+	if got[0].Seq != seqs[1] || got[0].Reason != engine.BeingRedriven("x", seqs[0]) {
 		t.Errorf("first record %+v, want the open %d refused as being redriven", got[0], seqs[1])
 	}
 	// The job's reason depends on whether x's first incarnation was forgotten when it came.
-	if got[1].seq != seqs[2] || got[1].reason != "job after the seal of group x" && got[1].reason != "job for a group that is not open: x" {
+	if got[1].Seq != seqs[2] || got[1].Reason != "job after the seal of group x" && got[1].Reason != "job for a group that is not open: x" {
 		t.Errorf("second record %+v, want the open's job %d refused", got[1], seqs[2])
 	}
-	if got[2].seq != seqs[3] || got[2].reason != "seal of a group that is not open: x" {
+	if got[2].Seq != seqs[3] || got[2].Reason != "seal of a group that is not open: x" {
 		t.Errorf("third record %+v, want the open's seal %d refused", got[2], seqs[3])
 	}
 	cs.waitFor("the failed job to run again", func() bool { return runs.Load() == 2 })
@@ -163,7 +164,7 @@ func TestReplayCancelAfterCompletionInMemory(t *testing.T) {
 	seqs := cs.store(&nats.Msg{Subject: cs.names.GroupSubject("c"), Header: wire.GroupControl{Group: "c", Op: wire.OpCancel}.Header()})
 
 	cs.start()
-	if got := cs.recorded(1); got[0].seq != seqs[0] || got[0].reason != cancelComplete("c") {
+	if got := cs.recorded(1); got[0].Seq != seqs[0] || got[0].Reason != engine.CancelComplete("c") {
 		t.Errorf("record %+v, want the cancel %d refused as of a complete group", got[0], seqs[0])
 	}
 	if sum, err := h.WaitSummary(cs.ctx); err != nil || sum.Done != 1 || sum.Canceled != 0 {

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weavejobs/weave/coordinator/internal/engine"
 	"github.com/weavejobs/weave/internal/directget"
 	"github.com/weavejobs/weave/internal/journal"
 	"github.com/weavejobs/weave/internal/wire"
@@ -23,7 +23,8 @@ func (r *run) replay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.key, r.e.key = key, key
+	r.key = key
+	r.e.SetKey(key)
 	// Heartbeats first, so workers are known when scheduling starts.
 	if err := r.subscribeHeartbeats(); err != nil {
 		return err
@@ -44,13 +45,14 @@ func (r *run) replay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.e.endReplay(alive, r.cfg.now())
+	r.e.EndReplay(alive, r.cfg.now())
 	r.learnKeys(ctx)
-	r.log.Info().Stringer("took", time.Since(start)).Int("groups", r.e.groups.table.len()).Int("in_flight", len(r.e.jobs)).Msg("replay done")
+	groups, inFlight := r.e.Size()
+	r.log.Info().Stringer("took", time.Since(start)).Int("groups", groups).Int("in_flight", inFlight).Msg("replay done")
 
 	// Mark the new epoch in the journal: later records of older epochs are ignored.
 	err = r.retry(ctx, "journal epoch", func(ctx context.Context) error {
-		return r.appendJournal(ctx, journal.Record{Kind: journal.KindEpoch, Epoch: r.e.epoch})
+		return r.appendJournal(ctx, journal.Record{Kind: journal.KindEpoch, Epoch: r.e.Epoch()})
 	})
 	if err != nil {
 		return err
@@ -69,13 +71,13 @@ func (r *run) replay(ctx context.Context) error {
 // and released it again, and its report, arriving live, was refused (the chaos test's short
 // form, with a RESULTS read slowed by an election in between: 137 executions beyond one per
 // job against a bound of 87).
-func (r *run) readStreams(ctx context.Context) (map[uint64]aliveJob, error) {
+func (r *run) readStreams(ctx context.Context) (map[uint64]engine.AliveJob, error) {
 	r.log.Debug().Msg("scanning work")
 	alive, err := r.aliveWork(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r.e.replay.alive = alive
+	r.e.SetAlive(alive)
 	r.log.Debug().Msg("replaying jobs")
 	// The feed carries payloads: the jobs about to be released are usually recent, so their
 	// payloads are kept in the bounded read-ahead cache and the release needs no round trip.
@@ -130,20 +132,7 @@ func (r *run) startPipelines(ctx context.Context) {
 // job they ran again (which would stay failed), and a job's own MaxAttempts would give way to
 // the default.
 func (r *run) learnKeys(ctx context.Context) {
-	var ids []uint64
-	for id, j := range r.e.jobs {
-		if j.key == "" && j.maxAtt == 0 {
-			ids = append(ids, id)
-		}
-	}
-	unknown := func(g *group, o *wire.Outcome) bool { return o.Key == "" || g.redriven && o.RedriveOf == 0 }
-	for _, g := range r.e.out.outcomes {
-		for i := range g.outcomes {
-			if unknown(g, &g.outcomes[i]) {
-				ids = append(ids, g.outcomes[i].ID)
-			}
-		}
-	}
+	ids := r.e.KeysToLearn()
 	if len(ids) == 0 {
 		return
 	}
@@ -153,21 +142,9 @@ func (r *run) learnKeys(ctx context.Context) {
 			continue // gone: the job fails when it is next released, as any other
 		}
 		metas[j.ID] = &j.Meta
-		r.e.learn(j.ID, &j.Meta)
+		r.e.Learn(j.ID, &j.Meta)
 	}
-	for _, g := range r.e.out.outcomes {
-		for i := range g.outcomes {
-			o := &g.outcomes[i]
-			m := metas[o.ID]
-			if m == nil || !unknown(g, o) {
-				continue
-			}
-			o.Key = cmp.Or(o.Key, m.Key)
-			if g.redriven {
-				o.RedriveOf = m.RedriveOf
-			}
-		}
-	}
+	r.e.LearnOutcomes(metas)
 }
 
 // drainUntil applies messages from ch until one with stream sequence ≥ last has been applied.
@@ -247,7 +224,7 @@ func (r *run) replayOutcomes(ctx context.Context) error {
 			if md, err := m.Metadata(); err == nil {
 				at = md.Timestamp
 			}
-			r.e.outcomeReplay(strings.TrimPrefix(m.Subject(), prefix), openSeq, outs, sum, lastSeq, seq(m), at)
+			r.e.OutcomeReplay(strings.TrimPrefix(m.Subject(), prefix), openSeq, outs, sum, lastSeq, seq(m), at)
 		}
 	})
 	if err != nil {
@@ -300,19 +277,19 @@ func (r *run) readStream(ctx context.Context, stream string, apply func(jetstrea
 // newerRelease reports whether j, in a batch of pool, is a later release of its attempt than the
 // one already found: of two batches of one attempt (one returned, then released again before
 // the first was acknowledged), the later one is the attempt's current release.
-func (r *run) newerRelease(pool string, j wire.WorkJob, found aliveJob) bool {
+func (r *run) newerRelease(pool string, j wire.WorkJob, found engine.AliveJob) bool {
 	rel, _ := r.key.Verify(j.Proof, pool, j.ID, j.Attempt)
-	return rel >= found.rel
+	return rel >= found.Rel
 }
 
 // aliveWork lists the jobs present in the WORK stream: released and not yet acknowledged.
-func (r *run) aliveWork(ctx context.Context) (map[uint64]aliveJob, error) {
-	var alive map[uint64]aliveJob
+func (r *run) aliveWork(ctx context.Context) (map[uint64]engine.AliveJob, error) {
+	var alive map[uint64]engine.AliveJob
 	prefix := r.names.WorkSubject("")
 	work := r.c.directGet(r.names.WorkStream())
 	defer work.Close()
 	err := r.retry(ctx, "scan work", func(ctx context.Context) error {
-		alive = map[uint64]aliveJob{}
+		alive = map[uint64]engine.AliveJob{}
 		return work.Scan(ctx, 1, 256, func(m *directget.Msg) error {
 			jobs, err := wire.DecodeWork(m.Data)
 			if err != nil {
@@ -321,11 +298,11 @@ func (r *run) aliveWork(ctx context.Context) (map[uint64]aliveJob, error) {
 			pool := strings.TrimPrefix(m.Subject, prefix)
 			wire.WorkProofs(m.Header, jobs)
 			for _, j := range jobs {
-				if a, seen := alive[j.ID]; seen && (j.Attempt < a.attempt || j.Attempt == a.attempt && !r.newerRelease(pool, j, a)) {
+				if a, seen := alive[j.ID]; seen && (j.Attempt < a.Attempt || j.Attempt == a.Attempt && !r.newerRelease(pool, j, a)) {
 					continue
 				}
 				rel, _ := r.key.Verify(j.Proof, pool, j.ID, j.Attempt)
-				alive[j.ID] = aliveJob{attempt: j.Attempt, pool: pool, rel: rel}
+				alive[j.ID] = engine.AliveJob{Attempt: j.Attempt, Pool: pool, Rel: rel}
 			}
 			return nil
 		})

@@ -35,7 +35,7 @@ const rescueFetch = time.Second
 // Called by the loop.
 func (r *run) reconcileRescues(ctx context.Context) {
 	want := map[string]bool{}
-	for _, key := range r.e.fleet.orphans(r.cfg.now(), r.cfg.RescueAfter) {
+	for _, key := range r.e.OrphanPools(r.cfg.now(), r.cfg.RescueAfter) {
 		want[key] = true
 		if _, ok := r.rescues[key]; ok {
 			continue

@@ -4,11 +4,11 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/weavejobs/weave/coordinator/internal/engine"
 	"github.com/weavejobs/weave/internal/asyncpub"
 	"github.com/weavejobs/weave/internal/transient"
 	"github.com/weavejobs/weave/internal/wire"
@@ -24,7 +24,7 @@ type run struct {
 	names    wire.Names
 	log      zerolog.Logger
 	outage   *transient.Outage // requests to NATS failing for a while: logged at its start and end
-	e        *engine
+	e        *engine.Engine
 	key      wire.ReleaseKey // signs releases, verifies proofs (set before replay, then immutable)
 	payloads *payloads
 	pub      *asyncpub.Publisher // the term's async publishes: work batches, outcomes, summaries
@@ -39,9 +39,10 @@ type run struct {
 	events   *follower        // reads EVENTS into eventsCh
 	limits   *follower        // reads LIMITS into limitsCh
 	hbCh     chan heartbeatIn // heartbeats and joins (see heartbeats.go)
-	limitsCh chan streamMsg   // LIMITS: changes of the limits (limits.go)
+	limitsCh chan streamMsg   // LIMITS: changes of the limits (follow.go)
 	statusCh chan chan *Status
-	insp     *inspector // inspection requests and standbys heard (inspect.go)
+	insp     *inspector // inspection requests and standbys heard (serve.go)
+	alarms   *alarms    // the alarms' state (owned by the loop)
 
 	// Written by release pipelines (never blocking them), read by the loop.
 	learnMu      sync.Mutex
@@ -55,8 +56,8 @@ type run struct {
 	trimmedTo uint64        // EVENTS is trimmed below this (owned by the loop)
 	trimmedCh chan uint64   // written by the trim goroutine: how far it trimmed, 0 on failure
 
-	redriveEnds chan redriveEnd // written by redrive goroutines (redrive.go), read by the loop
-	schedReject chan rejection  // written by the schedules goroutine (schedules.go), read by the loop
+	redriveEnds chan engine.RedriveEnd // written by redrive goroutines (redrivepublish.go), read by the loop
+	schedReject chan engine.Rejection  // written by the schedules goroutine (schedules.go), read by the loop
 
 	// Written by the loop, read by the release pipelines and the writer.
 	releaseQ chan releaseReq
@@ -70,15 +71,6 @@ type run struct {
 	deletes chan jobDelete
 	// The newest JOBS sequence the loop has read (written by the loop, read by the deleter).
 	jobsFed atomic.Uint64
-
-	// Groups whose outcomes wait for Config.OutcomeLinger, and the earliest time one is due
-	// (owned by the loop; see writeOutcomes).
-	lingering []*group
-	lingerDue time.Time
-	// The outcome writes handed to the writer in the current OutcomeLinger period and in the
-	// one before, from outWindow on: the load that decides whether outcomes linger.
-	outWindow        time.Time
-	outThis, outPrev int
 
 	rescues map[string]context.CancelFunc // running rescues by pool (owned by the loop; see rescue.go)
 	// Pools whose lost batches are being taken back (lost.go).
@@ -96,7 +88,7 @@ type run struct {
 const chanSize = 4096
 
 func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.CancelCauseFunc) (*run, error) {
-	e, err := newEngine(c.cfg, c.names, epoch)
+	e, err := engine.New(c.cfg.engineConfig(), c.names, epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -111,13 +103,14 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 		hbCh:        make(chan heartbeatIn, chanSize),
 		limitsCh:    make(chan streamMsg, 64),
 		statusCh:    make(chan chan *Status),
+		alarms:      newAlarms(c.cfg.Alarms),
 		insp:        newInspector(),
 		learnNotify: make(chan struct{}, 1),
 		forgetCh:    make(chan completedGroup, chanSize),
 		storedCh:    make(chan []uint64, chanSize),
 		trimmedCh:   make(chan uint64, 1),
-		redriveEnds: make(chan redriveEnd, 16),
-		schedReject: make(chan rejection, 16),
+		redriveEnds: make(chan engine.RedriveEnd, 16),
+		schedReject: make(chan engine.Rejection, 16),
 		acks:        make(chan written, chanSize),
 		summaries:   make(chan storedSummary, chanSize),
 		deletes:     make(chan jobDelete, chanSize),
@@ -128,7 +121,7 @@ func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.Canc
 		recovering:  map[string]bool{},
 	}
 	// One outcome, with a summary beside it, fits any outcome message (see outcomesFitting).
-	e.maxOutcome = r.msgLimit() - outcomeRoom
+	e.SetMaxOutcome(r.msgLimit() - outcomeRoom)
 	if err := r.replay(ctx); err != nil {
 		r.shutdown()
 		return nil, err

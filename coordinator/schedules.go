@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weavejobs/weave/coordinator/internal/engine"
 	"github.com/weavejobs/weave/internal/schedule"
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -107,7 +108,7 @@ func (r *run) applySchedule(states map[string]*scheduleState, m jetstream.Msg) {
 	def, name, ok := r.names.ParseScheduleSubject(m.Subject())
 	reject := func(reason string) { // recorded and counted by the loop, as any refused message
 		select {
-		case r.schedReject <- rejection{subject: m.Subject(), seq: seq(m), reason: reason}:
+		case r.schedReject <- engine.Rejection{Subject: m.Subject(), Seq: seq(m), Reason: reason}:
 		case <-r.done:
 		}
 	}

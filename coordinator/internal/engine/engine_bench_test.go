@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// BenchmarkReleaseFromBacklog measures the engine alone (no NATS) scheduling from a backlog:
+// pending jobs in groups of 1,000, admitted and sealed, then one worker of 64 slots whose every
+// job is reported done at once, and a group of 1,000 joins for every 1,000 jobs done. One op is one
+// job released and reported; the cost per op should not grow with the backlog.
+func BenchmarkReleaseFromBacklog(b *testing.B) {
+	for _, pending := range []int{10_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("pending=%d", pending), func(b *testing.B) {
+			te := newTestEngine(&testing.T{}, Config{})
+			groups := 0
+			addGroup := func() {
+				group := fmt.Sprint("g", groups)
+				groups++
+				te.open(group)
+				for range 1000 {
+					te.job(wire.JobMeta{Group: group})
+				}
+				te.seal(group)
+			}
+			for range pending / 1000 {
+				addGroup()
+			}
+			te.worker("w", 64)
+			var running []*job
+			reported := 0
+			b.ResetTimer()
+			for b.Loop() {
+				if len(running) == 0 {
+					for _, js := range te.releases() {
+						running = append(running, js...)
+					}
+					if len(running) == 0 {
+						b.Fatal("nothing released")
+					}
+				}
+				j := running[len(running)-1]
+				running = running[:len(running)-1]
+				te.report(j, wire.StatusOK, "")
+				te.e.out = Effects{}
+				// A group of 1,000 joins for every 1,000 jobs done, so the backlog stays at
+				// pending however long the benchmark runs.
+				if reported++; reported%1000 == 0 {
+					b.StopTimer()
+					addGroup()
+					b.StartTimer()
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkReleaseToFleet measures the engine alone (no NATS) sharing a fleet between 200
+// groups, as `weave bench throughput` does: the oldest jobs released are reported done, and a
+// release decision follows each worker's batch of reports, so each decision releases about one
+// batch. One op is one job reported, and released in its place.
+func BenchmarkReleaseToFleet(b *testing.B) {
+	for _, fleet := range []struct{ workers, slots int }{{1, 8}, {4, 8}, {16, 4}, {1, 64}} {
+		b.Run(fmt.Sprintf("fleet=%dx%d", fleet.workers, fleet.slots), func(b *testing.B) {
+			te := newTestEngine(&testing.T{}, Config{})
+			groups := 0
+			publish := func() {
+				for range 200 {
+					group := fmt.Sprint("g", groups)
+					groups++
+					te.open(group)
+					for range 100 {
+						te.job(wire.JobMeta{Group: group})
+					}
+					te.seal(group)
+				}
+			}
+			publish()
+			for w := range fleet.workers {
+				te.worker(fmt.Sprint("w", w), fleet.slots)
+			}
+			var running []*job
+			release := func() {
+				for _, js := range te.releases() {
+					running = append(running, js...)
+				}
+				// What the run does once outcomes and summaries are stored.
+				for _, g := range te.e.out.outcomes {
+					te.e.retention.outcomeStored(g.outcomeSeqs)
+					g.outcomes, g.outcomeSeqs = nil, nil
+				}
+				for _, g := range te.e.out.summaries {
+					te.e.forget(g)
+				}
+				te.e.out = Effects{}
+			}
+			release()
+			reported := 0
+			for b.Loop() {
+				te.report(running[0], wire.StatusOK, "")
+				running = running[1:]
+				if reported++; reported%fleet.slots == 0 || len(running) == 0 {
+					release()
+				}
+				if len(running) == 0 {
+					b.StopTimer()
+					publish()
+					release()
+					b.StartTimer()
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// retention is the engine's part that owns what keeps the streams bounded: the complete groups
+// whose outcomes are retained, and the positions the EVENTS low-water mark is computed from.
+// Owned by the loop.
+type retention struct {
+	retained      []retained     // complete groups, in completion order, whose outcomes are kept
+	eventsApplied uint64         // the last EVENTS sequence applied
+	jobsApplied   uint64         // the last JOBS sequence applied
+	unstored      map[uint64]int // EVENTS sequences of reports whose outcomes are not stored yet
+	// openEnded counts, per group token, the retained incarnations that keep their job messages
+	// and whose last JOBS sequence is not known yet: retain scans the retained groups only for a
+	// token it counts (one in a thousand groups fails; scanning for every group cost O(n) each).
+	openEnded map[string]int
+	// keeping counts, per group token, the retained incarnations that keep their job messages:
+	// while one does, a later incarnation's messages are kept too (see keepsJobs).
+	keeping map[string]int
+}
+
+// Bounded growth. Every stream shrinks back once its contents are no longer needed:
+//
+//   - NS_JOBS: a complete group's messages are purged when its summary is stored, or, if some
+//     of its jobs failed (their payloads are kept for inspection), ResultRetention later;
+//   - NS_RESULTS: a complete group's outcomes are retained, then purged when its retention
+//     expires, ResultRetention after it completed;
+//   - NS_EVENTS: reports and journal records are purged below the low-water mark, the oldest
+//     sequence the state still depends on (see lowWater);
+//   - NS_WORK is a work queue: acked batches are gone. NS_REJECTED is bounded by age and count.
+
+// retained is a complete group whose outcomes (and perhaps job messages) are still kept.
+// Owned by the loop, through retention.
+type retained struct {
+	id, tok    string
+	openSeq    uint64 // its incarnation
+	summarySeq uint64 // the summary's sequence in RESULTS: outcomes are purged up to it
+	keepJobs   bool   // its job messages are still in JOBS (some failed)
+	jobsSeq    uint64 // its last sequence in JOBS: job messages are purged up to it; 0 = not known yet
+	at         time.Time
+	sum        wire.GroupSummary // how it ended: groups that run after it bind to it (after.go)
+}
+
+// Purge is an effect: delete a retained group's outcomes up to summarySeq and, if jobsSeq > 0,
+// its job messages up to jobsSeq.
+type Purge struct {
+	Tok                 string
+	SummarySeq, JobsSeq uint64
+}
+
+// retain records that a complete incarnation's summary is stored, at RESULTS sequence
+// summarySeq. keepJobs says its job messages are still in JOBS (some failed), up to jobsSeq (0
+// when not known: after a restart, the next incarnation's open, or the feed's end, bounds it).
+func (e *Engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jobsSeq uint64, at time.Time, sum wire.GroupSummary) {
+	tok := wire.GroupToken(id)
+	rt := &e.retention
+	if rt.openEnded[tok] > 0 {
+		for i := range rt.retained {
+			if r := &rt.retained[i]; r.tok == tok && r.keepJobs && r.jobsSeq == 0 && r.openSeq < openSeq {
+				r.jobsSeq = openSeq - 1 // an earlier incarnation ends before this one's open
+				rt.closed(tok)
+			}
+		}
+	}
+	rt.retained = append(rt.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at, sum: sum})
+	if keepJobs {
+		if rt.keeping == nil {
+			rt.keeping = map[string]int{}
+		}
+		rt.keeping[tok]++
+	}
+	if keepJobs && jobsSeq == 0 {
+		if rt.openEnded == nil {
+			rt.openEnded = map[string]int{}
+		}
+		rt.openEnded[tok]++
+	}
+}
+
+// keepsJobs reports whether complete incarnation g keeps its job messages in JOBS until its
+// retention passes: some of its jobs failed (their payloads are kept to run them again), or an
+// earlier retained incarnation of its group ID keeps its own, which a purge of g's (all of the
+// group's subjects up to g's last sequence) would delete.
+func (e *Engine) keepsJobs(g *group) bool {
+	return g.failed > 0 || e.retention.keeping[g.tok] > 0
+}
+
+// closed records that a retained incarnation of tok no longer has an open end.
+func (rt *retention) closed(tok string) {
+	if rt.openEnded[tok]--; rt.openEnded[tok] <= 0 {
+		delete(rt.openEnded, tok)
+	}
+}
+
+// boundRetained gives the retained incarnations whose last JOBS sequence is still unknown after
+// replay a bound: the open of the current incarnation of their ID, or the end of the feed.
+func (e *Engine) boundRetained() {
+	for i := range e.retention.retained {
+		r := &e.retention.retained[i]
+		if !r.keepJobs || r.jobsSeq != 0 {
+			continue
+		}
+		e.retention.closed(r.tok)
+		r.jobsSeq = e.retention.jobsApplied
+		if g := e.groups.table.latest(r.id); g != nil && g.openSeq > r.openSeq {
+			r.jobsSeq = g.openSeq - 1
+		}
+	}
+}
+
+// ExpireRetained emits the purges of the groups whose retention expired: complete more than
+// ResultRetention ago. Groups are appended roughly in completion order; a group complete out of
+// order waits for the ones before it, a delay of at most the spread of completion times.
+func (e *Engine) ExpireRetained(now time.Time) {
+	n := 0
+	for n < len(e.retention.retained) && now.Sub(e.retention.retained[n].at) >= e.cfg.ResultRetention {
+		r := e.retention.retained[n]
+		p := Purge{Tok: r.tok, SummarySeq: r.summarySeq}
+		if r.keepJobs {
+			p.JobsSeq = r.jobsSeq
+			if r.jobsSeq == 0 {
+				e.retention.closed(r.tok)
+			}
+			if e.retention.keeping[r.tok]--; e.retention.keeping[r.tok] <= 0 {
+				delete(e.retention.keeping, r.tok)
+			}
+		}
+		e.out.retentionPurges = append(e.out.retentionPurges, p)
+		n++
+	}
+	if n > 0 {
+		e.retention.retained = append(e.retention.retained[:0], e.retention.retained[n:]...)
+	}
+}
+
+// noteEvent records that the EVENTS message at seq has been applied.
+func (rt *retention) noteEvent(seq uint64) {
+	rt.eventsApplied = max(rt.eventsApplied, seq)
+}
+
+// outcomeStored is told that the outcomes decided from the reports at these EVENTS sequences
+// are stored in RESULTS: those reports are no longer needed.
+func (rt *retention) outcomeStored(seqs []uint64) {
+	for _, s := range seqs {
+		if rt.unstored[s]--; rt.unstored[s] <= 0 {
+			delete(rt.unstored, s)
+		}
+	}
+}
+
+// LowWater is the lowest EVENTS sequence the state still depends on: the report behind a job
+// waiting to be released again (its attempt count and retry time live there and in the retry
+// record after it), and the reports whose outcomes are not stored yet. Everything below can go:
+// a job whose latest attempt is in WORK needs no report, and a terminal job's outcome is in
+// RESULTS. 0 means nothing has been applied yet.
+func (e *Engine) LowWater() uint64 {
+	low := e.retention.eventsApplied + 1
+	for _, j := range e.jobs {
+		if j.evSeq > 0 && j.evSeq < low {
+			low = j.evSeq
+		}
+	}
+	for s := range e.retention.unstored {
+		if s < low {
+			low = s
+		}
+	}
+	if e.retention.eventsApplied == 0 {
+		return 0
+	}
+	return low
+}
