@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/weavejobs/weave/integration/jstest"
+	"github.com/weavejobs/weave/internal/testwait"
 	"github.com/weavejobs/weave/internal/wire"
 )
 
@@ -71,19 +73,18 @@ func TestJoinProbesTheRunHoldingItsID(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := hb(worker, "old")
-		for deadline := time.Now().Add(15 * time.Second); ; {
+		// Heartbeats go on until the status shows the run: it does not say when it changes.
+		testwait.Seen(t, 15*time.Second, "the coordinator to know the old run", func() (bool, string) {
 			if err := oc.PublishRequest(names.HeartbeatSubject(b.Pool, b.Worker), inbox, b.Marshal()); err != nil {
 				t.Fatal(err)
 			}
 			st, err := QueryStatus(ctx, nc, ns)
-			if err == nil && len(st.Workers) == known {
-				return oc
+			if err != nil {
+				return false, err.Error()
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the coordinator does not know the old run: %v", err)
-			}
-			time.Sleep(50 * time.Millisecond) // poll: the status does not say when it changes
-		}
+			return len(st.Workers) == known, fmt.Sprintf("%d workers", len(st.Workers))
+		})
+		return oc
 	}
 
 	answering := live("w1", true, 1)
