@@ -81,9 +81,10 @@ type Config struct {
 	// then holds up to (1 + QueueAhead) times one worker's share of the pool's slots instead of
 	// that share. Workers of one or two slots then cost fewer messages per job. A job waiting in
 	// a worker's queue starts when a slot of that worker frees, even if another worker fell idle
-	// meanwhile. 0 (default): 1 while the pool's handlers run at most half of each job's time
-	// from release to report, not counting waits in a worker's queue (short jobs), else none;
-	// n > 0 fixes it; -1: never. Only jobs of the prefetch window go ahead, so Prefetch -1 turns
+	// meanwhile. 0 (default): while the pool's handlers run at most half of each job's time
+	// from release to report, not counting waits in a worker's queue (short jobs), enough that
+	// a batch holds about 16 jobs (15 per slot for workers of one slot, 7 for two, 3 for four, 1
+	// for eight or more), else none; n > 0 fixes it; -1: never. Only jobs of the prefetch window go ahead, so Prefetch -1 turns
 	// it off too.
 	QueueAhead int
 

@@ -77,7 +77,7 @@ whatever ends a term of coordination (the lease lost, writes failing for longer 
 	f.StringVar(&policy, "policy", spreader.LeastInFlight.String(), "scheduling policy: least-in-flight or round-robin")
 	f.IntVar(&cfg.MaxInFlightPerGroup, "max-in-flight-per-group", 0, "cap on the jobs of one group running at once (0: none)")
 	f.IntVar(&cfg.Prefetch, "prefetch", coordinator.DefaultPrefetch, "jobs released beyond the free slots, fleet-wide (0: adapts to the jobs' durations; -1: only into free slots)")
-	f.IntVar(&cfg.QueueAhead, "queue-ahead", 0, "jobs per slot a worker may hold beyond its slots once its pool's are all taken (0: 1 for short jobs, else 0; -1: never)")
+	f.IntVar(&cfg.QueueAhead, "queue-ahead", 0, "jobs per slot a worker may hold beyond its slots once its pool's are all taken (0: a batch of ~16 for short jobs, else 0; -1: never)")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", coordinator.DefaultMaxAttempts, "attempts of jobs that do not set their own")
 	f.DurationVar(&cfg.RetryBase, "retry-base", coordinator.DefaultRetryBase, "retry delay of the first retry (exponential backoff with full jitter)")
 	f.DurationVar(&cfg.RetryMax, "retry-max", coordinator.DefaultRetryMax, "longest retry delay")

@@ -326,20 +326,27 @@ const maxAheadBusy = 0.5
 // worker's share of its slots (Config.QueueAhead). They wait in that worker's queue and start
 // as its slots free, without a pull, and report with the jobs ahead of them: a worker of one or
 // two slots otherwise costs a stored work message, a pull and a report message per one or two
-// jobs. A job waiting there is not taken by another worker that falls idle, so by default it is
-// done only while the pool's handlers run at most half of a release's round trip (short jobs,
-// where the messages are most of the cost and a job's wait behind one other is shorter than the
-// trip it saves). The pool's share, not the fleet's: a pool of long jobs beside one of many
-// short ones keeps its jobs where any of its workers takes them.
+// jobs. By default a batch may then hold about aheadBatch jobs: one per slot beyond the share for
+// workers of aheadBatch/2 slots or more, 15 per slot for workers of one. A job waiting there is
+// not taken by another worker that falls idle, so by default it is done only while the pool's
+// handlers run at most half of a release's round trip (short jobs, where the messages are most
+// of the cost and the wait behind the jobs ahead is short). The pool's share, not the fleet's: a
+// pool of long jobs beside one of many short ones keeps its jobs where any of its workers takes
+// them.
 func aheadPerSlot(cfg *Config, p *pool) int {
 	switch {
 	case cfg.QueueAhead != 0:
 		return max(cfg.QueueAhead, 0)
-	case p.busy <= maxAheadBusy:
-		return 1
+	case p.busy <= maxAheadBusy && p.workers > 0:
+		share := max(1, (p.slots+p.workers-1)/p.workers) // no slots: its workers drain
+		return max(1, aheadBatch/share-1)
 	}
 	return 0
 }
+
+// aheadBatch is the work batch that queue-ahead fills by default: about where a batch's work
+// message, pull and report stop being a large share of its jobs' cost (BENCHMARKS.md, fleet).
+const aheadBatch = 16
 
 // feeders is the number of feeder slots: configured, or the live slots plus the prefetch window
 // (at least one), so released jobs fit in F and groups stay spread.
