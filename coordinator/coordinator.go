@@ -26,7 +26,7 @@ type Coordinator struct {
 
 	mu      sync.Mutex
 	running bool
-	mx      coordMetrics // read by Collector (collector.go)
+	mx      coordMetrics // read by Collector
 }
 
 // New validates cfg and returns a coordinator using nc. It does no I/O; Run does.
@@ -86,7 +86,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		return err
 	}
 	host, _ := os.Hostname()
-	stopAnnounce := c.announceStandby(ctx, host+"/"+strconv.Itoa(os.Getpid())) // see serve.go
+	stopAnnounce := c.announceStandby(ctx, host+"/"+strconv.Itoa(os.Getpid()))
 	l, err := lease.Acquire(ctx, c.js, c.names.LeaseBucket(), host+"/"+strconv.Itoa(os.Getpid()), c.cfg.LeaseTTL, c.cfg.Streams.Replicas)
 	stopAnnounce()
 	if err != nil {

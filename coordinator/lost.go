@@ -18,7 +18,7 @@ import (
 // have all said, for lostAfter, that they run nothing and hold no batch, and nothing was released
 // to the pool since, and the pool's consumer has nothing left to deliver but batches delivered and
 // unacknowledged, the coordinator takes back what is left on the pool's work subject: as a
-// rescue does (rescue.go), it stores a returned report for the batch's jobs on the pool's rescue
+// rescue does, it stores a returned report for the batch's jobs on the pool's rescue
 // report subject, then deletes the batch from WORK, and the jobs are released again keeping
 // their attempt numbers. A crash in between leaves the batch, taken back again or, after its
 // lease, reported lapsed by the worker that gets it.

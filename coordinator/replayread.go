@@ -121,8 +121,8 @@ func (r *run) startPipelines(ctx context.Context) {
 	r.wg.Go(func() { r.writer(ctx) })
 	r.wg.Go(func() { r.acker(ctx) })
 	r.wg.Go(func() { r.summarizer(ctx) })
-	r.wg.Go(func() { r.deleter(ctx) })       // deletes.go
-	r.wg.Go(func() { r.fireSchedules(ctx) }) // schedules.go
+	r.wg.Go(func() { r.deleter(ctx) })
+	r.wg.Go(func() { r.fireSchedules(ctx) })
 }
 
 // learnKeys reads the key and attempt limit of every job replay rebuilt (released before the

@@ -35,13 +35,13 @@ type run struct {
 	// Written by consumer callbacks and subscriptions, read by the loop.
 	feedCh   chan streamMsg   // JOBS feed, headers only
 	eventsCh chan streamMsg   // EVENTS: reports and journal
-	jobs     *follower        // reads JOBS into feedCh (follow.go)
+	jobs     *follower        // reads JOBS into feedCh
 	events   *follower        // reads EVENTS into eventsCh
 	limits   *follower        // reads LIMITS into limitsCh
-	hbCh     chan heartbeatIn // heartbeats and joins (see heartbeats.go)
-	limitsCh chan streamMsg   // LIMITS: changes of the limits (follow.go)
+	hbCh     chan heartbeatIn // heartbeats and joins
+	limitsCh chan streamMsg   // LIMITS: changes of the limits
 	statusCh chan chan *Status
-	insp     *inspector // inspection requests and standbys heard (serve.go)
+	insp     *inspector // inspection requests and standbys heard
 	alarms   *alarms    // the alarms' state (owned by the loop)
 
 	// Written by release pipelines (never blocking them), read by the loop.
@@ -56,8 +56,8 @@ type run struct {
 	trimmedTo uint64        // EVENTS is trimmed below this (owned by the loop)
 	trimmedCh chan uint64   // written by the trim goroutine: how far it trimmed, 0 on failure
 
-	redriveEnds chan engine.RedriveEnd // written by redrive goroutines (redrivepublish.go), read by the loop
-	schedReject chan engine.Rejection  // written by the schedules goroutine (schedules.go), read by the loop
+	redriveEnds chan engine.RedriveEnd // written by redrive goroutines, read by the loop
+	schedReject chan engine.Rejection  // written by the schedules goroutine, read by the loop
 
 	// Written by the loop, read by the release pipelines and the writer.
 	releaseQ chan releaseReq
@@ -66,14 +66,13 @@ type run struct {
 	acks chan written
 	// Written (and closed) by the acker, read by the summarizer.
 	summaries chan storedSummary
-	// Written by the writer, the acker and the summarizer (which closes it), read by the deleter
-	// (deletes.go).
+	// Written by the writer, the acker and the summarizer (which closes it), read by the deleter.
 	deletes chan jobDelete
 	// The newest JOBS sequence the loop has read (written by the loop, read by the deleter).
 	jobsFed atomic.Uint64
 
-	rescues map[string]context.CancelFunc // running rescues by pool (owned by the loop; see rescue.go)
-	// Pools whose lost batches are being taken back (lost.go).
+	rescues map[string]context.CancelFunc // running rescues by pool (owned by the loop)
+	// Pools whose lost batches are being taken back.
 	lostMu     sync.Mutex
 	recovering map[string]bool
 

@@ -46,17 +46,17 @@ type Engine struct {
 	replay    *replayState // nil once replay has ended
 
 	stats        counters
-	mx           loopMetrics // metrics and alarms (metrics.go)
+	mx           loopMetrics // metrics and alarms
 	out          Effects
 	tierBuf      []uint64       // scratch for leastLoaded
 	loads        []float64      // the loads of the latest candidates, in their order (LeastInFlight only)
 	one          [1]uint64      // scratch for settles
 	settledMatch jobindex.Match // the match of the candidate that settled the latest choice
 
-	rd   redriveState // redrive requests (redrive.go)
-	deps deps         // groups held until the groups they run after complete (after.go)
+	rd   redriveState // redrive requests
+	deps deps         // groups held until the groups they run after complete
 
-	ol outcomeLinger // outcomes waiting for Config.OutcomeLinger (writes.go)
+	ol outcomeLinger // outcomes waiting for Config.OutcomeLinger
 
 	lastIdx struct { // the last name engine.idxName made
 		seq  uint64
@@ -73,7 +73,7 @@ type counters struct {
 	Done, Failed, Canceled                                                                         uint64 // jobs that ended so
 	RejectedReports, RejectedHeartbeats                                                            uint64 // of Rejected: see report and checkHeartbeat
 	Refused                                                                                        uint64 // requests the state refuses (see refuse)
-	AfterReleased, AfterCanceled                                                                   uint64 // groups held by dependencies, released or canceled (after.go)
+	AfterReleased, AfterCanceled                                                                   uint64 // groups held by dependencies, released or canceled
 }
 
 // job is a job that has been released at least once and has not ended yet. Owned by the loop,
@@ -118,11 +118,11 @@ type Effects struct {
 	Retries      []journal.Entry // retry decisions, to journal
 	Rejections   []Rejection
 	Cancels      []uint64        // running jobs whose handlers must be canceled
-	Answers      []Answer        // answers to control messages that asked for one (answers.go)
+	Answers      []Answer        // answers to control messages that asked for one
 	Refused      []journal.Entry // refused reports, to journal (journal.KindRefused)
 	RefusedOpens []journal.Entry // opens refused while their group ran, to journal (refuseOpen)
-	Redrives     []RedriveOrder  // redrive decisions to carry out (redrive.go)
-	Readies      []DepControl    // waiting groups whose edges are met: store their ready record (after.go)
+	Redrives     []RedriveOrder  // redrive decisions to carry out
+	Readies      []DepControl    // waiting groups whose edges are met: store their ready record
 	DepCancels   []DepControl    // waiting groups an edge can no longer release: store a cancel of them
 }
 
@@ -243,7 +243,7 @@ func (e *Engine) Feed(subject string, seq uint64, h map[string][]string, data []
 	}
 	e.mx.stored(seq, stored)
 	if jobs[0].Meta.Single {
-		if e.admitSingle(subject, seq, &jobs[0], stored) { // single.go
+		if e.admitSingle(subject, seq, &jobs[0], stored) {
 			return jobs, 0
 		}
 		return nil, 0
@@ -253,7 +253,7 @@ func (e *Engine) Feed(subject string, seq uint64, h map[string][]string, data []
 		return nil, 0
 	}
 	if r.flags&recRedriven != 0 {
-		if reason := e.unprovenRedriven(r, h, jobs); reason != "" { // redrive.go
+		if reason := e.unprovenRedriven(r, h, jobs); reason != "" {
 			e.Reject(subject, seq, reason)
 			return nil, 0
 		}

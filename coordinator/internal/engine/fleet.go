@@ -17,7 +17,7 @@ type fleet struct {
 	workers   map[string]*workerInfo
 	slots     int              // total slots of live workers
 	busy      float64          // the fleet's busy share without waiting (see learnBusy); sizes the prefetch window
-	learnedBy map[string]*pool // the pool that learned each resource (affinity.go)
+	learnedBy map[string]*pool // the pool that learned each resource
 }
 
 // pool is the set of live workers holding the same resources. They share one work subject and
@@ -26,8 +26,8 @@ type fleet struct {
 type pool struct {
 	key         string
 	resources   []string
-	held        *jobindex.ResourceSet // its resources and those it learned (affinity.go), compiled
-	learned     map[string]time.Time  // resources it learned, until when (affinity.go)
+	held        *jobindex.ResourceSet // its resources and those it learned, compiled
+	learned     map[string]time.Time  // resources it learned, until when
 	slots       int                   // total concurrency of the pool's live workers
 	busy        float64               // its busy share without waiting, as the fleet's (see learnBusy)
 	outstanding int                   // jobs released to the pool and not yet reported
@@ -215,7 +215,7 @@ func (e *Engine) expireWorkers(now time.Time) {
 // consumes their work subject, so without a rescue those jobs would wait for a worker with the
 // very same resources. The rescue returns each job with a returned report, as a draining
 // worker does (or a lapsed one, if a dead worker had taken it), and the job goes to another pool
-// (or is parked until a holder of what it requires joins). See rescue.go.
+// (or is parked until a holder of what it requires joins).
 func (f *fleet) orphans(now time.Time, rescueAfter time.Duration) []string {
 	var keys []string
 	for _, p := range f.poolOrder {
@@ -233,7 +233,7 @@ func (f *fleet) orphans(now time.Time, rescueAfter time.Duration) []string {
 // was cut (a node lost with it, a network path gone) never arrives; JetStream counts it
 // delivered and sends it again only when its lease runs out. Workers that hold nothing and pull
 // for every slot would have taken any batch still waiting, so what the pool owes is in such
-// batches (see lost.go).
+// batches.
 func (f *fleet) lost(now time.Time, lostAfter time.Duration) []string {
 	var owing map[*pool]bool // pools that owe jobs and released none for lostAfter: usually none
 	for _, p := range f.poolOrder {

@@ -101,7 +101,7 @@ type group struct {
 	lastSeq   uint64 // the sequence of its last message in JOBS: a purge stops there
 	sealed    bool
 	weight    float64 // its weight in the fair share (the open's; 1 by default): see load
-	priority  int     // its priority (the open's): its jobs go before lower priorities' (release.go)
+	priority  int     // its priority (the open's): its jobs go before lower priorities'
 	abandoned bool    // sealed by the coordinator: the producer went silent (see abandon)
 	// sealedByCancel: a cancel of the whole group sealed it before its producer did.
 	sealedByCancel bool
@@ -705,7 +705,7 @@ func (e *Engine) joinRefusal(subject, group string, r *groupRec) string {
 // and reports whether it is to be released now (its payload worth keeping).
 func (e *Engine) admit(subject string, seq uint64, r *groupRec, j *wire.StoredJob) bool {
 	m, id := &j.Meta, j.ID
-	// A job whose time is still ahead waits in the delays, outside the scheduler (delays.go).
+	// A job whose time is still ahead waits in the delays, outside the scheduler.
 	delayed := !m.RunAt.IsZero() && m.RunAt.After(e.cfg.now())
 	st := jobindex.Pending
 	if delayed {

@@ -190,7 +190,7 @@ func (e *Engine) redriveOpening(subject string, seq uint64, c wire.GroupControl)
 			e.rd.replayOpen = slices.Delete(e.rd.replayOpen, i, i+1)
 			e.rd.replayPending[e.rd.replayAsks[c.Redrive].Control.Group]--
 		}
-		e.refuseRedriven(c.Group, c.Redrive) // replaystate.go
+		e.refuseRedriven(c.Group, c.Redrive)
 	}
 	return false
 }

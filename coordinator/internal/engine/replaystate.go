@@ -360,7 +360,7 @@ func (e *Engine) JournalRecord(r journal.Record) {
 	}
 	e.maxEpoch = r.Epoch
 	if e.Replaying() && r.Kind == journal.KindRefused {
-		e.skipRefused(r.Entries) // see reports.go
+		e.skipRefused(r.Entries)
 		return
 	}
 	if e.Replaying() && r.Kind == journal.KindRefusedOpen {

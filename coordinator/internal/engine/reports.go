@@ -16,7 +16,7 @@ import (
 // A report about a running job is accepted only if it is about the job's current release, to
 // that pool (proven), and the worker, if it is live, is a worker of that pool: a worker of
 // another pool (or anyone able to publish on another pool's report subjects) cannot decide a job
-// it was not given. Reports the coordinator's rescue returns from an orphaned pool (rescue.go)
+// it was not given. Reports the coordinator's rescue returns from an orphaned pool
 // come as wire.RescueWorker on the rescued pool's subject, which only the coordinator role may
 // publish on. A worker that is not live any more (silent for HeartbeatMisses heartbeats, then
 // heard again) is still a worker of the pool its subject names: its reports are accepted,

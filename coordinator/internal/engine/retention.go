@@ -42,7 +42,7 @@ type retained struct {
 	keepJobs   bool   // its job messages are still in JOBS (some failed)
 	jobsSeq    uint64 // its last sequence in JOBS: job messages are purged up to it; 0 = not known yet
 	at         time.Time
-	sum        wire.GroupSummary // how it ended: groups that run after it bind to it (after.go)
+	sum        wire.GroupSummary // how it ended: groups that run after it bind to it
 }
 
 // Purge is an effect: delete a retained group's outcomes up to summarySeq and, if jobsSeq > 0,

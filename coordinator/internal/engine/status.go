@@ -36,8 +36,8 @@ type Status struct {
 	LimitsSeq uint64          `json:"limits_seq"`
 	Pools     []PoolStatus    `json:"pools"`
 	Workers   []WorkerStatus  `json:"workers"`
-	Standbys  []StandbyStatus `json:"standbys,omitempty"` // standby coordinators heard lately (inspect.go)
-	Alarms    []Alarm         `json:"alarms"`             // raised alarms (see alarms.go), at the latest tick
+	Standbys  []StandbyStatus `json:"standbys,omitempty"` // standby coordinators heard lately
+	Alarms    []Alarm         `json:"alarms"`             // raised alarms, at the latest tick
 	// OldestPending is when the oldest pending job was stored (to about 10ms), as of the latest
 	// tick; zero when no job is pending.
 	OldestPending time.Time `json:"oldest_pending,omitzero"`
