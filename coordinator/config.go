@@ -84,8 +84,8 @@ type Config struct {
 	// meanwhile. 0 (default): while the pool's handlers run at most half of each job's time
 	// from release to report, not counting waits in a worker's queue (short jobs), enough that
 	// a batch holds about 16 jobs (15 per slot for workers of one slot, 7 for two, 3 for four, 1
-	// for eight or more), else none; n > 0 fixes it; -1: never. Only jobs of the prefetch window go ahead, so Prefetch -1 turns
-	// it off too.
+	// for eight or more), else none; n > 0 fixes it; -1: never. Only jobs of the prefetch window
+	// go ahead, so Prefetch -1 turns it off too.
 	QueueAhead int
 
 	// MaxAttempts is the attempt limit of jobs that do not set their own. Default 5.
