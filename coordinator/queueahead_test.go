@@ -24,6 +24,7 @@ type aheadFleet struct {
 	t       *testing.T
 	ns, url string
 	ctx     context.Context
+	d       *dispatcher.Dispatcher
 	h       *dispatcher.Handle
 	a       *worker.Worker
 	stopA   func()
@@ -51,6 +52,7 @@ func newAheadFleet(t *testing.T, ns string) *aheadFleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
+	f.d = d
 	f.h, err = d.Publish(ctx, "g", slices.Values([]dispatcher.Job{{Key: "1"}, {Key: "2"}, {Key: "3"}}))
 	if err != nil {
 		t.Fatal(err)
@@ -148,6 +150,40 @@ func TestQueuedAheadCanceled(t *testing.T) {
 	}
 	if sum.Done != 1 || sum.Canceled != 2 {
 		t.Fatalf("summary %+v, want 1 done and 2 canceled", sum)
+	}
+	if got := f.keys("a"); !slices.Equal(got, []string{"1/1", "2/1"}) {
+		t.Fatalf("worker a ran %v; job 3 was canceled while queued", got)
+	}
+}
+
+// TestQueuedAheadCanceledAtOnce: a job canceled while it waits in a worker's queue behind a job
+// that runs on is reported canceled at once, not once the worker's slot reaches it.
+func TestQueuedAheadCanceledAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newAheadFleet(t, "aheadcancelone")
+	job3, err := f.d.JobByKey(f.ctx, "g", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.h.CancelJobs(f.ctx, job3.ID); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(f.ctx, 15*time.Second)
+	defer cancel()
+	out, err := f.h.WaitJob(wctx, job3.ID) // job 2 still runs: release is not closed yet
+	if err != nil || out.State != dispatcher.StateCanceled {
+		t.Fatalf("job 3, canceled in worker a's queue while job 2 runs: %+v, %v; want it canceled at once", out, err)
+	}
+	if st := f.a.Stats(); st.Queued != 0 || st.Canceled != 1 {
+		t.Fatalf("worker a: %d queued, %d canceled; want 0 and 1", st.Queued, st.Canceled)
+	}
+	close(f.release)
+	sum, err := f.h.WaitSummary(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Done != 2 || sum.Canceled != 1 {
+		t.Fatalf("summary %+v, want 2 done and 1 canceled", sum)
 	}
 	if got := f.keys("a"); !slices.Equal(got, []string{"1/1", "2/1"}) {
 		t.Fatalf("worker a ran %v; job 3 was canceled while queued", got)

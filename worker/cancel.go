@@ -28,6 +28,9 @@ type cancelRegistry struct {
 	running map[uint64]runningJob
 	early   map[uint64]time.Time // canceled before starting here, by when it was canceled
 	forced  bool                 // forceAll was called: every handler's context is canceled
+	// queued is signaled (never blocking) when a cancellation names a job not running here: the
+	// shepherd then reports at once those of them waiting in its queue.
+	queued chan struct{}
 }
 
 // runningJob is a job whose handler runs here.
@@ -37,7 +40,7 @@ type runningJob struct {
 }
 
 func newCancelRegistry() *cancelRegistry {
-	return &cancelRegistry{running: map[uint64]runningJob{}, early: map[uint64]time.Time{}}
+	return &cancelRegistry{running: map[uint64]runningJob{}, early: map[uint64]time.Time{}, queued: make(chan struct{}, 1)}
 }
 
 // start registers a job about to run and returns its context, derived from parent, which must
@@ -87,11 +90,28 @@ func (r *cancelRegistry) cancel(ids []uint64, now time.Time) {
 			delete(r.early, id)
 		}
 	}
+	early := false
 	for _, id := range ids {
 		if j, ok := r.running[id]; ok {
 			j.cancel(ErrJobCanceled)
 			continue
 		}
 		r.early[id] = now
+		early = true
 	}
+	if early {
+		select {
+		case r.queued <- struct{}{}:
+		default: // one is pending: the shepherd looks at every early cancellation then
+		}
+	}
+}
+
+// takeEarly reports whether job id was canceled before it started here, and forgets it.
+func (r *cancelRegistry) takeEarly(id uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.early[id]
+	delete(r.early, id)
+	return ok
 }

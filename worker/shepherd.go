@@ -107,6 +107,7 @@ type shepherd struct {
 	// repaired, and writes the slots' channels and reports. Writers of the channels it reads
 	// select on quit, which it closes on return.
 	done     chan completion   // written by slot goroutines
+	cancels  *cancelRegistry   // its queued channel: cancellations of jobs not running here
 	expired  chan *task        // written by watchdog timers of attempts with a deadline
 	repaired chan repairResult // written by the repair goroutine
 	quit     chan struct{}
@@ -176,6 +177,10 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 		}
 	}()
 	ctxDone := ctx.Done()
+	var canceled <-chan struct{} // cancellations of jobs not running here
+	if s.cancels != nil {
+		canceled = s.cancels.queued
+	}
 	s.pull()
 	for {
 		if !s.draining && (ctxDone == nil || s.fatal != nil) {
@@ -197,6 +202,8 @@ func (s *shepherd) run(ctx context.Context, force context.CancelFunc) error {
 			s.onLane(lanes[1], m)
 		case c := <-s.done:
 			s.onDone(c)
+		case <-canceled:
+			s.dropCanceled()
 		case <-watch.C():
 			watch.fired()
 			s.checkPulls(s.cfg.now())
@@ -485,6 +492,31 @@ func (s *shepherd) onDone(c completion) {
 	}
 	s.gauges()
 }
+
+// dropCanceled reports canceled, at once, the queued jobs a cancellation named: a job sent ahead
+// of this worker's slots would otherwise wait for a slot to be reported (and its group to end).
+func (s *shepherd) dropCanceled() {
+	kept := s.queue.buf[:s.queue.head]
+	for _, t := range s.queue.buf[s.queue.head:] {
+		// A lapsed batch's job is left to next, which drops it unreported (its batch comes back).
+		if t.batch.lapsed(s.cfg.now(), s.cfg.Lease) || !s.cancels.takeEarly(t.job.ID) {
+			kept = append(kept, t)
+			continue
+		}
+		s.report(t, outcome{kind: kindCanceled, report: wire.Report{
+			ID: t.job.ID, Attempt: uint32(t.job.Attempt), Status: wire.StatusCanceled, Data: []byte(canceledQueued),
+		}})
+	}
+	clear(s.queue.buf[len(kept):])
+	s.queue.buf = kept
+	if s.queue.head == len(s.queue.buf) {
+		s.queue.buf, s.queue.head = s.queue.buf[:0], 0
+	}
+	s.gauges()
+}
+
+// canceledQueued is the error of a job canceled before it started.
+const canceledQueued = "job canceled before it started"
 
 // next takes the oldest queued task whose batch's lease has not lapsed, or returns nil. The
 // tasks of a lapsed batch are dropped without a report: the server redelivers their batch, and

@@ -158,7 +158,7 @@ func (sl *slots) execute(t *task, start time.Time) outcome {
 	defer sl.cancels.end(t.job.ID)
 	defer cancel(nil)
 	if canceled {
-		return sl.failure(t, 0, kindCanceled, wire.StatusCanceled, "job canceled before it started")
+		return sl.failure(t, 0, kindCanceled, wire.StatusCanceled, canceledQueued)
 	}
 	if t.timeout > 0 {
 		var cancel context.CancelFunc

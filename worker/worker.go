@@ -169,6 +169,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// Cancellation requests (core NATS) cancel the contexts of the jobs they name.
 	cancels := newCancelRegistry()
+	shep.cancels = cancels
 	force := func() {
 		markForced() // first: an attempt its cancellation ends is reported as shutdown's
 		cancels.forceAll()
