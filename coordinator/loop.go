@@ -212,7 +212,7 @@ func (r *run) handOutReleases(ctx context.Context, releases []engine.Release) bo
 		}
 		var readAhead map[uint64]bool // groups whose next jobs this batch reads ahead, by incarnation
 		for i, j := range rel.Jobs {
-			req.jobs[i] = releaseJob{id: j.ID, attempt: j.Attempt, rel: j.Rel, gtok: j.Tok, after: j.After}
+			req.jobs[i] = releaseJob{ReleaseJob: j}
 			if req.sent == nil && !readAhead[j.OpenSeq] && !r.payloads.has(j.ID) {
 				if readAhead == nil {
 					readAhead = map[uint64]bool{}
@@ -250,7 +250,7 @@ func (r *run) releaseAtOnce(rel engine.Release) *sentBatch {
 	work := make([]wire.WorkJob, len(jobs))
 	for i, j := range jobs {
 		rj := rel.Jobs[i]
-		work[i] = r.workJob(rel.Pool, releaseJob{id: rj.ID, attempt: rj.Attempt, rel: rj.Rel, after: rj.After}, j)
+		work[i] = r.workJob(rel.Pool, releaseJob{ReleaseJob: rj}, j)
 	}
 	if firstBatch(work, r.cfg.MaxBatchBytes) < len(work) {
 		return nil // the pipeline splits what is too large for one batch

@@ -36,12 +36,8 @@ type sentBatch struct {
 }
 
 type releaseJob struct {
-	id      uint64
-	attempt uint32
-	rel     uint64 // the release of the attempt (job.rel), which its proof names
-	gtok    string
-	ahead   []uint64 // the next jobs of its group, to read along if its payload is not cached
-	after   string   // how the groups its group ran after ended (group.afterResults)
+	engine.ReleaseJob
+	ahead []uint64 // the next jobs of its group, to read along if its payload is not cached
 }
 
 // releaser carries out releases: fetch the payloads (usually from the read-ahead cache), tell the
@@ -92,7 +88,7 @@ func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
 func (r *run) readAndSend(ctx context.Context, req releaseReq) (failed []uint64, sent []sentBatch) {
 	reqs := make([]fetchReq, len(req.jobs))
 	for i, j := range req.jobs {
-		reqs[i] = fetchReq{id: j.id, ahead: j.ahead}
+		reqs[i] = fetchReq{id: j.ID, ahead: j.ahead}
 	}
 	fctx, cancel := context.WithTimeout(ctx, requestTimeout) // a read that a lost node never answers must not hold the release
 	jobs, errs := r.payloads.fetch(fctx, reqs)
@@ -106,20 +102,20 @@ func (r *run) readAndSend(ctx context.Context, req releaseReq) (failed []uint64,
 		j := req.jobs[i]
 		switch {
 		case sj == nil && errors.Is(errs[i], directget.ErrNotFound):
-			infos = append(infos, learned{id: j.id, err: fmt.Errorf("job %d is missing from the %s stream", j.id, r.names.JobsStream())})
+			infos = append(infos, learned{id: j.ID, err: fmt.Errorf("job %d is missing from the %s stream", j.ID, r.names.JobsStream())})
 			continue
 		case sj == nil && errors.Is(errs[i], errNotAJob):
-			infos = append(infos, learned{id: j.id, err: errs[i]})
+			infos = append(infos, learned{id: j.ID, err: errs[i]})
 			continue
 		case sj == nil:
 			// The read failed (no stream leader for a moment, say): the job is still stored,
 			// so it goes back to pending and is released again.
-			r.log.Debug().Err(errs[i]).Uint64("job", j.id).Msg("reading a job to release failed; it goes back to pending")
+			r.log.Debug().Err(errs[i]).Uint64("job", j.ID).Msg("reading a job to release failed; it goes back to pending")
 			r.outage.Once("read job to release", errs[i], time.Now())
-			failed = append(failed, j.id)
+			failed = append(failed, j.ID)
 			continue
 		}
-		infos = append(infos, learned{id: j.id, meta: &sj.Meta})
+		infos = append(infos, learned{id: j.ID, meta: &sj.Meta})
 		work = append(work, r.workJob(req.pool, j, sj))
 	}
 	// The loop learns keys and limits before any worker can report on these jobs.
@@ -136,8 +132,8 @@ func (r *run) readAndSend(ctx context.Context, req releaseReq) (failed []uint64,
 // producer's trace context and the release's proof travel in the batch's header.
 func (r *run) workJob(pool string, rj releaseJob, j *wire.StoredJob) wire.WorkJob {
 	return wire.WorkJob{
-		ID: j.ID, Attempt: rj.attempt, Timeout: j.Meta.Timeout, Group: j.Meta.Group, Key: j.Meta.Key, Payload: j.Payload, Trace: j.Trace,
-		Proof: r.key.Proof(pool, j.ID, rj.attempt, rj.rel), After: rj.after,
+		ID: j.ID, Attempt: rj.Attempt, Timeout: j.Meta.Timeout, Group: j.Meta.Group, Key: j.Meta.Key, Payload: j.Payload, Trace: j.Trace,
+		Proof: r.key.Proof(pool, j.ID, rj.Attempt, rj.Rel), After: rj.After,
 	}
 }
 

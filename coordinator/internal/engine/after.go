@@ -375,8 +375,8 @@ func (e *Engine) forgetDeps(seq uint64) {
 // afterResults is how the groups g ran after ended, encoded for its jobs' batches ("" for none).
 func (e *Engine) afterResults(g *group) string { return e.deps.results[g.openSeq] }
 
-// canceledFor is the group whose end canceled the incarnation opened at seq ("" if none did).
-func (e *Engine) canceledFor(seq uint64) string { return e.deps.failedOn[seq] }
+// CanceledFor is the group whose end canceled the incarnation opened at seq ("" if none did).
+func (e *Engine) CanceledFor(seq uint64) string { return e.deps.failedOn[seq] }
 
 // depsCanceled records, as a coordinator's cancel is read (at replay too), the group whose end
 // canceled the incarnation opened at seq.

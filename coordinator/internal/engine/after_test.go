@@ -69,8 +69,8 @@ func TestReadyRecord(t *testing.T) {
 		t.Fatalf("a second ready record released %d jobs", n)
 	}
 	te.report(rel[0], wire.StatusPermanent, "boom")
-	if len(te.e.out.DepCancels) != 1 || te.e.out.DepCancels[0].OpenSeq != c || te.e.canceledFor(c) != "b" {
-		t.Fatalf("b failed: cancels %d, c canceled for %q; want c canceled for b", len(te.e.out.DepCancels), te.e.canceledFor(c))
+	if len(te.e.out.DepCancels) != 1 || te.e.out.DepCancels[0].OpenSeq != c || te.e.CanceledFor(c) != "b" {
+		t.Fatalf("b failed: cancels %d, c canceled for %q; want c canceled for b", len(te.e.out.DepCancels), te.e.CanceledFor(c))
 	}
 }
 

@@ -76,9 +76,6 @@ func (e *Engine) Upcoming(buf []uint64, openSeq uint64, n int) []uint64 {
 	return e.sched.Upcoming(buf, g, n)
 }
 
-// CanceledFor is the group whose end canceled the incarnation opened at openSeq ("" if none).
-func (e *Engine) CanceledFor(openSeq uint64) string { return e.canceledFor(openSeq) }
-
 // LostPools names the pools whose released batches may be lost (see fleet.lost).
 func (e *Engine) LostPools(now time.Time) []string { return e.fleet.lost(now, lostAfter) }
 

@@ -397,7 +397,7 @@ func (g *group) terminal() uint64 { return g.done + g.failed + g.canceled }
 
 // canceledWhy is the outcome text of g's jobs ended by a cancel of the whole group.
 func (e *Engine) canceledWhy(g *group) string {
-	if dep := e.canceledFor(g.openSeq); dep != "" {
+	if dep := e.CanceledFor(g.openSeq); dep != "" {
 		return "group canceled: group " + dep + ", which it runs after, did not end as it asks"
 	}
 	return "group canceled"
