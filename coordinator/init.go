@@ -42,8 +42,20 @@ func InitNamespace(ctx context.Context, nc *nats.Conn, namespace string, opts St
 	if err != nil {
 		return nil, fmt.Errorf("weave: jetstream: %w", err)
 	}
-	return topology.Init(ctx, js, names, opts)
+	// As Run's prepare does, wait out errors that pass by themselves (a leader election, a peer
+	// not heard from yet), but not for ever: a command gets the error after initPatience.
+	ictx, cancel := context.WithTimeout(ctx, initPatience)
+	defer cancel()
+	var sts []StreamStatus
+	err = topology.Retry(ictx, prepareTimeout, func(ctx context.Context) (err error) {
+		sts, err = topology.Init(ctx, js, names, opts)
+		return err
+	}, nil)
+	return sts, err
 }
+
+// initPatience bounds how long InitNamespace tries again after errors that pass by themselves.
+const initPatience = 30 * time.Second
 
 // ErrNamespaceNotFound is the error workers and producers wrap when the namespace's streams do
 // not exist (see InitNamespace).

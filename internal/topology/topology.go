@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -281,14 +282,20 @@ func WorkConsumer(n wire.Names, pool string, lease time.Duration) jetstream.Cons
 }
 
 // Transient reports whether err may pass by itself: no stream leader to answer (a cluster
-// electing one, a server restarting), or a request that timed out. Callers that must get
-// through (the lease, a worker starting) try again; others report it.
+// electing one, a server restarting), a request that timed out, or a replicated stream that
+// cannot be placed because a peer is offline (a node restarting, or a cluster that has just
+// formed and not yet heard from every node). Callers that must get through (the lease, a worker
+// starting) try again; others report it.
 func Transient(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.As(err, &apiErr) && apiErr.Code == 503
+		errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == errNoPeers && strings.Contains(apiErr.Description, "peer offline"))
 }
+
+// errNoPeers is JetStream's "no suitable peers for placement": permanent when the cluster has
+// fewer nodes than replicas, transient when its reason is a peer offline.
+const errNoPeers jetstream.ErrorCode = 10005
 
 // Retry calls try until it returns nil or an error that is not Transient, or until ctx ends; it
 // returns try's last error. Each call gets its own deadline, perTry, since a request lost with a

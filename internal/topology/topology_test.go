@@ -3,6 +3,7 @@ package topology_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -204,4 +205,18 @@ func TestRetry(t *testing.T) {
 			t.Fatalf("err %v after %d tries, want the last try's error after 2 (ctx ended in the second pause)", err, tries)
 		}
 	})
+}
+
+// TestTransientPlacement: a replicated stream that cannot be placed because a peer is offline
+// passes by itself (the node restarts, or a new cluster hears from it); one that cannot be placed
+// because the cluster is too small does not.
+func TestTransientPlacement(t *testing.T) {
+	offline := &jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, peer offline"}
+	tooSmall := &jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, insufficient resources"}
+	if !topology.Transient(fmt.Errorf("create stream: %w", offline)) {
+		t.Error("a peer offline is not taken as transient")
+	}
+	if topology.Transient(tooSmall) {
+		t.Error("a cluster too small for the replicas is taken as transient")
+	}
 }
