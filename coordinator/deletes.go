@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/weavejobs/weave/internal/wire"
 )
 
 // JOBS messages deleted one at a time by sequence: a complete single job's (its group's only
@@ -264,6 +265,19 @@ func (r *run) deleter(ctx context.Context) {
 				in = nil
 				q.releaseHeld() // nothing more is coming: no reason to wait
 				continue
+			}
+			if wire.IsPacked(d.seq) {
+				// A single pack's job: its message goes once every job in it is done with it.
+				seq, last := r.shared.release(d.seq)
+				if !last {
+					if d.done != nil && !loopGone {
+						forgets = append(forgets, *d.done)
+					}
+					continue
+				}
+				d.seq = seq
+			} else {
+				r.shared.forget(d.seq)
 			}
 			q.add(d, r.jobsFed.Load(), now)
 		case m := <-answers:

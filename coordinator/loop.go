@@ -101,6 +101,7 @@ func (r *run) applyFeed(m streamMsg) {
 		return
 	}
 	r.jobsFed.Store(s)
+	r.shared.hold(s, m.Headers())
 	if jobs, ahead := r.e.Feed(m.Subject(), s, m.Headers(), m.Data(), at); len(jobs) > 0 {
 		r.payloads.add(jobs, ahead)
 	}

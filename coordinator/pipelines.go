@@ -417,6 +417,11 @@ func (r *run) complete(ctx context.Context, op writeOp, summarySeq uint64) {
 		r.deletes <- jobDelete{seq: op.LastSeq, done: &completedGroup{openSeq: op.OpenSeq, summarySeq: summarySeq, evSeqs: op.EvSeqs}}
 		return
 	}
+	if op.Purge && wire.IsPacked(op.OpenSeq) {
+		// A single pack's job with a cancel stored after it: its share of the pack goes here, the
+		// cancel with its subjects' purge.
+		r.deletes <- jobDelete{seq: op.OpenSeq}
+	}
 	r.wg.Go(func() { r.purgeComplete(ctx, op, summarySeq) })
 }
 
@@ -577,6 +582,11 @@ func (r *run) expire(ctx context.Context, p engine.Purge) {
 		}
 		return err
 	})
+	if p.Packed != 0 {
+		if seq, last := r.shared.release(p.Packed); last {
+			_ = r.deleteNow(ctx, seq) // or replay finds it with every job in it complete
+		}
+	}
 }
 
 // purgeGroup deletes a complete group's messages from the JOBS stream (jobs), up to lastSeq: a

@@ -36,6 +36,12 @@ func (r *run) optionsOf(ctx context.Context, openSeq uint64) (weight, priority i
 	if openSeq == 0 {
 		return 0, 0
 	}
+	if wire.IsPacked(openSeq) {
+		if j := r.readJobs(ctx, []uint64{openSeq})[0]; j != nil && j.Meta.Single {
+			return 0, j.Meta.Priority // a single pack's job is its group's open
+		}
+		return 0, 0
+	}
 	m := r.readMsgs(ctx, []uint64{openSeq})[0]
 	if m == nil {
 		return 0, 0
@@ -310,7 +316,13 @@ func (r *run) redrivenJob(j *wire.StoredJob, group, tok string) (*nats.Msg, bool
 	if j == nil || j.Meta.Group != group {
 		return nil, false
 	}
+	meta := j.Meta
+	if meta.Single {
+		// A single job runs again as a job of its group's new incarnation: the redrive's open
+		// is its group's open now (with its priority), its outcomes go to the group's subject.
+		meta.Single, meta.Reply, meta.After, meta.Priority = false, "", nil, 0
+	}
 	job := nats.NewMsg(r.names.JobSubject(tok))
-	job.Header, job.Data = j.Meta.Header(), j.Payload
+	job.Header, job.Data = meta.Header(), j.Payload
 	return job, true
 }

@@ -70,6 +70,8 @@ type run struct {
 	deletes chan jobDelete
 	// The newest JOBS sequence the loop has read (written by the loop, read by the deleter).
 	jobsFed atomic.Uint64
+	// The single packs in JOBS (registered by the loop, released by the deleter and expiries).
+	shared sharedMsgs
 
 	rescues map[string]context.CancelFunc // running rescues by pool (owned by the loop)
 	// Pools whose lost batches are being taken back.

@@ -65,7 +65,7 @@ func (d *Dispatcher) Submit(ctx context.Context, groupID string, job Job, opts .
 	if err := d.awaitOpen(ctx, answers, groupID, ack.Sequence); err != nil {
 		return nil, 0, err
 	}
-	return d.singleHandle(groupID, ack, mark), ack.Sequence, nil
+	return d.singleHandle(groupID, ack.Sequence, ack.Duplicate, mark), ack.Sequence, nil
 }
 
 // Single is one job of SubmitMany: the job, and the group it is submitted as ("" for a generated
@@ -82,49 +82,62 @@ type Submitted struct {
 	ID     uint64
 }
 
-// SubmitMany submits single jobs as Submit does each one, but keeps up to Config.MaxPending
-// publishes in flight instead of waiting for each one's acknowledgement, so a backlog of one-off
-// jobs is stored at the stream's pace, not at one round trip per job. Every job is checked before any is published; an
-// invalid one is an error wrapping ErrInvalidJob, naming its index, and nothing is published. A
-// publish that fails stops the submission: SubmitMany returns the jobs stored so far, in order,
-// with the error (the jobs after them may or may not be stored; submit them again with their
-// keys, which the dedup window makes safe). The result is in the order of jobs.
+// SubmitMany submits single jobs as Submit does each one, each its own group, but in far fewer
+// messages: consecutive jobs without a key travel in packs of up to Config.MaxPack jobs (and 64
+// KiB), one stored message each, as Publish packs a group's jobs; a job with a key keeps a message
+// of its own, which JetStream deduplicates by group and key. Up to Config.MaxPending messages
+// await their acknowledgement at once, so a backlog of one-off jobs is stored at the stream's
+// pace, not at one round trip per job.
+//
+// Every job is checked before any is published; an invalid one is an error wrapping
+// ErrInvalidJob, naming its index, and nothing is published. A publish that fails stops the
+// submission: SubmitMany returns the jobs stored so far, in order, with the error (the jobs after
+// them may or may not be stored; submit again the ones that need it with keys, which the dedup
+// window makes safe). The result is in the order of jobs. A job of a pack has a packed ID
+// (2^52 + sequence·32 + index, as a job of a group's pack), which is also its group's incarnation.
 func (d *Dispatcher) SubmitMany(ctx context.Context, jobs []Single) ([]Submitted, error) {
-	msgs := make([]*nats.Msg, len(jobs))
+	metas := make([]wire.JobMeta, len(jobs))
 	groups := make([]string, len(jobs))
 	for i := range jobs {
 		var err error
-		if msgs[i], groups[i], err = d.singleMsg(ctx, jobs[i].Group, &jobs[i].Job, nil, 0); err != nil {
+		if metas[i], groups[i], err = d.singleMeta(jobs[i].Group, &jobs[i].Job, nil, 0); err != nil {
 			return nil, fmt.Errorf("job %d: %w", i, err)
 		}
 	}
+	units := d.singleUnits(ctx, jobs, metas)
 	if err := d.ensure(ctx); err != nil {
 		return nil, err
 	}
 	mark := d.outcomeMark()
 	out := make([]Submitted, 0, len(jobs))
-	acks := make([]jetstream.PubAckFuture, 0, min(len(jobs), d.cfg.MaxPending))
+	acks := make([]jetstream.PubAckFuture, 0, min(len(units), d.cfg.MaxPending))
+	settled := 0 // units whose publish is settled: acks holds the next ones, in order
 	var failed error
-	// settle waits for the oldest publish in flight and records it; after a failure, the rest
-	// only free their slots.
+	// settle waits for the oldest publish in flight and records its jobs; after a failure, the
+	// rest only free their slots.
 	settle := func(wctx context.Context) error {
-		f := acks[0]
+		f, u := acks[0], units[settled]
 		acks = acks[1:]
+		settled++
 		defer func() { <-d.slots }()
 		select {
 		case ack := <-f.Ok():
 			if failed == nil {
-				i := len(out)
-				out = append(out, Submitted{Handle: d.singleHandle(groups[i], ack, mark), ID: ack.Sequence})
+				for k := range u.n {
+					id := ack.Sequence
+					if u.n > 1 {
+						id = wire.PackedJobID(ack.Sequence, k)
+					}
+					out = append(out, Submitted{Handle: d.singleHandle(groups[u.first+k], id, ack.Duplicate, mark), ID: id})
+				}
 			}
 		case err := <-f.Err():
 			if failed == nil {
-				i := len(out)
-				failed = fmt.Errorf("weave: submit job %d (key %q) as group %q: %w", i, jobs[i].Job.Key, groups[i], err)
+				failed = fmt.Errorf("weave: submit job %d (key %q) as group %q: %w", u.first, jobs[u.first].Job.Key, groups[u.first], err)
 			}
 		case <-wctx.Done():
 			if failed == nil {
-				failed = fmt.Errorf("weave: submit job %d: acknowledgement: %w", len(out), context.Cause(wctx))
+				failed = fmt.Errorf("weave: submit job %d: acknowledgement: %w", u.first, context.Cause(wctx))
 			}
 		}
 		return failed
@@ -151,17 +164,17 @@ func (d *Dispatcher) SubmitMany(ctx context.Context, jobs []Single) ([]Submitted
 			}
 		}
 	}
-	for i, msg := range msgs {
+	for _, u := range units {
 		if err := acquire(); err != nil {
 			if failed == nil {
-				failed = fmt.Errorf("weave: submit job %d: %w", i, err)
+				failed = fmt.Errorf("weave: submit job %d: %w", u.first, err)
 			}
 			break
 		}
-		f, err := d.js.PublishMsgAsync(msg, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
+		f, err := d.js.PublishMsgAsync(u.msg, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
 		if err != nil {
 			<-d.slots
-			failed = fmt.Errorf("weave: submit job %d (key %q) as group %q: %w", i, jobs[i].Job.Key, groups[i], err)
+			failed = fmt.Errorf("weave: submit job %d (key %q) as group %q: %w", u.first, jobs[u.first].Job.Key, groups[u.first], err)
 			break
 		}
 		acks = append(acks, f)
@@ -175,21 +188,76 @@ func (d *Dispatcher) SubmitMany(ctx context.Context, jobs []Single) ([]Submitted
 	return out, failed
 }
 
+// singleUnit is one message of SubmitMany: jobs first to first+n-1, alone (n = 1) or a single pack.
+type singleUnit struct {
+	msg      *nats.Msg
+	first, n int
+}
+
+// singleUnits packs the checked single jobs (metas) into messages: runs of jobs without a key in
+// single packs of up to MaxPack jobs and packBytes, the others, and a run of one, alone.
+func (d *Dispatcher) singleUnits(ctx context.Context, jobs []Single, metas []wire.JobMeta) []singleUnit {
+	limit := min(packBytes, d.cfg.MaxPayload)
+	cost := func(i int) int {
+		j := &jobs[i].Job
+		return wire.SinglePackedSize(metas[i].Group, j.Payload, j.Require, j.Prefer)
+	}
+	var units []singleUnit
+	for i := 0; i < len(jobs); {
+		n, size := 1, cost(i)
+		if metas[i].Key == "" {
+			for i+n < len(jobs) && n < d.cfg.MaxPack && metas[i+n].Key == "" && size+cost(i+n) <= limit {
+				size += cost(i + n)
+				n++
+			}
+		}
+		u := singleUnit{first: i, n: n}
+		if n == 1 {
+			u.msg = d.singleMsgOf(ctx, metas[i], jobs[i].Job.Payload)
+		} else {
+			pack := make([]wire.SinglePackJob, n)
+			for k := range pack {
+				m, j := &metas[i+k], &jobs[i+k].Job
+				pack[k] = wire.SinglePackJob{Group: m.Group, Priority: m.Priority, PackJob: wire.PackJob{
+					Payload: j.Payload, Require: m.Require, Prefer: m.Prefer, MaxAttempts: m.MaxAttempts, Timeout: m.Timeout, RunAt: m.RunAt}}
+			}
+			h := nats.Header(wire.SinglePackHeader(n, d.reply))
+			// Its own dedup ID: a publish retried after a lost acknowledgement is stored once.
+			h.Set(wire.HdrMsgID, "singles/"+nuid.Next())
+			newJobTrace(ctx).set(h)
+			u.msg = &nats.Msg{Subject: d.names.SinglesSubject(), Header: h, Data: wire.AppendSinglePack(nil, pack)}
+		}
+		units = append(units, u)
+		i += n
+	}
+	return units
+}
+
 // singleMsg checks job and returns its message as a single job of groupID (generated when
 // empty), and the group ID.
 func (d *Dispatcher) singleMsg(ctx context.Context, groupID string, job *Job, after []wire.After, priority int) (*nats.Msg, string, error) {
+	meta, groupID, err := d.singleMeta(groupID, job, after, priority)
+	if err != nil {
+		return nil, "", err
+	}
+	return d.singleMsgOf(ctx, meta, job.Payload), groupID, nil
+}
+
+// singleMeta checks job and returns its metadata as a single job of groupID (generated when
+// empty), and the group ID.
+func (d *Dispatcher) singleMeta(groupID string, job *Job, after []wire.After, priority int) (wire.JobMeta, string, error) {
 	if groupID == "" {
 		groupID = "job-" + nuid.Next()
 	}
 	if err := validateGroupID(groupID); err != nil {
-		return nil, "", err
+		return wire.JobMeta{}, "", err
 	}
 	switch {
 	case job.Priority == 0:
 	case priority == 0:
 		priority = job.Priority
 	case priority != job.Priority:
-		return nil, "", fmt.Errorf("%w of single job %q: Job.Priority %d and the Priority option %d differ (a single job's priority is its group's: give one)", ErrInvalidOption, groupID, job.Priority, priority)
+		return wire.JobMeta{}, "", fmt.Errorf("%w of single job %q: Job.Priority %d and the Priority option %d differ (a single job's priority is its group's: give one)", ErrInvalidOption, groupID, job.Priority, priority)
 	}
 	meta := wire.JobMeta{Group: groupID, Key: job.Key, Require: job.Require, Prefer: job.Prefer, MaxAttempts: job.MaxAttempts, Timeout: job.Timeout, Single: true, Reply: d.reply, After: after, Priority: priority}
 	runAt, err := job.runAt(time.Now())
@@ -201,20 +269,25 @@ func (d *Dispatcher) singleMsg(ctx context.Context, groupID string, job *Job, af
 		err = fmt.Errorf("payload is %d bytes, at most %d", len(job.Payload), d.cfg.MaxPayload)
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("%w (key %q) submitted as group %q: %w", ErrInvalidJob, job.Key, groupID, err)
+		return wire.JobMeta{}, "", fmt.Errorf("%w (key %q) submitted as group %q: %w", ErrInvalidJob, job.Key, groupID, err)
 	}
-	header := meta.Header()
-	newJobTrace(ctx).set(header)
-	return &nats.Msg{Subject: d.names.JobSubject(wire.GroupToken(groupID)), Header: header, Data: job.Payload}, groupID, nil
+	return meta, groupID, nil
 }
 
-// singleHandle returns the Handle of a single job stored as ack says; mark is the outcome
-// subscription's state before it was published.
-func (d *Dispatcher) singleHandle(groupID string, ack *jetstream.PubAck, mark outcomeMark) *Handle {
+// singleMsgOf is the message of a single job alone.
+func (d *Dispatcher) singleMsgOf(ctx context.Context, meta wire.JobMeta, payload []byte) *nats.Msg {
+	header := meta.Header()
+	newJobTrace(ctx).set(header)
+	return &nats.Msg{Subject: d.names.JobSubject(wire.GroupToken(meta.Group)), Header: header, Data: payload}
+}
+
+// singleHandle returns the Handle of the single job id of group groupID, stored before if
+// duplicate; mark is the outcome subscription's state before it was published.
+func (d *Dispatcher) singleHandle(groupID string, id uint64, duplicate bool, mark outcomeMark) *Handle {
 	h := d.Attach(groupID)
-	h.openSeq, h.resolvedAt = ack.Sequence, ack.Sequence // a single job is its own incarnation
-	h.firstID, h.lastID = ack.Sequence, ack.Sequence
-	if ack.Duplicate {
+	h.openSeq, h.resolvedAt = id, id // a single job is its own incarnation
+	h.firstID, h.lastID = id, id
+	if duplicate {
 		h.duplicates = 1 // stored before: its outcome may be too
 	} else {
 		h.accepted = 1

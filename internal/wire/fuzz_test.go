@@ -149,6 +149,29 @@ func FuzzParsePack(f *testing.F) {
 	})
 }
 
+// FuzzParseSinglePack feeds arbitrary bodies to the single pack decoder under its headers.
+func FuzzParseSinglePack(f *testing.F) {
+	f.Add(AppendSinglePack(nil, []SinglePackJob{{Group: "a", PackJob: PackJob{Payload: []byte("a")}}, {Group: "b", Priority: 3, PackJob: PackJob{Require: []string{"r"}, MaxAttempts: 2, Timeout: 5e9}}}), 2, "tok")
+	f.Add([]byte{Version, kindSinglePack, 2, 1, 'g', 0, 0, 0, 0, 0, 0, 0, 1, 'g', 9, 0, 0, 0, 0, 0, 0}, 2, "")
+	f.Fuzz(func(t *testing.T, b []byte, n int, reply string) {
+		jobs, err := ParseStoredJobs(7, SinglePackHeader(n, reply), b)
+		if err != nil {
+			return
+		}
+		pack := make([]SinglePackJob, len(jobs))
+		for i, j := range jobs {
+			if err := j.Meta.Validate(); err != nil || j.ID != PackedJobID(7, i) || !j.Meta.Single || j.Meta.Reply != reply || j.Meta.Key != "" {
+				t.Fatalf("accepted job %d: %+v (%v)", i, j, err)
+			}
+			pack[i] = SinglePackJob{Group: j.Meta.Group, Priority: j.Meta.Priority, PackJob: PackJob{Payload: j.Payload, Require: j.Meta.Require, Prefer: j.Meta.Prefer, MaxAttempts: j.Meta.MaxAttempts, Timeout: j.Meta.Timeout, RunAt: j.Meta.RunAt}}
+		}
+		again, err := ParseStoredJobs(7, SinglePackHeader(n, reply), AppendSinglePack(nil, pack))
+		if err != nil || !reflect.DeepEqual(again, jobs) {
+			t.Fatalf("re-encode of an accepted single pack gave %+v, %v; want %+v", again, err, jobs)
+		}
+	})
+}
+
 // FuzzValidateName checks the naming rule against its definition: whatever ValidateGroupID or
 // ValidateKey accepts is valid UTF-8 without control, format or separator characters.
 func FuzzValidateName(f *testing.F) {

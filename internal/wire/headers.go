@@ -26,6 +26,7 @@ const (
 	HdrReason      = "Weave-Reason"     // on rejections
 	HdrSubject     = "Weave-Subject"    // on rejections: the refused message's subject
 	HdrSeq         = "Weave-Seq"        // on rejections: the refused message's stream sequence
+	HdrJob         = "Weave-Job"        // on a rejection of one job of a single pack: its ID
 	HdrAbandoned   = "Weave-Abandoned"  // on a seal the coordinator wrote for a group whose producer went silent: "1"
 	HdrReply       = "Weave-Reply"      // on cancel and redrive: the token of the subject NS.reply.<token> the coordinator answers on; on an open or a single job: the producer's token its outcomes are published to (Names.OutcomeSubjectTo)
 	HdrRedrive     = "Weave-Redrive"    // on an open the coordinator publishes for a redrive: the request's JOBS sequence
@@ -436,13 +437,17 @@ func splitList(s string) []string {
 }
 
 // RejectionHeader is the header of the record of a refused message (the subject and stream
-// sequence it had, and why), published on Names.RejectSubject to the REJECTED stream.
+// sequence it had, and why), published on Names.RejectSubject to the REJECTED stream. seq may be
+// the packed ID of one job of a single pack refused alone: the record then names both.
 func RejectionHeader(subject string, seq uint64, reason string) Header {
 	h := Header{}
 	h.Set(HdrVersion, strconv.Itoa(Version))
 	h.Set(HdrReason, reason)
 	h.Set(HdrSubject, subject)
-	h.Set(HdrSeq, strconv.FormatUint(seq, 10))
+	h.Set(HdrSeq, strconv.FormatUint(JobSeq(seq), 10))
+	if IsPacked(seq) {
+		h.Set(HdrJob, strconv.FormatUint(seq, 10)) // one job of a single pack refused, not its message
+	}
 	return h
 }
 

@@ -82,6 +82,11 @@ func (n Names) GroupSubject(gtok string) string { return n.ns + ".group." + gtok
 // JobSubject carries a group's jobs.
 func (n Names) JobSubject(gtok string) string { return n.ns + ".jobs." + gtok }
 
+// SinglesSubject carries single packs (AppendSinglePack): single jobs of many groups, each its own
+// group. Its last token, "~", is no group's token (GroupToken encodes an ID it cannot take as it is
+// as "~" followed by at least one character).
+func (n Names) SinglesSubject() string { return n.ns + ".jobs.~" }
+
 // WorkSubject carries work batches for one pool.
 func (n Names) WorkSubject(pool string) string { return n.ns + ".work." + pool }
 

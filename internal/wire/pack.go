@@ -105,17 +105,7 @@ func AppendPack(dst []byte, jobs []PackJob) []byte {
 	dst = appendHeader(dst, kindPack)
 	dst = appendUvarint(dst, uint64(len(jobs)))
 	for i := range jobs {
-		j := &jobs[i]
-		dst = appendBytes(dst, j.Payload)
-		dst = appendStrings(dst, j.Require)
-		dst = appendStrings(dst, j.Prefer)
-		dst = appendUvarint(dst, uint64(j.MaxAttempts))
-		dst = appendUvarint(dst, uint64(j.Timeout))
-		var at uint64
-		if !j.RunAt.IsZero() {
-			at = uint64(j.RunAt.UnixMilli())
-		}
-		dst = appendUvarint(dst, at)
+		dst = appendPackJob(dst, &jobs[i])
 	}
 	return dst
 }
@@ -158,6 +148,9 @@ func ParseStoredJobs(seq uint64, hm map[string][]string, data []byte) ([]StoredJ
 		return nil, fmt.Errorf("%w: a job message at stream sequence %d, past the last one whose jobs' IDs are unambiguous (%d)", ErrMalformed, seq, uint64(MaxJobSeq))
 	}
 	n := h.Get(HdrPack)
+	if n != "" && h.Get(HdrSingle) != "" {
+		return parseSinglePack(seq, h, data)
+	}
 	if n == "" {
 		meta, err := ParseJobMeta(h)
 		if err != nil {
@@ -209,26 +202,9 @@ func ParseStoredJobs(seq uint64, hm map[string][]string, data []byte) ([]StoredJ
 	for i := range jobs {
 		j := &jobs[i]
 		j.ID, j.Trace = PackedJobID(seq, i), trace
-		j.Payload = r.bytes()
-		j.Meta = JobMeta{Group: group, Require: r.strings(), Prefer: r.strings(), Priority: priority}
-		attempts, timeout, at := r.uvarint(), r.uvarint(), r.uvarint()
-		if r.err != nil {
-			return nil, r.err
-		}
-		switch {
-		case attempts > MaxAttemptsLimit:
-			return nil, fmt.Errorf("%w: job %d of the pack: MaxAttempts %d outside 0..%d", ErrMalformed, i, attempts, MaxAttemptsLimit)
-		case timeout > uint64(MaxTimeout):
-			return nil, fmt.Errorf("%w: job %d of the pack: Timeout %v outside 0..%v", ErrMalformed, i, time.Duration(min(timeout, 1<<62)), MaxTimeout)
-		case at > uint64(maxRunAtMilli):
-			return nil, fmt.Errorf("%w: job %d of the pack: run-at %d past the year 9999", ErrMalformed, i, at)
-		}
-		j.Meta.MaxAttempts, j.Meta.Timeout = int(attempts), time.Duration(timeout)
-		if at > 0 {
-			j.Meta.RunAt = time.UnixMilli(int64(at))
-		}
-		if err := j.Meta.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: job %d of the pack: %v", ErrMalformed, i, err)
+		j.Meta = JobMeta{Group: group, Priority: priority}
+		if err := readPackJob(r, j, i); err != nil {
+			return nil, err
 		}
 	}
 	if err := r.end(); err != nil {

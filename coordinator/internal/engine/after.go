@@ -169,23 +169,23 @@ func (e *Engine) bindEdges(w *waitingGroup, all bool) {
 // or retained; 0 if there is none.
 func (e *Engine) latestIncarnation(id string, before uint64, all bool) uint64 {
 	var latest uint64
-	if r := e.groups.table.latest(id); r != nil && r.openSeq < before {
+	if r := e.groups.table.latest(id); r != nil && arrivedBefore(r.openSeq, before) {
 		latest = r.openSeq
 	}
 	// Retained groups are in completion order: a dependency is most often a recent one.
 	rs := e.retention.retained
 	for i := len(rs) - 1; i >= 0; i-- {
-		if r := rs[i]; r.id == id && r.openSeq < before && r.openSeq > latest {
+		if r := rs[i]; r.id == id && arrivedBefore(r.openSeq, before) && arrivedBefore(latest, r.openSeq) {
 			latest = r.openSeq
 		}
 	}
 	if all {
 		// After a restart, an earlier incarnation still in JOBS may not be the ID's latest.
 		for r := range e.groups.table.all() {
-			if r.openSeq >= before {
+			if !arrivedBefore(r.openSeq, before) {
 				break // in arrival order
 			}
-			if r.id == id && r.openSeq > latest {
+			if r.id == id && arrivedBefore(latest, r.openSeq) {
 				latest = r.openSeq
 			}
 		}
@@ -338,9 +338,9 @@ func (e *Engine) applyReady(subject string, seq uint64, c wire.GroupControl, r *
 	}
 	g := e.liveOf(r)
 	if g != nil {
-		g.lastSeq = max(g.lastSeq, seq)
+		g.lastSeq = later(g.lastSeq, seq)
 	} else {
-		r.lastSeq = max(r.lastSeq, seq)
+		r.lastSeq = later(r.lastSeq, seq)
 	}
 	if !e.isWaiting(r.openSeq) {
 		return // written again after a restart: the first one released it

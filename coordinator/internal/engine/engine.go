@@ -243,10 +243,14 @@ func (e *Engine) Feed(subject string, seq uint64, h map[string][]string, data []
 	}
 	e.mx.stored(seq, stored)
 	if jobs[0].Meta.Single {
-		if e.admitSingle(subject, seq, &jobs[0], stored) {
-			return jobs, 0
+		// One single job, or a single pack's: each is its own group, whose incarnation is its ID.
+		admitted := jobs[:0]
+		for i := range jobs {
+			if e.admitSingle(subject, jobs[i].ID, &jobs[i], stored) {
+				admitted = append(admitted, jobs[i])
+			}
 		}
-		return nil, 0
+		return admitted, 0
 	}
 	r := e.groups.table.latest(jobs[0].Meta.Group)
 	if !e.mayJoin(subject, seq, jobs[0].Meta.Group, r) {

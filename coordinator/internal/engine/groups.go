@@ -606,7 +606,7 @@ func (e *Engine) applyCancel(subject string, seq uint64, c wire.GroupControl, r 
 	g := e.live(r)
 	sealed := g.sealed // before this cancel: at replay, it may then have come after the group completed
 	// The cancel is the group's message in JOBS, to be purged with it.
-	g.lastSeq = max(g.lastSeq, seq)
+	g.lastSeq = later(g.lastSeq, seq)
 	if c.AfterFailed != "" {
 		e.depsCanceled(g.openSeq, c.AfterFailed)
 	}
@@ -695,10 +695,19 @@ func (e *Engine) joinRefusal(subject, group string, r *groupRec) string {
 		return "job for group " + group + ", which was canceled"
 	case e.sealed(r):
 		return "job after the seal of group " + group
-	case subject != e.names.JobSubject(wire.GroupToken(r.id)):
+	case subject != e.jobSubject(r):
 		return "job subject does not match its group " + group
 	}
 	return ""
+}
+
+// jobSubject is the subject the job messages of r travel on: the singles subject for a single
+// pack's job, its group's job subject for any other.
+func (e *Engine) jobSubject(r *groupRec) string {
+	if wire.IsPacked(r.openSeq) {
+		return e.names.SinglesSubject()
+	}
+	return e.names.JobSubject(wire.GroupToken(r.id))
 }
 
 // admit indexes job j of the message stored at seq in the incarnation r, which mayJoin checked,

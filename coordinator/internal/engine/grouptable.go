@@ -1,12 +1,15 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/binary"
 	"hash/maphash"
 	"iter"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
 )
 
 // groupRec is an incarnation as the coordinator tracks it from its open until it is forgotten:
@@ -162,7 +165,7 @@ func (t *groupTable) add(r groupRec) {
 	if k := len(t.pages); k > 0 {
 		p := t.pages[k-1]
 		switch {
-		case p.recs[len(p.recs)-1].openSeq > r.openSeq:
+		case arrivedBefore(r.openSeq, p.recs[len(p.recs)-1].openSeq):
 			t.insert(r) // never expected: the feed is in sequence order
 			return
 		case len(p.recs) < recPageSize:
@@ -184,20 +187,13 @@ func (t *groupTable) insert(r groupRec) {
 	p.recs = slices.Insert(p.recs, j, r)
 }
 
-func cmpSeq(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
+// cmpSeq orders incarnations by arrival (wire.Arrival).
+func cmpSeq(a, b uint64) int { return cmp.Compare(wire.Arrival(a), wire.Arrival(b)) }
 
 // pageOf returns the index of the last page whose first record opened at or before seq, or -1.
 func (t *groupTable) pageOf(seq uint64) int {
 	i, _ := slices.BinarySearchFunc(t.pages, seq, func(p *recPage, seq uint64) int {
-		if p.recs[0].openSeq <= seq {
+		if !arrivedBefore(seq, p.recs[0].openSeq) {
 			return -1
 		}
 		return 1

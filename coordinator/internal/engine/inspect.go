@@ -49,15 +49,14 @@ func (e *Engine) inspectJob(id uint64, hint string) wire.InspectReply {
 		// Not tracked: its group is complete and forgotten (or it never existed). The retained
 		// incarnations opened before it may hold its outcome, nearest first.
 		var rep wire.InspectReply
-		seq := wire.JobSeq(id) // the message that stores it
 		for i := len(e.retention.retained) - 1; i >= 0 && len(rep.Candidates) < wire.MaxInspectGroups; i-- {
 			r := &e.retention.retained[i]
-			if (hint == "" || r.id == hint) && r.openSeq < seq && (r.jobsSeq == 0 || seq <= r.jobsSeq) {
+			if (hint == "" || r.id == hint) && arrivedBefore(r.openSeq, id) && (r.jobsSeq == 0 || !arrivedBefore(r.jobsSeq, id)) {
 				rep.Candidates = append(rep.Candidates, retainedLive(r))
 			}
 		}
 		// The incarnation opened last before the job is the likeliest to hold it: read first.
-		slices.SortFunc(rep.Candidates, func(a, b wire.GroupLive) int { return cmp.Compare(b.Incarnation, a.Incarnation) })
+		slices.SortFunc(rep.Candidates, func(a, b wire.GroupLive) int { return cmpSeq(b.Incarnation, a.Incarnation) })
 		return rep
 	}
 	jl := &wire.JobLive{ID: id, State: st.String()}

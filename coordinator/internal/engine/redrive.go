@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -144,13 +143,13 @@ func (e *Engine) judgeRedrive(id string, r *groupRec, before uint64) (refusal *w
 // whether some of them had failed jobs.
 func (rt *retention) incarnationsOf(id string, before uint64) (opens []uint64, summary uint64, failed bool) {
 	for i := len(rt.retained) - 1; i >= 0; i-- {
-		if r := &rt.retained[i]; r.id == id && r.openSeq < before {
+		if r := &rt.retained[i]; r.id == id && arrivedBefore(r.openSeq, before) {
 			opens = append(opens, r.openSeq)
 			summary = max(summary, r.summarySeq)
 			failed = failed || r.keepJobs
 		}
 	}
-	slices.SortFunc(opens, func(a, b uint64) int { return cmp.Compare(b, a) })
+	slices.SortFunc(opens, func(a, b uint64) int { return cmpSeq(b, a) })
 	return opens, summary, failed
 }
 
@@ -159,7 +158,7 @@ func (rt *retention) incarnationsOf(id string, before uint64) (opens []uint64, s
 func (rt *retention) retainedOf(id string, before uint64) *retained {
 	var latest *retained
 	for i := range rt.retained {
-		if r := &rt.retained[i]; r.id == id && r.openSeq < before && (latest == nil || r.openSeq > latest.openSeq) {
+		if r := &rt.retained[i]; r.id == id && arrivedBefore(r.openSeq, before) && (latest == nil || arrivedBefore(latest.openSeq, r.openSeq)) {
 			latest = r
 		}
 	}

@@ -557,17 +557,17 @@ func (e *Engine) EndReplay(alive map[uint64]AliveJob, now time.Time) {
 			}
 		}
 		switch last, summarized := rs.summarized[c.g.openSeq]; {
-		case summarized && c.seq > last:
+		case summarized && arrivedBefore(last, c.seq):
 			e.refuse(c.subject, c.seq, CancelNotOpen(c.g.id))
 		case summarized: // applied before it completed
 		case c.sealed && !e.jobsLeft(c.g.openSeq, c.g.alone):
 			e.refuse(c.subject, c.seq, CancelComplete(c.g.id))
 		case c.g.complete: // it sealed the group, which then completed
 		case len(c.jobs) > 0:
-			c.g.lastSeq = max(c.g.lastSeq, c.seq) // purged with it (a cancel moved from a refused open)
+			c.g.lastSeq = later(c.g.lastSeq, c.seq) // purged with it (a cancel moved from a refused open)
 			e.cancelJobs(c.g, c.jobs)
 		default:
-			c.g.lastSeq = max(c.g.lastSeq, c.seq)
+			c.g.lastSeq = later(c.g.lastSeq, c.seq)
 			e.cancelGroup(c.g)
 		}
 	}

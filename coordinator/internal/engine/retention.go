@@ -45,11 +45,13 @@ type retained struct {
 	sum        wire.GroupSummary // how it ended: groups that run after it bind to it
 }
 
-// Purge is an effect: delete a retained group's outcomes up to summarySeq and, if jobsSeq > 0,
-// its job messages up to jobsSeq.
+// Purge is an effect: delete a retained group's outcomes up to SummarySeq and, if JobsSeq > 0,
+// the messages of its subjects in JOBS up to JobsSeq. Packed, if not 0, is the incarnation of a
+// single pack's job kept for its failure: its share of the pack's message is done.
 type Purge struct {
 	Tok                 string
 	SummarySeq, JobsSeq uint64
+	Packed              uint64
 }
 
 // retain records that a complete incarnation's summary is stored, at RESULTS sequence
@@ -60,8 +62,8 @@ func (e *Engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jo
 	rt := &e.retention
 	if rt.openEnded[tok] > 0 {
 		for i := range rt.retained {
-			if r := &rt.retained[i]; r.tok == tok && r.keepJobs && r.jobsSeq == 0 && r.openSeq < openSeq {
-				r.jobsSeq = openSeq - 1 // an earlier incarnation ends before this one's open
+			if r := &rt.retained[i]; r.tok == tok && r.keepJobs && r.jobsSeq == 0 && arrivedBefore(r.openSeq, openSeq) {
+				r.jobsSeq = wire.JobSeq(openSeq) - 1 // an earlier incarnation ends before this one's open
 				rt.closed(tok)
 			}
 		}
@@ -106,8 +108,8 @@ func (e *Engine) boundRetained() {
 		}
 		e.retention.closed(r.tok)
 		r.jobsSeq = e.retention.jobsApplied
-		if g := e.groups.table.latest(r.id); g != nil && g.openSeq > r.openSeq {
-			r.jobsSeq = g.openSeq - 1
+		if g := e.groups.table.latest(r.id); g != nil && arrivedBefore(r.openSeq, g.openSeq) {
+			r.jobsSeq = wire.JobSeq(g.openSeq) - 1
 		}
 	}
 }
@@ -122,6 +124,12 @@ func (e *Engine) ExpireRetained(now time.Time) {
 		p := Purge{Tok: r.tok, SummarySeq: r.summarySeq}
 		if r.keepJobs {
 			p.JobsSeq = r.jobsSeq
+			if wire.IsPacked(r.openSeq) {
+				p.Packed = r.openSeq
+			}
+			if wire.IsPacked(p.JobsSeq) {
+				p.JobsSeq = 0 // nothing stored on its subjects after its pack
+			}
 			if r.jobsSeq == 0 {
 				e.retention.closed(r.tok)
 			}

@@ -6,9 +6,10 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// admitSingle applies a single job (wire.JobMeta.Single) stored at seq: one message that is its
-// group's open, its only job and its seal, so a job submitted alone costs one message instead of
-// three. The group's incarnation is the job's own sequence. Everything after admission (release,
+// admitSingle applies a single job (wire.JobMeta.Single) whose ID is seq: one message, or one
+// job of a single pack, that is its group's open, its only job and its seal, so a job submitted
+// alone costs one message instead of three. The group's incarnation is the job's ID: its
+// message's sequence, or its packed job ID in a single pack. Everything after admission (release,
 // retries, outcomes, summary, purge, retention, cancel, redrive) is a group's.
 //
 // A single job whose group ID has an incarnation that is not complete, or is being redriven, is
@@ -44,4 +45,17 @@ func (e *Engine) admitSingle(subject string, seq uint64, j *wire.StoredJob, stor
 // SingleRunning is why a single job for a group ID with an incarnation not complete is refused.
 func SingleRunning(id string) string {
 	return "single job for group " + id + ", which is open or still running: a single job opens a group of its own"
+}
+
+// arrivedBefore reports whether the incarnation or message a came before b in JOBS: by wire.Arrival,
+// since a single pack's job's incarnation, its packed job ID, is a larger number than the
+// sequences of the messages stored after it.
+func arrivedBefore(a, b uint64) bool { return wire.Arrival(a) < wire.Arrival(b) }
+
+// later returns whichever of a and b came later in JOBS (arrivedBefore).
+func later(a, b uint64) uint64 {
+	if arrivedBefore(a, b) {
+		return b
+	}
+	return a
 }

@@ -413,6 +413,11 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	}
 	env.progressf("scale: publishing %s (%s)", step.name(), what)
 	start := time.Now()
+	if ap := os.Getenv("WEAVE_ADMIT_PROF"); ap != "" && defaults {
+		f, _ := os.Create(fmt.Sprintf("%s-g%d-%d.prof", ap, step.GroupSize, n))
+		_ = pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	payload := make([]byte, cfg.PayloadSize)
 	if err := publishAll(ctx, disp, fmt.Sprint("s", n, "-"), sizes, payload); err != nil {
 		return err
@@ -426,6 +431,9 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 		return err
 	}
 	admitted := time.Since(start)
+	if os.Getenv("WEAVE_ADMIT_PROF") != "" && defaults {
+		pprof.StopCPUProfile()
+	}
 	coord1, server1, heap1 := attributedHeap(coordinatorPackages), attributedHeap(serverPackages), heapInUse()
 	m := ScaleMemory{
 		CoordBytes:   int64(coord1) - int64(coord0),

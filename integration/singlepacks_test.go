@@ -1,0 +1,195 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weavejobs/weave/coordinator"
+	"github.com/weavejobs/weave/dispatcher"
+	"github.com/weavejobs/weave/internal/testwait"
+	"github.com/weavejobs/weave/internal/wire"
+	"github.com/weavejobs/weave/worker"
+)
+
+// jobsHeld is how many messages JOBS holds.
+func (e *env) jobsHeld() uint64 {
+	e.t.Helper()
+	info, err := e.jobsStream().Info(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// singles returns n keyless single jobs of groups prefix0..prefix<n-1>, payload "fail" for the
+// indexes in failing.
+func singles(prefix string, n int, failing ...int) []dispatcher.Single {
+	jobs := make([]dispatcher.Single, n)
+	for i := range jobs {
+		jobs[i] = dispatcher.Single{Group: fmt.Sprint(prefix, i), Job: dispatcher.Job{Payload: []byte(strconv.Itoa(i))}}
+	}
+	for _, i := range failing {
+		jobs[i].Job.Payload = []byte("fail")
+	}
+	return jobs
+}
+
+// TestSinglePacks: single jobs without a key submitted together travel in packs of 32, one
+// stored message each, and each is still its own group: it runs, its outcome reaches WaitJob,
+// a priority is its group's, and a pack's message is deleted only once every job in it is done
+// with it. A failed job keeps its pack's message (its payload) until it is redriven and its
+// retention passes; its redrive runs it again as its group's new incarnation.
+func TestSinglePacks(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{TrimInterval: 100 * time.Millisecond, Streams: coordinator.StreamOptions{ResultRetention: 5 * time.Second}})
+	w := e.redriveWorker()
+
+	jobs := singles("sp-", 100, 7)
+	jobs[40].Job.Priority = 3
+	before := e.jobsHeld()
+	subs, err := e.d.SubmitMany(e.ctx, jobs)
+	if err != nil || len(subs) != len(jobs) {
+		t.Fatalf("SubmitMany: %d submitted, %v", len(subs), err)
+	}
+	if stored := e.jobsHeld() - before; stored > 4 {
+		t.Errorf("100 single jobs stored in %d messages, want 4 packs at most", stored)
+	}
+	for i, s := range subs {
+		if !wire.IsPacked(s.ID) || s.Handle.GroupID() != jobs[i].Group || s.Handle.Accepted() != 1 {
+			t.Fatalf("job %d: ID %d (packed %v), group %q, accepted %d", i, s.ID, wire.IsPacked(s.ID), s.Handle.GroupID(), s.Handle.Accepted())
+		}
+		if i > 0 && wire.JobSeq(s.ID) == wire.JobSeq(subs[i-1].ID) && s.ID != subs[i-1].ID+1 {
+			t.Fatalf("jobs %d and %d of one pack: IDs %d and %d", i-1, i, subs[i-1].ID, s.ID)
+		}
+	}
+	for i, s := range subs {
+		out, err := s.Handle.WaitJob(e.ctx, s.ID)
+		want := dispatcher.StateDone
+		if i == 7 {
+			want = dispatcher.StateFailed
+		}
+		if err != nil || out.State != want || out.ID != s.ID || out.Group != jobs[i].Group {
+			t.Fatalf("job %d: %+v, %v; want %s", i, out, err, want)
+		}
+	}
+	// Every pack but the failed job's is deleted once its jobs are done.
+	testwait.For(t, 30*time.Second, "JOBS to keep only the failed job's pack", func() bool { return e.jobsHeld() == before+1 })
+	info, err := e.d.Job(e.ctx, subs[7].ID)
+	if err != nil || info.Group != "sp-7" {
+		t.Fatalf("inspection of the failed packed job: %+v, %v", info, err)
+	}
+
+	w.failing.Store(false)
+	h, err := e.d.Redrive(e.ctx, "sp-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := e.waitFor(h); res.Summary != (dispatcher.Summary{Jobs: 1, Done: 1}) {
+		t.Fatalf("redriven packed job: %+v", res.Summary)
+	}
+	// Its retention over, the failed incarnation's share of the pack goes, and the pack with it.
+	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
+	if n := w.runs.Load(); n != 101 {
+		t.Errorf("%d runs, want 101 (100 jobs, one redriven)", n)
+	}
+}
+
+// TestSinglePacksSurviveCoordinatorRestart: packs of single jobs admitted, some running, when the
+// coordinator stops; the next one replays them: every job runs to its outcome once, and the
+// packs are deleted once their jobs are done.
+func TestSinglePacksSurviveCoordinatorRestart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	stop := e.stoppableCoordinator()
+	hold := newGate()
+	var (
+		runs    atomic.Int64
+		holding atomic.Bool
+	)
+	holding.Store(true)
+	e.worker(worker.Config{Concurrency: 4}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		runs.Add(1)
+		if holding.Load() {
+			if err := hold.wait(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return j.Payload, nil
+	})
+	before := e.jobsHeld()
+	subs, err := e.d.SubmitMany(e.ctx, singles("rs-", 70))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 30*time.Second, "four jobs to start", func() bool { return hold.started.Load() >= 4 })
+	stop()
+	e.coordinator(coordinator.Config{})
+	holding.Store(false)
+	hold.release()
+	for i, s := range subs {
+		out, err := s.Handle.WaitJob(e.ctx, s.ID)
+		if err != nil || out.State != dispatcher.StateDone || string(out.Result) != strconv.Itoa(i) {
+			t.Fatalf("job %d: %+v, %v", i, out, err)
+		}
+	}
+	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
+	if n := runs.Load(); n != 70 {
+		t.Errorf("%d runs of 70 jobs", n)
+	}
+}
+
+// TestSinglePackRefusesRunningGroup: a job of a pack whose group ID runs already is refused
+// alone, recorded in NS_REJECTED under its pack's sequence and its own ID; the pack's other jobs
+// run, and the pack is deleted once they and the refusal are done.
+func TestSinglePackRefusesRunningGroup(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	hold := newGate()
+	e.worker(worker.Config{Concurrency: 4}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		if string(j.Payload) == "busy" {
+			if err := hold.wait(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	})
+	before := e.jobsHeld()
+	busy, busyID, err := e.d.Submit(e.ctx, "busy", dispatcher.Job{Payload: []byte("busy")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 30*time.Second, "the busy job to start", func() bool { return hold.started.Load() == 1 })
+	js, _ := jetstream.New(e.nc)
+	names, _ := wire.NewNames(e.ns)
+	rr := newRejectionReader(t, e.ctx, js, names)
+
+	jobs := []dispatcher.Single{{Group: "free-1"}, {Group: "busy", Job: dispatcher.Job{Payload: []byte("again")}}, {Group: "free-2"}}
+	subs, err := e.d.SubmitMany(e.ctx, jobs)
+	if err != nil || len(subs) != 3 || !wire.IsPacked(subs[1].ID) {
+		t.Fatalf("SubmitMany: %+v, %v", subs, err)
+	}
+	for _, i := range []int{0, 2} {
+		if out, err := subs[i].Handle.WaitJob(e.ctx, subs[i].ID); err != nil || out.State != dispatcher.StateDone {
+			t.Fatalf("job %d: %+v, %v", i, out, err)
+		}
+	}
+	var got []rejection
+	testwait.For(t, 30*time.Second, "the refusal to be recorded", func() bool { got = append(got, rr.next()...); return len(got) > 0 })
+	wantSeq := strconv.FormatUint(wire.JobSeq(subs[1].ID), 10)
+	if len(got) != 1 || got[0].subject != names.SinglesSubject() || got[0].seq != wantSeq {
+		t.Fatalf("rejections %+v, want one of the pack at %s on %s", got, wantSeq, names.SinglesSubject())
+	}
+	hold.release()
+	if out, err := busy.WaitJob(e.ctx, busyID); err != nil || out.State != dispatcher.StateDone {
+		t.Fatalf("busy job: %+v, %v", out, err)
+	}
+	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
+}
