@@ -102,13 +102,14 @@ type Config struct {
 	// size. Default 512 (DefaultMaxPending); at most 65,536 (MaxMaxPending).
 	MaxPending int
 
-	// MaxPack is the most jobs Publish stores in one JOBS message. Jobs without a key that the
-	// iterator yields faster than they are published travel in packs of up to MaxPack jobs (and
-	// 64 KiB), each pack one stored message, so a job costs a fraction of a publish, an
-	// acknowledgement and a read; a keyed job (deduplicated by JetStream on its own message ID)
-	// and a job yielded alone travel in a message of their own. Default 32 (wire.MaxPack), the
-	// most; 1 turns packing off, for coordinators of a build before packs, which
-	// refuses them. Job IDs name the message and the job's place in it (see Handle.FirstID).
+	// MaxPack is the most jobs Publish, and SubmitMany, store in one JOBS message. Jobs without a
+	// key that the iterator yields faster than they are published (for SubmitMany: consecutive
+	// jobs without a key) travel in packs of up to MaxPack jobs (and 64 KiB), each pack one stored
+	// message, so a job costs a fraction of a publish, an acknowledgement and a read; a keyed job
+	// (deduplicated by JetStream on its own message ID) and a job yielded alone travel in a message
+	// of their own. Default 32 (wire.MaxPack), the most; 1 turns packing off, for coordinators of a
+	// build before packs (or, for SubmitMany, before single packs), which refuse them. Job IDs name
+	// the message and the job's place in it (see Handle.FirstID).
 	MaxPack int
 
 	// MaxPayload is the largest job payload in bytes. Default 256 KiB (DefaultMaxPayload), or the

@@ -2,6 +2,8 @@ package dispatcher
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"time"
 
@@ -91,10 +93,12 @@ type Submitted struct {
 //
 // Every job is checked before any is published; an invalid one is an error wrapping
 // ErrInvalidJob, naming its index, and nothing is published. A publish that fails stops the
-// submission: SubmitMany returns the jobs stored so far, in order, with the error (the jobs after
-// them may or may not be stored; submit again the ones that need it with keys, which the dedup
-// window makes safe). The result is in the order of jobs. A job of a pack has a packed ID
-// (2^52 + sequence·32 + index, as a job of a group's pack), which is also its group's incarnation.
+// submission: SubmitMany returns the jobs stored so far, in order, with the error; the jobs after
+// them may or may not be stored: submit them again within the dedup window, which stores each
+// once (a job with a key is deduplicated by its group and key, one alone without a key by its
+// group, a pack by its groups, and the rest is packed again as it was). The result is in the
+// order of jobs. A job of a pack has a packed ID (2^52 + sequence·32 + index, as a job of a
+// group's pack), which is also its group's incarnation.
 func (d *Dispatcher) SubmitMany(ctx context.Context, jobs []Single) ([]Submitted, error) {
 	metas := make([]wire.JobMeta, len(jobs))
 	groups := make([]string, len(jobs))
@@ -222,8 +226,7 @@ func (d *Dispatcher) singleUnits(ctx context.Context, jobs []Single, metas []wir
 					Payload: j.Payload, Require: m.Require, Prefer: m.Prefer, MaxAttempts: m.MaxAttempts, Timeout: m.Timeout, RunAt: m.RunAt}}
 			}
 			h := nats.Header(wire.SinglePackHeader(n, d.reply))
-			// Its own dedup ID: a publish retried after a lost acknowledgement is stored once.
-			h.Set(wire.HdrMsgID, "singles/"+nuid.Next())
+			h.Set(wire.HdrMsgID, singlePackID(metas[i:i+n]))
 			newJobTrace(ctx).set(h)
 			u.msg = &nats.Msg{Subject: d.names.SinglesSubject(), Header: h, Data: wire.AppendSinglePack(nil, pack)}
 		}
@@ -231,6 +234,19 @@ func (d *Dispatcher) singleUnits(ctx context.Context, jobs []Single, metas []wir
 		i += n
 	}
 	return units
+}
+
+// singlePackID is the dedup ID of a single pack of these jobs: a digest of their groups, in
+// order. A job alone without a key is deduplicated by its group ID (wire.JobMeta.Header); a pack
+// by the groups it holds, so a SubmitMany submitted again after a failure, which packs the
+// remaining jobs as it did the first time, stores each pack once within the dedup window.
+func singlePackID(metas []wire.JobMeta) string {
+	sum := sha256.New()
+	for i := range metas {
+		sum.Write([]byte(wire.GroupToken(metas[i].Group)))
+		sum.Write([]byte{0})
+	}
+	return "singles/" + base64.RawURLEncoding.EncodeToString(sum.Sum(nil)[:18])
 }
 
 // singleMsg checks job and returns its message as a single job of groupID (generated when

@@ -69,6 +69,19 @@ func TestSinglePacks(t *testing.T) {
 			t.Fatalf("jobs %d and %d of one pack: IDs %d and %d", i-1, i, subs[i-1].ID, s.ID)
 		}
 	}
+	// Submitted again (as after a failed SubmitMany), each pack is a duplicate of the first.
+	again, err := e.d.SubmitMany(e.ctx, jobs)
+	if err != nil || len(again) != len(jobs) {
+		t.Fatalf("SubmitMany again: %d submitted, %v", len(again), err)
+	}
+	for i, s := range again {
+		if s.ID != subs[i].ID || s.Handle.Duplicates() != 1 {
+			t.Fatalf("job %d submitted again: ID %d (first %d), %d duplicates", i, s.ID, subs[i].ID, s.Handle.Duplicates())
+		}
+	}
+	if stored := e.jobsHeld() - before; stored > 4 {
+		t.Errorf("the same 100 single jobs submitted twice stored in %d messages", stored)
+	}
 	for i, s := range subs {
 		out, err := s.Handle.WaitJob(e.ctx, s.ID)
 		want := dispatcher.StateDone
