@@ -34,6 +34,7 @@ fuzz: ## Fuzz every decoder of untrusted bytes for 30s each
 	go test -run='^$$' -fuzz=FuzzDecodeCancel -fuzztime=30s ./internal/wire/
 	go test -run='^$$' -fuzz=FuzzParseHeaders -fuzztime=30s ./internal/wire/
 	go test -run='^$$' -fuzz=FuzzParsePack -fuzztime=30s ./internal/wire/
+	go test -run='^$$' -fuzz=FuzzParseSinglePack -fuzztime=30s ./internal/wire/
 	go test -run='^$$' -fuzz=FuzzParseAck -fuzztime=30s ./internal/asyncpub/
 	go test -run='^$$' -fuzz=FuzzDecode -fuzztime=30s ./internal/journal/
 	go test -run='^$$' -fuzz=FuzzRestore -fuzztime=30s ./internal/jobindex/

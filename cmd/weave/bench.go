@@ -250,6 +250,7 @@ there, every stream (Weave's and the references') at 3 replicas.`,
 	f.IntVar(&cfg.Scale.DrainJobs, "scale-drain-jobs", 0, "scale: jobs run from each backlog to time the drain (default 5,000; at most half the backlog)")
 	f.IntSliceVar(&cfg.Scale.GroupSizes, "scale-group-size", nil, "scale: jobs per group of the backlogs, each measured at every size (default 1,10,1000: single jobs, small groups, large groups)")
 	f.StringVar(&cfg.Scale.DrainProfile, "scale-drain-profile", "", "scale: write a CPU profile of each backlog's drain alone to PREFIX-g<group size>-<jobs>.prof")
+	f.StringVar(&cfg.Scale.AdmitProfile, "scale-admit-profile", "", "scale: write a CPU profile of each backlog's publishing and admission to PREFIX-g<group size>-<jobs>.prof")
 	f.StringVar(&cfg.Scale.HeapProfile, "scale-heap-profile", "", "scale: write a heap profile of each backlog (payload cache off, every job admitted) to PREFIX-g<group size>-<jobs>.heap")
 	f.IntVar(&cfg.Scale.Repeat, "scale-repeat", 0, "scale: run each backlog's default deployment (drain, restart) this many times, backlogs interleaved, and report the drain's medians (default 3)")
 

@@ -52,7 +52,7 @@ func (r *run) analyse(ctx context.Context) *report {
 	// What RESULTS holds, and what the producer recorded.
 	packed := map[string]bool{} // groups published without keys, in packs
 	for _, g := range r.workload {
-		packed[g.ID] = g.Packed
+		packed[g.ID] = g.Packed || g.Batched
 	}
 	res := indexResults(stored, keyOf, packed)
 	pv := readProducer(prod)
@@ -193,7 +193,7 @@ func (r *run) analyse(ctx context.Context) *report {
 		}
 	}
 	rep.figure("form", fmt.Sprintf("%s: %d rounds of %s; %d faults injected", r.cfg.name, r.cfg.rounds, strings.Join(r.cfg.faults, ", "), len(r.faults)))
-	nPacked, nSingle, nFollow := 0, 0, 0
+	nPacked, nSingle, nBatched, nFollow := 0, 0, 0, 0
 	for _, g := range r.workload {
 		if g.Packed {
 			nPacked++
@@ -201,12 +201,15 @@ func (r *run) analyse(ctx context.Context) *report {
 		if g.Single {
 			nSingle++
 		}
+		if g.Batched {
+			nBatched++
+		}
 		if g.FollowUp {
 			nFollow++
 		}
 	}
-	rep.figure("workload", fmt.Sprintf("%d groups (%d incarnations; %d groups published in packs, without keys; %d single jobs submitted alone; %d with a follow-up), %d jobs; %d workers × %d slots; jobs %v–%v",
-		len(r.workload), r.incarnations(), nPacked, nSingle, nFollow, planned, r.cfg.workers, r.cfg.slots, r.cfg.minJob, r.cfg.maxJob))
+	rep.figure("workload", fmt.Sprintf("%d groups (%d incarnations; %d groups published in packs, without keys; %d single jobs submitted alone, %d in batches, in single packs; %d with a follow-up), %d jobs; %d workers × %d slots; jobs %v–%v",
+		len(r.workload), r.incarnations(), nPacked, nSingle, nBatched, nFollow, planned, r.cfg.workers, r.cfg.slots, r.cfg.minJob, r.cfg.maxJob))
 	if skipped > 0 {
 		rep.figure("not waited for", fmt.Sprintf("%d later incarnations published before a producer restart (no Handle to attach to them)", skipped))
 	}

@@ -39,6 +39,9 @@ type ScaleConfig struct {
 	// to <DrainProfile>-g<group size>-<pending jobs>.prof (with -r<run> after the prefix when
 	// Repeat is above 1): where the time per job goes at each backlog.
 	DrainProfile string `json:"drain_profile,omitempty"`
+	// AdmitProfile, if set, is the prefix of a CPU profile of each backlog's publishing and
+	// admission (default configuration), named as DrainProfile's: where a job's admission goes.
+	AdmitProfile string `json:"admit_profile,omitempty"`
 	// HeapProfile, if set, is the prefix of a heap profile of each backlog with the payload cache
 	// off, written to <HeapProfile>-g<group size>-<pending jobs>.heap once every job is admitted:
 	// what holds the memory per pending job.
@@ -87,7 +90,7 @@ func (c *ScaleConfig) defaults() error {
 	case c.GroupSizes[0] < 1 || c.PayloadSize < 0 || c.DrainJobs < 2 || c.Concurrency < 1 || c.MemProfileRate < 0 || c.Repeat < 1:
 		return fmt.Errorf("scale: group sizes, drain jobs (at least 2), concurrency, profile rate and repeat must be positive")
 	}
-	for _, p := range [...]struct{ what, prefix string }{{"drain profile", c.DrainProfile}, {"heap profile", c.HeapProfile}} {
+	for _, p := range [...]struct{ what, prefix string }{{"drain profile", c.DrainProfile}, {"admission profile", c.AdmitProfile}, {"heap profile", c.HeapProfile}} {
 		// Said now, not after minutes of publishing the first backlog.
 		if st, err := os.Stat(filepath.Dir(p.prefix)); p.prefix != "" && (err != nil || !st.IsDir()) {
 			return fmt.Errorf("scale: %s %q: its directory %s does not exist", p.what, p.prefix, filepath.Dir(p.prefix))
@@ -232,6 +235,9 @@ func RunScale(ctx context.Context, env *Env, cfg ScaleConfig) (*ScaleResult, err
 		rc := cfg
 		if cfg.Repeat > 1 && cfg.DrainProfile != "" {
 			rc.DrainProfile = fmt.Sprintf("%s-r%d", cfg.DrainProfile, run+1)
+		}
+		if cfg.Repeat > 1 && cfg.AdmitProfile != "" {
+			rc.AdmitProfile = fmt.Sprintf("%s-r%d", cfg.AdmitProfile, run+1)
 		}
 		for i := range res.Steps {
 			step := &res.Steps[i]
@@ -413,11 +419,19 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 	}
 	env.progressf("scale: publishing %s (%s)", step.name(), what)
 	start := time.Now()
-	if ap := os.Getenv("WEAVE_ADMIT_PROF"); ap != "" && defaults {
-		f, _ := os.Create(fmt.Sprintf("%s-g%d-%d.prof", ap, step.GroupSize, n))
-		_ = pprof.StartCPUProfile(f)
-		defer pprof.StopCPUProfile()
+	stopAdmitProfile := func() {}
+	if cfg.AdmitProfile != "" && defaults {
+		f, err := os.Create(fmt.Sprintf("%s-g%d-%d.prof", cfg.AdmitProfile, step.GroupSize, n))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("scale: admission profile: %w (not with --cpuprofile in the same process)", err)
+		}
+		stopAdmitProfile = pprof.StopCPUProfile
 	}
+	defer func() { stopAdmitProfile() }()
 	payload := make([]byte, cfg.PayloadSize)
 	if err := publishAll(ctx, disp, fmt.Sprint("s", n, "-"), sizes, payload); err != nil {
 		return err
@@ -431,9 +445,8 @@ func scaleStep(ctx context.Context, env *Env, cfg ScaleConfig, step *ScaleStep, 
 		return err
 	}
 	admitted := time.Since(start)
-	if os.Getenv("WEAVE_ADMIT_PROF") != "" && defaults {
-		pprof.StopCPUProfile()
-	}
+	stopAdmitProfile()
+	stopAdmitProfile = func() {}
 	coord1, server1, heap1 := attributedHeap(coordinatorPackages), attributedHeap(serverPackages), heapInUse()
 	m := ScaleMemory{
 		CoordBytes:   int64(coord1) - int64(coord0),

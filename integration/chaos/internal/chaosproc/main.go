@@ -235,10 +235,28 @@ func runProducer(ctx context.Context, args []string) error {
 		}
 	}
 	log.Info().Int("published", len(p.published)).Int("waited", len(p.waited)).Msg("producer starting")
-	var running sync.WaitGroup
-	for _, g := range record.Workload(seed, groups, minJobs, maxJobs) {
+	var (
+		running sync.WaitGroup
+		batch   []record.Group
+	)
+	workload := record.Workload(seed, groups, minJobs, maxJobs)
+	for i, g := range workload {
+		if g.Batched {
+			if batch = append(batch, g); len(batch) < record.BatchSize && !lastBatched(workload[i+1:]) {
+				continue
+			}
+		}
 		if err := p.acquire(ctx); err != nil {
 			break
+		}
+		if g.Batched {
+			gs := batch
+			batch = nil
+			running.Go(func() {
+				defer p.release()
+				p.batch(ctx, gs)
+			})
+			continue
 		}
 		running.Go(func() {
 			defer p.release()
@@ -293,6 +311,72 @@ func (p *producer) group(ctx context.Context, g record.Group) {
 			if err != nil || !p.wait(ctx, inc, h) {
 				return
 			}
+		}
+	}
+}
+
+// lastBatched reports whether rest holds no Batched group: the batch being gathered is the last.
+func lastBatched(rest []record.Group) bool {
+	for _, g := range rest {
+		if g.Batched {
+			return false
+		}
+	}
+	return true
+}
+
+// batch submits the single jobs of gs together (SubmitMany, which packs them) and waits for each.
+// Every run submits the whole batch, also the jobs an earlier run stored: packed as before, each
+// pack is a duplicate of the one stored then (its dedup ID is its groups'), and its Handles are
+// the first ones'. A SubmitMany that fails is repeated likewise.
+func (p *producer) batch(ctx context.Context, gs []record.Group) {
+	todo := 0
+	singles := make([]dispatcher.Single, len(gs))
+	for i, g := range gs {
+		singles[i] = dispatcher.Single{Group: g.ID, Job: dispatcher.Job{Payload: []byte(g.ID + "/" + g.Keys[0])}}
+		if !p.waited[incarnation{g.ID, 1}] {
+			todo++
+		}
+	}
+	if todo == 0 {
+		return
+	}
+	var subs []dispatcher.Submitted
+	for {
+		for _, g := range gs {
+			if err := p.out.Write(record.Producer{Event: record.Publishing, Group: g.ID, Incarnation: 1, Jobs: 1, At: time.Now(), PID: p.pid}); err != nil {
+				return
+			}
+		}
+		var err error
+		subs, err = p.d.SubmitMany(ctx, singles)
+		for i, g := range gs {
+			r := record.Producer{Event: record.Published, Group: g.ID, Incarnation: 1, Jobs: 1, At: time.Now(), PID: p.pid}
+			if i < len(subs) {
+				h := subs[i].Handle
+				r.Handle, r.Accepted, r.Duplicates, r.Sealed = true, h.Accepted(), h.Duplicates(), true
+			} else {
+				r.Err = fmt.Sprint(err)
+			}
+			if werr := p.out.Write(r); werr != nil {
+				return
+			}
+		}
+		if err == nil {
+			break
+		}
+		p.log.Warn().Err(err).Str("first", gs[0].ID).Int("stored", len(subs)).Msg("submit batch failed")
+		// Not a wait for a condition: a pause before submitting again to a cluster that just
+		// failed.
+		select {
+		case <-time.After(250 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+	}
+	for i, g := range gs {
+		if inc := (incarnation{g.ID, 1}); !p.waited[inc] && !p.wait(ctx, inc, subs[i].Handle) {
+			return
 		}
 	}
 }

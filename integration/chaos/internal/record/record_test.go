@@ -54,7 +54,7 @@ func TestWorkload(t *testing.T) {
 	if len(a) != 20 {
 		t.Fatalf("%d groups, want 20", len(a))
 	}
-	again, singles := 0, 0
+	again, singles, batched := 0, 0, 0
 	for i := range a {
 		if a[i].ID != b[i].ID || !slices.Equal(a[i].Keys, b[i].Keys) || !slices.Equal(a[i].Again, b[i].Again) {
 			t.Fatalf("group %d differs between two calls with the same seed", i)
@@ -62,6 +62,10 @@ func TestWorkload(t *testing.T) {
 		switch n := len(a[i].Keys); {
 		case a[i].Single && (n != 1 || len(a[i].Again) > 1):
 			t.Fatalf("single job %d has %d jobs (%d again), want 1", i, n, len(a[i].Again))
+		case a[i].Batched && (n != 1 || len(a[i].Again) > 0 || a[i].Single || a[i].Packed):
+			t.Fatalf("batched single job %d: %+v, want one job, once, neither Single nor Packed", i, a[i])
+		case a[i].Batched:
+			batched++
 		case a[i].Single:
 			singles++
 			if a[i].Packed {
@@ -80,10 +84,10 @@ func TestWorkload(t *testing.T) {
 			t.Fatalf("group %d: %d incarnations, want 1", i, len(incs))
 		}
 	}
-	if again != 20/record.AgainEvery {
-		t.Fatalf("%d groups published again, want %d", again, 20/record.AgainEvery)
+	if want := 20/record.AgainEvery - 1; again != want { // one of them (group 14) is batched
+		t.Fatalf("%d groups published again, want %d", again, want)
 	}
-	if singles == 0 {
-		t.Fatal("no single job in the workload")
+	if singles == 0 || batched == 0 {
+		t.Fatalf("%d single jobs and %d batched ones in the workload, want some of each", singles, batched)
 	}
 }

@@ -14,13 +14,16 @@ import (
 // stores its jobs again, since nothing deduplicates jobs without a key.
 //
 // A Single group is one job submitted alone (dispatcher.Submit): one message, its group's open,
-// job and seal.
+// job and seal. A Batched group is one job submitted without a key (its payload names it) with
+// the other Batched groups of its batch (BatchOf) in one dispatcher.SubmitMany, which stores them
+// in single packs; it is published once.
 type Group struct {
-	ID     string
-	Keys   []string
-	Again  []string
-	Packed bool
-	Single bool
+	ID      string
+	Keys    []string
+	Again   []string
+	Packed  bool
+	Single  bool
+	Batched bool
 	// FollowUp: the first incarnation is published with a follow-up on completion, group
 	// FollowUpID(ID), of one job with key FollowUpKey.
 	FollowUp bool
@@ -41,6 +44,12 @@ const PackedEvery = 3
 // SingleEvery is how often a group (not Packed) is a Single job: every SingleEvery-th group.
 const SingleEvery = 4
 
+// BatchEvery is how often a group that would be Single is Batched instead.
+const BatchEvery = 8
+
+// BatchSize is how many Batched groups, in workload order, one SubmitMany submits.
+const BatchSize = 8
+
 // AgainEvery is how often a group is published a second time: every AgainEvery-th group.
 const AgainEvery = 5
 
@@ -60,11 +69,13 @@ func Workload(seed uint64, n, minJobs, maxJobs int) []Group {
 	for i := range groups {
 		g := Group{ID: fmt.Sprintf("g%05d", i), Keys: keys("k"), Packed: i%PackedEvery == 1}
 		g.Single = !g.Packed && i%SingleEvery == 2
-		g.FollowUp = !g.Packed && !g.Single && i%FollowUpEvery == 0
-		if i%AgainEvery == AgainEvery-1 {
+		g.Batched = g.Single && i%BatchEvery == 6
+		g.Single = g.Single && !g.Batched
+		g.FollowUp = !g.Packed && !g.Single && !g.Batched && i%FollowUpEvery == 0
+		if i%AgainEvery == AgainEvery-1 && !g.Batched {
 			g.Again = keys("r")
 		}
-		if g.Single {
+		if g.Single || g.Batched {
 			g.Keys = g.Keys[:1]
 			if len(g.Again) > 0 {
 				g.Again = g.Again[:1]
