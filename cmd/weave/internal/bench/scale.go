@@ -188,7 +188,18 @@ type ScaleResult struct {
 	Isolated bool         `json:"isolated"`
 	Steps    []ScaleStep  `json:"steps"`
 	Slopes   []ScaleSlope `json:"slopes"`
-	Checks   []Check      `json:"checks"`
+	// ManyProducers is the admission of single jobs submitted by many producers at once (when
+	// single jobs are measured).
+	ManyProducers *ManyAdmission `json:"many_producers,omitempty"`
+	Checks        []Check        `json:"checks"`
+}
+
+// ManyAdmission is the admission of Jobs single jobs submitted at once by Producers producers,
+// each on its own connection with its own Dispatcher, each submitting its share in bulk.
+type ManyAdmission struct {
+	Producers    int     `json:"producers"`
+	Jobs         int     `json:"jobs"`
+	AdmitSeconds float64 `json:"admit_s"`
 }
 
 // Scenario implements Result.
@@ -272,7 +283,66 @@ func RunScale(ctx context.Context, env *Env, cfg ScaleConfig) (*ScaleResult, err
 		})
 	}
 	res.Checks = scaleChecks(res.Steps, res.Slopes)
+	if slices.Contains(cfg.GroupSizes, 1) {
+		n := slices.Max(cfg.Sizes)
+		m, err := admitFromMany(ctx, env, n, manyProducers, cfg.PayloadSize)
+		if err != nil {
+			return nil, fmt.Errorf("single jobs from %d producers: %w", manyProducers, err)
+		}
+		res.ManyProducers = m
+		res.Checks = append(res.Checks, atLeast(fmt.Sprintf("single jobs: admission of %s submitted by %d producers at once, jobs/s", count(n), manyProducers),
+			float64(n)/m.AdmitSeconds, 100_000, "%.0f"))
+	}
 	return res, nil
+}
+
+// manyProducers is how many producers submit single jobs at once in admitFromMany.
+const manyProducers = 100
+
+// admitFromMany times the admission of n single jobs submitted at once by producers producers, each
+// on its own connection with its own Dispatcher, each submitting its share (SubmitMany in chunks),
+// from the first submission to the coordinator's admission of the last job. It runs in this
+// process, on a deployment of its own.
+func admitFromMany(ctx context.Context, env *Env, n, producers, payloadSize int) (m *ManyAdmission, err error) {
+	d, err := env.deploy(ctx, "scale")
+	if err != nil {
+		return nil, err
+	}
+	defer d.closeInto(&err)
+	if _, err := d.StartCoordinator(coordinator.Config{}); err != nil {
+		return nil, err
+	}
+	if err := d.WaitStatus(inproc.Answering); err != nil {
+		return nil, err
+	}
+	disps := make([]*dispatcher.Dispatcher, producers)
+	if err := forEach(ctx, producers, connectParallel, func(i int) (err error) {
+		disps[i], err = d.Dispatcher()
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	// Each producer's first job, untimed: its checks and subscriptions exist before the
+	// measurement, as they do in a producer that has been running.
+	if err := forEach(ctx, producers, producers, func(i int) error {
+		return submitAll(ctx, disps[i], fmt.Sprint("w", i, "-"), 1, nil)
+	}); err != nil {
+		return nil, err
+	}
+	env.progressf("scale: %s single jobs from %d producers at once", count(n), producers)
+	start := time.Now()
+	if err := forEach(ctx, producers, producers, func(i int) error {
+		share := n/producers + min(1, max(0, n%producers-i)) // the remainder spread over the first ones
+		return submitAll(ctx, disps[i], fmt.Sprint("m", i, "-"), share, make([]byte, payloadSize))
+	}); err != nil {
+		return nil, err
+	}
+	if err := d.WaitStatus(func(st *coordinator.Status) (bool, string) {
+		return st.Totals.Admitted >= uint64(n+producers), fmt.Sprintf("the coordinator to admit %d jobs (%d so far)", n+producers, st.Totals.Admitted)
+	}); err != nil {
+		return nil, err
+	}
+	return &ManyAdmission{Producers: producers, Jobs: n, AdmitSeconds: time.Since(start).Seconds()}, nil
 }
 
 // Scale targets: the memory per pending job, payload cache off, of single jobs and of groups;
@@ -768,7 +838,7 @@ func (r *ScaleResult) Section() Section {
 	if !r.Isolated {
 		where = "The measurements ran in this process: objects of earlier deployments still being released can make small sizes noisy (run weave bench scale for isolated child processes)."
 	}
-	return Section{
+	sec := Section{
 		Scenario: r.Scenario(),
 		Setup: fmt.Sprintf("For each size in groups of each size (%s jobs per group), two fresh deployments (coordinator payload cache off, then default configuration): publish the jobs (%d-byte payloads; single jobs submitted in bulk from one goroutine, groups published from 8) with no worker, wait until the coordinator has admitted all of them, measure the heap; then, with the default configuration, one worker × %d slots runs %s jobs from the backlog.%s",
 			joinCounts(c.GroupSizes), c.PayloadSize, c.Concurrency, count(c.DrainJobs), repeated(c.Repeat)),
@@ -782,6 +852,11 @@ func (r *ScaleResult) Section() Section {
 		},
 		Checks: r.Checks,
 	}
+	if m := r.ManyProducers; m != nil {
+		sec.Notes = append(sec.Notes, fmt.Sprintf("Single jobs from many producers: %s jobs submitted at once by %d producers, each on its own connection with its own Dispatcher, each its share in bulk (SubmitMany of 1,000 at a time), in a deployment of their own: admitted in %.2f s, %s jobs/s.",
+			count(m.Jobs), m.Producers, m.AdmitSeconds, rate(float64(m.Jobs)/m.AdmitSeconds)))
+	}
+	return sec
 }
 
 // repeated says how the default configuration's runs were repeated, if they were.

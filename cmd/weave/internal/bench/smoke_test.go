@@ -180,9 +180,12 @@ func TestScaleSmall(t *testing.T) {
 	}
 	// Checks, per group size: memory per added job between the sizes (the sizes are too small
 	// for the memory at each), then the drain's cost and rate and the admission at the largest
-	// size against the smallest.
-	if res.Isolated || len(res.Steps) != 4 || len(res.Slopes) != 2 || len(res.Checks) != 8 {
+	// size against the smallest; last, single jobs' admission from 100 producers at once.
+	if res.Isolated || len(res.Steps) != 4 || len(res.Slopes) != 2 || len(res.Checks) != 9 {
 		t.Fatalf("result %+v", res)
+	}
+	if m := res.ManyProducers; m == nil || m.Producers != manyProducers || m.Jobs != 1000 || m.AdmitSeconds <= 0 {
+		t.Fatalf("single jobs from many producers: %+v", m)
 	}
 	for i, s := range res.Steps {
 		if wantGroup := []int{1, 1, 100, 100}[i]; s.GroupSize != wantGroup {
