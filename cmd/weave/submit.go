@@ -83,9 +83,9 @@ prints it as a JSON line on stdout (the other lines then go to stderr), as for a
 
 With --singles, every line is a single job of its own group, as --single makes one: the line's
 "group" field names the group (a generated "job-..." ID without it), and the jobs are submitted
-many at a time (Dispatcher.SubmitMany) instead of one round trip each. --json prints a line per
-job ({"group", "id", "duplicate"}); --wait waits for every job and prints the counts;
---outcomes prints each job's line with its outcome.
+many at a time (Dispatcher.SubmitMany), those without a key up to --max-pack to a message.
+--json prints a line per job ({"group", "id", "duplicate"}); --wait waits for every job and
+prints the counts; --outcomes prints each job's line with its outcome.
 
   {"group": "tenant-7", "key": "invoice-1", "payload": {"id": 1}}
   {"payload": "a job of a generated group"}
