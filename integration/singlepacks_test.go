@@ -206,3 +206,30 @@ func TestSinglePackRefusesRunningGroup(t *testing.T) {
 	}
 	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
 }
+
+// TestSinglePackCancel: a job of a pack canceled before it runs ends canceled, alone; the pack's
+// other jobs run; the pack goes once every job in it is done with it, the cancel with it.
+func TestSinglePackCancel(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	before := e.jobsHeld()
+	subs, err := e.d.SubmitMany(e.ctx, singles("cs-", 3))
+	if err != nil || len(subs) != 3 || !wire.IsPacked(subs[1].ID) {
+		t.Fatalf("SubmitMany: %+v, %v", subs, err)
+	}
+	e.waitPending("cs-1", 1) // a cancel read at replay is applied but not answered
+	if err := subs[1].Handle.Cancel(e.ctx); err != nil {
+		t.Fatalf("cancel of a pending packed job: %v", err)
+	}
+	if out, err := subs[1].Handle.WaitJob(e.ctx, subs[1].ID); err != nil || out.State != dispatcher.StateCanceled {
+		t.Fatalf("canceled packed job: %+v, %v", out, err)
+	}
+	e.worker(worker.Config{Concurrency: 2}, func(_ context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
+	for _, i := range []int{0, 2} {
+		if out, err := subs[i].Handle.WaitJob(e.ctx, subs[i].ID); err != nil || out.State != dispatcher.StateDone {
+			t.Fatalf("job %d: %+v, %v", i, out, err)
+		}
+	}
+	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
+}
