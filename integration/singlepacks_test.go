@@ -233,3 +233,35 @@ func TestSinglePackCancel(t *testing.T) {
 	}
 	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
 }
+
+// TestFinishedSingleJobInspected: a single job that finished, alone or in a pack, is found by
+// its ID (Dispatcher.Job, weave job) within the result retention, after its message is deleted:
+// its retained incarnation is the job itself.
+func TestFinishedSingleJobInspected(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	e.worker(worker.Config{Concurrency: 2}, func(_ context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
+	before := e.jobsHeld()
+	h, id, err := e.d.Submit(e.ctx, "alone", dispatcher.Job{Payload: []byte("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs, err := e.d.SubmitMany(e.ctx, singles("in-", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs = append(subs, dispatcher.Submitted{Handle: h, ID: id})
+	for _, s := range subs {
+		if _, err := s.Handle.WaitJob(e.ctx, s.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
+	for _, s := range subs {
+		info, err := e.d.Job(e.ctx, s.ID)
+		if err != nil || info.State != dispatcher.StateDone || info.Group != s.Handle.GroupID() || info.Incarnation != s.ID {
+			t.Fatalf("job %d of %s, finished: %+v, %v", s.ID, s.Handle.GroupID(), info, err)
+		}
+	}
+}

@@ -51,7 +51,8 @@ func (e *Engine) inspectJob(id uint64, hint string) wire.InspectReply {
 		var rep wire.InspectReply
 		for i := len(e.retention.retained) - 1; i >= 0 && len(rep.Candidates) < wire.MaxInspectGroups; i-- {
 			r := &e.retention.retained[i]
-			if (hint == "" || r.id == hint) && arrivedBefore(r.openSeq, id) && (r.jobsSeq == 0 || !arrivedBefore(r.jobsSeq, id)) {
+			// Opened at or before it: a single job's incarnation is the job itself.
+			if (hint == "" || r.id == hint) && !arrivedBefore(id, r.openSeq) && (r.jobsSeq == 0 || !arrivedBefore(r.jobsSeq, id)) {
 				rep.Candidates = append(rep.Candidates, retainedLive(r))
 			}
 		}
