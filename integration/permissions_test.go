@@ -219,6 +219,17 @@ func TestPermissions(t *testing.T) {
 			t.Errorf("job %s: result %q, want %q", o.Key, o.Result, want)
 		}
 	}
+	// Single jobs submitted together travel in a single pack (NS.jobs.~): a producer's
+	// credentials store it and wait for its jobs.
+	subs, err := d.SubmitMany(pe.ctx, []dispatcher.Single{{Group: "s1", Job: dispatcher.Job{Require: []string{"a"}}}, {Group: "s2", Job: dispatcher.Job{Require: []string{"b"}}}})
+	if err != nil || len(subs) != 2 || !wire.IsPacked(subs[0].ID) {
+		t.Fatalf("producer SubmitMany: %+v, %v", subs, err)
+	}
+	for _, s := range subs {
+		if out, err := s.Handle.WaitJob(pe.ctx, s.ID); err != nil || out.State != dispatcher.StateDone {
+			t.Fatalf("single job of a pack, group %s: %+v, %v", s.Handle.GroupID(), out, err)
+		}
+	}
 	// Publishing a group again while it runs is refused as running: the producer may confirm
 	// that with the leader of RESULTS (the message get API) before it says so.
 	one := func(yield func(dispatcher.Job) bool) {
