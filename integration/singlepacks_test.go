@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -263,5 +264,44 @@ func TestFinishedSingleJobInspected(t *testing.T) {
 		if err != nil || info.State != dispatcher.StateDone || info.Group != s.Handle.GroupID() || info.Incarnation != s.ID {
 			t.Fatalf("job %d of %s, finished: %+v, %v", s.ID, s.Handle.GroupID(), info, err)
 		}
+	}
+}
+
+// TestGroupAfterSinglePackJob: a group that runs after a single pack's job, its group ID named,
+// waits for that job's incarnation (ordered by its pack's arrival, not by its packed ID's value)
+// and runs once it is done.
+func TestGroupAfterSinglePackJob(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	hold := newGate()
+	var holding atomic.Bool
+	holding.Store(true)
+	e.worker(worker.Config{Concurrency: 4}, func(ctx context.Context, j *worker.Job) ([]byte, error) {
+		if j.Group == "dep-0" && holding.Load() {
+			if err := hold.wait(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	})
+	subs, err := e.d.SubmitMany(e.ctx, singles("dep-", 2))
+	if err != nil || !wire.IsPacked(subs[0].ID) {
+		t.Fatalf("SubmitMany: %+v, %v", subs, err)
+	}
+	testwait.For(t, 30*time.Second, "the dependency to start", func() bool { return hold.started.Load() == 1 })
+	h, err := e.d.Publish(e.ctx, "after-dep", jobs(2, nil), dispatcher.After(dispatcher.Dependency{Group: "dep-0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("dep-0 (success, incarnation %d)", subs[0].ID)
+	testwait.For(t, 30*time.Second, "the dependent group to wait for "+want, func() bool {
+		gi, err := e.d.Group(e.ctx, "after-dep")
+		return err == nil && slices.Contains(gi.WaitsFor, want) && gi.Jobs[dispatcher.StateDone] == 0
+	})
+	holding.Store(false)
+	hold.release()
+	if res := e.waitFor(h); res.Summary != (dispatcher.Summary{Jobs: 2, Done: 2}) {
+		t.Fatalf("dependent group: %+v", res.Summary)
 	}
 }
