@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -304,4 +305,48 @@ func TestGroupAfterSinglePackJob(t *testing.T) {
 	if res := e.waitFor(h); res.Summary != (dispatcher.Summary{Jobs: 2, Done: 2}) {
 		t.Fatalf("dependent group: %+v", res.Summary)
 	}
+}
+
+// TestSinglePackKeptAcrossRestart: a pack holding a failed job is kept for it across a
+// coordinator restart (the next coordinator registers it again as it replays JOBS, and its jobs
+// found complete are done with it again); the failed job's redrive runs it, and the pack goes
+// once the failed incarnation's retention passes.
+func TestSinglePackKeptAcrossRestart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	cfg := coordinator.Config{Namespace: e.ns, Logger: testLogger("coordinator"), TrimInterval: 100 * time.Millisecond,
+		Streams: coordinator.StreamOptions{ResultRetention: 5 * time.Second}}
+	c, err := coordinator.New(e.nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	w := e.redriveWorker()
+	before := e.jobsHeld()
+	subs, err := e.d.SubmitMany(e.ctx, singles("kr-", 40, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range subs {
+		if _, err := s.Handle.WaitJob(e.ctx, s.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testwait.For(t, 30*time.Second, "JOBS to keep only the failed job's pack", func() bool { return e.jobsHeld() == before+1 })
+	stop()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("first coordinator: %v", err)
+	}
+	e.coordinator(coordinator.Config{TrimInterval: 100 * time.Millisecond, Streams: coordinator.StreamOptions{ResultRetention: 5 * time.Second}})
+	w.failing.Store(false)
+	h, err := e.d.Redrive(e.ctx, "kr-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := e.waitFor(h); res.Summary != (dispatcher.Summary{Jobs: 1, Done: 1}) {
+		t.Fatalf("redriven packed job after a restart: %+v", res.Summary)
+	}
+	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
 }
