@@ -62,3 +62,66 @@ func TestReplaySingleJob(t *testing.T) {
 		t.Fatalf("replayed single job not released: %+v", e2.out.releases)
 	}
 }
+
+// singlePack stores a single pack of jobs of these groups and returns the jobs' IDs.
+func (te *testEngine) singlePack(groups ...string) []uint64 {
+	te.t.Helper()
+	jobs := make([]wire.SinglePackJob, len(groups))
+	for i, g := range groups {
+		jobs[i] = wire.SinglePackJob{Group: g}
+	}
+	te.seq++
+	te.e.Feed(te.e.names.SinglesSubject(), te.seq, wire.SinglePackHeader(len(groups), ""), wire.AppendSinglePack(nil, jobs), time.Time{})
+	ids := make([]uint64, len(groups))
+	for i := range ids {
+		ids[i] = wire.PackedJobID(te.seq, i)
+	}
+	return ids
+}
+
+// TestSinglePack: each job of a single pack is a single job of its own group, whose incarnation
+// is its packed ID; one whose group ID runs is refused alone, under its own ID. The group table
+// orders the packed incarnations where their pack arrived: an open stored after the pack is its
+// ID's latest incarnation, and the records are found by their incarnations.
+func TestSinglePack(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	te.open("busy")
+	ids := te.singlePack("a", "busy", "b")
+	for i, g := range []string{"a", "b"} {
+		id := ids[[]int{0, 2}[i]]
+		r := te.e.groups.table.latest(g)
+		if r == nil || r.openSeq != id || r.lastSeq != id || r.flags&recSingle == 0 || r.flags&recSealed == 0 {
+			t.Fatalf("group %s of the pack: %+v, want a sealed single job's record at %d", g, r, id)
+		}
+		if st := te.state(id); st != jobindex.Pending {
+			t.Fatalf("job %d of group %s is %v", id, g, st)
+		}
+	}
+	rj := te.e.out.Rejections
+	if len(rj) != 1 || rj[0].Seq != ids[1] || rj[0].Subject != te.e.names.SinglesSubject() {
+		t.Fatalf("rejections %+v, want the busy group's job alone, by its ID %d", rj, ids[1])
+	}
+	if len(te.e.out.RefusedOpens) != 1 || te.e.out.RefusedOpens[0].Seq != ids[1] {
+		t.Fatalf("journaled refused opens %+v, want the busy group's job", te.e.out.RefusedOpens)
+	}
+
+	// An open after the pack: later by arrival, though its sequence is a smaller number.
+	te.worker("w", 8)
+	for _, j := range te.releases()["any"] {
+		te.report(j, wire.StatusOK, "")
+	}
+	te.e.forget(te.e.group("a"))
+	open := te.control(wire.GroupControl{Group: "a", Op: wire.OpOpen})
+	if open >= ids[0] || !arrivedBefore(ids[0], open) {
+		t.Fatalf("open %d, pack's job %d: want a smaller number that arrived later", open, ids[0])
+	}
+	if r := te.e.groups.table.latest("a"); r == nil || r.openSeq != open {
+		t.Fatalf("group a's latest incarnation %+v, want the open at %d", r, open)
+	}
+	for _, id := range []uint64{ids[2], open} {
+		if r := te.e.groups.table.get(id); r == nil || r.openSeq != id {
+			t.Fatalf("record of incarnation %d: %+v", id, r)
+		}
+	}
+}
