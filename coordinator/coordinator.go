@@ -27,6 +27,9 @@ type Coordinator struct {
 	mu      sync.Mutex
 	running bool
 	mx      coordMetrics // read by Collector
+
+	// outcomesExpire: the RESULTS stream takes message TTLs (found by prepare, before any term).
+	outcomesExpire bool
 }
 
 // New validates cfg and returns a coordinator using nc. It does no I/O; Run does.

@@ -93,6 +93,9 @@ func (c *Coordinator) prepare(ctx context.Context) error {
 	}
 	var differ []string
 	for _, st := range sts {
+		if st.Name == c.names.ResultsStream() {
+			c.outcomesExpire = st.AllowMsgTTL
+		}
 		if st.Created {
 			c.cfg.Logger.Info().Str("stream", st.Name).Msg("stream created")
 			continue

@@ -269,7 +269,7 @@ func (r *run) releaseAtOnce(rel engine.Release) *sentBatch {
 func (r *run) writeOutcomes(ctx context.Context, writes []engine.Write) {
 	for _, w := range writes {
 		if w.Summary != nil && r.outcomesFitting(w.Outcomes) < len(w.Outcomes) {
-			r.enqueueWrite(ctx, writeOp{Write: engine.Write{Group: w.Group, Tok: w.Tok, Reply: w.Reply, OpenSeq: w.OpenSeq, Outcomes: w.Outcomes, EvSeqs: w.EvSeqs}})
+			r.enqueueWrite(ctx, writeOp{Write: engine.Write{Group: w.Group, Tok: w.Tok, Reply: w.Reply, OpenSeq: w.OpenSeq, Outcomes: w.Outcomes, EvSeqs: w.EvSeqs, TTL: w.TTL}})
 			w.Outcomes, w.EvSeqs = nil, nil
 		}
 		r.enqueueWrite(ctx, writeOp{Write: w})

@@ -539,8 +539,17 @@ func (r *run) readMsgs(ctx context.Context, seqs []uint64) []*directget.Msg {
 func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
 	m := nats.NewMsg(r.names.OutcomeSubjectTo(op.Tok, op.Reply))
 	m.Header.Set(wire.HdrGroupSeq, strconv.FormatUint(op.OpenSeq, 10))
+	if op.TTL {
+		m.Header.Set(jetstream.MsgTTLHeader, outcomeTTL(r.cfg.Streams.ResultRetention))
+	}
 	m.Data = data
 	return m
+}
+
+// outcomeTTL is the TTL of outcome messages that expire by themselves (engine.Config.OutcomesExpire):
+// the retention, in whole seconds (the server's unit), at least one.
+func outcomeTTL(retention time.Duration) string {
+	return strconv.FormatInt(max(1, int64((retention+time.Second-1)/time.Second)), 10)
 }
 
 // purgeComplete purges a complete group's job messages (unless some failed: dead letters keep their
@@ -570,9 +579,12 @@ func (r *run) purgeComplete(ctx context.Context, op writeOp, summarySeq uint64) 
 func (r *run) expire(ctx context.Context, p engine.Purge) {
 	// Not deleted in this term, they are deleted in the next (replay finds them past retention).
 	_ = r.retry(ctx, "delete outcomes of "+p.Tok, func(ctx context.Context) error {
-		res, err := r.stream(ctx, r.names.ResultsStream())
-		if err == nil {
-			err = res.Purge(ctx, jetstream.WithPurgeSubject(r.names.OutcomeSubject(p.Tok)), jetstream.WithPurgeSequence(p.SummarySeq+1))
+		var err error
+		if p.SummarySeq > 0 {
+			var res jetstream.Stream
+			if res, err = r.stream(ctx, r.names.ResultsStream()); err == nil {
+				err = res.Purge(ctx, jetstream.WithPurgeSubject(r.names.OutcomeSubject(p.Tok)), jetstream.WithPurgeSequence(p.SummarySeq+1))
+			}
 		}
 		if err == nil && p.JobsSeq > 0 {
 			var jobs jetstream.Stream

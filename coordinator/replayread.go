@@ -224,7 +224,8 @@ func (r *run) replayOutcomes(ctx context.Context) error {
 			if md, err := m.Metadata(); err == nil {
 				at = md.Timestamp
 			}
-			r.e.OutcomeReplay(strings.TrimPrefix(m.Subject(), prefix), openSeq, outs, sum, lastSeq, seq(m), at)
+			expires := m.Headers().Get(jetstream.MsgTTLHeader) != "" // written with a TTL: the server deletes it
+			r.e.OutcomeReplay(strings.TrimPrefix(m.Subject(), prefix), openSeq, outs, sum, lastSeq, seq(m), at, expires)
 		}
 	})
 	if err != nil {

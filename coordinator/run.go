@@ -89,7 +89,9 @@ type run struct {
 const chanSize = 4096
 
 func newRun(ctx context.Context, c *Coordinator, epoch uint64, fail context.CancelCauseFunc) (*run, error) {
-	e, err := engine.New(c.cfg.engineConfig(), c.names, epoch)
+	ecfg := c.cfg.engineConfig()
+	ecfg.OutcomesExpire = c.outcomesExpire
+	e, err := engine.New(ecfg, c.names, epoch)
 	if err != nil {
 		return nil, err
 	}

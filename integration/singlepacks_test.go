@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weavejobs/weave/coordinator"
@@ -349,4 +350,49 @@ func TestSinglePackKeptAcrossRestart(t *testing.T) {
 		t.Fatalf("redriven packed job after a restart: %+v", res.Summary)
 	}
 	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
+}
+
+// TestSingleJobOutcomesExpire: a single job's outcome, alone or from a pack, is written with the
+// result retention as its TTL and the server deletes it; the coordinator sends no purge request
+// for it, only for groups, whose outcomes may be written long before they complete.
+func TestSingleJobOutcomesExpire(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	names, _ := wire.NewNames(e.ns)
+	var purges atomic.Int64
+	sub, err := e.nc.Subscribe("$JS.API.STREAM.PURGE."+names.ResultsStream(), func(*nats.Msg) { purges.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	e.coordinator(coordinator.Config{TrimInterval: 100 * time.Millisecond, Streams: coordinator.StreamOptions{ResultRetention: time.Second}})
+	e.worker(worker.Config{Concurrency: 4}, func(_ context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
+	h, id, err := e.d.Submit(e.ctx, "alone-ttl", dispatcher.Job{Payload: []byte("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs, err := e.d.SubmitMany(e.ctx, singles("ttl-", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs = append(subs, dispatcher.Submitted{Handle: h, ID: id})
+	for _, s := range subs {
+		if _, err := s.Handle.WaitJob(e.ctx, s.ID); err != nil {
+			t.Fatal(err)
+		}
+		m, err := e.resultsStream().GetLastMsgForSubject(e.ctx, names.OutcomeSubject(wire.GroupToken(s.Handle.GroupID())))
+		if err != nil || m.Header.Get(jetstream.MsgTTLHeader) != "1" {
+			t.Fatalf("outcome of single job %s: %v, %v; want a TTL of 1 s", s.Handle.GroupID(), m, err)
+		}
+	}
+	if res := e.waitFor(e.publish("grouped", jobs(2, nil))); res.Summary.Done != 2 {
+		t.Fatalf("group: %+v", res.Summary)
+	}
+	testwait.For(t, 30*time.Second, "RESULTS to be empty", func() bool {
+		info, err := e.resultsStream().Info(e.ctx)
+		return err == nil && info.State.Msgs == 0
+	})
+	if n := purges.Load(); n != 1 {
+		t.Errorf("%d purge requests on %s, want 1 (the group's)", n, names.ResultsStream())
+	}
 }

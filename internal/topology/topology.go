@@ -78,6 +78,9 @@ func Streams(n wire.Names, o config.StreamOptions) []jetstream.StreamConfig {
 			// Outcomes published to a producer's reply token are stored under their group's
 			// subject, so readers find them in one place (wire.Names.OutcomeSubjectTo).
 			SubjectTransform: &jetstream.SubjectTransformConfig{Source: src, Destination: dst},
+			// A single job's outcome is written once, when it completes: it carries a TTL of
+			// ResultRetention and the server expires it, instead of a purge request per job.
+			AllowMsgTTL: true,
 		},
 		{
 			Name:        n.RejectedStream(),
@@ -158,6 +161,8 @@ type StreamStatus struct {
 	// Upgraded lists what Init added to a stream that existed without something this release's
 	// protocol needs (a stream created by an earlier release).
 	Upgraded []string
+	// AllowMsgTTL: the stream accepts messages with a TTL (Nats-TTL), as created or upgraded.
+	AllowMsgTTL bool
 }
 
 // Init creates the namespace's streams that do not exist and reports, for each stream, whether it
@@ -174,7 +179,7 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names, o config.St
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			_, err = js.CreateStream(ctx, cfg)
 			if err == nil {
-				out = append(out, StreamStatus{Name: cfg.Name, Created: true, Replicas: cfg.Replicas})
+				out = append(out, StreamStatus{Name: cfg.Name, Created: true, Replicas: cfg.Replicas, AllowMsgTTL: cfg.AllowMsgTTL})
 				continue
 			}
 			if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -190,6 +195,7 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names, o config.St
 		if st.Upgraded, err = upgrade(ctx, js, have, cfg); err != nil {
 			return out, err
 		}
+		st.AllowMsgTTL = have.AllowMsgTTL || cfg.AllowMsgTTL && len(st.Upgraded) > 0
 		out = append(out, st)
 	}
 	return out, nil
@@ -197,20 +203,29 @@ func Init(ctx context.Context, js jetstream.JetStream, n wire.Names, o config.St
 
 // upgrade adds to an existing stream what the protocol needs and an earlier release did not
 // create: the RESULTS stream's outcome transform, without which an outcome published to a reply
-// token would be stored where no reader looks. Only additions that change nothing stored are made.
+// token would be stored where no reader looks, and its message TTLs. Only additions that change
+// nothing stored are made.
 func upgrade(ctx context.Context, js jetstream.JetStream, have, want jetstream.StreamConfig) ([]string, error) {
-	if want.SubjectTransform == nil || have.SubjectTransform != nil && *have.SubjectTransform == *want.SubjectTransform {
+	var added []string
+	if want.SubjectTransform != nil && (have.SubjectTransform == nil || *have.SubjectTransform != *want.SubjectTransform) {
+		if have.SubjectTransform != nil {
+			return nil, fmt.Errorf("weave: stream %s transforms subjects %s to %s; Weave needs %s to %s",
+				have.Name, have.SubjectTransform.Source, have.SubjectTransform.Destination, want.SubjectTransform.Source, want.SubjectTransform.Destination)
+		}
+		have.SubjectTransform = want.SubjectTransform
+		added = append(added, "subject transform "+want.SubjectTransform.Source+" to "+want.SubjectTransform.Destination)
+	}
+	if want.AllowMsgTTL && !have.AllowMsgTTL {
+		have.AllowMsgTTL = true
+		added = append(added, "message TTLs")
+	}
+	if len(added) == 0 {
 		return nil, nil
 	}
-	if have.SubjectTransform != nil {
-		return nil, fmt.Errorf("weave: stream %s transforms subjects %s to %s; Weave needs %s to %s",
-			have.Name, have.SubjectTransform.Source, have.SubjectTransform.Destination, want.SubjectTransform.Source, want.SubjectTransform.Destination)
-	}
-	have.SubjectTransform = want.SubjectTransform
 	if _, err := js.UpdateStream(ctx, have); err != nil {
-		return nil, fmt.Errorf("weave: stream %s: add the subject transform %s to %s: %w", have.Name, want.SubjectTransform.Source, want.SubjectTransform.Destination, err)
+		return nil, fmt.Errorf("weave: stream %s: add %s: %w", have.Name, strings.Join(added, " and "), err)
 	}
-	return []string{"subject transform " + want.SubjectTransform.Source + " to " + want.SubjectTransform.Destination}, nil
+	return added, nil
 }
 
 // differences compares an existing stream's configuration with the one Weave would create, on the

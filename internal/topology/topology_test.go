@@ -34,8 +34,8 @@ func setupServer(t *testing.T) (jetstream.JetStream, context.Context) {
 }
 
 // TestInitUpgradesResults: a RESULTS stream an earlier release created, without the outcome
-// transform, gets it from Init (and only that); an outcome published to a reply token is then
-// stored under its group's subject.
+// transform and message TTLs, gets them from Init (and only those); an outcome published to a
+// reply token is then stored under its group's subject, and one with a TTL is accepted.
 func TestInitUpgradesResults(t *testing.T) {
 	t.Parallel()
 	js, ctx := setupServer(t)
@@ -44,7 +44,7 @@ func TestInitUpgradesResults(t *testing.T) {
 	for _, cfg := range topology.Streams(names, config.StreamOptions{}) {
 		if cfg.Name == names.ResultsStream() {
 			old = cfg
-			old.SubjectTransform = nil
+			old.SubjectTransform, old.AllowMsgTTL = nil, false
 		}
 	}
 	if _, err := js.CreateStream(ctx, old); err != nil {
@@ -58,6 +58,12 @@ func TestInitUpgradesResults(t *testing.T) {
 		if upgraded := len(st.Upgraded) > 0; upgraded != (st.Name == names.ResultsStream()) || len(st.Differences) > 0 {
 			t.Fatalf("Init's status of %s: %+v; want only RESULTS upgraded, nothing different", st.Name, st)
 		}
+		if st.Name == names.ResultsStream() && (len(st.Upgraded) != 2 || !st.AllowMsgTTL) {
+			t.Fatalf("RESULTS upgraded with %v (message TTLs %v), want the transform and message TTLs", st.Upgraded, st.AllowMsgTTL)
+		}
+	}
+	if _, err := js.Publish(ctx, names.OutcomeSubject("ttl"), []byte("y"), jetstream.WithMsgTTL(time.Hour)); err != nil {
+		t.Fatalf("a message with a TTL, after the upgrade: %v", err)
 	}
 	if _, err := js.Publish(ctx, names.OutcomeSubjectTo("g", "producer-1"), []byte("x")); err != nil {
 		t.Fatal(err)
@@ -77,6 +83,9 @@ func TestInitUpgradesResults(t *testing.T) {
 	for _, st := range again {
 		if len(st.Upgraded) > 0 {
 			t.Fatalf("a second Init upgraded %s again: %v", st.Name, st.Upgraded)
+		}
+		if st.Name == names.ResultsStream() && !st.AllowMsgTTL {
+			t.Fatalf("RESULTS after the upgrade: %+v, want message TTLs", st)
 		}
 	}
 }

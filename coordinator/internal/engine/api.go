@@ -43,7 +43,7 @@ func (e *Engine) GroupStored(openSeq, summarySeq uint64, evSeqs []uint64, at tim
 		return
 	}
 	if summarySeq > 0 {
-		e.retain(g.id, g.openSeq, summarySeq, g.keepJobs, g.lastSeq, at, g.summary())
+		e.retain(g.id, g.openSeq, summarySeq, g.keepJobs, g.lastSeq, at, g.summary(), e.outcomesExpire(g))
 	}
 	e.forget(g)
 }

@@ -25,6 +25,11 @@ type Config struct {
 	LearnAffinity       time.Duration
 	ResultRetention     time.Duration
 	OutcomeLinger       time.Duration
+	// OutcomesExpire: the RESULTS stream expires messages by their TTL (Nats-TTL). A single
+	// job's outcome messages, all written when it completes, then carry ResultRetention as their
+	// TTL (Write.TTL), and its retention's end purges nothing in RESULTS: a purge request per
+	// single job would cost the server more than running it.
+	OutcomesExpire bool
 
 	// Now is the clock (time.Now when nil); tests replace it.
 	Now func() time.Time

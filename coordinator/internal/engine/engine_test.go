@@ -630,9 +630,9 @@ func TestRetentionExpiry(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, Config{ResultRetention: time.Hour})
 	t0 := te.now
-	te.e.retain("a", 1, 10, false, 0, t0, wire.GroupSummary{})
-	te.e.retain("b c", 5, 12, true, 0, t0.Add(time.Minute), wire.GroupSummary{})   // bound unknown (as after a restart)
-	te.e.retain("b c", 60, 14, true, 70, t0.Add(2*time.Hour), wire.GroupSummary{}) // a later incarnation of the ID
+	te.e.retain("a", 1, 10, false, 0, t0, wire.GroupSummary{}, false)
+	te.e.retain("b c", 5, 12, true, 0, t0.Add(time.Minute), wire.GroupSummary{}, false)   // bound unknown (as after a restart)
+	te.e.retain("b c", 60, 14, true, 70, t0.Add(2*time.Hour), wire.GroupSummary{}, false) // a later incarnation of the ID
 	te.e.retention.jobsApplied = 99
 	te.e.ExpireRetained(t0.Add(time.Hour - time.Nanosecond))
 	if len(te.e.out.retentionPurges) != 0 {

@@ -70,8 +70,8 @@ func TestReplayKeepsEveryIncarnation(t *testing.T) {
 			} else {
 				r.e.Report("any", "w", 20, proven(r.e, "any", 0, wire.Report{ID: 6, Attempt: 1, Status: wire.StatusOK}), now)
 			}
-			r.e.OutcomeReplay("g", 1, []wire.Outcome{{ID: 2, Key: "a", State: wire.FinalDone, Attempts: 1}, {ID: 3, Key: "b", State: wire.FinalFailed, Attempts: 5}}, nil, 0, 1, now)
-			r.e.OutcomeReplay("g", 1, nil, &wire.GroupSummary{Jobs: 2, Done: 1, Failed: 1}, 0, 2, now)
+			r.e.OutcomeReplay("g", 1, []wire.Outcome{{ID: 2, Key: "a", State: wire.FinalDone, Attempts: 1}, {ID: 3, Key: "b", State: wire.FinalFailed, Attempts: 5}}, nil, 0, 1, now, false)
+			r.e.OutcomeReplay("g", 1, nil, &wire.GroupSummary{Jobs: 2, Done: 1, Failed: 1}, 0, 2, now, false)
 			r.e.EndReplay(alive, now)
 
 			if len(r.e.out.purges) != 1 || r.e.out.purges[0].openSeq != 1 {

@@ -587,7 +587,7 @@ func TestRedriveOfSingleJob(t *testing.T) {
 	if !te.e.keepsJobs(g) || g.failed != 1 || g.admitted != 1 {
 		t.Fatalf("completed single job: failed %d, admitted %d, keeps its job %v", g.failed, g.admitted, te.e.keepsJobs(g))
 	}
-	te.e.retain(g.id, g.openSeq, 50, true, g.lastSeq, te.now, g.summary())
+	te.e.retain(g.id, g.openSeq, 50, true, g.lastSeq, te.now, g.summary(), false)
 	te.e.forget(g)
 	req := te.control(wire.GroupControl{Group: "s", Op: wire.OpRedrive, Reply: "t"})
 	got := takeRedrives(te.e)

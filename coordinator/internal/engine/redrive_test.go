@@ -53,7 +53,7 @@ func TestRedriveDecision(t *testing.T) {
 	if got := takeRedrives(e); len(got) != 0 {
 		t.Fatalf("decided before the summary is stored: %+v", got)
 	}
-	e.retain("g", open, 40, true, te.seq, te.now, wire.GroupSummary{})
+	e.retain("g", open, 40, true, te.seq, te.now, wire.GroupSummary{}, false)
 	e.forget(g)
 	got := takeRedrives(e)
 	if len(got) != 1 || got[0].Refuse != nil || got[0].Ask.Seq != req || !slices.Equal(got[0].PrevOpens, []uint64{open}) || got[0].PrevSummary != 40 || len(got[0].Ask.Control.Jobs) != 1 {
@@ -78,14 +78,14 @@ func TestRedriveDecision(t *testing.T) {
 	wantRefusal(t, takeRedrives(e), wire.AnswerRunning, newOpen)
 
 	// A complete incarnation without failures has nothing to redrive.
-	e.retain("clean", 90, 91, false, 92, te.now, wire.GroupSummary{})
+	e.retain("clean", 90, 91, false, 92, te.now, wire.GroupSummary{}, false)
 	ask("clean")
 	wantRefusal(t, takeRedrives(e), wire.AnswerNotFailed, 0)
 
 	// A later incarnation without failures (a redrive of some of the jobs that succeeded) leaves
 	// the earlier one's failed jobs to run again: every retained incarnation is read.
-	e.retain("twice", 100, 101, true, 102, te.now, wire.GroupSummary{})
-	e.retain("twice", 110, 111, false, 112, te.now, wire.GroupSummary{})
+	e.retain("twice", 100, 101, true, 102, te.now, wire.GroupSummary{}, false)
+	e.retain("twice", 110, 111, false, 112, te.now, wire.GroupSummary{}, false)
 	twice := ask("twice")
 	if got := takeRedrives(e); len(got) != 1 || got[0].Refuse != nil || !slices.Equal(got[0].PrevOpens, []uint64{110, 100}) || got[0].PrevSummary != 111 {
 		t.Fatalf("decisions %+v, want the acceptance over incarnations 110 and 100", got)
@@ -110,14 +110,14 @@ func TestRedriveReplay(t *testing.T) {
 	e := r.e
 	r.control(1, wire.GroupControl{Group: "a", Op: wire.OpOpen})
 	r.control(2, wire.GroupControl{Group: "a", Op: wire.OpSeal})
-	e.retain("a", 1, 10, true, 2, time.Unix(1_700_000_000, 0), wire.GroupSummary{})
+	e.retain("a", 1, 10, true, 2, time.Unix(1_700_000_000, 0), wire.GroupSummary{}, false)
 	r.control(3, wire.GroupControl{Group: "a", Op: wire.OpRedrive, Reply: "r1", Jobs: []uint64{5}})
 	r.control(4, wire.GroupControl{Group: "a", Op: wire.OpOpen, Redrive: 3, Proof: e.key.RedriveProof("a", 3)})
 	r.control(6, wire.GroupControl{Group: "a", Op: wire.OpRedrive, Reply: "r2"})
 
 	r.control(7, wire.GroupControl{Group: "b", Op: wire.OpOpen})
 	r.control(8, wire.GroupControl{Group: "b", Op: wire.OpSeal})
-	e.retain("b", 7, 11, true, 8, time.Unix(1_700_000_000, 0), wire.GroupSummary{})
+	e.retain("b", 7, 11, true, 8, time.Unix(1_700_000_000, 0), wire.GroupSummary{}, false)
 	r.control(9, wire.GroupControl{Group: "b", Op: wire.OpRedrive, Reply: "r3"})
 
 	if got := takeRedrives(e); len(got) != 0 {

@@ -119,8 +119,8 @@ func TestReplayRefusesCancelAfterCompletion(t *testing.T) {
 	feedFrom(e, 1, msgs)
 	for i, d := range ended {
 		e.Report("any", "w", d.report.ID, d.report, te.now)
-		e.OutcomeReplay(d.g.tok, d.g.openSeq, nil, nil, 0, uint64(2*i+1), te.now)
-		e.OutcomeReplay(d.g.tok, d.g.openSeq, []wire.Outcome{d.out}, &wire.GroupSummary{Jobs: 1, Failed: d.g.failed, Canceled: d.g.canceled}, d.g.lastSeq, uint64(2*i+2), te.now)
+		e.OutcomeReplay(d.g.tok, d.g.openSeq, nil, nil, 0, uint64(2*i+1), te.now, false)
+		e.OutcomeReplay(d.g.tok, d.g.openSeq, []wire.Outcome{d.out}, &wire.GroupSummary{Jobs: 1, Failed: d.g.failed, Canceled: d.g.canceled}, d.g.lastSeq, uint64(2*i+2), te.now, false)
 	}
 	e.EndReplay(nil, te.now)
 	if got := takeRejections(e); !reflect.DeepEqual(got, want) {

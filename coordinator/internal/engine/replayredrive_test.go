@@ -50,7 +50,7 @@ func (rc *redriveCase) live() *Engine {
 	rc.outcome = g.outcomes[0]
 	stored := func() {
 		g.keepJobs = e.keepsJobs(g)
-		e.retain(g.id, g.openSeq, 40, g.keepJobs, g.lastSeq, te.now, g.summary())
+		e.retain(g.id, g.openSeq, 40, g.keepJobs, g.lastSeq, te.now, g.summary(), false)
 		e.forget(g)
 	}
 	if !rc.summaryLate {
@@ -72,9 +72,9 @@ func (rc *redriveCase) replayed() *Engine {
 	feedFrom(e, 4, rc.inputs)
 	e.Report("any", "w", 30, rc.report, te.now)
 	if !rc.summaryLate {
-		e.OutcomeReplay("x", 1, []wire.Outcome{rc.outcome}, &wire.GroupSummary{Jobs: 1, Failed: 1}, 3, 40, te.now)
+		e.OutcomeReplay("x", 1, []wire.Outcome{rc.outcome}, &wire.GroupSummary{Jobs: 1, Failed: 1}, 3, 40, te.now, false)
 	} else {
-		e.OutcomeReplay("x", 1, []wire.Outcome{rc.outcome}, nil, 0, 40, te.now)
+		e.OutcomeReplay("x", 1, []wire.Outcome{rc.outcome}, nil, 0, 40, te.now, false)
 	}
 	e.EndReplay(nil, te.now)
 	return e
@@ -323,7 +323,7 @@ func TestReplayRedriveWithoutTrackedIncarnation(t *testing.T) {
 	te := newTestEngine(t, Config{Prefetch: -1})
 	live, e := te.e, te.restarted()
 	for _, eng := range []*Engine{live, e} {
-		eng.retain("x", 1, 10, true, 3, te.now, wire.GroupSummary{Jobs: 1, Failed: 1})
+		eng.retain("x", 1, 10, true, 3, te.now, wire.GroupSummary{Jobs: 1, Failed: 1}, false)
 		feedFrom(eng, 4, inputs)
 	}
 	e.EndReplay(nil, te.now)

@@ -431,7 +431,7 @@ func (e *Engine) skipRefused(entries []journal.Entry) {
 // OutcomeReplay applies one message from a group's outcome subject written before the restart:
 // msgSeq and at are its sequence and time in RESULTS; lastSeq, for a summary, the JOBS sequence
 // of the incarnation's last message when it completed (0 if the summary does not say).
-func (e *Engine) OutcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome, sum *wire.GroupSummary, lastSeq, msgSeq uint64, at time.Time) {
+func (e *Engine) OutcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome, sum *wire.GroupSummary, lastSeq, msgSeq uint64, at time.Time, expires bool) {
 	id, err := wire.ParseGroupToken(gtok)
 	if err != nil {
 		return
@@ -465,7 +465,7 @@ func (e *Engine) OutcomeReplay(gtok string, openSeq uint64, outs []wire.Outcome,
 			jobsSeq = e.lastSeqOf(r)
 			keep = keep || e.retention.keeping[wire.GroupToken(r.id)] > 0 // kept for an earlier one (keepsJobs)
 		}
-		e.retain(id, openSeq, msgSeq, keep, jobsSeq, at, *sum)
+		e.retain(id, openSeq, msgSeq, keep, jobsSeq, at, *sum, expires)
 	}
 }
 

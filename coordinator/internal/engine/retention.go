@@ -43,9 +43,10 @@ type retained struct {
 	jobsSeq    uint64 // its last sequence in JOBS: job messages are purged up to it; 0 = not known yet
 	at         time.Time
 	sum        wire.GroupSummary // how it ended: groups that run after it bind to it
+	expires    bool              // its outcome messages carry a TTL: the server deletes them
 }
 
-// Purge is an effect: delete a retained group's outcomes up to SummarySeq and, if JobsSeq > 0,
+// Purge is an effect: delete a retained group's outcomes up to SummarySeq (if above 0) and, if JobsSeq > 0,
 // the messages of its subjects in JOBS up to JobsSeq. Packed, if not 0, is the incarnation of a
 // single pack's job kept for its failure: its share of the pack's message is done.
 type Purge struct {
@@ -57,7 +58,7 @@ type Purge struct {
 // retain records that a complete incarnation's summary is stored, at RESULTS sequence
 // summarySeq. keepJobs says its job messages are still in JOBS (some failed), up to jobsSeq (0
 // when not known: after a restart, the next incarnation's open, or the feed's end, bounds it).
-func (e *Engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jobsSeq uint64, at time.Time, sum wire.GroupSummary) {
+func (e *Engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jobsSeq uint64, at time.Time, sum wire.GroupSummary, expires bool) {
 	tok := wire.GroupToken(id)
 	rt := &e.retention
 	if rt.openEnded[tok] > 0 {
@@ -68,7 +69,7 @@ func (e *Engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jo
 			}
 		}
 	}
-	rt.retained = append(rt.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at, sum: sum})
+	rt.retained = append(rt.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at, sum: sum, expires: expires})
 	if keepJobs {
 		if rt.keeping == nil {
 			rt.keeping = map[string]int{}
@@ -122,6 +123,9 @@ func (e *Engine) ExpireRetained(now time.Time) {
 	for n < len(e.retention.retained) && now.Sub(e.retention.retained[n].at) >= e.cfg.ResultRetention {
 		r := e.retention.retained[n]
 		p := Purge{Tok: r.tok, SummarySeq: r.summarySeq}
+		if r.expires {
+			p.SummarySeq = 0 // the server expires its outcomes
+		}
 		if r.keepJobs {
 			p.JobsSeq = r.jobsSeq
 			if wire.IsPacked(r.openSeq) {
@@ -137,7 +141,9 @@ func (e *Engine) ExpireRetained(now time.Time) {
 				delete(e.retention.keeping, r.tok)
 			}
 		}
-		e.out.retentionPurges = append(e.out.retentionPurges, p)
+		if p.SummarySeq > 0 || p.JobsSeq > 0 || p.Packed != 0 {
+			e.out.retentionPurges = append(e.out.retentionPurges, p)
+		}
 		n++
 	}
 	if n > 0 {

@@ -26,6 +26,8 @@ type Write struct {
 	Purge    bool
 	LastSeq  uint64
 	Single   bool // the group is a single job: LastSeq is its one message in JOBS
+	// TTL, with Summary: its messages carry ResultRetention as their TTL (Config.OutcomesExpire).
+	TTL bool
 	// Retention is a retained group whose retention expired: delete its outcomes.
 	Retention *Purge
 }
@@ -86,7 +88,7 @@ func (e *Engine) TakeEffects(now time.Time) Effects {
 	}
 	for _, g := range out.summaries {
 		g.keepJobs = e.keepsJobs(g)
-		w := Write{Group: g.id, Tok: g.tok, Reply: g.reply, OpenSeq: g.openSeq, Purge: !g.keepJobs, LastSeq: g.lastSeq, Single: g.single()}
+		w := Write{Group: g.id, Tok: g.tok, Reply: g.reply, OpenSeq: g.openSeq, Purge: !g.keepJobs, LastSeq: g.lastSeq, Single: g.single(), TTL: e.outcomesExpire(g)}
 		if len(g.outcomes) > 0 {
 			e.outcomeLoad(now)
 			e.ol.thisRun++
@@ -110,6 +112,10 @@ func (e *Engine) TakeEffects(now time.Time) Effects {
 	out.outcomes, out.summaries, out.purges, out.abandons, out.releases, out.retentionPurges = nil, nil, nil, nil, nil, nil
 	return out
 }
+
+// outcomesExpire reports whether g's outcome messages carry a TTL: a single job's, all written
+// when it completes, once RESULTS expires messages by their TTL.
+func (e *Engine) outcomesExpire(g *group) bool { return e.cfg.OutcomesExpire && g.alone }
 
 // writeGroupOutcomes appends the write of the group's outcomes not yet written, if any.
 func (e *Engine) writeGroupOutcomes(ws []Write, g *group, now time.Time) []Write {
