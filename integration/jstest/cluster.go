@@ -111,9 +111,16 @@ func startCluster(ctx context.Context, n int, opts Options) (*Cluster, error) {
 // freePorts finds n distinct free ports on 127.0.0.1, below the system's ephemeral range where
 // it can: a restarted server binds its ports again, and a port of the ephemeral range may meanwhile
 // have gone to another test's server or to an outgoing connection (CI saw "bind: address already
-// in use" for a minute). Another process could still take one before the server binds it; the
-// server then fails to start with the bind error.
+// in use" for a minute). It never gives a port twice in one process, so a parallel test's server
+// cannot take the port of a node that is down to be restarted (CI saw that too). Another process
+// could still take one before the server binds it; the server then fails to start with the bind
+// error.
 func freePorts(n int) ([]int, error) {
+	given.Lock()
+	defer given.Unlock()
+	if given.ports == nil {
+		given.ports = map[int]bool{}
+	}
 	// The listeners stay open until all are found, so the ports differ.
 	ports := make([]int, 0, n)
 	listeners := make([]net.Listener, 0, n)
@@ -128,6 +135,9 @@ func freePorts(n int) ([]int, error) {
 		if low > minTestPort+1000 && tries < 100 {
 			port = minTestPort + rand.IntN(low-minTestPort)
 		}
+		if given.ports[port] {
+			continue
+		}
 		l, err := net.Listen("tcp", hostPort(port))
 		if err != nil {
 			if port != 0 {
@@ -136,9 +146,20 @@ func freePorts(n int) ([]int, error) {
 			return nil, fmt.Errorf("jstest: find a free port: %w", err)
 		}
 		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		if got := l.Addr().(*net.TCPAddr).Port; !given.ports[got] {
+			ports = append(ports, got)
+		}
+	}
+	for _, p := range ports {
+		given.ports[p] = true
 	}
 	return ports, nil
+}
+
+// given holds the ports freePorts has given in this process.
+var given struct {
+	sync.Mutex
+	ports map[int]bool
 }
 
 // minTestPort is the lowest port freePorts picks: above the registered services' usual ones.
