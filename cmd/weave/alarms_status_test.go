@@ -29,6 +29,22 @@ func TestStatusPrintsAlarms(t *testing.T) {
 	}
 }
 
+// TestStatusOldestPending: the oldest pending job's age is said while jobs are pending, not when
+// none is (it is of the latest metrics tick, which may be older than the counts).
+func TestStatusOldestPending(t *testing.T) {
+	now := time.Now()
+	st := &coordinator.Status{Time: now, OldestPending: now.Add(-5 * time.Second), Jobs: map[string]uint64{"pending": 3}}
+	var out bytes.Buffer
+	if err := printStatus(&out, st); err != nil || !strings.Contains(out.String(), "oldest pending job: stored 5s ago") {
+		t.Errorf("status with 3 jobs pending (%v):\n%s", err, out.String())
+	}
+	st.Jobs["pending"] = 0
+	out.Reset()
+	if err := printStatus(&out, st); err != nil || strings.Contains(out.String(), "oldest pending") {
+		t.Errorf("status with nothing pending says how old the oldest pending job is (%v):\n%s", err, out.String())
+	}
+}
+
 // TestAlarmConfigErrorsInFlagWords: a bad alarm threshold is reported with the flag's name.
 func TestAlarmConfigErrorsInFlagWords(t *testing.T) {
 	srv := jstest.New(t)

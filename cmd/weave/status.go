@@ -207,7 +207,8 @@ func printStatus(w io.Writer, st *coordinator.Status) error {
 	row(upper(names)...)
 	row(countCells(names, st.Jobs)...)
 	tw.Flush()
-	if !st.OldestPending.IsZero() {
+	// OldestPending is of the latest metrics tick: not said when nothing is pending now.
+	if !st.OldestPending.IsZero() && st.Jobs["pending"] > 0 {
 		fmt.Fprintf(w, "oldest pending job: stored %v ago\n", st.Time.Sub(st.OldestPending).Round(time.Millisecond))
 	}
 	t := st.Totals
