@@ -77,7 +77,8 @@ type FollowUp struct {
 }
 
 // Then publishes follow-ups with the group (see FollowUp): Publish stores each after the group's
-// jobs and before its seal. The Handle's FollowUps returns theirs. Publishing the group again
+// jobs and before its seal, also when a job could not be published (the group is then sealed with
+// the jobs it has, and still followed). The Handle's FollowUps returns theirs. Publishing the group again
 // after a crash finds a follow-up stored and waiting: it is left as it is (its Handle returned).
 func Then(f ...FollowUp) GroupOption {
 	return func(o *groupOptions) { o.then = append(o.then, f...) }

@@ -188,9 +188,15 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 	if jobs != nil {
 		err = p.publishJobs(ctx, jobs)
 	}
-	if err == nil && len(o.then) > 0 {
-		// Before the seal: the group cannot complete before its follow-ups wait on it.
-		h.followUps, err = d.publishFollowUps(ctx, h, o.then)
+	if len(o.then) > 0 {
+		// Before the seal: the group cannot complete before its follow-ups wait on it. Also when
+		// a job could not be published (or ctx ended): the group is sealed with the jobs it has,
+		// and what follows it still runs after it, as the seal is stored, with a fresh context.
+		fctx, cancel := d.finishContext(ctx)
+		var ferr error
+		h.followUps, ferr = d.publishFollowUps(fctx, h, o.then)
+		cancel()
+		err = errors.Join(err, ferr)
 	}
 	return h, p.finish(ctx, err)
 }

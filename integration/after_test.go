@@ -312,3 +312,31 @@ func TestFollowUpAfterResume(t *testing.T) {
 		t.Fatal("the follow-up started before its group ended")
 	}
 }
+
+// TestFollowUpOfGroupCutShort: a Publish that stops at an invalid job still stores the group's
+// follow-up before its seal: the group completes with the jobs published before it, and what
+// follows it runs once it has.
+func TestFollowUpOfGroupCutShort(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	log := newRunLog()
+	e.worker(worker.Config{Concurrency: 4}, log.handler(nil))
+	h, err := e.d.Publish(e.ctx, "short", jobs(3, func(i int, j *dispatcher.Job) {
+		if i == 2 {
+			j.MaxAttempts = -1
+		}
+	}), dispatcher.Then(dispatcher.FollowUp{Group: "after-short", Jobs: []dispatcher.Job{{Payload: []byte("x")}}}))
+	if !errors.Is(err, dispatcher.ErrInvalidJob) || h == nil || h.Accepted() != 2 || len(h.FollowUps()) != 1 {
+		t.Fatalf("Publish stopped at an invalid job: %v, handle %v", err, h)
+	}
+	if res := e.waitFor(h); res.Summary != (dispatcher.Summary{Jobs: 2, Done: 2}) {
+		t.Fatalf("the group cut short: %+v", res.Summary)
+	}
+	if sum, err := h.FollowUps()[0].WaitSummary(e.ctx); err != nil || sum.Done != 1 {
+		t.Fatalf("its follow-up: %+v %v", sum, err)
+	}
+	if log.firstStart("after-short").Before(log.lastEnd("short")) {
+		t.Fatal("the follow-up started before its group ended")
+	}
+}
