@@ -190,9 +190,13 @@ func (d *Dispatcher) Publish(ctx context.Context, groupID string, jobs iter.Seq[
 	}
 	if len(o.then) > 0 {
 		// Before the seal: the group cannot complete before its follow-ups wait on it. Also when
-		// a job could not be published (or ctx ended): the group is sealed with the jobs it has,
-		// and what follows it still runs after it, as the seal is stored, with a fresh context.
-		fctx, cancel := d.finishContext(ctx)
+		// a job could not be published: the group is sealed with the jobs it has, and what
+		// follows it still runs after it. When ctx has ended they are stored as the seal is, with
+		// a fresh context.
+		fctx, cancel := ctx, context.CancelFunc(func() {})
+		if ctx.Err() != nil {
+			fctx, cancel = d.finishContext(ctx)
+		}
 		var ferr error
 		h.followUps, ferr = d.publishFollowUps(fctx, h, o.then)
 		cancel()
