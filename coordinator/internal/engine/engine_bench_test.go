@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -110,6 +111,34 @@ func BenchmarkReleaseToFleet(b *testing.B) {
 					release()
 					b.StartTimer()
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkExpireRetained measures the end of retention with many finished groups retained (as a
+// day of single jobs makes): one op retains a group and expires the oldest, so the number retained
+// stays put. The cost per op should not grow with it.
+func BenchmarkExpireRetained(b *testing.B) {
+	for _, retained := range []int{10_000, 1_000_000} {
+		b.Run(fmt.Sprintf("retained=%d", retained), func(b *testing.B) {
+			te := newTestEngine(&testing.T{}, Config{ResultRetention: time.Hour})
+			at := te.now
+			seq := uint64(0)
+			add := func() {
+				seq++
+				te.e.retain(fmt.Sprint("s", seq), seq, seq, false, seq, at.Add(time.Duration(seq)*time.Millisecond), wire.GroupSummary{Jobs: 1, Done: 1}, true)
+			}
+			for range retained {
+				add()
+			}
+			b.ResetTimer()
+			for range b.N {
+				add()
+				te.e.ExpireRetained(at.Add(time.Hour + time.Duration(seq-uint64(retained))*time.Millisecond))
+			}
+			if got := len(te.e.retention.retained); got != retained {
+				b.Fatalf("%d retained, want %d", got, retained)
 			}
 		})
 	}

@@ -147,7 +147,10 @@ func (e *Engine) ExpireRetained(now time.Time) {
 		n++
 	}
 	if n > 0 {
-		e.retention.retained = append(e.retention.retained[:0], e.retention.retained[n:]...)
+		// Dropped from the front without moving the rest (O(expired), not O(retained)): the
+		// array's front is reused once append reallocates it.
+		clear(e.retention.retained[:n])
+		e.retention.retained = e.retention.retained[n:]
 	}
 }
 
