@@ -127,7 +127,20 @@ func TestDormantWorkerLeaderChange(t *testing.T) {
 	rr := f.reports()
 	r := f.startVia(c.ClientURL(), dormancy(worker.Config{Concurrency: 1}), echo)
 	testwait.For(t, waitTimeout, "the worker dormant", func() bool { return r.w.Stats().Dormant })
-	pulls := r.w.Stats().Pulls
+	// The dormant pull is waiting at the consumer's leader before it changes: one still on its
+	// way would reach no leader, and the worker would hear of it only at its pull's expiry.
+	var pulls uint64
+	testwait.For(t, waitTimeout, "the dormant pull waiting at the consumer's leader", func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		pulls = r.w.Stats().Pulls
+		cons, err := js.Consumer(ctx, names.WorkStream(), names.WorkConsumer(r.w.Pool()))
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumWaiting > 0
+	})
 
 	stepdown := "$JS.API.CONSUMER.LEADER.STEPDOWN." + names.WorkStream() + "." + names.WorkConsumer(r.w.Pool())
 	m, err := nc.Request(stepdown, nil, 5*time.Second)
