@@ -110,6 +110,46 @@ func AppendPack(dst []byte, jobs []PackJob) []byte {
 	return dst
 }
 
+// appendPackJob appends what a job of either kind of pack holds beside its group.
+func appendPackJob(dst []byte, j *PackJob) []byte {
+	dst = appendBytes(dst, j.Payload)
+	dst = appendStrings(dst, j.Require)
+	dst = appendStrings(dst, j.Prefer)
+	dst = appendUvarint(dst, uint64(j.MaxAttempts))
+	dst = appendUvarint(dst, uint64(j.Timeout))
+	var at uint64
+	if !j.RunAt.IsZero() {
+		at = uint64(j.RunAt.UnixMilli())
+	}
+	return appendUvarint(dst, at)
+}
+
+// readPackJob reads what appendPackJob wrote into j, whose Meta has its group, and validates it.
+func readPackJob(r *reader, j *StoredJob, i int) error {
+	j.Payload = r.bytes()
+	j.Meta.Require, j.Meta.Prefer = r.strings(), r.strings()
+	attempts, timeout, at := r.uvarint(), r.uvarint(), r.uvarint()
+	if r.err != nil {
+		return r.err
+	}
+	switch {
+	case attempts > MaxAttemptsLimit:
+		return fmt.Errorf("%w: job %d of the pack: MaxAttempts %d outside 0..%d", ErrMalformed, i, attempts, MaxAttemptsLimit)
+	case timeout > uint64(MaxTimeout):
+		return fmt.Errorf("%w: job %d of the pack: Timeout %v outside 0..%v", ErrMalformed, i, time.Duration(min(timeout, 1<<62)), MaxTimeout)
+	case at > uint64(maxRunAtMilli):
+		return fmt.Errorf("%w: job %d of the pack: run-at %d past the year 9999", ErrMalformed, i, at)
+	}
+	j.Meta.MaxAttempts, j.Meta.Timeout = int(attempts), time.Duration(timeout)
+	if at > 0 {
+		j.Meta.RunAt = time.UnixMilli(int64(at))
+	}
+	if err := j.Meta.Validate(); err != nil {
+		return fmt.Errorf("%w: job %d of the pack: %v", ErrMalformed, i, err)
+	}
+	return nil
+}
+
 // PackedSize bounds the bytes a job with this payload and these resources takes in a pack's
 // body: the fields, their lengths and the job's varints.
 func PackedSize(payload []byte, require, prefer []string) int {
@@ -190,9 +230,16 @@ func ParseStoredJobs(seq uint64, hm map[string][]string, data []byte) ([]StoredJ
 	if err := ValidateGroupID(group); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
+	return readPack(seq, h, data, kindPack, count, func(*reader) JobMeta { return JobMeta{Group: group, Priority: priority} })
+}
+
+// readPack decodes the body of a pack of kind holding count jobs, the one of message seq with
+// headers h: head reads what a job of this kind holds before the fields every pack's job holds
+// (readPackJob) and returns its metadata so far.
+func readPack(seq uint64, h Header, data []byte, kind byte, count int, head func(*reader) JobMeta) ([]StoredJob, error) {
 	trace := JobTrace(h)
-	r := newReader(data, kindPack)
-	if got := r.count(6); r.err == nil && got != count {
+	r := newReader(data, kind)
+	if got := r.count(6); r.err == nil && got != count { // a job takes at least 6 bytes
 		r.fail("%s says %d jobs, the body holds %d", HdrPack, count, got)
 	}
 	if r.err != nil {
@@ -201,8 +248,7 @@ func ParseStoredJobs(seq uint64, hm map[string][]string, data []byte) ([]StoredJ
 	jobs := make([]StoredJob, count)
 	for i := range jobs {
 		j := &jobs[i]
-		j.ID, j.Trace = PackedJobID(seq, i), trace
-		j.Meta = JobMeta{Group: group, Priority: priority}
+		j.ID, j.Trace, j.Meta = PackedJobID(seq, i), trace, head(r)
 		if err := readPackJob(r, j, i); err != nil {
 			return nil, err
 		}

@@ -3,7 +3,6 @@ package wire
 import (
 	"fmt"
 	"strconv"
-	"time"
 )
 
 // Packs of single jobs. A producer submitting many single jobs at once (SubmitMany) stores up to
@@ -97,71 +96,13 @@ func parseSinglePack(seq uint64, h Header, data []byte) ([]StoredJob, error) {
 			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 		}
 	}
-	trace := JobTrace(h)
-	r := newReader(data, kindSinglePack)
-	if got := r.count(8); r.err == nil && got != count {
-		r.fail("%s says %d jobs, the body holds %d", HdrPack, count, got)
-	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	jobs := make([]StoredJob, count)
-	for i := range jobs {
-		j := &jobs[i]
-		j.ID, j.Trace = PackedJobID(seq, i), trace
+	return readPack(seq, h, data, kindSinglePack, count, func(r *reader) JobMeta {
 		group, priority := r.string(), r.uvarint()
 		if r.err == nil && priority > MaxPriority {
-			return nil, fmt.Errorf("%w: job %d of the single pack: priority %d outside 0..%d", ErrMalformed, i, priority, MaxPriority)
+			r.fail("a job's priority %d outside 0..%d", priority, MaxPriority)
 		}
-		j.Meta = JobMeta{Group: group, Single: true, Reply: reply, Priority: int(priority)}
-		if err := readPackJob(r, j, i); err != nil {
-			return nil, err
-		}
-	}
-	if err := r.end(); err != nil {
-		return nil, err
-	}
-	return jobs, nil
-}
-
-// appendPackJob appends what a job of either kind of pack holds beside its group.
-func appendPackJob(dst []byte, j *PackJob) []byte {
-	dst = appendBytes(dst, j.Payload)
-	dst = appendStrings(dst, j.Require)
-	dst = appendStrings(dst, j.Prefer)
-	dst = appendUvarint(dst, uint64(j.MaxAttempts))
-	dst = appendUvarint(dst, uint64(j.Timeout))
-	var at uint64
-	if !j.RunAt.IsZero() {
-		at = uint64(j.RunAt.UnixMilli())
-	}
-	return appendUvarint(dst, at)
-}
-
-// readPackJob reads what appendPackJob wrote into j, whose Meta has its group, and validates it.
-func readPackJob(r *reader, j *StoredJob, i int) error {
-	j.Payload = r.bytes()
-	j.Meta.Require, j.Meta.Prefer = r.strings(), r.strings()
-	attempts, timeout, at := r.uvarint(), r.uvarint(), r.uvarint()
-	if r.err != nil {
-		return r.err
-	}
-	switch {
-	case attempts > MaxAttemptsLimit:
-		return fmt.Errorf("%w: job %d of the pack: MaxAttempts %d outside 0..%d", ErrMalformed, i, attempts, MaxAttemptsLimit)
-	case timeout > uint64(MaxTimeout):
-		return fmt.Errorf("%w: job %d of the pack: Timeout %v outside 0..%v", ErrMalformed, i, time.Duration(min(timeout, 1<<62)), MaxTimeout)
-	case at > uint64(maxRunAtMilli):
-		return fmt.Errorf("%w: job %d of the pack: run-at %d past the year 9999", ErrMalformed, i, at)
-	}
-	j.Meta.MaxAttempts, j.Meta.Timeout = int(attempts), time.Duration(timeout)
-	if at > 0 {
-		j.Meta.RunAt = time.UnixMilli(int64(at))
-	}
-	if err := j.Meta.Validate(); err != nil {
-		return fmt.Errorf("%w: job %d of the pack: %v", ErrMalformed, i, err)
-	}
-	return nil
+		return JobMeta{Group: group, Single: true, Reply: reply, Priority: int(priority)}
+	})
 }
 
 // Arrival orders incarnations and JOBS messages as the feed applies them: a job stored alone (or
