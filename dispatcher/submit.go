@@ -41,10 +41,11 @@ func (d *Dispatcher) Submit(ctx context.Context, groupID string, job Job, opts .
 	if err := wire.ValidatePriority(o.priority); err != nil {
 		return nil, 0, fmt.Errorf("%w of single job %q: %w", ErrInvalidOption, groupID, err)
 	}
-	msg, groupID, err := d.singleMsg(ctx, groupID, &job, o.edges(), o.priority)
+	meta, err := d.singleMeta(groupID, &job, o.edges(), o.priority)
 	if err != nil {
 		return nil, 0, err
 	}
+	groupID, msg := meta.Group, d.singleMsgOf(ctx, meta, job.Payload)
 	if err := d.ensure(ctx); err != nil {
 		return nil, 0, err
 	}
@@ -101,10 +102,9 @@ type Submitted struct {
 // group's pack), which is also its group's incarnation.
 func (d *Dispatcher) SubmitMany(ctx context.Context, jobs []Single) ([]Submitted, error) {
 	metas := make([]wire.JobMeta, len(jobs))
-	groups := make([]string, len(jobs))
 	for i := range jobs {
 		var err error
-		if metas[i], groups[i], err = d.singleMeta(jobs[i].Group, &jobs[i].Job, nil, 0); err != nil {
+		if metas[i], err = d.singleMeta(jobs[i].Group, &jobs[i].Job, nil, 0); err != nil {
 			return nil, fmt.Errorf("job %d: %w", i, err)
 		}
 	}
@@ -132,12 +132,12 @@ func (d *Dispatcher) SubmitMany(ctx context.Context, jobs []Single) ([]Submitted
 					if u.n > 1 {
 						id = wire.PackedJobID(ack.Sequence, k)
 					}
-					out = append(out, Submitted{Handle: d.singleHandle(groups[u.first+k], id, ack.Duplicate, mark), ID: id})
+					out = append(out, Submitted{Handle: d.singleHandle(metas[u.first+k].Group, id, ack.Duplicate, mark), ID: id})
 				}
 			}
 		case err := <-f.Err():
 			if failed == nil {
-				failed = fmt.Errorf("weave: submit job %d (key %q) as group %q: %w", u.first, jobs[u.first].Job.Key, groups[u.first], err)
+				failed = fmt.Errorf("weave: submit job %d (key %q) as group %q: %w", u.first, jobs[u.first].Job.Key, metas[u.first].Group, err)
 			}
 		case <-wctx.Done():
 			if failed == nil {
@@ -178,7 +178,7 @@ func (d *Dispatcher) SubmitMany(ctx context.Context, jobs []Single) ([]Submitted
 		f, err := d.js.PublishMsgAsync(u.msg, jetstream.WithRetryAttempts(noLeaderRetries), jetstream.WithRetryWait(50*time.Millisecond))
 		if err != nil {
 			<-d.slots
-			failed = fmt.Errorf("weave: submit job %d (key %q) as group %q: %w", u.first, jobs[u.first].Job.Key, groups[u.first], err)
+			failed = fmt.Errorf("weave: submit job %d (key %q) as group %q: %w", u.first, jobs[u.first].Job.Key, metas[u.first].Group, err)
 			break
 		}
 		acks = append(acks, f)
@@ -249,31 +249,21 @@ func singlePackID(metas []wire.JobMeta) string {
 	return "singles/" + base64.RawURLEncoding.EncodeToString(sum.Sum(nil)[:18])
 }
 
-// singleMsg checks job and returns its message as a single job of groupID (generated when
-// empty), and the group ID.
-func (d *Dispatcher) singleMsg(ctx context.Context, groupID string, job *Job, after []wire.After, priority int) (*nats.Msg, string, error) {
-	meta, groupID, err := d.singleMeta(groupID, job, after, priority)
-	if err != nil {
-		return nil, "", err
-	}
-	return d.singleMsgOf(ctx, meta, job.Payload), groupID, nil
-}
-
 // singleMeta checks job and returns its metadata as a single job of groupID (generated when
-// empty), and the group ID.
-func (d *Dispatcher) singleMeta(groupID string, job *Job, after []wire.After, priority int) (wire.JobMeta, string, error) {
+// empty: the metadata's Group).
+func (d *Dispatcher) singleMeta(groupID string, job *Job, after []wire.After, priority int) (wire.JobMeta, error) {
 	if groupID == "" {
 		groupID = "job-" + nuid.Next()
 	}
 	if err := validateGroupID(groupID); err != nil {
-		return wire.JobMeta{}, "", err
+		return wire.JobMeta{}, err
 	}
 	switch {
 	case job.Priority == 0:
 	case priority == 0:
 		priority = job.Priority
 	case priority != job.Priority:
-		return wire.JobMeta{}, "", fmt.Errorf("%w of single job %q: Job.Priority %d and the Priority option %d differ (a single job's priority is its group's: give one)", ErrInvalidOption, groupID, job.Priority, priority)
+		return wire.JobMeta{}, fmt.Errorf("%w of single job %q: Job.Priority %d and the Priority option %d differ (a single job's priority is its group's: give one)", ErrInvalidOption, groupID, job.Priority, priority)
 	}
 	meta := wire.JobMeta{Group: groupID, Key: job.Key, Require: job.Require, Prefer: job.Prefer, MaxAttempts: job.MaxAttempts, Timeout: job.Timeout, Single: true, Reply: d.reply, After: after, Priority: priority}
 	runAt, err := job.runAt(time.Now())
@@ -285,9 +275,9 @@ func (d *Dispatcher) singleMeta(groupID string, job *Job, after []wire.After, pr
 		err = fmt.Errorf("payload is %d bytes, at most %d", len(job.Payload), d.cfg.MaxPayload)
 	}
 	if err != nil {
-		return wire.JobMeta{}, "", fmt.Errorf("%w (key %q) submitted as group %q: %w", ErrInvalidJob, job.Key, groupID, err)
+		return wire.JobMeta{}, fmt.Errorf("%w (key %q) submitted as group %q: %w", ErrInvalidJob, job.Key, groupID, err)
 	}
-	return meta, groupID, nil
+	return meta, nil
 }
 
 // singleMsgOf is the message of a single job alone.
