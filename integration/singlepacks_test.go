@@ -43,6 +43,27 @@ func singles(prefix string, n int, failing ...int) []dispatcher.Single {
 	return jobs
 }
 
+// singleJobsDone submits a single job alone (group prefix+"alone") and three in a pack (groups
+// prefix0 to prefix2), waits until each is done, and returns them, the one alone last.
+func (e *env) singleJobsDone(prefix string) []dispatcher.Submitted {
+	e.t.Helper()
+	h, id, err := e.d.Submit(e.ctx, prefix+"alone", dispatcher.Job{Payload: []byte("a")})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	subs, err := e.d.SubmitMany(e.ctx, singles(prefix, 3))
+	if err != nil || len(subs) != 3 || !wire.IsPacked(subs[0].ID) {
+		e.t.Fatalf("SubmitMany: %+v, %v", subs, err)
+	}
+	subs = append(subs, dispatcher.Submitted{Handle: h, ID: id})
+	for _, s := range subs {
+		if out, err := s.Handle.WaitJob(e.ctx, s.ID); err != nil || out.State != dispatcher.StateDone {
+			e.t.Fatalf("single job of %s: %+v, %v", s.Handle.GroupID(), out, err)
+		}
+	}
+	return subs
+}
+
 // TestSinglePacks: single jobs without a key submitted together travel in packs of 32, one
 // stored message each, and each is still its own group: it runs, its outcome reaches WaitJob,
 // a priority is its group's, and a pack's message is deleted only once every job in it is done
@@ -246,20 +267,7 @@ func TestFinishedSingleJobInspected(t *testing.T) {
 	e.coordinator(coordinator.Config{})
 	e.worker(worker.Config{Concurrency: 2}, func(_ context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
 	before := e.jobsHeld()
-	h, id, err := e.d.Submit(e.ctx, "alone", dispatcher.Job{Payload: []byte("a")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	subs, err := e.d.SubmitMany(e.ctx, singles("in-", 3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	subs = append(subs, dispatcher.Submitted{Handle: h, ID: id})
-	for _, s := range subs {
-		if _, err := s.Handle.WaitJob(e.ctx, s.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
+	subs := e.singleJobsDone("in-")
 	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
 	for _, s := range subs {
 		info, err := e.d.Job(e.ctx, s.ID)
@@ -367,19 +375,7 @@ func TestSingleJobOutcomesExpire(t *testing.T) {
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	e.coordinator(coordinator.Config{TrimInterval: 100 * time.Millisecond, Streams: coordinator.StreamOptions{ResultRetention: time.Second}})
 	e.worker(worker.Config{Concurrency: 4}, func(_ context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
-	h, id, err := e.d.Submit(e.ctx, "alone-ttl", dispatcher.Job{Payload: []byte("a")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	subs, err := e.d.SubmitMany(e.ctx, singles("ttl-", 3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	subs = append(subs, dispatcher.Submitted{Handle: h, ID: id})
-	for _, s := range subs {
-		if _, err := s.Handle.WaitJob(e.ctx, s.ID); err != nil {
-			t.Fatal(err)
-		}
+	for _, s := range e.singleJobsDone("ttl-") {
 		m, err := e.resultsStream().GetLastMsgForSubject(e.ctx, names.OutcomeSubject(wire.GroupToken(s.Handle.GroupID())))
 		if err != nil || m.Header.Get(jetstream.MsgTTLHeader) != "1" {
 			t.Fatalf("outcome of single job %s: %v, %v; want a TTL of 1 s", s.Handle.GroupID(), m, err)

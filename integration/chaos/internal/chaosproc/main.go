@@ -240,9 +240,15 @@ func runProducer(ctx context.Context, args []string) error {
 		batch   []record.Group
 	)
 	workload := record.Workload(seed, groups, minJobs, maxJobs)
+	lastBatched := -1 // the last Batched group's index: the batch gathered then goes, full or not
 	for i, g := range workload {
 		if g.Batched {
-			if batch = append(batch, g); len(batch) < record.BatchSize && !lastBatched(workload[i+1:]) {
+			lastBatched = i
+		}
+	}
+	for i, g := range workload {
+		if g.Batched {
+			if batch = append(batch, g); len(batch) < record.BatchSize && i != lastBatched {
 				continue
 			}
 		}
@@ -313,16 +319,6 @@ func (p *producer) group(ctx context.Context, g record.Group) {
 			}
 		}
 	}
-}
-
-// lastBatched reports whether rest holds no Batched group: the batch being gathered is the last.
-func lastBatched(rest []record.Group) bool {
-	for _, g := range rest {
-		if g.Batched {
-			return false
-		}
-	}
-	return true
 }
 
 // batch submits the single jobs of gs together (SubmitMany, which packs them) and waits for each.
