@@ -98,8 +98,10 @@ type Submitted struct {
 // them may or may not be stored: submit them again within the dedup window, which stores each
 // once (a job with a key is deduplicated by its group and key, one alone without a key by its
 // group, a pack by its groups, and the rest is packed again as it was). The result is in the
-// order of jobs. A job of a pack has a packed ID (2^52 + sequence·32 + index, as a job of a
-// group's pack), which is also its group's incarnation.
+// order of jobs; a job of the same group and key as an earlier one of the call is its duplicate
+// (its ID, Duplicates 1), as it would be had both been stored alone. A job of a pack has a packed
+// ID (2^52 + sequence·32 + index, as a job of a group's pack), which is also its group's
+// incarnation.
 func (d *Dispatcher) SubmitMany(ctx context.Context, jobs []Single) ([]Submitted, error) {
 	metas := make([]wire.JobMeta, len(jobs))
 	for i := range jobs {
@@ -123,6 +125,14 @@ func (d *Dispatcher) SubmitMany(ctx context.Context, jobs []Single) ([]Submitted
 		f, u := acks[0], units[settled]
 		acks = acks[1:]
 		settled++
+		if u.msg == nil {
+			// A repeat of an earlier job of this call, which settled before it.
+			if failed == nil {
+				first := out[u.repeats]
+				out = append(out, Submitted{Handle: d.singleHandle(metas[u.first].Group, first.ID, true, mark), ID: first.ID})
+			}
+			return failed
+		}
 		defer func() { <-d.slots }()
 		select {
 		case ack := <-f.Ok():
@@ -169,6 +179,10 @@ func (d *Dispatcher) SubmitMany(ctx context.Context, jobs []Single) ([]Submitted
 		}
 	}
 	for _, u := range units {
+		if u.msg == nil {
+			acks = append(acks, nil) // nothing to publish: settled in its turn
+			continue
+		}
 		if err := acquire(); err != nil {
 			if failed == nil {
 				failed = fmt.Errorf("weave: submit job %d: %w", u.first, err)
@@ -192,25 +206,50 @@ func (d *Dispatcher) SubmitMany(ctx context.Context, jobs []Single) ([]Submitted
 	return out, failed
 }
 
-// singleUnit is one message of SubmitMany: jobs first to first+n-1, alone (n = 1) or a single pack.
+// singleUnit is one message of SubmitMany: jobs first to first+n-1, alone (n = 1) or a single pack;
+// or, without a message, job first repeating job repeats (the same group and key) of the call.
 type singleUnit struct {
 	msg      *nats.Msg
 	first, n int
+	repeats  int
 }
 
 // singleUnits packs the checked single jobs (metas) into messages: runs of jobs without a key in
-// single packs of up to MaxPack jobs and packBytes, the others, and a run of one, alone.
+// single packs of up to MaxPack jobs and packBytes, the others, and a run of one, alone; a repeat
+// of an earlier job is a unit without a message.
 func (d *Dispatcher) singleUnits(ctx context.Context, jobs []Single, metas []wire.JobMeta) []singleUnit {
 	limit := min(packBytes, d.cfg.MaxPayload)
 	cost := func(i int) int {
 		j := &jobs[i].Job
 		return wire.SinglePackedSize(metas[i].Group, j.Payload, j.Require, j.Prefer)
 	}
+	// A job of the same group and key as an earlier one of the call is its duplicate, as
+	// JetStream would make it if both went alone: one in a pack would instead be refused, its
+	// group running, and its Handle wait for ever.
+	seen := make(map[string]int, len(jobs))
+	keyOf := func(i int) string { return wire.GroupToken(metas[i].Group) + "/" + metas[i].Key }
+	first := func(i int) (int, bool) {
+		k := keyOf(i)
+		j, ok := seen[k]
+		if !ok {
+			seen[k] = i
+		}
+		return j, ok
+	}
 	var units []singleUnit
 	for i := 0; i < len(jobs); {
+		if j, ok := first(i); ok {
+			units = append(units, singleUnit{first: i, n: 1, repeats: j})
+			i++
+			continue
+		}
 		n, size := 1, cost(i)
 		if metas[i].Key == "" {
 			for i+n < len(jobs) && n < d.cfg.MaxPack && metas[i+n].Key == "" && size+cost(i+n) <= limit {
+				if _, ok := seen[keyOf(i+n)]; ok {
+					break // a repeat: a unit of its own, next
+				}
+				first(i + n)
 				size += cost(i + n)
 				n++
 			}

@@ -392,3 +392,26 @@ func TestSingleJobOutcomesExpire(t *testing.T) {
 		t.Errorf("%d purge requests on %s, want 1 (the group's)", n, names.ResultsStream())
 	}
 }
+
+// TestSubmitManyRepeatsAGroup: a job without a key repeating an earlier one's group in the same
+// SubmitMany is its duplicate (its ID, Duplicates 1), as it was when each went alone: in a pack
+// it would be refused, its group running, and its Handle would wait for ever.
+func TestSubmitManyRepeatsAGroup(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.coordinator(coordinator.Config{})
+	e.worker(worker.Config{Concurrency: 2}, func(_ context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
+	jobs := []dispatcher.Single{{Group: "r-a", Job: dispatcher.Job{Payload: []byte("1")}}, {Group: "r-b"}, {Group: "r-a", Job: dispatcher.Job{Payload: []byte("2")}}, {Group: "r-c"}}
+	subs, err := e.d.SubmitMany(e.ctx, jobs)
+	if err != nil || len(subs) != 4 {
+		t.Fatalf("SubmitMany: %+v, %v", subs, err)
+	}
+	if subs[2].ID != subs[0].ID || subs[2].Handle.Duplicates() != 1 || subs[0].Handle.Duplicates() != 0 || !wire.IsPacked(subs[0].ID) {
+		t.Fatalf("the repeat of group r-a: ID %d (first %d), duplicates %d", subs[2].ID, subs[0].ID, subs[2].Handle.Duplicates())
+	}
+	for i, s := range subs {
+		if out, err := s.Handle.WaitJob(e.ctx, s.ID); err != nil || out.State != dispatcher.StateDone {
+			t.Fatalf("job %d: %+v, %v", i, out, err)
+		}
+	}
+}
