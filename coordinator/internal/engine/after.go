@@ -172,10 +172,8 @@ func (e *Engine) latestIncarnation(id string, before uint64, all bool) uint64 {
 	if r := e.groups.table.latest(id); r != nil && arrivedBefore(r.openSeq, before) {
 		latest = r.openSeq
 	}
-	// Retained groups are in completion order: a dependency is most often a recent one.
-	rs := e.retention.retained
-	for i := len(rs) - 1; i >= 0; i-- {
-		if r := rs[i]; r.id == id && arrivedBefore(r.openSeq, before) && arrivedBefore(latest, r.openSeq) {
+	for r := range e.retention.ofID(id) {
+		if arrivedBefore(r.openSeq, before) && arrivedBefore(latest, r.openSeq) {
 			latest = r.openSeq
 		}
 	}
@@ -217,8 +215,8 @@ func (e *Engine) stateOf(r *groupRec) edgeState {
 
 // retainedState is how a complete, forgotten incarnation ended, while its outcomes are retained.
 func (e *Engine) retainedState(id string, openSeq uint64) (edgeState, bool) {
-	for _, r := range e.retention.retained {
-		if r.id == id && r.openSeq == openSeq {
+	for r := range e.retention.ofID(id) {
+		if r.openSeq == openSeq {
 			return edgeState{jobs: r.sum.Jobs, done: r.sum.Done, failed: r.sum.Failed, canceled: r.sum.Canceled, more: r.sum.Failed > 0}, true
 		}
 	}

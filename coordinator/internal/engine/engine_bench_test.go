@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -118,7 +119,8 @@ func BenchmarkReleaseToFleet(b *testing.B) {
 
 // BenchmarkExpireRetained measures the end of retention with many finished groups retained (as a
 // day of single jobs makes): one op retains a group and expires the oldest, so the number retained
-// stays put. The cost per op should not grow with it.
+// stays put. The cost per op should not grow with it. heap-B/retained is the heap each retained
+// group holds, its ID included.
 func BenchmarkExpireRetained(b *testing.B) {
 	for _, retained := range []int{10_000, 1_000_000} {
 		b.Run(fmt.Sprintf("retained=%d", retained), func(b *testing.B) {
@@ -129,16 +131,48 @@ func BenchmarkExpireRetained(b *testing.B) {
 				seq++
 				te.e.retain(fmt.Sprint("s", seq), seq, seq, false, seq, at.Add(time.Duration(seq)*time.Millisecond), wire.GroupSummary{Jobs: 1, Done: 1}, true)
 			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
 			for range retained {
 				add()
 			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
 			b.ResetTimer()
 			for range b.N {
 				add()
 				te.e.ExpireRetained(at.Add(time.Hour + time.Duration(seq-uint64(retained))*time.Millisecond))
 			}
-			if got := len(te.e.retention.retained); got != retained {
+			if got := te.e.retention.retained.len(); got != retained {
 				b.Fatalf("%d retained, want %d", got, retained)
+			}
+			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(retained), "heap-B/retained")
+		})
+	}
+}
+
+// BenchmarkLookupRetained measures what asks about finished groups while many are retained (as a
+// day of single jobs makes): one op opens a group that runs after a retained group, binding to
+// its incarnation and reading how it ended, and inspects another retained group by its ID. The
+// cost per op should not grow with the number retained.
+func BenchmarkLookupRetained(b *testing.B) {
+	for _, retained := range []int{10_000, 1_000_000} {
+		b.Run(fmt.Sprintf("retained=%d", retained), func(b *testing.B) {
+			te := newTestEngine(&testing.T{}, Config{ResultRetention: time.Hour})
+			for i := range retained {
+				seq := uint64(i + 1)
+				te.e.retain(fmt.Sprint("s", seq), seq, seq, false, seq, te.now, wire.GroupSummary{Jobs: 1, Done: 1}, true)
+			}
+			te.seq = uint64(retained) // JOBS sequences continue after the retained groups'
+			n := 0
+			for b.Loop() {
+				n++
+				dep := fmt.Sprint("s", 1+(n*7919)%retained)
+				te.control(wire.GroupControl{Group: fmt.Sprint("after", n), Op: wire.OpOpen, After: []wire.After{{Group: dep}}})
+				if rep := te.e.Inspect(wire.InspectRequest{Group: fmt.Sprint("s", 1+(n*104729)%retained)}); rep.Group == nil {
+					b.Fatal("a retained group not found")
+				}
 			}
 		})
 	}

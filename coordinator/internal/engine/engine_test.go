@@ -644,8 +644,8 @@ func TestRetentionExpiry(t *testing.T) {
 	if fmt.Sprint(te.e.out.retentionPurges) != fmt.Sprint(want) {
 		t.Fatalf("purges %+v, want %+v", te.e.out.retentionPurges, want)
 	}
-	if len(te.e.retention.retained) != 1 {
-		t.Fatalf("%d groups still retained, want the later one", len(te.e.retention.retained))
+	if te.e.retention.retained.len() != 1 {
+		t.Fatalf("%d groups still retained, want the later one", te.e.retention.retained.len())
 	}
 }
 

@@ -33,12 +33,10 @@ func (e *Engine) Inspect(req wire.InspectRequest) wire.InspectReply {
 		rep.Group = &gl
 		return rep
 	}
-	for i := len(e.retention.retained) - 1; i >= 0; i-- {
-		if e.retention.retained[i].id == req.Group {
-			gl := retainedLive(&e.retention.retained[i])
-			rep.Group = &gl
-			break
-		}
+	for r := range e.retention.ofID(req.Group) {
+		gl := retainedLive(r)
+		rep.Group = &gl
+		break // the last to complete
 	}
 	return rep
 }
@@ -49,8 +47,10 @@ func (e *Engine) inspectJob(id uint64, hint string) wire.InspectReply {
 		// Not tracked: its group is complete and forgotten (or it never existed). The retained
 		// incarnations opened before it may hold its outcome, nearest first.
 		var rep wire.InspectReply
-		for i := len(e.retention.retained) - 1; i >= 0 && len(rep.Candidates) < wire.MaxInspectGroups; i-- {
-			r := &e.retention.retained[i]
+		for r := range e.retention.retained.newestFirst() {
+			if len(rep.Candidates) == wire.MaxInspectGroups {
+				break
+			}
 			// Opened at or before it: a single job's incarnation is the job itself.
 			if (hint == "" || r.id == hint) && !arrivedBefore(id, r.openSeq) && (r.jobsSeq == 0 || !arrivedBefore(r.jobsSeq, id)) {
 				rep.Candidates = append(rep.Candidates, retainedLive(r))
@@ -224,7 +224,7 @@ func (e *Engine) groupLive(r *groupRec, w waits, aside map[*group]int) wire.Grou
 }
 
 func retainedLive(r *retained) wire.GroupLive {
-	return wire.GroupLive{ID: r.id, Incarnation: r.openSeq, Sealed: true, Complete: true, CompletedAt: r.at, SummarySeq: r.summarySeq}
+	return wire.GroupLive{ID: r.id, Incarnation: r.openSeq, Sealed: true, Complete: true, CompletedAt: r.completedAt(), SummarySeq: r.summarySeq}
 }
 
 // heldBack lists, per group by open sequence (or for the incarnation opened at only, if not 0),
@@ -263,8 +263,12 @@ func (e *Engine) inspectGroups(w waits) []wire.GroupLive {
 		}
 		out = append(out, e.groupLive(r, w, aside))
 	}
-	for i, n := len(e.retention.retained)-1, 0; i >= 0 && n < wire.MaxInspectGroups; i, n = i-1, n+1 {
-		out = append(out, retainedLive(&e.retention.retained[i]))
+	tracked := len(out)
+	for r := range e.retention.retained.newestFirst() {
+		if len(out)-tracked == wire.MaxInspectGroups {
+			break
+		}
+		out = append(out, retainedLive(r))
 	}
 	return out
 }

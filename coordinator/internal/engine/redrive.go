@@ -113,7 +113,7 @@ func (e *Engine) decideRedrive(ask RedriveAsk) {
 	}
 	e.rd.starting[c.Group] = ask.Seq
 	e.log.Info().Str("group", c.Group).Uint64("seq", ask.Seq).Int("incarnations", len(opens)).Msg("redrive accepted")
-	e.out.Redrives = append(e.out.Redrives, RedriveOrder{Ask: ask, Tok: prev.tok, PrevOpens: opens, PrevSummary: summary, Answer: true})
+	e.out.Redrives = append(e.out.Redrives, RedriveOrder{Ask: ask, Tok: wire.GroupToken(prev.id), PrevOpens: opens, PrevSummary: summary, Answer: true})
 }
 
 // judgeRedrive decides a redrive request of group ID id, no other redrive of it starting, when
@@ -142,8 +142,8 @@ func (e *Engine) judgeRedrive(id string, r *groupRec, before uint64) (refusal *w
 // sequence before, the latest first, with the latest summary's RESULTS sequence, and reports
 // whether some of them had failed jobs.
 func (rt *retention) incarnationsOf(id string, before uint64) (opens []uint64, summary uint64, failed bool) {
-	for i := len(rt.retained) - 1; i >= 0; i-- {
-		if r := &rt.retained[i]; r.id == id && arrivedBefore(r.openSeq, before) {
+	for r := range rt.ofID(id) {
+		if arrivedBefore(r.openSeq, before) {
 			opens = append(opens, r.openSeq)
 			summary = max(summary, r.summarySeq)
 			failed = failed || r.keepJobs
@@ -157,8 +157,8 @@ func (rt *retention) incarnationsOf(id string, before uint64) (opens []uint64, s
 // sequence before, or nil.
 func (rt *retention) retainedOf(id string, before uint64) *retained {
 	var latest *retained
-	for i := range rt.retained {
-		if r := &rt.retained[i]; r.id == id && arrivedBefore(r.openSeq, before) && (latest == nil || arrivedBefore(latest.openSeq, r.openSeq)) {
+	for r := range rt.ofID(id) {
+		if arrivedBefore(r.openSeq, before) && (latest == nil || arrivedBefore(latest.openSeq, r.openSeq)) {
 			latest = r
 		}
 	}

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"hash/maphash"
+	"iter"
 	"time"
 
 	"github.com/weavejobs/weave/internal/wire"
@@ -10,7 +12,15 @@ import (
 // whose outcomes are retained, and the positions the EVENTS low-water mark is computed from.
 // Owned by the loop.
 type retention struct {
-	retained      []retained     // complete groups, in completion order, whose outcomes are kept
+	retained retainedLog // complete groups, in completion order, whose outcomes are kept
+	// latest is, by a hash of the group ID, the position of the latest retained incarnation (the
+	// last to complete) of the IDs with that hash; each links to the one before (retained.prev).
+	// Questions about a finished group (dependencies, inspection, redrive) follow the links, not
+	// a scan of every retained group, which cost milliseconds per question with a day of single
+	// jobs retained. Keyed by a hash, not the ID: a map without pointers, which the garbage
+	// collector need not scan.
+	latest        map[uint64]int
+	seed          maphash.Seed
 	eventsApplied uint64         // the last EVENTS sequence applied
 	jobsApplied   uint64         // the last JOBS sequence applied
 	unstored      map[uint64]int // EVENTS sequences of reports whose outcomes are not stored yet
@@ -36,14 +46,40 @@ type retention struct {
 // retained is a complete group whose outcomes (and perhaps job messages) are still kept.
 // Owned by the loop, through retention.
 type retained struct {
-	id, tok    string
-	openSeq    uint64 // its incarnation
-	summarySeq uint64 // the summary's sequence in RESULTS: outcomes are purged up to it
-	keepJobs   bool   // its job messages are still in JOBS (some failed)
-	jobsSeq    uint64 // its last sequence in JOBS: job messages are purged up to it; 0 = not known yet
-	at         time.Time
+	id         string
+	openSeq    uint64            // its incarnation
+	summarySeq uint64            // the summary's sequence in RESULTS: outcomes are purged up to it
+	jobsSeq    uint64            // its last sequence in JOBS: job messages are purged up to it; 0 = not known yet
+	prev       int               // the position of the previous retained incarnation of its ID's hash, -1 if none
+	at         int64             // when it completed, in Unix nanoseconds
 	sum        wire.GroupSummary // how it ended: groups that run after it bind to it
+	keepJobs   bool              // its job messages are still in JOBS (some failed)
 	expires    bool              // its outcome messages carry a TTL: the server deletes them
+}
+
+// completedAt is when r completed.
+func (r *retained) completedAt() time.Time { return fromUnixNano(r.at) }
+
+// ofID returns the retained incarnations of the group ID, the last to complete first.
+func (rt *retention) ofID(id string) iter.Seq[*retained] {
+	return func(yield func(*retained) bool) {
+		pos, ok := rt.latest[rt.hash(id)]
+		for ok && pos >= rt.retained.first {
+			r := rt.retained.at(pos)
+			if r.id == id && !yield(r) {
+				return
+			}
+			pos, ok = r.prev, r.prev >= 0
+		}
+	}
+}
+
+// hash is the key of the group ID in latest.
+func (rt *retention) hash(id string) uint64 {
+	if rt.latest == nil {
+		rt.latest, rt.seed = map[uint64]int{}, maphash.MakeSeed()
+	}
+	return maphash.String(rt.seed, id)
 }
 
 // Purge is an effect: delete a retained group's outcomes up to SummarySeq (if above 0) and, if JobsSeq > 0,
@@ -62,14 +98,19 @@ func (e *Engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jo
 	tok := wire.GroupToken(id)
 	rt := &e.retention
 	if rt.openEnded[tok] > 0 {
-		for i := range rt.retained {
-			if r := &rt.retained[i]; r.tok == tok && r.keepJobs && r.jobsSeq == 0 && arrivedBefore(r.openSeq, openSeq) {
+		for r := range rt.ofID(id) {
+			if r.keepJobs && r.jobsSeq == 0 && arrivedBefore(r.openSeq, openSeq) {
 				r.jobsSeq = wire.JobSeq(openSeq) - 1 // an earlier incarnation ends before this one's open
 				rt.closed(tok)
 			}
 		}
 	}
-	rt.retained = append(rt.retained, retained{id: id, tok: tok, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, at: at, sum: sum, expires: expires})
+	h := rt.hash(id)
+	prev, ok := rt.latest[h]
+	if !ok {
+		prev = -1
+	}
+	rt.latest[h] = rt.retained.append(retained{id: id, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, prev: prev, at: unixNano(at), sum: sum, expires: expires})
 	if keepJobs {
 		if rt.keeping == nil {
 			rt.keeping = map[string]int{}
@@ -102,12 +143,11 @@ func (rt *retention) closed(tok string) {
 // boundRetained gives the retained incarnations whose last JOBS sequence is still unknown after
 // replay a bound: the open of the current incarnation of their ID, or the end of the feed.
 func (e *Engine) boundRetained() {
-	for i := range e.retention.retained {
-		r := &e.retention.retained[i]
+	for r := range e.retention.retained.oldestFirst() {
 		if !r.keepJobs || r.jobsSeq != 0 {
 			continue
 		}
-		e.retention.closed(r.tok)
+		e.retention.closed(wire.GroupToken(r.id))
 		r.jobsSeq = e.retention.jobsApplied
 		if g := e.groups.table.latest(r.id); g != nil && arrivedBefore(r.openSeq, g.openSeq) {
 			r.jobsSeq = wire.JobSeq(g.openSeq) - 1
@@ -119,10 +159,14 @@ func (e *Engine) boundRetained() {
 // ResultRetention ago. Groups are appended roughly in completion order; a group complete out of
 // order waits for the ones before it, a delay of at most the spread of completion times.
 func (e *Engine) ExpireRetained(now time.Time) {
-	n := 0
-	for n < len(e.retention.retained) && now.Sub(e.retention.retained[n].at) >= e.cfg.ResultRetention {
-		r := e.retention.retained[n]
-		p := Purge{Tok: r.tok, SummarySeq: r.summarySeq}
+	rt := &e.retention
+	for rt.retained.len() > 0 && now.Sub(rt.retained.at(rt.retained.first).completedAt()) >= e.cfg.ResultRetention {
+		r := *rt.retained.at(rt.retained.first)
+		if h := rt.hash(r.id); rt.latest[h] == rt.retained.first {
+			delete(rt.latest, h) // the incarnations linked before it completed before it: dropped already
+		}
+		tok := wire.GroupToken(r.id)
+		p := Purge{Tok: tok, SummarySeq: r.summarySeq}
 		if r.expires {
 			p.SummarySeq = 0 // the server expires its outcomes
 		}
@@ -135,22 +179,84 @@ func (e *Engine) ExpireRetained(now time.Time) {
 				p.JobsSeq = 0 // nothing stored on its subjects after its pack
 			}
 			if r.jobsSeq == 0 {
-				e.retention.closed(r.tok)
+				rt.closed(tok)
 			}
-			if e.retention.keeping[r.tok]--; e.retention.keeping[r.tok] <= 0 {
-				delete(e.retention.keeping, r.tok)
+			if rt.keeping[tok]--; rt.keeping[tok] <= 0 {
+				delete(rt.keeping, tok)
 			}
 		}
 		if p.SummarySeq > 0 || p.JobsSeq > 0 || p.Packed != 0 {
 			e.out.retentionPurges = append(e.out.retentionPurges, p)
 		}
-		n++
+		rt.retained.dropOldest()
 	}
-	if n > 0 {
-		// Dropped from the front without moving the rest (O(expired), not O(retained)): the
-		// array's front is reused once append reallocates it.
-		clear(e.retention.retained[:n])
-		e.retention.retained = e.retention.retained[n:]
+}
+
+// retainedChunk is how many retained groups a chunk of retainedLog holds.
+const retainedChunk = 4096
+
+// retainedLog holds the retained groups in completion order, each at a position that does not
+// change from its append to its drop, oldest first. It grows and shrinks by chunks, never
+// copying what it holds: a day of single jobs is tens of millions of groups, and growing one
+// slice copied all of them (and held two copies) each time it filled.
+type retainedLog struct {
+	chunks [][]retained // chunks[k] holds the positions from (base+k)·retainedChunk on
+	base   int
+	first  int // the position of the oldest group held
+	end    int // the position the next group appended takes
+}
+
+func (l *retainedLog) len() int { return l.end - l.first }
+
+// at returns the group at pos, which must be held (first ≤ pos < end).
+func (l *retainedLog) at(pos int) *retained {
+	return &l.chunks[pos/retainedChunk-l.base][pos%retainedChunk]
+}
+
+// append adds r after the others and returns its position.
+func (l *retainedLog) append(r retained) int {
+	if l.end%retainedChunk == 0 {
+		l.chunks = append(l.chunks, make([]retained, retainedChunk))
+	}
+	pos := l.end
+	*l.at(pos) = r
+	l.end++
+	return pos
+}
+
+// dropOldest drops the oldest group held, and its chunk once it holds no other.
+func (l *retainedLog) dropOldest() {
+	*l.at(l.first) = retained{}
+	l.first++
+	if l.first%retainedChunk == 0 || l.first == l.end {
+		if l.first == l.end {
+			l.chunks, l.base, l.first, l.end = nil, 0, 0, 0 // positions start again: nothing links to them
+			return
+		}
+		l.chunks[0] = nil
+		l.chunks = l.chunks[1:]
+		l.base++
+	}
+}
+
+// oldestFirst and newestFirst iterate over the groups held.
+func (l *retainedLog) oldestFirst() iter.Seq[*retained] {
+	return func(yield func(*retained) bool) {
+		for pos := l.first; pos < l.end; pos++ {
+			if !yield(l.at(pos)) {
+				return
+			}
+		}
+	}
+}
+
+func (l *retainedLog) newestFirst() iter.Seq[*retained] {
+	return func(yield func(*retained) bool) {
+		for pos := l.end - 1; pos >= l.first; pos-- {
+			if !yield(l.at(pos)) {
+				return
+			}
+		}
 	}
 }
 

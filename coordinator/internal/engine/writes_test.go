@@ -59,8 +59,8 @@ func TestTakeEffectsHandsValues(t *testing.T) {
 	if groups, inFlight := te.e.Size(); groups != 0 || inFlight != 0 {
 		t.Fatalf("after its summary was stored: %d groups, %d jobs in flight tracked", groups, inFlight)
 	}
-	if len(te.e.retention.retained) != 1 || te.e.retention.retained[0].summarySeq != 7 {
-		t.Fatalf("retained %+v, want the group with summary 7", te.e.retention.retained)
+	if rt := &te.e.retention.retained; rt.len() != 1 || rt.at(rt.first).summarySeq != 7 {
+		t.Fatalf("retained %+v, want the group with summary 7", rt.chunks[0][:rt.len()])
 	}
 
 	// An unsealed group whose producer went silent: the run is asked for its seal, by value.

@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/weavejobs/weave/internal/wire"
+)
+
+// TestRetainedLookups checks the retained groups' index against a scan of every retained group,
+// over chunk boundaries, IDs with many incarnations, and expiry down to none and back.
+func TestRetainedLookups(t *testing.T) {
+	te := newTestEngine(t, Config{ResultRetention: time.Hour})
+	rt := &te.e.retention
+	type kept struct {
+		id      string
+		openSeq uint64
+	}
+	var all []kept // what is retained, oldest first
+	seq := uint64(0)
+	add := func(n int) {
+		for range n {
+			seq++
+			id := fmt.Sprint("g", seq%7) // seven IDs, each with many incarnations
+			if seq%5 == 0 {
+				id = fmt.Sprint("s", seq) // and IDs with one
+			}
+			te.e.retain(id, seq, seq, false, seq, te.now.Add(time.Duration(seq)*time.Second), wire.GroupSummary{Jobs: 1, Done: 1}, true)
+			all = append(all, kept{id, seq})
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		if rt.retained.len() != len(all) {
+			t.Fatalf("%s: %d retained, want %d", when, rt.retained.len(), len(all))
+		}
+		ids := map[string]bool{"g0": true, "g3": true, "never": true}
+		for _, k := range all[max(0, len(all)-3):] {
+			ids[k.id] = true
+		}
+		if len(all) > 0 {
+			ids[all[0].id] = true
+		}
+		for id := range ids {
+			var want, got []uint64
+			for _, k := range slices.Backward(all) {
+				if k.id == id {
+					want = append(want, k.openSeq)
+				}
+			}
+			for r := range rt.ofID(id) {
+				got = append(got, r.openSeq)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: incarnations of %s %v, want %v", when, id, got, want)
+			}
+		}
+	}
+	expireTo := func(n int) { // keep the newest n
+		drop := len(all) - n
+		te.e.ExpireRetained(te.now.Add(time.Hour + time.Duration(all[drop-1].openSeq)*time.Second))
+		all = all[drop:]
+	}
+	add(3*retainedChunk + 5)
+	check("appended over four chunks")
+	expireTo(retainedChunk + 3)
+	check("expired to part of two chunks")
+	add(retainedChunk)
+	check("appended again")
+	expireTo(0)
+	check("all expired")
+	if len(rt.latest) != 0 || len(rt.retained.chunks) != 0 {
+		t.Fatalf("all expired, yet %d IDs indexed and %d chunks held", len(rt.latest), len(rt.retained.chunks))
+	}
+	add(10)
+	check("retained again")
+	if rep := te.e.Inspect(wire.InspectRequest{Group: all[len(all)-1].id}); rep.Group == nil || rep.Group.Incarnation != all[len(all)-1].openSeq {
+		t.Fatalf("inspect %s: %+v, want its incarnation %d", all[len(all)-1].id, rep.Group, all[len(all)-1].openSeq)
+	}
+}
