@@ -162,15 +162,13 @@ func TestPermissions(t *testing.T) {
 		}
 	}
 	wbNC, wbErrs := pe.connect("perm-worker-wb")
+	waNC, waErrs := pe.connect("perm-worker-wa")
 	for _, w := range []struct {
 		id string
 		nc *nats.Conn
 		rs []string
-	}{{"wa", nil, []string{"a"}}, {"wb", wbNC, []string{"b"}}} {
+	}{{"wa", waNC, []string{"a"}}, {"wb", wbNC, []string{"b"}}} {
 		nc := w.nc
-		if nc == nil {
-			nc, _ = pe.connect("perm-worker-" + w.id)
-		}
 		wk, err := worker.New(nc, worker.Config{Namespace: ns, ID: w.id, Resources: w.rs, Concurrency: 2,
 			HeartbeatInterval: 250 * time.Millisecond, Lease: time.Second, DrainTimeout: 100 * time.Millisecond,
 			TimeoutGrace: 100 * time.Millisecond, Logger: testLogger("worker " + w.id)}, handler(w.id))
@@ -291,6 +289,7 @@ func TestPermissions(t *testing.T) {
 		names.InspectSubject(),   // inspection is for producers and observers
 		names.StandbySubject(),   // only a coordinator stands by
 		names.HeldSubject(poolA), // workers answer held-job requests, they do not ask
+		names.RollCallSubject(),  // nor call the roll (every worker would heartbeat)
 	} {
 		if err := wbNC.Publish(subject, []byte("x")); err != nil {
 			t.Fatal(err)
@@ -477,7 +476,7 @@ func TestPermissions(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	for who, errs := range map[string]*asyncErrors{"coordinator": coordErrs, "producer": prodErrs} {
+	for who, errs := range map[string]*asyncErrors{"coordinator": coordErrs, "producer": prodErrs, "worker wa": waErrs} {
 		errs.mu.Lock()
 		if len(errs.errs) > 0 {
 			t.Errorf("the %s met errors with its own permissions: %v", who, errs.errs)

@@ -187,3 +187,20 @@ func TestWorkerAnswersOnItsHeartbeatInbox(t *testing.T) {
 	}
 	must(t, r.stop())
 }
+
+// A coordinator starting its term calls the roll: a dormant worker, whose next heartbeat is an
+// hour away, answers with one at once.
+func TestDormantWorkerAnswersRollCall(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	hbs := f.heartbeats()
+	r := f.start(dormancy(worker.Config{Concurrency: 1, HeartbeatInterval: 50 * time.Millisecond, IdleHeartbeatInterval: time.Hour}), echo)
+	waitHeartbeat(t, hbs, "the first", func(wire.Heartbeat) bool { return true })
+	testwait.For(t, waitTimeout, "the worker dormant", func() bool { return r.w.Stats().Dormant })
+	must(t, f.nc.Publish(f.names.RollCallSubject(), nil))
+	hb := waitHeartbeat(t, hbs, "the roll call's answer", func(wire.Heartbeat) bool { return true })
+	if hb.IntervalMS != time.Hour.Milliseconds() || hb.Sleeping != 1 {
+		t.Errorf("heartbeat %+v, want a dormant worker's: the next an hour away, its slot sleeping", hb)
+	}
+	must(t, r.stop())
+}

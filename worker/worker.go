@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,10 @@ var ErrAlreadyStarted = errors.New("weave: worker already started")
 // finalFlushTimeout is how long Run waits for the last reports to be persisted, beyond
 // DrainTimeout and TimeoutGrace, before it gives up on them.
 const finalFlushTimeout = 5 * time.Second
+
+// rollCallJitter bounds how long a worker waits to answer a roll call with a heartbeat: a
+// thousand workers' answers spread over it instead of arriving together.
+const rollCallJitter = 500 * time.Millisecond
 
 // Worker runs the jobs of one pool with a bounded number of goroutines. Create it with New and
 // run it with Run; Stats may be called at any time, from any goroutine.
@@ -187,6 +192,20 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("weave: worker %s: subscribe to cancellations: %w", cfg.ID, err)
 	}
 	defer func() { _ = cancelSub.Unsubscribe() }()
+	// A coordinator starting its term calls the roll: heartbeat now, after a random part of
+	// rollCallJitter so that a fleet's heartbeats do not all arrive at once.
+	rollSub, err := w.nc.Subscribe(cfg.names.RollCallSubject(), func(*nats.Msg) {
+		time.AfterFunc(rand.N(rollCallJitter), func() {
+			select {
+			case beat <- struct{}{}:
+			default: // one is due already
+			}
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("weave: worker %s: subscribe to roll calls: %w", cfg.ID, err)
+	}
+	defer func() { _ = rollSub.Unsubscribe() }()
 	heldSub, err := w.answerHeld(cancels) // see held.go
 	if err != nil {
 		return fmt.Errorf("weave: worker %s: subscribe to held-job requests: %w", cfg.ID, err)

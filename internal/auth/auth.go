@@ -163,6 +163,7 @@ func For(names wire.Names, u User) (Permissions, error) {
 			names.AllOutcomes(),                         // outcomes and summaries
 			names.RejectSubject(),                       // rejection records
 			names.CancelSubject(),                       // running jobs to cancel
+			names.RollCallSubject(),                     // workers, heartbeat now: a term starts
 			names.AllReplies(),                          // answers to cancels and redrives (Weave-Reply)
 			names.StandbySubject(),                      // a standby announcing itself
 			names.AllAlarms(),                           // alarm events
@@ -216,8 +217,9 @@ func For(names wire.Names, u User) (Permissions, error) {
 			api("CONSUMER.MSG.NEXT."+work+"."+cons),
 			"$JS.ACK."+work+"."+cons+".>",
 		)
-		// Inspection asks the pool's workers which one runs a job; that one answers.
-		p.Subscribe = []string{names.CancelSubject(), names.HeldSubject(pool), inbox}
+		// Inspection asks the pool's workers which one runs a job; that one answers. A
+		// coordinator starting its term calls the roll.
+		p.Subscribe = []string{names.CancelSubject(), names.HeldSubject(pool), names.RollCallSubject(), inbox}
 		p.AllowResponses = true
 	}
 	return p, nil

@@ -41,7 +41,7 @@ func TestWorkerPermissions(t *testing.T) {
 	if !slices.Equal(p.Publish, want) {
 		t.Errorf("publish\n got %q\nwant %q", p.Publish, want)
 	}
-	if wantSub := []string{"ns.cancel", "ns.api.held." + pool, "_INBOX_ns-worker-w1.>"}; !slices.Equal(p.Subscribe, wantSub) {
+	if wantSub := []string{"ns.cancel", "ns.api.held." + pool, "ns.rollcall", "_INBOX_ns-worker-w1.>"}; !slices.Equal(p.Subscribe, wantSub) {
 		t.Errorf("subscribe %q, want %q", p.Subscribe, wantSub)
 	}
 	if !p.AllowResponses || p.InboxPrefix != "_INBOX_ns-worker-w1" {
@@ -71,7 +71,7 @@ func TestRolePermissions(t *testing.T) {
 	}{
 		{
 			role:      Coordinator,
-			pub:       []string{"$JS.API.STREAM.CREATE.ns_JOBS", "$JS.API.STREAM.CREATE.KV_ns_LEASE", "$KV.ns_LEASE.>", "$JS.API.INFO", "ns.work.>", "ns.out.>", "ns.ev.coord", "ns.ev.report.*.~coordinator", "ns.rejected", "ns.cancel", "ns.reply.>", "$JS.API.STREAM.PURGE.ns_EVENTS", "ns.api.standby", "ns.group.>", "ns.jobs.>", "ns.alarm.*"},
+			pub:       []string{"$JS.API.STREAM.CREATE.ns_JOBS", "$JS.API.STREAM.CREATE.KV_ns_LEASE", "$KV.ns_LEASE.>", "$JS.API.INFO", "ns.work.>", "ns.out.>", "ns.ev.coord", "ns.ev.report.*.~coordinator", "ns.rejected", "ns.cancel", "ns.rollcall", "ns.reply.>", "$JS.API.STREAM.PURGE.ns_EVENTS", "ns.api.standby", "ns.group.>", "ns.jobs.>", "ns.alarm.*"},
 			notPub:    []string{"ns.ev.report.>", "ns.hb.*.*", "$JS.API.STREAM.DELETE.ns_JOBS"},
 			sub:       []string{"ns.hb.*.*", "ns.api.join.*.*", "ns.api.status", "ns.api.inspect", "ns.api.standby", "_INBOX_ns-coordinator.>"},
 			responses: true,
@@ -79,7 +79,7 @@ func TestRolePermissions(t *testing.T) {
 		{
 			role:   Producer,
 			pub:    []string{"ns.group.>", "ns.jobs.>", "ns.api.status", "ns.api.inspect", "ns.api.held.*", "$JS.API.DIRECT.GET.ns_RESULTS.>", "$JS.API.DIRECT.GET.ns_JOBS", "$JS.API.STREAM.MSG.GET.ns_RESULTS"},
-			notPub: []string{"$JS.API.STREAM.CREATE.ns_JOBS", "ns.out.>", "ns.work.>", "ns.ev.>", "ns.cancel", "ns.alarm.*", "$JS.API.CONSUMER.CREATE.ns_REJECTED.>", "$JS.API.CONSUMER.CREATE.ns_RESULTS.*.ns.out.*", "$JS.API.STREAM.MSG.GET.ns_JOBS", "$JS.API.STREAM.MSG.DELETE.ns_RESULTS"},
+			notPub: []string{"$JS.API.STREAM.CREATE.ns_JOBS", "ns.out.>", "ns.work.>", "ns.ev.>", "ns.cancel", "ns.rollcall", "ns.alarm.*", "$JS.API.CONSUMER.CREATE.ns_REJECTED.>", "$JS.API.CONSUMER.CREATE.ns_RESULTS.*.ns.out.*", "$JS.API.STREAM.MSG.GET.ns_JOBS", "$JS.API.STREAM.MSG.DELETE.ns_RESULTS"},
 			sub:    []string{"ns.out.>", "ns.reply.>", "ns.alarm.*", "_INBOX_ns-producer.>"},
 		},
 		{
@@ -180,7 +180,7 @@ func TestRender(t *testing.T) {
 	}
 	for _, want := range []string{
 		"nsc add user --account 'ACC' --name 'ns-worker-w1'",
-		"--allow-sub 'ns.cancel,ns.api.held." + wire.PoolKey([]string{"eu"}) + ",_INBOX_ns-worker-w1.>'",
+		"--allow-sub 'ns.cancel,ns.api.held." + wire.PoolKey([]string{"eu"}) + ",ns.rollcall,_INBOX_ns-worker-w1.>'",
 		"--allow-pub-response=1",
 		"'$JS.API.STREAM.INFO.ns_JOBS,",
 	} {

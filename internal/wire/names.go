@@ -160,6 +160,11 @@ func (n Names) RejectSubject() string { return n.ns + ".rejected" }
 // CancelSubject tells workers to cancel running jobs (core NATS; see CancelRequest).
 func (n Names) CancelSubject() string { return n.ns + ".cancel" }
 
+// RollCallSubject asks every worker to heartbeat now (core NATS, any body): a coordinator
+// starting its term knows no worker until it hears one, and an idle worker may be silent for
+// minutes.
+func (n Names) RollCallSubject() string { return n.ns + ".rollcall" }
+
 // HeartbeatSubject carries the heartbeats of one worker of one pool (core NATS). A heartbeat
 // with a reply subject asks the coordinator to answer a refusal there (see HeartbeatReply).
 func (n Names) HeartbeatSubject(pool, worker string) string {
