@@ -154,8 +154,8 @@ func BenchmarkExpireRetained(b *testing.B) {
 
 // BenchmarkLookupRetained measures what asks about finished groups while many are retained (as a
 // day of single jobs makes): one op opens a group that runs after a retained group, binding to
-// its incarnation and reading how it ended, and inspects another retained group by its ID. The
-// cost per op should not grow with the number retained.
+// its incarnation and reading how it ended, inspects another retained group by its ID, and a
+// finished single job by its ID. The cost per op should not grow with the number retained.
 func BenchmarkLookupRetained(b *testing.B) {
 	for _, retained := range []int{10_000, 1_000_000} {
 		b.Run(fmt.Sprintf("retained=%d", retained), func(b *testing.B) {
@@ -172,6 +172,10 @@ func BenchmarkLookupRetained(b *testing.B) {
 				te.control(wire.GroupControl{Group: fmt.Sprint("after", n), Op: wire.OpOpen, After: []wire.After{{Group: dep}}})
 				if rep := te.e.Inspect(wire.InspectRequest{Group: fmt.Sprint("s", 1+(n*104729)%retained)}); rep.Group == nil {
 					b.Fatal("a retained group not found")
+				}
+				job := uint64(1 + (n*15485863)%retained) // a single job: its own incarnation
+				if rep := te.e.Inspect(wire.InspectRequest{Job: job}); len(rep.Candidates) == 0 || rep.Candidates[0].Incarnation != job {
+					b.Fatalf("job %d: candidates %+v, want its incarnation first", job, rep.Candidates)
 				}
 			}
 		})

@@ -47,7 +47,7 @@ func (e *Engine) inspectJob(id uint64, hint string) wire.InspectReply {
 		// Not tracked: its group is complete and forgotten (or it never existed). The retained
 		// incarnations opened before it may hold its outcome, nearest first.
 		var rep wire.InspectReply
-		for r := range e.retention.retained.newestFirst() {
+		for r := range e.retention.retained.spanning(id) {
 			if len(rep.Candidates) == wire.MaxInspectGroups {
 				break
 			}

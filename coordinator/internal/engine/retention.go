@@ -3,6 +3,7 @@ package engine
 import (
 	"hash/maphash"
 	"iter"
+	"math"
 	"time"
 
 	"github.com/weavejobs/weave/internal/wire"
@@ -201,10 +202,32 @@ const retainedChunk = 4096
 // slice copied all of them (and held two copies) each time it filled.
 type retainedLog struct {
 	chunks [][]retained // chunks[k] holds the positions from (base+k)·retainedChunk on
+	spans  []jobSpan    // spans[k] bounds the jobs of the groups at positions from (base·retainedChunk + k·retainedSpan) on
 	base   int
 	first  int // the position of the oldest group held
 	end    int // the position the next group appended takes
 }
+
+// retainedSpan is how many retained groups a jobSpan bounds.
+const retainedSpan = 256
+
+// jobSpan bounds, by arrival (wire.Arrival), the jobs of retainedSpan groups retained one after
+// the other: from the earliest open to the latest last sequence (unbounded while one is not
+// known). The search for the group of a finished job skips the spans that miss it: groups are
+// retained about in the order they arrived, so few are read however many groups are retained.
+type jobSpan struct{ from, to uint64 }
+
+func (s *jobSpan) add(openSeq, jobsSeq uint64) {
+	s.from = min(s.from, wire.Arrival(openSeq))
+	if jobsSeq == 0 {
+		s.to = math.MaxUint64 // set later (boundRetained, retain): the span stays wide
+	} else {
+		s.to = max(s.to, wire.Arrival(jobsSeq))
+	}
+}
+
+// holds reports whether a job that arrived at a (wire.Arrival) may be in one of the span's groups.
+func (s *jobSpan) holds(a uint64) bool { return s.from <= a && a <= s.to }
 
 func (l *retainedLog) len() int { return l.end - l.first }
 
@@ -218,8 +241,12 @@ func (l *retainedLog) append(r retained) int {
 	if l.end%retainedChunk == 0 {
 		l.chunks = append(l.chunks, make([]retained, retainedChunk))
 	}
+	if l.end%retainedSpan == 0 {
+		l.spans = append(l.spans, jobSpan{from: math.MaxUint64})
+	}
 	pos := l.end
 	*l.at(pos) = r
+	l.spans[len(l.spans)-1].add(r.openSeq, r.jobsSeq)
 	l.end++
 	return pos
 }
@@ -230,11 +257,11 @@ func (l *retainedLog) dropOldest() {
 	l.first++
 	if l.first%retainedChunk == 0 || l.first == l.end {
 		if l.first == l.end {
-			l.chunks, l.base, l.first, l.end = nil, 0, 0, 0 // positions start again: nothing links to them
+			l.chunks, l.spans, l.base, l.first, l.end = nil, nil, 0, 0, 0 // positions start again: nothing links to them
 			return
 		}
 		l.chunks[0] = nil
-		l.chunks = l.chunks[1:]
+		l.chunks, l.spans = l.chunks[1:], l.spans[retainedChunk/retainedSpan:]
 		l.base++
 	}
 }
@@ -245,6 +272,24 @@ func (l *retainedLog) oldestFirst() iter.Seq[*retained] {
 		for pos := l.first; pos < l.end; pos++ {
 			if !yield(l.at(pos)) {
 				return
+			}
+		}
+	}
+}
+
+// spanning iterates, newest first, over the groups held in the spans that hold job id.
+func (l *retainedLog) spanning(id uint64) iter.Seq[*retained] {
+	return func(yield func(*retained) bool) {
+		a := wire.Arrival(id)
+		for k := len(l.spans) - 1; k >= 0; k-- {
+			if !l.spans[k].holds(a) {
+				continue
+			}
+			start := l.base*retainedChunk + k*retainedSpan
+			for pos := min(l.end, start+retainedSpan) - 1; pos >= max(l.first, start); pos-- {
+				if !yield(l.at(pos)) {
+					return
+				}
 			}
 		}
 	}

@@ -9,8 +9,9 @@ import (
 	"github.com/weavejobs/weave/internal/wire"
 )
 
-// TestRetainedLookups checks the retained groups' index against a scan of every retained group,
-// over chunk boundaries, IDs with many incarnations, and expiry down to none and back.
+// TestRetainedLookups checks the retained groups' index, and the search for a finished job's
+// group, against a scan of every retained group, over chunk boundaries, IDs with many
+// incarnations, and expiry down to none and back.
 func TestRetainedLookups(t *testing.T) {
 	te := newTestEngine(t, Config{ResultRetention: time.Hour})
 	rt := &te.e.retention
@@ -55,6 +56,26 @@ func TestRetainedLookups(t *testing.T) {
 			}
 			if !slices.Equal(got, want) {
 				t.Fatalf("%s: incarnations of %s %v, want %v", when, id, got, want)
+			}
+		}
+		// Each group here is one job, its incarnation: inspecting it finds that group alone.
+		jobs := []uint64{seq + 1} // never stored
+		if len(all) > 0 {
+			jobs = append(jobs, all[0].openSeq, all[len(all)/2].openSeq, all[len(all)-1].openSeq)
+		}
+		for _, job := range jobs {
+			var want []uint64
+			for _, k := range all {
+				if k.openSeq == job {
+					want = append(want, job)
+				}
+			}
+			var got []uint64
+			for _, c := range te.e.Inspect(wire.InspectRequest{Job: job}).Candidates {
+				got = append(got, c.Incarnation)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: job %d's candidates %v, want %v", when, job, got, want)
 			}
 		}
 	}
