@@ -227,6 +227,16 @@ func (e *env) jobsStream() jetstream.Stream {
 	return e.stream(names.JobsStream())
 }
 
+// jobsStreamLast returns the last sequence stored in the namespace's JOBS stream.
+func (e *env) jobsStreamLast() uint64 {
+	e.t.Helper()
+	info, err := e.jobsStream().Info(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
 // resultsStream returns a handle on the namespace's RESULTS stream.
 func (e *env) resultsStream() jetstream.Stream {
 	e.t.Helper()

@@ -423,7 +423,7 @@ func (e *Engine) control(subject string, seq uint64, c wire.GroupControl, data [
 	case wire.OpSeal:
 		e.applySeal(subject, seq, c, r)
 	case wire.OpCancel:
-		e.applyCancel(subject, seq, c, r)
+		e.applyCancel(subject, seq, c, r, stored)
 	case wire.OpRedrive:
 		e.redriveAsked(subject, seq, c)
 	case wire.OpReady:
@@ -589,17 +589,24 @@ func (e *Engine) completeIfDone(r *groupRec) {
 	}
 }
 
-// applyCancel cancels a whole group or some of its jobs, and answers if asked to.
-func (e *Engine) applyCancel(subject string, seq uint64, c wire.GroupControl, r *groupRec) {
-	if r == nil {
-		e.refuse(subject, seq, CancelNotOpen(c.Group))
-		e.answerNotOpen(seq, c)
-		return
-	}
-	if e.complete(r) {
-		// Rejected like a cancel of a group gone already, so its message is deleted: the
-		// group's purge has gone or is on its way, and would not cover it.
-		e.refuse(subject, seq, CancelComplete(c.Group))
+// applyCancel cancels a whole group or some of its jobs, and answers if asked to. During replay
+// it answers only a cancel stored lately (answerLateFor), when replay ends: its producer may
+// still wait for the answer (Handle.Cancel waits RequestTimeout), and a coordinator restart or
+// takeover takes a second or two.
+func (e *Engine) applyCancel(subject string, seq uint64, c wire.GroupControl, r *groupRec, stored time.Time) {
+	late := e.Replaying() && c.Reply != "" && e.cfg.now().Sub(stored) < answerLateFor
+	if r == nil || e.complete(r) {
+		reason := CancelNotOpen(c.Group)
+		if r != nil {
+			// Rejected like a cancel of a group gone already, so its message is deleted: the
+			// group's purge has gone or is on its way, and would not cover it.
+			reason = CancelComplete(c.Group)
+		}
+		e.refuse(subject, seq, reason)
+		if late {
+			e.replay.lateCancels = append(e.replay.lateCancels, replayCancel{subject: subject, seq: seq, c: c, answer: true})
+			return
+		}
 		e.answerNotOpen(seq, c)
 		return
 	}
@@ -622,17 +629,23 @@ func (e *Engine) applyCancel(subject string, seq uint64, c wire.GroupControl, r 
 	if e.Replaying() {
 		// The group's pending jobs are not in the scheduler yet, nor its running ones known:
 		// endReplay applies the cancel to the rebuilt state.
-		e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, subject: subject, seq: seq, jobs: c.Jobs, sealed: sealed})
+		e.replay.cancels = append(e.replay.cancels, replayCancel{g: g, subject: subject, seq: seq, c: c, sealed: sealed, answer: late})
 		return
 	}
+	e.answer(seq, c, e.cancel(g, c.Jobs))
+}
+
+// cancel cancels g, or the jobs of g named in ids, and returns the answer to the cancel: how
+// many jobs it canceled and told to stop, and which IDs it left alone.
+func (e *Engine) cancel(g *group, ids []uint64) wire.ControlAnswer {
 	canceled, stopping := g.canceled, len(e.out.Cancels)
 	var final, unknown []uint64
-	if len(c.Jobs) > 0 {
-		final, unknown = e.cancelJobs(g, c.Jobs)
+	if len(ids) > 0 {
+		final, unknown = e.cancelJobs(g, ids)
 	} else {
 		e.cancelGroup(g)
 	}
-	e.answer(seq, c, wire.ControlAnswer{OK: true, Canceled: int(g.canceled - canceled), Stopping: len(e.out.Cancels) - stopping, Final: final, Unknown: unknown})
+	return wire.ControlAnswer{OK: true, Canceled: int(g.canceled - canceled), Stopping: len(e.out.Cancels) - stopping, Final: final, Unknown: unknown}
 }
 
 // CancelNotOpen and cancelComplete are why a cancel of a group not open, or complete, is refused.

@@ -133,3 +133,62 @@ func TestReplayRefusesCancelAfterCompletion(t *testing.T) {
 		t.Errorf("replay: purges %d, summaries %d; want both groups purged, complete already", len(e.out.purges), len(e.out.summaries))
 	}
 }
+
+// A cancel stored lately (within answerLateFor), read while a new coordinator replays, is
+// answered when replay ends, with the counts it had then: its producer may still be waiting. An
+// older one is not (its producer gave up, or a former coordinator answered); one refused as it
+// was read (no open incarnation) is answered so.
+func TestCancelReadDuringReplayAnsweredIfLate(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0)
+	cfg := withTestDefaults(Config{Now: func() time.Time { return now }})
+	names, _ := wire.NewNames("weave")
+	e, err := New(cfg, names, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := uint64(0)
+	feed := func(subject string, h map[string][]string, stored time.Time) {
+		seq++
+		e.Feed(subject, seq, h, nil, stored)
+	}
+	group := func(g string) {
+		feed(names.GroupSubject(g), wire.GroupControl{Group: g, Op: wire.OpOpen}.Header(), now)
+		feed(names.JobSubject(g), wire.JobMeta{Group: g}.Header(), now)
+		feed(names.JobSubject(g), wire.JobMeta{Group: g}.Header(), now)
+		feed(names.GroupSubject(g), wire.GroupControl{Group: g, Op: wire.OpSeal, Count: 2}.Header(), now)
+	}
+	cancel := func(g, reply string, stored time.Time) uint64 {
+		feed(names.GroupSubject(g), wire.GroupControl{Group: g, Op: wire.OpCancel, Reply: reply}.Header(), stored)
+		return seq
+	}
+	group("now")
+	group("old")
+	recent := cancel("now", "r-now", now.Add(-time.Second))
+	cancel("old", "r-old", now.Add(-answerLateFor-time.Second))
+	unknown := cancel("unknown", "r-unknown", now.Add(-time.Second))
+	if len(e.out.Answers) != 0 {
+		t.Fatalf("answered during replay: %+v", e.out.Answers)
+	}
+
+	e.EndReplay(nil, now)
+	got := map[string]wire.ControlAnswer{}
+	for _, a := range e.out.Answers {
+		got[a.Subject] = a.Reply
+	}
+	if a := got[names.ReplySubject("r-now")]; !a.OK || a.Canceled != 2 || a.Seq != recent || a.Op != wire.OpCancel || a.Group != "now" {
+		t.Errorf("the recent cancel's answer %+v, want OK with 2 jobs canceled, for sequence %d", a, recent)
+	}
+	if a := got[names.ReplySubject("r-unknown")]; a.Code != wire.AnswerNotOpen || a.Seq != unknown {
+		t.Errorf("the recent cancel of an unknown group's answer %+v, want not open, for sequence %d", a, unknown)
+	}
+	if a, ok := got[names.ReplySubject("r-old")]; ok {
+		t.Errorf("an old cancel answered: %+v", a)
+	}
+	if len(got) != 2 {
+		t.Errorf("answers %+v, want two", got)
+	}
+	if st, _ := e.idx.State(recent - 2); st != jobindex.Canceled {
+		t.Errorf("a job of the recently canceled group is %v", st)
+	}
+}

@@ -34,6 +34,8 @@ type replayState struct {
 	retries map[uint64]journal.Entry // latest retry decision per job
 	history map[uint64][]wire.Attempt
 	cancels []replayCancel // cancels read, applied once the state is rebuilt
+	// lateCancels are cancels stored lately and refused as they were read: answered at the end.
+	lateCancels []replayCancel
 	// alive are the jobs whose batches are in WORK, scanned before EVENTS is read: a report
 	// about the attempt of such a batch is proven by it (see replayReport).
 	alive map[uint64]AliveJob
@@ -284,14 +286,16 @@ type refusedReport struct {
 	attempt uint32
 }
 
-// replayCancel is a cancel read during replay on subject at seq: of the group, or of some of
-// its jobs; sealed: the group was sealed before it.
+// replayCancel is a cancel, c, read during replay on subject at seq: of the group, or of some
+// of its jobs; sealed: the group was sealed before it; answer: it was stored lately, so it is
+// answered when replay ends (see applyCancel).
 type replayCancel struct {
 	g       *group
 	subject string
 	seq     uint64
-	jobs    []uint64
+	c       wire.GroupControl
 	sealed  bool
+	answer  bool
 }
 
 // reportAt is a report seen during replay, applied once the journal has been read.
@@ -544,13 +548,22 @@ func (e *Engine) EndReplay(alive map[uint64]AliveJob, now time.Time) {
 	// ended by then (reports, outcomes and earlier cancels are applied before it). Live, it may
 	// have come while a job still ran, been applied and changed nothing: nothing stored says
 	// which, so it is refused, lest replay accept a cancel the live coordinator refused.
+	for _, c := range rs.lateCancels { // refused as they were read
+		e.answerNotOpen(c.seq, c.c)
+	}
 	for _, c := range rs.cancels {
+		answer := func(a wire.ControlAnswer) {
+			if c.answer {
+				e.answer(c.seq, c.c, a)
+			}
+		}
 		if h := rs.deferredOf[c.g.openSeq]; h != nil {
 			e.decideDeferred(rs, h)
 			if h.refused {
 				r := e.groups.table.get(rs.effective(c.g.openSeq))
 				if r == nil {
 					e.refuse(c.subject, c.seq, CancelNotOpen(c.g.id)) // no incarnation before it
+					answer(notOpen(c.g.id))
 					continue
 				}
 				c.g, c.sealed = e.live(r), true // the incarnation before a deferred one was sealed
@@ -559,16 +572,17 @@ func (e *Engine) EndReplay(alive map[uint64]AliveJob, now time.Time) {
 		switch last, summarized := rs.summarized[c.g.openSeq]; {
 		case summarized && arrivedBefore(last, c.seq):
 			e.refuse(c.subject, c.seq, CancelNotOpen(c.g.id))
+			answer(notOpen(c.g.id))
 		case summarized: // applied before it completed
+			answer(wire.ControlAnswer{OK: true})
 		case c.sealed && !e.jobsLeft(c.g.openSeq, c.g.alone):
 			e.refuse(c.subject, c.seq, CancelComplete(c.g.id))
+			answer(notOpen(c.g.id))
 		case c.g.complete: // it sealed the group, which then completed
-		case len(c.jobs) > 0:
-			c.g.lastSeq = later(c.g.lastSeq, c.seq) // purged with it (a cancel moved from a refused open)
-			e.cancelJobs(c.g, c.jobs)
+			answer(wire.ControlAnswer{OK: true})
 		default:
-			c.g.lastSeq = later(c.g.lastSeq, c.seq)
-			e.cancelGroup(c.g)
+			c.g.lastSeq = later(c.g.lastSeq, c.seq) // purged with it (a cancel moved from a refused open)
+			answer(e.cancel(c.g, c.c.Jobs))
 		}
 	}
 	for _, h := range rs.deferred {
