@@ -39,7 +39,7 @@ and ack only as its own ID and pool: give each worker one with --worker, or use 
 user shared by every worker of a pool (they can then act as each other, not as another pool).`,
 		Example: `  weave auth --worker w1=eu,gpu --worker w2= > weave-auth.conf
   weave auth --role worker --worker '*=eu' --format nsc --account WEAVE`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			names, err := wire.NewNames(namespace)
 			if err != nil {

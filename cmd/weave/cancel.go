@@ -31,12 +31,12 @@ the jobs that had ended already and the IDs that are not jobs of the group.
 The request is stored in the namespace's JOBS stream; cancel then waits up to --timeout for the
 coordinator's answer. Exit status 0: the coordinator applied it. 1: it refused it (the group is
 not open: no such group, or it has finished), none of the jobs given was canceled, or the
-request failed. 3: the request is stored
-but no coordinator answered in time (none is running, or it is starting): a coordinator
-applies it when it reads it.`,
+request failed. 3: the request is stored but no coordinator answered in time (none is running,
+or one is starting and did not finish its replay in time): a coordinator applies it when it
+reads it.`,
 		Example: `  weave cancel --group site-1
   weave cancel --group site-1 --job 1042 --job 1077`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkGroupFlag(group); err != nil {
 				return err

@@ -30,7 +30,7 @@ state. Run one per namespace: a second one waits as a standby and takes over wit
 that do not exist (see 'weave init'), and the lease bucket. It runs until SIGINT or SIGTERM:
 whatever ends a term of coordination (the lease lost, writes failing for longer than
 --lease-ttl, a failed replay), it logs the error and stands by again.`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := spreader.ParsePolicy(policy)
 			if err != nil {

@@ -50,7 +50,7 @@ read token (--read-token, $` + readTokenEnv + `; or --allow-actions, whose
 token then guards reads too): a browser asks for it as a password (any user name), a script
 sends it as "Authorization: Bearer". Without both it refuses to start. Over an untrusted
 network, put it behind a reverse proxy that serves TLS instead.`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if actionToken != "" && !allowActions {
 				return usageErrorf("--action-token needs --allow-actions")

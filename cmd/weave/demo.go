@@ -37,7 +37,7 @@ With --dashboard it serves weave dashboard of the demo's namespace (on --listen)
 starts once the page is open (or after 30s), and everything keeps running after the crawl, for
 the dashboard to show, until Ctrl-C. The default crawl takes a few seconds: --jobs 100000 gives
 more time to watch.`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := spreader.ParsePolicy(policy)
 			if err != nil {

@@ -45,13 +45,12 @@ have failed so far. A job that "failed retry" ran again is no longer listed once
 succeeded; if it failed again, it is listed under its new ID.
 
 The table shows each job's group, ID, key, attempts and last error (its first 120 bytes unless
---full); --history adds one line
-per failed attempt: its number, when it failed, on which worker, and its error. Control
-characters, escape sequences and bidi or zero-width characters are shown as escapes (\x1b,
-\u202e), never sent to the terminal. --json prints
-one JSON object per line instead, with the whole history (those characters as JSON escapes):
+--full); --history adds one line per failed attempt: its number, when it failed, on which
+worker, and its error. Control characters, escape sequences and bidi or zero-width characters
+are shown as escapes (\x1b, \u202e), never sent to the terminal. --json prints one JSON object
+per line instead, with the whole history (those characters as JSON escapes):
   {"group", "id", "key", "attempts", "error", "history": [{"at", "worker", "error"}]}`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if group != "" {
 				if err := wire.ValidateGroupID(group); err != nil {

@@ -31,7 +31,7 @@ since its TTL is the coordinator's --lease-ttl. How long outcomes are kept (resu
 is the coordinator's --result-retention, not a property of the streams.`,
 		Example: `  weave init --namespace acme
   weave init --namespace acme --replicas 3`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The rule InitNamespace applies, checked before connecting.
 			if err := opts.Validate(""); err != nil {

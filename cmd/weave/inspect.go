@@ -240,7 +240,7 @@ groups complete within the result retention, the latest first, each with its job
 (its summary once complete). Each list shows at most 500 groups.`,
 		Example: `  weave groups
   weave groups --json`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, s, err := newDispatcher(cmd.Context(), &conn, "groups", g.log)
 			if err != nil {

@@ -113,7 +113,7 @@ func TestCLIInspectUsage(t *testing.T) {
 		{[]string{"job", "1", "2"}, "accepts at most 1 arg"},
 		{[]string{"group"}, "accepts 1 arg"},
 		{[]string{"group", ""}, "group ID"},
-		{[]string{"groups", "x"}, "unknown command"},
+		{[]string{"groups", "x"}, `groups takes no arguments, got "x"`},
 		{[]string{"status", "--watch", "--interval", "0s"}, "--interval 0s"},
 	} {
 		code, out, errOut := runCLI(t, "", tc.args...)

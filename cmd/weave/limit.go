@@ -75,7 +75,7 @@ func newLimitSetCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "set (--resource R | --group G) [--concurrency N] [--rate N --per D [--burst N]]",
 		Short: "Set the limit of a resource or group (replacing its limit)",
-		Args:  usageArgs(cobra.NoArgs),
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t, err := target.limit()
 			if err != nil {
@@ -152,7 +152,7 @@ func newLimitTargetCmd(g *globals, name, short string, do func(context.Context, 
 	cmd := &cobra.Command{
 		Use:   name + " (--resource R | --group G)",
 		Short: short,
-		Args:  usageArgs(cobra.NoArgs),
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, err := target.limit()
 			if err != nil {
@@ -206,7 +206,7 @@ func newLimitListCmd(g *globals) *cobra.Command {
 		Short: "List the limits, with the jobs each has running and holds back",
 		Long: `List asks the running coordinator for the limits it enforces and their use: the jobs under
 each released and not reported (running), and those it holds back (waiting).`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()

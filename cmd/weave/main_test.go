@@ -39,7 +39,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"stauts"}, exitUsage, `unknown command "stauts" (did you mean "status"?)`},
 		{[]string{"stauts", "--nats", "nats://127.0.0.1:1"}, exitUsage, `unknown command "stauts" (did you mean "status"?)`},
 		{[]string{"schedule", "add", "--name", "x", "--every", "0s"}, exitUsage, "--every 0s: the interval must be at least 1s"},
-		{[]string{"version", "extra"}, exitUsage, "unknown command"},
+		{[]string{"version", "extra"}, exitUsage, `version takes no arguments, got "extra"`},
 		{[]string{"status", "--no-such-flag"}, exitUsage, "unknown flag"},
 		{[]string{"demo", "--workers", "0"}, exitUsage, "--workers"},
 		{[]string{"demo", "--policy", "fastest"}, exitUsage, "fastest"},
@@ -70,7 +70,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"failed", "retry", "-g", "g", "x1"}, exitUsage, `job ID "x1"`},
 		{[]string{"cancel"}, exitUsage, "--group is required"},
 		{[]string{"cancel", "-g", "g", "--job", "1,no"}, exitUsage, `job ID "no"`},
-		{[]string{"cancel", "-g", "g", "extra"}, exitUsage, "unknown command"},
+		{[]string{"cancel", "-g", "g", "extra"}, exitUsage, `cancel takes no arguments, got "extra"`},
+		{[]string{"cancel", "site-1"}, exitUsage, "a group is given with --group (weave cancel --group site-1)"},
 		// One rule for replicas everywhere: 0 (the default, 1) to 5.
 		{[]string{"init", "--replicas", "6"}, exitUsage, "--replicas is 6, must be 1 to 5"},
 		{[]string{"init", "--replicas", "-1"}, exitUsage, "--replicas is -1"},

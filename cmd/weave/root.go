@@ -153,6 +153,20 @@ func usageErrorf(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
+// noArgs refuses arguments to a command that takes none, saying so (cobra's NoArgs calls an
+// argument an unknown command) and, for a command with --group, how to name a group.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	name := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+	msg := fmt.Sprintf("%s takes no arguments, got %q", name, args[0])
+	if cmd.Flags().Lookup("group") != nil {
+		msg += fmt.Sprintf(": a group is given with --group (%s --group %s)", cmd.CommandPath(), args[0])
+	}
+	return usageErrorf("%s", msg)
+}
+
 // usageArgs wraps a cobra argument validator so that its errors are usage errors.
 func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {

@@ -51,7 +51,7 @@ func newScheduleAddCmd(g *globals) *cobra.Command {
 "delay" or "run_at"), at most 1,000. The cron expression has 5 fields (minute hour day-of-month
 month day-of-week) or 6 with seconds first, or is a descriptor: @hourly, @daily, @weekly,
 @monthly, @yearly. --every is a fixed interval of at least 1s, its ticks counted from now.`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if s.Name == "" {
 				return usageErrorf("--name is required")
@@ -160,7 +160,7 @@ func newScheduleNameCmd(g *globals, use, short string, do func(context.Context, 
 	cmd := &cobra.Command{
 		Use:   use + " --name N",
 		Short: short,
-		Args:  usageArgs(cobra.NoArgs),
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if name == "" {
 				return usageErrorf("--name is required")
@@ -184,7 +184,7 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the schedules with their last and next ticks",
-		Args:  usageArgs(cobra.NoArgs),
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()

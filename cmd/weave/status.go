@@ -61,7 +61,7 @@ screen in place; otherwise it prints each status after the last (with --json, on
 line). A status that cannot be read is reported and asked for again.`,
 		Example: `  weave status
   weave status --watch --interval 1s`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval <= 0 {
 				return usageErrorf("--interval %v: want a positive duration", interval)

@@ -93,7 +93,7 @@ prints the counts; --outcomes prints each job's line with its outcome.
 With --wait, submit waits for every job of the group to end and prints the counts; it exits
 with status 1 if any job failed or was canceled. --outcomes also prints each job's outcome as
 a JSON line on stdout: {"id", "key", "state", "attempts", "result" (or "result_b64"), "error"}.`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: noArgs,
 		RunE: s.run,
 	}
 	f := cmd.Flags()
