@@ -50,9 +50,9 @@ func (r *run) subscribeHeartbeats() error {
 
 // callRoll asks every worker to heartbeat now, as the term's scheduling starts: the engine
 // knows a worker only from its heartbeats, and an idle worker's come every
-// IdleHeartbeatInterval (30s by default), so until then a restarted coordinator released
-// nothing to it. Heard within the workers' jitter (rollCallJitter); the subscription that hands
-// them to the loop is set before replay. Best effort: a lost roll call costs a heartbeat period.
+// IdleHeartbeatInterval (30s once dormant), so until then a restarted coordinator released
+// nothing to it. The answers come within the workers' jitter (rollCallJitter), to the loop.
+// Best effort: a lost roll call costs a heartbeat period.
 func (r *run) callRoll() {
 	if err := r.c.nc.Publish(r.names.RollCallSubject(), nil); err != nil {
 		r.log.Warn().Err(err).Msg("roll call not sent: idle workers are known from their next heartbeat")

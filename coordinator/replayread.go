@@ -46,7 +46,6 @@ func (r *run) replay(ctx context.Context) error {
 		return err
 	}
 	r.e.EndReplay(alive, r.cfg.now())
-	r.callRoll()
 	r.learnKeys(ctx)
 	groups, inFlight := r.e.Size()
 	r.log.Info().Stringer("took", time.Since(start)).Int("groups", groups).Int("in_flight", inFlight).Msg("replay done")
@@ -59,6 +58,7 @@ func (r *run) replay(ctx context.Context) error {
 		return err
 	}
 	r.startPipelines(ctx)
+	r.callRoll() // last: the loop runs next, and takes the answers as they come
 	return nil
 }
 
