@@ -227,14 +227,14 @@ func (e *env) jobsStream() jetstream.Stream {
 	return e.stream(names.JobsStream())
 }
 
-// jobsStreamLast returns the last sequence stored in the namespace's JOBS stream.
-func (e *env) jobsStreamLast() uint64 {
+// jobsState returns the state of the namespace's JOBS stream (messages held, last sequence...).
+func (e *env) jobsState() jetstream.StreamState {
 	e.t.Helper()
 	info, err := e.jobsStream().Info(e.ctx)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return info.State.LastSeq
+	return info.State
 }
 
 // resultsStream returns a handle on the namespace's RESULTS stream.

@@ -55,10 +55,10 @@ func TestCancelDuringRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
-	before := e.jobsStreamLast()
+	before := e.jobsState().LastSeq
 	canceled := make(chan error, 1)
 	go func() { canceled <- d.Attach("g").Cancel(e.ctx) }()
-	testwait.For(t, 30*time.Second, "the cancel stored", func() bool { return e.jobsStreamLast() > before })
+	testwait.For(t, 30*time.Second, "the cancel stored", func() bool { return e.jobsState().LastSeq > before })
 	e.stoppableCoordinator()
 	if err := <-canceled; err != nil {
 		t.Fatalf("cancel stored during the restart: %v", err)

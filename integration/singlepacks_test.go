@@ -20,16 +20,6 @@ import (
 	"github.com/weavejobs/weave/worker"
 )
 
-// jobsHeld is how many messages JOBS holds.
-func (e *env) jobsHeld() uint64 {
-	e.t.Helper()
-	info, err := e.jobsStream().Info(e.ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return info.State.Msgs
-}
-
 // singles returns n keyless single jobs of groups prefix0..prefix<n-1>, payload "fail" for the
 // indexes in failing.
 func singles(prefix string, n int, failing ...int) []dispatcher.Single {
@@ -77,12 +67,12 @@ func TestSinglePacks(t *testing.T) {
 
 	jobs := singles("sp-", 100, 7)
 	jobs[40].Job.Priority = 3
-	before := e.jobsHeld()
+	before := e.jobsState().Msgs
 	subs, err := e.d.SubmitMany(e.ctx, jobs)
 	if err != nil || len(subs) != len(jobs) {
 		t.Fatalf("SubmitMany: %d submitted, %v", len(subs), err)
 	}
-	if stored := e.jobsHeld() - before; stored > 4 {
+	if stored := e.jobsState().Msgs - before; stored > 4 {
 		t.Errorf("100 single jobs stored in %d messages, want 4 packs at most", stored)
 	}
 	for i, s := range subs {
@@ -103,7 +93,7 @@ func TestSinglePacks(t *testing.T) {
 			t.Fatalf("job %d submitted again: ID %d (first %d), %d duplicates", i, s.ID, subs[i].ID, s.Handle.Duplicates())
 		}
 	}
-	if stored := e.jobsHeld() - before; stored > 4 {
+	if stored := e.jobsState().Msgs - before; stored > 4 {
 		t.Errorf("the same 100 single jobs submitted twice stored in %d messages", stored)
 	}
 	for i, s := range subs {
@@ -117,7 +107,7 @@ func TestSinglePacks(t *testing.T) {
 		}
 	}
 	// Every pack but the failed job's is deleted once its jobs are done.
-	testwait.For(t, 30*time.Second, "JOBS to keep only the failed job's pack", func() bool { return e.jobsHeld() == before+1 })
+	testwait.For(t, 30*time.Second, "JOBS to keep only the failed job's pack", func() bool { return e.jobsState().Msgs == before+1 })
 	info, err := e.d.Job(e.ctx, subs[7].ID)
 	if err != nil || info.Group != "sp-7" {
 		t.Fatalf("inspection of the failed packed job: %+v, %v", info, err)
@@ -132,7 +122,7 @@ func TestSinglePacks(t *testing.T) {
 		t.Fatalf("redriven packed job: %+v", res.Summary)
 	}
 	// Its retention over, the failed incarnation's share of the pack goes, and the pack with it.
-	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
+	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsState().Msgs == before })
 	if n := w.runs.Load(); n != 101 {
 		t.Errorf("%d runs, want 101 (100 jobs, one redriven)", n)
 	}
@@ -160,7 +150,7 @@ func TestSinglePacksSurviveCoordinatorRestart(t *testing.T) {
 		}
 		return j.Payload, nil
 	})
-	before := e.jobsHeld()
+	before := e.jobsState().Msgs
 	subs, err := e.d.SubmitMany(e.ctx, singles("rs-", 70))
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +166,7 @@ func TestSinglePacksSurviveCoordinatorRestart(t *testing.T) {
 			t.Fatalf("job %d: %+v, %v", i, out, err)
 		}
 	}
-	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
+	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsState().Msgs == before })
 	if n := runs.Load(); n != 70 {
 		t.Errorf("%d runs of 70 jobs", n)
 	}
@@ -198,7 +188,7 @@ func TestSinglePackRefusesRunningGroup(t *testing.T) {
 		}
 		return nil, nil
 	})
-	before := e.jobsHeld()
+	before := e.jobsState().Msgs
 	busy, busyID, err := e.d.Submit(e.ctx, "busy", dispatcher.Job{Payload: []byte("busy")})
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +218,7 @@ func TestSinglePackRefusesRunningGroup(t *testing.T) {
 	if out, err := busy.WaitJob(e.ctx, busyID); err != nil || out.State != dispatcher.StateDone {
 		t.Fatalf("busy job: %+v, %v", out, err)
 	}
-	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
+	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsState().Msgs == before })
 }
 
 // TestSinglePackCancel: a job of a pack canceled before it runs ends canceled, alone; the pack's
@@ -237,7 +227,7 @@ func TestSinglePackCancel(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.coordinator(coordinator.Config{})
-	before := e.jobsHeld()
+	before := e.jobsState().Msgs
 	subs, err := e.d.SubmitMany(e.ctx, singles("cs-", 3))
 	if err != nil || len(subs) != 3 || !wire.IsPacked(subs[1].ID) {
 		t.Fatalf("SubmitMany: %+v, %v", subs, err)
@@ -255,7 +245,7 @@ func TestSinglePackCancel(t *testing.T) {
 			t.Fatalf("job %d: %+v, %v", i, out, err)
 		}
 	}
-	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
+	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsState().Msgs == before })
 }
 
 // TestFinishedSingleJobInspected: a single job that finished, alone or in a pack, is found by
@@ -266,9 +256,9 @@ func TestFinishedSingleJobInspected(t *testing.T) {
 	e := setup(t)
 	e.coordinator(coordinator.Config{})
 	e.worker(worker.Config{Concurrency: 2}, func(_ context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
-	before := e.jobsHeld()
+	before := e.jobsState().Msgs
 	subs := e.singleJobsDone("in-")
-	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
+	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsState().Msgs == before })
 	for _, s := range subs {
 		info, err := e.d.Job(e.ctx, s.ID)
 		if err != nil || info.State != dispatcher.StateDone || info.Group != s.Handle.GroupID() || info.Incarnation != s.ID {
@@ -333,7 +323,7 @@ func TestSinglePackKeptAcrossRestart(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	w := e.redriveWorker()
-	before := e.jobsHeld()
+	before := e.jobsState().Msgs
 	subs, err := e.d.SubmitMany(e.ctx, singles("kr-", 40, 3))
 	if err != nil {
 		t.Fatal(err)
@@ -343,7 +333,7 @@ func TestSinglePackKeptAcrossRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testwait.For(t, 30*time.Second, "JOBS to keep only the failed job's pack", func() bool { return e.jobsHeld() == before+1 })
+	testwait.For(t, 30*time.Second, "JOBS to keep only the failed job's pack", func() bool { return e.jobsState().Msgs == before+1 })
 	stop()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatalf("first coordinator: %v", err)
@@ -357,7 +347,7 @@ func TestSinglePackKeptAcrossRestart(t *testing.T) {
 	if res := e.waitFor(h); res.Summary != (dispatcher.Summary{Jobs: 1, Done: 1}) {
 		t.Fatalf("redriven packed job after a restart: %+v", res.Summary)
 	}
-	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsHeld() == before })
+	testwait.For(t, 30*time.Second, "JOBS to be empty", func() bool { return e.jobsState().Msgs == before })
 }
 
 // TestSingleJobOutcomesExpire: a single job's outcome, alone or from a pack, is written with the
