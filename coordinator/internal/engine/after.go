@@ -217,7 +217,8 @@ func (e *Engine) stateOf(r *groupRec) edgeState {
 func (e *Engine) retainedState(id string, openSeq uint64) (edgeState, bool) {
 	for r := range e.retention.ofID(id) {
 		if r.openSeq == openSeq {
-			return edgeState{jobs: r.sum.Jobs, done: r.sum.Done, failed: r.sum.Failed, canceled: r.sum.Canceled, more: r.sum.Failed > 0}, true
+			sum := e.retention.summary(r)
+			return edgeState{jobs: sum.Jobs, done: sum.Done, failed: sum.Failed, canceled: sum.Canceled, more: sum.Failed > 0}, true
 		}
 	}
 	return edgeState{}, false

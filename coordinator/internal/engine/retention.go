@@ -22,9 +22,10 @@ type retention struct {
 	// collector need not scan.
 	latest        map[uint64]int
 	seed          maphash.Seed
-	eventsApplied uint64         // the last EVENTS sequence applied
-	jobsApplied   uint64         // the last JOBS sequence applied
-	unstored      map[uint64]int // EVENTS sequences of reports whose outcomes are not stored yet
+	bigSums       map[uint64]wire.GroupSummary // by incarnation: summaries whose counts overflow retained.counts
+	eventsApplied uint64                       // the last EVENTS sequence applied
+	jobsApplied   uint64                       // the last JOBS sequence applied
+	unstored      map[uint64]int               // EVENTS sequences of reports whose outcomes are not stored yet
 	// openEnded counts, per group token, the retained incarnations that keep their job messages
 	// and whose last JOBS sequence is not known yet: retain scans the retained groups only for a
 	// token it counts (one in a thousand groups fails; scanning for every group cost O(n) each).
@@ -48,14 +49,39 @@ type retention struct {
 // Owned by the loop, through retention.
 type retained struct {
 	id         string
-	openSeq    uint64            // its incarnation
-	summarySeq uint64            // the summary's sequence in RESULTS: outcomes are purged up to it
-	jobsSeq    uint64            // its last sequence in JOBS: job messages are purged up to it; 0 = not known yet
-	prev       int               // the position of the previous retained incarnation of its ID's hash, -1 if none
-	at         int64             // when it completed, in Unix nanoseconds
-	sum        wire.GroupSummary // how it ended: groups that run after it bind to it
-	keepJobs   bool              // its job messages are still in JOBS (some failed)
-	expires    bool              // its outcome messages carry a TTL: the server deletes them
+	openSeq    uint64 // its incarnation
+	summarySeq uint64 // the summary's sequence in RESULTS: outcomes are purged up to it
+	jobsSeq    uint64 // its last sequence in JOBS: job messages are purged up to it; 0 = not known yet
+	prev       int    // the position of the previous retained incarnation of its ID's hash, -1 if none
+	at         int64  // when it completed, in Unix nanoseconds
+	// counts are how it ended (groups that run after it bind to it): its summary's jobs, done,
+	// failed and canceled, a third of its size; one that does not fit is in retention.bigSums.
+	counts    [4]uint32
+	abandoned bool
+	bigSum    bool
+	keepJobs  bool // its job messages are still in JOBS (some failed)
+	expires   bool // its outcome messages carry a TTL: the server deletes them
+}
+
+// summary returns how r ended.
+func (rt *retention) summary(r *retained) wire.GroupSummary {
+	if r.bigSum {
+		return rt.bigSums[r.openSeq]
+	}
+	return wire.GroupSummary{Jobs: uint64(r.counts[0]), Done: uint64(r.counts[1]), Failed: uint64(r.counts[2]), Canceled: uint64(r.counts[3]), Abandoned: r.abandoned}
+}
+
+// setSummary records how r ended.
+func (rt *retention) setSummary(r *retained, sum wire.GroupSummary) {
+	r.abandoned = sum.Abandoned
+	if max(sum.Jobs, sum.Done, sum.Failed, sum.Canceled) > math.MaxUint32 {
+		if rt.bigSums == nil {
+			rt.bigSums = map[uint64]wire.GroupSummary{}
+		}
+		r.bigSum, rt.bigSums[r.openSeq] = true, sum
+		return
+	}
+	r.counts = [4]uint32{uint32(sum.Jobs), uint32(sum.Done), uint32(sum.Failed), uint32(sum.Canceled)}
 }
 
 // completedAt is when r completed.
@@ -111,7 +137,9 @@ func (e *Engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jo
 	if !ok {
 		prev = -1
 	}
-	rt.latest[h] = rt.retained.append(retained{id: id, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, prev: prev, at: unixNano(at), sum: sum, expires: expires})
+	r := retained{id: id, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, prev: prev, at: unixNano(at), expires: expires}
+	rt.setSummary(&r, sum)
+	rt.latest[h] = rt.retained.append(r)
 	if keepJobs {
 		if rt.keeping == nil {
 			rt.keeping = map[string]int{}
@@ -165,6 +193,9 @@ func (e *Engine) ExpireRetained(now time.Time) {
 		r := *rt.retained.at(rt.retained.first)
 		if h := rt.hash(r.id); rt.latest[h] == rt.retained.first {
 			delete(rt.latest, h) // the incarnations linked before it completed before it: dropped already
+		}
+		if r.bigSum {
+			delete(rt.bigSums, r.openSeq)
 		}
 		tok := wire.GroupToken(r.id)
 		p := Purge{Tok: tok, SummarySeq: r.summarySeq}

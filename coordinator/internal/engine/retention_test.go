@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -99,5 +100,37 @@ func TestRetainedLookups(t *testing.T) {
 	check("retained again")
 	if rep := te.e.Inspect(wire.InspectRequest{Group: all[len(all)-1].id}); rep.Group == nil || rep.Group.Incarnation != all[len(all)-1].openSeq {
 		t.Fatalf("inspect %s: %+v, want its incarnation %d", all[len(all)-1].id, rep.Group, all[len(all)-1].openSeq)
+	}
+}
+
+// TestRetainedSummaries: a retained group keeps how it ended, in its compact counts or, past
+// them, aside (dropped with it).
+func TestRetainedSummaries(t *testing.T) {
+	te := newTestEngine(t, Config{ResultRetention: time.Hour})
+	rt := &te.e.retention
+	sums := map[string]wire.GroupSummary{
+		"small":    {Jobs: 3, Done: 1, Failed: 1, Canceled: 1},
+		"big":      {Jobs: 1 << 33, Done: 1<<33 - 2, Failed: 2},
+		"abandon":  {Jobs: 2, Done: 2, Abandoned: true},
+		"boundary": {Jobs: math.MaxUint32, Done: math.MaxUint32},
+	}
+	seq := uint64(0)
+	for _, id := range []string{"small", "big", "abandon", "boundary"} {
+		seq++
+		te.e.retain(id, seq, seq, false, seq, te.now, sums[id], true)
+	}
+	for id, want := range sums {
+		for r := range rt.ofID(id) {
+			if got := rt.summary(r); got != want {
+				t.Errorf("%s: summary %+v, want %+v", id, got, want)
+			}
+		}
+	}
+	if len(rt.bigSums) != 1 {
+		t.Errorf("%d summaries kept aside, want 1 (big)", len(rt.bigSums))
+	}
+	te.e.ExpireRetained(te.now.Add(time.Hour))
+	if rt.retained.len() != 0 || len(rt.bigSums) != 0 {
+		t.Errorf("after expiry: %d retained, %d summaries aside", rt.retained.len(), len(rt.bigSums))
 	}
 }
