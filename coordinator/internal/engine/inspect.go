@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/weavejobs/weave/internal/jobindex"
@@ -34,7 +35,7 @@ func (e *Engine) Inspect(req wire.InspectRequest) wire.InspectReply {
 		return rep
 	}
 	for r := range e.retention.ofID(req.Group) {
-		gl := retainedLive(r)
+		gl := retainedLive(req.Group, r)
 		rep.Group = &gl
 		break // the last to complete
 	}
@@ -47,13 +48,13 @@ func (e *Engine) inspectJob(id uint64, hint string) wire.InspectReply {
 		// Not tracked: its group is complete and forgotten (or it never existed). The retained
 		// incarnations opened before it may hold its outcome, nearest first.
 		var rep wire.InspectReply
-		for r := range e.retention.retained.spanning(id) {
+		for gid, r := range e.retention.retained.spanning(id) {
 			if len(rep.Candidates) == wire.MaxInspectGroups {
 				break
 			}
 			// Opened at or before it: a single job's incarnation is the job itself.
-			if (hint == "" || r.id == hint) && !arrivedBefore(id, r.openSeq) && (r.jobsSeq == 0 || !arrivedBefore(r.jobsSeq, id)) {
-				rep.Candidates = append(rep.Candidates, retainedLive(r))
+			if (hint == "" || gid == hint) && !arrivedBefore(id, r.openSeq) && (r.jobsSeq == 0 || !arrivedBefore(r.jobsSeq, id)) {
+				rep.Candidates = append(rep.Candidates, retainedLive(gid, r))
 			}
 		}
 		// The incarnation opened last before the job is the likeliest to hold it: read first.
@@ -223,8 +224,10 @@ func (e *Engine) groupLive(r *groupRec, w waits, aside map[*group]int) wire.Grou
 	}
 }
 
-func retainedLive(r *retained) wire.GroupLive {
-	return wire.GroupLive{ID: r.id, Incarnation: r.openSeq, Sealed: true, Complete: true, CompletedAt: r.completedAt(), SummarySeq: r.summarySeq}
+// retainedLive describes retained group r, of group ID id (copied: the reply outlives the loop's
+// step, and id may share the retained IDs' bytes).
+func retainedLive(id string, r *retained) wire.GroupLive {
+	return wire.GroupLive{ID: strings.Clone(id), Incarnation: r.openSeq, Sealed: true, Complete: true, CompletedAt: r.completedAt(), SummarySeq: r.summarySeq}
 }
 
 // heldBack lists, per group by open sequence (or for the incarnation opened at only, if not 0),
@@ -264,11 +267,11 @@ func (e *Engine) inspectGroups(w waits) []wire.GroupLive {
 		out = append(out, e.groupLive(r, w, aside))
 	}
 	tracked := len(out)
-	for r := range e.retention.retained.newestFirst() {
+	for id, r := range e.retention.retained.newestFirst() {
 		if len(out)-tracked == wire.MaxInspectGroups {
 			break
 		}
-		out = append(out, retainedLive(r))
+		out = append(out, retainedLive(id, r))
 	}
 	return out
 }

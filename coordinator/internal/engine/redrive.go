@@ -106,14 +106,13 @@ func (e *Engine) decideRedrive(ask RedriveAsk) {
 		refuse(*refusal)
 		return
 	}
-	prev := e.retention.retainedOf(c.Group, math.MaxUint64)
 	opens, summary, _ := e.retention.incarnationsOf(c.Group, math.MaxUint64)
 	if e.rd.starting == nil {
 		e.rd.starting = map[string]uint64{}
 	}
 	e.rd.starting[c.Group] = ask.Seq
 	e.log.Info().Str("group", c.Group).Uint64("seq", ask.Seq).Int("incarnations", len(opens)).Msg("redrive accepted")
-	e.out.Redrives = append(e.out.Redrives, RedriveOrder{Ask: ask, Tok: wire.GroupToken(prev.id), PrevOpens: opens, PrevSummary: summary, Answer: true})
+	e.out.Redrives = append(e.out.Redrives, RedriveOrder{Ask: ask, Tok: wire.GroupToken(c.Group), PrevOpens: opens, PrevSummary: summary, Answer: true})
 }
 
 // judgeRedrive decides a redrive request of group ID id, no other redrive of it starting, when

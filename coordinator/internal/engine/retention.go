@@ -4,7 +4,9 @@ import (
 	"hash/maphash"
 	"iter"
 	"math"
+	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/weavejobs/weave/internal/wire"
 )
@@ -48,7 +50,6 @@ type retention struct {
 // retained is a complete group whose outcomes (and perhaps job messages) are still kept.
 // Owned by the loop, through retention.
 type retained struct {
-	id         string
 	openSeq    uint64 // its incarnation
 	summarySeq uint64 // the summary's sequence in RESULTS: outcomes are purged up to it
 	jobsSeq    uint64 // its last sequence in JOBS: job messages are purged up to it; 0 = not known yet
@@ -57,6 +58,8 @@ type retained struct {
 	// counts are how it ended (groups that run after it bind to it): its summary's jobs, done,
 	// failed and canceled, a third of its size; one that does not fit is in retention.bigSums.
 	counts    [4]uint32
+	idOff     uint32 // its ID: idLen bytes from idOff in its chunk's IDs (retainedLog.ids)
+	idLen     uint16
 	abandoned bool
 	bigSum    bool
 	keepJobs  bool // its job messages are still in JOBS (some failed)
@@ -93,7 +96,7 @@ func (rt *retention) ofID(id string) iter.Seq[*retained] {
 		pos, ok := rt.latest[rt.hash(id)]
 		for ok && pos >= rt.retained.first {
 			r := rt.retained.at(pos)
-			if r.id == id && !yield(r) {
+			if rt.retained.id(pos) == id && !yield(r) {
 				return
 			}
 			pos, ok = r.prev, r.prev >= 0
@@ -137,9 +140,9 @@ func (e *Engine) retain(id string, openSeq, summarySeq uint64, keepJobs bool, jo
 	if !ok {
 		prev = -1
 	}
-	r := retained{id: id, openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, prev: prev, at: unixNano(at), expires: expires}
+	r := retained{openSeq: openSeq, summarySeq: summarySeq, keepJobs: keepJobs, jobsSeq: jobsSeq, prev: prev, at: unixNano(at), expires: expires}
 	rt.setSummary(&r, sum)
-	rt.latest[h] = rt.retained.append(r)
+	rt.latest[h] = rt.retained.append(r, id)
 	if keepJobs {
 		if rt.keeping == nil {
 			rt.keeping = map[string]int{}
@@ -172,13 +175,13 @@ func (rt *retention) closed(tok string) {
 // boundRetained gives the retained incarnations whose last JOBS sequence is still unknown after
 // replay a bound: the open of the current incarnation of their ID, or the end of the feed.
 func (e *Engine) boundRetained() {
-	for r := range e.retention.retained.oldestFirst() {
+	for id, r := range e.retention.retained.oldestFirst() {
 		if !r.keepJobs || r.jobsSeq != 0 {
 			continue
 		}
-		e.retention.closed(wire.GroupToken(r.id))
+		e.retention.closed(wire.GroupToken(id))
 		r.jobsSeq = e.retention.jobsApplied
-		if g := e.groups.table.latest(r.id); g != nil && arrivedBefore(r.openSeq, g.openSeq) {
+		if g := e.groups.table.latest(id); g != nil && arrivedBefore(r.openSeq, g.openSeq) {
 			r.jobsSeq = wire.JobSeq(g.openSeq) - 1
 		}
 	}
@@ -190,14 +193,14 @@ func (e *Engine) boundRetained() {
 func (e *Engine) ExpireRetained(now time.Time) {
 	rt := &e.retention
 	for rt.retained.len() > 0 && now.Sub(rt.retained.at(rt.retained.first).completedAt()) >= e.cfg.ResultRetention {
-		r := *rt.retained.at(rt.retained.first)
-		if h := rt.hash(r.id); rt.latest[h] == rt.retained.first {
+		r, id := *rt.retained.at(rt.retained.first), rt.retained.id(rt.retained.first)
+		if h := rt.hash(id); rt.latest[h] == rt.retained.first {
 			delete(rt.latest, h) // the incarnations linked before it completed before it: dropped already
 		}
 		if r.bigSum {
 			delete(rt.bigSums, r.openSeq)
 		}
-		tok := wire.GroupToken(r.id)
+		tok := strings.Clone(wire.GroupToken(id)) // not the ID's bytes, dropped below
 		p := Purge{Tok: tok, SummarySeq: r.summarySeq}
 		if r.expires {
 			p.SummarySeq = 0 // the server expires its outcomes
@@ -231,8 +234,13 @@ const retainedChunk = 4096
 // change from its append to its drop, oldest first. It grows and shrinks by chunks, never
 // copying what it holds: a day of single jobs is tens of millions of groups, and growing one
 // slice copied all of them (and held two copies) each time it filled.
+//
+// Its groups hold no pointers, so the garbage collector does not scan them: each one's ID is in
+// its chunk's ids, back to back, not a string of its own (an allocation, and a pointer to follow
+// on every collection, for each of tens of millions of groups).
 type retainedLog struct {
 	chunks [][]retained // chunks[k] holds the positions from (base+k)·retainedChunk on
+	ids    [][]byte     // ids[k] the IDs of chunks[k]'s groups
 	spans  []jobSpan    // spans[k] bounds the jobs of the groups at positions from (base·retainedChunk + k·retainedSpan) on
 	base   int
 	first  int // the position of the oldest group held
@@ -267,11 +275,25 @@ func (l *retainedLog) at(pos int) *retained {
 	return &l.chunks[pos/retainedChunk-l.base][pos%retainedChunk]
 }
 
-// append adds r after the others and returns its position.
-func (l *retainedLog) append(r retained) int {
+// id returns the ID of the group at pos, which must be held. The string shares the bytes of
+// the log's IDs, which are never written again once appended.
+func (l *retainedLog) id(pos int) string {
+	r, ids := l.at(pos), l.ids[pos/retainedChunk-l.base]
+	if r.idLen == 0 {
+		return ""
+	}
+	return unsafe.String(&ids[r.idOff], r.idLen)
+}
+
+// append adds r, of group ID id, after the others and returns its position.
+func (l *retainedLog) append(r retained, id string) int {
 	if l.end%retainedChunk == 0 {
 		l.chunks = append(l.chunks, make([]retained, retainedChunk))
+		l.ids = append(l.ids, nil)
 	}
+	ids := &l.ids[len(l.ids)-1]
+	r.idOff, r.idLen = uint32(len(*ids)), uint16(len(id)) // group IDs are at most wire.MaxGroupIDLen bytes
+	*ids = append(*ids, id...)
 	if l.end%retainedSpan == 0 {
 		l.spans = append(l.spans, jobSpan{from: math.MaxUint64})
 	}
@@ -288,20 +310,20 @@ func (l *retainedLog) dropOldest() {
 	l.first++
 	if l.first%retainedChunk == 0 || l.first == l.end {
 		if l.first == l.end {
-			l.chunks, l.spans, l.base, l.first, l.end = nil, nil, 0, 0, 0 // positions start again: nothing links to them
+			l.chunks, l.ids, l.spans, l.base, l.first, l.end = nil, nil, nil, 0, 0, 0 // positions start again: nothing links to them
 			return
 		}
-		l.chunks[0] = nil
-		l.chunks, l.spans = l.chunks[1:], l.spans[retainedChunk/retainedSpan:]
+		l.chunks[0], l.ids[0] = nil, nil
+		l.chunks, l.ids, l.spans = l.chunks[1:], l.ids[1:], l.spans[retainedChunk/retainedSpan:]
 		l.base++
 	}
 }
 
-// oldestFirst and newestFirst iterate over the groups held.
-func (l *retainedLog) oldestFirst() iter.Seq[*retained] {
-	return func(yield func(*retained) bool) {
+// oldestFirst and newestFirst iterate over the groups held, with their IDs.
+func (l *retainedLog) oldestFirst() iter.Seq2[string, *retained] {
+	return func(yield func(string, *retained) bool) {
 		for pos := l.first; pos < l.end; pos++ {
-			if !yield(l.at(pos)) {
+			if !yield(l.id(pos), l.at(pos)) {
 				return
 			}
 		}
@@ -309,8 +331,8 @@ func (l *retainedLog) oldestFirst() iter.Seq[*retained] {
 }
 
 // spanning iterates, newest first, over the groups held in the spans that hold job id.
-func (l *retainedLog) spanning(id uint64) iter.Seq[*retained] {
-	return func(yield func(*retained) bool) {
+func (l *retainedLog) spanning(id uint64) iter.Seq2[string, *retained] {
+	return func(yield func(string, *retained) bool) {
 		a := wire.Arrival(id)
 		for k := len(l.spans) - 1; k >= 0; k-- {
 			if !l.spans[k].holds(a) {
@@ -318,7 +340,7 @@ func (l *retainedLog) spanning(id uint64) iter.Seq[*retained] {
 			}
 			start := l.base*retainedChunk + k*retainedSpan
 			for pos := min(l.end, start+retainedSpan) - 1; pos >= max(l.first, start); pos-- {
-				if !yield(l.at(pos)) {
+				if !yield(l.id(pos), l.at(pos)) {
 					return
 				}
 			}
@@ -326,10 +348,10 @@ func (l *retainedLog) spanning(id uint64) iter.Seq[*retained] {
 	}
 }
 
-func (l *retainedLog) newestFirst() iter.Seq[*retained] {
-	return func(yield func(*retained) bool) {
+func (l *retainedLog) newestFirst() iter.Seq2[string, *retained] {
+	return func(yield func(string, *retained) bool) {
 		for pos := l.end - 1; pos >= l.first; pos-- {
-			if !yield(l.at(pos)) {
+			if !yield(l.id(pos), l.at(pos)) {
 				return
 			}
 		}
