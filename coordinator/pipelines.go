@@ -77,7 +77,10 @@ func (r *run) release(ctx context.Context, req releaseReq) (failed []uint64) {
 		return nil
 	}
 	if err != nil {
-		r.log.Error().Err(err).Str("pool", req.pool).Int("jobs", len(unstored)).Msg("publishing work failed; jobs go back to pending")
+		// Mended here: the jobs go back to pending and are released again. A node's loss fails
+		// many releases at once; the outage logs it once, not each of them at error.
+		r.log.Debug().Err(err).Str("pool", req.pool).Int("jobs", len(unstored)).Msg("publishing work failed; jobs go back to pending")
+		r.outage.Once("publish work to pool "+req.pool, err, time.Now())
 	}
 	return append(failed, unstored...)
 }
