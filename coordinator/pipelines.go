@@ -308,7 +308,7 @@ func (r *run) writer(ctx context.Context) {
 	var n uint64 // messages published, for their IDs
 	publish := func(w *written, m *nats.Msg) {
 		n++
-		m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.%d", r.epoch, n))
+		m.Header.Set(wire.HdrMsgID, strconv.FormatUint(r.epoch, 10)+"."+strconv.FormatUint(n, 10))
 		f, err := r.publishAsync(m)
 		if err != nil {
 			f = nil // the acker publishes it again
@@ -366,8 +366,8 @@ func (r *run) acker(ctx context.Context) {
 		if op := w.summary; op != nil {
 			// Everything written before it is stored: the group's outcomes are.
 			m := r.outcomeMsg(*op, wire.AppendLast(nil, op.Outcomes, *op.Summary))
-			m.Header.Set(wire.HdrLastSeq, strconv.FormatUint(op.LastSeq, 10)) // later messages of its ID are not its (see endReplay)
-			m.Header.Set(wire.HdrMsgID, fmt.Sprintf("%d.s.%s.%d", r.epoch, op.Tok, op.OpenSeq))
+			m.Header[wire.HdrLastSeq] = []string{strconv.FormatUint(op.LastSeq, 10)} // later messages of its ID are not its (see endReplay)
+			m.Header[wire.HdrMsgID] = []string{strconv.FormatUint(r.epoch, 10) + ".s." + op.Tok + "." + strconv.FormatUint(op.OpenSeq, 10)}
 			f, err := r.publishAsync(m)
 			if err != nil {
 				f = nil
@@ -442,6 +442,11 @@ func (r *run) publishAsync(m *nats.Msg) (jetstream.PubAckFuture, error) {
 // once) and, if it did not come, publishes m again until it is stored or the term ends.
 func (r *run) stored(ctx context.Context, m *nats.Msg, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
 	if f != nil {
+		select {
+		case ack := <-f.Ok(): // usually there already: acknowledgements come back in order
+			return ack, nil
+		default:
+		}
 		// The publisher times out every async publish (requestTimeout); the timer only guards
 		// against a future that never resolves.
 		t := time.NewTimer(requestTimeout + time.Second)
@@ -540,12 +545,13 @@ func (r *run) readMsgs(ctx context.Context, seqs []uint64) []*directget.Msg {
 }
 
 func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
-	m := nats.NewMsg(r.names.OutcomeSubjectTo(op.Tok, op.Reply))
-	m.Header.Set(wire.HdrGroupSeq, strconv.FormatUint(op.OpenSeq, 10))
+	// Room for the headers the writer or the acker add (Nats-Msg-Id; a summary's last sequence):
+	// one per single job drained, so no map growth.
+	m := &nats.Msg{Subject: r.names.OutcomeSubjectTo(op.Tok, op.Reply), Header: make(nats.Header, 4), Data: data}
+	m.Header[wire.HdrGroupSeq] = []string{strconv.FormatUint(op.OpenSeq, 10)}
 	if op.TTL {
-		m.Header.Set(jetstream.MsgTTLHeader, outcomeTTL(r.cfg.Streams.ResultRetention))
+		m.Header[jetstream.MsgTTLHeader] = []string{outcomeTTL(r.cfg.Streams.ResultRetention)}
 	}
-	m.Data = data
 	return m
 }
 
