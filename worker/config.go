@@ -88,7 +88,8 @@ type Config struct {
 	// IdleHeartbeatInterval is the period of the heartbeats while the worker runs and holds
 	// nothing, so that an idle fleet costs the coordinator and the server little: each
 	// heartbeat tells the coordinator when to expect the next (it forgets a worker silent for
-	// HeartbeatMisses of them), and the first job to arrive brings one at once. Rounded to a
+	// HeartbeatMisses of them), and the first job to arrive brings one at once, as does a
+	// coordinator starting its term (it calls the roll: NS.rollcall). Rounded to a
 	// multiple of HeartbeatInterval. Default 5 × HeartbeatInterval, and 30s (or 5 ×
 	// HeartbeatInterval if longer) once the worker is dormant, idle for a pull's expiry (see
 	// Stats.Dormant); equal to HeartbeatInterval, idle workers beat at the same pace.
