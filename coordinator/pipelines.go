@@ -545,8 +545,8 @@ func (r *run) readMsgs(ctx context.Context, seqs []uint64) []*directget.Msg {
 }
 
 func (r *run) outcomeMsg(op writeOp, data []byte) *nats.Msg {
-	// Room for the headers the writer or the acker add (Nats-Msg-Id; a summary's last sequence):
-	// one per single job drained, so no map growth.
+	// The header map made with room for what the writer or the acker adds (Nats-Msg-Id, a
+	// summary's last sequence): each single job drained makes one such message.
 	m := &nats.Msg{Subject: r.names.OutcomeSubjectTo(op.Tok, op.Reply), Header: make(nats.Header, 4), Data: data}
 	m.Header[wire.HdrGroupSeq] = []string{strconv.FormatUint(op.OpenSeq, 10)}
 	if op.TTL {
