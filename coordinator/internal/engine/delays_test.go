@@ -164,3 +164,21 @@ func ids(js []*job) []uint64 {
 	}
 	return out
 }
+
+// TestInspectNextRunAt: inspecting a group names when its first delayed job runs; a group
+// without delayed jobs has none, whatever other groups hold.
+func TestInspectNextRunAt(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, Config{})
+	te.open("later")
+	te.job(wire.JobMeta{Group: "later", RunAt: te.now.Add(2 * time.Hour)})
+	te.job(wire.JobMeta{Group: "later", RunAt: te.now.Add(time.Hour)})
+	te.open("now")
+	te.job(wire.JobMeta{Group: "now"})
+	if g := te.e.Inspect(wire.InspectRequest{Group: "later"}).Group; g == nil || !g.NextRunAt.Equal(te.now.Add(time.Hour)) {
+		t.Errorf("group later: %+v, want its next run in an hour", g)
+	}
+	if g := te.e.Inspect(wire.InspectRequest{Group: "now"}).Group; g == nil || !g.NextRunAt.IsZero() {
+		t.Errorf("group now: %+v, want no next run", g)
+	}
+}

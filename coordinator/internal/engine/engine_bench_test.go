@@ -181,3 +181,29 @@ func BenchmarkLookupRetained(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkInspectBesideDelayed measures inspecting a running group (weave group) while other
+// groups hold many delayed jobs: one op is one inspection of a group that has none. Its cost
+// should not grow with the delayed jobs.
+func BenchmarkInspectBesideDelayed(b *testing.B) {
+	for _, delayed := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("delayed=%d", delayed), func(b *testing.B) {
+			te := newTestEngine(&testing.T{}, Config{})
+			for g := range delayed / 1000 {
+				group := fmt.Sprint("later", g)
+				te.open(group)
+				for range 1000 {
+					te.job(wire.JobMeta{Group: group, RunAt: te.now.Add(time.Hour)})
+				}
+				te.seal(group)
+			}
+			te.open("now")
+			te.job(wire.JobMeta{Group: "now"})
+			for b.Loop() {
+				if rep := te.e.Inspect(wire.InspectRequest{Group: "now"}); rep.Group == nil || !rep.Group.NextRunAt.IsZero() {
+					b.Fatalf("inspect: %+v", rep.Group)
+				}
+			}
+		})
+	}
+}

@@ -148,6 +148,11 @@ func (e *Engine) groupWaits(only uint64) waits {
 			w.unplaceable[j.g.openSeq]++
 		}
 	}
+	if only != 0 {
+		if r := e.groups.table.get(only); r == nil || e.recCounts(r).Delayed == 0 {
+			return w // none of its jobs is in the heap: not worth a walk of every delayed job
+		}
+	}
 	for _, d := range e.delays.heap {
 		if st, _ := e.idx.State(d.id); st != jobindex.Delayed {
 			continue // canceled, or released before a restart: dropped when it comes up
