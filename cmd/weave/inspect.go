@@ -42,7 +42,7 @@ control characters, escape sequences and bidi or zero-width characters are shown
 Exit status 1 when no such job is known (never published, or ended before the retention).`,
 		Example: `  weave job 1042
   weave job --group site-1 --key /about --json`,
-		Args: usageArgs(cobra.MaximumNArgs(1)),
+		Args: argsWanted(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var id uint64
 			switch {
@@ -199,7 +199,7 @@ found.
 Exit status 1 when no incarnation of the group is known.`,
 		Example: `  weave group site-1
   weave group site-1 --json`,
-		Args: usageArgs(cobra.ExactArgs(1)),
+		Args: argsWanted(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := wire.ValidateGroupID(args[0]); err != nil {
 				return usageErrorf("group ID: %v", err)

@@ -48,7 +48,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"submit", "--group", "g\x01"}, exitUsage, "--group"},
 		{[]string{"submit", "--group", "g", "--max-pack", "0"}, exitUsage, "--max-pack 0 outside 1..32"},
 		{[]string{"submit", "--group", "g", "--max-pack", "33"}, exitUsage, "--max-pack 33 outside 1..32"},
-		{[]string{"worker"}, exitUsage, "requires at least 1 arg"},
+		{[]string{"worker"}, exitUsage, "worker: usage is 'weave worker [flags] -- command [args...]', got no arguments"},
 		{[]string{"worker", "--", "/no/such/command"}, exitUsage, "/no/such/command"},
 		{[]string{"status", "--namespace", "bad.name"}, exitUsage, "namespace"},
 		{[]string{"status", "--log-level", "loud"}, exitUsage, "--log-level"},

@@ -167,6 +167,22 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return usageErrorf("%s", msg)
 }
 
+// argsWanted refuses a count of arguments outside min..max (max < 0: no bound), with the
+// command's usage line instead of cobra's "accepts 1 arg(s), received 0".
+func argsWanted(min, max int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) >= min && (max < 0 || len(args) <= max) {
+			return nil
+		}
+		name := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+		got := "no arguments"
+		if len(args) > 0 {
+			got = fmt.Sprintf("%d arguments (%s)", len(args), strings.Join(args, " "))
+		}
+		return usageErrorf("%s: usage is '%s %s', got %s", name, cmd.Root().Name(), cmd.Use, got)
+	}
+}
+
 // usageArgs wraps a cobra argument validator so that its errors are usage errors.
 func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {

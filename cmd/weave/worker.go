@@ -50,7 +50,7 @@ On SIGINT or SIGTERM the worker stops taking jobs and lets the running ones fini
 --drain-timeout, then cancels them as above. A second signal ends it at once.`,
 		Example: `  weave worker --resources eu,gpu --concurrency 8 -- ./render.sh
   weave worker -- sh -c 'wc -c'`,
-		Args: usageArgs(cobra.MinimumNArgs(1)),
+		Args: argsWanted(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path, err := exec.LookPath(args[0])
 			if err != nil {
