@@ -39,6 +39,7 @@ fuzz: ## Fuzz every decoder of untrusted bytes for 30s each
 	go test -run='^$$' -fuzz=FuzzDecode -fuzztime=30s ./internal/journal/
 	go test -run='^$$' -fuzz=FuzzRestore -fuzztime=30s ./internal/jobindex/
 	go test -run='^$$' -fuzz=FuzzTransitions -fuzztime=30s ./internal/jobindex/
+	go test -run='^$$' -fuzz=FuzzParseJobLine -fuzztime=30s ./cmd/weave/
 
 .PHONY: chaos
 chaos: ## Fault injection, long form: ~72,000 jobs on a 3-node cluster under 40 faults (several minutes)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"time"
 
@@ -63,13 +64,40 @@ func parseSingleLine(line []byte) (dispatcher.Single, error) {
 	return dispatcher.Single{Group: l.Group, Job: j}, err
 }
 
+// jsonReason says why a line did not decode in the line's terms, not Go's ("max_attempts: a
+// number, not a string" rather than "cannot unmarshal string into Go struct field
+// jobLine.max_attempts of type int").
+func jsonReason(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) && typeErr.Field != "" && typeErr.Value != "" {
+		want := "a string"
+		switch typeErr.Type.Kind() {
+		case reflect.Int:
+			want = "a number"
+		case reflect.Slice:
+			want = "a list of strings"
+		}
+		got := "a " + typeErr.Value // a JSON type's name: string, number, array, object, bool
+		if strings.IndexByte("aeiou", typeErr.Value[0]) >= 0 {
+			got = "an " + typeErr.Value
+		}
+		return fmt.Sprintf("%s: %s, not %s", typeErr.Field, want, got)
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
 // decodeJobLine decodes one non-blank line into a job, and returns the line's fields too.
 func decodeJobLine(line []byte) (dispatcher.Job, jobLine, error) {
 	var l jobLine
+	if t := bytes.TrimSpace(line); len(t) == 0 || t[0] != '{' {
+		// A plain text line (seq 10 | weave submit) is a newcomer's first try: say what a line is
+		// rather than what Go's decoder met.
+		return dispatcher.Job{}, l, fmt.Errorf(`%w: not a JSON object: a job is one per line, such as {"payload": "hello"} (weave submit --help lists the fields)`, errJobLine)
+	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&l); err != nil {
-		return dispatcher.Job{}, l, fmt.Errorf("%w: %v", errJobLine, err)
+		return dispatcher.Job{}, l, fmt.Errorf("%w: %s", errJobLine, jsonReason(err))
 	}
 	if dec.More() {
 		return dispatcher.Job{}, l, fmt.Errorf("%w: more than one JSON value on the line", errJobLine)

@@ -40,9 +40,15 @@ func TestParseJobLine(t *testing.T) {
 		{`{"timeout":"soon"}`, dispatcher.Job{}, "timeout"},
 		{`{"timeout":"-1s"}`, dispatcher.Job{}, "timeout"},
 		{`{"paylaod":"typo"}`, dispatcher.Job{}, "unknown field"},
-		{`{"key":1}`, dispatcher.Job{}, "key"},
+		{`{"key":1}`, dispatcher.Job{}, "key: a string, not a number"},
+		{`{"max_attempts":"3"}`, dispatcher.Job{}, "max_attempts: a number, not a string"},
+		{`{"require":"eu"}`, dispatcher.Job{}, "require: a list of strings, not a string"},
+		{`{"key":{}}`, dispatcher.Job{}, "key: a string, not an object"},
 		{`{"key":"a"} {"key":"b"}`, dispatcher.Job{}, "more than one"},
-		{`[1,2]`, dispatcher.Job{}, "cannot unmarshal"},
+		// Lines that are not JSON objects, as a newcomer's plain text is, say what a line is.
+		{`[1,2]`, dispatcher.Job{}, `not a JSON object: a job is one per line, such as {"payload": "hello"}`},
+		{`42`, dispatcher.Job{}, "not a JSON object"},
+		{`hello world`, dispatcher.Job{}, "not a JSON object"},
 		{`{"key":`, dispatcher.Job{}, "unexpected EOF"},
 		// What Publish would refuse, in the file's field names.
 		{`{"max_attempts":-3}`, dispatcher.Job{}, "max_attempts -3 outside 0..1000"},
@@ -112,4 +118,21 @@ func TestJobReaderIsLazy(t *testing.T) {
 	if _, ok := jr.next(); ok || jr.Err() != nil {
 		t.Fatalf("after close: %v", jr.Err())
 	}
+}
+
+// FuzzParseJobLine: a line of the file or stdin weave submit reads, whatever its bytes, is a job
+// or an error wrapping errJobLine (which submit reports with the line's number), never a panic.
+func FuzzParseJobLine(f *testing.F) {
+	for _, seed := range []string{`{}`, `{"key":"a","payload":"hello"}`, `{"payload":{"b":[1,2]}}`, `{"max_attempts":"3"}`,
+		`{"require":"eu"}`, `{"key":{}}`, `hello`, `[1,2]`, `{"priority":1.5}`, `{"key":`, `{"run_at":"2026-12-01T09:00:00Z"}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		if _, err := parseJobLine(line); err != nil && !errors.Is(err, errJobLine) {
+			t.Fatalf("%q: error %v does not wrap errJobLine", line, err)
+		}
+		if _, err := parseSingleLine(line); err != nil && !errors.Is(err, errJobLine) {
+			t.Fatalf("%q: error %v does not wrap errJobLine (--singles)", line, err)
+		}
+	})
 }
