@@ -294,6 +294,24 @@ func TestSubmitWaitWithoutCoordinator(t *testing.T) {
 	}
 }
 
+// TestSubmitWaitWithoutWorker: submit --wait on a namespace a coordinator serves but no worker
+// has joined says so instead of waiting in silence (a newcomer's first run forgets the worker).
+func TestSubmitWaitWithoutWorker(t *testing.T) {
+	t.Parallel()
+	conn := newCLINamespace(t, "idle")
+	background(t, conn, []string{"coordinator"})
+	testwait.For(t, 30*time.Second, "the coordinator to answer", func() bool {
+		code, _, _ := runCLI(t, "", append([]string{"status"}, conn...)...)
+		return code == exitOK
+	})
+	code, out, errOut := runCLI(t, `{"key":"a"}`+"\n", append([]string{"submit", "-g", "g", "--wait", "--wait-timeout", "1s"}, conn...)...)
+	if code != exitError || !strings.Contains(errOut, `no worker has joined namespace "idle"`) ||
+		!strings.Contains(errOut, "'weave worker --namespace idle -- COMMAND'") ||
+		!strings.Contains(errOut, `group "g" did not finish within --wait-timeout 1s`) {
+		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+}
+
 // TestSubmitIntoRunningGroup: submitting a group ID whose last incarnation is sealed and still
 // running (here no coordinator serves the namespace, so it never finishes) submits nothing and
 // says so, without the note that the group was sealed (it said "the group was sealed with the 0

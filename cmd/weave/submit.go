@@ -394,13 +394,19 @@ func writeJSON(w io.Writer, v any, indent bool) error {
 	return enc.Encode(v)
 }
 
-// checkCoordinator says on stderr when no coordinator answers on the namespace: the jobs are
-// stored and wait for one, and without this the wait would be silent for ever.
+// checkCoordinator says on stderr when no coordinator answers on the namespace, or no worker has
+// joined it: the jobs are stored and wait, and without this the wait would be silent for ever.
 func (s *submitCmd) checkCoordinator(ctx context.Context, stderr io.Writer) {
 	qctx, cancel := contextWithTimeout(ctx, s.conn.timeout)
 	defer cancel()
-	if _, err := coordinator.QueryStatus(qctx, s.nc, s.conn.namespace); err != nil && ctx.Err() == nil {
+	st, err := coordinator.QueryStatus(qctx, s.nc, s.conn.namespace)
+	switch {
+	case ctx.Err() != nil:
+	case err != nil:
 		fmt.Fprintf(stderr, "weave: no coordinator answers on namespace %q; the jobs are stored and run once one starts ('weave coordinator --namespace %s'). Waiting...\n",
+			s.conn.namespace, s.conn.namespace)
+	case st.WorkerCount == 0:
+		fmt.Fprintf(stderr, "weave: no worker has joined namespace %q; the jobs run once one does ('weave worker --namespace %s -- COMMAND'). Waiting...\n",
 			s.conn.namespace, s.conn.namespace)
 	}
 }
@@ -447,8 +453,11 @@ func (s *submitCmd) showProgress(ctx context.Context, h *dispatcher.Handle, stde
 
 // waitError is err of waiting for the group, saying which limit ended the wait.
 func (s *submitCmd) waitError(group string, err error) error {
-	if errors.Is(err, context.DeadlineExceeded) && s.waitTimeout > 0 {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) && s.waitTimeout > 0:
 		return fmt.Errorf("group %q did not finish within --wait-timeout %v (its jobs go on; 'weave status' shows them)", group, s.waitTimeout)
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("wait for group %q interrupted (its jobs go on; 'weave status' shows them)", group)
 	}
 	return fmt.Errorf("wait for group %q: %w", group, err)
 }
