@@ -115,7 +115,7 @@ func listFailed(ctx context.Context, d *dispatcher.Dispatcher, group string, std
 		}
 		if err != nil {
 			tw.Flush()
-			return fmt.Errorf("list failed jobs: %w", err)
+			return err // it says "list failed jobs" already
 		}
 		n++
 		if jsonOut {

@@ -59,8 +59,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 }
 
-// message is err's text for the user, prefixed "weave: " once (the library's errors start so),
-// shown safely: an error can quote what a producer or a worker wrote.
+// message is err's text for the user, prefixed "weave: " once (the library's errors start so,
+// also when the command wrapped one: "worker w1: weave: ..."), shown safely: an error can quote
+// what a producer or a worker wrote.
 func message(err error) string {
-	return "weave: " + safetext.Block(strings.TrimPrefix(err.Error(), "weave: "))
+	text := strings.ReplaceAll(strings.TrimPrefix(err.Error(), "weave: "), ": weave: ", ": ")
+	return "weave: " + safetext.Block(text)
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -123,4 +125,15 @@ func TestHelpTextsFitATerminal(t *testing.T) {
 		}
 	}
 	walk(newRootCmd())
+}
+
+// TestMessageOnePrefix: an error the command wrapped around the library's says "weave:" once.
+func TestMessageOnePrefix(t *testing.T) {
+	t.Parallel()
+	inner := errors.New(`weave: namespace "weave" is not initialised`)
+	for _, err := range []error{inner, fmt.Errorf("worker w1: %w", inner), fmt.Errorf("weave: list failed jobs: %w", inner)} {
+		if got := message(err); strings.Count(got, "weave:") != 1 || !strings.HasSuffix(got, `namespace "weave" is not initialised`) {
+			t.Errorf("message(%q) = %q, want one \"weave:\" prefix", err, got)
+		}
+	}
 }

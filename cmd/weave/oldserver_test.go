@@ -86,7 +86,7 @@ func TestOldServerRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	want := "weave: nats-server " + nc.ConnectedServerVersion() + " is too old: Weave needs " + natsver.Minimum + " or later"
+	want := "nats-server " + nc.ConnectedServerVersion() + " is too old: Weave needs " + natsver.Minimum + " or later"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, args := range [][]string{

@@ -16,7 +16,7 @@ func TestCLISubmitNamesTheLine(t *testing.T) {
 	initNamespace(t, conn)
 	in := `{"key":"a"}` + "\n\n" + `{"key":"b","run_at":"2999-01-01T00:00:00Z"}` + "\n"
 	code, out, errOut := runCLI(t, in, append([]string{"submit", "-g", "g"}, conn...)...)
-	if code != exitError || !strings.Contains(errOut, `line 3: weave: invalid job: the 2nd job (key "b") of group "g": delayed more than`) {
+	if code != exitError || !strings.Contains(errOut, `line 3: invalid job: the 2nd job (key "b") of group "g": delayed more than`) {
 		t.Fatalf("submit: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }
