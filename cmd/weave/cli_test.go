@@ -312,6 +312,23 @@ func TestSubmitWaitWithoutWorker(t *testing.T) {
 	}
 }
 
+// TestSubmitWaitUnplaceable: submit --wait of jobs that require a resource no live worker holds
+// says so once it has waited a while, instead of waiting in silence.
+func TestSubmitWaitUnplaceable(t *testing.T) {
+	t.Parallel()
+	conn := newCLINamespace(t, "gpuless")
+	background(t, conn, []string{"coordinator"}, []string{"worker", "--id", "w", "--", "cat"})
+	testwait.For(t, 30*time.Second, "the worker to join", func() bool {
+		code, out, _ := runCLI(t, "", append([]string{"status"}, conn...)...)
+		return code == exitOK && strings.Contains(out, "WORKERS (1 live")
+	})
+	code, out, errOut := runCLI(t, `{"key":"a","require":["gpu"]}`+"\n", append([]string{"submit", "-g", "g", "--wait", "--wait-timeout", "6s"}, conn...)...)
+	if code != exitError || !strings.Contains(errOut, `group "g": 1 pending job requires resources no live worker holds`) ||
+		!strings.Contains(errOut, `group "g" did not finish within --wait-timeout 6s`) {
+		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+}
+
 // TestSubmitIntoRunningGroup: submitting a group ID whose last incarnation is sealed and still
 // running (here no coordinator serves the namespace, so it never finishes) submits nothing and
 // says so, without the note that the group was sealed (it said "the group was sealed with the 0

@@ -333,11 +333,7 @@ func waitLines(g dispatcher.GroupInfo, now time.Time) []string {
 		out = append(out, heldBackLine(g))
 	}
 	if g.Unplaceable > 0 {
-		verb := "require"
-		if g.Unplaceable == 1 {
-			verb = "requires"
-		}
-		out = append(out, fmt.Sprintf("group %q: %s %s resources no live worker holds ('weave status' lists the resources)", g.ID, count(g.Unplaceable, "pending job"), verb))
+		out = append(out, unplaceableLine(&g))
 	}
 	if n := g.Jobs[dispatcher.StateDelayed]; n > 0 && !g.NextRunAt.IsZero() {
 		out = append(out, fmt.Sprintf("group %q: %s, the first runs at %s (in %v)", g.ID, count(n, "delayed job"),
@@ -361,4 +357,13 @@ func heldBackLine(g dispatcher.GroupInfo) string {
 		parts = append(parts, what)
 	}
 	return fmt.Sprintf("group %q: %s ('weave limit list' shows the limits)", shown(g.ID), strings.Join(parts, ", "))
+}
+
+// unplaceableLine says that some of g's pending jobs require resources no live worker holds.
+func unplaceableLine(g *dispatcher.GroupInfo) string {
+	verb := "require"
+	if g.Unplaceable == 1 {
+		verb = "requires"
+	}
+	return fmt.Sprintf("group %q: %s %s resources no live worker holds ('weave status' lists the resources)", g.ID, count(g.Unplaceable, "pending job"), verb)
 }

@@ -238,6 +238,7 @@ func (s *submitCmd) submit(ctx context.Context, d *dispatcher.Dispatcher, in io.
 		ctx, cancel := contextWithTimeout(ctx, s.waitTimeout)
 		defer cancel()
 		s.checkCoordinator(ctx, stderr)
+		defer s.hintUnplaceable(ctx, d, s.group, stderr)()
 		sum, err := s.waitFor(ctx, h, stdout, stderr)
 		if err != nil {
 			return err
@@ -411,6 +412,33 @@ func (s *submitCmd) checkCoordinator(ctx context.Context, stderr io.Writer) {
 	}
 }
 
+// unplaceableHintAfter is how long a wait goes on before submit checks whether its group's jobs
+// can run at all: long enough that a group that runs says nothing.
+const unplaceableHintAfter = 3 * time.Second
+
+// hintUnplaceable says on stderr, once, if the group still waits unplaceableHintAfter from now
+// with jobs that require resources no live worker holds: without it the wait would be silent
+// for ever. The returned func cancels the check, or waits for it to finish writing.
+func (s *submitCmd) hintUnplaceable(ctx context.Context, d *dispatcher.Dispatcher, group string, stderr io.Writer) (stop func()) {
+	done := make(chan struct{})
+	t := time.AfterFunc(unplaceableHintAfter, func() {
+		defer close(done)
+		qctx, cancel := contextWithTimeout(ctx, s.conn.timeout)
+		defer cancel()
+		if g, err := d.Group(qctx, group); err == nil && g.Unplaceable > 0 && ctx.Err() == nil {
+			if s.showWait {
+				fmt.Fprintln(stderr) // past the progress line
+			}
+			fmt.Fprintf(stderr, "weave: %s: they wait until a worker holding them joins. Waiting...\n", unplaceableLine(g))
+		}
+	})
+	return func() {
+		if !t.Stop() {
+			<-done
+		}
+	}
+}
+
 // showProgress follows the group's outcomes until it has finished, redrawing one line of counts
 // on stderr (a terminal) at most every 200ms.
 func (s *submitCmd) showProgress(ctx context.Context, h *dispatcher.Handle, stderr io.Writer) error {
@@ -510,6 +538,7 @@ func (s *submitCmd) submitSingle(ctx context.Context, d *dispatcher.Dispatcher, 
 		wctx, cancel := contextWithTimeout(ctx, s.waitTimeout)
 		defer cancel()
 		s.checkCoordinator(wctx, stderr)
+		defer s.hintUnplaceable(wctx, d, h.GroupID(), stderr)()
 		o, err := h.WaitJob(wctx, id)
 		if err != nil {
 			return s.waitError(h.GroupID(), err)
