@@ -203,7 +203,7 @@ func resolve(c Config, maxPayload int64) (resolved, error) {
 		c.Concurrency = runtime.GOMAXPROCS(0)
 	}
 	if c.Concurrency < 1 || c.Concurrency > MaxConcurrency {
-		return resolved{}, invalid("Concurrency %d outside 1..%d", c.Concurrency, MaxConcurrency)
+		return resolved{}, invalid("Concurrency %d outside 1..%d (0: one per CPU)", c.Concurrency, MaxConcurrency)
 	}
 	adaptiveLinger := c.ReportLinger == 0
 	durations := []struct {
