@@ -279,53 +279,48 @@ func TestCLIInit(t *testing.T) {
 	}
 }
 
-// TestSubmitWaitWithoutCoordinator checks that submit --wait on a namespace no coordinator
-// serves says so instead of waiting in silence.
-func TestSubmitWaitWithoutCoordinator(t *testing.T) {
+// TestSubmitWaitSaysWhy: submit --wait says why the jobs may wait for ever instead of waiting
+// in silence: no coordinator serves the namespace; one does but no worker has joined it (a
+// newcomer's first run forgets the worker); or, after a while, the jobs require a resource no
+// live worker holds.
+func TestSubmitWaitSaysWhy(t *testing.T) {
 	t.Parallel()
-	srv := jstest.New(t)
-	conn := []string{"--nats", srv.ClientURL(), "--namespace", "lonely", "--log-level", "warn"}
-	initNamespace(t, conn)
-	code, out, errOut := runCLI(t, `{"key":"a"}`+"\n", append([]string{"submit", "-g", "g", "--wait", "--wait-timeout", "1s", "--timeout", "300ms"}, conn...)...)
-	if code != exitError || !strings.Contains(errOut, `no coordinator answers on namespace "lonely"`) ||
-		!strings.Contains(errOut, "'weave coordinator --namespace lonely'") ||
-		!strings.Contains(errOut, `group "g" did not finish within --wait-timeout 1s`) {
-		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
-	}
-}
-
-// TestSubmitWaitWithoutWorker: submit --wait on a namespace a coordinator serves but no worker
-// has joined says so instead of waiting in silence (a newcomer's first run forgets the worker).
-func TestSubmitWaitWithoutWorker(t *testing.T) {
-	t.Parallel()
-	conn := newCLINamespace(t, "idle")
-	background(t, conn, []string{"coordinator"})
-	testwait.For(t, 30*time.Second, "the coordinator to answer", func() bool {
-		code, _, _ := runCLI(t, "", append([]string{"status"}, conn...)...)
-		return code == exitOK
-	})
-	code, out, errOut := runCLI(t, `{"key":"a"}`+"\n", append([]string{"submit", "-g", "g", "--wait", "--wait-timeout", "1s"}, conn...)...)
-	if code != exitError || !strings.Contains(errOut, `no worker has joined namespace "idle"`) ||
-		!strings.Contains(errOut, "'weave worker --namespace idle -- COMMAND'") ||
-		!strings.Contains(errOut, `group "g" did not finish within --wait-timeout 1s`) {
-		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
-	}
-}
-
-// TestSubmitWaitUnplaceable: submit --wait of jobs that require a resource no live worker holds
-// says so once it has waited a while, instead of waiting in silence.
-func TestSubmitWaitUnplaceable(t *testing.T) {
-	t.Parallel()
-	conn := newCLINamespace(t, "gpuless")
-	background(t, conn, []string{"coordinator"}, []string{"worker", "--id", "w", "--", "cat"})
-	testwait.For(t, 30*time.Second, "the worker to join", func() bool {
-		code, out, _ := runCLI(t, "", append([]string{"status"}, conn...)...)
-		return code == exitOK && strings.Contains(out, "WORKERS (1 live")
-	})
-	code, out, errOut := runCLI(t, `{"key":"a","require":["gpu"]}`+"\n", append([]string{"submit", "-g", "g", "--wait", "--wait-timeout", "6s"}, conn...)...)
-	if code != exitError || !strings.Contains(errOut, `group "g": 1 pending job requires resources no live worker holds`) ||
-		!strings.Contains(errOut, `group "g" did not finish within --wait-timeout 6s`) {
-		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	for _, tc := range []struct {
+		namespace string
+		run       [][]string // long-lived commands the namespace has
+		ready     string     // in weave status once they run ("": none expected)
+		line      string
+		timeout   string // --wait-timeout
+		request   string // --timeout: short where no coordinator answers
+		want      []string
+	}{
+		{"lonely", nil, "", `{"key":"a"}`, "1s", "300ms",
+			[]string{`no coordinator answers on namespace "lonely"`, "'weave coordinator --namespace lonely'"}},
+		{"idle", [][]string{{"coordinator"}}, "WORKERS", `{"key":"a"}`, "1s", "5s",
+			[]string{`no worker has joined namespace "idle"`, "'weave worker --namespace idle -- COMMAND'"}},
+		{"gpuless", [][]string{{"coordinator"}, {"worker", "--id", "w", "--", "cat"}}, "WORKERS (1 live", `{"key":"a","require":["gpu"]}`, "6s", "5s",
+			[]string{`group "g": 1 pending job requires resources no live worker holds`}},
+	} {
+		t.Run(tc.namespace, func(t *testing.T) {
+			t.Parallel()
+			conn := newCLINamespace(t, tc.namespace)
+			if len(tc.run) > 0 {
+				background(t, conn, tc.run...)
+			}
+			if tc.ready != "" {
+				testwait.For(t, 30*time.Second, "the namespace's commands to run", func() bool {
+					code, out, _ := runCLI(t, "", append([]string{"status"}, conn...)...)
+					return code == exitOK && strings.Contains(out, tc.ready)
+				})
+			}
+			code, out, errOut := runCLI(t, tc.line+"\n", append([]string{"submit", "-g", "g", "--wait", "--wait-timeout", tc.timeout, "--timeout", tc.request}, conn...)...)
+			want := append(tc.want, `group "g" did not finish within --wait-timeout `+tc.timeout)
+			for _, w := range want {
+				if code != exitError || !strings.Contains(errOut, w) {
+					t.Errorf("want exit %d and %q; exit %d\nstdout: %s\nstderr: %s", exitError, w, code, out, errOut)
+				}
+			}
+		})
 	}
 }
 
